@@ -1,0 +1,44 @@
+# Strata: `make run` starts one broker, `make test` installs everything the suite needs and runs it.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(VENV)/bin/pip
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test bench lint venv system-deps node-deps clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e '.[test,bench]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/strata serve config/server.properties
+
+# Debian packages the tests use (kcat). Installed only when missing; needs root, as on our machines and CI.
+system-deps:
+	@command -v kcat >/dev/null 2>&1 || { \
+		echo "installing Debian packages: kcat"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; }
+
+node-deps: tests/js/node_modules/.installed
+
+tests/js/node_modules/.installed: tests/js/package.json
+	cd tests/js && npm install --no-audit --no-fund --silent
+	touch $@
+
+test: $(STAMP) system-deps node-deps
+	$(PY) -m pytest -q tests
+
+bench: $(STAMP)
+	$(PY) -m bench.run
+
+lint: $(STAMP)
+	$(PIP) install -q ruff
+	$(VENV)/bin/ruff check broker protocol storage remote config tests bench
+
+clean:
+	rm -rf $(VENV) tests/js/node_modules

@@ -1,0 +1,1 @@
+"""Strata broker layer (see ../DESIGN in shared/)."""

@@ -1,0 +1,7 @@
+"""Typed broker and topic configuration with Apache Kafka's property names and defaults."""
+from .broker_config import BROKER_CONFIG_DEFS, BrokerConfig, Listener, parse_properties
+from .defs import ConfigError, ConfigType
+from .topic_config import TOPIC_CONFIG_DEFS, LogConfig, default_log_config, format_value, validate_topic_overrides
+
+__all__ = ["BrokerConfig", "BROKER_CONFIG_DEFS", "Listener", "parse_properties", "ConfigError", "ConfigType",
+           "TOPIC_CONFIG_DEFS", "LogConfig", "default_log_config", "format_value", "validate_topic_overrides"]

@@ -1,0 +1,227 @@
+"""Broker configuration: a server.properties file plus ``--override key=value``, with Kafka's property names."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from .defs import ConfigDef, ConfigError, ConfigType as T, at_least, retention_value
+from .topic_config import TOPIC_CONFIG_DEFS, TOPIC_TO_BROKER_SYNONYM, LogConfig
+
+_BROKER_DEFS: list[ConfigDef] = [
+    ConfigDef("broker.id", T.INT, 0, "this broker's id (node.id is a synonym)", at_least(0)),
+    ConfigDef("node.id", T.INT, -1, "synonym of broker.id"),
+    ConfigDef("cluster.id", T.STRING, "", "cluster id; generated and kept in meta.properties when empty"),
+    ConfigDef("broker.rack", T.STRING, "", "rack of this broker"),
+    ConfigDef("listeners", T.LIST, ["PLAINTEXT://127.0.0.1:9092"], "listeners to bind"),
+    ConfigDef("advertised.listeners", T.LIST, [], "listeners given to clients; defaults to listeners"),
+    ConfigDef("log.dirs", T.LIST, [], "log directories (log.dir is used when empty)"),
+    ConfigDef("log.dir", T.STRING, "./strata-data", "log directory when log.dirs is unset"),
+    ConfigDef("num.partitions", T.INT, 1, "default partition count of new topics", at_least(1)),
+    ConfigDef("default.replication.factor", T.INT, 1, "", at_least(1)),
+    ConfigDef("auto.create.topics.enable", T.BOOLEAN, True, "create topics on Metadata/Produce requests"),
+    ConfigDef("delete.topic.enable", T.BOOLEAN, True, ""),
+    ConfigDef("log.cleanup.policy", T.LIST, ["delete"], "", choices=("delete", "compact")),
+    ConfigDef("log.segment.bytes", T.INT, 1024**3, "", at_least(14)),
+    ConfigDef("log.roll.ms", T.LONG, -1, "takes precedence over log.roll.hours"),
+    ConfigDef("log.roll.hours", T.INT, 168, "", at_least(1)),
+    ConfigDef("log.roll.jitter.ms", T.LONG, 0, ""),
+    ConfigDef("log.retention.ms", T.LONG, None, "takes precedence over minutes/hours"),
+    ConfigDef("log.retention.minutes", T.INT, None, ""),
+    ConfigDef("log.retention.hours", T.INT, 168, ""),
+    ConfigDef("log.retention.bytes", T.LONG, -1, "", retention_value),
+    ConfigDef("log.retention.check.interval.ms", T.LONG, 300000, "", at_least(1)),
+    ConfigDef("log.index.size.max.bytes", T.INT, 10 * 1024 * 1024, "", at_least(4)),
+    ConfigDef("log.index.interval.bytes", T.INT, 4096, "", at_least(0)),
+    ConfigDef("log.flush.interval.messages", T.LONG, 2**63 - 1, "fsync after this many messages", at_least(1)),
+    ConfigDef("log.flush.interval.ms", T.LONG, None, "fsync after this many ms (default: the scheduler interval)"),
+    ConfigDef("log.flush.scheduler.interval.ms", T.LONG, 2**63 - 1, ""),
+    ConfigDef("log.flush.offset.checkpoint.interval.ms", T.INT, 60000, "", at_least(0)),
+    ConfigDef("log.flush.start.offset.checkpoint.interval.ms", T.INT, 60000, "", at_least(0)),
+    ConfigDef("log.segment.delete.delay.ms", T.LONG, 60000, "", at_least(0)),
+    ConfigDef("log.message.timestamp.type", T.STRING, "CreateTime", "", choices=("CreateTime", "LogAppendTime")),
+    ConfigDef("log.message.timestamp.before.max.ms", T.LONG, 2**63 - 1, ""),
+    ConfigDef("log.message.timestamp.after.max.ms", T.LONG, 3600 * 1000, ""),
+    ConfigDef("log.cleaner.delete.retention.ms", T.LONG, 24 * 3600 * 1000, ""),
+    ConfigDef("log.cleaner.min.compaction.lag.ms", T.LONG, 0, ""),
+    ConfigDef("log.cleaner.max.compaction.lag.ms", T.LONG, 2**63 - 1, ""),
+    ConfigDef("log.cleaner.min.cleanable.ratio", T.DOUBLE, 0.5, ""),
+    ConfigDef("log.preallocate", T.BOOLEAN, False, ""),
+    ConfigDef("log.local.retention.ms", T.LONG, -2, ""),
+    ConfigDef("log.local.retention.bytes", T.LONG, -2, ""),
+    ConfigDef("message.max.bytes", T.INT, 1024 * 1024 + 12, "largest record batch a topic accepts", at_least(0)),
+    ConfigDef("min.insync.replicas", T.INT, 1, "", at_least(1)),
+    ConfigDef("compression.type", T.STRING, "producer", "",
+              choices=("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")),
+    ConfigDef("unclean.leader.election.enable", T.BOOLEAN, False, ""),
+    ConfigDef("socket.request.max.bytes", T.INT, 100 * 1024 * 1024, "largest request frame", at_least(1)),
+    ConfigDef("socket.send.buffer.bytes", T.INT, 102400, ""),
+    ConfigDef("socket.receive.buffer.bytes", T.INT, 102400, ""),
+    ConfigDef("connections.max.idle.ms", T.LONG, 600000, "close connections idle this long"),
+    ConfigDef("queued.max.requests", T.INT, 500, "", at_least(1)),
+    ConfigDef("fetch.max.bytes", T.INT, 55 * 1024 * 1024, "broker cap on a fetch response", at_least(0)),
+    ConfigDef("metrics.listener", T.STRING, "http://127.0.0.1:9464/metrics",
+              "Prometheus endpoint; empty disables it"),
+    ConfigDef("log.format", T.STRING, "console", "console or json", choices=("console", "json")),
+    ConfigDef("log.level", T.STRING, "INFO", "", choices=("DEBUG", "INFO", "WARNING", "ERROR")),
+]
+
+BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in _BROKER_DEFS}
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java .properties subset: key=value or key: value, # and ! comments, trailing-backslash continuation."""
+    out: dict[str, str] = {}
+    pending = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not pending and (not line or line[0] in "#!"):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1]
+            continue
+        line, pending = pending + line, ""
+        for i, ch in enumerate(line):
+            if ch in "=:":
+                out[line[:i].strip()] = line[i + 1:].strip()
+                break
+        else:
+            out[line] = ""
+    return out
+
+
+@dataclass
+class Listener:
+    name: str
+    host: str
+    port: int
+
+    @classmethod
+    def parse(cls, spec: str) -> "Listener":
+        try:
+            name, rest = spec.split("://", 1)
+            host, port = rest.rsplit(":", 1)
+            return cls(name.upper(), host.strip("[]"), int(port))
+        except ValueError:
+            raise ConfigError(f"listener {spec!r} is not of the form NAME://host:port") from None
+
+
+@dataclass
+class BrokerConfig:
+    """Validated broker properties. ``values`` holds every known key, ``originals`` what the user set."""
+
+    values: dict[str, Any]
+    originals: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike | None = None, overrides: Iterable[str] = ()) -> "BrokerConfig":
+        raw: dict[str, str] = {}
+        if path is not None:
+            try:
+                raw.update(parse_properties(Path(path).read_text()))
+            except OSError as e:
+                raise ConfigError(f"cannot read {path}: {e.strerror}") from None
+        for item in overrides:
+            if "=" not in item:
+                raise ConfigError(f"--override {item!r} is not of the form key=value")
+            k, v = item.split("=", 1)
+            raw[k.strip()] = v.strip()
+        return cls.from_dict(raw)
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> "BrokerConfig":
+        values = {name: d.default for name, d in BROKER_CONFIG_DEFS.items()}
+        originals: dict[str, str] = {}
+        for key, v in raw.items():
+            d = BROKER_CONFIG_DEFS.get(key)
+            if d is None:
+                # Kafka logs unknown keys and carries on; we keep them for later layers (rsm.config.* etc.).
+                values[key] = v
+                originals[key] = str(v)
+                continue
+            try:
+                values[key] = d.parse(v)
+            except ConfigError as e:
+                raise ConfigError(f"Invalid value {v!r} for configuration {key}: {e}") from None
+            originals[key] = str(v)
+        if values["node.id"] >= 0 and "broker.id" not in raw:
+            values["broker.id"] = values["node.id"]
+        return cls(values, originals)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.values.get(key, default)
+
+    @property
+    def broker_id(self) -> int:
+        return self.values["broker.id"]
+
+    @property
+    def listeners(self) -> list[Listener]:
+        return [Listener.parse(s) for s in self.values["listeners"]]
+
+    @property
+    def advertised_listeners(self) -> list[Listener]:
+        adv = self.values["advertised.listeners"]
+        return [Listener.parse(s) for s in adv] if adv else self.listeners
+
+    @property
+    def log_dirs(self) -> list[Path]:
+        dirs = self.values["log.dirs"] or [self.values["log.dir"]]
+        return [Path(d).expanduser().resolve() for d in dirs]
+
+    def _retention_ms(self) -> int:
+        if self.values["log.retention.ms"] is not None:
+            return self.values["log.retention.ms"]
+        if self.values["log.retention.minutes"] is not None:
+            return self.values["log.retention.minutes"] * 60_000
+        return self.values["log.retention.hours"] * 3_600_000
+
+    def _roll_ms(self) -> int:
+        if self.values["log.roll.ms"] > 0:
+            return self.values["log.roll.ms"]
+        return self.values["log.roll.hours"] * 3_600_000
+
+    def _flush_ms(self) -> int:
+        if self.values["log.flush.interval.ms"] is not None:
+            return self.values["log.flush.interval.ms"]
+        return self.values["log.flush.scheduler.interval.ms"]
+
+    def topic_defaults(self) -> dict[str, Any]:
+        """Topic config values as the broker's settings make them (the STATIC_BROKER_CONFIG layer)."""
+        out: dict[str, Any] = {}
+        for topic_key, broker_key in TOPIC_TO_BROKER_SYNONYM.items():
+            if broker_key == "log.retention.ms":
+                out[topic_key] = self._retention_ms()
+            elif broker_key == "log.roll.ms":
+                out[topic_key] = self._roll_ms()
+            elif broker_key == "log.flush.interval.ms":
+                out[topic_key] = self._flush_ms()
+            elif broker_key in self.values and self.values[broker_key] is not None:
+                out[topic_key] = self.values[broker_key]
+        return out
+
+    def broker_set_topic_keys(self) -> set[str]:
+        """Topic keys whose broker synonym the user set explicitly (reported as STATIC_BROKER_CONFIG)."""
+        keys = set()
+        for topic_key, broker_key in TOPIC_TO_BROKER_SYNONYM.items():
+            fam = {broker_key}
+            if broker_key == "log.retention.ms":
+                fam |= {"log.retention.minutes", "log.retention.hours"}
+            if broker_key == "log.roll.ms":
+                fam |= {"log.roll.hours"}
+            if fam & set(self.originals):
+                keys.add(topic_key)
+        return keys
+
+    def log_config(self, overrides: Mapping[str, Any] | None = None) -> LogConfig:
+        return LogConfig.from_defaults(self.topic_defaults(), overrides)
+
+    def prefixed(self, prefix: str) -> dict[str, Any]:
+        return {k[len(prefix):]: v for k, v in self.values.items() if k.startswith(prefix)}
+
+
+__all__ = ["BrokerConfig", "BROKER_CONFIG_DEFS", "TOPIC_CONFIG_DEFS", "Listener", "parse_properties", "ConfigError"]

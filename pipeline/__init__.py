@@ -1,0 +1,1 @@
+"""Strata pipeline layer (see ../DESIGN in shared/)."""

@@ -1,0 +1,1 @@
+"""Strata protocol layer (see ../DESIGN in shared/)."""

@@ -1,0 +1,1 @@
+"""Strata remote layer (see ../DESIGN in shared/)."""

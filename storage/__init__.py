@@ -1,0 +1,1 @@
+"""Strata storage layer (see ../DESIGN in shared/)."""
