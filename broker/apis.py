@@ -1,0 +1,120 @@
+"""KafkaApis: decode a request frame, route it to its handler, encode the response.
+
+Every advertised (api_key, version) in protocol.registry.SUPPORTED_VERSIONS must have a handler here; anything
+else is a protocol error that closes the connection (ApiVersions excepted: it answers error 35 in a v0 body).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+import structlog
+
+from protocol.errors import ErrorCode
+from protocol.registry import (
+    SUPPORTED_VERSIONS,
+    ApiKey,
+    api_name,
+    decode_request,
+    encode_response,
+    is_supported,
+    peek_header,
+    unsupported_api_versions_response,
+)
+
+from .network import CloseConnection, Connection
+
+if TYPE_CHECKING:
+    from .server import KafkaServer
+
+log = structlog.get_logger("strata.apis")
+
+
+@dataclass(slots=True)
+class RequestContext:
+    conn: Connection
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    received: float
+
+
+HandlerFn = Callable[["KafkaServer", RequestContext, Any], Awaitable[Any]]
+
+
+def build_handlers() -> dict[int, HandlerFn]:
+    from .handlers import admin, api_versions, fetch, list_offsets, metadata, produce
+
+    return {
+        ApiKey.API_VERSIONS: api_versions.handle,
+        ApiKey.METADATA: metadata.handle,
+        ApiKey.PRODUCE: produce.handle,
+        ApiKey.FETCH: fetch.handle,
+        ApiKey.LIST_OFFSETS: list_offsets.handle,
+        ApiKey.CREATE_TOPICS: admin.create_topics,
+        ApiKey.DELETE_TOPICS: admin.delete_topics,
+        ApiKey.CREATE_PARTITIONS: admin.create_partitions,
+        ApiKey.DELETE_RECORDS: admin.delete_records,
+        ApiKey.DESCRIBE_CONFIGS: admin.describe_configs,
+        ApiKey.INCREMENTAL_ALTER_CONFIGS: admin.incremental_alter_configs,
+        ApiKey.DESCRIBE_CLUSTER: admin.describe_cluster,
+    }
+
+
+class KafkaApis:
+    def __init__(self, server: "KafkaServer") -> None:
+        self.server = server
+        self.metrics = server.metrics
+        self.handlers = build_handlers()
+        missing = set(SUPPORTED_VERSIONS) - set(self.handlers)
+        if missing:
+            raise RuntimeError(f"advertised APIs without a handler: {sorted(missing)}")
+
+    async def handle(self, conn: Connection, payload: bytes) -> bytes | None:
+        received = time.perf_counter()
+        try:
+            hdr = peek_header(payload)
+        except ValueError as e:
+            log.warning("closing connection: malformed request header", conn=conn.id, peer=conn.peer, error=str(e))
+            raise CloseConnection from None
+        if not is_supported(hdr.api_key, hdr.api_version):
+            if hdr.api_key == ApiKey.API_VERSIONS:
+                self.metrics.request_errors.labels("ApiVersions").inc()
+                return unsupported_api_versions_response(hdr.correlation_id)
+            log.warning("closing connection: unsupported api or version", conn=conn.id, peer=conn.peer,
+                        api_key=hdr.api_key, api=api_name(hdr.api_key), version=hdr.api_version)
+            self.metrics.request_errors.labels(api_name(hdr.api_key)).inc()
+            raise CloseConnection
+        name = api_name(hdr.api_key)
+        try:
+            req = decode_request(payload, hdr.api_key, hdr.api_version)
+        except Exception as e:
+            log.warning("closing connection: undecodable request", conn=conn.id, peer=conn.peer, api=name,
+                        version=hdr.api_version, error=repr(e))
+            self.metrics.request_errors.labels(name).inc()
+            raise CloseConnection from None
+        ctx = RequestContext(conn, hdr.api_key, hdr.api_version, hdr.correlation_id,
+                             getattr(req.header, "client_id", None), received)
+        try:
+            resp = await self.handlers[hdr.api_key](self.server, ctx, req)
+        except CloseConnection:
+            self.metrics.request_errors.labels(name).inc()
+            raise
+        except Exception:
+            log.exception("request failed", api=name, version=hdr.api_version, client_id=ctx.client_id)
+            self.metrics.request_errors.labels(name).inc()
+            raise CloseConnection from None
+        self.metrics.requests.labels(name).inc()
+        self.metrics.request_latency.labels(name).observe(time.perf_counter() - received)
+        if resp is None:
+            return None
+        return encode_response(resp, hdr.correlation_id)
+
+
+def error_code_of(exc: BaseException) -> ErrorCode:
+    code = getattr(exc, "code", None)
+    if code is None:
+        code = getattr(exc, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR)
+    return ErrorCode(code)

@@ -1,0 +1,1 @@
+"""One module per API family; each handler is `async def (server, ctx, request) -> response | None`."""

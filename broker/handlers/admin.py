@@ -1,0 +1,145 @@
+"""Admin APIs on topics and the cluster: CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords,
+DescribeCluster. Config APIs live in configs.py. Per-topic failures are answered per topic, never per request."""
+from __future__ import annotations
+
+from protocol.errors import ErrorCode, KafkaApiError
+from protocol.registry import ApiKey, response_class
+from storage.errors import StorageError
+
+from . import configs as config_handlers
+
+
+def _err(e: KafkaApiError) -> tuple[int, str | None]:
+    return int(e.code), e.message
+
+
+async def create_topics(server, ctx, req):
+    Resp = response_class(ApiKey.CREATE_TOPICS)
+    Result = Resp.CreatableTopicResult
+    v = ctx.api_version
+    validate_only = bool(getattr(req, "validate_only", False))
+    seen: dict[str, int] = {}
+    for t in req.topics:
+        seen[t.name] = seen.get(t.name, 0) + 1
+    results = []
+    for t in req.topics:
+        res = Result(name=t.name, topic_id=None, error_code=0, error_message=None, num_partitions=-1,
+                     replication_factor=-1, configs=None)
+        try:
+            if seen[t.name] > 1:
+                raise KafkaApiError(ErrorCode.INVALID_REQUEST, "Create topics request from client contains "
+                                                               f"multiple entries for topic {t.name}.")
+            if t.assignments:
+                if t.num_partitions != -1 or t.replication_factor != -1:
+                    raise KafkaApiError(ErrorCode.INVALID_REQUEST, "Both numPartitions or replicationFactor and "
+                                                                   "replicasAssignments were set.")
+                for a in t.assignments:
+                    if list(a.broker_ids) != [server.broker_id]:
+                        raise KafkaApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                            f"Unknown broker ids in assignment {list(a.broker_ids)}.")
+                partitions, rf = len(t.assignments), 1
+            else:
+                partitions, rf = t.num_partitions, t.replication_factor
+            cfg = {c.name: c.value for c in (t.configs or [])}
+            info = server.topic_manager.create_topic(t.name, partitions, rf, cfg, validate_only)
+            if info is None:      # validate_only
+                partitions = partitions if partitions != -1 else server.config["num.partitions"]
+                res.num_partitions, res.replication_factor = partitions, 1
+            else:
+                res.topic_id = info.topic_id
+                res.num_partitions, res.replication_factor = info.partitions, 1
+            if v >= 5:
+                res.configs = [Result.CreatableTopicConfigs(name=e.name, value=e.value, read_only=e.read_only,
+                                                            config_source=e.source, is_sensitive=e.sensitive)
+                               for e in config_handlers.topic_config_entries(server, cfg)]
+        except KafkaApiError as e:
+            res.error_code, res.error_message = _err(e)
+        results.append(res)
+    return Resp(version=v, throttle_time_ms=0, topics=results)
+
+
+async def delete_topics(server, ctx, req):
+    Resp = response_class(ApiKey.DELETE_TOPICS)
+    Result = Resp.DeletableTopicResult
+    v = ctx.api_version
+    wanted = ([(t.name, t.topic_id) for t in req.topics] if v >= 6 else [(n, None) for n in req.topic_names])
+    results = []
+    for name, tid in wanted:
+        res = Result(name=name, topic_id=tid, error_code=0, error_message=None)
+        try:
+            if name is None:
+                info = server.store.topic_by_id(tid) if tid is not None else None
+                if info is None:
+                    raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_ID, "Topic id does not exist.")
+                name = res.name = info.name
+            info = server.topic_manager.delete_topic(name)
+            res.topic_id = info.topic_id
+        except KafkaApiError as e:
+            res.error_code, res.error_message = _err(e)
+        results.append(res)
+    return Resp(version=v, throttle_time_ms=0, responses=results)
+
+
+async def create_partitions(server, ctx, req):
+    Resp = response_class(ApiKey.CREATE_PARTITIONS)
+    Result = Resp.CreatePartitionsTopicResult
+    results = []
+    for t in req.topics:
+        res = Result(name=t.name, error_code=0, error_message=None)
+        try:
+            if t.assignments:
+                for a in t.assignments:
+                    if list(a.broker_ids) != [server.broker_id]:
+                        raise KafkaApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                            f"Unknown broker ids in assignment {list(a.broker_ids)}.")
+            server.topic_manager.create_partitions(t.name, t.count, bool(req.validate_only))
+        except KafkaApiError as e:
+            res.error_code, res.error_message = _err(e)
+        results.append(res)
+    return Resp(version=ctx.api_version, throttle_time_ms=0, results=results)
+
+
+async def delete_records(server, ctx, req):
+    """Move the log start offset; -1 means 'up to the high watermark' as in Kafka."""
+    Resp = response_class(ApiKey.DELETE_RECORDS)
+    TopicRes = Resp.DeleteRecordsTopicResult
+    PartRes = TopicRes.DeleteRecordsPartitionResult
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            partition = server.replica_manager.get_partition(t.name, p.partition_index)
+            if partition is None:
+                parts.append(PartRes(partition_index=p.partition_index, low_watermark=-1,
+                                     error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                continue
+            offset = partition.high_watermark if p.offset == -1 else p.offset
+            try:
+                if offset < 0:
+                    raise KafkaApiError(ErrorCode.OFFSET_OUT_OF_RANGE)
+                low = partition.log.delete_records(offset)
+                server.log_manager.checkpoint_log_start_offsets()
+                parts.append(PartRes(partition_index=p.partition_index, low_watermark=low, error_code=0))
+            except StorageError as e:
+                parts.append(PartRes(partition_index=p.partition_index, low_watermark=-1,
+                                     error_code=e.error_code))
+            except KafkaApiError as e:
+                parts.append(PartRes(partition_index=p.partition_index, low_watermark=-1, error_code=e.code))
+        topics.append(TopicRes(name=t.name, partitions=parts))
+    return Resp(version=ctx.api_version, throttle_time_ms=0, topics=topics)
+
+
+async def describe_cluster(server, ctx, req):
+    Resp = response_class(ApiKey.DESCRIBE_CLUSTER)
+    v = ctx.api_version
+    endpoint_type = getattr(req, "endpoint_type", 1) if v >= 1 else 1
+    if endpoint_type != 1:   # 1 = brokers; 2 = controllers, which a combined single node does not expose
+        return Resp(version=v, throttle_time_ms=0, error_code=ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
+                    error_message="Only broker endpoints are available.", endpoint_type=endpoint_type,
+                    cluster_id=server.store.cluster_id, controller_id=-1, brokers=[])
+    host, port = server.advertised_endpoint(ctx.conn.listener)
+    brokers = [Resp.DescribeClusterBroker(broker_id=server.broker_id, host=host, port=port,
+                                          rack=server.config["broker.rack"] or None, is_fenced=False)]
+    return Resp(version=v, throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=endpoint_type,
+                cluster_id=server.store.cluster_id, controller_id=server.broker_id, brokers=brokers,
+                authorized_operations=None)

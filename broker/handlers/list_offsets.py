@@ -1,0 +1,78 @@
+"""ListOffsets: latest (-1), earliest (-2), max timestamp (-3, v7+), earliest local (-4, v8+), latest tiered
+(-5, v9+), earliest pending upload (-6, v11+), and lookups by timestamp through the time index.
+
+A sentinel asked below the version that introduced it is answered UNSUPPORTED_VERSION for that partition, as
+Kafka's ReplicaManager does.
+"""
+from __future__ import annotations
+
+from protocol.errors import ErrorCode
+from protocol.registry import ApiKey, response_class
+
+from ..replica_manager import READ_COMMITTED
+
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5, -6
+_MIN_VERSION = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9, EARLIEST_PENDING_UPLOAD: 11}
+
+
+def lookup(partition, ts: int, isolation: int) -> tuple[int, int, int]:
+    """(timestamp, offset, leader_epoch) for one partition; -1s when nothing matches."""
+    ulog = partition.log
+    if ts == LATEST:
+        off = partition.last_stable_offset if isolation == READ_COMMITTED else partition.high_watermark
+        return -1, off, _epoch(ulog, off)
+    if ts == EARLIEST:
+        return -1, ulog.log_start_offset, _epoch(ulog, ulog.log_start_offset)
+    if ts == EARLIEST_LOCAL:
+        return -1, ulog.local_log_start_offset, _epoch(ulog, ulog.local_log_start_offset)
+    if ts in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
+        # Nothing is tiered on a topic without remote storage: there is no such offset.
+        return -1, -1, -1
+    found = ulog.fetch_offset_by_timestamp(ts)
+    if found is None:
+        return -1, -1, -1
+    epoch = found.leader_epoch if found.leader_epoch is not None else -1
+    return found.timestamp, found.offset, epoch
+
+
+def _epoch(ulog, offset: int) -> int:
+    e = ulog.epoch_for_offset(offset)
+    if e is None:
+        e = ulog.latest_epoch
+    return -1 if e is None else e
+
+
+async def handle(server, ctx, req):
+    Resp = response_class(ApiKey.LIST_OFFSETS)
+    TopicResp = Resp.ListOffsetsTopicResponse
+    PartResp = TopicResp.ListOffsetsPartitionResponse
+    v = ctx.api_version
+    isolation = req.isolation_level if v >= 2 else 0
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            ts = p.timestamp
+            partition = server.replica_manager.get_partition(t.name, p.partition_index)
+            code = ErrorCode.NONE
+            out = (-1, -1, -1)
+            if partition is None:
+                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif ts < 0 and v < _MIN_VERSION.get(ts, 0):
+                code = ErrorCode.UNSUPPORTED_VERSION
+            elif ts < EARLIEST_PENDING_UPLOAD:
+                code = ErrorCode.UNSUPPORTED_VERSION if ts < 0 else ErrorCode.NONE
+            elif v >= 4 and p.current_leader_epoch >= 0 and p.current_leader_epoch != partition.leader_epoch:
+                code = (ErrorCode.FENCED_LEADER_EPOCH if p.current_leader_epoch < partition.leader_epoch
+                        else ErrorCode.UNKNOWN_LEADER_EPOCH)
+            else:
+                out = lookup(partition, ts, isolation)
+            timestamp, offset, epoch = out
+            if v == 0:
+                parts.append(PartResp(partition_index=p.partition_index, error_code=code,
+                                      old_style_offsets=[offset] if offset >= 0 else []))
+            else:
+                parts.append(PartResp(partition_index=p.partition_index, error_code=code, timestamp=timestamp,
+                                      offset=offset, leader_epoch=epoch))
+        topics.append(TopicResp(name=t.name, partitions=parts))
+    return Resp(version=v, throttle_time_ms=0, topics=topics)

@@ -1,0 +1,70 @@
+"""Produce: validate acks, append each partition's batches, answer per partition (or not at all for acks=0)."""
+from __future__ import annotations
+
+from protocol.errors import ErrorCode
+from protocol.registry import ApiKey, response_class
+
+from ..network import CloseConnection
+
+
+async def handle(server, ctx, req):
+    Resp = response_class(ApiKey.PRODUCE)
+    TopicResp = Resp.TopicProduceResponse
+    PartResp = TopicResp.PartitionProduceResponse
+    v = ctx.api_version
+    store = server.store
+
+    # Resolve topic names first (v13+ addresses topics by id).
+    topics: list[tuple[object, str | None, object]] = []
+    for td in req.topic_data:
+        if v >= 13:
+            info = store.topic_by_id(td.topic_id)
+            topics.append((td, info.name if info else None, td.topic_id))
+        else:
+            topics.append((td, td.name, None))
+
+    fixed_error: ErrorCode | None = None
+    if v < 3:
+        fixed_error = ErrorCode.UNSUPPORTED_VERSION      # magic v0/v1 message sets are not accepted (Kafka 4)
+    elif req.acks not in (0, 1, -1):
+        fixed_error = ErrorCode.INVALID_REQUIRED_ACKS
+
+    entries = []
+    slots: list[tuple[int, int, ErrorCode | None]] = []   # (topic idx, partition idx, pre-append error)
+    for ti, (td, name, _tid) in enumerate(topics):
+        for pd in td.partition_data:
+            err = fixed_error
+            if err is None and name is None:
+                err = ErrorCode.UNKNOWN_TOPIC_ID
+            elif err is None and pd.records is None:
+                err = ErrorCode.INVALID_RECORD
+            if err is None:
+                entries.append((name, pd.index, pd.records))
+            slots.append((ti, pd.index, err))
+
+    results = iter(await server.replica_manager.append_records(entries)) if entries else iter(())
+
+    responses = []
+    any_error = False
+    by_topic: dict[int, list] = {}
+    for ti, index, err in slots:
+        if err is not None:
+            pr = PartResp(index=index, error_code=err, base_offset=-1, log_append_time_ms=-1, log_start_offset=-1)
+        else:
+            r = next(results)
+            err = r.error
+            pr = PartResp(index=index, error_code=r.error, base_offset=r.base_offset,
+                          log_append_time_ms=r.log_append_time, log_start_offset=r.log_start_offset,
+                          error_message=r.message if r.error else None)
+        any_error |= err != ErrorCode.NONE
+        by_topic.setdefault(ti, []).append(pr)
+    for ti, (td, name, tid) in enumerate(topics):
+        responses.append(TopicResp(name=name if v < 13 else None, topic_id=tid,
+                                   partition_responses=by_topic.get(ti, [])))
+
+    if req.acks == 0:
+        # No response for acks=0; on error Kafka closes the connection so the producer refreshes its metadata.
+        if any_error:
+            raise CloseConnection
+        return None
+    return Resp(version=v, responses=responses, throttle_time_ms=0)

@@ -1,0 +1,165 @@
+"""Cluster metadata (topics, topic ids, partition counts, topic config overrides).
+
+`MetadataStore` is the interface; `LocalMetadataStore` keeps it in one JSON file for a single broker. The etcd-backed
+store of a cluster implements the same interface, so the rest of the broker never knows which it has.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import uuid
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from protocol.errors import ErrorCode, KafkaApiError
+from protocol.uuids import kafka_uuid_str
+
+MAX_TOPIC_NAME = 249
+_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+
+def validate_topic_name(name: str | None) -> None:
+    """Kafka's Topic.validate: non-empty, <= 249 chars, [a-zA-Z0-9._-], not '.' or '..'."""
+    if not name:
+        raise KafkaApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name is empty")
+    if name in (".", ".."):
+        raise KafkaApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name cannot be '.' or '..'")
+    if len(name) > MAX_TOPIC_NAME:
+        raise KafkaApiError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                            f"Topic name is longer than the maximum of {MAX_TOPIC_NAME} characters")
+    if not _LEGAL.match(name):
+        raise KafkaApiError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                            f"Topic name {name!r} is illegal, it contains a character other than "
+                            "ASCII alphanumerics, '.', '_' and '-'")
+
+
+@dataclass
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID
+    partitions: int
+    configs: dict[str, str] = field(default_factory=dict)   # topic-level overrides, as strings
+    internal: bool = False
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "topic_id": str(self.topic_id), "partitions": self.partitions,
+                "configs": self.configs, "internal": self.internal}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "TopicInfo":
+        return cls(d["name"], uuid.UUID(d["topic_id"]), int(d["partitions"]), dict(d.get("configs", {})),
+                   bool(d.get("internal", False)))
+
+
+class MetadataStore(ABC):
+    """Source of truth for topics. Mutations are atomic; readers get a consistent snapshot."""
+
+    cluster_id: str
+
+    @abstractmethod
+    def topics(self) -> dict[str, TopicInfo]: ...
+
+    @abstractmethod
+    def create_topic(self, name: str, partitions: int, configs: dict[str, str], internal: bool = False
+                     ) -> TopicInfo: ...
+
+    @abstractmethod
+    def delete_topic(self, name: str) -> TopicInfo: ...
+
+    @abstractmethod
+    def set_partition_count(self, name: str, partitions: int) -> TopicInfo: ...
+
+    @abstractmethod
+    def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicInfo: ...
+
+    def topic(self, name: str) -> TopicInfo | None:
+        return self.topics().get(name)
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        for t in self.topics().values():
+            if t.topic_id == topic_id:
+                return t
+        return None
+
+
+class LocalMetadataStore(MetadataStore):
+    """One JSON file, rewritten atomically (tmp + fsync + rename + dir fsync) on every change."""
+
+    FILE = "strata-metadata.json"
+
+    def __init__(self, directory: Path, cluster_id: str | None = None) -> None:
+        self.path = directory / self.FILE
+        self._topics: dict[str, TopicInfo] = {}
+        self.cluster_id = cluster_id or ""
+        if self.path.exists():
+            data = json.loads(self.path.read_text())
+            self.cluster_id = data.get("cluster_id") or self.cluster_id
+            self._topics = {t["name"]: TopicInfo.from_json(t) for t in data.get("topics", [])}
+        if not self.cluster_id:
+            self.cluster_id = _new_cluster_id()
+        self._by_id = {t.topic_id: t for t in self._topics.values()}
+        self._save()
+
+    def _save(self) -> None:
+        data = {"version": 1, "cluster_id": self.cluster_id,
+                "topics": [t.to_json() for t in sorted(self._topics.values(), key=lambda t: t.name)]}
+        tmp = self.path.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            json.dump(data, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        dfd = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+    def topics(self) -> dict[str, TopicInfo]:
+        return self._topics
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        return self._by_id.get(topic_id)
+
+    def create_topic(self, name: str, partitions: int, configs: dict[str, str], internal: bool = False
+                     ) -> TopicInfo:
+        if name in self._topics:
+            raise KafkaApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        info = TopicInfo(name, uuid.uuid4(), partitions, dict(configs), internal)
+        self._topics[name] = info
+        self._by_id[info.topic_id] = info
+        self._save()
+        return info
+
+    def delete_topic(self, name: str) -> TopicInfo:
+        info = self._topics.pop(name, None)
+        if info is None:
+            raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
+        self._by_id.pop(info.topic_id, None)
+        self._save()
+        return info
+
+    def set_partition_count(self, name: str, partitions: int) -> TopicInfo:
+        info = self._require(name)
+        info.partitions = partitions
+        self._save()
+        return info
+
+    def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicInfo:
+        info = self._require(name)
+        info.configs = dict(configs)
+        self._save()
+        return info
+
+    def _require(self, name: str) -> TopicInfo:
+        info = self._topics.get(name)
+        if info is None:
+            raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
+        return info
+
+
+def _new_cluster_id() -> str:
+    """Kafka cluster ids are a random Uuid in Kafka's base64url form (22 chars)."""
+    return kafka_uuid_str(uuid.uuid4())

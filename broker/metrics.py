@@ -1,0 +1,95 @@
+"""Prometheus metrics named after Kafka's MBeans (mapping in docs/metrics.md), served off the event loop.
+
+prometheus-client's HTTP server runs in its own daemon thread, so a scrape never waits on the broker's event loop;
+gauges that describe logs are computed at scrape time from plain attribute reads.
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterable
+from urllib.parse import urlparse
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class BrokerMetrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        # kafka.server:type=BrokerTopicMetrics
+        self.bytes_in = Counter("strata_broker_topic_bytes_in", "Bytes appended by producers", ["topic"], registry=r)
+        self.bytes_out = Counter("strata_broker_topic_bytes_out", "Bytes sent to consumers", ["topic"], registry=r)
+        self.messages_in = Counter("strata_broker_topic_messages_in", "Records appended", ["topic"], registry=r)
+        self.bytes_rejected = Counter("strata_broker_topic_bytes_rejected", "Bytes refused on produce", ["topic"],
+                                      registry=r)
+        self.produce_requests = Counter("strata_broker_topic_produce_requests",
+                                        "Produce requests per topic", ["topic"], registry=r)
+        self.fetch_requests = Counter("strata_broker_topic_fetch_requests", "Fetch requests per topic", ["topic"],
+                                      registry=r)
+        self.failed_produce = Counter("strata_broker_topic_failed_produce_requests",
+                                      "Produce partitions answered with an error", ["topic"], registry=r)
+        self.failed_fetch = Counter("strata_broker_topic_failed_fetch_requests",
+                                    "Fetch partitions answered with an error", ["topic"], registry=r)
+        # kafka.network:type=RequestMetrics
+        self.requests = Counter("strata_network_requests", "Requests handled", ["api"], registry=r)
+        self.request_errors = Counter("strata_network_request_errors", "Requests that failed or were refused",
+                                      ["api"], registry=r)
+        self.request_latency = Histogram("strata_network_request_total_time_seconds",
+                                         "Time from a request's arrival to its response", ["api"],
+                                         buckets=_LATENCY_BUCKETS, registry=r)
+        # kafka.server:type=socket-server-metrics
+        self.connections = Gauge("strata_network_connections", "Open client connections", registry=r)
+        self.connections_created = Counter("strata_network_connections_created", "Connections accepted",
+                                           registry=r)
+        # kafka.server:type=DelayedOperationPurgatory
+        self.purgatory_size = Gauge("strata_purgatory_size", "Operations waiting in a purgatory", ["purgatory"],
+                                    registry=r)
+        # kafka.log:type=LogFlushStats
+        self.log_flush = Histogram("strata_log_flush_time_seconds", "fsync of a log", buckets=_LATENCY_BUCKETS,
+                                   registry=r)
+        self._server = None
+
+    def register_log_collector(self, logs: Callable[[], Iterable]) -> None:
+        self.registry.register(_LogCollector(logs))
+
+    def start_http(self, url: str) -> tuple[str, int] | None:
+        """Serve /metrics on the address of `metrics.listener` (empty disables it)."""
+        if not url:
+            return None
+        u = urlparse(url if "://" in url else f"http://{url}")
+        host, port = u.hostname or "127.0.0.1", u.port or 9464
+        self._server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        return host, self._server.server_address[1]
+
+    def stop_http(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+
+class _LogCollector:
+    """kafka.log:type=Log gauges (Size, LogStartOffset, LogEndOffset, NumLogSegments), read at scrape time."""
+
+    def __init__(self, logs: Callable[[], Iterable]) -> None:
+        self._logs = logs
+
+    def collect(self):
+        size = GaugeMetricFamily("strata_log_size_bytes", "Bytes of a partition's local log",
+                                 labels=["topic", "partition"])
+        start = GaugeMetricFamily("strata_log_start_offset", "Log start offset", labels=["topic", "partition"])
+        end = GaugeMetricFamily("strata_log_end_offset", "Log end offset (LEO)", labels=["topic", "partition"])
+        hw = GaugeMetricFamily("strata_log_high_watermark", "High watermark", labels=["topic", "partition"])
+        segs = GaugeMetricFamily("strata_log_num_segments", "Segments of a local log", labels=["topic", "partition"])
+        for log in list(self._logs()):
+            labels = [log.topic, str(log.partition)]
+            try:
+                size.add_metric(labels, log.size_in_bytes)
+                start.add_metric(labels, log.log_start_offset)
+                end.add_metric(labels, log.log_end_offset)
+                hw.add_metric(labels, log.high_watermark)
+                segs.add_metric(labels, log.num_segments)
+            except Exception:   # a log being deleted while scraped
+                continue
+        yield from (size, start, end, hw, segs)

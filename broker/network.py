@@ -1,0 +1,142 @@
+"""SocketServer: acceptor and per-connection processors.
+
+As in Kafka, a connection has at most one request in progress: the next frame is read only after the previous
+response is queued, so responses leave in request order, while connections are served concurrently. Frames larger
+than `socket.request.max.bytes` and undecodable requests close that connection only; idle connections are closed
+after `connections.max.idle.ms` by a sweeper rather than a per-read timer (cheaper on the hot path).
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import socket
+import struct
+import time
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable
+
+import structlog
+
+from config import Listener
+
+from .metrics import BrokerMetrics
+
+log = structlog.get_logger("strata.network")
+
+_SIZE = struct.Struct(">i")
+
+
+class CloseConnection(Exception):
+    """Raised by a handler to drop the connection (Kafka does this for malformed requests and acks=0 errors)."""
+
+
+@dataclass
+class Connection:
+    id: int
+    peer: str
+    listener: str
+    writer: asyncio.StreamWriter
+    last_active: float = field(default_factory=time.monotonic)
+    busy: bool = False
+
+    def close(self) -> None:
+        if not self.writer.is_closing():
+            self.writer.close()
+
+
+Handler = Callable[[Connection, bytes], Awaitable[bytes | None]]
+
+
+class SocketServer:
+    def __init__(self, listeners: list[Listener], handler: Handler, *, max_request_bytes: int,
+                 idle_ms: int, metrics: BrokerMetrics) -> None:
+        self.listeners = listeners
+        self.handler = handler
+        self.max_request_bytes = max_request_bytes
+        self.idle_s = idle_ms / 1000.0 if idle_ms > 0 else None
+        self.metrics = metrics
+        self.servers: list[asyncio.base_events.Server] = []
+        self.connections: dict[int, Connection] = {}
+        self.bound: dict[str, tuple[str, int]] = {}
+        self._ids = itertools.count(1)
+        self._sweeper: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        for lst in self.listeners:
+            srv = await asyncio.start_server(
+                lambda r, w, name=lst.name: self._serve(r, w, name), lst.host or None, lst.port,
+                reuse_address=True, limit=1 << 20, backlog=1024)
+            self.servers.append(srv)
+            sock = srv.sockets[0]
+            self.bound[lst.name] = sock.getsockname()[:2]
+            log.info("listening", listener=lst.name, address=f"{lst.host}:{self.bound[lst.name][1]}")
+        if self.idle_s:
+            self._sweeper = asyncio.create_task(self._sweep_idle())
+
+    async def stop(self) -> None:
+        """Stop accepting, then close every connection (in-flight responses are abandoned as in Kafka)."""
+        if self._sweeper:
+            self._sweeper.cancel()
+        for srv in self.servers:
+            srv.close()
+        for conn in list(self.connections.values()):
+            conn.close()
+        for srv in self.servers:
+            try:
+                await asyncio.wait_for(srv.wait_closed(), 5)
+            except asyncio.TimeoutError:
+                pass
+
+    async def _sweep_idle(self) -> None:
+        period = max(0.05, min(self.idle_s / 4, 5.0))
+        while True:
+            await asyncio.sleep(period)
+            now = time.monotonic()
+            for conn in list(self.connections.values()):
+                if not conn.busy and now - conn.last_active > self.idle_s:
+                    log.info("closing idle connection", conn=conn.id, peer=conn.peer)
+                    conn.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, listener: str) -> None:
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        peer = writer.get_extra_info("peername")
+        conn = Connection(next(self._ids), f"{peer[0]}:{peer[1]}" if peer else "?", listener, writer)
+        self.connections[conn.id] = conn
+        self.metrics.connections.inc()
+        self.metrics.connections_created.inc()
+        try:
+            while True:
+                head = await reader.readexactly(4)
+                (size,) = _SIZE.unpack(head)
+                if size < 0 or size > self.max_request_bytes:
+                    log.warning("closing connection: request size out of bounds", conn=conn.id, peer=conn.peer,
+                                size=size, max=self.max_request_bytes)
+                    return
+                payload = await reader.readexactly(size)
+                conn.busy = True
+                try:
+                    response = await self.handler(conn, payload)
+                finally:
+                    conn.busy = False
+                    conn.last_active = time.monotonic()
+                if response is not None:
+                    writer.write(response)
+                    if writer.transport.get_write_buffer_size() > 1 << 20:
+                        await writer.drain()
+        except CloseConnection:
+            pass
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("connection failed", conn=conn.id, peer=conn.peer)
+        finally:
+            self.connections.pop(conn.id, None)
+            self.metrics.connections.dec()
+            conn.close()

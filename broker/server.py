@@ -1,0 +1,175 @@
+"""KafkaServer: wires config, storage, replica manager, APIs and sockets; owns startup and clean shutdown."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+import time
+
+import structlog
+
+from config import BrokerConfig
+from storage.log_manager import LogManager
+
+from .apis import KafkaApis
+from .metadata_store import LocalMetadataStore, MetadataStore
+from .metrics import BrokerMetrics
+from .network import SocketServer
+from .replica_manager import ReplicaManager
+from .topic_manager import TopicManager
+
+log = structlog.get_logger("strata.server")
+
+
+def configure_logging(fmt: str = "console", level: str = "INFO") -> None:
+    """structlog to stderr: console renderer by default, one JSON object per line with log.format=json."""
+    lvl = getattr(logging, level.upper(), logging.INFO)
+    renderer = (structlog.processors.JSONRenderer() if fmt == "json"
+                else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()))
+    structlog.configure(
+        processors=[structlog.contextvars.merge_contextvars, structlog.processors.add_log_level,
+                    structlog.processors.TimeStamper(fmt="iso", utc=True),
+                    structlog.processors.format_exc_info, renderer],
+        wrapper_class=structlog.make_filtering_bound_logger(lvl),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+
+
+class KafkaServer:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.broker_id: int = config.broker_id
+        self.metrics = BrokerMetrics()
+        self.log_dirs = config.log_dirs
+        for d in self.log_dirs:
+            d.mkdir(parents=True, exist_ok=True)
+        self.store: MetadataStore = LocalMetadataStore(self.log_dirs[0], config["cluster.id"] or None)
+        self._write_meta_properties()
+        self.log_manager = LogManager(self.log_dirs, self._log_config_for)
+        self.replica_manager = ReplicaManager(config, self.log_manager, self.store, self.metrics)
+        self.topic_manager = TopicManager(config, self.store, self.replica_manager)
+        self.apis: KafkaApis | None = None
+        self.socket_server: SocketServer | None = None
+        self._tasks: list[asyncio.Task] = []
+        self.metrics_address: tuple[str, int] | None = None
+        self._stopped = asyncio.Event()
+
+    def _log_config_for(self, topic: str):
+        return self.replica_manager.log_config_for(topic)
+
+    def _write_meta_properties(self) -> None:
+        """meta.properties as Kafka writes it, so a log dir is never mounted under another cluster by mistake."""
+        for d in self.log_dirs:
+            p = d / "meta.properties"
+            if p.exists():
+                props = dict(line.split("=", 1) for line in p.read_text().splitlines()
+                             if "=" in line and not line.startswith("#"))
+                if props.get("cluster.id") and props["cluster.id"] != self.store.cluster_id:
+                    raise SystemExit(f"log dir {d} belongs to cluster {props['cluster.id']}, "
+                                     f"not {self.store.cluster_id}")
+                if props.get("node.id") and int(props["node.id"]) != self.broker_id:
+                    raise SystemExit(f"log dir {d} belongs to node {props['node.id']}, not {self.broker_id}")
+                continue
+            p.write_text(f"#\n#{time.strftime('%a %b %d %H:%M:%S UTC %Y', time.gmtime())}\n"
+                         f"cluster.id={self.store.cluster_id}\nnode.id={self.broker_id}\nversion=1\n")
+
+    def advertised_endpoint(self, listener_name: str) -> tuple[str, int]:
+        adv = self.config.advertised_listeners
+        chosen = next((a for a in adv if a.name == listener_name), adv[0])
+        host, port = chosen.host, chosen.port
+        if port == 0 and self.socket_server is not None:     # ephemeral port: advertise what we bound
+            port = self.socket_server.bound.get(chosen.name, (host, port))[1]
+        if host in ("", "0.0.0.0", "::"):
+            host = "127.0.0.1"
+        return host, port
+
+    async def start(self) -> None:
+        start = time.monotonic()
+        await asyncio.get_running_loop().run_in_executor(None, self.log_manager.startup)
+        self.replica_manager.load_partitions()
+        self.metrics.register_log_collector(self.replica_manager.all_logs)
+        self.metrics_address = self.metrics.start_http(self.config["metrics.listener"])
+        self.apis = KafkaApis(self)
+        self.socket_server = SocketServer(
+            self.config.listeners, self.apis.handle, max_request_bytes=self.config["socket.request.max.bytes"],
+            idle_ms=self.config["connections.max.idle.ms"], metrics=self.metrics)
+        await self.socket_server.start()
+        self._tasks.append(asyncio.create_task(self._periodic(
+            self.config["log.retention.check.interval.ms"], self._retention)))
+        self._tasks.append(asyncio.create_task(self._periodic(1000, self._time_based_flush)))
+        self._tasks.append(asyncio.create_task(self._periodic(
+            self.config["log.flush.offset.checkpoint.interval.ms"], self._checkpoint)))
+        log.info("started", broker_id=self.broker_id, cluster_id=self.store.cluster_id,
+                 topics=len(self.store.topics()), partitions=len(self.replica_manager.partitions),
+                 metrics=f"http://{self.metrics_address[0]}:{self.metrics_address[1]}/metrics"
+                 if self.metrics_address else None, startup_ms=round((time.monotonic() - start) * 1000))
+
+    async def _periodic(self, interval_ms: int, fn) -> None:
+        interval = max(interval_ms, 10) / 1000.0
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await fn()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("background task failed", task=fn.__name__)
+
+    async def _retention(self) -> None:
+        deleted = self.log_manager.run_retention()
+        if deleted:
+            self.log_manager.checkpoint_log_start_offsets()
+            log.info("retention deleted segments", segments=deleted)
+
+    async def _time_based_flush(self) -> None:
+        for ulog in self.log_manager.flush_dirty_logs():
+            await self.replica_manager.flush_log(ulog)
+
+    async def _checkpoint(self) -> None:
+        lm = self.log_manager
+        await asyncio.get_running_loop().run_in_executor(None, lambda: (
+            lm.checkpoint_recovery_points(), lm.checkpoint_log_start_offsets(), lm.checkpoint_high_watermarks()))
+
+    async def stop(self) -> None:
+        """Clean shutdown: stop serving, then flush logs, write checkpoints and the clean-shutdown marker."""
+        log.info("shutting down")
+        for t in self._tasks:
+            t.cancel()
+        if self.socket_server is not None:
+            await self.socket_server.stop()
+        await asyncio.get_running_loop().run_in_executor(None, self.log_manager.shutdown)
+        self.metrics.stop_http()
+        log.info("shut down cleanly")
+
+
+def run(config: BrokerConfig) -> int:
+    """Serve until SIGTERM/SIGINT; returns the process exit code."""
+    configure_logging(config["log.format"], config["log.level"])
+    try:
+        import uvloop
+        uvloop.install()
+    except ImportError:      # uvloop is a declared dependency; this only keeps odd platforms usable
+        log.warning("uvloop not available, using the default asyncio loop")
+
+    async def main() -> int:
+        server = KafkaServer(config)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await server.start()
+        except OSError as e:
+            log.error("cannot start", error=str(e))
+            await asyncio.get_running_loop().run_in_executor(None, server.log_manager.shutdown)
+            return 1
+        await stop.wait()
+        await server.stop()
+        return 0
+
+    return asyncio.run(main())
+
+
+__all__ = ["KafkaServer", "run", "configure_logging"]

@@ -1,0 +1,98 @@
+"""Topic lifecycle for one broker: the single place that validates and applies topic-level changes.
+
+Metadata auto-creation and the admin APIs both go through here, so validation (names, partition counts, config
+values) is identical on every path. In a cluster this role moves to the controller.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import structlog
+
+from config import BrokerConfig, ConfigError, validate_topic_overrides
+from protocol.errors import ErrorCode, KafkaApiError
+
+from .metadata_store import MetadataStore, TopicInfo, validate_topic_name
+from .replica_manager import ReplicaManager
+
+log = structlog.get_logger("strata.topics")
+
+MAX_PARTITIONS = 100_000
+
+
+@dataclass
+class TopicManager:
+    config: BrokerConfig
+    store: MetadataStore
+    replica_manager: ReplicaManager
+
+    def validate_new_topic(self, name: str, partitions: int, replication_factor: int,
+                           configs: dict[str, str]) -> tuple[int, dict[str, str]]:
+        validate_topic_name(name)
+        if name in self.store.topics():
+            raise KafkaApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        if partitions == -1:
+            partitions = self.config["num.partitions"]
+        if partitions <= 0 or partitions > MAX_PARTITIONS:
+            raise KafkaApiError(ErrorCode.INVALID_PARTITIONS,
+                                f"Number of partitions must be between 1 and {MAX_PARTITIONS}, got {partitions}.")
+        if replication_factor == -1:
+            replication_factor = self.config["default.replication.factor"]
+        if replication_factor != 1:
+            raise KafkaApiError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                                f"Replication factor: {replication_factor} larger than available brokers: 1.")
+        try:
+            validate_topic_overrides(configs)
+        except ConfigError as e:
+            raise KafkaApiError(ErrorCode.INVALID_CONFIG, str(e)) from None
+        return partitions, configs
+
+    def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,
+                     configs: dict[str, str] | None = None, validate_only: bool = False) -> TopicInfo | None:
+        partitions, configs = self.validate_new_topic(name, partitions, replication_factor, dict(configs or {}))
+        if validate_only:
+            return None
+        info = self.store.create_topic(name, partitions, configs)
+        self.replica_manager.ensure_partitions(info)
+        log.info("created topic", topic=name, partitions=partitions, topic_id=str(info.topic_id), configs=configs)
+        return info
+
+    def delete_topic(self, name: str) -> TopicInfo:
+        if not self.config["delete.topic.enable"]:
+            raise KafkaApiError(ErrorCode.TOPIC_DELETION_DISABLED, "Topic deletion is disabled.")
+        info = self.store.delete_topic(name)
+        self.replica_manager.remove_topic(info)
+        log.info("deleted topic", topic=name, topic_id=str(info.topic_id))
+        return info
+
+    def create_partitions(self, name: str, count: int, validate_only: bool = False) -> TopicInfo:
+        info = self.store.topic(name)
+        if info is None:
+            raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
+        if count <= info.partitions:
+            raise KafkaApiError(ErrorCode.INVALID_PARTITIONS,
+                                f"Topic currently has {info.partitions} partitions, which is higher than or equal "
+                                f"to the requested {count}.")
+        if count > MAX_PARTITIONS:
+            raise KafkaApiError(ErrorCode.INVALID_PARTITIONS, f"At most {MAX_PARTITIONS} partitions are allowed.")
+        if validate_only:
+            return info
+        info = self.store.set_partition_count(name, count)
+        self.replica_manager.ensure_partitions(info)
+        log.info("added partitions", topic=name, partitions=count)
+        return info
+
+    def set_topic_configs(self, name: str, configs: dict[str, str], validate_only: bool = False) -> TopicInfo:
+        info = self.store.topic(name)
+        if info is None:
+            raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
+        try:
+            validate_topic_overrides(configs)
+        except ConfigError as e:
+            raise KafkaApiError(ErrorCode.INVALID_CONFIG, str(e)) from None
+        if validate_only:
+            return info
+        info = self.store.set_topic_configs(name, configs)
+        self.replica_manager.update_topic_config(info)
+        log.info("altered topic configs", topic=name, configs=configs)
+        return info
