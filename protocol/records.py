@@ -1,0 +1,258 @@
+"""Magic-v2 record batches (Kafka's DefaultRecordBatch) as bytes: header view, validation, in-place rewrites.
+
+Sans-IO and allocation-light: the broker stores and forwards batches without decoding records, so everything on the
+hot path works on the 61-byte header only. Record decoding (`iter_records`) exists for dump-log and tests.
+
+Header layout (big-endian), offsets in bytes::
+
+    0 baseOffset int64 | 8 batchLength int32 | 12 partitionLeaderEpoch int32 | 16 magic int8 | 17 crc uint32
+    21 attributes int16 | 23 lastOffsetDelta int32 | 27 baseTimestamp int64 | 35 maxTimestamp int64
+    43 producerId int64 | 51 producerEpoch int16 | 53 baseSequence int32 | 57 recordsCount int32 | 61 records...
+
+batchLength counts the bytes after itself, so a batch occupies batchLength + 12 bytes. The CRC32C covers bytes
+from `attributes` to the end: baseOffset and partitionLeaderEpoch can be rewritten without recomputing it.
+"""
+from __future__ import annotations
+
+import struct
+from typing import Iterator, NamedTuple, Sequence
+
+from crc32c import crc32c
+
+HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_SIZE = HEADER.size  # 61
+LOG_OVERHEAD = 12  # baseOffset + batchLength: the part of a batch not counted by batchLength
+MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD  # 49
+
+BASE_OFFSET_OFFSET = 0
+LENGTH_OFFSET = 8
+PARTITION_LEADER_EPOCH_OFFSET = 12
+MAGIC_OFFSET = 16
+CRC_OFFSET = 17
+ATTRIBUTES_OFFSET = 21
+LAST_OFFSET_DELTA_OFFSET = 23
+BASE_TIMESTAMP_OFFSET = 27
+MAX_TIMESTAMP_OFFSET = 35
+
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_MASK = 0x08
+TRANSACTIONAL_MASK = 0x10
+CONTROL_MASK = 0x20
+DELETE_HORIZON_MASK = 0x40
+
+NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
+COMPRESSION_NAMES = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
+CREATE_TIME, LOG_APPEND_TIME = 0, 1
+NO_TIMESTAMP = -1
+NO_PRODUCER_ID = -1
+NO_SEQUENCE = -1
+NO_PARTITION_LEADER_EPOCH = -1
+
+_I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
+_I16 = struct.Struct(">h")
+_OFFSET_LEN = struct.Struct(">qi")
+
+Buffer = bytes | bytearray | memoryview
+
+
+class RecordBatchError(ValueError):
+    """A batch a Produce must reject; `error_code` is the Kafka error (storage maps it to its own exceptions)."""
+
+    error_code = 87  # INVALID_RECORD
+
+    def __init__(self, message: str, error_code: int | None = None) -> None:
+        super().__init__(message)
+        if error_code is not None:
+            self.error_code = error_code
+
+
+class BatchHeader:
+    """Read-only view of one batch header, decoded with a single unpack (cheap enough per batch on hot paths)."""
+
+    __slots__ = ("_f",)
+
+    def __init__(self, buf: Buffer, pos: int = 0) -> None:
+        self._f = HEADER.unpack_from(buf, pos)
+
+    base_offset = property(lambda self: self._f[0])
+    batch_length = property(lambda self: self._f[1])
+    size = property(lambda self: self._f[1] + LOG_OVERHEAD)
+    partition_leader_epoch = property(lambda self: self._f[2])
+    magic = property(lambda self: self._f[3])
+    crc = property(lambda self: self._f[4])
+    attributes = property(lambda self: self._f[5])
+    compression = property(lambda self: self._f[5] & COMPRESSION_MASK)
+    timestamp_type = property(lambda self: LOG_APPEND_TIME if self._f[5] & TIMESTAMP_TYPE_MASK else CREATE_TIME)
+    is_transactional = property(lambda self: bool(self._f[5] & TRANSACTIONAL_MASK))
+    is_control = property(lambda self: bool(self._f[5] & CONTROL_MASK))
+    last_offset_delta = property(lambda self: self._f[6])
+    last_offset = property(lambda self: self._f[0] + self._f[6])
+    next_offset = property(lambda self: self._f[0] + self._f[6] + 1)
+    base_timestamp = property(lambda self: self._f[7])
+    max_timestamp = property(lambda self: self._f[8])
+    producer_id = property(lambda self: self._f[9])
+    producer_epoch = property(lambda self: self._f[10])
+    base_sequence = property(lambda self: self._f[11])
+    records_count = property(lambda self: self._f[12])
+
+    @property
+    def last_sequence(self) -> int:
+        """As Kafka: wraps at INT32_MAX; -1 when the batch carries no sequence."""
+        if self._f[11] == NO_SEQUENCE:
+            return NO_SEQUENCE
+        return (self._f[11] + self._f[6]) & 0x7FFFFFFF
+
+    def __repr__(self) -> str:
+        return (f"BatchHeader(base_offset={self.base_offset}, last_offset={self.last_offset}, size={self.size}, "
+                f"epoch={self.partition_leader_epoch}, count={self.records_count}, "
+                f"max_ts={self.max_timestamp}, attrs={self.attributes:#x})")
+
+
+def iter_batches(buf: Buffer, start: int = 0) -> Iterator[tuple[int, BatchHeader]]:
+    """Yield (position, header) of each complete batch; stop silently at a truncated tail (fetch/torn write)."""
+    end = len(buf)
+    pos = start
+    while pos + HEADER_SIZE <= end:
+        h = BatchHeader(buf, pos)
+        size = h.size
+        if size < HEADER_SIZE or pos + size > end:
+            return
+        yield pos, h
+        pos += size
+
+
+def compute_crc(buf: Buffer, pos: int, size: int) -> int:
+    mv = buf if isinstance(buf, memoryview) else memoryview(buf)
+    return crc32c(mv[pos + ATTRIBUTES_OFFSET:pos + size])
+
+
+def is_crc_valid(buf: Buffer, pos: int = 0) -> bool:
+    h = BatchHeader(buf, pos)
+    return h.size >= HEADER_SIZE and pos + h.size <= len(buf) and compute_crc(buf, pos, h.size) == h.crc
+
+
+def validate_batch(buf: Buffer, pos: int = 0) -> BatchHeader:
+    """Check a producer's batch at `pos`: magic 2, sane length inside the buffer, CRC, count/offset-delta agreement.
+
+    Raises RecordBatchError with error_code 87 (INVALID_RECORD) or 2 (CORRUPT_MESSAGE, CRC mismatch).
+    """
+    avail = len(buf) - pos
+    if avail < HEADER_SIZE:
+        if avail > MAGIC_OFFSET and buf[pos + MAGIC_OFFSET] != 2:
+            raise RecordBatchError(f"unsupported record batch magic {buf[pos + MAGIC_OFFSET]}")
+        raise RecordBatchError(f"truncated record batch: {avail} bytes at position {pos}")
+    magic = buf[pos + MAGIC_OFFSET]
+    if magic != 2:
+        raise RecordBatchError(f"unsupported record batch magic {magic} (only v2 is accepted)")
+    h = BatchHeader(buf, pos)
+    if h.batch_length < MIN_BATCH_LENGTH:
+        raise RecordBatchError(f"record batch length {h.batch_length} is smaller than the header")
+    if h.size > avail:
+        raise RecordBatchError(f"record batch length {h.batch_length} exceeds the {avail - LOG_OVERHEAD} "
+                               f"bytes available")
+    if compute_crc(buf, pos, h.size) != h.crc:
+        raise RecordBatchError(f"record batch at offset {h.base_offset} is corrupt (CRC mismatch)", 2)
+    if h.records_count < 1:
+        raise RecordBatchError(f"record batch has {h.records_count} records")
+    if h.last_offset_delta != h.records_count - 1:
+        raise RecordBatchError(f"record batch lastOffsetDelta {h.last_offset_delta} does not match its "
+                               f"{h.records_count} records")
+    return h
+
+
+def set_base_offset(buf: bytearray | memoryview, pos: int, offset: int) -> None:
+    _I64.pack_into(buf, pos + BASE_OFFSET_OFFSET, offset)
+
+
+def set_partition_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: int) -> None:
+    _I32.pack_into(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, epoch)
+
+
+def set_log_append_time(buf: bytearray | memoryview, pos: int, timestamp: int) -> None:
+    """Mark the batch LogAppendTime with maxTimestamp = `timestamp` and fix the CRC.
+
+    Like Kafka's in-place DefaultRecordBatch.setMaxTimestamp, baseTimestamp and record deltas are left alone:
+    readers of a LogAppendTime batch use maxTimestamp for every record.
+    """
+    attrs = _I16.unpack_from(buf, pos + ATTRIBUTES_OFFSET)[0]
+    _I16.pack_into(buf, pos + ATTRIBUTES_OFFSET, attrs | TIMESTAMP_TYPE_MASK)
+    _I64.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, timestamp)
+    size = _I32.unpack_from(buf, pos + LENGTH_OFFSET)[0] + LOG_OVERHEAD
+    _U32.pack_into(buf, pos + CRC_OFFSET, compute_crc(buf, pos, size))
+
+
+def read_offset_and_length(buf: Buffer, pos: int) -> tuple[int, int]:
+    """(baseOffset, batchLength) at `pos`: the 12 bytes every log scan needs."""
+    return _OFFSET_LEN.unpack_from(buf, pos)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Record level (not on hot paths)
+
+class Record(NamedTuple):
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+    sequence: int = -1
+
+
+def iter_records(buf: Buffer, pos: int = 0) -> Iterator[Record]:
+    """Decode (decompressing if needed) the records of the batch at `pos`. For dump-log, ListOffsets and tests."""
+    from kafka.record.default_records import DefaultRecordBatch  # lazy: heavy import, off the hot path
+
+    h = BatchHeader(buf, pos)
+    raw = bytes(memoryview(buf)[pos:pos + h.size]) if not isinstance(buf, bytes) else buf[pos:pos + h.size]
+    base_seq = h.base_sequence
+    for r in DefaultRecordBatch(raw):
+        seq = -1 if base_seq < 0 else (base_seq + (r.offset - h.base_offset)) & 0x7FFFFFFF
+        yield Record(r.offset, r.timestamp, r.key, r.value, list(r.headers), seq)
+
+
+RecordSpec = bytes | None | tuple
+
+
+def build_batch(records: Sequence[RecordSpec], base_offset: int = 0, compression: int = NONE,
+                timestamp: int | None = None, *, partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+                producer_id: int = NO_PRODUCER_ID, producer_epoch: int = -1, base_sequence: int = NO_SEQUENCE,
+                is_transactional: bool = False) -> bytes:
+    """Build one batch (tests/tools). Each record is a value, or a tuple (key, value[, headers[, timestamp]]).
+
+    Timestamps default to `timestamp` (or now) for every record. Compression is applied only when it shrinks the
+    payload (kafka-python's builder rule), so use compressible values when a test needs a compressed batch.
+    """
+    import time
+
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    if timestamp is None:
+        timestamp = int(time.time() * 1000)
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=compression, is_transactional=is_transactional,
+                                  producer_id=producer_id, producer_epoch=producer_epoch,
+                                  base_sequence=base_sequence, batch_size=2**31 - 1)
+    for i, spec in enumerate(records):
+        key, headers, ts = None, [], timestamp
+        if isinstance(spec, tuple):
+            key, value = spec[0], spec[1]
+            if len(spec) > 2 and spec[2] is not None:
+                headers = list(spec[2])
+            if len(spec) > 3 and spec[3] is not None:
+                ts = spec[3]
+        else:
+            value = spec
+        b.append(i, ts, key, value, headers)
+    out = b.build()
+    set_base_offset(out, 0, base_offset)
+    set_partition_leader_epoch(out, 0, partition_leader_epoch)
+    return bytes(out)
+
+
+__all__ = [
+    "HEADER", "HEADER_SIZE", "LOG_OVERHEAD", "BatchHeader", "RecordBatchError", "Record", "iter_batches",
+    "validate_batch", "is_crc_valid", "compute_crc", "set_base_offset", "set_partition_leader_epoch",
+    "set_log_append_time", "read_offset_and_length", "iter_records", "build_batch", "COMPRESSION_NAMES",
+    "NONE", "GZIP", "SNAPPY", "LZ4", "ZSTD", "CREATE_TIME", "LOG_APPEND_TIME", "NO_TIMESTAMP",
+]

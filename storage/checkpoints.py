@@ -1,0 +1,95 @@
+"""Kafka's text checkpoint files, written atomically (tmp + fsync + rename + dir fsync) so a crash leaves either
+the old or the new file, never a torn one.
+
+OffsetCheckpointFile holds `recovery-point-offset-checkpoint`, `log-start-offset-checkpoint` and
+`replication-offset-checkpoint` in each log dir: "0\\n<count>\\n<topic> <partition> <offset>\\n...".
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
+CHECKPOINT_VERSION = 0
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace `path` durably: write `<path>.tmp`, fsync it, rename over `path`, fsync the directory."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+class CheckpointFormatError(ValueError):
+    pass
+
+
+def read_checkpoint_lines(path: Path) -> list[str] | None:
+    """Entry lines of a "version\\ncount\\nentries" file; None when absent; CheckpointFormatError when malformed."""
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        return None
+    lines = text.splitlines()
+    if len(lines) < 2 or lines[0].strip() != str(CHECKPOINT_VERSION):
+        raise CheckpointFormatError(f"{path}: unsupported or missing version line")
+    try:
+        count = int(lines[1])
+    except ValueError:
+        raise CheckpointFormatError(f"{path}: bad entry count {lines[1]!r}") from None
+    entries = [ln for ln in lines[2:] if ln.strip()]
+    if len(entries) != count:
+        raise CheckpointFormatError(f"{path}: expected {count} entries, found {len(entries)}")
+    return entries
+
+
+def write_checkpoint_lines(path: Path, entries: list[str]) -> None:
+    body = f"{CHECKPOINT_VERSION}\n{len(entries)}\n" + "".join(e + "\n" for e in entries)
+    atomic_write(path, body.encode())
+
+
+class OffsetCheckpointFile:
+    """(topic, partition) -> offset. Topic names cannot contain spaces, so lines split on whitespace."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    def write(self, offsets: dict[tuple[str, int], int]) -> None:
+        write_checkpoint_lines(self.path, [f"{t} {p} {o}" for (t, p), o in sorted(offsets.items())])
+
+    def read(self) -> dict[tuple[str, int], int]:
+        lines = read_checkpoint_lines(self.path)
+        out: dict[tuple[str, int], int] = {}
+        for ln in lines or []:
+            parts = ln.split()
+            if len(parts) != 3:
+                raise CheckpointFormatError(f"{self.path}: malformed line {ln!r}")
+            try:
+                out[(parts[0], int(parts[1]))] = int(parts[2])
+            except ValueError:
+                raise CheckpointFormatError(f"{self.path}: malformed line {ln!r}") from None
+        return out
+
+
+__all__ = ["OffsetCheckpointFile", "atomic_write", "fsync_dir", "read_checkpoint_lines", "write_checkpoint_lines",
+           "CheckpointFormatError", "RECOVERY_POINT_CHECKPOINT", "LOG_START_OFFSET_CHECKPOINT",
+           "REPLICATION_OFFSET_CHECKPOINT"]

@@ -1,0 +1,251 @@
+"""Kafka's sparse segment indexes: OffsetIndex (`.index`) and TimeIndex (`.timeindex`).
+
+On disk the files use Kafka's binary formats, big-endian, fixed-size entries:
+
+* `.index`: relative offset int32 (offset - segment base offset) + physical position int32 of the batch (8 bytes);
+  an entry (last offset of a batch -> start position of that batch) as Kafka's LogSegment writes it.
+* `.timeindex`: timestamp int64 + relative offset int32 (12 bytes); timestamps strictly increase.
+
+Unlike Kafka we never preallocate: entries are appended with `os.pwrite` at the end, so the file is valid at every
+instant (a torn last entry is dropped on load). Lookups bisect an in-memory `array` copy of the entries.
+"""
+from __future__ import annotations
+
+import os
+import struct
+import sys
+from array import array
+from bisect import bisect_left, bisect_right
+from pathlib import Path
+
+INT32_MAX = 2**31 - 1
+_OFFSET_ENTRY = struct.Struct(">ii")
+_TIME_ENTRY = struct.Struct(">qi")
+
+
+class IndexCorruptError(Exception):
+    """An index file that fails its sanity check; the owner rebuilds it from the log."""
+
+
+class _IndexFile:
+    """Shared fd handling: append-only writes at the logical end, fsync, truncate, rename, delete."""
+
+    entry_size = 0
+
+    def __init__(self, path: Path, base_offset: int, max_index_size: int) -> None:
+        self.path = Path(path)
+        self.base_offset = base_offset
+        self.max_entries = max(1, max_index_size // self.entry_size)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._closed = False
+        self._load()
+
+    # subclass hooks
+    def _load(self) -> None: ...
+
+    def _read_all(self) -> bytes:
+        size = os.fstat(self._fd).st_size
+        whole = size - size % self.entry_size
+        if whole != size:  # torn last entry (crash mid-write): drop it
+            os.ftruncate(self._fd, whole)
+        return os.pread(self._fd, whole, 0) if whole else b""
+
+    def _write_entry(self, n: int, data: bytes) -> None:
+        os.pwrite(self._fd, data, n * self.entry_size)
+
+    def _truncate_entries(self, n: int) -> None:
+        os.ftruncate(self._fd, n * self.entry_size)
+
+    @property
+    def entries(self) -> int:
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        return self.entries
+
+    @property
+    def is_full(self) -> bool:
+        return self.entries >= self.max_entries
+
+    @property
+    def size_in_bytes(self) -> int:
+        return self.entries * self.entry_size
+
+    def relative(self, offset: int) -> int:
+        rel = offset - self.base_offset
+        if not 0 <= rel <= INT32_MAX:
+            raise ValueError(f"offset {offset} does not fit an index of base offset {self.base_offset}")
+        return rel
+
+    def flush(self) -> None:
+        if not self._closed:
+            os.fsync(self._fd)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            os.close(self._fd)
+
+    def rename_to(self, path: Path) -> None:
+        os.rename(self.path, path)
+        self.path = Path(path)
+
+    def delete(self) -> None:
+        self.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+class OffsetIndex(_IndexFile):
+    """Maps offsets to file positions of batches; `lookup` gives the greatest indexed offset <= target."""
+
+    entry_size = 8
+
+    def _load(self) -> None:
+        data = self._read_all()
+        raw = array("i", data)
+        if sys.byteorder == "little":
+            raw.byteswap()
+        self._offsets = raw[0::2]
+        self._positions = raw[1::2]
+
+    def sanity_check(self, log_size: int | None = None) -> None:
+        """Cheap checks (as Kafka's): last entry at or above the base, position inside the log."""
+        if not self._offsets:
+            return
+        if self._offsets[-1] < 0 or self._offsets[0] < 0 or self._positions[0] < 0:
+            raise IndexCorruptError(f"{self.path}: negative relative offset or position")
+        if log_size is not None and self._positions[-1] >= max(log_size, 1):
+            raise IndexCorruptError(f"{self.path}: last position {self._positions[-1]} beyond log size {log_size}")
+
+    def full_check(self) -> None:
+        """Every entry strictly increasing (used on recovery, where we can afford a pass)."""
+        self.sanity_check()
+        o, p = self._offsets, self._positions
+        for i in range(1, len(o)):
+            if o[i] <= o[i - 1] or p[i] < p[i - 1]:
+                raise IndexCorruptError(f"{self.path}: entry {i} out of order")
+
+    @property
+    def entries(self) -> int:
+        return len(self._offsets)
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self._offsets[-1] if self._offsets else self.base_offset
+
+    def entry(self, i: int) -> tuple[int, int]:
+        return self.base_offset + self._offsets[i], self._positions[i]
+
+    def append(self, offset: int, position: int) -> None:
+        rel = self.relative(offset)
+        if self._offsets and rel <= self._offsets[-1]:
+            raise ValueError(f"index offset {offset} is not above the last entry {self.last_offset}")
+        if self.is_full:
+            raise ValueError(f"index {self.path} is full")
+        self._write_entry(len(self._offsets), _OFFSET_ENTRY.pack(rel, position))
+        self._offsets.append(rel)
+        self._positions.append(position)
+
+    def lookup(self, offset: int) -> tuple[int, int]:
+        """(offset, position) of the greatest entry with offset <= target, else (base offset, 0)."""
+        i = bisect_right(self._offsets, offset - self.base_offset) - 1
+        if i < 0:
+            return self.base_offset, 0
+        return self.base_offset + self._offsets[i], self._positions[i]
+
+    def floor_position(self, position: int) -> int:
+        """Greatest indexed batch start position <= `position` (0 if none): a known batch boundary."""
+        i = bisect_right(self._positions, position) - 1
+        return self._positions[i] if i >= 0 else 0
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop entries with offset >= `offset`."""
+        i = bisect_left(self._offsets, offset - self.base_offset)
+        if i < len(self._offsets):
+            del self._offsets[i:]
+            del self._positions[i:]
+            self._truncate_entries(i)
+
+    def reset(self) -> None:
+        del self._offsets[:]
+        del self._positions[:]
+        self._truncate_entries(0)
+
+
+class TimeIndex(_IndexFile):
+    """Maps timestamps to offsets: entry (T, O) says the largest timestamp among offsets <= O is T."""
+
+    entry_size = 12
+
+    def _load(self) -> None:
+        data = self._read_all()
+        self._timestamps = array("q")
+        self._offsets = array("i")
+        for ts, rel in _TIME_ENTRY.iter_unpack(data):
+            self._timestamps.append(ts)
+            self._offsets.append(rel)
+
+    def sanity_check(self) -> None:
+        if self._offsets and (self._offsets[0] < 0 or self._offsets[-1] < self._offsets[0]
+                              or self._timestamps[-1] < self._timestamps[0]):
+            raise IndexCorruptError(f"{self.path}: entries out of order")
+
+    def full_check(self) -> None:
+        self.sanity_check()
+        t, o = self._timestamps, self._offsets
+        for i in range(1, len(t)):
+            if t[i] <= t[i - 1] or o[i] < o[i - 1]:
+                raise IndexCorruptError(f"{self.path}: entry {i} out of order")
+
+    @property
+    def entries(self) -> int:
+        return len(self._timestamps)
+
+    def entry(self, i: int) -> tuple[int, int]:
+        return self._timestamps[i], self.base_offset + self._offsets[i]
+
+    @property
+    def last_entry(self) -> tuple[int, int]:
+        """(timestamp, offset) of the last entry, or (-1, base offset) when empty (Kafka's convention)."""
+        if not self._timestamps:
+            return -1, self.base_offset
+        return self._timestamps[-1], self.base_offset + self._offsets[-1]
+
+    def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
+        """Append only when `timestamp` exceeds the last entry's, as Kafka does."""
+        if self._timestamps and timestamp <= self._timestamps[-1]:
+            return
+        rel = self.relative(offset)
+        if self._offsets and rel < self._offsets[-1]:
+            raise ValueError(f"time index offset {offset} below the last entry")
+        if not skip_full_check and self.is_full:
+            raise ValueError(f"time index {self.path} is full")
+        self._write_entry(len(self._timestamps), _TIME_ENTRY.pack(timestamp, rel))
+        self._timestamps.append(timestamp)
+        self._offsets.append(rel)
+
+    def lookup(self, timestamp: int) -> tuple[int, int]:
+        """(timestamp, offset) of the greatest entry with timestamp <= target, else (-1, base offset)."""
+        i = bisect_right(self._timestamps, timestamp) - 1
+        if i < 0:
+            return -1, self.base_offset
+        return self._timestamps[i], self.base_offset + self._offsets[i]
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop entries with offset >= `offset`."""
+        i = bisect_left(self._offsets, offset - self.base_offset)
+        if i < len(self._offsets):
+            del self._timestamps[i:]
+            del self._offsets[i:]
+            self._truncate_entries(i)
+
+    def reset(self) -> None:
+        del self._timestamps[:]
+        del self._offsets[:]
+        self._truncate_entries(0)
+
+
+__all__ = ["OffsetIndex", "TimeIndex", "IndexCorruptError"]

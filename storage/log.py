@@ -1,0 +1,619 @@
+"""UnifiedLog: one partition's log -- segments, offsets (log start, LEO, HW, recovery point), append, read,
+roll, retention, truncation and crash recovery.
+
+Threading: the broker's event loop is the only mutator. `flush` may run in a worker thread: it snapshots the
+segment list and LEO first, fsyncs, and only then publishes the new recovery point. Hot paths (append, read) do
+per-batch header work only; records are never decoded.
+"""
+from __future__ import annotations
+
+import shutil
+import time
+import uuid
+from bisect import bisect_right
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from config import LogConfig
+from protocol.records import (
+    HEADER_SIZE,
+    LOG_APPEND_TIME,
+    BatchHeader,
+    RecordBatchError,
+    iter_records,
+    set_base_offset,
+    set_log_append_time,
+    set_partition_leader_epoch,
+    validate_batch,
+)
+
+from .checkpoints import fsync_dir
+from .epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochFileCache
+from .errors import (
+    InvalidRecordError,
+    InvalidTimestampError,
+    KafkaStorageError,
+    OffsetOutOfRangeError,
+    RecordBatchTooLargeError,
+    RecordTooLargeError,
+    from_batch_error,
+)
+from .segment import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
+
+# ListOffsets sentinels (Kafka's ListOffsetsRequest)
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+
+_TEMP_SUFFIXES = (DELETED_SUFFIX, ".tmp", ".cleaned", ".swap")
+
+
+@dataclass
+class LogAppendInfo:
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    log_append_time: int  # -1 unless the topic uses LogAppendTime
+    log_start_offset: int
+    record_count: int
+    valid_bytes: int
+
+
+@dataclass
+class FetchDataInfo:
+    records: bytes | memoryview  # whole batches, may be empty
+    first_offset: int  # base offset of the first batch returned, or the fetch offset when empty
+
+
+@dataclass
+class TimestampAndOffset:
+    timestamp: int
+    offset: int
+    leader_epoch: int | None
+
+
+def parse_topic_partition(dir_name: str) -> tuple[str, int]:
+    """`<topic>-<partition>`; topics may contain '-', so split at the last one."""
+    topic, sep, part = dir_name.rpartition("-")
+    if not sep or not topic or not part.isdigit():
+        raise ValueError(f"not a partition directory name: {dir_name!r}")
+    return topic, int(part)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class UnifiedLog:
+    """A partition's local log. Invariant: log_start_offset <= local_log_start_offset <= HW <= LEO."""
+
+    dir: Path
+    topic: str
+    partition: int
+    topic_id: uuid.UUID
+    config: LogConfig
+    log_start_offset: int
+    local_log_start_offset: int
+    high_watermark: int
+    recovery_point: int
+    leader_epoch_cache: LeaderEpochFileCache
+
+    def __init__(self, dir: Path, topic_id: uuid.UUID, config: LogConfig) -> None:
+        """Use `UnifiedLog.open`; this only sets fields."""
+        self.dir = Path(dir)
+        self.topic, self.partition = parse_topic_partition(self.dir.name)
+        self.topic_id = topic_id
+        self.config = config
+        self._segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self.log_start_offset = 0
+        self.local_log_start_offset = 0
+        self.high_watermark = 0
+        self.recovery_point = 0
+        self._appended_messages = 0  # written by the event loop only
+        self._flushed_messages = 0  # written by flush only (maybe another thread)
+        self._last_flush_ms = _now_ms()
+        self._segments_created = 0
+        self._segments_created_synced = 0
+        self.leader_epoch_cache = LeaderEpochFileCache(self.dir / LEADER_EPOCH_CHECKPOINT)
+
+    # ------------------------------------------------------------------------------------------------------
+    # loading
+    @classmethod
+    def open(cls, dir: Path, topic_id: uuid.UUID, config: LogConfig, *, recovery_point: int = 0,
+             log_start_offset: int = 0, high_watermark: int = 0, needs_recovery: bool) -> "UnifiedLog":
+        """Load (or create) the log in `dir`.
+
+        needs_recovery (no clean-shutdown marker): every segment from the one holding `recovery_point` onward is
+        validated batch by batch, a torn/corrupt tail is truncated (later segments dropped) and its indexes are
+        rebuilt. A clean open trusts the data but rebuilds missing or insane indexes.
+        """
+        self = cls(dir, topic_id, config)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        bases: list[int] = []
+        for f in list(self.dir.iterdir()):
+            name = f.name
+            if name.endswith(_TEMP_SUFFIXES):
+                f.unlink(missing_ok=True)
+            elif name.endswith(LOG_SUFFIX) and name[:-len(LOG_SUFFIX)].isdigit():
+                bases.append(int(name[:-len(LOG_SUFFIX)]))
+        bases.sort()
+        known = set(bases)
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            for f in self.dir.glob("*" + suffix):
+                stem = f.name[:-len(suffix)]
+                if stem.isdigit() and int(stem) not in known:
+                    f.unlink(missing_ok=True)  # orphan index of a deleted segment
+        first_to_recover = max(0, bisect_right(bases, recovery_point) - 1) if needs_recovery else len(bases)
+        recovered = False
+        for i, base in enumerate(bases):
+            seg, truncated = LogSegment.open(self.dir, base, config.index_interval_bytes,
+                                             config.segment_index_bytes, recover=i >= first_to_recover)
+            self._add_segment(seg)
+            recovered = recovered or i >= first_to_recover
+            if truncated:
+                # data after a corrupt point cannot be trusted: drop the later segments (as Kafka does)
+                for later in bases[i + 1:]:
+                    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                        (self.dir / f"{later:020d}{suffix}").unlink(missing_ok=True)
+                break
+        if not self._segments:
+            self._add_segment(self._new_segment(log_start_offset))
+        leo = self.log_end_offset
+        self.log_start_offset = max(log_start_offset, self._segments[0].base_offset)
+        if self.log_start_offset > leo:
+            self.truncate_fully_and_start_at(self.log_start_offset)
+            leo = self.log_end_offset
+        self.local_log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
+        if recovered:
+            for seg in self._segments[first_to_recover:]:
+                seg.flush()
+            fsync_dir(self.dir)
+            self.recovery_point = leo
+        else:
+            self.recovery_point = min(max(recovery_point, self.log_start_offset), leo)
+        self.high_watermark = min(max(high_watermark, self.log_start_offset), leo)
+        self.leader_epoch_cache = LeaderEpochFileCache.load(self.dir / LEADER_EPOCH_CHECKPOINT)
+        self.leader_epoch_cache.truncate_from_end(leo)
+        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        return self
+
+    def _new_segment(self, base_offset: int) -> LogSegment:
+        path = self.dir / f"{base_offset:020d}{LOG_SUFFIX}"
+        if path.exists() and path.stat().st_size > 0:
+            raise KafkaStorageError(f"segment {path} already exists with data")
+        seg = LogSegment(self.dir, base_offset, self.config.index_interval_bytes, self.config.segment_index_bytes)
+        self._segments_created += 1
+        return seg
+
+    def _add_segment(self, seg: LogSegment) -> None:
+        self._segments.append(seg)
+        self._bases.append(seg.base_offset)
+
+    def _remove_first_segment(self) -> LogSegment:
+        seg = self._segments.pop(0)
+        self._bases.pop(0)
+        seg.delete()
+        return seg
+
+    # ------------------------------------------------------------------------------------------------------
+    # offsets and properties
+    @property
+    def log_end_offset(self) -> int:
+        """LEO: the offset the next appended record gets."""
+        return self._segments[-1].next_offset
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        """Oldest first (a copy: safe to iterate while the log changes)."""
+        return list(self._segments)
+
+    @property
+    def num_segments(self) -> int:
+        return len(self._segments)
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    @property
+    def unflushed_messages(self) -> int:
+        return self._appended_messages - self._flushed_messages
+
+    @property
+    def last_flush_time_ms(self) -> int:
+        return self._last_flush_ms
+
+    @property
+    def latest_epoch(self) -> int | None:
+        return self.leader_epoch_cache.latest_epoch
+
+    def epoch_for_offset(self, offset: int) -> int | None:
+        return self.leader_epoch_cache.epoch_for_offset(offset)
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(epoch, end offset) for OffsetsForLeaderEpoch; (-1, -1) when unknown."""
+        return self.leader_epoch_cache.end_offset_for(epoch, self.log_end_offset)
+
+    def update_config(self, config: LogConfig) -> None:
+        self.config = config
+        for seg in self._segments:
+            seg.index_interval_bytes = config.index_interval_bytes
+
+    def update_high_watermark(self, hw: int) -> None:
+        self.high_watermark = min(max(hw, self.log_start_offset), self.log_end_offset)
+
+    # ------------------------------------------------------------------------------------------------------
+    # append
+    def append_as_leader(self, records: bytes | bytearray | memoryview, leader_epoch: int,
+                         now_ms: int | None = None, *, from_client: bool = True) -> LogAppendInfo:
+        """Validate a Produce's batches, assign offsets from the LEO, stamp the leader epoch, write.
+
+        One copy (into a bytearray for the in-place header rewrites), one write. Never fsyncs.
+        `from_client=False` (coordinators writing markers/offsets) allows control batches.
+        """
+        mv = records if isinstance(records, memoryview) else memoryview(records)
+        if mv.ndim != 1 or mv.itemsize != 1:
+            mv = mv.cast("B")
+        total = len(mv)
+        if total == 0:
+            return LogAppendInfo(-1, -1, -1, -1, self.log_start_offset, 0, 0)
+        cfg = self.config
+        if total > cfg.segment_bytes:
+            raise RecordBatchTooLargeError(
+                f"{total} bytes of records exceed the segment size {cfg.segment_bytes} of {self.topic}-"
+                f"{self.partition}")
+        now = _now_ms() if now_ms is None else now_ms
+        log_append_time = cfg.message_timestamp_type == "LogAppendTime"
+        max_message_bytes = cfg.max_message_bytes
+        min_ts = now - cfg.values["message.timestamp.before.max.ms"]
+        max_allowed_ts = now + cfg.values["message.timestamp.after.max.ms"]
+        infos: list[tuple[int, int, int, int]] = []
+        pos = 0
+        while pos < total:
+            try:
+                h = validate_batch(mv, pos)
+            except RecordBatchError as e:
+                raise from_batch_error(e) from None
+            size = h.size
+            if size > max_message_bytes:
+                raise RecordTooLargeError(f"batch of {size} bytes exceeds max.message.bytes {max_message_bytes}")
+            if from_client:
+                if h.is_control:
+                    raise InvalidRecordError("clients may not write control batches")
+                if h.producer_id >= 0 and h.base_sequence < 0:
+                    raise InvalidRecordError("batch has a producer id but no base sequence")
+            if not log_append_time:
+                # per-batch bounds (the first record's and the max timestamp): no per-record decoding
+                if h.base_timestamp < min_ts or h.max_timestamp > max_allowed_ts or h.max_timestamp < min_ts:
+                    raise InvalidTimestampError(
+                        f"timestamp out of range [{min_ts}, {max_allowed_ts}] (base {h.base_timestamp}, "
+                        f"max {h.max_timestamp})")
+            infos.append((pos, size, h.records_count, h.max_timestamp))
+            pos += size
+        buf = bytearray(mv)
+        first = offset = self.log_end_offset
+        max_ts = -1
+        batches: list[tuple[int, int, int, int]] = []
+        for pos, size, count, ts in infos:
+            set_base_offset(buf, pos, offset)
+            set_partition_leader_epoch(buf, pos, leader_epoch)
+            if log_append_time:
+                set_log_append_time(buf, pos, now)
+                ts = now
+            last = offset + count - 1
+            batches.append((pos, size, last, ts))
+            if ts > max_ts:
+                max_ts = ts
+            offset = last + 1
+        self._write(buf, batches, first, offset, max_ts, now)
+        latest = self.leader_epoch_cache.latest_epoch
+        if leader_epoch >= 0 and (latest is None or latest < leader_epoch):
+            self.leader_epoch_cache.assign(leader_epoch, first)
+        return LogAppendInfo(first, offset - 1, max_ts, now if log_append_time else -1, self.log_start_offset,
+                             offset - first, total)
+
+    def append_as_follower(self, records: bytes | bytearray | memoryview, now_ms: int | None = None
+                           ) -> LogAppendInfo:
+        """Append batches fetched from the leader with their offsets and epochs as given.
+
+        Batches must be valid (CRC) and their offsets increasing from at least the LEO; a trailing partial batch
+        (fetch responses may end with one) is ignored. New epochs are added to the epoch cache.
+        """
+        mv = records if isinstance(records, memoryview) else memoryview(records)
+        if mv.ndim != 1 or mv.itemsize != 1:
+            mv = mv.cast("B")
+        total = len(mv)
+        now = _now_ms() if now_ms is None else now_ms
+        batches: list[tuple[int, int, int, int]] = []
+        epochs: list[tuple[int, int]] = []
+        expected = self.log_end_offset
+        first = -1
+        max_ts = -1
+        pos = 0
+        while pos + HEADER_SIZE <= total:
+            if BatchHeader(mv, pos).size + pos > total:
+                break  # partial trailing batch
+            try:
+                h = validate_batch(mv, pos)
+            except RecordBatchError as e:
+                raise from_batch_error(e) from None
+            if h.base_offset < expected:
+                raise InvalidRecordError(f"out of order offset {h.base_offset}, expected at least {expected}")
+            if first < 0:
+                first = h.base_offset
+            if h.partition_leader_epoch >= 0:
+                epochs.append((h.partition_leader_epoch, h.base_offset))
+            batches.append((pos, h.size, h.last_offset, h.max_timestamp))
+            max_ts = max(max_ts, h.max_timestamp)
+            expected = h.last_offset + 1
+            pos += h.size
+        if not batches:
+            return LogAppendInfo(-1, -1, -1, -1, self.log_start_offset, 0, 0)
+        if pos > self.config.segment_bytes:
+            raise RecordBatchTooLargeError(f"{pos} bytes exceed the segment size")
+        data = mv[:pos]
+        self._write(data, batches, first, expected, max_ts, now)
+        for epoch, start in epochs:
+            latest = self.leader_epoch_cache.latest_epoch
+            if latest is None or latest < epoch:
+                self.leader_epoch_cache.assign(epoch, start)
+        return LogAppendInfo(first, expected - 1, max_ts, -1, self.log_start_offset, expected - first, pos)
+
+    def _write(self, data: bytes | bytearray | memoryview, batches: list[tuple[int, int, int, int]],
+               first_offset: int, next_offset: int, max_ts: int, now: int) -> None:
+        active = self._segments[-1]
+        if active.should_roll(len(data), max_ts, next_offset - 1, self.config.segment_bytes,
+                              self.config.segment_ms, now) or (
+                active.size > 0 and first_offset - active.base_offset > 2**31 - 1):
+            self._roll(max(first_offset, self.log_end_offset))
+        try:
+            self._segments[-1].append(data, batches, next_offset)
+        except OSError as e:
+            raise KafkaStorageError(f"write to {self.dir} failed: {e}") from e
+        self._appended_messages += next_offset - first_offset
+
+    # ------------------------------------------------------------------------------------------------------
+    # roll
+    def roll(self) -> None:
+        """Start a new active segment at the LEO (no-op when the active segment is empty)."""
+        if self._segments[-1].size > 0:
+            self._roll(self.log_end_offset)
+
+    def _roll(self, new_base: int) -> None:
+        active = self._segments[-1]
+        if active.size == 0:
+            if active.base_offset == new_base:
+                return
+            self._segments.pop()
+            self._bases.pop()
+            active.delete()
+        else:
+            active.on_become_inactive()
+        self._add_segment(self._new_segment(new_base))
+
+    # ------------------------------------------------------------------------------------------------------
+    # read
+    def read(self, start_offset: int, max_bytes: int, max_offset: int | None = None,
+             min_one_message: bool = True) -> FetchDataInfo:
+        """Whole batches from the one holding `start_offset`, below `max_offset` (exclusive), <= max_bytes
+        unless `min_one_message` and the first batch alone is larger. Data come from one segment (one pread)."""
+        leo = self.log_end_offset
+        if start_offset < self.log_start_offset or start_offset > leo:
+            raise OffsetOutOfRangeError(
+                f"offset {start_offset} is out of range [{self.log_start_offset}, {leo}] for "
+                f"{self.topic}-{self.partition}")
+        if max_offset is None or max_offset > leo:
+            max_offset = leo
+        if start_offset >= max_offset:
+            return FetchDataInfo(b"", start_offset)
+        segs = self._segments
+        i = max(0, bisect_right(self._bases, start_offset) - 1)
+        while i < len(segs):
+            r = segs[i].read(start_offset, max_bytes, max_offset, min_one_message)
+            if r is not None:
+                return FetchDataInfo(r[0], r[1])
+            i += 1
+        return FetchDataInfo(b"", start_offset)
+
+    # ------------------------------------------------------------------------------------------------------
+    # flush
+    def flush(self, up_to: int | None = None) -> None:
+        """fsync segments holding data below `up_to` (default LEO) and advance the recovery point.
+
+        Thread-safe against the appending event loop: LEO and the segment list are captured first and the
+        recovery point is published only after the fsyncs.
+        """
+        segs = list(self._segments)
+        appended = self._appended_messages
+        created = self._segments_created
+        leo = segs[-1].next_offset
+        target = leo if up_to is None else min(up_to, leo)
+        now = _now_ms()
+        rp = self.recovery_point
+        if target > rp:
+            for seg in segs:
+                if seg.next_offset > rp and seg.base_offset < target and not seg.deleted:
+                    try:
+                        seg.flush()
+                    except OSError:
+                        if not seg.deleted:
+                            raise
+            if created != self._segments_created_synced:
+                fsync_dir(self.dir)
+                self._segments_created_synced = created
+            if target > self.recovery_point:
+                self.recovery_point = target
+        if up_to is None or target >= leo:
+            self._flushed_messages = appended
+        self._last_flush_ms = now
+
+    # ------------------------------------------------------------------------------------------------------
+    # timestamps
+    def fetch_offset_by_timestamp(self, ts: int) -> TimestampAndOffset | None:
+        """ListOffsets: first offset whose record timestamp >= ts, or a sentinel (-1 latest, -2 earliest,
+        -3 max timestamp, -4 earliest local). None when no record qualifies or the sentinel is not local."""
+        if ts == LATEST_TIMESTAMP:
+            return TimestampAndOffset(-1, self.log_end_offset, self.latest_epoch)
+        if ts == EARLIEST_TIMESTAMP:
+            return TimestampAndOffset(-1, self.log_start_offset, self.epoch_for_offset(self.log_start_offset))
+        if ts == EARLIEST_LOCAL_TIMESTAMP:
+            return TimestampAndOffset(-1, self.local_log_start_offset,
+                                      self.epoch_for_offset(self.local_log_start_offset))
+        if ts == MAX_TIMESTAMP:
+            return self._max_timestamp_offset()
+        if ts < 0:
+            return None
+        for seg in list(self._segments):
+            if seg.max_timestamp_so_far < ts or seg.next_offset <= self.log_start_offset:
+                continue
+            found = seg.find_offset_by_timestamp(ts, self.log_start_offset)
+            if found is not None:
+                return TimestampAndOffset(found[0], found[1], self.epoch_for_offset(found[1]))
+        return None
+
+    def _max_timestamp_offset(self) -> TimestampAndOffset:
+        """KIP-734: the offset of the record with the largest timestamp (first such record)."""
+        best: LogSegment | None = None
+        for seg in self._segments:
+            if seg.size and (best is None or seg.max_timestamp_so_far > best.max_timestamp_so_far):
+                best = seg
+        if best is None or best.max_timestamp_so_far < 0:
+            return TimestampAndOffset(-1, -1, None)
+        max_ts = best.max_timestamp_so_far
+        found = best.translate_offset(best.offset_of_max_timestamp_so_far)
+        offset = best.offset_of_max_timestamp_so_far
+        if found is not None:
+            pos, h = found
+            if h.max_timestamp == max_ts:
+                offset = h.base_offset
+                if h.timestamp_type != LOG_APPEND_TIME:
+                    for r in iter_records(best.read_batch(pos, h.size)):
+                        if r.timestamp == max_ts:
+                            offset = r.offset
+                            break
+        return TimestampAndOffset(max_ts, offset, self.epoch_for_offset(offset))
+
+    # ------------------------------------------------------------------------------------------------------
+    # log start movement and retention
+    def _advance_log_start(self, offset: int) -> None:
+        if offset > self.log_start_offset:
+            self.log_start_offset = offset
+            self.leader_epoch_cache.truncate_from_start(offset)
+        if offset > self.local_log_start_offset:
+            self.local_log_start_offset = offset
+        self.high_watermark = max(self.high_watermark, self.log_start_offset)
+        self.recovery_point = max(self.recovery_point, min(self.log_start_offset, self.log_end_offset))
+
+    def _delete_log_start_breached(self) -> int:
+        n = 0
+        while len(self._segments) > 1 and self._segments[1].base_offset <= self.log_start_offset:
+            self._remove_first_segment()
+            n += 1
+        return n
+
+    def delete_records(self, new_log_start_offset: int) -> int:
+        """DeleteRecords: move the log start (must be <= HW), drop segments wholly below it.
+
+        Returns the resulting log start offset (the response's low watermark)."""
+        if new_log_start_offset > self.high_watermark:
+            raise OffsetOutOfRangeError(
+                f"cannot move the log start of {self.topic}-{self.partition} to {new_log_start_offset}: above the "
+                f"high watermark {self.high_watermark}")
+        if new_log_start_offset > self.log_start_offset:
+            self._advance_log_start(new_log_start_offset)
+            self._delete_log_start_breached()
+        return self.log_start_offset
+
+    def delete_retention_breached_segments(self, now_ms: int | None = None) -> int:
+        """Delete whole closed segments below the HW breaching retention.ms, then retention.bytes, plus any wholly
+        below the log start offset. Never the active segment. Returns how many were deleted."""
+        now = _now_ms() if now_ms is None else now_ms
+        deleted = self._delete_log_start_breached()
+        cfg = self.config
+        if cfg.delete:
+            if cfg.retention_ms >= 0:
+                deleted += self._delete_prefix(lambda seg, _: now - seg.largest_timestamp > cfg.retention_ms)
+            if cfg.retention_bytes >= 0:
+                excess = [self.size_in_bytes - cfg.retention_bytes]
+
+                def over(seg: LogSegment, _: int) -> bool:
+                    if excess[0] - seg.size >= 0:
+                        excess[0] -= seg.size
+                        return True
+                    return False
+                deleted += self._delete_prefix(over)
+        return deleted
+
+    def _delete_prefix(self, predicate: Callable[[LogSegment, int], bool]) -> int:
+        """Delete the oldest segments while `predicate` holds; only closed ones wholly below the HW."""
+        n = 0
+        while len(self._segments) > 1:
+            seg, nxt = self._segments[0], self._segments[1]
+            if nxt.base_offset > self.high_watermark or not predicate(seg, nxt.base_offset):
+                break
+            self._remove_first_segment()
+            n += 1
+        if n:
+            self._advance_log_start(self._segments[0].base_offset)
+        return n
+
+    # ------------------------------------------------------------------------------------------------------
+    # truncation
+    def truncate_to(self, offset: int) -> bool:
+        """Follower truncation: remove everything at and after `offset`. Whole batches only, so when `offset`
+        falls inside a batch that batch goes too (LEO may end below `offset`). Returns whether anything changed."""
+        if offset < 0:
+            raise ValueError(f"cannot truncate to a negative offset {offset}")
+        if offset >= self.log_end_offset:
+            return False
+        if offset < self._segments[0].base_offset:
+            self.truncate_fully_and_start_at(offset)
+            return True
+        while len(self._segments) > 1 and self._segments[-1].base_offset > offset:
+            seg = self._segments.pop()
+            self._bases.pop()
+            seg.delete()
+        self._segments[-1].truncate_to(offset)
+        leo = self.log_end_offset
+        self.high_watermark = min(self.high_watermark, leo)
+        self.recovery_point = min(self.recovery_point, leo)
+        self.log_start_offset = min(self.log_start_offset, leo)
+        self.local_log_start_offset = min(self.local_log_start_offset, leo)
+        self.leader_epoch_cache.truncate_from_end(leo)
+        return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop all data; the log restarts empty at `offset` (follower catching up past the leader's start)."""
+        for seg in self._segments:
+            seg.delete()
+        self._segments.clear()
+        self._bases.clear()
+        self._add_segment(self._new_segment(offset))
+        self.log_start_offset = self.local_log_start_offset = offset
+        self.high_watermark = self.recovery_point = offset
+        self.leader_epoch_cache.clear_and_flush()
+
+    # ------------------------------------------------------------------------------------------------------
+    def close(self) -> None:
+        for seg in self._segments:
+            seg.close()
+
+    def delete(self) -> None:
+        """Close and remove the partition directory."""
+        self.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __repr__(self) -> str:
+        return (f"UnifiedLog({self.topic}-{self.partition}, start={self.log_start_offset}, "
+                f"hw={self.high_watermark}, leo={self.log_end_offset}, segments={len(self._segments)})")
+
+
+__all__ = ["UnifiedLog", "LogAppendInfo", "FetchDataInfo", "TimestampAndOffset", "parse_topic_partition",
+           "LATEST_TIMESTAMP", "EARLIEST_TIMESTAMP", "MAX_TIMESTAMP", "EARLIEST_LOCAL_TIMESTAMP"]

@@ -1,0 +1,202 @@
+"""LogManager: the partition logs of all `log.dirs`, their checkpoints and the clean-shutdown marker.
+
+Per log dir Kafka keeps `recovery-point-offset-checkpoint`, `log-start-offset-checkpoint`,
+`replication-offset-checkpoint` (HW) and, after a clean shutdown, `.kafka_cleanshutdown`. Its absence at startup
+means a crash: logs are then recovered from their recovery points.
+"""
+from __future__ import annotations
+
+import shutil
+import time
+import uuid
+from pathlib import Path
+from typing import Callable
+
+from config import LogConfig
+from protocol.uuids import kafka_uuid_str, parse_kafka_uuid
+
+from .checkpoints import (
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    CheckpointFormatError,
+    OffsetCheckpointFile,
+    atomic_write,
+    fsync_dir,
+)
+from .log import UnifiedLog, parse_topic_partition
+
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+PARTITION_METADATA_FILE = "partition.metadata"
+DELETE_DIR_SUFFIX = "-delete"
+ZERO_UUID = uuid.UUID(int=0)
+
+TopicPartition = tuple[str, int]
+
+
+def write_partition_metadata(dir: Path, topic_id: uuid.UUID) -> None:
+    atomic_write(dir / PARTITION_METADATA_FILE, f"version: 0\ntopic_id: {kafka_uuid_str(topic_id)}\n".encode())
+
+
+def read_partition_metadata(dir: Path) -> uuid.UUID | None:
+    try:
+        text = (dir / PARTITION_METADATA_FILE).read_text()
+    except FileNotFoundError:
+        return None
+    fields = dict(ln.split(":", 1) for ln in text.splitlines() if ":" in ln)
+    try:
+        return parse_kafka_uuid(fields["topic_id"].strip())
+    except (KeyError, ValueError):
+        return None
+
+
+class LogManager:
+    def __init__(self, log_dirs: list[Path], log_config_for: Callable[[str], LogConfig]) -> None:
+        self.log_dirs = [Path(d) for d in log_dirs]
+        self.log_config_for = log_config_for
+        self._logs: dict[TopicPartition, UnifiedLog] = {}
+        self._log_dir_of: dict[TopicPartition, Path] = {}
+
+    # -- lifecycle -------------------------------------------------------------------------------------------
+    def startup(self) -> None:
+        """Load every `<topic>-<partition>` dir; recover when the dir lacks the clean-shutdown marker."""
+        for log_dir in self.log_dirs:
+            log_dir.mkdir(parents=True, exist_ok=True)
+            marker = log_dir / CLEAN_SHUTDOWN_FILE
+            clean = marker.exists()
+            recovery_points = self._read_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
+            log_starts = self._read_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
+            hws = self._read_checkpoint(log_dir / REPLICATION_OFFSET_CHECKPOINT)
+            for d in sorted(log_dir.iterdir()):
+                if not d.is_dir():
+                    continue
+                if d.name.endswith(DELETE_DIR_SUFFIX):
+                    shutil.rmtree(d, ignore_errors=True)  # a deletion interrupted by a crash
+                    continue
+                try:
+                    tp = parse_topic_partition(d.name)
+                except ValueError:
+                    continue
+                topic_id = read_partition_metadata(d) or ZERO_UUID
+                log = UnifiedLog.open(d, topic_id, self.log_config_for(tp[0]),
+                                      recovery_point=recovery_points.get(tp, 0),
+                                      log_start_offset=log_starts.get(tp, 0),
+                                      high_watermark=hws.get(tp, 0),
+                                      needs_recovery=not clean)
+                self._logs[tp] = log
+                self._log_dir_of[tp] = log_dir
+            marker.unlink(missing_ok=True)
+            if clean:
+                fsync_dir(log_dir)
+
+    @staticmethod
+    def _read_checkpoint(path: Path) -> dict[TopicPartition, int]:
+        try:
+            return OffsetCheckpointFile(path).read()
+        except CheckpointFormatError:
+            return {}  # treated as absent: recovery from offset 0 is slower but safe
+
+    def shutdown(self) -> None:
+        """Flush every log, write all checkpoints, mark each dir cleanly shut down, close."""
+        for log in self._logs.values():
+            log.flush()
+        self.checkpoint_recovery_points()
+        self.checkpoint_log_start_offsets()
+        self.checkpoint_high_watermarks()
+        for log in self._logs.values():
+            log.close()
+        for log_dir in self.log_dirs:
+            atomic_write(log_dir / CLEAN_SHUTDOWN_FILE, b"")
+        self._logs.clear()
+        self._log_dir_of.clear()
+
+    # -- logs ------------------------------------------------------------------------------------------------
+    def get_log(self, topic: str, partition: int) -> UnifiedLog | None:
+        return self._logs.get((topic, partition))
+
+    def all_logs(self) -> list[UnifiedLog]:
+        return list(self._logs.values())
+
+    def _pick_log_dir(self) -> Path:
+        counts = {d: 0 for d in self.log_dirs}
+        for d in self._log_dir_of.values():
+            counts[d] = counts.get(d, 0) + 1
+        return min(self.log_dirs, key=lambda d: counts[d])
+
+    def get_or_create_log(self, topic: str, partition: int, topic_id: uuid.UUID, config: LogConfig
+                          ) -> UnifiedLog:
+        tp = (topic, partition)
+        log = self._logs.get(tp)
+        if log is not None:
+            if log.topic_id == ZERO_UUID and topic_id != ZERO_UUID:
+                log.topic_id = topic_id
+                write_partition_metadata(log.dir, topic_id)
+            return log
+        log_dir = self._pick_log_dir()
+        d = log_dir / f"{topic}-{partition}"
+        d.mkdir(parents=True, exist_ok=True)
+        write_partition_metadata(d, topic_id)
+        log = UnifiedLog.open(d, topic_id, config, needs_recovery=False)
+        fsync_dir(log_dir)
+        self._logs[tp] = log
+        self._log_dir_of[tp] = log_dir
+        return log
+
+    def delete_log(self, topic: str, partition: int) -> None:
+        """Rename the dir to `<topic>-<partition>.<uuidhex>-delete` (atomic, survives a crash), then remove it."""
+        tp = (topic, partition)
+        log = self._logs.pop(tp, None)
+        log_dir = self._log_dir_of.pop(tp, None)
+        if log is None or log_dir is None:
+            return
+        log.close()
+        tomb = log_dir / f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+        log.dir.rename(tomb)
+        fsync_dir(log_dir)
+        shutil.rmtree(tomb, ignore_errors=True)
+        self.checkpoint_recovery_points()
+        self.checkpoint_log_start_offsets()
+        self.checkpoint_high_watermarks()
+
+    # -- checkpoints -----------------------------------------------------------------------------------------
+    def _write_checkpoint(self, name: str, value: Callable[[UnifiedLog], int]) -> None:
+        for log_dir in self.log_dirs:
+            offsets = {tp: value(log) for tp, log in self._logs.items() if self._log_dir_of.get(tp) == log_dir}
+            OffsetCheckpointFile(log_dir / name).write(offsets)
+
+    def checkpoint_recovery_points(self) -> None:
+        self._write_checkpoint(RECOVERY_POINT_CHECKPOINT, lambda log: log.recovery_point)
+
+    def checkpoint_log_start_offsets(self) -> None:
+        self._write_checkpoint(LOG_START_OFFSET_CHECKPOINT, lambda log: log.log_start_offset)
+
+    def checkpoint_high_watermarks(self) -> None:
+        self._write_checkpoint(REPLICATION_OFFSET_CHECKPOINT, lambda log: log.high_watermark)
+
+    # -- background work ---------------------------------------------------------------------------------
+    def run_retention(self, now_ms: int | None = None) -> int:
+        """One retention pass over all logs (log.retention.check.interval.ms); returns segments deleted."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        deleted = 0
+        for log in list(self._logs.values()):
+            deleted += log.delete_retention_breached_segments(now)
+        if deleted:
+            self.checkpoint_log_start_offsets()
+        return deleted
+
+    def flush_dirty_logs(self, now_ms: int | None = None) -> list[UnifiedLog]:
+        """Logs due a flush: flush.ms elapsed since the last one, or flush.messages reached, with unflushed data.
+        The caller flushes them (possibly in a worker thread)."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        due = []
+        for log in self._logs.values():
+            pending = log.unflushed_messages
+            if pending <= 0:
+                continue
+            if now - log.last_flush_time_ms >= log.config.flush_ms or pending >= log.config.flush_messages:
+                due.append(log)
+        return due
+
+
+__all__ = ["LogManager", "CLEAN_SHUTDOWN_FILE", "PARTITION_METADATA_FILE", "write_partition_metadata",
+           "read_partition_metadata"]

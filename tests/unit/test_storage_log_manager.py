@@ -1,0 +1,107 @@
+"""LogManager: startup/shutdown, checkpoints, clean-shutdown marker, recovery decision, deletion."""
+from __future__ import annotations
+
+import os
+import time
+import uuid
+
+from config import default_log_config
+from protocol.records import build_batch, iter_batches
+from storage.log_manager import LogManager
+
+NOW = int(time.time() * 1000)
+CFG = default_log_config(segment_bytes=2048, index_interval_bytes=256)
+
+
+def manager(tmp_path, dirs=("d1",)):
+    return LogManager([tmp_path / d for d in dirs], lambda topic: CFG)
+
+
+def test_create_shutdown_startup_round_trip(tmp_path):
+    lm = manager(tmp_path)
+    lm.startup()
+    tid = uuid.uuid4()
+    log = lm.get_or_create_log("orders-eu", 3, tid, CFG)
+    assert lm.get_or_create_log("orders-eu", 3, tid, CFG) is log
+    for i in range(30):
+        log.append_as_leader(build_batch([b"x" * 50], timestamp=NOW + i), 7)
+    log.update_high_watermark(25)
+    log.delete_records(2)
+    lm.shutdown()
+    d = tmp_path / "d1"
+    assert (d / ".kafka_cleanshutdown").exists()
+    assert (d / "recovery-point-offset-checkpoint").read_text() == "0\n1\norders-eu 3 30\n"
+    assert (d / "replication-offset-checkpoint").read_text() == "0\n1\norders-eu 3 25\n"
+    assert (d / "log-start-offset-checkpoint").read_text() == "0\n1\norders-eu 3 2\n"
+
+    lm = manager(tmp_path)
+    lm.startup()
+    assert not (d / ".kafka_cleanshutdown").exists()
+    log = lm.get_log("orders-eu", 3)
+    assert log is not None and lm.get_log("orders-eu", 4) is None
+    assert (log.topic_id, log.log_end_offset, log.high_watermark, log.log_start_offset) == (tid, 30, 25, 2)
+    assert log.recovery_point == 30 and log.latest_epoch == 7
+    assert [x.topic for x in lm.all_logs()] == ["orders-eu"]
+    lm.shutdown()
+
+
+def test_unclean_startup_recovers_torn_tail(tmp_path):
+    lm = manager(tmp_path)
+    lm.startup()
+    log = lm.get_or_create_log("t", 0, uuid.uuid4(), CFG)
+    for i in range(10):
+        log.append_as_leader(build_batch([b"y" * 40], timestamp=NOW + i), 0)
+    lm.checkpoint_recovery_points()  # recovery point 0: nothing flushed
+    path = log.active_segment.log_path
+    os.truncate(path, path.stat().st_size - 3)  # simulated crash: no shutdown, torn tail
+    lm2 = manager(tmp_path)
+    lm2.startup()
+    log2 = lm2.get_log("t", 0)
+    assert log2.log_end_offset == 9
+    data = log2.read(0, 10**6, None, True).records
+    assert [h.base_offset for _, h in iter_batches(data)] == list(range(9))
+    assert log2.append_as_leader(build_batch([b"z"]), 0).first_offset == 9
+    lm2.shutdown()
+
+
+def test_delete_log_and_leftover_delete_dirs(tmp_path):
+    lm = manager(tmp_path)
+    lm.startup()
+    lm.get_or_create_log("gone", 0, uuid.uuid4(), CFG).append_as_leader(build_batch([b"a"]), 0)
+    lm.get_or_create_log("kept", 0, uuid.uuid4(), CFG)
+    lm.delete_log("gone", 0)
+    assert lm.get_log("gone", 0) is None
+    assert sorted(p.name for p in (tmp_path / "d1").iterdir() if p.is_dir()) == ["kept-0"]
+    leftover = tmp_path / "d1" / "x-0.0123abcd-delete"
+    leftover.mkdir()
+    lm.shutdown()
+    lm = manager(tmp_path)
+    lm.startup()
+    assert not leftover.exists() and [x.topic for x in lm.all_logs()] == ["kept"]
+    lm.shutdown()
+
+
+def test_logs_spread_over_log_dirs(tmp_path):
+    lm = manager(tmp_path, dirs=("a", "b"))
+    lm.startup()
+    logs = [lm.get_or_create_log("t", p, uuid.uuid4(), CFG) for p in range(4)]
+    assert sorted(l.dir.parent.name for l in logs) == ["a", "a", "b", "b"]
+    lm.shutdown()
+    assert (tmp_path / "a" / ".kafka_cleanshutdown").exists() and (tmp_path / "b" / ".kafka_cleanshutdown").exists()
+
+
+def test_retention_and_flush_scheduling(tmp_path):
+    cfg = default_log_config(segment_bytes=1024, retention_ms=1000, flush_ms=100)
+    lm = LogManager([tmp_path / "d"], lambda t: cfg)
+    lm.startup()
+    log = lm.get_or_create_log("t", 0, uuid.uuid4(), cfg)
+    assert lm.flush_dirty_logs(now_ms=NOW + 10**6) == []  # nothing unflushed
+    for i in range(30):
+        log.append_as_leader(build_batch([b"r" * 60], timestamp=NOW + i), 0, now_ms=NOW)
+    assert lm.flush_dirty_logs(now_ms=log.last_flush_time_ms + 50) == []
+    assert lm.flush_dirty_logs(now_ms=log.last_flush_time_ms + 100) == [log]
+    log.update_high_watermark(log.log_end_offset)
+    n = log.num_segments
+    assert lm.run_retention(now_ms=NOW + 60_000) == n - 1
+    assert (tmp_path / "d" / "log-start-offset-checkpoint").read_text() == f"0\n1\nt 0 {log.log_start_offset}\n"
+    lm.shutdown()
