@@ -45,7 +45,7 @@ HandlerFn = Callable[["KafkaServer", RequestContext, Any], Awaitable[Any]]
 
 
 def build_handlers() -> dict[int, HandlerFn]:
-    from .handlers import admin, api_versions, fetch, list_offsets, metadata, produce
+    from .handlers import admin, api_versions, configs, fetch, list_offsets, metadata, produce
 
     return {
         ApiKey.API_VERSIONS: api_versions.handle,
@@ -57,8 +57,8 @@ def build_handlers() -> dict[int, HandlerFn]:
         ApiKey.DELETE_TOPICS: admin.delete_topics,
         ApiKey.CREATE_PARTITIONS: admin.create_partitions,
         ApiKey.DELETE_RECORDS: admin.delete_records,
-        ApiKey.DESCRIBE_CONFIGS: admin.describe_configs,
-        ApiKey.INCREMENTAL_ALTER_CONFIGS: admin.incremental_alter_configs,
+        ApiKey.DESCRIBE_CONFIGS: configs.describe_configs,
+        ApiKey.INCREMENTAL_ALTER_CONFIGS: configs.incremental_alter_configs,
         ApiKey.DESCRIBE_CLUSTER: admin.describe_cluster,
     }
 

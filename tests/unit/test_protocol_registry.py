@@ -1,0 +1,60 @@
+"""The advertised ApiVersions table is coherent and every advertised API has a handler."""
+import struct
+
+from kafka.protocol.metadata import ApiVersionsResponse
+
+from protocol.registry import (
+    REQUEST_CLASSES,
+    SUPPORTED_VERSIONS,
+    ApiKey,
+    decode_request,
+    is_supported,
+    peek_header,
+    unsupported_api_versions_response,
+)
+
+
+def test_every_advertised_api_has_a_handler():
+    from broker.apis import build_handlers
+    assert set(build_handlers()) == set(SUPPORTED_VERSIONS)
+
+
+def test_advertised_ranges_within_codec_and_kafka_floors():
+    for key, (lo, hi) in SUPPORTED_VERSIONS.items():
+        assert lo <= hi <= REQUEST_CLASSES[key].max_version, key
+    # KAFKA-18659: Produce min 0; magic-v2 floors and kafka-python's Metadata >= 4 inference rule.
+    assert SUPPORTED_VERSIONS[ApiKey.PRODUCE][0] == 0
+    assert SUPPORTED_VERSIONS[ApiKey.FETCH][0] >= 4
+    assert SUPPORTED_VERSIONS[ApiKey.METADATA][1] >= 10      # topic ids
+    # never advertise what does not exist yet (telemetry 71, KIP-848 68, FindCoordinator without groups)
+    for absent in (10, 22, 68, 71):
+        assert absent not in SUPPORTED_VERSIONS
+
+
+def test_unsupported_api_versions_is_a_v0_body_with_error_35():
+    frame = unsupported_api_versions_response(42)
+    (size,) = struct.unpack_from(">i", frame)
+    assert size == len(frame) - 4
+    resp = ApiVersionsResponse.decode(frame[4:], version=0, header=True)
+    assert resp.header.correlation_id == 42
+    assert resp.error_code == 35
+    assert [(a.api_key, a.min_version, a.max_version) for a in resp.api_keys] == [
+        (18, *SUPPORTED_VERSIONS[ApiKey.API_VERSIONS])]
+
+
+def test_request_round_trip_through_registry():
+    Req = REQUEST_CLASSES[ApiKey.METADATA]
+    req = Req(version=12, topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+    req.with_header(correlation_id=7, client_id="t")
+    payload = bytes(req.encode(header=True, framed=True))[4:]
+    hdr = peek_header(payload)
+    assert (hdr.api_key, hdr.api_version, hdr.correlation_id) == (3, 12, 7)
+    assert is_supported(hdr.api_key, hdr.api_version)
+    decoded = decode_request(payload, hdr.api_key, hdr.api_version)
+    assert decoded.header.client_id == "t" and decoded.topics is None
+
+
+def test_unknown_versions_are_not_supported():
+    assert not is_supported(ApiKey.API_VERSIONS, 99)
+    assert not is_supported(ApiKey.FETCH, 3)
+    assert not is_supported(9999, 0)
