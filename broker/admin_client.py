@@ -1,0 +1,294 @@
+"""A small synchronous Kafka admin client for the ``strata`` CLI: one TCP socket, kafka-python's codec.
+
+It talks plain Kafka wire protocol (negotiated with ApiVersions), so it works against any Kafka-compatible broker and
+needs none of the broker's runtime. Errors surface as :class:`AdminError` with the Kafka error name and message.
+"""
+from __future__ import annotations
+
+import socket
+import struct
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from protocol.errors import ErrorCode
+from protocol.registry import REQUEST_CLASSES, RESPONSE_CLASSES, ApiKey
+from protocol.uuids import kafka_uuid_str
+
+CLIENT_ID = "strata-cli"
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+EARLIEST, LATEST = -2, -1
+
+
+class AdminError(Exception):
+    """A readable failure: connection problems, or a Kafka error code with its message."""
+
+
+def error_text(code: int, message: str | None = None) -> str:
+    try:
+        name = ErrorCode(code).name
+    except ValueError:
+        name = f"error {code}"
+    return f"{name}: {message}" if message else name
+
+
+def _check(code: int, message: str | None = None, what: str = "") -> None:
+    if code:
+        raise AdminError(f"{what}{error_text(code, message)}")
+
+
+@dataclass
+class PartitionDescription:
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: list[int]
+    isr: list[int]
+    log_start_offset: int = -1
+    end_offset: int = -1
+    error: str | None = None
+
+
+@dataclass
+class TopicDescription:
+    name: str
+    topic_id: str | None
+    internal: bool
+    partitions: list[PartitionDescription] = field(default_factory=list)
+
+    @property
+    def replication_factor(self) -> int:
+        return len(self.partitions[0].replicas) if self.partitions else 0
+
+
+@dataclass
+class DescribedConfig:
+    name: str
+    value: str | None
+    source: int
+    read_only: bool
+    sensitive: bool
+    synonyms: list[tuple[str, str | None, int]]
+    config_type: int = 0
+    doc: str | None = None
+
+
+def parse_bootstrap(spec: str) -> tuple[str, int]:
+    """host:port (first of a comma-separated list; brackets allowed around IPv6 hosts)."""
+    first = spec.split(",")[0].strip()
+    host, sep, port = first.rpartition(":")
+    if not sep or not host:
+        raise AdminError(f"bootstrap server {spec!r} is not of the form host:port")
+    try:
+        return host.strip("[]"), int(port)
+    except ValueError:
+        raise AdminError(f"bootstrap server {spec!r} has a non-numeric port") from None
+
+
+class AdminClient:
+    """One connection to one broker. Use as a context manager or call close()."""
+
+    def __init__(self, bootstrap: str = "127.0.0.1:9092", timeout: float = 30.0) -> None:
+        self.host, self.port = parse_bootstrap(bootstrap)
+        self.timeout = timeout
+        self._corr = 0
+        try:
+            self._sock = socket.create_connection((self.host, self.port), timeout=timeout)
+        except ConnectionRefusedError:
+            raise AdminError(f"connection refused by {self.host}:{self.port}: is a broker running there?") from None
+        except socket.timeout:
+            raise AdminError(f"timed out connecting to {self.host}:{self.port}") from None
+        except OSError as e:
+            raise AdminError(f"cannot connect to {self.host}:{self.port}: {e.strerror or e}") from None
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.versions: dict[int, tuple[int, int]] = {}
+        self._negotiate()
+
+    def __enter__(self) -> "AdminClient":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._sock.close()
+
+    # -- transport -----------------------------------------------------------------------------------------------
+    def _recv_exact(self, n: int) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            try:
+                chunk = self._sock.recv(n - len(buf))
+            except socket.timeout:
+                raise AdminError(f"timed out waiting for {self.host}:{self.port}") from None
+            except OSError as e:
+                raise AdminError(f"connection to {self.host}:{self.port} failed: {e.strerror or e}") from None
+            if not chunk:
+                raise AdminError(f"{self.host}:{self.port} closed the connection (request not supported?)")
+            buf += chunk
+        return bytes(buf)
+
+    def _roundtrip(self, api_key: int, version: int, **fields: Any) -> Any:
+        self._corr += 1
+        req = REQUEST_CLASSES[api_key](version=version, **fields)
+        req.with_header(correlation_id=self._corr, client_id=CLIENT_ID)
+        try:
+            self._sock.sendall(bytes(req.encode(header=True, framed=True)))
+        except OSError as e:
+            raise AdminError(f"connection to {self.host}:{self.port} failed: {e.strerror or e}") from None
+        (size,) = struct.unpack(">i", self._recv_exact(4))
+        payload = self._recv_exact(size)
+        (corr,) = struct.unpack_from(">i", payload, 0)
+        if corr != self._corr:
+            raise AdminError(f"response correlation id {corr} does not match request {self._corr}")
+        return RESPONSE_CLASSES[api_key].decode(payload, version=version, header=True)
+
+    def _negotiate(self) -> None:
+        resp = self._roundtrip(ApiKey.API_VERSIONS, 3, client_software_name="strata-cli",
+                               client_software_version="0.1.0")
+        if resp.error_code == ErrorCode.UNSUPPORTED_VERSION:
+            resp = self._roundtrip(ApiKey.API_VERSIONS, 0)
+        _check(resp.error_code, what="ApiVersions: ")
+        self.versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+
+    def _version(self, api_key: int, ours_max: int | None = None) -> int:
+        """Highest version both sides speak: the broker's range and kafka-python's schema."""
+        cls = REQUEST_CLASSES[api_key]
+        if api_key not in self.versions:
+            raise AdminError(f"the broker does not support {cls.__name__.removesuffix('Request')}")
+        lo, hi = self.versions[api_key]
+        v = min(hi, cls.max_version, ours_max if ours_max is not None else hi)
+        if v < max(lo, cls.min_version):
+            raise AdminError(f"no common version of {cls.__name__.removesuffix('Request')} "
+                             f"(broker {lo}-{hi}, client up to {cls.max_version})")
+        return v
+
+    def _call(self, api_key: int, ours_max: int | None = None, **fields: Any) -> tuple[int, Any]:
+        v = self._version(api_key, ours_max)
+        return v, self._roundtrip(api_key, v, **fields)
+
+    # -- topics --------------------------------------------------------------------------------------------------
+    def _metadata(self, topics: list[str] | None) -> Any:
+        cls = REQUEST_CLASSES[ApiKey.METADATA]
+        _, resp = self._call(ApiKey.METADATA, 12, allow_auto_topic_creation=False, topics=None if topics is None
+                             else [cls.MetadataRequestTopic(name=t, topic_id=None) for t in topics])
+        return resp
+
+    def list_topics(self, include_internal: bool = True) -> list[str]:
+        resp = self._metadata(None)
+        return sorted(t.name for t in resp.topics if include_internal or not t.is_internal)
+
+    def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,
+                     configs: dict[str, str] | None = None, validate_only: bool = False) -> Any:
+        cls = REQUEST_CLASSES[ApiKey.CREATE_TOPICS]
+        topic = cls.CreatableTopic(name=name, num_partitions=partitions, replication_factor=replication_factor,
+                                   assignments=[], configs=[cls.CreatableTopic.CreatableTopicConfig(name=k, value=v)
+                                                            for k, v in (configs or {}).items()])
+        _, resp = self._call(ApiKey.CREATE_TOPICS, topics=[topic], timeout_ms=int(self.timeout * 1000),
+                             validate_only=validate_only)
+        res = resp.topics[0]
+        _check(res.error_code, res.error_message, f"cannot create topic {name!r}: ")
+        return res
+
+    def delete_topic(self, name: str) -> None:
+        cls = REQUEST_CLASSES[ApiKey.DELETE_TOPICS]
+        v = self._version(ApiKey.DELETE_TOPICS)
+        fields: dict[str, Any] = {"timeout_ms": int(self.timeout * 1000)}
+        if v >= 6:
+            fields["topics"] = [cls.DeleteTopicState(name=name, topic_id=None)]
+        else:
+            fields["topic_names"] = [name]
+        resp = self._roundtrip(ApiKey.DELETE_TOPICS, v, **fields)
+        res = resp.responses[0]
+        _check(res.error_code, getattr(res, "error_message", None), f"cannot delete topic {name!r}: ")
+
+    def create_partitions(self, name: str, count: int, validate_only: bool = False) -> None:
+        cls = REQUEST_CLASSES[ApiKey.CREATE_PARTITIONS]
+        _, resp = self._call(ApiKey.CREATE_PARTITIONS, topics=[cls.CreatePartitionsTopic(
+            name=name, count=count, assignments=None)], timeout_ms=int(self.timeout * 1000),
+            validate_only=validate_only)
+        res = resp.results[0]
+        _check(res.error_code, res.error_message, f"cannot add partitions to {name!r}: ")
+
+    def list_offsets(self, topic: str, partitions: Iterable[int], timestamp: int) -> dict[int, int]:
+        """Offset per partition for a ListOffsets timestamp or sentinel (-2 earliest, -1 latest)."""
+        cls = REQUEST_CLASSES[ApiKey.LIST_OFFSETS]
+        T = cls.ListOffsetsTopic
+        parts = [T.ListOffsetsPartition(partition_index=p, current_leader_epoch=-1, timestamp=timestamp)
+                 for p in partitions]
+        _, resp = self._call(ApiKey.LIST_OFFSETS, replica_id=-1, isolation_level=0,
+                             topics=[T(name=topic, partitions=parts)], timeout_ms=int(self.timeout * 1000))
+        out: dict[int, int] = {}
+        for t in resp.topics:
+            for p in t.partitions:
+                _check(p.error_code, None, f"ListOffsets {topic}-{p.partition_index}: ")
+                out[p.partition_index] = p.offset
+        return out
+
+    def describe_topics(self, names: list[str] | None = None) -> list[TopicDescription]:
+        """Metadata (leader, replicas, ISR) plus log start and end offsets of every partition."""
+        resp = self._metadata(names)
+        out = []
+        for t in sorted(resp.topics, key=lambda t: t.name or ""):
+            _check(t.error_code, None, f"topic {t.name!r}: ")
+            desc = TopicDescription(t.name, _uuid_str(getattr(t, "topic_id", None)), bool(t.is_internal))
+            for p in sorted(t.partitions, key=lambda p: p.partition_index):
+                desc.partitions.append(PartitionDescription(
+                    p.partition_index, p.leader_id, getattr(p, "leader_epoch", -1), list(p.replica_nodes),
+                    list(p.isr_nodes), error=error_text(p.error_code) if p.error_code else None))
+            ids = [p.partition for p in desc.partitions]
+            if ids:
+                starts = self.list_offsets(t.name, ids, EARLIEST)
+                ends = self.list_offsets(t.name, ids, LATEST)
+                for p in desc.partitions:
+                    p.log_start_offset, p.end_offset = starts.get(p.partition, -1), ends.get(p.partition, -1)
+            out.append(desc)
+        return out
+
+    def delete_records(self, topic: str, offsets: dict[int, int]) -> dict[int, int]:
+        """Move log start offsets (offset -1 = the high watermark); returns the new low watermarks."""
+        cls = REQUEST_CLASSES[ApiKey.DELETE_RECORDS]
+        T = cls.DeleteRecordsTopic
+        _, resp = self._call(ApiKey.DELETE_RECORDS, topics=[T(name=topic, partitions=[
+            T.DeleteRecordsPartition(partition_index=p, offset=o) for p, o in offsets.items()])],
+            timeout_ms=int(self.timeout * 1000))
+        out = {}
+        for t in resp.topics:
+            for p in t.partitions:
+                _check(p.error_code, None, f"DeleteRecords {topic}-{p.partition_index}: ")
+                out[p.partition_index] = p.low_watermark
+        return out
+
+    # -- configs -------------------------------------------------------------------------------------------------
+    def describe_configs(self, resource_type: int, name: str, keys: list[str] | None = None,
+                         include_synonyms: bool = False, include_documentation: bool = False
+                         ) -> list[DescribedConfig]:
+        cls = REQUEST_CLASSES[ApiKey.DESCRIBE_CONFIGS]
+        _, resp = self._call(ApiKey.DESCRIBE_CONFIGS, resources=[cls.DescribeConfigsResource(
+            resource_type=resource_type, resource_name=name, configuration_keys=keys)],
+            include_synonyms=include_synonyms, include_documentation=include_documentation)
+        res = resp.results[0]
+        _check(res.error_code, res.error_message, f"cannot describe configs of {name!r}: ")
+        return [DescribedConfig(c.name, c.value, c.config_source, c.read_only, c.is_sensitive,
+                                [(s.name, s.value, s.source) for s in (c.synonyms or [])],
+                                getattr(c, "config_type", 0), getattr(c, "documentation", None))
+                for c in res.configs]
+
+    def alter_configs(self, resource_type: int, name: str, set: dict[str, str] | None = None,
+                      delete: Iterable[str] = (), append: dict[str, str] | None = None,
+                      subtract: dict[str, str] | None = None, validate_only: bool = False) -> None:
+        """IncrementalAlterConfigs: SET(0) / DELETE(1) / APPEND(2) / SUBTRACT(3) in one request."""
+        cls = REQUEST_CLASSES[ApiKey.INCREMENTAL_ALTER_CONFIGS]
+        R = cls.AlterConfigsResource
+        ops = ([R.AlterableConfig(name=k, config_operation=0, value=v) for k, v in (set or {}).items()]
+               + [R.AlterableConfig(name=k, config_operation=1, value=None) for k in delete]
+               + [R.AlterableConfig(name=k, config_operation=2, value=v) for k, v in (append or {}).items()]
+               + [R.AlterableConfig(name=k, config_operation=3, value=v) for k, v in (subtract or {}).items()])
+        _, resp = self._call(ApiKey.INCREMENTAL_ALTER_CONFIGS, resources=[R(resource_type=resource_type,
+                             resource_name=name, configs=ops)], validate_only=validate_only)
+        res = resp.responses[0]
+        _check(res.error_code, res.error_message, f"cannot alter configs of {name!r}: ")
+
+
+def _uuid_str(u: Any) -> str | None:
+    return kafka_uuid_str(u) if u is not None else None
