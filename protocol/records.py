@@ -76,6 +76,12 @@ class BatchHeader:
     def __init__(self, buf: Buffer, pos: int = 0) -> None:
         self._f = HEADER.unpack_from(buf, pos)
 
+    @classmethod
+    def from_fields(cls, fields: tuple) -> "BatchHeader":
+        h = cls.__new__(cls)
+        h._f = fields
+        return h
+
     base_offset = property(lambda self: self._f[0])
     batch_length = property(lambda self: self._f[1])
     size = property(lambda self: self._f[1] + LOG_OVERHEAD)
@@ -133,33 +139,46 @@ def is_crc_valid(buf: Buffer, pos: int = 0) -> bool:
     return h.size >= HEADER_SIZE and pos + h.size <= len(buf) and compute_crc(buf, pos, h.size) == h.crc
 
 
-def validate_batch(buf: Buffer, pos: int = 0) -> BatchHeader:
-    """Check a producer's batch at `pos`: magic 2, sane length inside the buffer, CRC, count/offset-delta agreement.
-
-    Raises RecordBatchError with error_code 87 (INVALID_RECORD) or 2 (CORRUPT_MESSAGE, CRC mismatch).
-    """
+def validate_batch_fields(buf: Buffer, pos: int = 0) -> tuple:
+    """`validate_batch` returning the raw header tuple (HEADER field order): for hot paths, no view object."""
     avail = len(buf) - pos
     if avail < HEADER_SIZE:
         if avail > MAGIC_OFFSET and buf[pos + MAGIC_OFFSET] != 2:
             raise RecordBatchError(f"unsupported record batch magic {buf[pos + MAGIC_OFFSET]}")
         raise RecordBatchError(f"truncated record batch: {avail} bytes at position {pos}")
-    magic = buf[pos + MAGIC_OFFSET]
-    if magic != 2:
-        raise RecordBatchError(f"unsupported record batch magic {magic} (only v2 is accepted)")
-    h = BatchHeader(buf, pos)
-    if h.batch_length < MIN_BATCH_LENGTH:
-        raise RecordBatchError(f"record batch length {h.batch_length} is smaller than the header")
-    if h.size > avail:
-        raise RecordBatchError(f"record batch length {h.batch_length} exceeds the {avail - LOG_OVERHEAD} "
-                               f"bytes available")
-    if compute_crc(buf, pos, h.size) != h.crc:
-        raise RecordBatchError(f"record batch at offset {h.base_offset} is corrupt (CRC mismatch)", 2)
-    if h.records_count < 1:
-        raise RecordBatchError(f"record batch has {h.records_count} records")
-    if h.last_offset_delta != h.records_count - 1:
-        raise RecordBatchError(f"record batch lastOffsetDelta {h.last_offset_delta} does not match its "
-                               f"{h.records_count} records")
-    return h
+    f = HEADER.unpack_from(buf, pos)
+    if f[3] != 2:
+        raise RecordBatchError(f"unsupported record batch magic {f[3]} (only v2 is accepted)")
+    length = f[1]
+    if length < MIN_BATCH_LENGTH:
+        raise RecordBatchError(f"record batch length {length} is smaller than the header")
+    if length + LOG_OVERHEAD > avail:
+        raise RecordBatchError(f"record batch length {length} exceeds the {avail - LOG_OVERHEAD} bytes available")
+    mv = buf if isinstance(buf, memoryview) else memoryview(buf)
+    if crc32c(mv[pos + ATTRIBUTES_OFFSET:pos + LOG_OVERHEAD + length]) != f[4]:
+        raise RecordBatchError(f"record batch at offset {f[0]} is corrupt (CRC mismatch)", 2)
+    if f[12] < 1:
+        raise RecordBatchError(f"record batch has {f[12]} records")
+    if f[6] != f[12] - 1:
+        raise RecordBatchError(f"record batch lastOffsetDelta {f[6]} does not match its {f[12]} records")
+    return f
+
+
+def validate_batch(buf: Buffer, pos: int = 0) -> BatchHeader:
+    """Check a producer's batch at `pos`: magic 2, sane length inside the buffer, CRC, count/offset-delta agreement.
+
+    Raises RecordBatchError with error_code 87 (INVALID_RECORD) or 2 (CORRUPT_MESSAGE, CRC mismatch).
+    """
+    return BatchHeader.from_fields(validate_batch_fields(buf, pos))
+
+
+_OFFSET_LEN_EPOCH = struct.Struct(">qii")
+
+
+def set_base_offset_and_epoch(buf: bytearray | memoryview, pos: int, offset: int, batch_length: int,
+                              epoch: int) -> None:
+    """Both leader-side rewrites in one pack (batchLength, between them, is rewritten unchanged)."""
+    _OFFSET_LEN_EPOCH.pack_into(buf, pos, offset, batch_length, epoch)
 
 
 def set_base_offset(buf: bytearray | memoryview, pos: int, offset: int) -> None:
@@ -252,7 +271,7 @@ def build_batch(records: Sequence[RecordSpec], base_offset: int = 0, compression
 
 __all__ = [
     "HEADER", "HEADER_SIZE", "LOG_OVERHEAD", "BatchHeader", "RecordBatchError", "Record", "iter_batches",
-    "validate_batch", "is_crc_valid", "compute_crc", "set_base_offset", "set_partition_leader_epoch",
+    "validate_batch", "validate_batch_fields", "set_base_offset_and_epoch", "is_crc_valid", "compute_crc", "set_base_offset", "set_partition_leader_epoch",
     "set_log_append_time", "read_offset_and_length", "iter_records", "build_batch", "COMPRESSION_NAMES",
     "NONE", "GZIP", "SNAPPY", "LZ4", "ZSTD", "CREATE_TIME", "LOG_APPEND_TIME", "NO_TIMESTAMP",
 ]

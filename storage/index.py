@@ -115,8 +115,12 @@ class OffsetIndex(_IndexFile):
         """Cheap checks (as Kafka's): last entry at or above the base, position inside the log."""
         if not self._offsets:
             return
-        if self._offsets[-1] < 0 or self._offsets[0] < 0 or self._positions[0] < 0:
+        if self._offsets[0] < 0 or self._positions[0] < 0:
             raise IndexCorruptError(f"{self.path}: negative relative offset or position")
+        if len(self._offsets) > 1 and (self._offsets[-1] <= self._offsets[0]
+                                       or self._positions[-1] <= self._positions[0]):
+            # e.g. a Kafka-preallocated index never trimmed: zero entries at the tail
+            raise IndexCorruptError(f"{self.path}: last entry not above the first")
         if log_size is not None and self._positions[-1] >= max(log_size, 1):
             raise IndexCorruptError(f"{self.path}: last position {self._positions[-1]} beyond log size {log_size}")
 

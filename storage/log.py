@@ -17,15 +17,17 @@ from typing import Callable
 
 from config import LogConfig
 from protocol.records import (
+    CONTROL_MASK,
     HEADER_SIZE,
     LOG_APPEND_TIME,
+    LOG_OVERHEAD,
     BatchHeader,
     RecordBatchError,
     iter_records,
-    set_base_offset,
+    set_base_offset_and_epoch,
     set_log_append_time,
-    set_partition_leader_epoch,
     validate_batch,
+    validate_batch_fields,
 )
 
 from .checkpoints import fsync_dir
@@ -274,36 +276,35 @@ class UnifiedLog:
         max_message_bytes = cfg.max_message_bytes
         min_ts = now - cfg.values["message.timestamp.before.max.ms"]
         max_allowed_ts = now + cfg.values["message.timestamp.after.max.ms"]
-        infos: list[tuple[int, int, int, int]] = []
+        infos: list[tuple] = []
         pos = 0
         while pos < total:
             try:
-                h = validate_batch(mv, pos)
+                f = validate_batch_fields(mv, pos)
             except RecordBatchError as e:
                 raise from_batch_error(e) from None
-            size = h.size
+            # f: baseOffset, batchLength, epoch, magic, crc, attributes, lastOffsetDelta, baseTimestamp,
+            #    maxTimestamp, producerId, producerEpoch, baseSequence, recordsCount
+            size = f[1] + LOG_OVERHEAD
             if size > max_message_bytes:
                 raise RecordTooLargeError(f"batch of {size} bytes exceeds max.message.bytes {max_message_bytes}")
             if from_client:
-                if h.is_control:
+                if f[5] & CONTROL_MASK:
                     raise InvalidRecordError("clients may not write control batches")
-                if h.producer_id >= 0 and h.base_sequence < 0:
+                if f[9] >= 0 and f[11] < 0:
                     raise InvalidRecordError("batch has a producer id but no base sequence")
-            if not log_append_time:
+            if not log_append_time and (f[7] < min_ts or f[8] < min_ts or f[8] > max_allowed_ts):
                 # per-batch bounds (the first record's and the max timestamp): no per-record decoding
-                if h.base_timestamp < min_ts or h.max_timestamp > max_allowed_ts or h.max_timestamp < min_ts:
-                    raise InvalidTimestampError(
-                        f"timestamp out of range [{min_ts}, {max_allowed_ts}] (base {h.base_timestamp}, "
-                        f"max {h.max_timestamp})")
-            infos.append((pos, size, h.records_count, h.max_timestamp))
+                raise InvalidTimestampError(
+                    f"timestamp out of range [{min_ts}, {max_allowed_ts}] (base {f[7]}, max {f[8]})")
+            infos.append((pos, size, f[12], f[8]))
             pos += size
         buf = bytearray(mv)
         first = offset = self.log_end_offset
         max_ts = -1
         batches: list[tuple[int, int, int, int]] = []
         for pos, size, count, ts in infos:
-            set_base_offset(buf, pos, offset)
-            set_partition_leader_epoch(buf, pos, leader_epoch)
+            set_base_offset_and_epoch(buf, pos, offset, size - LOG_OVERHEAD, leader_epoch)
             if log_append_time:
                 set_log_append_time(buf, pos, now)
                 ts = now

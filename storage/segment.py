@@ -342,9 +342,13 @@ class LogSegment:
         """fsync the log and both indexes (safe from a worker thread; no-op once closed)."""
         if not self._finalizer.alive:
             return
-        os.fsync(self._fd)
-        self.offset_index.flush()
-        self.time_index.flush()
+        try:
+            os.fsync(self._fd)
+            self.offset_index.flush()
+            self.time_index.flush()
+        except OSError:
+            if self._finalizer.alive and not self.deleted:
+                raise  # a real I/O error; EBADF after a concurrent close/delete is not one
 
     def close(self) -> None:
         self.offset_index._closed = True

@@ -1,0 +1,140 @@
+"""LogSegment and edge cases of UnifiedLog: index entries, index-full rolls, corrupt indexes, flush in a thread."""
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+
+from config import default_log_config
+from protocol.records import GZIP, BatchHeader, build_batch, iter_batches, iter_records
+from storage.errors import InvalidRecordError
+from storage.log import UnifiedLog
+from storage.segment import LogSegment
+
+NOW = int(time.time() * 1000)
+
+
+def test_index_entries_are_last_offset_to_batch_start(tmp_path):
+    seg = LogSegment(tmp_path, 100, index_interval_bytes=150)
+    pos, offset, layout = 0, 100, []
+    for i in range(6):
+        b = bytearray(build_batch([b"z" * 60, b"w" * 60], timestamp=NOW + i))
+        b[0:8] = offset.to_bytes(8, "big")
+        h = BatchHeader(b)
+        layout.append((pos, h.last_offset))
+        seg.append(b, [(0, h.size, h.last_offset, h.max_timestamp)], h.last_offset + 1)
+        pos += h.size
+        offset = h.last_offset + 1
+    entries = [seg.offset_index.entry(i) for i in range(seg.offset_index.entries)]
+    assert entries, "expected index entries"
+    for off, p in entries:
+        assert (p, off) in layout  # every entry maps a batch's last offset to that batch's start
+    # Kafka's rule: first batch is never indexed (0 bytes since last entry), later ones when > interval bytes
+    assert entries[0][1] > 0
+    ts_entries = [seg.time_index.entry(i) for i in range(seg.time_index.entries)]
+    assert all(o in dict((lo, p) for p, lo in layout) for _, o in ts_entries)
+    assert seg.next_offset == 112 and seg.max_timestamp_so_far == NOW + 5
+    seg.close()
+
+
+def test_full_offset_index_rolls(tmp_path):
+    log = UnifiedLog.open(tmp_path / "t-0", uuid.UUID(int=1),
+                          default_log_config(segment_bytes=1 << 20, index_interval_bytes=1, segment_index_bytes=24),
+                          needs_recovery=False)
+    for _ in range(12):
+        log.append_as_leader(build_batch([b"a" * 10]), 0)
+    assert log.num_segments >= 3
+    assert all(s.offset_index.entries <= 3 for s in log.segments)
+    data = b"".join(log.read(s.base_offset, 1 << 20, None, True).records for s in log.segments)
+    assert [h.base_offset for _, h in iter_batches(data)] == list(range(12))
+
+
+def test_zero_filled_index_tail_is_rebuilt_on_clean_open(tmp_path):
+    cfg = default_log_config(segment_bytes=1 << 20, index_interval_bytes=100)
+    log = UnifiedLog.open(tmp_path / "t-0", uuid.UUID(int=1), cfg, needs_recovery=False)
+    for i in range(20):
+        log.append_as_leader(build_batch([b"q" * 50], timestamp=NOW + i), 0)
+    seg = log.active_segment
+    good = [seg.offset_index.entry(i) for i in range(seg.offset_index.entries)]
+    idx_path = seg.offset_index.path
+    log.close()
+    with open(idx_path, "ab") as f:  # what an un-trimmed, preallocated Kafka index looks like after a crash
+        f.write(b"\x00" * 80)
+    log = UnifiedLog.open(tmp_path / "t-0", uuid.UUID(int=1), cfg, needs_recovery=False)
+    s = log.active_segment
+    assert [s.offset_index.entry(i) for i in range(s.offset_index.entries)] == good
+    assert log.log_end_offset == 20
+    assert [x.offset for x in iter_records(log.read(13, 1, None, True).records)] == [13]
+
+
+def test_compressed_batches_with_log_append_time(tmp_path):
+    log = UnifiedLog.open(tmp_path / "t-0", uuid.UUID(int=1),
+                          default_log_config(message_timestamp_type="LogAppendTime"), needs_recovery=False)
+    log.append_as_leader(build_batch([b"a"], timestamp=1), 0, now_ms=NOW)
+    info = log.append_as_leader(build_batch([b"c" * 100] * 5, compression=GZIP, timestamp=1), 0, now_ms=NOW + 7)
+    assert (info.first_offset, info.last_offset, info.log_append_time) == (1, 5, NOW + 7)
+    data = log.read(1, 1 << 20, None, True).records
+    assert BatchHeader(data).compression == GZIP
+    assert [(r.offset, r.timestamp) for r in iter_records(data)] == [(i, NOW + 7) for i in range(1, 6)]
+    t = log.fetch_offset_by_timestamp(NOW + 1)
+    assert (t.timestamp, t.offset) == (NOW + 7, 1)
+    assert log.fetch_offset_by_timestamp(-3).offset == 1
+
+
+def test_control_batch_rejected_from_clients_allowed_for_coordinator(tmp_path):
+    log = UnifiedLog.open(tmp_path / "t-0", uuid.UUID(int=1), default_log_config(), needs_recovery=False)
+    b = bytearray(build_batch([(b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x00")], producer_id=5,
+                              producer_epoch=0, base_sequence=-1, is_transactional=True))
+    attrs = int.from_bytes(b[21:23], "big") | 0x20
+    b[21:23] = attrs.to_bytes(2, "big")
+    from crc32c import crc32c
+    b[17:21] = crc32c(bytes(b[21:])).to_bytes(4, "big")
+    with pytest.raises(InvalidRecordError):
+        log.append_as_leader(bytes(b), 0)
+    assert log.append_as_leader(bytes(b), 0, from_client=False).first_offset == 0
+    assert BatchHeader(log.read(0, 1000, None, True).records).is_control
+
+
+def test_flush_in_a_thread_while_appending(tmp_path):
+    log = UnifiedLog.open(tmp_path / "t-0", uuid.UUID(int=1), default_log_config(segment_bytes=8192),
+                          needs_recovery=False)
+    errors: list[BaseException] = []
+    stop = threading.Event()
+    observed: list[int] = []
+
+    def flusher():
+        try:
+            while not stop.is_set():
+                log.flush()
+                observed.append(log.recovery_point)
+        except BaseException as e:  # noqa: BLE001 - surfaced by the assertion below
+            errors.append(e)
+
+    t = threading.Thread(target=flusher)
+    t.start()
+    try:
+        for i in range(400):
+            log.append_as_leader(build_batch([b"f" * 100], timestamp=NOW), 0)
+            if i % 50 == 0:
+                log.delete_retention_breached_segments(NOW)  # no-op by policy, exercises the list copy
+    finally:
+        stop.set()
+        t.join()
+    assert not errors
+    assert observed == sorted(observed) and all(rp <= 400 for rp in observed)
+    log.flush()
+    assert log.recovery_point == 400 and log.unflushed_messages == 0
+    assert log.num_segments > 3
+
+
+def test_reopen_with_log_start_beyond_recovered_end(tmp_path):
+    cfg = default_log_config()
+    log = UnifiedLog.open(tmp_path / "t-0", uuid.UUID(int=1), cfg, needs_recovery=False)
+    for _ in range(5):
+        log.append_as_leader(build_batch([b"x"]), 0)
+    log.close()
+    log = UnifiedLog.open(tmp_path / "t-0", uuid.UUID(int=1), cfg, log_start_offset=50, needs_recovery=True)
+    assert (log.log_start_offset, log.log_end_offset, log.num_segments) == (50, 50, 1)
+    assert log.append_as_leader(build_batch([b"y"]), 0).first_offset == 50
