@@ -6,6 +6,7 @@ works against any Kafka-compatible broker, and ``dump-log`` reads segment files 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Callable
 
@@ -126,16 +127,23 @@ def _cmd_topics(args: argparse.Namespace) -> int:
 
 # -- dump-log --------------------------------------------------------------------------------------------------------
 def _cmd_dump_log(args: argparse.Namespace) -> int:
-    try:
-        from storage import dump
-    except ImportError:
-        _err("strata dump-log", "storage.dump is not available in this build")
+    from storage.dump import dump_file
+
+    files = [f for f in (args.files_csv or "").split(",") if f] + list(args.files)
+    if not files:
+        _err("strata dump-log", "give at least one .log, .index or .timeindex file")
+        return 2
+    missing = [f for f in files if not os.path.isfile(f)]
+    if missing:
+        _err("strata dump-log", f"no such file: {', '.join(missing)}")
         return 1
-    try:
-        return dump.main([*args.files] + (["--print-data-log"] if args.print_data_log else [])) or 0
-    except (OSError, ValueError) as e:
-        _err("strata dump-log", str(e))
-        return 1
+    for f in files:
+        try:
+            dump_file(f, print_data_log=args.print_data_log, deep_iteration=args.deep_iteration)
+        except (OSError, ValueError) as e:  # unreadable file, or a name that is not <20-digit offset>.log
+            _err("strata dump-log", f"cannot dump {f}: {getattr(e, 'strerror', None) or e}")
+            return 1
+    return 0
 
 
 # -- parser ----------------------------------------------------------------------------------------------------------
@@ -184,9 +192,11 @@ def build_parser() -> argparse.ArgumentParser:
     ac.add_argument("--set", type=_key_value, action="append", metavar="KEY=VALUE", help="repeatable")
     ac.add_argument("--delete", action="append", metavar="KEY", help="remove an override (repeatable)")
 
-    dl = sub.add_parser("dump-log", help="print the batches of .log segment files (like kafka-dump-log.sh)")
-    dl.add_argument("files", nargs="+", metavar="FILE")
-    dl.add_argument("--print-data-log", action="store_true", help="also print each record's key and value")
+    dl = sub.add_parser("dump-log", help="print segment files like kafka-dump-log.sh (.log, .index, .timeindex)")
+    dl.add_argument("files", nargs="*", metavar="FILE")
+    dl.add_argument("--files", dest="files_csv", metavar="F1,F2", help="comma-separated files (kafka-dump-log style)")
+    dl.add_argument("--print-data-log", action="store_true", help="also print each record's key and payload")
+    dl.add_argument("--deep-iteration", action="store_true", help="print every record's metadata")
     dl.set_defaults(func=_cmd_dump_log)
     return p
 
