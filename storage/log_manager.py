@@ -7,6 +7,7 @@ means a crash: logs are then recovered from their recovery points.
 from __future__ import annotations
 
 import shutil
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -56,6 +57,7 @@ class LogManager:
         self.log_config_for = log_config_for
         self._logs: dict[TopicPartition, UnifiedLog] = {}
         self._log_dir_of: dict[TopicPartition, Path] = {}
+        self._checkpoint_lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------------------------------------------
     def startup(self) -> None:
@@ -160,9 +162,13 @@ class LogManager:
 
     # -- checkpoints -----------------------------------------------------------------------------------------
     def _write_checkpoint(self, name: str, value: Callable[[UnifiedLog], int]) -> None:
-        for log_dir in self.log_dirs:
-            offsets = {tp: value(log) for tp, log in self._logs.items() if self._log_dir_of.get(tp) == log_dir}
-            OffsetCheckpointFile(log_dir / name).write(offsets)
+        """May run in a worker thread while the event loop adds logs: iterate a snapshot, serialize writers."""
+        logs = list(self._logs.items())
+        dirs = dict(self._log_dir_of)
+        with self._checkpoint_lock:
+            for log_dir in self.log_dirs:
+                offsets = {tp: value(log) for tp, log in logs if dirs.get(tp) == log_dir}
+                OffsetCheckpointFile(log_dir / name).write(offsets)
 
     def checkpoint_recovery_points(self) -> None:
         self._write_checkpoint(RECOVERY_POINT_CHECKPOINT, lambda log: log.recovery_point)

@@ -107,23 +107,31 @@ class LogSegment:
         return seg, truncated
 
     def _load_tail(self) -> None:
-        """Derive next offset and max timestamp from the last index entries plus a scan of what follows them."""
+        """Derive next offset, max timestamp and bytes-since-last-entry from the last index entries plus a scan of
+        the batches after them, re-applying the indexing rule there (so a short index heals itself)."""
         ts, ts_off = self.time_index.last_entry
         self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = ts, ts_off
+        self.next_offset = self.base_offset
+        self.bytes_since_last_index_entry = 0
         if self.offset_index.entries:
             idx_off, pos = self.offset_index.entry(self.offset_index.entries - 1)
-            self.next_offset = idx_off + 1
         else:
-            pos = 0
+            idx_off, pos = None, 0
         end = pos
         for p, h in self.iter_headers(pos):
-            if h.max_timestamp > self.max_timestamp_so_far:
-                self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = h.max_timestamp, h.last_offset
+            if idx_off is not None:  # the batch the last entry points at: already indexed
+                if h.last_offset != idx_off:
+                    raise IndexCorruptError(f"{self.offset_index.path}: last entry does not match the log")
+                idx_off = None
+                if h.max_timestamp > self.max_timestamp_so_far:
+                    self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = h.max_timestamp, h.last_offset
+                self.bytes_since_last_index_entry = h.size
+            else:
+                self._index_batch(p, h.size, h.last_offset, h.max_timestamp)
             self.next_offset = h.last_offset + 1
             end = p + h.size
-        if end < self.size:
+        if end < self.size or idx_off is not None:
             raise IndexCorruptError(f"{self.log_path}: {self.size - end} unreadable bytes at the tail")
-        self.bytes_since_last_index_entry = self.size - pos if self.offset_index.entries else self.size
 
     def _load_first_batch_timestamp(self) -> None:
         if self.size >= HEADER_SIZE:

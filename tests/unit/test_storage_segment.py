@@ -138,3 +138,24 @@ def test_reopen_with_log_start_beyond_recovered_end(tmp_path):
     log = UnifiedLog.open(tmp_path / "t-0", uuid.UUID(int=1), cfg, log_start_offset=50, needs_recovery=True)
     assert (log.log_start_offset, log.log_end_offset, log.num_segments) == (50, 50, 1)
     assert log.append_as_leader(build_batch([b"y"]), 0).first_offset == 50
+
+
+def test_short_index_regrows_on_clean_open(tmp_path):
+    cfg = default_log_config(segment_bytes=1 << 20, index_interval_bytes=100)
+    log = UnifiedLog.open(tmp_path / "t-0", uuid.UUID(int=1), cfg, needs_recovery=False)
+    for i in range(30):
+        log.append_as_leader(build_batch([b"s" * 70], timestamp=NOW + i), 0)
+    seg = log.active_segment
+    good = [seg.offset_index.entry(i) for i in range(seg.offset_index.entries)]
+    assert len(good) > 4
+    path = seg.offset_index.path
+    log.close()
+    with open(path, "r+b") as f:
+        f.truncate(8 * 2)  # keep only two entries
+    log = UnifiedLog.open(tmp_path / "t-0", uuid.UUID(int=1), cfg, needs_recovery=False)
+    s = log.active_segment
+    assert [s.offset_index.entry(i) for i in range(s.offset_index.entries)] == good
+    assert path.stat().st_size == 8 * len(good)
+    # appends continue to index exactly as before the reopen
+    log.append_as_leader(build_batch([b"s" * 70], timestamp=NOW + 99), 0)
+    assert log.log_end_offset == 31
