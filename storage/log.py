@@ -417,7 +417,10 @@ class UnifiedLog:
         segs = self._segments
         i = max(0, bisect_right(self._bases, start_offset) - 1)
         while i < len(segs):
-            r = segs[i].read(start_offset, max_bytes, max_offset, min_one_message)
+            try:
+                r = segs[i].read(start_offset, max_bytes, max_offset, min_one_message)
+            except OSError as e:
+                raise KafkaStorageError(f"read from {segs[i].log_path} failed: {e}") from e
             if r is not None:
                 return FetchDataInfo(r[0], r[1])
             i += 1
@@ -443,9 +446,8 @@ class UnifiedLog:
                 if seg.next_offset > rp and seg.base_offset < target and not seg.deleted:
                     try:
                         seg.flush()
-                    except OSError:
-                        if not seg.deleted:
-                            raise
+                    except OSError as e:
+                        raise KafkaStorageError(f"fsync of {seg.log_path} failed: {e}") from e
             if created != self._segments_created_synced:
                 fsync_dir(self.dir)
                 self._segments_created_synced = created

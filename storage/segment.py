@@ -13,7 +13,7 @@ import weakref
 from pathlib import Path
 from typing import Iterator
 
-from protocol.records import HEADER_SIZE, BatchHeader, compute_crc
+from protocol.records import HEADER_SIZE, LOG_APPEND_TIME, BatchHeader, compute_crc, iter_records
 
 from .index import INT32_MAX, IndexCorruptError, OffsetIndex, TimeIndex
 
@@ -278,8 +278,6 @@ class LogSegment:
 
     def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> tuple[int, int] | None:
         """(timestamp, offset) of the first record with timestamp >= `timestamp` at or after `start_offset`."""
-        from protocol.records import LOG_APPEND_TIME, iter_records
-
         _, ts_offset = self.time_index.lookup(timestamp)
         _, pos = self.offset_index.lookup(max(ts_offset, start_offset))
         for p, h in self.iter_headers(pos):
