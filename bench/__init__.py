@@ -1,0 +1,1 @@
+"""Strata benchmarks: side-by-side throughput/latency/RSS against the Tansu peer. Entry point: bench.run."""

@@ -1,0 +1,219 @@
+"""Side-by-side benchmark of Strata and Tansu: ``python -m bench.run [--quick] [--only strata] [--scenarios ...]``.
+
+Both brokers are started by the harness, stay up for the whole run, and each scenario runs on one broker after the
+other (alternating which goes first), so the ratios Strata/Tansu compare numbers taken minutes apart on the same
+machine. Results go to bench/results/ (results.md, results.json, throughput.png).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+from . import report
+from .brokers import FACTORIES, Broker, BrokerError, tansu_binary
+from .scenarios import ConsumeThroughput, ProduceLatency, ProduceThroughput, RunContext, Scenario, Settings
+
+BENCH_DIR = Path(__file__).resolve().parent
+
+
+def build_scenarios() -> list[Scenario]:
+    """The scenario list, in run order. Later additions (consumer-group throughput, tiered reads, cluster
+    produce) go here."""
+    p1 = ProduceThroughput(partitions=1, acks=1)
+    p1all = ProduceThroughput(partitions=1, acks=-1)
+    p8 = ProduceThroughput(partitions=8, acks=1)
+    p8all = ProduceThroughput(partitions=8, acks=-1)
+    return [
+        p1, p1all, p8, p8all,
+        ConsumeThroughput(source=p1all),
+        ConsumeThroughput(source=p8all),
+        ProduceLatency(partitions=1, acks=-1),
+    ]
+
+
+def machine_info() -> dict:
+    import confluent_kafka
+
+    cpu = "?"
+    mem = 0.0
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+    with contextlib.suppress(OSError), open("/proc/meminfo") as f:
+        mem = next((int(ln.split()[1]) / 1024 / 1024 for ln in f if ln.startswith("MemTotal:")), mem)
+    info = {
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "nproc": os.cpu_count(),
+        "cpu_model": cpu,
+        "mem_total_gib": mem,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "confluent_kafka": getattr(confluent_kafka, "__version__", None) or str(confluent_kafka.version()),
+        "librdkafka": confluent_kafka.libversion()[0],
+    }
+    with contextlib.suppress(Exception):
+        info["tansu_version"] = subprocess.run([str(tansu_binary()), "--version"], check=False,
+                                               capture_output=True, text=True, timeout=10).stdout.strip().split()[-1]
+    with contextlib.suppress(Exception):
+        info["git_rev"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], check=False, capture_output=True,
+                                         text=True, cwd=BENCH_DIR.parent, timeout=10).stdout.strip()
+    return info
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
+    ap.add_argument("--quick", action="store_true", help="small amounts and short caps (smoke test, ~1 min)")
+    ap.add_argument("--only", action="append", choices=sorted(FACTORIES),
+                    help="run only this broker (repeatable); default: all")
+    ap.add_argument("--scenarios", default="",
+                    help="comma-separated substrings; run only scenarios whose name contains one of them "
+                         "(consume scenarios pull in the produce scenario they read)")
+    ap.add_argument("--procs", type=int, help="producer processes per produce scenario")
+    ap.add_argument("--records", type=int, help="records per produce scenario (split across processes)")
+    ap.add_argument("--latency-rate", type=float, help="latency scenario rate, MiB/s")
+    ap.add_argument("--reps", type=int, help="max repetitions of a produce scenario (1 = no repetition)")
+    ap.add_argument("--out", type=Path, default=BENCH_DIR / "results", help="output directory")
+    ap.add_argument("--strata-startup-timeout", type=float, default=60.0)
+    ap.add_argument("--strata-override", action="append", default=[],
+                    help="extra --override KEY=VALUE passed to Strata (repeatable)")
+    return ap.parse_args(argv)
+
+
+def select(scenarios: list[Scenario], spec: str) -> list[Scenario]:
+    if not spec:
+        return scenarios
+    wanted = [w.strip() for w in spec.split(",") if w.strip()]
+    keep = {sc.name for sc in scenarios if any(w in sc.name for w in wanted)}
+    for sc in scenarios:
+        if sc.name in keep and isinstance(sc, ConsumeThroughput):
+            keep.add(sc.source.name)
+    return [sc for sc in scenarios if sc.name in keep]
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def run_one(sc: Scenario, name: str, b: Broker | None, ctx: RunContext, rep: int) -> dict:
+    """One repetition of one scenario on one broker; never raises."""
+    if b is None:
+        return {"skipped": f"{name} is not running"}
+    if not b.alive():
+        log(f"{sc.name} on {name}: broker is down")
+        return {"error": f"{name} exited with code {b.proc.returncode}; log tail:\n{b.log_tail(20)}"}
+    t0 = time.monotonic()
+    try:
+        r = sc.run(b, ctx)
+    except Exception as e:  # noqa: BLE001 - one broker's failure must not stop the comparison
+        r = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(limit=4)}
+    r["wall_s"] = time.monotonic() - t0
+    if not b.alive():
+        r.setdefault("errors", []).append(
+            f"broker exited with code {b.proc.returncode} during the scenario; log tail:\n{b.log_tail(20)}")
+    mt = r.get("metrics") or {}
+    shown = ", ".join(f"{k}={report._fmt(v)}" for k, v in mt.items())
+    errs = r.get("errors") or ([r["error"]] if r.get("error") else [])
+    log(f"{sc.name}{f' rep {rep + 1}' if rep else ''} on {name}: {shown or 'no result'} ({r['wall_s']:.1f}s)"
+        + (f" PROBLEMS: {errs[0][:300]}" if errs else ""))
+    return r
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    t_start = time.monotonic()
+    settings = Settings.quick() if args.quick else Settings()
+    if args.procs:
+        settings.producer_procs = args.procs
+    if args.records:
+        settings.produce_records = args.records
+    if args.reps:
+        settings.max_reps = args.reps
+    if args.latency_rate:
+        settings.latency_rate_mib = args.latency_rate
+    names = args.only or list(FACTORIES)
+    scenarios = select(build_scenarios(), args.scenarios)
+    out_dir: Path = args.out
+    log_dir = out_dir / "logs"
+    ctx = RunContext(settings=settings, run_id=uuid.uuid4().hex[:8])
+
+    results: dict = {
+        "mode": "quick" if args.quick else "full",
+        "machine": machine_info(),
+        "settings": vars(settings),
+        "brokers": {},
+        "scenarios": [],
+    }
+    brokers: dict[str, Broker] = {}
+    try:
+        for name in names:
+            info = results["brokers"].setdefault(name, {"notes": []})
+            if name == "strata":
+                b = FACTORIES[name](log_dir, startup_timeout=args.strata_startup_timeout,
+                                    extra_overrides=args.strata_override)
+            else:
+                b = FACTORIES[name](log_dir)
+            info["cmd"] = b.cmd
+            log(f"starting {name}: {' '.join(b.cmd)}")
+            try:
+                b.start()
+            except (BrokerError, OSError) as e:
+                info["error"] = str(e)
+                log(f"{name} did not start:\n{e}")
+                continue
+            brokers[name] = b
+            info["pid"] = b.pid
+            info["startup_s"] = b.startup_s
+            info["idle_rss_mib"] = b.measure_idle_rss()
+            log(f"{name} up on {b.bootstrap} (pid {b.pid}) in {b.startup_s:.2f}s, idle RSS "
+                f"{info['idle_rss_mib']:.1f} MiB")
+
+        for i, sc in enumerate(scenarios):
+            entry = {"name": sc.name, "kind": sc.kind, "params": sc.params(),
+                     "metric_specs": [vars(m) for m in sc.metrics()], "results": {}}
+            results["scenarios"].append(entry)
+            order = names if i % 2 == 0 else list(reversed(names))
+            reps: dict[str, list[dict]] = {name: [] for name in names}
+            for rep in range(max(1, settings.max_reps if sc.repeatable else 1)):
+                for name in order:
+                    if rep > 0 and not sc.wants_another_rep(reps[name], ctx):
+                        continue
+                    reps[name].append(run_one(sc, name, brokers.get(name), ctx, rep))
+            for name in names:
+                entry["results"][name] = sc.combine(reps[name])
+
+        for name, b in brokers.items():
+            info = results["brokers"][name]
+            if b.alive():
+                info["after_rss_mib"] = b.measure_idle_rss()
+                info["peak_rss_mib"] = b.peak_rss()
+            else:
+                info["notes"].append(f"not alive at the end (exit code {b.proc.returncode})")
+    finally:
+        for name, b in brokers.items():
+            t0 = time.monotonic()
+            code = b.stop()
+            info = results["brokers"][name]
+            info["exit_code"] = code
+            info["stop_s"] = time.monotonic() - t0
+            info["notes"].extend(b.notes)
+            log(f"stopped {name} (exit code {code}, {info['stop_s']:.1f}s)")
+
+    results["wall_s"] = time.monotonic() - t_start
+    md = report.write_all(results, out_dir)
+    print()
+    print(md)
+    log(f"wrote {out_dir}/results.md, results.json, throughput.png in {results['wall_s']:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
