@@ -89,14 +89,14 @@ class KafkaApis:
             raise CloseConnection
         name = api_name(hdr.api_key)
         try:
-            req = decode_request(payload, hdr.api_key, hdr.api_version)
+            decoded = decode_request(payload, hdr.api_key, hdr.api_version)
         except Exception as e:
             log.warning("closing connection: undecodable request", conn=conn.id, peer=conn.peer, api=name,
                         version=hdr.api_version, error=repr(e))
             self.metrics.request_errors.labels(name).inc()
             raise CloseConnection from None
-        ctx = RequestContext(conn, hdr.api_key, hdr.api_version, hdr.correlation_id,
-                             getattr(req.header, "client_id", None), received)
+        req = decoded.body
+        ctx = RequestContext(conn, hdr.api_key, hdr.api_version, hdr.correlation_id, decoded.client_id, received)
         try:
             resp = await self.handlers[hdr.api_key](self.server, ctx, req)
         except CloseConnection:

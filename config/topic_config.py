@@ -171,9 +171,7 @@ class LogConfig:
     def from_defaults(cls, broker_defaults: Mapping[str, Any], overrides: Mapping[str, Any] | None = None
                       ) -> "LogConfig":
         """broker_defaults maps topic keys to the broker-level values (see BrokerConfig.topic_defaults)."""
-        overrides = dict(overrides or {})
-        if any(k not in TOPIC_CONFIG_DEFS for k in overrides):
-            overrides = validate_topic_overrides(overrides)
+        overrides = validate_topic_overrides(overrides or {})
         values = {k: d.default for k, d in TOPIC_CONFIG_DEFS.items()}
         values.update(broker_defaults)
         values.update(overrides)

@@ -115,10 +115,60 @@ def is_supported(api_key: int, version: int) -> bool:
     return rng is not None and rng[0] <= version <= rng[1]
 
 
-def decode_request(payload: bytes | memoryview, api_key: int, version: int) -> Any:
-    """Decode header + body; the header version (v1/v2) follows the API's flexibleVersions."""
+def _skip_tagged_fields(data: memoryview, pos: int) -> int:
+    count, pos = _read_uvarint(data, pos)
+    for _ in range(count):
+        _tag, pos = _read_uvarint(data, pos)
+        size, pos = _read_uvarint(data, pos)
+        pos += size
+    if pos > len(data):
+        raise ValueError("tagged fields run past the end of the request")
+    return pos
+
+
+def _read_uvarint(data: memoryview, pos: int) -> tuple[int, int]:
+    shift = value = 0
+    while True:
+        if pos >= len(data) or shift > 28:
+            raise ValueError("malformed unsigned varint")
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos
+        shift += 7
+
+
+@dataclass(slots=True)
+class DecodedRequest:
+    client_id: str | None
+    body: Any
+
+
+def decode_request(payload: bytes | memoryview, api_key: int, version: int) -> DecodedRequest:
+    """Decode header + body without copying the payload, and insist the body uses every byte.
+
+    kafka-python's own decode copies the whole frame to parse the header and tolerates trailing bytes and
+    negative array counts; a request that does not parse to exactly its frame length is malformed (ValueError).
+    """
     cls = REQUEST_CLASSES[api_key]
-    return cls.decode(bytes(payload), version=version, header=True)
+    data = payload if isinstance(payload, memoryview) else memoryview(payload)
+    (client_id_len,) = struct.unpack_from(">h", data, 8)
+    pos = 10
+    client_id = None
+    if client_id_len >= 0:
+        if pos + client_id_len > len(data):
+            raise ValueError("client id runs past the end of the request")
+        client_id = bytes(data[pos:pos + client_id_len]).decode("utf-8", "replace")
+        pos += client_id_len
+    flexible = cls.flexible_version_q(version)
+    if flexible:
+        pos = _skip_tagged_fields(data, pos)
+    fast_decode = cls._struct.compiled_decode_from(version, compact=flexible, tagged=flexible, data_class=cls)
+    body, end = fast_decode(data, pos)
+    if end != len(data):
+        raise ValueError(f"request body has {len(data) - end} unexpected trailing bytes")
+    return DecodedRequest(client_id, body)
 
 
 def response_class(api_key: int) -> type:

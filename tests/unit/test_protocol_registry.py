@@ -51,7 +51,22 @@ def test_request_round_trip_through_registry():
     assert (hdr.api_key, hdr.api_version, hdr.correlation_id) == (3, 12, 7)
     assert is_supported(hdr.api_key, hdr.api_version)
     decoded = decode_request(payload, hdr.api_key, hdr.api_version)
-    assert decoded.header.client_id == "t" and decoded.topics is None
+    assert decoded.client_id == "t" and decoded.body.topics is None
+
+
+def test_trailing_bytes_and_truncation_are_malformed():
+    import pytest
+    Req = REQUEST_CLASSES[ApiKey.METADATA]
+    for version in (8, 12):       # classic and flexible encodings
+        req = Req(version=version, topics=[Req.MetadataRequestTopic(name="a")], allow_auto_topic_creation=True,
+                  include_topic_authorized_operations=False)
+        req.with_header(correlation_id=1, client_id="c")
+        payload = bytes(req.encode(header=True, framed=True))[4:]
+        assert decode_request(payload, 3, version).body.topics[0].name == "a"
+        with pytest.raises(ValueError):
+            decode_request(payload + b"\x00", 3, version)
+        with pytest.raises(Exception):
+            decode_request(payload[:-2], 3, version)
 
 
 def test_unknown_versions_are_not_supported():
