@@ -120,6 +120,14 @@ class UnifiedLog:
         self._segments_created = 0
         self._segments_created_synced = 0
         self.leader_epoch_cache = LeaderEpochFileCache(self.dir / LEADER_EPOCH_CHECKPOINT)
+        # KIP-405: the highest offset copied to remote storage (-1: none yet), maintained by the RemoteLogManager.
+        # Local retention may only delete segments at or below it.
+        self.highest_offset_in_remote_storage = -1
+
+    @property
+    def remote_log_enabled(self) -> bool:
+        """Tiered topic: remote.storage.enable (only ever true when the broker's remote log system is on)."""
+        return bool(self.config.values.get("remote.storage.enable", False))
 
     # ------------------------------------------------------------------------------------------------------
     # loading
@@ -164,7 +172,11 @@ class UnifiedLog:
         if not self._segments:
             self._add_segment(self._new_segment(log_start_offset))
         leo = self.log_end_offset
-        self.log_start_offset = max(log_start_offset, self._segments[0].base_offset)
+        if self.remote_log_enabled:
+            # Tiered: the log start may lie in remote storage, below the first local segment.
+            self.log_start_offset = min(log_start_offset, leo)
+        else:
+            self.log_start_offset = max(log_start_offset, self._segments[0].base_offset)
         if self.log_start_offset > leo:
             self.truncate_fully_and_start_at(self.log_start_offset)
             leo = self.log_end_offset
@@ -406,10 +418,11 @@ class UnifiedLog:
         """Whole batches from the one holding `start_offset`, below `max_offset` (exclusive), <= max_bytes
         unless `min_one_message` and the first batch alone is larger. Data come from one segment (one pread)."""
         leo = self.log_end_offset
-        if start_offset < self.log_start_offset or start_offset > leo:
+        if start_offset < self.local_log_start_offset or start_offset > leo:
+            # Below the local log start: the caller decides whether remote storage serves it.
             raise OffsetOutOfRangeError(
-                f"offset {start_offset} is out of range [{self.log_start_offset}, {leo}] for "
-                f"{self.topic}-{self.partition}")
+                f"offset {start_offset} is out of range [{self.local_log_start_offset}, {leo}] of the local log "
+                f"of {self.topic}-{self.partition}")
         if max_offset is None or max_offset > leo:
             max_offset = leo
         if start_offset >= max_offset:
@@ -505,6 +518,21 @@ class UnifiedLog:
 
     # ------------------------------------------------------------------------------------------------------
     # log start movement and retention
+    def advance_log_start_offset(self, offset: int) -> bool:
+        """Move the log start offset up (tiered topics: remote retention and DeleteRecords). Never moves it down
+        or past the HW. Returns whether it moved."""
+        offset = min(offset, self.high_watermark)
+        if offset <= self.log_start_offset:
+            return False
+        self._advance_log_start(offset)
+        self._delete_log_start_breached()
+        return True
+
+    def _advance_local_log_start(self, offset: int) -> None:
+        """Local retention of a tiered log: the data below stays readable from remote storage."""
+        if offset > self.local_log_start_offset:
+            self.local_log_start_offset = offset
+
     def _advance_log_start(self, offset: int) -> None:
         if offset > self.log_start_offset:
             self.log_start_offset = offset
@@ -540,6 +568,8 @@ class UnifiedLog:
         now = _now_ms() if now_ms is None else now_ms
         deleted = self._delete_log_start_breached()
         cfg = self.config
+        if self.remote_log_enabled:
+            return deleted + self._delete_local_retention_breached(now)
         if cfg.delete:
             if cfg.retention_ms >= 0:
                 deleted += self._delete_prefix(lambda seg, _: now - seg.largest_timestamp > cfg.retention_ms)
@@ -554,7 +584,35 @@ class UnifiedLog:
                 deleted += self._delete_prefix(over)
         return deleted
 
-    def _delete_prefix(self, predicate: Callable[[LogSegment, int], bool]) -> int:
+    def _delete_local_retention_breached(self, now: int) -> int:
+        """Tiered log: local.retention.ms/bytes (-2: the total retention's value) over the local segments, and
+        only segments already copied to remote storage; moves the local log start, not the log start."""
+        cfg = self.config
+        local_ms = cfg["local.retention.ms"]
+        local_bytes = cfg["local.retention.bytes"]
+        local_ms = cfg.retention_ms if local_ms == -2 else local_ms
+        local_bytes = cfg.retention_bytes if local_bytes == -2 else local_bytes
+        remote_end = self.highest_offset_in_remote_storage
+        deleted = 0
+
+        def copied(nxt_base: int) -> bool:
+            return nxt_base - 1 <= remote_end
+
+        if local_ms >= 0:
+            deleted += self._delete_prefix(
+                lambda seg, nxt: copied(nxt) and now - seg.largest_timestamp > local_ms, local_only=True)
+        if local_bytes >= 0:
+            excess = [self.size_in_bytes - local_bytes]
+
+            def over(seg: LogSegment, nxt: int) -> bool:
+                if copied(nxt) and excess[0] - seg.size >= 0:
+                    excess[0] -= seg.size
+                    return True
+                return False
+            deleted += self._delete_prefix(over, local_only=True)
+        return deleted
+
+    def _delete_prefix(self, predicate: Callable[[LogSegment, int], bool], local_only: bool = False) -> int:
         """Delete the oldest segments while `predicate` holds; only closed ones wholly below the HW."""
         n = 0
         while len(self._segments) > 1:
@@ -564,7 +622,10 @@ class UnifiedLog:
             self._remove_first_segment()
             n += 1
         if n:
-            self._advance_log_start(self._segments[0].base_offset)
+            if local_only:
+                self._advance_local_log_start(self._segments[0].base_offset)
+            else:
+                self._advance_log_start(self._segments[0].base_offset)
         return n
 
     # ------------------------------------------------------------------------------------------------------
