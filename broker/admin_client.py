@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import socket
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Self
 
 from protocol.errors import ErrorCode
 from protocol.registry import REQUEST_CLASSES, RESPONSE_CLASSES, ApiKey
@@ -96,7 +97,7 @@ class AdminClient:
             self._sock = socket.create_connection((self.host, self.port), timeout=timeout)
         except ConnectionRefusedError:
             raise AdminError(f"connection refused by {self.host}:{self.port}: is a broker running there?") from None
-        except socket.timeout:
+        except TimeoutError:
             raise AdminError(f"timed out connecting to {self.host}:{self.port}") from None
         except OSError as e:
             raise AdminError(f"cannot connect to {self.host}:{self.port}: {e.strerror or e}") from None
@@ -104,10 +105,10 @@ class AdminClient:
         self.versions: dict[int, tuple[int, int]] = {}
         self._negotiate()
 
-    def __enter__(self) -> "AdminClient":
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:
@@ -119,7 +120,7 @@ class AdminClient:
         while len(buf) < n:
             try:
                 chunk = self._sock.recv(n - len(buf))
-            except socket.timeout:
+            except TimeoutError:
                 raise AdminError(f"timed out waiting for {self.host}:{self.port}") from None
             except OSError as e:
                 raise AdminError(f"connection to {self.host}:{self.port} failed: {e.strerror or e}") from None

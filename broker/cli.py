@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 SOURCE_DEFAULT_CONFIG = 5
@@ -31,7 +31,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     try:
         config = BrokerConfig.load(args.config, args.override or [])
-        config.listeners, config.advertised_listeners  # parsed lazily; fail here with exit 2, not in startup
+        _ = config.listeners, config.advertised_listeners  # parsed lazily: fail here with exit 2, not in startup
     except ConfigError as e:
         print(f"strata: configuration error: {e}", file=sys.stderr)
         return 2

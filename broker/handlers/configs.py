@@ -8,8 +8,9 @@ read-only and IncrementalAlterConfigs on a BROKER resource is refused.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from config import BROKER_CONFIG_DEFS, TOPIC_CONFIG_DEFS, ConfigError, ConfigType, LogConfig, format_value
 from config.topic_config import TOPIC_TO_BROKER_SYNONYM, validate_topic_overrides

@@ -202,7 +202,8 @@ def test_confluent_incremental_alter_and_describe(cfg_broker):
 
 
 def test_kafka_python_describe_configs(cfg_broker):
-    from kafka.admin import ConfigResource as KPResource, ConfigResourceType, KafkaAdminClient
+    from kafka.admin import ConfigResource as KPResource
+    from kafka.admin import ConfigResourceType, KafkaAdminClient
 
     with AdminClient(cfg_broker.bootstrap) as a:
         a.create_topic("cfg-kp", 1, 1, {"retention.ms": "4000"})

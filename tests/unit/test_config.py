@@ -99,7 +99,7 @@ def test_load_errors_are_readable(tmp_path):
     with pytest.raises(ConfigError, match="is not of the form key=value"):
         BrokerConfig.load(None, ["novalue"])
     with pytest.raises(ConfigError, match="is not of the form NAME://host:port"):
-        BrokerConfig.from_dict({"listeners": "127.0.0.1:9092"}).listeners
+        _ = BrokerConfig.from_dict({"listeners": "127.0.0.1:9092"}).listeners
 
 
 # -- topic defaults from broker synonyms -----------------------------------------------------------------------------
@@ -337,5 +337,5 @@ def test_example_server_properties_loads():
 
 def test_configuration_doc_lists_every_key():
     doc = (REPO / "docs" / "configuration.md").read_text()
-    documented = set(re.findall(r"^\| `([a-z0-9.]+)` \|", doc, re.M))
+    documented = set(re.findall(r"^\| `([a-z0-9.]+)` \|", doc, re.MULTILINE))
     assert set(BROKER_CONFIG_DEFS) | set(TOPIC_CONFIG_DEFS) <= documented
