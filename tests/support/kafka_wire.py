@@ -277,3 +277,24 @@ def batch_codecs(bootstrap: str, topic: str, partition: int, offset: int = 0, ma
 
 
 CODEC_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
+def assert_stored_codec(bootstrap: str, topic: str, partitions: int, codec: str, hint: str = "") -> None:
+    """The broker keeps the producer's batches as they came: the stored batches use the producer's codec.
+
+    Clients send a batch uncompressed when compression does not shrink it (librdkafka, kafka-python), so
+    uncompressed batches may appear too; any other codec means the broker rewrote batches.
+    """
+    want = CODEC_IDS[codec]
+    seen: set[int] = set()
+    for p in range(partitions):
+        seen |= batch_codecs(bootstrap, topic, p)
+    assert want in seen and seen <= {0, want}, (
+        f"{topic}: stored batch codecs {sorted(seen)}, producer used {codec} ({want}). {hint}")
+
+
+# librdkafka derives its "broker supports LZ4" feature from ApiVersions: it needs FindCoordinator (key 10)
+# advertised (LZ4 arrived with Kafka 0.8.2, like GroupCoordinator); otherwise it logs "Broker does not support
+# compression type lz4: not compressing batch" and sends lz4 batches uncompressed.
+LIBRDKAFKA_LZ4_HINT = ("librdkafka sends lz4 uncompressed unless the broker advertises FindCoordinator (api key 10) "
+                       "in ApiVersions (rdkafka_feature.c: RD_KAFKA_FEATURE_LZ4 depends on FindCoordinator v0).")
