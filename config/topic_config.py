@@ -68,7 +68,12 @@ _TOPIC_DEFS: list[tuple[str, str | None, ConfigDef]] = [
      ConfigDef("local.retention.ms", T.LONG, -2, "", local_retention_value)),
     ("local.retention.bytes", "log.local.retention.bytes",
      ConfigDef("local.retention.bytes", T.LONG, -2, "", local_retention_value)),
-    ("remote.storage.enable", None, ConfigDef("remote.storage.enable", T.BOOLEAN, False, "")),
+    ("remote.storage.enable", None, ConfigDef("remote.storage.enable", T.BOOLEAN, False,
+                                              "tier closed segments to remote storage (KIP-405)")),
+    ("remote.log.copy.disable", None, ConfigDef("remote.log.copy.disable", T.BOOLEAN, False,
+                                                "stop copying new segments; remote reads continue (KIP-950)")),
+    ("remote.log.delete.on.disable", None, ConfigDef("remote.log.delete.on.disable", T.BOOLEAN, False,
+                                                     "allow turning remote storage off, deleting remote data")),
 ]
 
 TOPIC_CONFIG_DEFS: dict[str, ConfigDef] = {k: d for k, _, d in _TOPIC_DEFS}

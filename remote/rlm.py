@@ -1,0 +1,543 @@
+"""RemoteLogManager (KIP-405): copies closed segments to remote storage, expires them, and serves remote reads.
+
+Per leader partition it runs a copy task and an expiration task every `remote.log.manager.task.interval.ms`, on
+separate bounded pools (asyncio semaphores sized by `remote.log.manager.copier.thread.pool.size` and
+`...expiration.thread.pool.size`). Reads go through a bounded RemoteLogReader pool (`remote.log.reader.threads`
+running, `remote.log.reader.max.pending.tasks` queued, rejected beyond). Nothing here blocks the event loop: the RSM
+does its I/O in threads or asynchronously, and the local log is only inspected (never mutated) except for the
+`highest_offset_in_remote_storage` / log start updates the KIP prescribes.
+
+The invariants (DESIGN.md "Offsets and invariants"): only segments whose last offset is below the LSO/HW are copied,
+oldest first; every attempt gets a fresh segment id; COPY_SEGMENT_STARTED -> copy -> COPY_SEGMENT_FINISHED, and only
+then may local retention delete the local copy; deletion is DELETE_SEGMENT_STARTED -> delete -> FINISHED.
+"""
+from __future__ import annotations
+
+import asyncio
+import random
+import struct
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import crc32c
+import structlog
+
+from protocol.records import iter_batches, iter_records
+from storage.errors import OffsetOutOfRangeError
+from storage.log import TimestampAndOffset, UnifiedLog
+
+from .index_cache import RemoteIndexCache
+from .metadata import (
+    LogSegmentData,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState,
+    RemotePartitionDeleteMetadata,
+    RemotePartitionDeleteState,
+    TopicIdPartition,
+)
+from .quota import UNLIMITED, RateQuota
+from .remote_metrics import RemoteMetrics
+from .rsm import RemoteStorageError, RemoteStorageManager
+
+log = structlog.get_logger("strata.remote")
+
+COPY_FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+COPY_STARTED = RemoteLogSegmentState.COPY_SEGMENT_STARTED
+
+
+class RemoteReaderQueueFullError(RemoteStorageError):
+    """remote.log.reader.max.pending.tasks reached: the fetch is answered with a retriable error."""
+
+
+@dataclass
+class RemoteLogManagerConfig:
+    task_interval_ms: int = 30_000
+    retry_backoff_ms: int = 500
+    retry_backoff_max_ms: int = 30_000
+    copier_pool_size: int = 10
+    expiration_pool_size: int = 10
+    reader_threads: int = 10
+    reader_max_pending_tasks: int = 100
+    index_cache_bytes: int = 1024**3
+    copy_max_bytes_per_second: int = UNLIMITED
+    fetch_max_bytes_per_second: int = UNLIMITED
+    copy_quota_window_num: int = 11
+    copy_quota_window_size_s: int = 1
+    fetch_quota_window_num: int = 11
+    fetch_quota_window_size_s: int = 1
+
+    @classmethod
+    def from_broker(cls, v: Mapping[str, Any]) -> "RemoteLogManagerConfig":
+        def g(key: str, default: int) -> int:
+            val = v.get(key)
+            return default if val is None else int(val)
+        return cls(
+            task_interval_ms=g("remote.log.manager.task.interval.ms", 30_000),
+            retry_backoff_ms=g("remote.log.manager.task.retry.backoff.ms", 500),
+            retry_backoff_max_ms=g("remote.log.manager.task.retry.backoff.max.ms", 30_000),
+            copier_pool_size=g("remote.log.manager.copier.thread.pool.size", 10),
+            expiration_pool_size=g("remote.log.manager.expiration.thread.pool.size", 10),
+            reader_threads=g("remote.log.reader.threads", 10),
+            reader_max_pending_tasks=g("remote.log.reader.max.pending.tasks", 100),
+            index_cache_bytes=g("remote.log.index.file.cache.total.size.bytes", 1024**3),
+            copy_max_bytes_per_second=g("remote.log.manager.copy.max.bytes.per.second", UNLIMITED),
+            fetch_max_bytes_per_second=g("remote.log.manager.fetch.max.bytes.per.second", UNLIMITED),
+            copy_quota_window_num=g("remote.log.manager.copy.quota.window.num", 11),
+            copy_quota_window_size_s=g("remote.log.manager.copy.quota.window.size.seconds", 1),
+            fetch_quota_window_num=g("remote.log.manager.fetch.quota.window.num", 11),
+            fetch_quota_window_size_s=g("remote.log.manager.fetch.quota.window.size.seconds", 1),
+        )
+
+
+def topic_id_partition(ulog: UnifiedLog) -> TopicIdPartition:
+    return TopicIdPartition(ulog.topic_id, ulog.topic, ulog.partition)
+
+
+def empty_producer_snapshot() -> bytes:
+    """A Kafka producer-state snapshot with no entries (version 1, CRC32C over the entry array)."""
+    body = struct.pack(">i", 0)
+    return struct.pack(">hI", 1, crc32c.crc32c(body)) + body
+
+
+def epoch_checkpoint_bytes(entries: list[tuple[int, int]]) -> bytes:
+    """leader-epoch-checkpoint text (version 0) for the entries given."""
+    lines = ["0", str(len(entries))] + [f"{e} {o}" for e, o in entries]
+    return ("\n".join(lines) + "\n").encode()
+
+
+@dataclass
+class _PartitionTasks:
+    ulog: UnifiedLog
+    tip: TopicIdPartition
+    leader_epoch: int
+    copy_task: asyncio.Task | None = None
+    expire_task: asyncio.Task | None = None
+    copying: set[uuid.UUID] = field(default_factory=set)
+    failures: int = 0
+
+
+class RemoteLogManager:
+    def __init__(self, config: RemoteLogManagerConfig, rsm: RemoteStorageManager, rlmm: Any, *, broker_id: int,
+                 index_cache_dir: Path, metrics: RemoteMetrics | None = None) -> None:
+        self.config = config
+        self.rsm = rsm
+        self.rlmm = rlmm
+        self.broker_id = broker_id
+        self.metrics = metrics or RemoteMetrics()
+        self.index_cache = RemoteIndexCache(rsm, index_cache_dir, config.index_cache_bytes)
+        self._leaders: dict[TopicIdPartition, _PartitionTasks] = {}
+        self._copy_slots = asyncio.Semaphore(max(1, config.copier_pool_size))
+        self._expire_slots = asyncio.Semaphore(max(1, config.expiration_pool_size))
+        self._reader_slots = asyncio.Semaphore(max(1, config.reader_threads))
+        self._reader_pending = 0
+        self._reader_busy = 0
+        self.copy_quota = RateQuota(config.copy_max_bytes_per_second, config.copy_quota_window_num,
+                                    config.copy_quota_window_size_s)
+        self.fetch_quota = RateQuota(config.fetch_max_bytes_per_second, config.fetch_quota_window_num,
+                                     config.fetch_quota_window_size_s)
+        self._closed = False
+
+    # ---- leadership ---------------------------------------------------------------------------------------------
+    def on_leadership_change(self, leaders: list[tuple[UnifiedLog, int]], followers: list[UnifiedLog]) -> None:
+        """Start copy/expiration tasks for tiered partitions we lead; stop them for the others."""
+        for ulog, epoch in leaders:
+            tip = topic_id_partition(ulog)
+            if not ulog.remote_log_enabled:
+                self.stop_partition(tip)
+                continue
+            st = self._leaders.get(tip)
+            if st is None:
+                st = self._leaders[tip] = _PartitionTasks(ulog, tip, epoch)
+                st.copy_task = asyncio.create_task(self._copy_loop(st), name=f"rlm-copy-{tip}")
+                st.expire_task = asyncio.create_task(self._expire_loop(st), name=f"rlm-expire-{tip}")
+            st.ulog, st.leader_epoch = ulog, epoch
+        for ulog in followers:
+            self.stop_partition(topic_id_partition(ulog))
+
+    def stop_partition(self, tip: TopicIdPartition) -> None:
+        st = self._leaders.pop(tip, None)
+        if st is not None:
+            for t in (st.copy_task, st.expire_task):
+                if t is not None:
+                    t.cancel()
+
+    async def close(self) -> None:
+        self._closed = True
+        tasks = [t for st in self._leaders.values() for t in (st.copy_task, st.expire_task) if t is not None]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._leaders.clear()
+        await self.index_cache.close()
+        await self.rsm.close()
+
+    # ---- task loops ---------------------------------------------------------------------------------------------
+    def _backoff_s(self, failures: int) -> float:
+        base = min(self.config.retry_backoff_ms * (2 ** max(0, failures - 1)), self.config.retry_backoff_max_ms)
+        return base * (1 + random.uniform(-0.2, 0.2)) / 1000.0
+
+    async def _copy_loop(self, st: _PartitionTasks) -> None:
+        await self.sync_highest_copied_offset(st.ulog)
+        while not self._closed:
+            delay = self.config.task_interval_ms / 1000.0
+            try:
+                async with self._copy_slots:
+                    await self.copy_eligible_segments(st.ulog, st)
+                st.failures = 0
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:       # remote outage: back off and retry, never give up on the partition
+                st.failures += 1
+                delay = max(delay, self._backoff_s(st.failures)) if st.failures > 1 else self._backoff_s(1)
+                log.warning("remote copy failed", partition=str(st.tip), error=str(e), retry_in_s=round(delay, 2))
+            self._update_copy_lag(st.ulog)
+            await asyncio.sleep(delay)
+
+    async def _expire_loop(self, st: _PartitionTasks) -> None:
+        while not self._closed:
+            delay = self.config.task_interval_ms / 1000.0
+            try:
+                async with self._expire_slots:
+                    await self.expire_remote_segments(st.ulog, st)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                delay = self._backoff_s(2)
+                log.warning("remote expiration failed", partition=str(st.tip), error=str(e))
+            await asyncio.sleep(delay)
+
+    # ---- copy -----------------------------------------------------------------------------------------------
+    async def sync_highest_copied_offset(self, ulog: UnifiedLog) -> int:
+        """Where copying resumes: walk the leader-epoch lineage backwards and take the first epoch for which the
+        RLMM holds a copied segment (KIP-405 "Follower to leader"), so nothing is re-copied or skipped."""
+        tip = topic_id_partition(ulog)
+        highest = -1
+        for entry in reversed(ulog.leader_epoch_cache.entries):
+            h = await _maybe_await(self.rlmm.highest_offset_for_epoch(tip, entry.epoch))
+            if h is not None and h >= 0:
+                highest = h
+                break
+        ulog.highest_offset_in_remote_storage = max(ulog.highest_offset_in_remote_storage, highest)
+        return ulog.highest_offset_in_remote_storage
+
+    def copy_candidates(self, ulog: UnifiedLog) -> list[tuple[Any, int]]:
+        """(segment, end offset) of closed segments above the highest copied offset and below the LSO/HW."""
+        segs = ulog.segments
+        out = []
+        upper = ulog.high_watermark            # LSO == HW until transactions exist
+        highest = ulog.highest_offset_in_remote_storage
+        for seg, nxt in zip(segs, segs[1:]):
+            end = nxt.base_offset - 1
+            if end <= highest or seg.base_offset < ulog.local_log_start_offset:
+                continue
+            if nxt.base_offset > upper:
+                break
+            if seg.size == 0:
+                continue
+            out.append((seg, end))
+        return out
+
+    async def copy_eligible_segments(self, ulog: UnifiedLog, st: _PartitionTasks | None = None) -> int:
+        if ulog.config.values.get("remote.log.copy.disable"):
+            return 0
+        copied = 0
+        for seg, end in self.copy_candidates(ulog):
+            await self.copy_quota.wait()
+            await self._copy_segment(ulog, seg, end, st)
+            copied += 1
+        return copied
+
+    async def _copy_segment(self, ulog: UnifiedLog, seg: Any, end: int, st: _PartitionTasks | None) -> None:
+        tip = topic_id_partition(ulog)
+        base = seg.base_offset
+        entries = [(e.epoch, e.start_offset) for e in ulog.leader_epoch_cache.entries]
+        seg_epochs: dict[int, int] = {}
+        for i, (epoch, start) in enumerate(entries):
+            nxt_start = entries[i + 1][1] if i + 1 < len(entries) else None
+            if start <= end and (nxt_start is None or nxt_start > base):
+                seg_epochs[epoch] = max(start, base)
+        if not seg_epochs:
+            seg_epochs = {st.leader_epoch if st else 0: base}
+        checkpoint = epoch_checkpoint_bytes([(e, o) for e, o in entries if o <= end])
+        snapshot = self._producer_snapshot_path(ulog, end + 1)
+        seg_id = RemoteLogSegmentId(tip, uuid.uuid4())
+        meta = RemoteLogSegmentMetadata(seg_id, base, end, seg.largest_timestamp, self.broker_id, _now_ms(),
+                                        seg.size, seg_epochs, COPY_STARTED)
+        if st is not None:
+            st.copying.add(seg_id.id)
+        try:
+            await _maybe_await(self.rlmm.add_remote_log_segment_metadata(meta))
+            data = LogSegmentData(seg.log_path, seg.offset_index.path, seg.time_index.path, None, snapshot,
+                                  checkpoint)
+            self.metrics.copy_requests.labels(ulog.topic).inc()
+            try:
+                custom = await self.rsm.copy_log_segment_data(meta, data)
+            except Exception:
+                self.metrics.copy_errors.labels(ulog.topic).inc()
+                raise
+            await _maybe_await(self.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
+                seg_id, _now_ms(), custom, COPY_FINISHED, self.broker_id)))
+        finally:
+            if st is not None:
+                st.copying.discard(seg_id.id)
+        self.copy_quota.record(seg.size)
+        self.metrics.copy_bytes.labels(ulog.topic).inc(seg.size)
+        ulog.highest_offset_in_remote_storage = max(ulog.highest_offset_in_remote_storage, end)
+        log.info("copied segment to remote storage", partition=str(tip), base_offset=base, end_offset=end,
+                 bytes=seg.size, segment_id=seg_id.id_str)
+
+    @staticmethod
+    def _producer_snapshot_path(ulog: UnifiedLog, offset: int) -> Path:
+        """The producer snapshot at the segment's end (Kafka requires one per copied segment); an empty one is
+        written when the log keeps no producer state for that offset."""
+        path = ulog.dir / f"{offset:020d}.snapshot"
+        if not path.exists():
+            tmp = path.with_suffix(".snapshot.tmp")
+            tmp.write_bytes(empty_producer_snapshot())
+            tmp.replace(path)
+        return path
+
+    def _update_copy_lag(self, ulog: UnifiedLog) -> None:
+        cands = self.copy_candidates(ulog)
+        labels = (ulog.topic, str(ulog.partition))
+        self.metrics.copy_lag_segments.labels(*labels).set(len(cands))
+        self.metrics.copy_lag_bytes.labels(*labels).set(sum(s.size for s, _ in cands))
+
+    # ---- expiration -------------------------------------------------------------------------------------------
+    async def _segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
+        return list(await _maybe_await(self.rlmm.list_remote_log_segments(tip)))
+
+    async def expire_remote_segments(self, ulog: UnifiedLog, st: _PartitionTasks | None = None,
+                                     now_ms: int | None = None) -> int:
+        """Apply retention.ms / retention.bytes over local + remote, the log start offset, and orphan cleanup."""
+        tip = topic_id_partition(ulog)
+        now = _now_ms() if now_ms is None else now_ms
+        cfg = ulog.config
+        all_segs = await self._segments(tip)
+        finished = sorted((s for s in all_segs if s.state == COPY_FINISHED), key=lambda s: s.start_offset)
+        lineage = {e.epoch for e in ulog.leader_epoch_cache.entries}
+        copying = st.copying if st is not None else set()
+        doomed: list[RemoteLogSegmentMetadata] = []
+        # orphans: failed/abandoned copies, and segments none of whose epochs are in our lineage
+        for s in all_segs:
+            if s.state == COPY_STARTED and s.segment_id not in copying and s.end_offset <= \
+                    ulog.highest_offset_in_remote_storage:
+                doomed.append(s)
+            elif s.state == COPY_STARTED and s.segment_id not in copying and s.broker_id == self.broker_id \
+                    and now - s.event_timestamp_ms > max(self.config.task_interval_ms * 4, 60_000):
+                doomed.append(s)
+        kept = []
+        for s in finished:
+            if lineage and not (set(s.segment_leader_epochs) & lineage) and s.end_offset < ulog.log_start_offset:
+                doomed.append(s)
+            elif s.end_offset < ulog.log_start_offset:
+                doomed.append(s)
+            else:
+                kept.append(s)
+        if cfg.delete:
+            if cfg.retention_ms >= 0:
+                while kept and now - kept[0].max_timestamp_ms > cfg.retention_ms:
+                    doomed.append(kept.pop(0))
+            if cfg.retention_bytes >= 0:
+                remote_size = sum(s.segment_size_in_bytes for s in kept)
+                local_only = sum(seg.size for seg in ulog.segments
+                                 if seg.base_offset > ulog.highest_offset_in_remote_storage)
+                excess = remote_size + local_only - cfg.retention_bytes
+                while kept and excess - kept[0].segment_size_in_bytes >= 0:
+                    excess -= kept[0].segment_size_in_bytes
+                    doomed.append(kept.pop(0))
+        deleted = 0
+        for s in doomed:
+            if await self._delete_segment(ulog.topic, s):
+                deleted += 1
+        if kept:
+            new_start = kept[0].start_offset
+        else:
+            new_start = ulog.local_log_start_offset
+        if deleted and new_start > ulog.log_start_offset:
+            ulog.advance_log_start_offset(new_start)
+        self._update_size_metrics(ulog, kept)
+        return deleted
+
+    async def _delete_segment(self, topic: str, s: RemoteLogSegmentMetadata) -> bool:
+        self.metrics.delete_requests.labels(topic).inc()
+        try:
+            await _maybe_await(self.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
+                s.remote_log_segment_id, _now_ms(), None, RemoteLogSegmentState.DELETE_SEGMENT_STARTED,
+                self.broker_id)))
+            await self.rsm.delete_log_segment_data(s)
+            self.index_cache.remove(s.segment_id)
+            await _maybe_await(self.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
+                s.remote_log_segment_id, _now_ms(), None, RemoteLogSegmentState.DELETE_SEGMENT_FINISHED,
+                self.broker_id)))
+        except Exception as e:
+            self.metrics.delete_errors.labels(topic).inc()
+            log.warning("remote segment deletion failed", segment=str(s.remote_log_segment_id), error=str(e))
+            return False
+        log.info("deleted remote segment", partition=str(s.topic_id_partition), start_offset=s.start_offset,
+                 end_offset=s.end_offset, segment_id=s.remote_log_segment_id.id_str)
+        return True
+
+    def _update_size_metrics(self, ulog: UnifiedLog, kept: list[RemoteLogSegmentMetadata]) -> None:
+        labels = (ulog.topic, str(ulog.partition))
+        self.metrics.log_size_bytes.labels(*labels).set(sum(s.segment_size_in_bytes for s in kept))
+        self.metrics.metadata_count.labels(*labels).set(len(kept))
+
+    async def delete_partition(self, tip: TopicIdPartition) -> int:
+        """Topic deletion: DELETE_PARTITION_MARKED -> STARTED -> delete every segment -> FINISHED."""
+        self.stop_partition(tip)
+
+        async def mark(state: RemotePartitionDeleteState) -> None:
+            await _maybe_await(self.rlmm.put_remote_partition_delete_metadata(
+                RemotePartitionDeleteMetadata(tip, state, _now_ms(), self.broker_id)))
+        await mark(RemotePartitionDeleteState.DELETE_PARTITION_MARKED)
+        await mark(RemotePartitionDeleteState.DELETE_PARTITION_STARTED)
+        n = 0
+        for s in await self._segments(tip):
+            if s.state != RemoteLogSegmentState.DELETE_SEGMENT_FINISHED and await self._delete_segment(tip.topic, s):
+                n += 1
+        await self.rsm.delete_partition(tip)
+        await mark(RemotePartitionDeleteState.DELETE_PARTITION_FINISHED)
+        return n
+
+    # ---- reads ------------------------------------------------------------------------------------------------
+    @property
+    def reader_queue_size(self) -> int:
+        return self._reader_pending
+
+    async def read(self, ulog: UnifiedLog, offset: int, max_bytes: int, min_one_message: bool,
+                   max_offset: int | None = None) -> bytes:
+        """Whole batches from remote storage starting with the batch holding `offset` (RemoteLogReader)."""
+        if self._reader_pending >= self.config.reader_max_pending_tasks + self.config.reader_threads:
+            self.metrics.fetch_errors.labels(ulog.topic).inc()
+            raise RemoteReaderQueueFullError("remote log reader queue is full")
+        self._reader_pending += 1
+        self.metrics.reader_queue_size.set(max(0, self._reader_pending - self.config.reader_threads))
+        try:
+            async with self._reader_slots:
+                self._reader_busy += 1
+                self.metrics.reader_avg_idle.set(
+                    100.0 * (1 - self._reader_busy / max(1, self.config.reader_threads)))
+                try:
+                    await self.fetch_quota.wait()
+                    started = time.perf_counter()
+                    self.metrics.fetch_requests.labels(ulog.topic).inc()
+                    try:
+                        data = await self._read(ulog, offset, max_bytes, min_one_message, max_offset)
+                    except Exception:
+                        self.metrics.fetch_errors.labels(ulog.topic).inc()
+                        raise
+                    self.metrics.reader_fetch_time.observe(time.perf_counter() - started)
+                    self.metrics.fetch_bytes.labels(ulog.topic).inc(len(data))
+                    self.fetch_quota.record(len(data))
+                    return data
+                finally:
+                    self._reader_busy -= 1
+                    self.metrics.reader_avg_idle.set(
+                        100.0 * (1 - self._reader_busy / max(1, self.config.reader_threads)))
+        finally:
+            self._reader_pending -= 1
+            self.metrics.reader_queue_size.set(max(0, self._reader_pending - self.config.reader_threads))
+
+    async def find_segment(self, ulog: UnifiedLog, offset: int) -> RemoteLogSegmentMetadata | None:
+        """The copied segment holding `offset` in this log's lineage (epoch of the offset, from the epoch cache)."""
+        tip = topic_id_partition(ulog)
+        epoch = ulog.epoch_for_offset(offset)
+        if epoch is not None:
+            meta = await _maybe_await(self.rlmm.remote_log_segment_metadata(tip, epoch, offset))
+            if meta is not None:
+                return meta
+        # No epoch known for this offset (epoch cache trimmed): fall back to any copied segment covering it.
+        for s in await self._segments(tip):
+            if s.state == COPY_FINISHED and s.start_offset <= offset <= s.end_offset:
+                return s
+        return None
+
+    async def _read(self, ulog: UnifiedLog, offset: int, max_bytes: int, min_one: bool,
+                    max_offset: int | None) -> bytes:
+        target = offset
+        while True:
+            meta = await self.find_segment(ulog, target)
+            if meta is None:
+                raise OffsetOutOfRangeError(f"offset {offset} of {ulog.topic}-{ulog.partition} is not in remote "
+                                            "storage")
+            pos = await self.index_cache.lookup_offset(meta, target)
+            window = max(max_bytes, 1) + 64 * 1024
+            end = min(pos + window, meta.segment_size_in_bytes) - 1
+            buf = await self.rsm.fetch_log_segment(meta, pos, end)
+            out: list[bytes] = []
+            size = 0
+            for bpos, h in iter_batches(buf):
+                if h.last_offset < target:
+                    continue
+                if max_offset is not None and h.base_offset >= max_offset:
+                    break
+                if size + h.size > max_bytes and (size > 0 or not min_one):
+                    break
+                out.append(bytes(buf[bpos:bpos + h.size]))
+                size += h.size
+            if out:
+                return b"".join(out)
+            # Nothing whole in the window: the first relevant batch is larger than the window (fetch it alone
+            # when at least one message is owed), or the offset lies past this segment's data (next segment).
+            nxt = _first_relevant_batch(buf, target)
+            if nxt is not None:
+                if not min_one:
+                    return b""
+                bpos, bsize = nxt
+                return await self.rsm.fetch_log_segment(meta, pos + bpos, pos + bpos + bsize - 1)
+            if pos + len(buf) < meta.segment_size_in_bytes:
+                return b""
+            target = meta.end_offset + 1
+            if target >= ulog.local_log_start_offset or (max_offset is not None and target >= max_offset):
+                return b""
+
+    async def find_offset_by_timestamp(self, ulog: UnifiedLog, timestamp: int) -> TimestampAndOffset | None:
+        """ListOffsets by timestamp: remote time indexes first (oldest segment whose max timestamp >= ts)."""
+        tip = topic_id_partition(ulog)
+        for s in sorted(await self._segments(tip), key=lambda m: m.start_offset):
+            if s.state != COPY_FINISHED or s.max_timestamp_ms < timestamp or s.end_offset < ulog.log_start_offset:
+                continue
+            start = max(s.start_offset, ulog.log_start_offset)
+            idx = await self.index_cache.lookup_timestamp(s, timestamp, start)
+            buf = await self.rsm.fetch_log_segment(s, idx.position)
+            for _bpos, h in iter_batches(buf):
+                if h.last_offset < start or h.max_timestamp < timestamp:
+                    continue
+                for r in iter_records(buf, _bpos):
+                    if r.offset >= start and r.timestamp >= timestamp:
+                        epoch = ulog.epoch_for_offset(r.offset)
+                        return TimestampAndOffset(r.timestamp, r.offset, epoch)
+        return None
+
+    async def remote_log_start_offset(self, ulog: UnifiedLog) -> int | None:
+        segs = [s for s in await self._segments(topic_id_partition(ulog)) if s.state == COPY_FINISHED]
+        return min((s.start_offset for s in segs), default=None)
+
+
+def _first_relevant_batch(buf: bytes, target: int) -> tuple[int, int] | None:
+    """(position, size) of the first batch, possibly incomplete, whose last offset >= target."""
+    pos = 0
+    while pos + 61 <= len(buf):
+        base, length = struct.unpack_from(">qi", buf, pos)
+        size = length + 12
+        last_delta = struct.unpack_from(">i", buf, pos + 23)[0]
+        if base + last_delta >= target:
+            return pos, size
+        pos += size
+    return None
+
+
+async def _maybe_await(v: Any) -> Any:
+    if asyncio.iscoroutine(v) or isinstance(v, asyncio.Future):
+        return await v
+    return v
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
