@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import signal
 import socket
@@ -103,7 +104,8 @@ def metadata_roundtrip(bootstrap: str, timeout: float) -> dict:
     """One Metadata request through librdkafka; returns {'brokers': n, 'topics': [...]}."""
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": int(timeout * 1000)})
+    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": int(timeout * 1000),
+                         "log_level": 3, "log.connection.close": False})
     md = admin.list_topics(timeout=timeout)
     return {"brokers": len(md.brokers), "topics": sorted(md.topics)}
 
@@ -148,6 +150,8 @@ class Broker:
         deadline = t0 + self.startup_timeout
         try:
             wait_port("127.0.0.1", self.port, deadline, self.proc)
+            # The port is open: a broker that cannot answer Metadata within 20 s more will not.
+            deadline = min(deadline, time.monotonic() + 20.0)
             last: Exception | None = None
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:
@@ -157,8 +161,10 @@ class Broker:
                     break
                 except Exception as e:  # noqa: BLE001 - any failure means "not ready yet"
                     last = e
+                    time.sleep(0.2)  # retry interval of a condition wait
             else:
-                raise BrokerError(f"no Metadata round trip within {self.startup_timeout}s: {last!r}")
+                raise BrokerError(f"port open but no Metadata round trip (librdkafka AdminClient.list_topics) "
+                                  f"within 20 s: {last!r}")
         except BrokerError as e:
             tail = self.log_tail()
             self.stop()
@@ -184,18 +190,42 @@ class Broker:
         kib = _status_kib(self.pid, "VmHWM") if self.proc is not None else None
         return None if kib is None else kib / 1024.0
 
+    def wait_quiet(self, max_wait: float = 15.0, window: float = 0.5, busy: float = 0.10) -> float:
+        """Wait until the broker uses less than ``busy`` of a core over a ``window`` (it has finished the work a
+        previous scenario left queued), at most ``max_wait`` s. Returns the seconds waited."""
+        t0 = time.monotonic()
+        prev = self.cpu()
+        while prev is not None and time.monotonic() - t0 < max_wait:
+            time.sleep(window)  # sampling window of a condition wait
+            cur = self.cpu()
+            if cur is None or cur - prev < busy * window:
+                break
+            prev = cur
+        return time.monotonic() - t0
+
     def rss(self) -> float | None:
         return rss_mib(self.pid) if self.proc is not None else None
 
     def cpu(self) -> float | None:
         return cpu_seconds(self.pid) if self.proc is not None else None
 
-    def log_tail(self, n: int = 40) -> str:
+    def log_tail(self, n: int = 25) -> str:
+        """The last ``n`` distinct lines of the broker's output; runs of lines that differ only in numbers
+        (timestamps, connection ids, ports) are collapsed into one with a repeat count."""
         try:
             lines = self.log_path.read_text(errors="replace").splitlines()
         except OSError:
             return "(no log)"
-        return "\n".join(lines[-n:])
+        groups: list[list] = []  # [normalized, last line, count]
+        for line in lines[-5000:]:
+            key = re.sub(r"\d+", "#", line)
+            if groups and groups[-1][0] == key:
+                groups[-1][1] = line
+                groups[-1][2] += 1
+            else:
+                groups.append([key, line, 1])
+        out = [g[1] if g[2] == 1 else f"{g[1]}   [x{g[2]} similar lines]" for g in groups[-n:]]
+        return "\n".join(out) if out else "(empty log)"
 
     def stop(self, timeout: float = 10.0) -> int | None:
         """SIGTERM the broker by PID, SIGKILL it after ``timeout``; returns the exit code."""
@@ -248,7 +278,7 @@ class Broker:
         """Wait until Metadata shows ``topic`` with ``partitions`` partitions, each with a leader."""
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 3})
         deadline = time.monotonic() + timeout
         last = "no metadata"
         while time.monotonic() < deadline:
@@ -300,7 +330,9 @@ def make_tansu(log_dir: Path, startup_timeout: float = 30.0) -> TansuBroker:
                        startup_timeout=startup_timeout)
 
 
-def make_strata(log_dir: Path, startup_timeout: float = 60.0, extra_overrides: list[str] | None = None) -> Broker:
+def make_strata(log_dir: Path, startup_timeout: float = 60.0, extra_overrides: list[str] | None = None,
+                launcher: list[str] | None = None) -> Broker:
+    """``launcher`` replaces ``python -m broker`` (e.g. a profiler wrapper); ``serve --override ...`` follows."""
     port = free_port()
     workdir = Path(tempfile.mkdtemp(prefix="strata-bench-"))
     overrides = [
@@ -310,7 +342,7 @@ def make_strata(log_dir: Path, startup_timeout: float = 60.0, extra_overrides: l
         "num.partitions=1",
         *(extra_overrides or []),
     ]
-    cmd = [sys.executable, "-m", "broker", "serve"]
+    cmd = [*(launcher or [sys.executable, "-m", "broker"]), "serve"]
     for o in overrides:
         cmd += ["--override", o]
     return Broker(name="strata", cmd=cmd, port=port, log_path=log_dir / "strata.log", cwd=REPO_ROOT,

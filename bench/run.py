@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import time
@@ -85,6 +86,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--strata-startup-timeout", type=float, default=60.0)
     ap.add_argument("--strata-override", action="append", default=[],
                     help="extra --override KEY=VALUE passed to Strata (repeatable)")
+    ap.add_argument("--strata-launcher", default=None,
+                    help="command replacing 'python -m broker' (shell-split), e.g. a profiler wrapper")
     return ap.parse_args(argv)
 
 
@@ -110,12 +113,14 @@ def run_one(sc: Scenario, name: str, b: Broker | None, ctx: RunContext, rep: int
     if not b.alive():
         log(f"{sc.name} on {name}: broker is down")
         return {"error": f"{name} exited with code {b.proc.returncode}; log tail:\n{b.log_tail(20)}"}
+    quiet_s = b.wait_quiet()
     t0 = time.monotonic()
     try:
         r = sc.run(b, ctx)
     except Exception as e:  # noqa: BLE001 - one broker's failure must not stop the comparison
         r = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(limit=4)}
     r["wall_s"] = time.monotonic() - t0
+    r["waited_for_quiet_s"] = quiet_s
     if not b.alive():
         r.setdefault("errors", []).append(
             f"broker exited with code {b.proc.returncode} during the scenario; log tail:\n{b.log_tail(20)}")
@@ -158,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
             info = results["brokers"].setdefault(name, {"notes": []})
             if name == "strata":
                 b = FACTORIES[name](log_dir, startup_timeout=args.strata_startup_timeout,
-                                    extra_overrides=args.strata_override)
+                                    extra_overrides=args.strata_override,
+                                    launcher=shlex.split(args.strata_launcher) if args.strata_launcher else None)
             else:
                 b = FACTORIES[name](log_dir)
             info["cmd"] = b.cmd

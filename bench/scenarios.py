@@ -31,7 +31,7 @@ class Settings:
 
     record_size: int = 1024
     produce_records: int = 200_000          # per scenario, split across producer processes
-    producer_procs: int = 3
+    producer_procs: int = 2
     produce_time_cap: float = 20.0
     drain_grace: float = 10.0
     consume_time_cap: float = 15.0
