@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Any, Iterable
 
 import structlog
 
@@ -72,6 +72,7 @@ class FetchSpec:
     fetch_offset: int
     max_bytes: int
     current_leader_epoch: int = -1
+    remote: bool = False          # set by the read pass: the offset lives in remote storage
 
 
 @dataclass(slots=True)
@@ -90,6 +91,7 @@ class ReplicaManager:
     store: MetadataStore
     metrics: BrokerMetrics
     partitions: dict[tuple[str, int], Partition] = field(default_factory=dict)
+    rlm: Any = None               # RemoteLogManager when remote.log.storage.system.enable
 
     def __post_init__(self) -> None:
         self.fetch_purgatory = Purgatory("Fetch", self._report_purgatory)
@@ -113,13 +115,39 @@ class ReplicaManager:
             if (info.name, i) not in self.partitions:
                 ulog = self.log_manager.get_or_create_log(info.name, i, info.topic_id, cfg)
                 self.partitions[(info.name, i)] = Partition(info, i, ulog)
+        self._notify_remote(info)
+
+    def _notify_remote(self, info: TopicInfo) -> None:
+        """Leadership (here: always this broker) drives the RemoteLogManager's copy/expiration tasks."""
+        if self.rlm is None:
+            return
+        leaders = [(p.log, p.leader_epoch) for i in range(info.partitions)
+                   if (p := self.partitions.get((info.name, i))) is not None]
+        self.rlm.on_leadership_change(leaders, [])
 
     def remove_topic(self, info: TopicInfo) -> None:
         for i in range(info.partitions):
-            self.partitions.pop((info.name, i), None)
+            p = self.partitions.pop((info.name, i), None)
+            if p is not None and self.rlm is not None and p.log.remote_log_enabled:
+                from remote.rlm import topic_id_partition
+                task = asyncio.ensure_future(self.rlm.delete_partition(topic_id_partition(p.log)))
+                task.add_done_callback(_consume_exception)
             self.log_manager.delete_log(info.name, i)
             # Wake parked fetches so they notice the partition is gone.
             self.fetch_purgatory.check_and_complete((info.name, i))
+
+    def disable_remote_storage(self, info: TopicInfo) -> None:
+        """KIP-950 with remote.log.delete.on.disable=true: delete the remote data; the log then starts locally."""
+        for i in range(info.partitions):
+            p = self.partitions.get((info.name, i))
+            if p is None:
+                continue
+            p.log.advance_log_start_offset(p.log.local_log_start_offset)
+            p.log.highest_offset_in_remote_storage = -1
+            if self.rlm is not None:
+                from remote.rlm import topic_id_partition
+                task = asyncio.ensure_future(self.rlm.delete_partition(topic_id_partition(p.log)))
+                task.add_done_callback(_consume_exception)
 
     def update_topic_config(self, info: TopicInfo) -> None:
         cfg = self.config.log_config(info.configs)
@@ -127,6 +155,7 @@ class ReplicaManager:
             p = self.partitions.get((info.name, i))
             if p is not None:
                 p.log.update_config(cfg)
+        self._notify_remote(info)
 
     def get_partition(self, topic: str, partition: int) -> Partition | None:
         return self.partitions.get((topic, partition))
@@ -135,13 +164,21 @@ class ReplicaManager:
         return [p.log for p in self.partitions.values()]
 
     # ---- produce ---------------------------------------------------------------------------------------------
-    async def append_records(self, entries: list[tuple[str, int, bytes | memoryview]]) -> list[ProduceResult]:
+    async def append_records(self, entries: list[tuple[str, int, bytes | memoryview]], internal: bool = False
+                             ) -> list[ProduceResult]:
+        """Append to leaders. `internal` is the broker's own writers (coordinators, RLMM); clients may not write
+        to internal topics (Kafka answers INVALID_TOPIC_EXCEPTION)."""
         results: list[ProduceResult] = []
         to_flush: dict[int, UnifiedLog] = {}
         for topic, index, records in entries:
             p = self.partitions.get((topic, index))
             if p is None:
                 results.append(ProduceResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                self.metrics.failed_produce.labels(topic).inc()
+                continue
+            if p.topic.internal and not internal:
+                results.append(ProduceResult(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                             message=f"Cannot append to internal topic {topic}"))
                 self.metrics.failed_produce.labels(topic).inc()
                 continue
             self.metrics.produce_requests.labels(topic).inc()
@@ -200,6 +237,18 @@ class ReplicaManager:
             try:
                 data = ulog.read(s.fetch_offset, max(limit, 0), max_offset, min_one)
             except OffsetOutOfRangeError:
+                if ulog.remote_log_enabled and ulog.log_start_offset <= s.fetch_offset < ulog.local_log_start_offset:
+                    if replica:
+                        # KIP-405: followers rebuild from remote metadata rather than copy tiered data.
+                        res.error = ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE
+                        errors = True
+                    elif self.rlm is not None:
+                        s.remote = True      # read by the RemoteLogReader pool after this pass
+                    else:
+                        res.error = ErrorCode.OFFSET_OUT_OF_RANGE
+                        errors = True
+                    results.append(res)
+                    continue
                 res.error = ErrorCode.OFFSET_OUT_OF_RANGE
                 errors = True
                 results.append(res)
@@ -224,7 +273,12 @@ class ReplicaManager:
         deadline = time.monotonic() + max_wait_ms / 1000.0
         keys = [(s.topic, s.partition) for s in specs]
         while True:
+            for s in specs:
+                s.remote = False
             results, total, errors = self._read_once(specs, max_bytes, isolation, replica)
+            if any(s.remote for s in specs):
+                total += await self._read_remote(specs, results, max_bytes - total, isolation)
+                break
             remaining = deadline - time.monotonic()
             if total >= min_bytes or errors or remaining <= 0 or not specs:
                 break
@@ -239,8 +293,55 @@ class ReplicaManager:
                 self.metrics.failed_fetch.labels(s.topic).inc()
         return results
 
+    async def _read_remote(self, specs: list[FetchSpec], results: list[FetchResult], budget: int,
+                           isolation: int) -> int:
+        """DelayedRemoteFetch: read every remote partition of the fetch on the RemoteLogReader pool (several per
+        fetch, KAFKA-14915), waiting at most remote.fetch.max.wait.ms. Unfinished reads answer empty (the client
+        retries; the chunks they pulled stay cached); failures answer KAFKA_STORAGE_ERROR, which clients retry."""
+        jobs: dict[int, asyncio.Task] = {}
+        first = True
+        for i, s in enumerate(specs):
+            if not s.remote:
+                continue
+            p = self.partitions[(s.topic, s.partition)]
+            limit = min(s.max_bytes, budget)
+            if limit <= 0 and not first:
+                continue
+            max_offset = p.last_stable_offset if isolation == READ_COMMITTED else p.high_watermark
+            jobs[i] = asyncio.ensure_future(self.rlm.read(p.log, s.fetch_offset, max(limit, 0), first, max_offset))
+            budget -= max(limit, 0)
+            first = False
+        if not jobs:
+            return 0
+        wait_s = self.config["remote.fetch.max.wait.ms"] / 1000.0
+        done, pending = await asyncio.wait(jobs.values(), timeout=wait_s)
+        total = 0
+        for i, task in jobs.items():
+            res = results[i]
+            if task in pending:
+                self.rlm.metrics.delayed_remote_fetch_expires.labels(specs[i].topic).inc()
+                task.add_done_callback(_consume_exception)
+                continue
+            exc = task.exception()
+            if exc is None:
+                res.records = task.result()
+                total += len(res.records)
+            elif isinstance(exc, OffsetOutOfRangeError):
+                res.error = ErrorCode.OFFSET_OUT_OF_RANGE
+            else:
+                log.warning("remote fetch failed", topic=specs[i].topic, partition=specs[i].partition,
+                            offset=specs[i].fetch_offset, error=str(exc))
+                res.error = ErrorCode.KAFKA_STORAGE_ERROR
+        return total
+
     def require_partition(self, topic: str, partition: int) -> Partition:
         p = self.partitions.get((topic, partition))
         if p is None:
             raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         return p
+
+
+def _consume_exception(task: asyncio.Task) -> None:
+    """A remote read that outlived its fetch: retrieve its outcome so asyncio does not log it as lost."""
+    if not task.cancelled():
+        task.exception()

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from config import BrokerConfig, ConfigError, validate_topic_overrides
+from config import BrokerConfig, ConfigError
 from protocol.errors import ErrorCode, KafkaApiError
 
 from .metadata_store import MetadataStore, TopicInfo, validate_topic_name
@@ -41,11 +41,32 @@ class TopicManager:
         if replication_factor != 1:
             raise KafkaApiError(ErrorCode.INVALID_REPLICATION_FACTOR,
                                 f"Replication factor: {replication_factor} larger than available brokers: 1.")
+        self._validate_configs(configs, None)
+        return partitions, configs
+
+    def _validate_configs(self, configs: dict[str, str], old: dict[str, str] | None) -> None:
+        """Value checks, then Kafka's tiered-storage rules (LogConfig.validate, KIP-950)."""
         try:
-            validate_topic_overrides(configs)
+            new_cfg = self.config.log_config(configs)
+            old_cfg = self.config.log_config(old) if old is not None else None
         except ConfigError as e:
             raise KafkaApiError(ErrorCode.INVALID_CONFIG, str(e)) from None
-        return partitions, configs
+        remote = new_cfg["remote.storage.enable"]
+        if remote and not self.config["remote.log.storage.system.enable"]:
+            raise KafkaApiError(ErrorCode.INVALID_CONFIG,
+                                "Tiered Storage functionality is disabled in the broker. Topic cannot be configured "
+                                "with remote log storage.")
+        if remote and new_cfg.compact:
+            raise KafkaApiError(ErrorCode.INVALID_CONFIG,
+                                "Remote log storage only supports topics with cleanup.policy=delete")
+        if old_cfg is not None and old_cfg["remote.storage.enable"] and not remote \
+                and not new_cfg["remote.log.delete.on.disable"]:
+            raise KafkaApiError(ErrorCode.INVALID_CONFIG,
+                                "It is invalid to disable remote storage without deleting remote data. If you want "
+                                "to keep the remote data and turn to read only, please set `remote.storage.enable="
+                                "true,remote.log.copy.disable=true`. If you want to disable remote storage and "
+                                "delete all remote data, please set `remote.storage.enable=false,"
+                                "remote.log.delete.on.disable=true`.")
 
     def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,
                      configs: dict[str, str] | None = None, validate_only: bool = False) -> TopicInfo | None:
@@ -86,13 +107,13 @@ class TopicManager:
         info = self.store.topic(name)
         if info is None:
             raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
-        try:
-            validate_topic_overrides(configs)
-        except ConfigError as e:
-            raise KafkaApiError(ErrorCode.INVALID_CONFIG, str(e)) from None
+        self._validate_configs(configs, info.configs)
         if validate_only:
             return info
+        was_remote = self.config.log_config(info.configs)["remote.storage.enable"]
         info = self.store.set_topic_configs(name, configs)
+        if was_remote and not self.config.log_config(configs)["remote.storage.enable"]:
+            self.replica_manager.disable_remote_storage(info)
         self.replica_manager.update_topic_config(info)
         log.info("altered topic configs", topic=name, configs=configs)
         return info

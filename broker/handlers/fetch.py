@@ -52,6 +52,8 @@ async def handle(server, ctx, req):
         parts = []
         for index, slot in plist:
             r = results[slot] if slot is not None else FetchResult(ErrorCode.UNKNOWN_TOPIC_ID)
+            if r.error == ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE and v < 14:
+                r.error = ErrorCode.OFFSET_OUT_OF_RANGE      # error 109 exists from Fetch v14 on
             parts.append(PartData(partition_index=index, error_code=r.error, high_watermark=r.high_watermark,
                                   last_stable_offset=r.last_stable_offset, log_start_offset=r.log_start_offset,
                                   aborted_transactions=aborted, preferred_read_replica=-1,

@@ -15,7 +15,7 @@ LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING
 _MIN_VERSION = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9, EARLIEST_PENDING_UPLOAD: 11}
 
 
-def lookup(partition, ts: int, isolation: int) -> tuple[int, int, int]:
+async def lookup(server, partition, ts: int, isolation: int) -> tuple[int, int, int]:
     """(timestamp, offset, leader_epoch) for one partition; -1s when nothing matches."""
     ulog = partition.log
     if ts == LATEST:
@@ -25,9 +25,22 @@ def lookup(partition, ts: int, isolation: int) -> tuple[int, int, int]:
         return -1, ulog.log_start_offset, _epoch(ulog, ulog.log_start_offset)
     if ts == EARLIEST_LOCAL:
         return -1, ulog.local_log_start_offset, _epoch(ulog, ulog.local_log_start_offset)
-    if ts in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
-        # Nothing is tiered on a topic without remote storage: there is no such offset.
-        return -1, -1, -1
+    tiered = ulog.remote_log_enabled and server.replica_manager.rlm is not None
+    if ts == LATEST_TIERED:
+        # KIP-1005: the highest offset in remote storage, -1 when nothing (or no remote storage) is there.
+        off = ulog.highest_offset_in_remote_storage if tiered else -1
+        return -1, off, _epoch(ulog, off) if off >= 0 else -1
+    if ts == EARLIEST_PENDING_UPLOAD:
+        # KIP-1023: the first offset not yet in remote storage; -1 on a topic without remote storage.
+        if not tiered:
+            return -1, -1, -1
+        off = max(ulog.highest_offset_in_remote_storage + 1, ulog.log_start_offset)
+        return -1, off, _epoch(ulog, off)
+    if tiered and ulog.log_start_offset < ulog.local_log_start_offset:
+        found = await server.replica_manager.rlm.find_offset_by_timestamp(ulog, ts)   # remote time indexes first
+        if found is not None:
+            epoch = found.leader_epoch if found.leader_epoch is not None else -1
+            return found.timestamp, found.offset, epoch
     found = ulog.fetch_offset_by_timestamp(ts)
     if found is None:
         return -1, -1, -1
@@ -61,12 +74,15 @@ async def handle(server, ctx, req):
             elif ts < 0 and v < _MIN_VERSION.get(ts, 0):
                 code = ErrorCode.UNSUPPORTED_VERSION
             elif ts < EARLIEST_PENDING_UPLOAD:
-                code = ErrorCode.UNSUPPORTED_VERSION if ts < 0 else ErrorCode.NONE
+                code = ErrorCode.UNSUPPORTED_VERSION       # no such sentinel
             elif v >= 4 and p.current_leader_epoch >= 0 and p.current_leader_epoch != partition.leader_epoch:
                 code = (ErrorCode.FENCED_LEADER_EPOCH if p.current_leader_epoch < partition.leader_epoch
                         else ErrorCode.UNKNOWN_LEADER_EPOCH)
             else:
-                out = lookup(partition, ts, isolation)
+                try:
+                    out = await lookup(server, partition, ts, isolation)
+                except Exception as e:        # remote storage unreachable for a timestamp lookup
+                    code = ErrorCode(getattr(e, "error_code", ErrorCode.KAFKA_STORAGE_ERROR))
             timestamp, offset, epoch = out
             if v == 0:
                 parts.append(PartResp(partition_index=p.partition_index, error_code=code,
