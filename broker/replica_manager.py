@@ -92,6 +92,7 @@ class ReplicaManager:
     metrics: BrokerMetrics
     partitions: dict[tuple[str, int], Partition] = field(default_factory=dict)
     rlm: Any = None               # RemoteLogManager when remote.log.storage.system.enable
+    rlmm: Any = None              # its RemoteLogMetadataManager
 
     def __post_init__(self) -> None:
         self.fetch_purgatory = Purgatory("Fetch", self._report_purgatory)
@@ -123,6 +124,10 @@ class ReplicaManager:
             return
         leaders = [(p.log, p.leader_epoch) for i in range(info.partitions)
                    if (p := self.partitions.get((info.name, i))) is not None]
+        from remote.rlm import topic_id_partition
+        tiered = [topic_id_partition(lg) for lg, _ in leaders if lg.remote_log_enabled]
+        if tiered and self.rlmm is not None:
+            self.rlmm.on_partition_leadership_changes(tiered, [])
         self.rlm.on_leadership_change(leaders, [])
 
     def remove_topic(self, info: TopicInfo) -> None:

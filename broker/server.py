@@ -13,6 +13,7 @@ from config import BrokerConfig
 from storage.log_manager import LogManager
 
 from .apis import KafkaApis
+from .group import GroupCoordinator
 from .metadata_store import LocalMetadataStore, MetadataStore
 from .metrics import BrokerMetrics
 from .network import SocketServer
@@ -50,7 +51,10 @@ class KafkaServer:
         self.log_manager = LogManager(self.log_dirs, self._log_config_for)
         self.replica_manager = ReplicaManager(config, self.log_manager, self.store, self.metrics)
         self.topic_manager = TopicManager(config, self.store, self.replica_manager)
+        self.group_coordinator = GroupCoordinator(self)
         self.apis: KafkaApis | None = None
+        self.rlm = None       # RemoteLogManager (tiered storage), built at start when enabled
+        self.rlmm = None
         self.socket_server: SocketServer | None = None
         self._tasks: list[asyncio.Task] = []
         self.metrics_address: tuple[str, int] | None = None
@@ -89,6 +93,9 @@ class KafkaServer:
         start = time.monotonic()
         await asyncio.get_running_loop().run_in_executor(None, self.log_manager.startup)
         self.replica_manager.load_partitions()
+        if self.config["remote.log.storage.system.enable"]:
+            await self._start_tiered_storage()
+        await self.group_coordinator.startup()      # loads __consumer_offsets in the background
         self.metrics.register_log_collector(self.replica_manager.all_logs)
         self.metrics_address = self.metrics.start_http(self.config["metrics.listener"])
         self.apis = KafkaApis(self)
@@ -105,6 +112,17 @@ class KafkaServer:
                  topics=len(self.store.topics()), partitions=len(self.replica_manager.partitions),
                  metrics=f"http://{self.metrics_address[0]}:{self.metrics_address[1]}/metrics"
                  if self.metrics_address else None, startup_ms=round((time.monotonic() - start) * 1000))
+
+    async def _start_tiered_storage(self) -> None:
+        """RSM + topic-based RLMM + RemoteLogManager; then every tiered partition gets its copy/expiration tasks."""
+        from .tiered import build_remote_log_manager
+
+        self.rlm, self.rlmm = build_remote_log_manager(self)
+        self.replica_manager.rlm, self.replica_manager.rlmm = self.rlm, self.rlmm
+        await self.rlmm.start()
+        for info in list(self.store.topics().values()):
+            self.replica_manager._notify_remote(info)
+        log.info("tiered storage enabled", rsm=type(self.rlm.rsm).__name__)
 
     async def _periodic(self, interval_ms: int, fn) -> None:
         interval = max(interval_ms, 10) / 1000.0
@@ -137,8 +155,12 @@ class KafkaServer:
         log.info("shutting down")
         for t in self._tasks:
             t.cancel()
+        await self.group_coordinator.shutdown()     # answers parked joins, lets queued offset writes land
         if self.socket_server is not None:
             await self.socket_server.stop()
+        if self.rlm is not None:
+            await self.rlm.close()
+            await self.rlmm.close()
         await asyncio.get_running_loop().run_in_executor(None, self.log_manager.shutdown)
         self.metrics.stop_http()
         log.info("shut down cleanly")

@@ -4,7 +4,6 @@ the broker, so it receives this I/O object instead of a Kafka producer/consumer)
 """
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -82,14 +81,10 @@ def build_remote_log_manager(server: "KafkaServer") -> tuple[RemoteLogManager, A
     rlmm_cfg.update(cfg.prefixed("rlmm.config."))
     # One broker: the metadata topic's replication factor is capped by the cluster size.
     rlmm_cfg["remote.log.metadata.topic.replication.factor"] = 1
-    rlmm = TopicBasedRemoteLogMetadataManager(
-        BrokerMetadataTopicIO(server), rlmm_cfg, broker_id=server.broker_id,
-        snapshot_dir=Path(data_dir) / "__remote_log_metadata_snapshots")
+    rlmm = TopicBasedRemoteLogMetadataManager(BrokerMetadataTopicIO(server), Path(data_dir) / "remote-log-metadata",
+                                              rlmm_cfg, broker_id=server.broker_id)
     metrics = RemoteMetrics(server.metrics.registry)
     rlm = RemoteLogManager(RemoteLogManagerConfig.from_broker(cfg.values), rsm, rlmm, broker_id=server.broker_id,
                            index_cache_dir=Path(data_dir) / "remote-log-index-cache", metrics=metrics)
     return rlm, rlmm
 
-
-async def _noop() -> None:
-    await asyncio.sleep(0)

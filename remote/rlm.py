@@ -181,7 +181,21 @@ class RemoteLogManager:
         base = min(self.config.retry_backoff_ms * (2 ** max(0, failures - 1)), self.config.retry_backoff_max_ms)
         return base * (1 + random.uniform(-0.2, 0.2)) / 1000.0
 
+    async def _wait_ready(self, st: _PartitionTasks) -> None:
+        """The RLMM must have caught up on this partition before we decide what is (not) copied."""
+        wait = getattr(self.rlmm, "wait_until_ready", None)
+        while wait is not None and not self._closed:
+            try:
+                await wait(st.tip, 30.0)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.info("waiting for remote log metadata", partition=str(st.tip), reason=str(e))
+                await asyncio.sleep(self._backoff_s(2))
+
     async def _copy_loop(self, st: _PartitionTasks) -> None:
+        await self._wait_ready(st)
         await self.sync_highest_copied_offset(st.ulog)
         while not self._closed:
             delay = self.config.task_interval_ms / 1000.0
@@ -199,6 +213,7 @@ class RemoteLogManager:
             await asyncio.sleep(delay)
 
     async def _expire_loop(self, st: _PartitionTasks) -> None:
+        await self._wait_ready(st)
         while not self._closed:
             delay = self.config.task_interval_ms / 1000.0
             try:
