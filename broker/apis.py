@@ -45,7 +45,7 @@ HandlerFn = Callable[["KafkaServer", RequestContext, Any], Awaitable[Any]]
 
 
 def build_handlers() -> dict[int, HandlerFn]:
-    from .handlers import admin, api_versions, configs, fetch, list_offsets, metadata, produce
+    from .handlers import admin, api_versions, configs, fetch, groups, list_offsets, metadata, produce
 
     return {
         ApiKey.API_VERSIONS: api_versions.handle,
@@ -60,6 +60,17 @@ def build_handlers() -> dict[int, HandlerFn]:
         ApiKey.DESCRIBE_CONFIGS: configs.describe_configs,
         ApiKey.INCREMENTAL_ALTER_CONFIGS: configs.incremental_alter_configs,
         ApiKey.DESCRIBE_CLUSTER: admin.describe_cluster,
+        ApiKey.FIND_COORDINATOR: groups.find_coordinator,
+        ApiKey.JOIN_GROUP: groups.join_group,
+        ApiKey.SYNC_GROUP: groups.sync_group,
+        ApiKey.HEARTBEAT: groups.heartbeat,
+        ApiKey.LEAVE_GROUP: groups.leave_group,
+        ApiKey.OFFSET_COMMIT: groups.offset_commit,
+        ApiKey.OFFSET_FETCH: groups.offset_fetch,
+        ApiKey.OFFSET_DELETE: groups.offset_delete,
+        ApiKey.LIST_GROUPS: groups.list_groups,
+        ApiKey.DESCRIBE_GROUPS: groups.describe_groups,
+        ApiKey.DELETE_GROUPS: groups.delete_groups,
     }
 
 

@@ -149,7 +149,7 @@ def _cmd_dump_log(args: argparse.Namespace) -> int:
 # -- parser ----------------------------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="strata", description="Strata: a Kafka-wire-compatible broker")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{serve,topics,dump-log}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{serve,topics,groups,dump-log}")
 
     s = sub.add_parser("serve", help="run a broker")
     s.add_argument("config", nargs="?", help="server.properties file")
@@ -198,6 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
     dl.add_argument("--print-data-log", action="store_true", help="also print each record's key and payload")
     dl.add_argument("--deep-iteration", action="store_true", help="print every record's metadata")
     dl.set_defaults(func=_cmd_dump_log)
+
+    from .group.admin import add_groups_parser   # `strata groups` (kafka-consumer-groups.sh)
+    add_groups_parser(sub, DEFAULT_BOOTSTRAP)
     return p
 
 

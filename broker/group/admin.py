@@ -1,0 +1,354 @@
+"""Consumer-group administration over the Kafka protocol, and the `strata groups` command (like
+kafka-consumer-groups.sh): list, describe (offsets, lag, members), delete, reset-offsets.
+
+Speaks plain Kafka wire protocol through broker.admin_client.AdminClient, so it works against any
+Kafka-compatible broker; group requests go to the group's coordinator (FindCoordinator).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker.admin_client import EARLIEST, LATEST, AdminClient, AdminError, error_text
+from protocol.errors import ErrorCode
+from protocol.registry import REQUEST_CLASSES, ApiKey
+
+from .consumer_protocol import PROTOCOL_TYPE, ConsumerProtocolError, assigned_partitions
+
+
+@dataclass
+class MemberDescription:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    host: str
+    assignment: list[tuple[str, list[int]]] = field(default_factory=list)
+
+    def partitions(self) -> list[tuple[str, int]]:
+        return [(t, p) for t, ps in self.assignment for p in ps]
+
+
+@dataclass
+class GroupDescription:
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    members: list[MemberDescription] = field(default_factory=list)
+
+
+@dataclass
+class ListedGroup:
+    group_id: str
+    protocol_type: str
+    state: str
+    group_type: str
+
+
+def _check(code: int, what: str, message: str | None = None) -> None:
+    if code:
+        raise AdminError(f"{what}{error_text(code, message)}")
+
+
+class GroupAdmin(AdminClient):
+    """AdminClient plus the group APIs. Requests for a group go to its coordinator."""
+
+    def __init__(self, bootstrap: str = "127.0.0.1:9092", timeout: float = 30.0) -> None:
+        super().__init__(bootstrap, timeout)
+        self._bootstrap = bootstrap
+        self._coordinators: dict[tuple[str, int], AdminClient] = {}
+
+    def close(self) -> None:
+        for c in self._coordinators.values():
+            c.close()
+        self._coordinators.clear()
+        super().close()
+
+    # -- plumbing --------------------------------------------------------------------------------------------
+    def find_coordinator(self, group: str) -> tuple[int, str, int]:
+        v = self._version(ApiKey.FIND_COORDINATOR)
+        if v >= 4:
+            resp = self._roundtrip(ApiKey.FIND_COORDINATOR, v, key_type=0, coordinator_keys=[group])
+            c = resp.coordinators[0]
+            _check(c.error_code, f"FindCoordinator for group {group!r}: ", c.error_message)
+            return c.node_id, c.host, c.port
+        fields: dict[str, Any] = {"key": group}
+        if v >= 1:
+            fields["key_type"] = 0
+        resp = self._roundtrip(ApiKey.FIND_COORDINATOR, v, **fields)
+        _check(resp.error_code, f"FindCoordinator for group {group!r}: ", getattr(resp, "error_message", None))
+        return resp.node_id, resp.host, resp.port
+
+    def _coordinator(self, group: str) -> AdminClient:
+        _, host, port = self.find_coordinator(group)
+        if (host, port) == (self.host, self.port):
+            return self
+        key = (host, port)
+        if key not in self._coordinators:
+            self._coordinators[key] = AdminClient(f"{host}:{port}", self.timeout)
+        return self._coordinators[key]
+
+    # -- groups ----------------------------------------------------------------------------------------------
+    def list_groups(self, states: list[str] | None = None) -> list[ListedGroup]:
+        v = self._version(ApiKey.LIST_GROUPS)
+        fields: dict[str, Any] = {}
+        if v >= 4:
+            fields["states_filter"] = list(states or [])
+        elif states:
+            raise AdminError("the broker cannot filter groups by state (ListGroups < v4)")
+        if v >= 5:
+            fields["types_filter"] = []
+        resp = self._roundtrip(ApiKey.LIST_GROUPS, v, **fields)
+        _check(resp.error_code, "ListGroups: ")
+        return sorted((ListedGroup(g.group_id, g.protocol_type, getattr(g, "group_state", "") or "",
+                                   getattr(g, "group_type", "") or "") for g in resp.groups),
+                      key=lambda g: g.group_id)
+
+    def describe_group(self, group: str) -> GroupDescription:
+        c = self._coordinator(group)
+        v = c._version(ApiKey.DESCRIBE_GROUPS)
+        fields: dict[str, Any] = {"groups": [group]}
+        if v >= 3:
+            fields["include_authorized_operations"] = False
+        resp = c._roundtrip(ApiKey.DESCRIBE_GROUPS, v, **fields)
+        g = resp.groups[0]
+        if g.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
+            return GroupDescription(group, "Dead", "", "")
+        _check(g.error_code, f"DescribeGroups {group!r}: ", getattr(g, "error_message", None))
+        members = []
+        for m in g.members:
+            assignment: list[tuple[str, list[int]]] = []
+            if g.protocol_type == PROTOCOL_TYPE and m.member_assignment:
+                try:
+                    assignment = assigned_partitions(bytes(m.member_assignment))
+                except ConsumerProtocolError:
+                    assignment = []
+            members.append(MemberDescription(m.member_id, getattr(m, "group_instance_id", None), m.client_id,
+                                             m.client_host, assignment))
+        return GroupDescription(g.group_id, g.group_state, g.protocol_type, g.protocol_data, members)
+
+    def fetch_offsets(self, group: str, topics: dict[str, list[int]] | None = None) -> dict[tuple[str, int], int]:
+        """Committed offsets (topics=None: every partition the group has committed). -1 = none."""
+        c = self._coordinator(group)
+        v = c._version(ApiKey.OFFSET_FETCH, 8)
+        cls = REQUEST_CLASSES[ApiKey.OFFSET_FETCH]
+        out: dict[tuple[str, int], int] = {}
+        if v >= 8:
+            G = cls.OffsetFetchRequestGroup
+            req_topics = None if topics is None else [G.OffsetFetchRequestTopics(name=t, partition_indexes=ps)
+                                                      for t, ps in topics.items()]
+            resp = c._roundtrip(ApiKey.OFFSET_FETCH, v, groups=[G(group_id=group, topics=req_topics)],
+                                require_stable=False)
+            g = resp.groups[0]
+            _check(g.error_code, f"OffsetFetch {group!r}: ")
+            for t in g.topics:
+                for p in t.partitions:
+                    _check(p.error_code, f"OffsetFetch {group!r} {t.name}-{p.partition_index}: ")
+                    out[(t.name, p.partition_index)] = p.committed_offset
+            return out
+        T = cls.OffsetFetchRequestTopic
+        if topics is None and v < 2:
+            raise AdminError("the broker cannot list all committed offsets (OffsetFetch < v2)")
+        req_topics = None if topics is None else [T(name=t, partition_indexes=ps) for t, ps in topics.items()]
+        fields: dict[str, Any] = {"group_id": group, "topics": req_topics}
+        if v >= 7:
+            fields["require_stable"] = False
+        resp = c._roundtrip(ApiKey.OFFSET_FETCH, v, **fields)
+        _check(getattr(resp, "error_code", 0) or 0, f"OffsetFetch {group!r}: ")
+        for t in resp.topics:
+            for p in t.partitions:
+                _check(p.error_code, f"OffsetFetch {group!r} {t.name}-{p.partition_index}: ")
+                out[(t.name, p.partition_index)] = p.committed_offset
+        return out
+
+    def commit_offsets(self, group: str, offsets: dict[tuple[str, int], int]) -> None:
+        """Commit as an admin (generation -1, no member): Kafka accepts this only while the group is empty."""
+        c = self._coordinator(group)
+        v = c._version(ApiKey.OFFSET_COMMIT, 9)
+        cls = REQUEST_CLASSES[ApiKey.OFFSET_COMMIT]
+        T = cls.OffsetCommitRequestTopic
+        by_topic: dict[str, list] = {}
+        for (t, p), off in sorted(offsets.items()):
+            by_topic.setdefault(t, []).append(T.OffsetCommitRequestPartition(
+                partition_index=p, committed_offset=off, committed_leader_epoch=-1, committed_metadata=""))
+        fields: dict[str, Any] = {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
+                                  "topics": [T(name=t, partitions=ps) for t, ps in by_topic.items()]}
+        if v >= 7:
+            fields["group_instance_id"] = None
+        if 2 <= v <= 4:
+            fields["retention_time_ms"] = -1
+        resp = c._roundtrip(ApiKey.OFFSET_COMMIT, v, **fields)
+        for t in resp.topics:
+            for p in t.partitions:
+                _check(p.error_code, f"OffsetCommit {group!r} {t.name}-{p.partition_index}: ")
+
+    def delete_groups(self, groups: list[str]) -> dict[str, int]:
+        """Error code per group (0 = deleted)."""
+        out: dict[str, int] = {}
+        for g in groups:
+            c = self._coordinator(g)
+            v = c._version(ApiKey.DELETE_GROUPS)
+            resp = c._roundtrip(ApiKey.DELETE_GROUPS, v, groups_names=[g])
+            for r in resp.results:
+                out[r.group_id] = r.error_code
+        return out
+
+    def delete_offsets(self, group: str, topic: str, partitions: list[int]) -> dict[int, int]:
+        c = self._coordinator(group)
+        v = c._version(ApiKey.OFFSET_DELETE)
+        cls = REQUEST_CLASSES[ApiKey.OFFSET_DELETE]
+        T = cls.OffsetDeleteRequestTopic
+        resp = c._roundtrip(ApiKey.OFFSET_DELETE, v, group_id=group, topics=[T(name=topic, partitions=[
+            T.OffsetDeleteRequestPartition(partition_index=p) for p in partitions])])
+        _check(resp.error_code, f"OffsetDelete {group!r}: ")
+        return {p.partition_index: p.error_code for t in resp.topics for p in t.partitions}
+
+    def topic_partitions(self, topic: str) -> list[int]:
+        resp = self._metadata([topic])
+        t = resp.topics[0]
+        _check(t.error_code, f"topic {topic!r}: ")
+        return sorted(p.partition_index for p in t.partitions)
+
+
+# =============================================================================================================
+# `strata groups`
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join(" ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def _groups_list(a: GroupAdmin, args: argparse.Namespace) -> int:
+    groups = a.list_groups([args.state] if args.state else None)
+    if args.state:
+        print(_table([["GROUP", "STATE"]] + [[g.group_id, g.state] for g in groups]))
+    else:
+        for g in groups:
+            print(g.group_id)
+    return 0
+
+
+def _groups_describe(a: GroupAdmin, args: argparse.Namespace) -> int:
+    group = args.group
+    desc = a.describe_group(group)
+    committed = a.fetch_offsets(group)
+    if desc.state == "Dead" and not committed:
+        print(f"Error: Consumer group '{group}' does not exist.", file=sys.stderr)
+        return 1
+    owner: dict[tuple[str, int], MemberDescription] = {}
+    for m in desc.members:
+        for tp in m.partitions():
+            owner[tp] = m
+    partitions = sorted(set(committed) | set(owner))
+    ends: dict[tuple[str, int], int] = {}
+    for topic in sorted({t for t, _ in partitions}):
+        ps = [p for t, p in partitions if t == topic]
+        try:
+            for p, off in a.list_offsets(topic, ps, LATEST).items():
+                ends[(topic, p)] = off
+        except AdminError:
+            pass
+    if not desc.members:
+        print(f"\nConsumer group '{group}' has no active members.")
+    rows = [["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST",
+             "CLIENT-ID"]]
+    for tp in partitions:
+        cur = committed.get(tp, -1)
+        end = ends.get(tp)
+        lag = str(end - cur) if end is not None and cur >= 0 else "-"
+        m = owner.get(tp)
+        rows.append([group, tp[0], str(tp[1]), str(cur) if cur >= 0 else "-", str(end) if end is not None else "-",
+                     lag, m.member_id if m else "-", m.host if m else "-", m.client_id if m else "-"])
+    for m in desc.members:      # members without partitions still show up, as in kafka-consumer-groups.sh
+        if not m.partitions():
+            rows.append([group, "-", "-", "-", "-", "-", m.member_id, m.host, m.client_id])
+    print()
+    print(_table(rows))
+    print(f"\nState: {desc.state}  Members: {len(desc.members)}")
+    return 0
+
+
+def _groups_delete(a: GroupAdmin, args: argparse.Namespace) -> int:
+    results = a.delete_groups(args.group)
+    failed = {g: c for g, c in results.items() if c}
+    ok = [g for g, c in results.items() if not c]
+    if ok:
+        print("Deletion of requested consumer groups (" + ", ".join(f"'{g}'" for g in ok) + ") was successful.")
+    if failed:
+        print("Error: Deletion of some consumer groups failed:", file=sys.stderr)
+        for g, c in failed.items():
+            print(f"* Group '{g}' could not be deleted due to: {error_text(c)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _groups_reset(a: GroupAdmin, args: argparse.Namespace) -> int:
+    group = args.group
+    desc = a.describe_group(group)
+    if desc.state not in ("Empty", "Dead"):
+        raise AdminError(f"Assignments can only be reset if the group '{group}' is inactive, but the current "
+                         f"state is {desc.state}.")
+    topic, _, plist = args.topic.partition(":")
+    parts = [int(x) for x in plist.split(",") if x] if plist else a.topic_partitions(topic)
+    starts = a.list_offsets(topic, parts, EARLIEST)
+    ends = a.list_offsets(topic, parts, LATEST)
+    plan: dict[tuple[str, int], int] = {}
+    for p in parts:
+        if args.to_earliest:
+            target = starts[p]
+        elif args.to_latest:
+            target = ends[p]
+        else:
+            target = min(max(args.to_offset, starts[p]), ends[p])   # clamped into the log, as Kafka does
+        plan[(topic, p)] = target
+    if args.execute:
+        a.commit_offsets(group, plan)
+    rows = [["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]]
+    rows += [[group, t, str(p), str(o)] for (t, p), o in sorted(plan.items())]
+    print()
+    print(_table(rows))
+    if not args.execute:
+        print("\n(dry run: nothing was changed; add --execute to commit these offsets)")
+    return 0
+
+
+def cmd_groups(args: argparse.Namespace) -> int:
+    try:
+        with GroupAdmin(args.bootstrap_server, timeout=args.timeout) as a:
+            return args.groups_func(a, args)
+    except AdminError as e:
+        print(f"strata groups: error: {e}", file=sys.stderr)
+        return 1
+
+
+def add_groups_parser(sub: Any, default_bootstrap: str) -> None:
+    """Register `strata groups ...` on the CLI's subparsers."""
+    g = sub.add_parser("groups", help="list, describe, delete consumer groups or reset their offsets")
+    g.add_argument("--bootstrap-server", default=default_bootstrap, metavar="HOST:PORT",
+                   help=f"broker to talk to (default {default_bootstrap})")
+    g.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the broker (default 30)")
+    g.set_defaults(func=cmd_groups)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--bootstrap-server", default=argparse.SUPPRESS, metavar="HOST:PORT")
+    gsub = g.add_subparsers(dest="action", required=True)
+
+    ls = gsub.add_parser("list", parents=[common], help="group ids")
+    ls.add_argument("--state", help="only groups in this state (Empty, Stable, PreparingRebalance, ...)")
+    ls.set_defaults(groups_func=_groups_list)
+    d = gsub.add_parser("describe", parents=[common], help="offsets, log end offsets, lag and members")
+    d.add_argument("--group", required=True)
+    d.set_defaults(groups_func=_groups_describe)
+    x = gsub.add_parser("delete", parents=[common], help="delete empty groups and their offsets")
+    x.add_argument("--group", required=True, action="append", help="repeatable")
+    x.set_defaults(groups_func=_groups_delete)
+    r = gsub.add_parser("reset-offsets", parents=[common], help="move an inactive group's committed offsets")
+    r.add_argument("--group", required=True)
+    r.add_argument("--topic", required=True, help="TOPIC or TOPIC:P1,P2")
+    to = r.add_mutually_exclusive_group(required=True)
+    to.add_argument("--to-earliest", action="store_true")
+    to.add_argument("--to-latest", action="store_true")
+    to.add_argument("--to-offset", type=int, metavar="N")
+    r.add_argument("--execute", action="store_true", help="commit (default: print the plan only)")
+    r.add_argument("--dry-run", action="store_true", help="print the plan only (the default)")
+    r.set_defaults(groups_func=_groups_reset)

@@ -1,0 +1,1026 @@
+"""GroupCoordinator: classic consumer groups and committed offsets, persisted in `__consumer_offsets`.
+
+Semantics follow Apache Kafka's classic group coordinator (GroupMetadataManager/ClassicGroup in Kafka 3.7+/4.x):
+two-step join with MEMBER_ID_REQUIRED (JoinGroup v4+), generations starting at 1, protocol selection by votes,
+`group.initial.rebalance.delay.ms` for the first rebalance of an empty group, rebalance and session timeouts,
+static membership (`group.instance.id`) with FENCED_INSTANCE_ID, pending-sync expiry, and offset retention.
+
+Everything runs on the broker's event loop. State changes are synchronous; timers are `loop.call_later` handles;
+parked JoinGroup/SyncGroup requests are futures resolved by state transitions. Writes to `__consumer_offsets` go
+through one FIFO writer task into `ReplicaManager.append_records`, so records land in the order the coordinator
+produced them (compaction keeps the last one per key, so order is correctness). Each group belongs to partition
+`abs(hash(group)) % offsets.topic.num.partitions`; on startup every partition is replayed from its log start
+offset, and requests for groups of a partition still loading get COORDINATOR_LOAD_IN_PROGRESS.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+import structlog
+
+from protocol.errors import ErrorCode
+from protocol.records import build_batch, iter_batches, iter_records
+
+from .group import GROUP_TYPE, ClassicGroup, GroupState, JoinResult, Member, SyncResult
+from .records import (
+    OFFSETS_TOPIC,
+    GroupMetadataKey,
+    GroupMetadataValue,
+    MemberMetadata,
+    OffsetAndMetadata,
+    OffsetCommitKey,
+    RecordFormatError,
+    decode_group_metadata_value,
+    decode_key,
+    decode_offset_commit_value,
+    encode_group_metadata_key,
+    encode_group_metadata_value,
+    encode_offset_commit_key,
+    encode_offset_commit_value,
+    partition_for,
+)
+
+if TYPE_CHECKING:
+    from ..server import KafkaServer
+
+log = structlog.get_logger("strata.group")
+
+S = GroupState
+E = ErrorCode
+NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000   # Kafka's GROUP_NEW_MEMBER_JOIN_TIMEOUT_MS
+LOAD_BUFFER_DEFAULT = 5 * 1024 * 1024
+
+
+@dataclass(slots=True)
+class JoinParams:
+    group_id: str
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    api_version: int
+
+
+def _map_append_error(err: ErrorCode, for_offsets: bool) -> ErrorCode:
+    """Kafka's mapping of a failed __consumer_offsets append to what the client is told."""
+    if err in (E.UNKNOWN_TOPIC_OR_PARTITION, E.NOT_ENOUGH_REPLICAS, E.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+               E.REQUEST_TIMED_OUT):
+        return E.COORDINATOR_NOT_AVAILABLE
+    if err in (E.NOT_LEADER_OR_FOLLOWER, E.KAFKA_STORAGE_ERROR):
+        return E.NOT_COORDINATOR
+    if err in (E.MESSAGE_TOO_LARGE, E.RECORD_LIST_TOO_LARGE, E.INVALID_FETCH_SIZE):
+        return E.INVALID_COMMIT_OFFSET_SIZE if for_offsets else E.UNKNOWN_SERVER_ERROR
+    return err
+
+
+class GroupCoordinator:
+    def __init__(self, server: "KafkaServer", *, clock: Callable[[], int] | None = None) -> None:
+        self.server = server
+        cfg = server.config
+        self.initial_rebalance_delay_ms: int = int(cfg["group.initial.rebalance.delay.ms"])
+        self.min_session_timeout_ms: int = int(cfg["group.min.session.timeout.ms"])
+        self.max_session_timeout_ms: int = int(cfg["group.max.session.timeout.ms"])
+        self.max_group_size: int = int(cfg["group.max.size"])
+        self.offset_metadata_max_bytes: int = int(cfg["offset.metadata.max.bytes"])
+        self.retention_ms: int = int(cfg["offsets.retention.minutes"]) * 60_000
+        self.retention_check_interval_ms: int = int(cfg["offsets.retention.check.interval.ms"])
+        self.load_buffer_size: int = int(cfg.get("offsets.load.buffer.size", LOAD_BUFFER_DEFAULT))
+        info = server.store.topic(OFFSETS_TOPIC)
+        self.num_partitions: int = info.partitions if info else int(cfg["offsets.topic.num.partitions"])
+        self.groups: dict[str, ClassicGroup] = {}
+        self.loading: set[int] = set()
+        self.active = False
+        self._now = clock or (lambda: int(time.time() * 1000))
+        self._timers: dict[tuple, asyncio.TimerHandle] = {}
+        self._queue: asyncio.Queue | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._spawned: set[asyncio.Task] = set()
+        self.loaded = asyncio.Event()
+
+    # =========================================================================================================
+    # lifecycle
+    async def startup(self) -> None:
+        self._queue = asyncio.Queue()
+        self.active = True
+        self._tasks.append(asyncio.create_task(self._write_loop(), name="group-writer"))
+        if self.server.store.topic(OFFSETS_TOPIC) is not None:
+            self.loading = set(range(self.num_partitions))
+            self._tasks.append(asyncio.create_task(self._load_all(), name="group-loader"))
+        else:
+            self.loaded.set()
+        if self.retention_check_interval_ms > 0:
+            self._tasks.append(asyncio.create_task(self._retention_loop(), name="offsets-retention"))
+
+    async def shutdown(self, drain_timeout: float = 5.0) -> None:
+        """Answer parked requests with NOT_COORDINATOR, stop timers, let queued writes finish (bounded)."""
+        self.active = False
+        for h in self._timers.values():
+            h.cancel()
+        self._timers.clear()
+        for g in self.groups.values():
+            for m in list(g.members.values()):
+                g.complete_join(m, JoinResult(E.NOT_COORDINATOR, member_id=m.member_id))
+                g.complete_sync(m, SyncResult(E.NOT_COORDINATOR))
+        if self._queue is not None:
+            deadline = time.monotonic() + drain_timeout
+            while not self._queue.empty() and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+        for t in [*self._tasks, *self._spawned]:
+            t.cancel()
+        for t in [*self._tasks, *self._spawned]:
+            try:
+                await t
+            except (asyncio.CancelledError, Exception):
+                pass
+        self._tasks.clear()
+
+    def _spawn(self, coro) -> None:
+        t = asyncio.get_running_loop().create_task(coro)
+        self._spawned.add(t)
+        t.add_done_callback(self._spawn_done)
+
+    def _spawn_done(self, t: asyncio.Task) -> None:
+        self._spawned.discard(t)
+        if not t.cancelled() and t.exception() is not None:
+            log.error("group coordinator task failed", error=repr(t.exception()))
+
+    # =========================================================================================================
+    # timers
+    def _schedule(self, key: tuple, delay_ms: float, fn: Callable, *args: Any) -> None:
+        self._cancel(key)
+        loop = asyncio.get_running_loop()
+        self._timers[key] = loop.call_later(max(delay_ms, 0) / 1000.0, self._fire, key, fn, args)
+
+    def _fire(self, key: tuple, fn: Callable, args: tuple) -> None:
+        self._timers.pop(key, None)
+        if not self.active:
+            return
+        try:
+            fn(*args)
+        except Exception:
+            log.exception("group timer failed", timer=key[0], group=key[1])
+
+    def _cancel(self, key: tuple) -> None:
+        h = self._timers.pop(key, None)
+        if h is not None:
+            h.cancel()
+
+    def _cancel_group_timers(self, group_id: str) -> None:
+        for key in [k for k in self._timers if k[1] == group_id]:
+            self._cancel(key)
+
+    def _schedule_heartbeat(self, group: ClassicGroup, member: Member, timeout_ms: int | None = None) -> None:
+        self._schedule(("hb", group.group_id, member.member_id),
+                       member.session_timeout_ms if timeout_ms is None else timeout_ms,
+                       self._expire_heartbeat, group.group_id, member.member_id)
+
+    # =========================================================================================================
+    # __consumer_offsets: topic, partitions, writes, loading
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self.num_partitions)
+
+    def ensure_offsets_topic(self) -> bool:
+        """Create `__consumer_offsets` on first use (compacted, internal). False if it cannot be created."""
+        store = self.server.store
+        if store.topic(OFFSETS_TOPIC) is not None:
+            return True
+        cfg = self.server.config
+        configs = {"cleanup.policy": "compact", "compression.type": "producer",
+                   "segment.bytes": str(cfg["offsets.topic.segment.bytes"])}
+        try:
+            info = store.create_topic(OFFSETS_TOPIC, self.num_partitions, configs, internal=True)
+            self.server.replica_manager.ensure_partitions(info)
+        except Exception:
+            log.exception("cannot create the offsets topic")
+            return False
+        log.info("created the offsets topic", topic=OFFSETS_TOPIC, partitions=self.num_partitions)
+        return True
+
+    def check_group(self, group_id: str | None) -> ErrorCode:
+        """Errors that apply before any group logic: inactive, invalid id, no offsets topic, still loading."""
+        if not self.active:
+            return E.COORDINATOR_NOT_AVAILABLE
+        if not group_id:
+            return E.INVALID_GROUP_ID
+        if not self.ensure_offsets_topic():
+            return E.COORDINATOR_NOT_AVAILABLE
+        if self.partition_for(group_id) in self.loading:
+            return E.COORDINATOR_LOAD_IN_PROGRESS
+        return E.NONE
+
+    async def _append(self, partition: int, kvs: list[tuple[bytes, bytes | None]]) -> ErrorCode:
+        """Queue records for partition `partition` of the offsets topic; resolves when appended (or failed)."""
+        if self._queue is None:
+            return E.COORDINATOR_NOT_AVAILABLE
+        fut = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait((partition, kvs, fut))
+        return await fut
+
+    def _append_nowait(self, partition: int, kvs: list[tuple[bytes, bytes | None]], what: str) -> None:
+        async def run() -> None:
+            err = await self._append(partition, kvs)
+            if err:
+                log.warning("failed to write group metadata", what=what, error=ErrorCode(err).name)
+        self._spawn(run())
+
+    async def _write_loop(self) -> None:
+        assert self._queue is not None
+        rm = self.server.replica_manager
+        while True:
+            partition, kvs, fut = await self._queue.get()
+            try:
+                if not self.ensure_offsets_topic():
+                    err = E.COORDINATOR_NOT_AVAILABLE
+                else:
+                    batch = build_batch(kvs, timestamp=self._now())
+                    res = (await rm.append_records([(OFFSETS_TOPIC, partition, batch)], internal=True))[0]
+                    err = ErrorCode(res.error)
+            except asyncio.CancelledError:
+                if not fut.done():
+                    fut.set_result(E.COORDINATOR_NOT_AVAILABLE)
+                raise
+            except Exception:
+                log.exception("offsets topic append failed", partition=partition)
+                err = E.UNKNOWN_SERVER_ERROR
+            if not fut.done():
+                fut.set_result(err)
+
+    def _group_metadata_kv(self, group: ClassicGroup, assignment: dict[str, bytes]) -> tuple[bytes, bytes]:
+        members = [MemberMetadata(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                                  m.rebalance_timeout_ms, m.session_timeout_ms, m.metadata(group.protocol_name),
+                                  assignment.get(m.member_id, b""))
+                   for m in group.members.values()]
+        value = GroupMetadataValue(group.protocol_type or "", group.generation_id, group.protocol_name,
+                                   group.leader_id, group.state_timestamp_or_default(), members)
+        return encode_group_metadata_key(group.group_id), encode_group_metadata_value(value)
+
+    async def _load_all(self) -> None:
+        start = time.monotonic()
+        rm = self.server.replica_manager
+        total = 0
+        for p in sorted(self.loading):
+            part = rm.get_partition(OFFSETS_TOPIC, p)
+            try:
+                if part is not None:
+                    total += await self._load_partition(p, part.log)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("failed to load offsets partition", partition=p)
+            self.loading.discard(p)
+        self.loaded.set()
+        log.info("loaded groups and offsets", groups=len(self.groups), records=total,
+                 ms=round((time.monotonic() - start) * 1000))
+
+    async def _load_partition(self, partition: int, ulog) -> int:
+        """Replay one partition from its log start offset (Kafka's coordinator load)."""
+        now = self._now()
+        loaded: dict[str, ClassicGroup] = {}
+        offset = ulog.log_start_offset
+        end = ulog.log_end_offset
+        count = 0
+        while offset < end:
+            data = ulog.read(offset, self.load_buffer_size, end, True)
+            buf = data.records
+            if not len(buf):
+                break
+            advanced = False
+            for pos, h in iter_batches(buf):
+                if h.next_offset <= offset:
+                    continue
+                advanced = True
+                offset = h.next_offset
+                if h.is_control:
+                    continue
+                for r in iter_records(buf, pos):
+                    count += 1
+                    self._replay(loaded, r.key, r.value, now)
+            if not advanced:
+                break
+            await asyncio.sleep(0)
+        for gid, g in loaded.items():
+            g.subscribed_topics = g.compute_subscribed_topics()
+            self.groups[gid] = g
+            for m in g.members.values():
+                self._schedule_heartbeat(g, m)
+        return count
+
+    def _replay(self, loaded: dict[str, ClassicGroup], key: bytes | None, value: bytes | None, now: int) -> None:
+        if key is None:
+            return
+        try:
+            k = decode_key(key)
+            if isinstance(k, OffsetCommitKey):
+                g = loaded.get(k.group)
+                if value is None:
+                    if g is not None:
+                        g.offsets.pop((k.topic, k.partition), None)
+                    return
+                if g is None:
+                    g = loaded[k.group] = ClassicGroup(k.group, now)
+                g.offsets[(k.topic, k.partition)] = decode_offset_commit_value(value)
+            elif isinstance(k, GroupMetadataKey):
+                old = loaded.pop(k.group, None)
+                if value is None:
+                    if old is not None and old.offsets:
+                        fresh = loaded[k.group] = ClassicGroup(k.group, now)
+                        fresh.offsets = old.offsets
+                    return
+                v = decode_group_metadata_value(value)
+                g = loaded[k.group] = ClassicGroup(k.group, now)
+                if old is not None:
+                    g.offsets = old.offsets
+                g.generation_id = v.generation
+                g.protocol_type = v.protocol_type or None
+                g.protocol_name = v.protocol
+                g.current_state_timestamp = v.current_state_timestamp if v.current_state_timestamp >= 0 else None
+                for mm in v.members:
+                    m = Member(mm.member_id, mm.group_instance_id, mm.client_id, mm.client_host,
+                               mm.rebalance_timeout, mm.session_timeout, g.protocol_type or "",
+                               [(v.protocol or "", mm.subscription)], mm.assignment)
+                    g.add(m)
+                g.leader_id = v.leader if v.leader in g.members else next(iter(g.members), None)
+                g.state = S.STABLE if g.members else S.EMPTY
+                g.previous_state = g.state
+        except (RecordFormatError, UnicodeDecodeError, ValueError) as e:
+            log.warning("skipping an unreadable offsets-topic record", error=str(e))
+
+    # =========================================================================================================
+    # JoinGroup
+    async def join_group(self, p: JoinParams) -> JoinResult:
+        err = self.check_group(p.group_id)
+        if err:
+            return JoinResult(err, member_id=p.member_id)
+        if not self.min_session_timeout_ms <= p.session_timeout_ms <= self.max_session_timeout_ms:
+            return JoinResult(E.INVALID_SESSION_TIMEOUT, member_id=p.member_id)
+        fut = asyncio.get_running_loop().create_future()
+        self._join(p, fut)
+        return await fut
+
+    def _join(self, p: JoinParams, fut: asyncio.Future) -> None:
+        unknown = p.member_id == ""
+        group = self.groups.get(p.group_id)
+        if group is None:
+            if not unknown:
+                fut.set_result(JoinResult(E.UNKNOWN_MEMBER_ID, member_id=p.member_id))
+                return
+            group = self.groups[p.group_id] = ClassicGroup(p.group_id, self._now())
+        if not self._accept_joining_member(group, p.member_id):
+            if group.has_member(p.member_id):
+                self._remove_current_member(group, p.member_id)
+            fut.set_result(JoinResult(E.GROUP_MAX_SIZE_REACHED, member_id=""))
+        elif unknown:
+            self._join_new_member(p, group, fut)
+        else:
+            self._join_existing_member(p, group, fut)
+
+    def _accept_joining_member(self, group: ClassicGroup, member_id: str) -> bool:
+        if group.is_in(S.EMPTY, S.DEAD):
+            return True
+        if group.is_in(S.PREPARING_REBALANCE):
+            m = group.members.get(member_id)
+            return (m is not None and m.is_awaiting_join) or group.num_awaiting_join < self.max_group_size
+        return group.has_member(member_id) or group.num_members < self.max_group_size
+
+    def _join_new_member(self, p: JoinParams, group: ClassicGroup, fut: asyncio.Future) -> None:
+        if group.is_in(S.DEAD):
+            fut.set_result(JoinResult(E.COORDINATOR_NOT_AVAILABLE))
+            return
+        if not group.supports_protocols(p.protocol_type, [n for n, _ in p.protocols]):
+            fut.set_result(JoinResult(E.INCONSISTENT_GROUP_PROTOCOL))
+            return
+        new_id = group.generate_member_id(p.client_id, p.group_instance_id)
+        if p.group_instance_id is not None:
+            existing = group.static_member_id(p.group_instance_id)
+            if existing is not None:
+                log.info("static member rejoins with a new member id", group=group.group_id,
+                         instance=p.group_instance_id, old=existing, new=new_id)
+                self._update_static_member(p, group, existing, new_id, fut)
+            else:
+                self._add_member_and_rebalance(p, group, new_id, fut)
+        elif p.api_version >= 4:
+            # Two-step join: hand out a member id, expect the member back with it within the session timeout.
+            group.pending_members.add(new_id)
+            self._schedule(("hb", group.group_id, new_id), p.session_timeout_ms, self._expire_heartbeat,
+                           group.group_id, new_id)
+            fut.set_result(JoinResult(E.MEMBER_ID_REQUIRED, member_id=new_id))
+        else:
+            self._add_member_and_rebalance(p, group, new_id, fut)
+
+    def _join_existing_member(self, p: JoinParams, group: ClassicGroup, fut: asyncio.Future) -> None:
+        mid = p.member_id
+        if group.is_in(S.DEAD):
+            fut.set_result(JoinResult(E.COORDINATOR_NOT_AVAILABLE, member_id=mid))
+            return
+        if not group.supports_protocols(p.protocol_type, [n for n, _ in p.protocols]):
+            fut.set_result(JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, member_id=mid))
+            return
+        if group.is_pending(mid):
+            self._add_member_and_rebalance(p, group, mid, fut)
+            return
+        err = group.validate_member(mid, p.group_instance_id)
+        if err:
+            fut.set_result(JoinResult(err, member_id=mid))
+            return
+        member = group.members[mid]
+        if group.is_in(S.PREPARING_REBALANCE):
+            self._update_member_and_rebalance(p, group, member, fut)
+        elif group.is_in(S.COMPLETING_REBALANCE):
+            if member.matches(p.protocols):
+                # The member missed its JoinGroup response: send the current generation again.
+                fut.set_result(self._current_generation(group, mid, with_members=group.is_leader(mid)))
+            else:
+                self._update_member_and_rebalance(p, group, member, fut)
+        elif group.is_in(S.STABLE):
+            if group.is_leader(mid) or not member.matches(p.protocols):
+                # The leader rejoining forces a rebalance (it may have seen metadata changes).
+                self._update_member_and_rebalance(p, group, member, fut)
+            else:
+                fut.set_result(self._current_generation(group, mid, with_members=False))
+        else:
+            fut.set_result(JoinResult(E.UNKNOWN_MEMBER_ID, member_id=mid))
+
+    def _current_generation(self, group: ClassicGroup, member_id: str, with_members: bool,
+                            leader: str | None = None, skip_assignment: bool = False) -> JoinResult:
+        return JoinResult(E.NONE, member_id=member_id, generation_id=group.generation_id,
+                          protocol_type=group.protocol_type, protocol_name=group.protocol_name,
+                          leader=(leader if leader is not None else group.leader_id) or "",
+                          members=group.current_members_metadata() if with_members else [],
+                          skip_assignment=skip_assignment)
+
+    def _add_member_and_rebalance(self, p: JoinParams, group: ClassicGroup, member_id: str,
+                                  fut: asyncio.Future) -> None:
+        m = Member(member_id, p.group_instance_id, p.client_id, p.client_host, p.rebalance_timeout_ms,
+                   p.session_timeout_ms, p.protocol_type, p.protocols)
+        m.is_new = True
+        if group.is_in(S.PREPARING_REBALANCE) and group.previous_state == S.EMPTY:
+            group.new_member_added = True
+        group.add(m, fut)
+        # A new member parked in JoinGroup cannot heartbeat: bound its wait instead.
+        self._schedule_heartbeat(group, m, NEW_MEMBER_JOIN_TIMEOUT_MS)
+        self._maybe_prepare_rebalance_or_complete_join(group, f"adding member {member_id}")
+
+    def _update_member_and_rebalance(self, p: JoinParams, group: ClassicGroup, member: Member,
+                                     fut: asyncio.Future) -> None:
+        if member.join_future is not None and member.join_future is not fut and not member.join_future.done():
+            # A retried JoinGroup (new connection) replaces the parked one; answer the stale one.
+            member.join_future.set_result(JoinResult(E.REBALANCE_IN_PROGRESS, member_id=member.member_id))
+        group.update_member(member, p.protocols, p.rebalance_timeout_ms, p.session_timeout_ms, fut)
+        self._maybe_prepare_rebalance_or_complete_join(group, f"member {member.member_id} (re)joining")
+
+    def _update_static_member(self, p: JoinParams, group: ClassicGroup, old_id: str, new_id: str,
+                              fut: asyncio.Future) -> None:
+        current_leader = group.leader_id
+        self._cancel(("hb", group.group_id, old_id))
+        new = group.replace_static_member(p.group_instance_id, old_id, new_id)
+        self._schedule_heartbeat(group, new)
+        old_protocols, old_rt, old_st = new.protocols, new.rebalance_timeout_ms, new.session_timeout_ms
+        group.update_member(new, p.protocols, p.rebalance_timeout_ms, p.session_timeout_ms, fut)
+        if group.is_in(S.STABLE):
+            if (group.protocol_name or "") == group.select_protocol():
+                # Same protocol: persist the new member id and hand the member its current assignment.
+                assignment = {m.member_id: m.assignment for m in group.members.values()}
+                kv = self._group_metadata_kv(group, assignment)
+                self._spawn(self._finish_static_rejoin(p, group, new, old_id, new_id, current_leader,
+                                                       (old_protocols, old_rt, old_st), kv))
+            else:
+                self._maybe_prepare_rebalance_or_complete_join(group, f"static member {new_id} changed protocols")
+        elif group.is_in(S.COMPLETING_REBALANCE):
+            # The leader may already be assigning with the old member id: rebalance so nobody is left out.
+            self._prepare_rebalance(group, f"static member {new_id} rejoined during CompletingRebalance")
+        else:
+            self._maybe_complete_join_phase(group)
+
+    async def _finish_static_rejoin(self, p: JoinParams, group: ClassicGroup, new: Member, old_id: str,
+                                    new_id: str, current_leader: str | None, old: tuple, kv) -> None:
+        err = await self._append(self.partition_for(group.group_id), [kv])
+        if err:
+            fut = new.join_future
+            group.update_member(new, old[0], old[1], old[2], None)
+            if new_id in group.members and p.group_instance_id is not None:
+                self._cancel(("hb", group.group_id, new_id))
+                restored = group.replace_static_member(p.group_instance_id, new_id, old_id)
+                self._schedule_heartbeat(group, restored)
+            if fut is not None and not fut.done():
+                fut.set_result(JoinResult(_map_append_error(err, False), member_id="",
+                                          generation_id=group.generation_id, protocol_type=group.protocol_type,
+                                          protocol_name=group.protocol_name, leader=current_leader or ""))
+            return
+        if p.api_version >= 9:
+            is_leader = group.is_leader(new_id)
+            group.complete_join(new, self._current_generation(group, new_id, with_members=is_leader,
+                                                              skip_assignment=is_leader))
+        else:
+            # Older clients must not re-run the assignment: tell them the old leader id.
+            group.complete_join(new, self._current_generation(group, new_id, with_members=False,
+                                                              leader=current_leader or ""))
+
+    # -- rebalance -------------------------------------------------------------------------------------------
+    def _maybe_prepare_rebalance_or_complete_join(self, group: ClassicGroup, reason: str) -> None:
+        if group.can_rebalance():
+            self._prepare_rebalance(group, reason)
+        else:
+            self._maybe_complete_join_phase(group)
+
+    def _maybe_complete_join_phase(self, group: ClassicGroup) -> None:
+        if not group.is_in(S.PREPARING_REBALANCE):
+            return
+        if group.previous_state == S.EMPTY:
+            return   # the initial rebalance completes on its (group.initial.rebalance.delay.ms) timer
+        if group.has_all_members_joined():
+            self._complete_join(group)
+
+    def _prepare_rebalance(self, group: ClassicGroup, reason: str) -> None:
+        if group.is_in(S.COMPLETING_REBALANCE):
+            self._reset_and_propagate_assignment(group, E.REBALANCE_IN_PROGRESS)
+        self._remove_sync_expiration(group)
+        initial = group.is_in(S.EMPTY)
+        if initial:
+            delay = self.initial_rebalance_delay_ms
+            remaining = max(group.rebalance_timeout_ms() - delay, 0)
+            self._schedule(("join", group.group_id), delay, self._try_complete_initial_rebalance,
+                           group.group_id, delay, remaining)
+        group.transition_to(S.PREPARING_REBALANCE, self._now())
+        log.info("preparing to rebalance", group=group.group_id, generation=group.generation_id, reason=reason)
+        if not initial:
+            self._maybe_complete_join_else_schedule(group)
+
+    def _maybe_complete_join_else_schedule(self, group: ClassicGroup) -> None:
+        if group.has_all_members_joined():
+            self._complete_join(group)
+        else:
+            self._schedule(("join", group.group_id), group.rebalance_timeout_ms(), self._complete_join_by_id,
+                           group.group_id)
+
+    def _try_complete_initial_rebalance(self, group_id: str, delay: int, remaining: int) -> None:
+        group = self.groups.get(group_id)
+        if group is None or not group.is_in(S.PREPARING_REBALANCE):
+            return
+        if group.new_member_added and remaining != 0:
+            group.new_member_added = False
+            new_delay = min(self.initial_rebalance_delay_ms, remaining)
+            new_remaining = max(remaining - delay, 0)
+            self._schedule(("join", group_id), new_delay, self._try_complete_initial_rebalance, group_id,
+                           new_delay, new_remaining)
+        else:
+            self._complete_join(group)
+
+    def _complete_join_by_id(self, group_id: str) -> None:
+        group = self.groups.get(group_id)
+        if group is not None and group.is_in(S.PREPARING_REBALANCE):
+            self._complete_join(group)
+
+    def _complete_join(self, group: ClassicGroup) -> None:
+        gid = group.group_id
+        self._cancel(("join", gid))
+        for m in group.not_yet_rejoined():
+            if not m.is_static:
+                self._cancel(("hb", gid, m.member_id))
+                group.complete_sync(m, SyncResult(E.UNKNOWN_MEMBER_ID))
+                group.remove(m.member_id)
+        if group.is_in(S.DEAD):
+            return
+        if not group.maybe_elect_new_joined_leader() and group.members:
+            # Nobody rejoined (only static members that did not come back): wait one more rebalance timeout.
+            self._schedule(("join", gid), group.rebalance_timeout_ms(), self._complete_join_by_id, gid)
+            return
+        group.init_next_generation(self._now())
+        if group.is_in(S.EMPTY):
+            log.info("group is empty", group=gid, generation=group.generation_id)
+            self._append_nowait(self.partition_for(gid), [self._group_metadata_kv(group, {})],
+                                f"empty group {gid}")
+            return
+        log.info("rebalance: new generation", group=gid, generation=group.generation_id,
+                 protocol=group.protocol_name, members=group.num_members, leader=group.leader_id)
+        for m in list(group.members.values()):
+            res = self._current_generation(group, m.member_id, with_members=group.is_leader(m.member_id))
+            group.complete_join(m, res)
+            self._schedule_heartbeat(group, m)
+            m.is_new = False
+            group.pending_sync_members.add(m.member_id)
+        self._schedule(("sync", gid), group.rebalance_timeout_ms(), self._expire_pending_sync, gid,
+                       group.generation_id)
+
+    def _remove_sync_expiration(self, group: ClassicGroup) -> None:
+        group.pending_sync_members.clear()
+        self._cancel(("sync", group.group_id))
+
+    def _expire_pending_sync(self, group_id: str, generation: int) -> None:
+        group = self.groups.get(group_id)
+        if group is None or group.generation_id != generation:
+            return
+        if group.is_in(S.COMPLETING_REBALANCE, S.STABLE) and group.pending_sync_members:
+            late = list(group.pending_sync_members)
+            for mid in late:
+                self._cancel(("hb", group_id, mid))
+                group.remove(mid)
+            self._prepare_rebalance(group, f"members {late} did not sync in time")
+
+    def _expire_heartbeat(self, group_id: str, member_id: str) -> None:
+        group = self.groups.get(group_id)
+        if group is None or group.is_in(S.DEAD):
+            return
+        if group.is_pending(member_id):
+            group.remove(member_id)
+            if group.is_in(S.PREPARING_REBALANCE) and group.has_all_members_joined():
+                self._complete_join(group)
+            return
+        m = group.members.get(member_id)
+        if m is None or m.has_satisfied_heartbeat():
+            return
+        log.info("member session expired", group=group_id, member=member_id)
+        group.complete_join(m, JoinResult(E.UNKNOWN_MEMBER_ID))
+        group.complete_sync(m, SyncResult(E.UNKNOWN_MEMBER_ID))
+        group.remove(member_id)
+        if group.is_in(S.STABLE, S.COMPLETING_REBALANCE):
+            self._maybe_prepare_rebalance_or_complete_join(group, f"member {member_id} session expired")
+        elif group.is_in(S.PREPARING_REBALANCE) and group.has_all_members_joined():
+            self._complete_join(group)
+
+    def _remove_current_member(self, group: ClassicGroup, member_id: str) -> None:
+        m = group.members[member_id]
+        self._cancel(("hb", group.group_id, member_id))
+        group.complete_join(m, JoinResult(E.UNKNOWN_MEMBER_ID))
+        group.complete_sync(m, SyncResult(E.UNKNOWN_MEMBER_ID))
+        group.remove(member_id)
+
+    # -- assignment propagation ------------------------------------------------------------------------------
+    def _reset_and_propagate_assignment(self, group: ClassicGroup, error: ErrorCode) -> None:
+        for m in group.members.values():
+            m.assignment = b""
+        self._propagate_assignment(group, error)
+
+    def _set_and_propagate_assignment(self, group: ClassicGroup, assignment: dict[str, bytes]) -> None:
+        for m in group.members.values():
+            m.assignment = assignment.get(m.member_id, b"")
+        self._propagate_assignment(group, E.NONE)
+
+    def _propagate_assignment(self, group: ClassicGroup, error: ErrorCode) -> None:
+        ok = error == E.NONE
+        for m in list(group.members.values()):
+            res = SyncResult(error, group.protocol_type if ok else None, group.protocol_name if ok else None,
+                             m.assignment)
+            if group.complete_sync(m, res):
+                self._schedule_heartbeat(group, m)
+
+    # =========================================================================================================
+    # SyncGroup / Heartbeat / LeaveGroup
+    async def sync_group(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
+                         protocol_type: str | None, protocol_name: str | None,
+                         assignments: list[tuple[str, bytes]]) -> SyncResult:
+        err = self.check_group(group_id)
+        if err:
+            return SyncResult(err)
+        group = self.groups.get(group_id)
+        if group is None or group.is_in(S.EMPTY):
+            return SyncResult(E.UNKNOWN_MEMBER_ID)
+        if group.is_in(S.DEAD):
+            return SyncResult(E.COORDINATOR_NOT_AVAILABLE)
+        err = group.validate_member(member_id, instance_id)
+        if err:
+            return SyncResult(err)
+        if generation_id != group.generation_id:
+            return SyncResult(E.ILLEGAL_GENERATION)
+        if ((protocol_type is not None and protocol_type != group.protocol_type)
+                or (protocol_name is not None and protocol_name != group.protocol_name)):
+            return SyncResult(E.INCONSISTENT_GROUP_PROTOCOL)
+        if group.is_in(S.PREPARING_REBALANCE):
+            return SyncResult(E.REBALANCE_IN_PROGRESS)
+        member = group.members[member_id]
+        if group.is_in(S.STABLE):
+            self._remove_pending_sync_member(group, member_id)
+            return SyncResult(E.NONE, group.protocol_type, group.protocol_name, member.assignment)
+        # CompletingRebalance: park until the leader's assignment is stored.
+        fut = asyncio.get_running_loop().create_future()
+        if member.sync_future is not None and not member.sync_future.done():
+            member.sync_future.set_result(SyncResult(E.REBALANCE_IN_PROGRESS))
+        member.sync_future = fut
+        self._remove_pending_sync_member(group, member_id)
+        if group.is_leader(member_id):
+            assignment = {m: bytes(a) for m, a in assignments}
+            for mid in group.members:
+                assignment.setdefault(mid, b"")
+            kv = self._group_metadata_kv(group, assignment)
+            self._spawn(self._store_assignment(group, generation_id, assignment, kv))
+        return await fut
+
+    async def _store_assignment(self, group: ClassicGroup, generation: int, assignment: dict[str, bytes],
+                                kv) -> None:
+        err = await self._append(self.partition_for(group.group_id), [kv])
+        if not (group.is_in(S.COMPLETING_REBALANCE) and group.generation_id == generation):
+            return   # a member joined or left meanwhile: that rebalance answers everyone
+        if err:
+            self._reset_and_propagate_assignment(group, _map_append_error(err, False))
+            self._maybe_prepare_rebalance_or_complete_join(group, f"error {err} storing the assignment")
+        else:
+            self._set_and_propagate_assignment(group, assignment)
+            group.transition_to(S.STABLE, self._now())
+            log.info("group is stable", group=group.group_id, generation=generation, members=group.num_members)
+
+    def _remove_pending_sync_member(self, group: ClassicGroup, member_id: str) -> None:
+        group.pending_sync_members.discard(member_id)
+        if group.is_in(S.DEAD, S.EMPTY, S.PREPARING_REBALANCE) or not group.pending_sync_members:
+            self._cancel(("sync", group.group_id))
+
+    def heartbeat(self, group_id: str, member_id: str, instance_id: str | None, generation_id: int) -> ErrorCode:
+        err = self.check_group(group_id)
+        if err:
+            return err
+        group = self.groups.get(group_id)
+        if group is None:
+            return E.UNKNOWN_MEMBER_ID
+        if group.is_in(S.DEAD):
+            return E.COORDINATOR_NOT_AVAILABLE
+        err = group.validate_member(member_id, instance_id)
+        if err:
+            return err
+        if generation_id != group.generation_id:
+            return E.ILLEGAL_GENERATION
+        if group.is_in(S.EMPTY):
+            return E.UNKNOWN_MEMBER_ID
+        self._schedule_heartbeat(group, group.members[member_id])
+        if group.is_in(S.PREPARING_REBALANCE):
+            return E.REBALANCE_IN_PROGRESS
+        return E.NONE
+
+    def leave_group(self, group_id: str, members: list[tuple[str, str | None]]
+                    ) -> tuple[ErrorCode, list[tuple[str, str | None, ErrorCode]]]:
+        err = self.check_group(group_id)
+        if err:
+            return err, []
+        group = self.groups.get(group_id)
+        if group is None:
+            return E.UNKNOWN_MEMBER_ID, [(m, i, E.UNKNOWN_MEMBER_ID) for m, i in members]
+        if group.is_in(S.DEAD):
+            return E.COORDINATOR_NOT_AVAILABLE, []
+        results: list[tuple[str, str | None, ErrorCode]] = []
+        left = []
+        for mid, iid in members:
+            if mid == "":
+                # Administrative removal of a static member by its instance id.
+                target = group.static_member_id(iid) if iid is not None else None
+                if target is not None:
+                    self._remove_current_member(group, target)
+                    results.append((mid, iid, E.NONE))
+                    left.append(target)
+                else:
+                    results.append((mid, iid, E.UNKNOWN_MEMBER_ID))
+            elif group.is_pending(mid):
+                group.remove(mid)
+                self._cancel(("hb", group_id, mid))
+                results.append((mid, iid, E.NONE))
+                left.append(mid)
+            else:
+                err = group.validate_member(mid, iid)
+                if err:
+                    results.append((mid, iid, err))
+                else:
+                    self._remove_current_member(group, mid)
+                    results.append((mid, iid, E.NONE))
+                    left.append(mid)
+        if left:
+            log.info("members left", group=group_id, members=left)
+            if group.is_in(S.STABLE, S.COMPLETING_REBALANCE):
+                self._maybe_prepare_rebalance_or_complete_join(group, f"members {left} left")
+            elif group.is_in(S.PREPARING_REBALANCE):
+                self._maybe_complete_join_phase(group)
+        return E.NONE, results
+
+    # =========================================================================================================
+    # offsets
+    def _validate_offset_commit(self, group: ClassicGroup, member_id: str, instance_id: str | None,
+                                generation_id: int) -> ErrorCode:
+        if group.is_in(S.DEAD):
+            return E.COORDINATOR_NOT_AVAILABLE
+        if generation_id < 0 and group.is_in(S.EMPTY):
+            return E.NONE   # admin client or a consumer without group management
+        if generation_id >= 0 or member_id or instance_id is not None:
+            err = group.validate_member(member_id, instance_id)
+            if err:
+                return err
+            if generation_id != group.generation_id:
+                return E.ILLEGAL_GENERATION
+        elif not group.is_in(S.EMPTY):
+            return E.UNKNOWN_MEMBER_ID
+        if group.is_in(S.COMPLETING_REBALANCE):
+            return E.REBALANCE_IN_PROGRESS
+        return E.NONE
+
+    async def commit_offsets(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
+                             offsets: dict[tuple[str, int], OffsetAndMetadata], api_version: int
+                             ) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
+        """Returns (group-level error, per-partition errors); a group-level error applies to every partition."""
+        err = self.check_group(group_id)
+        if err:
+            return err, {}
+        group = self.groups.get(group_id)
+        if group is None:
+            if generation_id >= 0:
+                return (E.GROUP_ID_NOT_FOUND if api_version >= 9 else E.ILLEGAL_GENERATION), {}
+            group = self.groups[group_id] = ClassicGroup(group_id, self._now())
+            log.info("created a simple group through an offset commit", group=group_id)
+        else:
+            err = self._validate_offset_commit(group, member_id, instance_id, generation_id)
+            if err:
+                return err, {}
+        results: dict[tuple[str, int], ErrorCode] = {}
+        kvs = []
+        accepted = {}
+        for tp, om in offsets.items():
+            if om.metadata is not None and len(om.metadata.encode()) > self.offset_metadata_max_bytes:
+                results[tp] = E.OFFSET_METADATA_TOO_LARGE
+                continue
+            om.metadata = om.metadata or ""
+            kvs.append((encode_offset_commit_key(group_id, tp[0], tp[1]), encode_offset_commit_value(om)))
+            accepted[tp] = om
+        if kvs:
+            werr = await self._append(self.partition_for(group_id), kvs)
+            if werr:
+                mapped = _map_append_error(werr, True)
+                for tp in accepted:
+                    results[tp] = mapped
+                return E.NONE, results
+            if self.groups.get(group_id) is group:
+                group.offsets.update(accepted)
+            for tp in accepted:
+                results[tp] = E.NONE
+        return E.NONE, results
+
+    def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None
+                      ) -> tuple[ErrorCode, list[tuple[str, list[tuple[int, OffsetAndMetadata | None]]]]]:
+        """Committed offsets of the requested partitions (topics=None: every committed partition)."""
+        err = self.check_group(group_id)
+        if err:
+            return err, []
+        group = self.groups.get(group_id)
+        offsets = group.offsets if group is not None and not group.is_in(S.DEAD) else {}
+        if topics is None:
+            by_topic: dict[str, list[tuple[int, OffsetAndMetadata | None]]] = {}
+            for (t, p), om in sorted(offsets.items()):
+                by_topic.setdefault(t, []).append((p, om))
+            return E.NONE, list(by_topic.items())
+        return E.NONE, [(t, [(p, offsets.get((t, p))) for p in parts]) for t, parts in topics]
+
+    # =========================================================================================================
+    # admin: list / describe / delete
+    def list_groups(self, states: list[str] | None = None, types: list[str] | None = None
+                    ) -> tuple[ErrorCode, list[ClassicGroup]]:
+        err = E.NONE if self.active else E.COORDINATOR_NOT_AVAILABLE
+        if self.loading:
+            err = E.COORDINATOR_LOAD_IN_PROGRESS
+        wanted_states = {s.lower() for s in states} if states else None
+        wanted_types = {t.lower() for t in types} if types else None
+        if wanted_types is not None and GROUP_TYPE not in wanted_types:
+            return err, []
+        out = [g for g in self.groups.values() if not g.is_in(S.DEAD)
+               and (wanted_states is None or g.state.value.lower() in wanted_states)]
+        return err, sorted(out, key=lambda g: g.group_id)
+
+    def describe_group(self, group_id: str) -> tuple[ErrorCode, ClassicGroup | None]:
+        err = self.check_group(group_id)
+        if err:
+            return err, None
+        g = self.groups.get(group_id)
+        if g is None or g.is_in(S.DEAD):
+            return E.GROUP_ID_NOT_FOUND, None
+        return E.NONE, g
+
+    async def delete_groups(self, group_ids: list[str]) -> dict[str, ErrorCode]:
+        results: dict[str, ErrorCode] = {}
+        writes: dict[int, list] = {}
+        deleted: list[tuple[str, int]] = []
+        for gid in group_ids:
+            err = self.check_group(gid)
+            if err:
+                results[gid] = err
+                continue
+            g = self.groups.get(gid)
+            if g is None or g.is_in(S.DEAD):
+                results[gid] = E.GROUP_ID_NOT_FOUND
+            elif g.is_in(S.STABLE, S.PREPARING_REBALANCE, S.COMPLETING_REBALANCE):
+                results[gid] = E.NON_EMPTY_GROUP
+            else:
+                p = self.partition_for(gid)
+                kvs = writes.setdefault(p, [])
+                kvs += [(encode_offset_commit_key(gid, t, i), None) for (t, i) in sorted(g.offsets)]
+                kvs.append((encode_group_metadata_key(gid), None))
+                g.transition_to(S.DEAD, self._now())
+                self._cancel_group_timers(gid)
+                del self.groups[gid]
+                deleted.append((gid, p))
+        errors = {}
+        for p, kvs in writes.items():
+            errors[p] = await self._append(p, kvs)
+        for gid, p in deleted:
+            results[gid] = _map_append_error(errors[p], False) if errors[p] else E.NONE
+            if not errors[p]:
+                log.info("deleted group", group=gid)
+        return results
+
+    async def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]
+                             ) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
+        err = self.check_group(group_id)
+        if err:
+            return err, {}
+        g = self.groups.get(group_id)
+        if g is None or g.is_in(S.DEAD):
+            return E.GROUP_ID_NOT_FOUND, {}
+        if g.is_in(S.STABLE, S.PREPARING_REBALANCE, S.COMPLETING_REBALANCE) and not g.uses_consumer_protocol():
+            return E.NON_EMPTY_GROUP, {}
+        results: dict[tuple[str, int], ErrorCode] = {}
+        kvs = []
+        gone = []
+        for t, p in partitions:
+            if g.is_subscribed_to_topic(t):
+                results[(t, p)] = E.GROUP_SUBSCRIBED_TO_TOPIC
+                continue
+            results[(t, p)] = E.NONE
+            if (t, p) in g.offsets:
+                kvs.append((encode_offset_commit_key(group_id, t, p), None))
+                gone.append((t, p))
+        if kvs:
+            werr = await self._append(self.partition_for(group_id), kvs)
+            if werr:
+                return _map_append_error(werr, True), {}
+            for tp in gone:
+                g.offsets.pop(tp, None)
+        return E.NONE, results
+
+    # =========================================================================================================
+    # offsets retention (offsets.retention.minutes)
+    async def _retention_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.retention_check_interval_ms / 1000.0)
+            try:
+                await self.expire_offsets()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("offset expiration failed")
+
+    async def expire_offsets(self, now: int | None = None) -> tuple[int, int]:
+        """Expire offsets per Kafka's rules; delete Empty groups left without offsets. Returns (offsets, groups)."""
+        if not self.active:
+            return 0, 0
+        now = self._now() if now is None else now
+        writes: dict[int, list] = {}
+        plans = []
+        for gid, g in list(self.groups.items()):
+            p = self.partition_for(gid)
+            if p in self.loading or g.is_in(S.DEAD):
+                continue
+            base = self._expiration_base(g)
+            expired = []
+            if base is not None:
+                for tp, om in g.offsets.items():
+                    if g.is_subscribed_to_topic(tp[0]):
+                        continue
+                    if om.expire_timestamp >= 0:
+                        if now >= om.expire_timestamp:
+                            expired.append(tp)
+                    elif now - base(om) >= self.retention_ms:
+                        expired.append(tp)
+            all_gone = len(expired) == len(g.offsets)
+            delete_group = (all_gone and g.is_in(S.EMPTY) and not g.pending_members
+                            and not any(k[1] == gid for k in self._timers))
+            if not expired and not delete_group:
+                continue
+            kvs = writes.setdefault(p, [])
+            kvs += [(encode_offset_commit_key(gid, t, i), None) for t, i in expired]
+            if delete_group:
+                kvs.append((encode_group_metadata_key(gid), None))
+                g.transition_to(S.DEAD, now)
+                del self.groups[gid]
+            plans.append((g, p, expired, delete_group))
+        errors = {p: await self._append(p, kvs) for p, kvs in writes.items()}
+        n_offsets = n_groups = 0
+        for g, p, expired, delete_group in plans:
+            if errors[p]:
+                continue
+            for tp in expired:
+                g.offsets.pop(tp, None)
+            n_offsets += len(expired)
+            n_groups += int(delete_group)
+        if n_offsets or n_groups:
+            log.info("expired offsets", offsets=n_offsets, groups_deleted=n_groups)
+        return n_offsets, n_groups
+
+    def _expiration_base(self, g: ClassicGroup) -> Callable[[OffsetAndMetadata], int] | None:
+        if g.protocol_type is not None:
+            if g.is_in(S.EMPTY):
+                ts = g.current_state_timestamp
+                return (lambda om: ts) if ts is not None else (lambda om: om.commit_timestamp)
+            if g.uses_consumer_protocol() and g.subscribed_topics is not None and g.is_in(S.STABLE):
+                return lambda om: om.commit_timestamp
+            return None
+        return lambda om: om.commit_timestamp
+
+
+__all__ = ["GroupCoordinator", "JoinParams"]

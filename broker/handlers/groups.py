@@ -1,0 +1,268 @@
+"""Consumer-group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
+ListGroups, DescribeGroups, DeleteGroups, OffsetDelete. Wire <-> broker.group.GroupCoordinator translation only.
+"""
+from __future__ import annotations
+
+import time
+
+from protocol.errors import ErrorCode
+from protocol.registry import ApiKey, response_class
+
+from ..group.coordinator import JoinParams
+from ..group.group import GROUP_TYPE, GroupState
+from ..group.records import OffsetAndMetadata
+
+E = ErrorCode
+KEY_TYPE_GROUP = 0
+KEY_TYPE_TRANSACTION = 1
+# AclOperation codes a group resource supports (READ, DELETE, DESCRIBE): all of them, as there is no authorizer.
+GROUP_AUTHORIZED_OPERATIONS = {3, 6, 8}
+
+
+def _client_host(ctx) -> str:
+    """Kafka reports member hosts as InetAddress.toString(): '/<ip>'."""
+    peer = ctx.conn.peer
+    host = peer.rpartition(":")[0] if ":" in peer else peer
+    return "/" + host.strip("[]")
+
+
+# -- FindCoordinator ------------------------------------------------------------------------------------------------
+async def find_coordinator(server, ctx, req):
+    Resp = response_class(ApiKey.FIND_COORDINATOR)
+    v = ctx.api_version
+    host, port = server.advertised_endpoint(ctx.conn.listener)
+    coord = server.group_coordinator
+
+    def answer(key: str, key_type: int) -> tuple[ErrorCode, str | None]:
+        if key_type == KEY_TYPE_GROUP:
+            if not coord.active or not coord.ensure_offsets_topic():
+                return E.COORDINATOR_NOT_AVAILABLE, "The coordinator is not available."
+            return E.NONE, None
+        if key_type == KEY_TYPE_TRANSACTION:
+            return E.COORDINATOR_NOT_AVAILABLE, "This broker has no transaction coordinator."
+        return E.INVALID_REQUEST, f"Unsupported key type {key_type}."
+
+    if v >= 4:
+        coords = []
+        for key in req.coordinator_keys or []:
+            err, msg = answer(key, req.key_type)
+            ok = err == E.NONE
+            coords.append(Resp.Coordinator(key=key, node_id=server.broker_id if ok else -1, host=host if ok else "",
+                                           port=port if ok else -1, error_code=err, error_message=msg))
+        return Resp(version=v, throttle_time_ms=0, coordinators=coords)
+    err, msg = answer(req.key, req.key_type if v >= 1 else KEY_TYPE_GROUP)
+    ok = err == E.NONE
+    return Resp(version=v, throttle_time_ms=0, error_code=err, error_message=msg if v >= 1 else None,
+                node_id=server.broker_id if ok else -1, host=host if ok else "", port=port if ok else -1)
+
+
+# -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup -----------------------------------------------------------------
+async def join_group(server, ctx, req):
+    Resp = response_class(ApiKey.JOIN_GROUP)
+    v = ctx.api_version
+    session = req.session_timeout_ms
+    rebalance = req.rebalance_timeout_ms if v >= 1 else session
+    if rebalance is None or rebalance < 0:
+        rebalance = session
+    params = JoinParams(
+        group_id=req.group_id, member_id=req.member_id or "",
+        group_instance_id=req.group_instance_id if v >= 5 else None, client_id=ctx.client_id or "",
+        client_host=_client_host(ctx), session_timeout_ms=session, rebalance_timeout_ms=rebalance,
+        protocol_type=req.protocol_type, protocols=[(p.name, bytes(p.metadata or b"")) for p in req.protocols],
+        api_version=v)
+    res = await server.group_coordinator.join_group(params)
+    members = [Resp.JoinGroupResponseMember(member_id=m, group_instance_id=i, metadata=md)
+               for m, i, md in res.members]
+    return Resp(version=v, throttle_time_ms=0, error_code=res.error, generation_id=res.generation_id,
+                protocol_type=res.protocol_type,
+                protocol_name=res.protocol_name if v >= 7 else (res.protocol_name or ""),
+                leader=res.leader, skip_assignment=res.skip_assignment, member_id=res.member_id, members=members)
+
+
+async def sync_group(server, ctx, req):
+    Resp = response_class(ApiKey.SYNC_GROUP)
+    v = ctx.api_version
+    res = await server.group_coordinator.sync_group(
+        req.group_id, req.generation_id, req.member_id, req.group_instance_id if v >= 3 else None,
+        req.protocol_type if v >= 5 else None, req.protocol_name if v >= 5 else None,
+        [(a.member_id, bytes(a.assignment or b"")) for a in req.assignments])
+    return Resp(version=v, throttle_time_ms=0, error_code=res.error, protocol_type=res.protocol_type,
+                protocol_name=res.protocol_name, assignment=res.assignment)
+
+
+async def heartbeat(server, ctx, req):
+    Resp = response_class(ApiKey.HEARTBEAT)
+    v = ctx.api_version
+    err = server.group_coordinator.heartbeat(req.group_id, req.member_id,
+                                             req.group_instance_id if v >= 3 else None, req.generation_id)
+    return Resp(version=v, throttle_time_ms=0, error_code=err)
+
+
+async def leave_group(server, ctx, req):
+    Resp = response_class(ApiKey.LEAVE_GROUP)
+    v = ctx.api_version
+    if v < 3:
+        members = [(req.member_id, None)]
+    else:
+        members = [(m.member_id, m.group_instance_id) for m in req.members]
+    top, results = server.group_coordinator.leave_group(req.group_id, members)
+    if v < 3:
+        err = top or (results[0][2] if results else E.NONE)
+        return Resp(version=v, throttle_time_ms=0, error_code=err)
+    out = [] if top else [Resp.MemberResponse(member_id=m, group_instance_id=i, error_code=e) for m, i, e in results]
+    return Resp(version=v, throttle_time_ms=0, error_code=top, members=out)
+
+
+# -- OffsetCommit / OffsetFetch / OffsetDelete ----------------------------------------------------------------------
+async def offset_commit(server, ctx, req):
+    Resp = response_class(ApiKey.OFFSET_COMMIT)
+    T = Resp.OffsetCommitResponseTopic
+    P = T.OffsetCommitResponsePartition
+    v = ctx.api_version
+    now = int(time.time() * 1000)
+    store = server.store
+    pre: dict[tuple[str, int], ErrorCode] = {}
+    offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
+    order: list[tuple[str, list[int]]] = []
+    for t in req.topics:
+        parts = []
+        info = store.topic(t.name)
+        for p in t.partitions:
+            parts.append(p.partition_index)
+            tp = (t.name, p.partition_index)
+            if info is None:
+                pre[tp] = E.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            epoch = p.committed_leader_epoch if v >= 6 else -1
+            offsets[tp] = OffsetAndMetadata(p.committed_offset, -1 if epoch is None else epoch,
+                                            p.committed_metadata, now, -1)
+        order.append((t.name, parts))
+    top, results = E.NONE, {}
+    if offsets:
+        top, results = await server.group_coordinator.commit_offsets(
+            req.group_id, req.generation_id_or_member_epoch, req.member_id or "",
+            req.group_instance_id if v >= 7 else None, offsets, v)
+    elif not req.group_id:
+        top = E.INVALID_GROUP_ID
+    topics = []
+    for name, parts in order:
+        out = []
+        for pi in parts:
+            tp = (name, pi)
+            err = pre.get(tp) or top or results.get(tp, E.NONE)
+            out.append(P(partition_index=pi, error_code=err))
+        topics.append(T(name=name, partitions=out))
+    return Resp(version=v, throttle_time_ms=0, topics=topics)
+
+
+def _fetched_partition(cls, pi: int, om: OffsetAndMetadata | None, err: ErrorCode = E.NONE):
+    if om is None:
+        return cls(partition_index=pi, committed_offset=-1, committed_leader_epoch=-1, metadata="", error_code=err)
+    return cls(partition_index=pi, committed_offset=om.offset, committed_leader_epoch=om.leader_epoch,
+               metadata=om.metadata, error_code=err)
+
+
+async def offset_fetch(server, ctx, req):
+    Resp = response_class(ApiKey.OFFSET_FETCH)
+    v = ctx.api_version
+    coord = server.group_coordinator
+    if v >= 8:
+        G = Resp.OffsetFetchResponseGroup
+        T = G.OffsetFetchResponseTopics
+        P = T.OffsetFetchResponsePartitions
+        groups = []
+        for g in req.groups:
+            topics = None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in g.topics]
+            err, data = coord.fetch_offsets(g.group_id, topics)
+            tops = [] if err else [T(name=t, partitions=[_fetched_partition(P, pi, om) for pi, om in parts])
+                                   for t, parts in data]
+            groups.append(G(group_id=g.group_id, topics=tops, error_code=err))
+        return Resp(version=v, throttle_time_ms=0, groups=groups)
+    T = Resp.OffsetFetchResponseTopic
+    P = T.OffsetFetchResponsePartition
+    topics = None if req.topics is None else [(t.name, list(t.partition_indexes)) for t in req.topics]
+    err, data = coord.fetch_offsets(req.group_id, topics)
+    if err:
+        if v < 2:   # no top-level error code before v2: report it on every requested partition
+            tops = [T(name=t, partitions=[_fetched_partition(P, pi, None, err) for pi in parts])
+                    for t, parts in (topics or [])]
+            return Resp(version=v, throttle_time_ms=0, topics=tops)
+        return Resp(version=v, throttle_time_ms=0, topics=[], error_code=err)
+    tops = [T(name=t, partitions=[_fetched_partition(P, pi, om) for pi, om in parts]) for t, parts in data]
+    return Resp(version=v, throttle_time_ms=0, topics=tops, error_code=E.NONE)
+
+
+async def offset_delete(server, ctx, req):
+    Resp = response_class(ApiKey.OFFSET_DELETE)
+    T = Resp.OffsetDeleteResponseTopic
+    P = T.OffsetDeleteResponsePartition
+    store = server.store
+    pre: dict[tuple[str, int], ErrorCode] = {}
+    wanted = []
+    order = []
+    for t in req.topics:
+        parts = [p.partition_index for p in t.partitions]
+        order.append((t.name, parts))
+        for pi in parts:
+            if store.topic(t.name) is None:
+                pre[(t.name, pi)] = E.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                wanted.append((t.name, pi))
+    err, results = await server.group_coordinator.delete_offsets(req.group_id, wanted)
+    if err:
+        return Resp(version=ctx.api_version, error_code=err, throttle_time_ms=0, topics=[])
+    topics = [T(name=name, partitions=[P(partition_index=pi, error_code=pre.get((name, pi))
+                                         or results.get((name, pi), E.NONE)) for pi in parts])
+              for name, parts in order]
+    return Resp(version=ctx.api_version, error_code=E.NONE, throttle_time_ms=0, topics=topics)
+
+
+# -- ListGroups / DescribeGroups / DeleteGroups ---------------------------------------------------------------------
+async def list_groups(server, ctx, req):
+    Resp = response_class(ApiKey.LIST_GROUPS)
+    v = ctx.api_version
+    states = list(req.states_filter or []) if v >= 4 else None
+    types = list(req.types_filter or []) if v >= 5 else None
+    err, groups = server.group_coordinator.list_groups(states, types)
+    listed = [Resp.ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type or "", group_state=g.state.value,
+                               group_type=GROUP_TYPE) for g in groups]
+    return Resp(version=v, throttle_time_ms=0, error_code=err, groups=listed)
+
+
+async def describe_groups(server, ctx, req):
+    Resp = response_class(ApiKey.DESCRIBE_GROUPS)
+    D = Resp.DescribedGroup
+    M = D.DescribedGroupMember
+    v = ctx.api_version
+    ops = GROUP_AUTHORIZED_OPERATIONS if v >= 3 and req.include_authorized_operations else None
+    out = []
+    for gid in req.groups:
+        err, g = server.group_coordinator.describe_group(gid)
+        if err == E.GROUP_ID_NOT_FOUND:
+            if v >= 6:
+                out.append(D(error_code=err, error_message=f"Group {gid} not found.", group_id=gid,
+                             group_state=GroupState.DEAD.value, protocol_type="", protocol_data="", members=[],
+                             authorized_operations=ops))
+            else:
+                out.append(D(error_code=E.NONE, group_id=gid, group_state=GroupState.DEAD.value, protocol_type="",
+                             protocol_data="", members=[], authorized_operations=ops))
+            continue
+        if err:
+            out.append(D(error_code=err, group_id=gid, group_state="", protocol_type="", protocol_data="",
+                         members=[], authorized_operations=ops))
+            continue
+        stable = g.state == GroupState.STABLE
+        members = [M(member_id=m.member_id, group_instance_id=m.group_instance_id, client_id=m.client_id,
+                     client_host=m.client_host, member_metadata=m.metadata(g.protocol_name) if stable else b"",
+                     member_assignment=m.assignment if stable else b"") for m in g.members.values()]
+        out.append(D(error_code=E.NONE, group_id=gid, group_state=g.state.value, protocol_type=g.protocol_type or "",
+                     protocol_data=(g.protocol_name or "") if stable else "", members=members,
+                     authorized_operations=ops))
+    return Resp(version=v, throttle_time_ms=0, groups=out)
+
+
+async def delete_groups(server, ctx, req):
+    Resp = response_class(ApiKey.DELETE_GROUPS)
+    results = await server.group_coordinator.delete_groups(list(req.groups_names))
+    return Resp(version=ctx.api_version, throttle_time_ms=0,
+                results=[Resp.DeletableGroupResult(group_id=g, error_code=results[g]) for g in req.groups_names])
