@@ -11,14 +11,14 @@ When a test fails, the tail of every running broker's stdout/stderr is attached 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.support.broker_proc import StrataBroker  # noqa: E402
+from tests.support.broker_proc import StrataBroker
 
 
 def pytest_configure(config: pytest.Config) -> None:

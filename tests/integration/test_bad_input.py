@@ -13,10 +13,20 @@ import pytest
 from kafka.protocol.metadata import ApiVersionsResponse
 
 from tests.support import ck
-from tests.support.records import Rec
 from tests.support.kafka_wire import (
-    CORRUPT_MESSAGE, OFFSET_OUT_OF_RANGE, ConnectionClosed, UNKNOWN_TOPIC_OR_PARTITION, UNSUPPORTED_VERSION, WireClient,
-    api_versions_request_bytes, build_batch, corrupt_crc, decode_records, raw_request_bytes)
+    CORRUPT_MESSAGE,
+    OFFSET_OUT_OF_RANGE,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    UNSUPPORTED_VERSION,
+    ConnectionClosed,
+    WireClient,
+    api_versions_request_bytes,
+    build_batch,
+    corrupt_crc,
+    decode_records,
+    raw_request_bytes,
+)
+from tests.support.records import Rec
 
 MAX_REQUEST = 1024 * 1024
 MODULE_BROKER_OVERRIDES = {"auto.create.topics.enable": "false", "socket.request.max.bytes": MAX_REQUEST}
@@ -40,7 +50,7 @@ def new_topic(bs: str, partitions: int = 1) -> str:
 def assert_serves(bs: str) -> None:
     """A normal librdkafka producer round trip, then a raw Fetch of exactly that record."""
     value = os.urandom(16)
-    [(p, off)] = ck.produce_all(bs, "sane", [Rec(partition=0, key=b"k", value=value)], timeout=20)
+    [(_, off)] = ck.produce_all(bs, "sane", [Rec(partition=0, key=b"k", value=value)], timeout=20)
     with WireClient.connect(bs) as c:
         resp = c.fetch("sane", 0, off, version=c.pick_version(1, 11))
         part = resp.responses[0].partitions[0]
@@ -183,7 +193,7 @@ def test_unsupported_version_of_known_api(bs):
     """A Fetch one version above the advertised maximum gets an answer with the right correlation id or a closed
     connection (Kafka closes it) -- never a hang or a crash: the broker keeps serving."""
     with WireClient.connect(bs) as c:
-        lo, hi = c.versions()[1]
+        _, hi = c.versions()[1]
         c.send_raw(raw_request_bytes(1, hi + 1, 5, body=b"\x00" * 40))
         try:
             payload = c.recv_frame()

@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
 def kcat(*args: str, stdin: bytes | None = None, timeout: float = 60.0) -> str:
-    proc = subprocess.run([KCAT, *args], input=stdin, capture_output=True, timeout=timeout)
+    proc = subprocess.run([KCAT, *args], input=stdin, capture_output=True, timeout=timeout, check=False)
     assert proc.returncode == 0, (
         f"kcat {' '.join(args)} exited {proc.returncode}\nstderr: {proc.stderr.decode(errors='replace')[-3000:]}")
     return proc.stdout.decode()
@@ -67,7 +67,7 @@ def _headers(h: object) -> tuple[tuple[str, bytes], ...]:
     return tuple((h[i], h[i + 1].encode()) for i in range(0, len(h), 2))
 
 
-_QUERY = re.compile(r"^(?P<topic>\S+) \[(?P<p>\d+)\] offset (?P<off>-?\d+)", re.M)
+_QUERY = re.compile(r"^(?P<topic>\S+) \[(?P<p>\d+)\] offset (?P<off>-?\d+)", re.MULTILINE)
 
 
 def kcat_offsets_for_times(bs: str, topic: str, targets: dict[int, int]) -> dict[int, int]:

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError, TopicPartition
-from kafka import KafkaConsumer, TopicPartition as KpTopicPartition
+from kafka import KafkaConsumer
+from kafka import TopicPartition as KpTopicPartition
 from kafka.errors import OffsetOutOfRangeError
 
 from tests.support import ck
@@ -170,3 +171,25 @@ def test_time_retention_deletes_expired_segments(broker_factory):
     assert [r.offset for r in got] == list(range(start, leo + 20))
     assert [r.key for r in got[-20:]] == [b"new"] * 20
     check_reads_from_zero(bs, topic, start, leo + 20)
+
+
+def test_time_retention_rolls_and_deletes_an_expired_active_segment(broker_factory):
+    """Kafka's rule, stricter than "closed segments go": when every record of the partition is past
+    retention.ms (and below the high watermark), the active segment is deleted too -- Kafka rolls a new empty
+    segment first (UnifiedLog.deleteSegments: "we must always have at least one segment, so if we are going to
+    delete all the segments, create a new one first") -- so the log start offset reaches the log end offset."""
+    broker = broker_factory(**COMMON, **{"log.retention.ms": 60_000})
+    bs, topic = broker.bootstrap, "by-time-all"
+    ck.create_topic(bs, topic, 1)
+    records = produce_small_batches(bs, topic, 300, 120, ts_base=int(time.time() * 1000) - 3_600_000)
+    leo = len(records)
+    part_dir = broker.partition_dir(topic, 0)
+    wait_until(lambda: list_offset(bs, topic, -2) == leo, timeout=15,
+               message=lambda: f"log start {list_offset(bs, topic, -2)} (LEO {leo}), segments on disk "
+                               f"{sorted(segments(part_dir).items())}")
+    wait_until(lambda: segments(part_dir) == {leo: 0}, timeout=30,
+               message=lambda: f"segments on disk {sorted(segments(part_dir).items())}, expected one empty at {leo}")
+    assert list_offset(bs, topic, -1) == leo
+    # the next record lands at the old log end offset
+    [(p, off)] = ck.produce_all(bs, topic, [Rec(partition=0, key=b"k", value=b"after")])
+    assert (p, off) == (0, leo)

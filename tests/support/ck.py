@@ -6,7 +6,8 @@ Group-less reads use ``Consumer.assign`` with explicit offsets. librdkafka refus
 from __future__ import annotations
 
 import time
-from typing import Any, Iterable, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -59,8 +60,8 @@ def produce_all(bootstrap: str, topic: str, records: Sequence[Rec], compression:
         return _cb
 
     for i, r in enumerate(records):
-        kw: dict[str, Any] = dict(topic=topic, key=r.key, value=r.value, partition=r.partition,
-                                  headers=list(r.headers), on_delivery=cb(i))
+        kw: dict[str, Any] = {"topic": topic, "key": r.key, "value": r.value, "partition": r.partition,
+                              "headers": list(r.headers), "on_delivery": cb(i)}
         if r.timestamp is not None:
             kw["timestamp"] = r.timestamp
         while True:

@@ -10,15 +10,15 @@ import itertools
 import socket
 import struct
 import time
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any, Self
 
+from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
 from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
-
-from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
 
 # Error codes used by the tests (Kafka's numbering).
 NONE = 0
@@ -58,7 +58,7 @@ class WireClient:
         self._versions: dict[int, tuple[int, int]] | None = None
 
     @classmethod
-    def connect(cls, bootstrap: str, **kw: Any) -> "WireClient":
+    def connect(cls, bootstrap: str, **kw: Any) -> WireClient:
         host, port = bootstrap.rsplit(":", 1)
         return cls(host, int(port), **kw)
 
@@ -69,7 +69,7 @@ class WireClient:
         except OSError:
             pass
 
-    def __enter__(self) -> "WireClient":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -105,7 +105,7 @@ class WireClient:
             self.sock.settimeout(remaining)
             try:
                 chunk = self.sock.recv(65536)
-            except socket.timeout:
+            except TimeoutError:
                 return False
             except (ConnectionResetError, BrokenPipeError):
                 return True

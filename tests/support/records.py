@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Sequence
 
 Header = tuple[str, bytes]
 
@@ -116,8 +116,8 @@ class Collected:
         return sum(len(v) for v in self.parts.values())
 
 
-def check_roundtrip(expected: Sequence[Rec], read: "Callable[[int, int, int], list[Rec]]",
-                    lookup_time: "Callable[[dict[int, int]], dict[int, int]] | None",
+def check_roundtrip(expected: Sequence[Rec], read: Callable[[int, int, int], list[Rec]],
+                    lookup_time: Callable[[dict[int, int]], dict[int, int]] | None,
                     check_timestamps: bool = True) -> dict[int, list[Rec]]:
     """Read every partition back from offset 0 and from a timestamp, and compare byte for byte.
 
