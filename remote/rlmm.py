@@ -53,11 +53,12 @@ from .rlmm_partitioner import RemoteLogMetadataTopicPartitioner
 from .rlmm_serde import RemoteLogMetadata, deserialize, serialize
 from .rlmm_snapshot import (
     SnapshotFormatError,
+    decode_snapshot,
     delete_snapshot_file,
-    encode_committed_offsets,
     encode_snapshot,
     read_committed_offsets,
     read_snapshot_file,
+    write_committed_offsets,
     write_snapshot_file,
 )
 from .rlmm_types import (
@@ -244,7 +245,6 @@ class TopicBasedRemoteLogMetadataManager:
         data = self._pending_snapshots.get(tip)
         try:
             if data is not None:
-                from .rlmm_snapshot import decode_snapshot
                 snap = decode_snapshot(data, tip)
             else:
                 snap = read_snapshot_file(self.log_dir, tip)
@@ -585,13 +585,11 @@ class TopicBasedRemoteLogMetadataManager:
 
     def _schedule_committed_offsets(self) -> None:
         offsets = {p: mp.position for p, mp in self._partitions.items()}
-        data = encode_committed_offsets(offsets)
 
         async def write() -> None:
-            from storage.checkpoints import atomic_write
             async with self._snapshot_lock:
                 try:
-                    await asyncio.to_thread(atomic_write, self.log_dir / "_rlmm_committed_offsets", data)
+                    await asyncio.to_thread(write_committed_offsets, self.log_dir, offsets)
                 except OSError as e:
                     log.warning("rlmm committed offsets write failed", error=str(e))
         self._spawn(write())
@@ -607,16 +605,14 @@ class TopicBasedRemoteLogMetadataManager:
                     jobs.append((up.tip, self._encode_user(mp, up), up))
                     up.dirty = False
                     up.snapshot_offset = up.applied_upto
-        committed = encode_committed_offsets(offsets)
 
         def write_all() -> None:
-            from storage.checkpoints import atomic_write
             for tip, data, _ in jobs:
                 if data is None:
                     delete_snapshot_file(self.log_dir, tip)
                 else:
                     write_snapshot_file(self.log_dir, tip, data)
-            atomic_write(self.log_dir / "_rlmm_committed_offsets", committed)
+            write_committed_offsets(self.log_dir, offsets)
 
         async with self._snapshot_lock:
             try:

@@ -522,3 +522,77 @@ def test_start_fails_when_the_topic_has_another_partition_count(tmp_path: Path) 
         with pytest.raises(RemoteStorageNotReadyError):
             rlmm.list_remote_log_segments(U1)
     run(main)
+
+
+def test_random_histories_with_crashes_rebuild_the_same_cache(tmp_path: Path) -> None:
+    """Seeded random lifecycles over three user partitions (two share a metadata partition), with snapshots and
+    crashes at random points: after each restart, and at the end, the cache equals a rebuild from offset 0."""
+    import random
+
+    async def main() -> None:
+        rng = random.Random(405)
+        io = InMemoryMetadataTopicIO()
+        tips = [U1, U2, OTHER]
+        live: dict[TopicIdPartition, list[RemoteLogSegmentMetadata]] = {t: [] for t in tips}
+        next_offset = dict.fromkeys(tips, 0)
+        epoch = dict.fromkeys(tips, 0)
+
+        async def boot() -> TopicBasedRemoteLogMetadataManager:
+            r = manager(io, tmp_path / "broker")
+            await r.start()
+            r.on_partition_leadership_changes(set(tips), set())
+            for t in tips:
+                await r.wait_until_ready(t)
+            return r
+
+        async def rebuilt_views() -> dict:
+            fresh = manager(io, tmp_path / f"fresh-{rng.random()}")
+            await fresh.start()
+            fresh.on_partition_leadership_changes(set(tips), set())
+            for t in tips:
+                await fresh.wait_until_ready(t)
+            views = {t: fresh.store.caches[t].state_view() for t in tips}
+            await fresh.close()
+            return views
+
+        rlmm = await boot()
+        for step in range(200):
+            t = rng.choice(tips)
+            roll = rng.random()
+            if roll < 0.35:
+                if rng.random() < 0.2:
+                    epoch[t] += 1
+                start = next_offset[t] - rng.choice([0, 0, 0, 5])     # sometimes a re-upload of a tail
+                start = max(start, 0)
+                end = start + rng.randint(0, 30)
+                epochs = {epoch[t]: start}
+                if rng.random() < 0.3 and end > start:
+                    epoch[t] += 1
+                    epochs[epoch[t]] = rng.randint(start + 1, end)
+                m = seg(t, start, end, epochs, size=rng.randint(1, 1000), txn_empty=rng.random() < 0.7)
+                await rlmm.add_remote_log_segment_metadata(m)
+                if rng.random() < 0.9:
+                    await rlmm.update_remote_log_segment_metadata(upd(m, S.COPY_SEGMENT_FINISHED))
+                next_offset[t] = max(next_offset[t], end + 1)
+                live[t].append(m)
+            elif roll < 0.6 and live[t]:
+                m = rng.choice(live[t])
+                cur = next(x for x in rlmm.list_remote_log_segments(t) if sid(x) == sid(m))
+                nxt = {S.COPY_SEGMENT_STARTED: S.DELETE_SEGMENT_STARTED,
+                       S.COPY_SEGMENT_FINISHED: S.DELETE_SEGMENT_STARTED,
+                       S.DELETE_SEGMENT_STARTED: S.DELETE_SEGMENT_FINISHED}[cur.state]
+                await rlmm.update_remote_log_segment_metadata(upd(m, nxt))
+                if nxt == S.DELETE_SEGMENT_FINISHED:
+                    live[t].remove(m)
+            elif roll < 0.7:
+                await rlmm.snapshot_now()
+            elif roll < 0.75:
+                views = {x: rlmm.store.caches[x].state_view() for x in tips}
+                await rlmm.close(write_snapshots=rng.random() < 0.5)
+                rlmm = await boot()
+                assert {x: rlmm.store.caches[x].state_view() for x in tips} == views, f"restart at step {step}"
+        final = {x: rlmm.store.caches[x].state_view() for x in tips}
+        assert final == await rebuilt_views()
+        assert sum(len(v[0]) for v in final.values()) == sum(len(v) for v in live.values())
+        await rlmm.close()
+    run(main)
