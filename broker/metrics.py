@@ -53,6 +53,26 @@ class BrokerMetrics:
     def register_log_collector(self, logs: Callable[[], Iterable]) -> None:
         self.registry.register(_LogCollector(logs))
 
+    def register_log_cleaner(self, cleaner) -> None:
+        """kafka.log:type=LogCleanerManager / LogCleaner gauges, read from the cleaner at scrape time."""
+        r = self.registry
+        for name, doc, attr in (
+                ("strata_log_cleaner_max_dirty_percent", "Dirty ratio of the dirtiest compacted log, in percent",
+                 "max_dirty_percent"),
+                ("strata_log_cleaner_time_since_last_run_ms", "Time since the cleaner last chose a log",
+                 "time_since_last_run_ms"),
+                ("strata_log_cleaner_recopy_percent", "Bytes written over bytes read by the last cleanings",
+                 "recopy_percent"),
+                ("strata_log_cleaner_max_clean_time_secs", "Duration of the longest last cleaning",
+                 "max_clean_time_secs"),
+                ("strata_log_cleaner_max_buffer_utilization_percent", "Fill of the dedupe map in the last cleanings",
+                 "max_buffer_utilization_percent"),
+                ("strata_log_cleaner_max_compaction_delay_secs", "How far past max.compaction.lag.ms a log is",
+                 "max_compaction_delay_secs"),
+                ("strata_log_cleaner_uncleanable_partitions_count", "Partitions the cleaner gave up on",
+                 "uncleanable_partitions_count")):
+            Gauge(name, doc, registry=r).set_function(lambda a=attr: getattr(cleaner, a))
+
     def start_http(self, url: str) -> tuple[str, int] | None:
         """Serve /metrics on the address of `metrics.listener` (empty disables it)."""
         if not url:

@@ -10,6 +10,7 @@ import time
 import structlog
 
 from config import BrokerConfig
+from storage.cleaner_manager import CleanerConfig, LogCleaner
 from storage.log_manager import LogManager
 
 from .apis import KafkaApis
@@ -49,6 +50,11 @@ class KafkaServer:
         self.store: MetadataStore = LocalMetadataStore(self.log_dirs[0], config["cluster.id"] or None)
         self._write_meta_properties()
         self.log_manager = LogManager(self.log_dirs, self._log_config_for)
+        cleaner_config = CleanerConfig.from_broker_config(config)
+        self.log_cleaner: LogCleaner | None = None
+        if cleaner_config.enable:
+            self.log_cleaner = LogCleaner(cleaner_config, self.log_dirs, self.log_manager.all_logs,
+                                          is_live=lambda lg: self.log_manager.get_log(lg.topic, lg.partition) is lg)
         self.replica_manager = ReplicaManager(config, self.log_manager, self.store, self.metrics)
         self.topic_manager = TopicManager(config, self.store, self.replica_manager)
         self.group_coordinator = GroupCoordinator(self)
@@ -103,6 +109,9 @@ class KafkaServer:
             self.config.listeners, self.apis.handle, max_request_bytes=self.config["socket.request.max.bytes"],
             idle_ms=self.config["connections.max.idle.ms"], metrics=self.metrics)
         await self.socket_server.start()
+        if self.log_cleaner is not None:    # compaction; its swaps run on this loop
+            self.metrics.register_log_cleaner(self.log_cleaner)
+            await self.log_cleaner.start()
         self._tasks.append(asyncio.create_task(self._periodic(
             self.config["log.retention.check.interval.ms"], self._retention)))
         self._tasks.append(asyncio.create_task(self._periodic(1000, self._time_based_flush)))
@@ -161,6 +170,8 @@ class KafkaServer:
         if self.rlm is not None:
             await self.rlm.close()
             await self.rlmm.close()
+        if self.log_cleaner is not None:
+            await self.log_cleaner.shutdown()       # aborts a cleaning in progress before the logs close
         await asyncio.get_running_loop().run_in_executor(None, self.log_manager.shutdown)
         self.metrics.stop_http()
         log.info("shut down cleanly")

@@ -31,6 +31,7 @@ from protocol.records import (
 )
 
 from .checkpoints import fsync_dir
+from .cleaner import check_keys_present, complete_interrupted_swaps
 from .epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochFileCache
 from .errors import (
     InvalidRecordError,
@@ -142,6 +143,7 @@ class UnifiedLog:
         """
         self = cls(dir, topic_id, config)
         self.dir.mkdir(parents=True, exist_ok=True)
+        complete_interrupted_swaps(self.dir)  # log cleaner: drop `.cleaned`, finish committed `.swap` (as LogLoader)
         bases: list[int] = []
         for f in list(self.dir.iterdir()):
             name = f.name
@@ -289,6 +291,7 @@ class UnifiedLog:
         min_ts = now - cfg.values["message.timestamp.before.max.ms"]
         max_allowed_ts = now + cfg.values["message.timestamp.after.max.ms"]
         infos: list[tuple] = []
+        compacted = cfg.compact
         pos = 0
         while pos < total:
             try:
@@ -305,6 +308,8 @@ class UnifiedLog:
                     raise InvalidRecordError("clients may not write control batches")
                 if f[9] >= 0 and f[11] < 0:
                     raise InvalidRecordError("batch has a producer id but no base sequence")
+            if compacted and not f[5] & CONTROL_MASK:
+                check_keys_present(mv, pos, size)  # compacted topics reject null keys (INVALID_RECORD)
             if not log_append_time and (f[7] < min_ts or f[8] < min_ts or f[8] > max_allowed_ts):
                 # per-batch bounds (the first record's and the max timestamp): no per-record decoding
                 raise InvalidTimestampError(
