@@ -1,0 +1,264 @@
+"""The RemoteStorageManager contract, run against every implementation:
+
+LocalTieredStorage; S3RemoteStorageManager on moto's server and on SeaweedFS, each with and without zstd chunk
+compression (plus moto without a chunk cache, the direct ranged-GET path). Small chunks (16 KiB) make ordinary test
+segments span many chunks, so ranges across chunk boundaries are exercised everywhere.
+"""
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from pathlib import Path
+
+import pytest
+
+from remote.local_tiered import LocalTieredStorage
+from remote.metadata import TopicIdPartition
+from remote.rsm import IndexType, RemoteResourceNotFoundError, RemoteStorageManager
+from remote.s3 import MANIFEST_SUFFIX, S3RemoteStorageManager
+from tests.support.s3_servers import MotoServer, SeaweedServer, run, write_random_log, write_segment
+
+CHUNK = 16 * 1024
+BACKENDS = ["local", "moto", "moto-zstd", "moto-nocache", "seaweed", "seaweed-zstd"]
+SUFFIXES = [".log", ".index", ".timeindex", ".txnindex", ".snapshot", ".leader_epoch_checkpoint"]
+
+
+@pytest.fixture(scope="module")
+def moto(tmp_path_factory):
+    with MotoServer(tmp_path_factory.mktemp("moto")) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def seaweed(tmp_path_factory):
+    with SeaweedServer(tmp_path_factory.mktemp("seaweed")) as server:
+        yield server
+
+
+class Backend:
+    """Builds a fresh RSM (inside the test's event loop) and lists what it stored."""
+
+    def __init__(self, kind: str, tmp: Path, request: pytest.FixtureRequest) -> None:
+        self.kind = kind
+        self.tmp = tmp
+        self.prefix = f"t-{uuid.uuid4().hex[:8]}/"
+        self.server = None
+        if kind != "local":
+            self.server = request.getfixturevalue("moto" if kind.startswith("moto") else "seaweed")
+
+    def make(self, **extra) -> RemoteStorageManager:
+        if self.kind == "local":
+            return LocalTieredStorage(self.tmp / "remote")
+        cfg = {"key.prefix": self.prefix, "chunk.size": CHUNK, "s3.retry.backoff.ms": 20,
+               "s3.api.call.attempt.timeout.ms": 20000}
+        if self.kind.endswith("zstd"):
+            cfg["compression.enabled"] = "true"
+        if self.kind.endswith("nocache"):
+            cfg["fetch.chunk.cache.size"] = 0
+        cfg.update(extra)
+        return S3RemoteStorageManager.from_config(self.server.rsm_config(**cfg))
+
+    def stored(self) -> list[str]:
+        """Stored object names relative to the storage root / key prefix."""
+        if self.kind == "local":
+            root = self.tmp / "remote"
+            return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+        return [k[len(self.prefix):] for k in self.server.keys(self.prefix)]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request, tmp_path) -> Backend:
+    return Backend(request.param, tmp_path, request)
+
+
+@pytest.fixture
+def seg(tmp_path):
+    return write_segment(tmp_path / "local" / "tiered-topic-3", 1000, batches=60,
+                         aborted_txns=[(7, 1005, 1012, 1013), (9, 1100, 1150, 1151)])
+
+
+def expected_names(md, with_manifest: bool, with_txn: bool = True) -> list[str]:
+    from remote.rsm import partition_dir_name
+
+    d = partition_dir_name(md.topic_id_partition)
+    base = f"{md.start_offset:020d}-{md.remote_log_segment_id.id_str}"
+    sfx = [s for s in SUFFIXES if with_txn or s != ".txnindex"] + ([MANIFEST_SUFFIX] if with_manifest else [])
+    return sorted(f"{d}/{base}{s}" for s in sfx)
+
+
+def test_copy_fetch_full_and_indexes(backend, seg):
+    md = seg.metadata()
+
+    async def body():
+        async with backend.make() as rsm:
+            assert await rsm.copy_log_segment_data(md, seg.segment_data()) is None
+            assert await rsm.fetch_log_segment(md, 0) == seg.log_bytes()
+            assert await rsm.fetch_log_segment(md, 0, seg.size - 1) == seg.log_bytes()
+            assert await rsm.fetch_index(md, IndexType.OFFSET) == seg.offset_index.read_bytes()
+            assert await rsm.fetch_index(md, IndexType.TIMESTAMP) == seg.time_index.read_bytes()
+            assert await rsm.fetch_index(md, IndexType.TRANSACTION) == seg.txn_index.read_bytes()
+            assert await rsm.fetch_index(md, IndexType.PRODUCER_SNAPSHOT) == seg.producer_snapshot.read_bytes()
+            assert await rsm.fetch_index(md, IndexType.LEADER_EPOCH) == seg.leader_epoch
+
+    run(body)
+    # Kafka's LocalTieredStorage names, e.g. tiered-topic-3-AAAAAAAAAAAAABI0VniavA/00000000000000001000-<id>.log
+    assert backend.stored() == expected_names(md, with_manifest=backend.kind != "local")
+    assert backend.stored()[0].startswith("tiered-topic-3-AAAAAAAAAAAAABI0VniavA/00000000000000001000-")
+
+
+def test_ranged_fetches(backend, seg):
+    md = seg.metadata()
+    data = seg.log_bytes()
+    size = len(data)
+    assert size > 6 * CHUNK
+    rnd = random.Random(5)
+    ranges = [(0, 0), (size - 1, size - 1), (0, CHUNK - 1), (CHUNK - 1, CHUNK), (CHUNK, 2 * CHUNK - 1),
+              (CHUNK - 10, 3 * CHUNK + 10), (size - CHUNK - 3, size - 1), (size - 5, size + 1000), (1, size - 2)]
+    ranges += [tuple(sorted((rnd.randrange(size), rnd.randrange(size)))) for _ in range(20)]
+    ranges += [(pos, pos + bsize - 1) for _, _, pos, bsize, _ in seg.batches[::7]]  # whole batches
+
+    async def body():
+        async with backend.make() as rsm:
+            await rsm.copy_log_segment_data(md, seg.segment_data())
+            for start, end in ranges:
+                got = await rsm.fetch_log_segment(md, start, end)
+                assert got == data[start:end + 1], (start, end)
+            assert await rsm.fetch_log_segment(md, size - 100) == data[-100:]
+            assert await rsm.fetch_log_segment(md, size) == b""
+            assert await rsm.fetch_log_segment(md, size + 5, size + 10) == b""
+            with pytest.raises(ValueError):
+                await rsm.fetch_log_segment(md, -1)
+            with pytest.raises(ValueError):
+                await rsm.fetch_log_segment(md, 10, 9)
+            pieces = [p async for p in rsm.stream_log_segment(md, 100, size - 100, piece_size=CHUNK + 17)]
+            assert b"".join(pieces) == data[100:size - 99] and max(map(len, pieces)) == CHUNK + 17
+            # concurrent readers of overlapping ranges all get the right bytes
+            outs = await asyncio.gather(*(rsm.fetch_log_segment(md, s, e) for s, e in ranges))
+            assert outs == [data[s:e + 1] for s, e in ranges]
+
+    run(body)
+
+
+def test_idempotent_copy_overwrites_and_drops_stale_txn_index(backend, seg, tmp_path):
+    md = seg.metadata()
+    other = write_segment(tmp_path / "other", 1000, batches=30, seed=9)  # same offsets, other content, no txnindex
+
+    async def body():
+        async with backend.make() as rsm:
+            await rsm.copy_log_segment_data(md, seg.segment_data())
+            await rsm.copy_log_segment_data(md, seg.segment_data())
+            assert await rsm.fetch_log_segment(md, 0) == seg.log_bytes()
+            await rsm.copy_log_segment_data(md, other.segment_data())  # a retry overwrites
+        async with backend.make() as rsm:  # fresh instance: no cached manifest or chunks
+            assert await rsm.fetch_log_segment(md, 0) == other.log_bytes()
+            assert await rsm.fetch_index(md, IndexType.OFFSET) == other.offset_index.read_bytes()
+            with pytest.raises(RemoteResourceNotFoundError) as ei:
+                await rsm.fetch_index(md, IndexType.TRANSACTION)
+            assert ei.value.retriable is False
+
+    run(body)
+    assert backend.stored() == expected_names(md, with_manifest=backend.kind != "local", with_txn=False)
+
+
+def test_delete_is_idempotent_and_fetches_fail_not_found(backend, seg):
+    md = seg.metadata()
+    keep = seg.metadata()  # a second copy (new segment id) of the same data stays
+
+    async def body():
+        async with backend.make() as rsm:
+            await rsm.copy_log_segment_data(md, seg.segment_data())
+            await rsm.copy_log_segment_data(keep, seg.segment_data())
+            assert await rsm.fetch_log_segment(md, 0, 99) == seg.log_bytes()[:100]  # warm any cache
+            await rsm.delete_log_segment_data(md)
+            await rsm.delete_log_segment_data(md)
+            await rsm.delete_log_segment_data(seg.metadata())  # never copied
+            with pytest.raises(RemoteResourceNotFoundError):
+                await rsm.fetch_log_segment(md, 0, 99)
+            for t in IndexType:
+                with pytest.raises(RemoteResourceNotFoundError):
+                    await rsm.fetch_index(md, t)
+            assert await rsm.fetch_log_segment(keep, 0) == seg.log_bytes()
+
+    run(body)
+    assert backend.stored() == expected_names(keep, with_manifest=backend.kind != "local")
+
+
+def test_unknown_segment_not_found(backend, seg):
+    async def body():
+        async with backend.make() as rsm:
+            with pytest.raises(RemoteResourceNotFoundError) as ei:
+                await rsm.fetch_log_segment(seg.metadata(), 0)
+            assert ei.value.retriable is False and ei.value.error_code == 56
+            with pytest.raises(RemoteResourceNotFoundError):
+                await rsm.fetch_index(seg.metadata(), IndexType.OFFSET)
+
+    run(body)
+
+
+def test_large_segment_multipart_and_part_boundaries(backend, tmp_path):
+    """A 12 MiB `.log` (5 MiB parts: a 3-part multipart upload on S3), read across part and chunk boundaries."""
+    seg = write_segment(tmp_path / "big", 0, batches=2)
+    data = write_random_log(seg.log, 12 * 1024 * 1024 + 123)
+    md = seg.metadata()
+    part = 5 * 1024 * 1024
+    ranges = [(0, 0), (part - 1, part), (part - 20, 2 * part + 20), (len(data) - 1, len(data) - 1),
+              (2 * part - CHUNK, 2 * part + 3 * CHUNK)]
+
+    async def body():
+        async with backend.make(**{"s3.multipart.upload.part.size": part, "chunk.size": 256 * 1024}) as rsm:
+            await rsm.copy_log_segment_data(md, seg.segment_data())
+            for s, e in ranges:
+                assert await rsm.fetch_log_segment(md, s, e) == data[s:e + 1], (s, e)
+            assert await rsm.fetch_log_segment(md, 0) == data
+            if isinstance(rsm, S3RemoteStorageManager):
+                manifest = await rsm.get_manifest(md)
+                assert manifest.original_size == len(data)
+                assert manifest.chunk_count == -(-len(data) // (256 * 1024))
+
+    run(body)
+    if backend.server is not None:
+        assert backend.server.multipart_uploads() == []
+
+
+@pytest.mark.parametrize("backend", ["moto", "moto-zstd", "seaweed", "seaweed-zstd"], indirect=True)
+def test_stored_log_object_and_manifest(backend, seg):
+    """zstd chunks make the stored `.log` smaller than the original; without compression it is byte-identical."""
+    md = seg.metadata()
+
+    async def body():
+        async with backend.make() as rsm:
+            await rsm.copy_log_segment_data(md, seg.segment_data())
+            return await rsm.get_manifest(md)
+
+    m = run(body)
+    key = [k for k in backend.server.keys(backend.prefix) if k.endswith(".log")][0]
+    c = backend.server.client()
+    try:
+        stored = c.get_object(Bucket=backend.server.bucket, Key=key)["Body"].read()
+    finally:
+        c.close()
+    assert m.original_size == seg.size and m.chunk_count == -(-seg.size // CHUNK)
+    assert len(stored) == m.stored_size
+    if backend.kind.endswith("zstd"):
+        assert m.compression == "zstd" and m.stored_size < seg.size // 2  # word values: zstd shrinks them well
+    else:
+        assert m.compression is None and stored == seg.log_bytes()
+
+
+def test_delete_partition_empties_its_prefix(backend, seg, tmp_path):
+    tip_a = TopicIdPartition(uuid.uuid4(), "doomed", 0)
+    tip_b = TopicIdPartition(uuid.uuid4(), "kept", 0)
+    mds = [seg.metadata(tip_a) for _ in range(3)]
+    kept = seg.metadata(tip_b)
+
+    async def body():
+        async with backend.make() as rsm:
+            for md in mds + [kept]:
+                await rsm.copy_log_segment_data(md, seg.segment_data())
+            await rsm.delete_partition(tip_a)
+            await rsm.delete_partition(tip_a)
+            assert await rsm.fetch_log_segment(kept, 0, 9) == seg.log_bytes()[:10]
+
+    run(body)
+    assert backend.stored() == expected_names(kept, with_manifest=backend.kind != "local")

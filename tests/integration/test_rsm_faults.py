@@ -1,0 +1,179 @@
+"""S3RemoteStorageManager against moto behind a fault-injecting proxy: 500/503 answers, added latency, connections
+dropped before or in the middle of a response are retried until the operation succeeds; a server that never
+answers makes the call fail with a timeout within its bound instead of hanging; a multipart upload that cannot
+finish is aborted and leaves nothing behind; non-retriable errors fail at once."""
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from remote.rsm import IndexType, RemoteStorageError, RemoteStorageTimeoutError
+from remote.s3 import S3RemoteStorageManager
+from tests.support.s3_servers import Fault, FaultProxy, MotoServer, run, write_random_log, write_segment
+
+MIB = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def moto(tmp_path_factory):
+    with MotoServer(tmp_path_factory.mktemp("moto-faults")) as server:
+        yield server
+
+
+def make_rsm(moto: MotoServer, proxy: FaultProxy, prefix: str, **extra) -> S3RemoteStorageManager:
+    cfg = moto.rsm_config(**{"key.prefix": prefix, "chunk.size": 16 * 1024, "s3.retry.backoff.ms": 10,
+                             "s3.retry.backoff.max.ms": 50, "s3.retry.max.attempts": 6,
+                             "s3.api.call.attempt.timeout.ms": 2000, "s3.api.call.timeout.ms": 10000,
+                             **extra})
+    cfg["s3.endpoint.url"] = proxy.endpoint
+    return S3RemoteStorageManager.from_config(cfg)
+
+
+@pytest.fixture
+def seg(tmp_path):
+    return write_segment(tmp_path / "log", 0, batches=40)
+
+
+@pytest.mark.parametrize("compression", ["false", "true"])
+def test_errors_and_dropped_connections_are_retried(moto, seg, compression):
+    prefix = f"f-{uuid.uuid4().hex[:8]}/"
+    md = seg.metadata()
+
+    async def body():
+        async with FaultProxy("127.0.0.1", moto.port) as proxy:
+            async with make_rsm(moto, proxy, prefix, **{"compression.enabled": compression,
+                                                        "fetch.chunk.cache.size": 0}) as rsm:
+                # the copy's requests run concurrently, so which request meets which fault varies; aiohttp itself
+                # re-sends a request once when its connection drops, our retry loop handles the rest
+                proxy.add(Fault("status", 503, method="PUT"), Fault("status", 500, method="PUT"),
+                          Fault("drop_request", method="PUT"), Fault("drop_request", method="PUT"),
+                          Fault("drop_response", method="PUT"), Fault("drop_response", method="PUT"))
+                await rsm.copy_log_segment_data(md, seg.segment_data())
+                assert proxy.log.faults_applied == ["status", "status"] + ["drop_request"] * 2 + ["drop_response"] * 2
+                copy_retries = rsm.stats.retries
+                assert copy_retries >= 2  # at least the two error statuses went through our retries
+                proxy.add(Fault("status", 503, method="GET"), Fault("drop_response", method="GET"),
+                          Fault("drop_response", method="GET"), Fault("drop_request", method="GET"),
+                          Fault("drop_request", method="GET"), Fault("status", 500, method="GET"))
+                assert await rsm.fetch_log_segment(md, 0) == seg.log_bytes()
+                assert await rsm.fetch_log_segment(md, 1000, 50_000) == seg.log_bytes()[1000:50_001]
+                assert await rsm.fetch_index(md, IndexType.OFFSET) == seg.offset_index.read_bytes()
+                assert len(proxy.log.faults_applied) == 12 and not proxy.faults
+                assert rsm.stats.retries - copy_retries >= 2
+                # one request (an index GET), three drops in a row: beyond aiohttp's single re-send
+                before = rsm.stats.retries
+                proxy.add(*[Fault("drop_request", method="GET") for _ in range(3)])
+                assert await rsm.fetch_index(md, IndexType.TIMESTAMP) == seg.time_index.read_bytes()
+                assert not proxy.faults and rsm.stats.retries > before
+
+    run(body)
+
+
+def test_added_latency_within_the_attempt_timeout_succeeds(moto, seg):
+    prefix = f"f-{uuid.uuid4().hex[:8]}/"
+    md = seg.metadata()
+
+    async def body():
+        async with FaultProxy("127.0.0.1", moto.port) as proxy:
+            async with make_rsm(moto, proxy, prefix) as rsm:
+                proxy.default_delay = 0.1
+                proxy.add(Fault("delay", delay=0.5, method="GET"))
+                await rsm.copy_log_segment_data(md, seg.segment_data())
+                t0 = time.monotonic()
+                assert await rsm.fetch_log_segment(md, 0) == seg.log_bytes()
+                assert time.monotonic() - t0 >= 0.6  # the latency really applied
+                assert rsm.stats.retries == 0 and rsm.stats.timeouts == 0
+
+    run(body)
+
+
+def test_unanswered_requests_time_out_within_the_deadline(moto, seg):
+    prefix = f"f-{uuid.uuid4().hex[:8]}/"
+    md = seg.metadata()
+
+    async def body():
+        async with FaultProxy("127.0.0.1", moto.port) as proxy:
+            async with make_rsm(moto, proxy, prefix) as rsm:
+                await rsm.copy_log_segment_data(md, seg.segment_data())
+            # a fresh instance (no cached manifest); every GET now hangs
+            async with make_rsm(moto, proxy, prefix, **{"s3.api.call.attempt.timeout.ms": 300,
+                                                        "s3.api.call.timeout.ms": 1500,
+                                                        "s3.retry.max.attempts": 100}) as rsm:
+                proxy.add(*[Fault("hang", method="GET") for _ in range(100)])
+                t0 = time.monotonic()
+                with pytest.raises(RemoteStorageTimeoutError) as ei:
+                    await rsm.fetch_log_segment(md, 0, 99)
+                elapsed = time.monotonic() - t0
+                assert 1.5 <= elapsed < 4.0, elapsed
+                assert ei.value.retriable and rsm.stats.timeouts >= 4
+                # a latency above the attempt timeout is a timeout too; once it goes, the read succeeds
+                proxy.faults.clear()
+                proxy.add(Fault("delay", delay=1.0, method="GET"))
+                assert await rsm.fetch_log_segment(md, 0, 99) == seg.log_bytes()[:100]
+                assert "delay" in proxy.log.faults_applied
+
+    run(body)
+
+
+def test_failed_multipart_upload_is_aborted_and_leaves_no_objects(moto, tmp_path):
+    prefix = f"f-{uuid.uuid4().hex[:8]}/"
+    seg = write_segment(tmp_path / "big", 0, batches=2)
+    write_random_log(seg.log, 11 * MIB)
+    md = seg.metadata()
+
+    async def body():
+        async with FaultProxy("127.0.0.1", moto.port) as proxy:
+            async with make_rsm(moto, proxy, prefix, **{"s3.multipart.upload.part.size": 5 * MIB,
+                                                        "s3.retry.max.attempts": 3}) as rsm:
+                # part 2 fails on every attempt
+                proxy.add(*[Fault("status", 500, method="PUT", path_contains="partNumber=2") for _ in range(3)])
+                with pytest.raises(RemoteStorageError) as ei:
+                    await rsm.copy_log_segment_data(md, seg.segment_data())
+                assert ei.value.retriable
+                assert rsm.stats.multipart_aborts == 1
+                assert any(m == "DELETE" and "uploadId=" in p for m, p in proxy.log.requests)  # AbortMultipartUpload
+                # the same copy (same segment id) then succeeds: idempotent retry
+                await rsm.copy_log_segment_data(md, seg.segment_data())
+                assert await rsm.fetch_log_segment(md, 5 * MIB - 3, 5 * MIB + 3) == \
+                    seg.log_bytes()[5 * MIB - 3: 5 * MIB + 4]
+                await rsm.delete_log_segment_data(md)
+
+    run(body)
+    assert moto.keys(prefix) == []
+    assert [k for k in moto.multipart_uploads() if k.startswith(prefix)] == []
+
+
+def test_failed_copy_removes_partial_objects(moto, seg):
+    prefix = f"f-{uuid.uuid4().hex[:8]}/"
+    md = seg.metadata()
+
+    async def body():
+        async with FaultProxy("127.0.0.1", moto.port) as proxy:
+            async with make_rsm(moto, proxy, prefix, **{"s3.retry.max.attempts": 2}) as rsm:
+                proxy.add(*[Fault("status", 503, method="PUT", path_contains=".timeindex") for _ in range(2)])
+                with pytest.raises(RemoteStorageError):
+                    await rsm.copy_log_segment_data(md, seg.segment_data())
+                assert any(p.endswith(".log") and m == "PUT" for m, p in proxy.log.requests)
+
+    run(body)
+    assert moto.keys(prefix) == []
+
+
+def test_access_denied_is_not_retried(moto, seg):
+    prefix = f"f-{uuid.uuid4().hex[:8]}/"
+    md = seg.metadata()
+
+    async def body():
+        async with FaultProxy("127.0.0.1", moto.port) as proxy:
+            async with make_rsm(moto, proxy, prefix) as rsm:
+                await rsm.copy_log_segment_data(md, seg.segment_data())
+            async with make_rsm(moto, proxy, prefix) as rsm:
+                proxy.add(Fault("status", 403, method="GET"))
+                n = len(proxy.log.requests)
+                with pytest.raises(RemoteStorageError) as ei:
+                    await rsm.fetch_log_segment(md, 0, 10)
+                assert ei.value.retriable is False and len(proxy.log.requests) == n + 1
+
+    run(body)
