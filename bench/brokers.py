@@ -100,14 +100,26 @@ def wait_port(host: str, port: int, deadline: float, proc: subprocess.Popen | No
         time.sleep(0.05)  # polling interval of a condition wait, not a synchronisation sleep
 
 
-def metadata_roundtrip(bootstrap: str, timeout: float) -> dict:
-    """One Metadata request through librdkafka; returns {'brokers': n, 'topics': [...]}."""
+PROBE_TOPIC = "strata-bench-probe"
+
+
+def metadata_roundtrip(bootstrap: str, timeout: float, topic: str | None = None) -> dict:
+    """One Metadata request through librdkafka (all topics, or just ``topic``); returns
+    {'brokers': n, 'topics': [...]}."""
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": int(timeout * 1000),
                          "log_level": 3, "log.connection.close": False})
-    md = admin.list_topics(timeout=timeout)
+    md = admin.list_topics(topic=topic, timeout=timeout)
     return {"brokers": len(md.brokers), "topics": sorted(md.topics)}
+
+
+def _single_topic_metadata_ok(bootstrap: str, timeout: float) -> bool:
+    try:
+        metadata_roundtrip(bootstrap, timeout=timeout, topic=PROBE_TOPIC)
+    except Exception:  # noqa: BLE001
+        return False
+    return True
 
 
 @dataclass
@@ -151,17 +163,26 @@ class Broker:
         try:
             wait_port("127.0.0.1", self.port, deadline, self.proc)
             # The port is open: a broker that cannot answer Metadata within 20 s more will not.
-            deadline = min(deadline, time.monotonic() + 20.0)
+            port_open = time.monotonic()
+            deadline = min(deadline, port_open + 20.0)
             last: Exception | None = None
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:
                     raise BrokerError(f"process exited with code {self.proc.returncode} during metadata probe")
+                budget = min(5.0, max(0.5, deadline - time.monotonic()))
                 try:
-                    metadata_roundtrip(self.bootstrap, timeout=min(5.0, max(0.5, deadline - time.monotonic())))
+                    metadata_roundtrip(self.bootstrap, timeout=budget)
                     break
                 except Exception as e:  # noqa: BLE001 - any failure means "not ready yet"
                     last = e
-                    time.sleep(0.2)  # retry interval of a condition wait
+                # All-topics Metadata keeps failing: if a single-topic Metadata works, the benchmark can still run
+                # (clients mostly ask for their topics); the failure is reported, not hidden.
+                if time.monotonic() - port_open > 5.0 and _single_topic_metadata_ok(self.bootstrap, budget):
+                    self.notes.append(
+                        f"Metadata for all topics failed for 5 s ({last!r}) while Metadata for one topic works; "
+                        f"the run continued. Broker log at that time:\n{self.log_tail(6)}")
+                    break
+                time.sleep(0.2)  # retry interval of a condition wait
             else:
                 raise BrokerError(f"port open but no Metadata round trip (librdkafka AdminClient.list_topics) "
                                   f"within 20 s: {last!r}")
@@ -273,6 +294,18 @@ class Broker:
 
     def _create_topic_fallback(self, topic: str, partitions: int, err: Exception) -> bool:
         return False
+
+    def delete_topic(self, topic: str, timeout: float = 30.0) -> None:
+        """Best effort (frees Tansu's RAM and Strata's disk between repetitions); a failure becomes a note."""
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 3})
+        try:
+            admin.delete_topics([topic], operation_timeout=timeout, request_timeout=timeout)[topic].result(timeout)
+        except Exception as e:  # noqa: BLE001
+            note = f"DeleteTopics failed (topics of extra repetitions are kept): {e}"
+            if note not in self.notes:
+                self.notes.append(note)
 
     def wait_topic(self, topic: str, partitions: int, timeout: float) -> None:
         """Wait until Metadata shows ``topic`` with ``partitions`` partitions, each with a leader."""

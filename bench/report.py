@@ -58,6 +58,15 @@ def table_rows(results: dict) -> list[dict]:
     return rows
 
 
+def cpu_rows(results: dict) -> list[dict]:
+    rows = []
+    for sc in results["scenarios"]:
+        vals = {b: (sc["results"].get(b) or {}).get("broker_cpu_s_per_gib") for b in BROKERS}
+        if any(v is not None for v in vals.values()):
+            rows.append({"scenario": sc["name"], "plot": "cpu", "higher_is_better": False, **vals})
+    return rows
+
+
 def markdown_table(rows: list[dict]) -> str:
     out = ["| scenario | Strata | Tansu | ratio Strata/Tansu | better |", "|---|---:|---:|---:|:---:|"]
     for r in rows:
@@ -68,15 +77,10 @@ def markdown_table(rows: list[dict]) -> str:
 
 def cpu_table(results: dict) -> str:
     out = ["| scenario | Strata | Tansu | ratio Strata/Tansu |", "|---|---:|---:|---:|"]
-    any_row = False
-    for sc in results["scenarios"]:
-        vals = {b: (sc["results"].get(b) or {}).get("broker_cpu_s_per_gib") for b in BROKERS}
-        if all(v is None for v in vals.values()):
-            continue
-        any_row = True
-        out.append(f"| {sc['name']} | {_fmt(vals['strata'])} | {_fmt(vals['tansu'])} "
-                   f"| {_ratio(vals['strata'], vals['tansu'])} |")
-    return "\n".join(out) if any_row else "(no CPU samples)"
+    rows = cpu_rows(results)
+    for r in rows:
+        out.append(f"| {r['scenario']} | {_fmt(r['strata'])} | {_fmt(r['tansu'])} | {_ratio(r['strata'], r['tansu'])} |")
+    return "\n".join(out) if rows else "(no CPU samples)"
 
 
 def reps_table(results: dict) -> str | None:
@@ -160,8 +164,9 @@ def plot(results: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = table_rows(results)
+    rows = table_rows(results) + cpu_rows(results)
     panels = [("throughput", "throughput (MiB/s, higher is better)"),
+              ("cpu", "broker CPU seconds per GiB moved (lower is better)"),
               ("latency", "produce latency (ms, lower is better)"),
               ("rss", "broker RSS (MiB, lower is better)")]
     present = [(k, t) for k, t in panels if any(r["plot"] == k for r in rows)]

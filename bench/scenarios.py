@@ -35,13 +35,13 @@ class Settings:
     produce_time_cap: float = 20.0
     drain_grace: float = 10.0
     consume_time_cap: float = 15.0
-    consume_min_seconds: float = 3.0       # re-read the data set while a pass takes less than this
+    consume_min_seconds: float = 4.0       # re-read the data set while a pass takes less than this
     consume_max_passes: int = 10
     max_consumer_procs: int = 1
     # A produce scenario is repeated (fresh topic each time, brokers interleaved) while its measured time summed
     # over repetitions is below repeat_min_seconds, up to max_reps; the table shows the median repetition.
-    max_reps: int = 3
-    repeat_min_seconds: float = 6.0
+    max_reps: int = 5
+    repeat_min_seconds: float = 10.0
     latency_rate_mib: float = 8.0
     latency_duration: float = 10.0
     topic_timeout: float = 30.0
@@ -150,6 +150,8 @@ class ProduceThroughput(Scenario):
         if (broker.name, self.name) not in ctx.written:  # consume scenarios read the first repetition's topic
             ctx.written[(broker.name, self.name)] = written
             ctx.topics[(broker.name, self.name)] = topic
+        else:
+            broker.delete_topic(topic)
         out["metrics"] = {"mib_s": nbytes / MiB / secs, "rec_s": nrec / secs}
         out["summary"] = {"seconds": secs, "bytes": nbytes, "records": nrec, "requested": s.produce_records,
                           "capped": any(r["capped"] for r in ok), "delivery_errors": errs}
