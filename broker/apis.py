@@ -45,7 +45,7 @@ HandlerFn = Callable[["KafkaServer", RequestContext, Any], Awaitable[Any]]
 
 
 def build_handlers() -> dict[int, HandlerFn]:
-    from .handlers import admin, api_versions, configs, fetch, groups, list_offsets, metadata, produce
+    from .handlers import admin, api_versions, configs, fetch, groups, list_offsets, metadata, produce, producer
 
     return {
         ApiKey.API_VERSIONS: api_versions.handle,
@@ -60,6 +60,7 @@ def build_handlers() -> dict[int, HandlerFn]:
         ApiKey.DESCRIBE_CONFIGS: configs.describe_configs,
         ApiKey.INCREMENTAL_ALTER_CONFIGS: configs.incremental_alter_configs,
         ApiKey.DESCRIBE_CLUSTER: admin.describe_cluster,
+        ApiKey.INIT_PRODUCER_ID: producer.init_producer_id,
         ApiKey.FIND_COORDINATOR: groups.find_coordinator,
         ApiKey.JOIN_GROUP: groups.join_group,
         ApiKey.SYNC_GROUP: groups.sync_group,

@@ -74,6 +74,11 @@ class MetadataStore(ABC):
     @abstractmethod
     def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicInfo: ...
 
+    def allocate_producer_id_block(self, size: int) -> int:
+        """Reserve `size` producer ids for this broker and return the first; never hands out an id twice, also
+        across restarts (Kafka's ProducerIdManager blocks)."""
+        raise NotImplementedError
+
     def topic(self, name: str) -> TopicInfo | None:
         return self.topics().get(name)
 
@@ -93,9 +98,11 @@ class LocalMetadataStore(MetadataStore):
         self.path = directory / self.FILE
         self._topics: dict[str, TopicInfo] = {}
         self.cluster_id = cluster_id or ""
+        self._next_producer_id = 0
         if self.path.exists():
             data = json.loads(self.path.read_text())
             self.cluster_id = data.get("cluster_id") or self.cluster_id
+            self._next_producer_id = int(data.get("next_producer_id_block", 0))
             self._topics = {t["name"]: TopicInfo.from_json(t) for t in data.get("topics", [])}
         if not self.cluster_id:
             self.cluster_id = _new_cluster_id()
@@ -104,7 +111,8 @@ class LocalMetadataStore(MetadataStore):
 
     def _save(self) -> None:
         data = {"version": 1, "cluster_id": self.cluster_id,
-                "topics": [t.to_json() for t in sorted(self._topics.values(), key=lambda t: t.name)]}
+                "topics": [t.to_json() for t in sorted(self._topics.values(), key=lambda t: t.name)],
+                "next_producer_id_block": self._next_producer_id}
         tmp = self.path.with_suffix(".tmp")
         with open(tmp, "w") as f:
             json.dump(data, f, indent=1)
@@ -152,6 +160,16 @@ class LocalMetadataStore(MetadataStore):
         info.configs = dict(configs)
         self._save()
         return info
+
+    def allocate_producer_id_block(self, size: int) -> int:
+        if size <= 0:
+            raise ValueError(f"producer id block size must be positive, not {size}")
+        start = self._next_producer_id
+        if start > 2**63 - 1 - size:
+            raise KafkaApiError(ErrorCode.UNKNOWN_SERVER_ERROR, "all producer ids are exhausted")
+        self._next_producer_id = start + size
+        self._save()      # durable before any id of the block is handed out
+        return start
 
     def _require(self, name: str) -> TopicInfo:
         info = self._topics.get(name)

@@ -117,6 +117,8 @@ class KafkaServer:
         self._tasks.append(asyncio.create_task(self._periodic(1000, self._time_based_flush)))
         self._tasks.append(asyncio.create_task(self._periodic(
             self.config["log.flush.offset.checkpoint.interval.ms"], self._checkpoint)))
+        self._tasks.append(asyncio.create_task(self._periodic(
+            self.config["producer.id.expiration.check.interval.ms"], self._expire_producer_ids)))
         log.info("started", broker_id=self.broker_id, cluster_id=self.store.cluster_id,
                  topics=len(self.store.topics()), partitions=len(self.replica_manager.partitions),
                  metrics=f"http://{self.metrics_address[0]}:{self.metrics_address[1]}/metrics"
@@ -153,6 +155,12 @@ class KafkaServer:
     async def _time_based_flush(self) -> None:
         for ulog in self.log_manager.flush_dirty_logs():
             await self.replica_manager.flush_log(ulog)
+
+    async def _expire_producer_ids(self) -> None:
+        """producer.id.expiration.ms: drop the dedupe state of producers idle that long, on every partition."""
+        now, expiration = int(time.time() * 1000), self.config["producer.id.expiration.ms"]
+        for ulog in self.log_manager.all_logs():
+            ulog.remove_expired_producers(now, expiration)
 
     async def _checkpoint(self) -> None:
         lm = self.log_manager

@@ -18,6 +18,7 @@ from typing import Callable
 from config import LogConfig
 from protocol.records import (
     CONTROL_MASK,
+    TRANSACTIONAL_MASK,
     HEADER_SIZE,
     LOG_APPEND_TIME,
     LOG_OVERHEAD,
@@ -42,6 +43,7 @@ from .errors import (
     RecordTooLargeError,
     from_batch_error,
 )
+from .producer_state import ProducerStateManager, end_marker_coordinator_epoch
 from .segment import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
 
 # ListOffsets sentinels (Kafka's ListOffsetsRequest)
@@ -62,6 +64,7 @@ class LogAppendInfo:
     log_start_offset: int
     record_count: int
     valid_bytes: int
+    duplicate: bool = False  # an idempotent producer's retry of a batch already in the log: nothing was written
 
 
 @dataclass
@@ -121,6 +124,7 @@ class UnifiedLog:
         self._segments_created = 0
         self._segments_created_synced = 0
         self.leader_epoch_cache = LeaderEpochFileCache(self.dir / LEADER_EPOCH_CHECKPOINT)
+        self.producer_state = ProducerStateManager(self.dir)
         # KIP-405: the highest offset copied to remote storage (-1: none yet), maintained by the RemoteLogManager.
         # Local retention may only delete segments at or below it.
         self.highest_offset_in_remote_storage = -1
@@ -194,6 +198,8 @@ class UnifiedLog:
         self.leader_epoch_cache = LeaderEpochFileCache.load(self.dir / LEADER_EPOCH_CHECKPOINT)
         self.leader_epoch_cache.truncate_from_end(leo)
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        self.producer_state.remove_stray_snapshots(self._bases)
+        self._rebuild_producer_state(reload_from_clean_shutdown=not needs_recovery)
         return self
 
     def _new_segment(self, base_offset: int) -> LogSegment:
@@ -212,6 +218,7 @@ class UnifiedLog:
         seg = self._segments.pop(0)
         self._bases.pop(0)
         seg.delete()
+        self.producer_state.remove_snapshot(seg.base_offset)
         return seg
 
     # ------------------------------------------------------------------------------------------------------
@@ -292,6 +299,8 @@ class UnifiedLog:
         max_allowed_ts = now + cfg.values["message.timestamp.after.max.ms"]
         infos: list[tuple] = []
         compacted = cfg.compact
+        producer_batches: list[tuple] = []
+        next_offset = self.log_end_offset
         pos = 0
         while pos < total:
             try:
@@ -315,7 +324,19 @@ class UnifiedLog:
                 raise InvalidTimestampError(
                     f"timestamp out of range [{min_ts}, {max_allowed_ts}] (base {f[7]}, max {f[8]})")
             infos.append((pos, size, f[12], f[8]))
+            if f[9] >= 0:  # idempotent/transactional producer: header fields only
+                producer_batches.append((f[9], f[10], f[11], f[6], now if log_append_time else f[8], next_offset,
+                                         bool(f[5] & TRANSACTIONAL_MASK), pos if f[5] & CONTROL_MASK else -1))
+            next_offset += f[12]
             pos += size
+        pending = None
+        if producer_batches:
+            dup, pending = self._prepare_producer_append(mv, producer_batches, from_client, now)
+            if dup is not None:
+                # A retry of a batch already in the log: answer its original offsets, write nothing (as Kafka,
+                # log_append_time carries the original batch's timestamp).
+                return LogAppendInfo(dup.first_offset, dup.last_offset, dup.timestamp, dup.timestamp,
+                                     self.log_start_offset, 0, 0, duplicate=True)
         buf = bytearray(mv)
         first = offset = self.log_end_offset
         max_ts = -1
@@ -331,6 +352,9 @@ class UnifiedLog:
                 max_ts = ts
             offset = last + 1
         self._write(buf, batches, first, offset, max_ts, now)
+        if pending is not None:
+            self.producer_state.apply(pending)
+        self.producer_state.update_map_end_offset(offset)
         latest = self.leader_epoch_cache.latest_epoch
         if leader_epoch >= 0 and (latest is None or latest < leader_epoch):
             self.leader_epoch_cache.assign(leader_epoch, first)
@@ -351,6 +375,7 @@ class UnifiedLog:
         now = _now_ms() if now_ms is None else now_ms
         batches: list[tuple[int, int, int, int]] = []
         epochs: list[tuple[int, int]] = []
+        producer_batches: list[tuple] = []
         expected = self.log_end_offset
         first = -1
         max_ts = -1
@@ -369,6 +394,10 @@ class UnifiedLog:
             if h.partition_leader_epoch >= 0:
                 epochs.append((h.partition_leader_epoch, h.base_offset))
             batches.append((pos, h.size, h.last_offset, h.max_timestamp))
+            if h.producer_id >= 0:
+                producer_batches.append((h.producer_id, h.producer_epoch, h.base_sequence, h.last_offset_delta,
+                                         h.max_timestamp, h.base_offset, h.is_transactional,
+                                         pos if h.is_control else -1))
             max_ts = max(max_ts, h.max_timestamp)
             expected = h.last_offset + 1
             pos += h.size
@@ -378,6 +407,9 @@ class UnifiedLog:
             raise RecordBatchTooLargeError(f"{pos} bytes exceed the segment size")
         data = mv[:pos]
         self._write(data, batches, first, expected, max_ts, now)
+        if producer_batches:
+            self._replay_producer_batches(mv, producer_batches)
+        self.producer_state.update_map_end_offset(expected)
         for epoch, start in epochs:
             latest = self.leader_epoch_cache.latest_epoch
             if latest is None or latest < epoch:
@@ -398,6 +430,88 @@ class UnifiedLog:
         self._appended_messages += next_offset - first_offset
 
     # ------------------------------------------------------------------------------------------------------
+    # producer state (idempotent producers)
+    @staticmethod
+    def _split_producer_batches(buf: bytes | bytearray | memoryview, raw: list[tuple]
+                                ) -> tuple[list[tuple], dict[int, tuple[int, int]] | None]:
+        """(pid, epoch, seq, delta, ts, base offset, txn, control position or -1) -> ProducerStateManager batches
+        and, for control batches, {base offset: (coordinator epoch, timestamp)} from their marker record."""
+        batches: list[tuple] = []
+        markers: dict[int, tuple[int, int]] | None = None
+        for pid, epoch, seq, delta, ts, base, txn, ctrl_pos in raw:
+            if ctrl_pos >= 0:
+                coordinator_epoch = end_marker_coordinator_epoch(buf, ctrl_pos)
+                if coordinator_epoch is None:
+                    continue  # a control batch without its marker: nothing to apply (as Kafka)
+                if markers is None:
+                    markers = {}
+                markers[base] = (coordinator_epoch, ts)
+            batches.append((pid, epoch, seq, delta, ts, base, txn))
+        return batches, markers
+
+    def _prepare_producer_append(self, buf: memoryview, raw: list[tuple], from_client: bool, now: int):
+        batches, markers = self._split_producer_batches(buf, raw)
+        return self.producer_state.prepare_append(batches, client=from_client, coordinator=not from_client,
+                                                  control_epochs=markers)
+
+    def _replay_producer_batches(self, buf: bytes | bytearray | memoryview, raw: list[tuple]) -> None:
+        batches, markers = self._split_producer_batches(buf, raw)
+        self.producer_state.replay(batches, markers)
+
+    def _rebuild_producer_state(self, reload_from_clean_shutdown: bool = False) -> None:
+        """Kafka's rebuildProducerState: load the newest readable snapshot at or below the LEO and replay the batch
+        headers after it (open, truncation), then snapshot at the LEO.
+
+        A clean shutdown that left no snapshot at all is a log written before producer state existed: its batches
+        carry no producer ids, so like Kafka's upgrade path we snapshot empty state instead of scanning the log."""
+        psm = self.producer_state
+        leo = self.log_end_offset
+        if reload_from_clean_shutdown and psm.latest_snapshot_offset is None:
+            if len(self._bases) > 1:
+                psm.update_map_end_offset(self._bases[-2])
+                psm.take_snapshot(sync=True)
+            for off in (self._bases[-1], leo):
+                psm.update_map_end_offset(off)
+                psm.take_snapshot(sync=True)
+            psm.update_map_end_offset(leo)
+            return
+        psm.truncate_and_reload(self.log_start_offset, leo)
+        start = psm.map_end_offset
+        if leo > start:
+            for seg in self._segments:
+                if seg.next_offset <= start or seg.size == 0:
+                    continue
+                pos = 0
+                if start > seg.base_offset:
+                    found = seg.translate_offset(start)
+                    if found is None:
+                        continue
+                    pos = found[0]
+                raw: list[tuple] = []
+                markers: dict[int, tuple[int, int]] = {}
+                for p, h in seg.iter_headers(pos):
+                    if h.producer_id < 0 or h.last_offset < start:
+                        continue
+                    if h.is_control:
+                        coordinator_epoch = end_marker_coordinator_epoch(seg.read_batch(p, h.size), 0)
+                        if coordinator_epoch is None:
+                            continue
+                        markers[h.base_offset] = (coordinator_epoch, h.max_timestamp)
+                    raw.append((h.producer_id, h.producer_epoch, h.base_sequence, h.last_offset_delta,
+                                h.max_timestamp, h.base_offset, h.is_transactional))
+                if raw:
+                    psm.replay(raw, markers or None)
+        psm.update_map_end_offset(leo)
+        try:
+            psm.take_snapshot(sync=True)
+        except OSError as e:
+            raise KafkaStorageError(f"producer snapshot in {self.dir} failed: {e}") from e
+
+    def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> int:
+        """producer.id.expiration.ms: forget idle producers (the broker calls this periodically)."""
+        return self.producer_state.remove_expired_producers(now_ms, expiration_ms)
+
+    # ------------------------------------------------------------------------------------------------------
     # roll
     def roll(self) -> None:
         """Start a new active segment at the LEO (no-op when the active segment is empty)."""
@@ -415,6 +529,12 @@ class UnifiedLog:
         else:
             active.on_become_inactive()
         self._add_segment(self._new_segment(new_base))
+        # A snapshot at the new base offset: recovery of this segment starts from it (fsynced by the next flush).
+        self.producer_state.update_map_end_offset(new_base)
+        try:
+            self.producer_state.take_snapshot()
+        except OSError as e:
+            raise KafkaStorageError(f"producer snapshot in {self.dir} failed: {e}") from e
 
     # ------------------------------------------------------------------------------------------------------
     # read
@@ -452,9 +572,12 @@ class UnifiedLog:
         Thread-safe against the appending event loop: LEO and the segment list are captured first and the
         recovery point is published only after the fsyncs.
         """
+        snapshots = self.producer_state.take_unflushed_snapshots()
         segs = list(self._segments)
         appended = self._appended_messages
         created = self._segments_created
+        if snapshots:
+            self.producer_state.fsync_snapshots(snapshots)
         leo = segs[-1].next_offset
         target = leo if up_to is None else min(up_to, leo)
         now = _now_ms()
@@ -542,6 +665,8 @@ class UnifiedLog:
         if offset > self.log_start_offset:
             self.log_start_offset = offset
             self.leader_epoch_cache.truncate_from_start(offset)
+            self.producer_state.delete_snapshots_before(offset)
+            self.producer_state.on_log_start_offset_incremented(offset)
         if offset > self.local_log_start_offset:
             self.local_log_start_offset = offset
         self.high_watermark = max(self.high_watermark, self.log_start_offset)
@@ -656,6 +781,7 @@ class UnifiedLog:
         self.log_start_offset = min(self.log_start_offset, leo)
         self.local_log_start_offset = min(self.local_log_start_offset, leo)
         self.leader_epoch_cache.truncate_from_end(leo)
+        self._rebuild_producer_state()
         return True
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -668,15 +794,24 @@ class UnifiedLog:
         self.log_start_offset = self.local_log_start_offset = offset
         self.high_watermark = self.recovery_point = offset
         self.leader_epoch_cache.clear_and_flush()
+        self.producer_state.truncate_fully_and_start_at(offset)
 
     # ------------------------------------------------------------------------------------------------------
-    def close(self) -> None:
+    def close(self, take_snapshot: bool = True) -> None:
+        """Close the segments; first (clean shutdown) write a synced producer snapshot at the LEO, so the next
+        open loads it instead of scanning the log."""
+        if take_snapshot and self._segments:
+            self.producer_state.update_map_end_offset(self.log_end_offset)
+            try:
+                self.producer_state.take_snapshot(sync=True)
+            except OSError as e:
+                raise KafkaStorageError(f"producer snapshot in {self.dir} failed: {e}") from e
         for seg in self._segments:
             seg.close()
 
     def delete(self) -> None:
         """Close and remove the partition directory."""
-        self.close()
+        self.close(take_snapshot=False)
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __repr__(self) -> str:

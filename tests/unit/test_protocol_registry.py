@@ -26,9 +26,10 @@ def test_advertised_ranges_within_codec_and_kafka_floors():
     assert SUPPORTED_VERSIONS[ApiKey.PRODUCE][0] == 0
     assert SUPPORTED_VERSIONS[ApiKey.FETCH][0] >= 4
     assert SUPPORTED_VERSIONS[ApiKey.METADATA][1] >= 10      # topic ids
-    # never advertise what does not exist yet (telemetry 71, KIP-848 68, InitProducerId without idempotence)
-    for absent in (22, 68, 71):
+    # never advertise what does not exist yet (telemetry 71, KIP-848 68); InitProducerId without KIP-939 2PC (v6)
+    for absent in (68, 71):
         assert absent not in SUPPORTED_VERSIONS
+    assert SUPPORTED_VERSIONS[ApiKey.INIT_PRODUCER_ID] == (0, 5)
     # the classic group APIs, as Kafka 4.2 advertises them (OffsetCommit/OffsetFetch v10 use topic ids: not here)
     assert {k: SUPPORTED_VERSIONS[k] for k in (8, 9, 10, 11, 12, 13, 14, 15, 16, 42, 47)} == {
         8: (2, 9), 9: (1, 9), 10: (0, 6), 11: (0, 9), 12: (0, 4), 13: (0, 5), 14: (0, 5), 15: (0, 6),

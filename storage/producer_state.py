@@ -1,0 +1,548 @@
+"""Per-partition producer state: what an idempotent (and, later, transactional) producer last wrote.
+
+For every producer id the manager keeps the producer epoch, the coordinator epoch of the last transaction marker,
+the first offset of the open transaction (-1: none) and the metadata of the last 5 batches (first/last sequence,
+last offset, offset delta, max timestamp). That is enough to
+
+* validate a leader append: an older epoch is INVALID_PRODUCER_EPOCH (47); a sequence that does not follow the
+  last one is OUT_OF_ORDER_SEQUENCE_NUMBER (45); a new epoch must start at sequence 0; a producer id the partition
+  has never seen (or has expired) may start at any sequence (Kafka >= 2.5, KIP-360: no UNKNOWN_PRODUCER_ID);
+* deduplicate retries: a batch whose epoch and sequence range equal one of the last 5 batches is not written again,
+  the append answers the original offsets with no error.
+
+Snapshots are Kafka's `<offset 20 digits>.snapshot` files (ProducerSnapshot schema v1, big-endian)::
+
+    Version int16 (1) | Crc uint32 (CRC32C of everything after it) | ProducerEntries int32 count, then per entry:
+    ProducerId int64 | Epoch int16 | LastSequence int32 | LastOffset int64 | OffsetDelta int32 | Timestamp int64 |
+    CoordinatorEpoch int32 | CurrentTxnFirstOffset int64
+
+A snapshot at offset N holds the state of every batch below N; like Kafka's it keeps only the last batch of each
+producer. They are written when a segment rolls (named after the new segment's base offset, fsynced by the next
+flush) and at clean shutdown (fsynced), deleted with their segment or when below the log start offset, so there is
+at most one per segment plus the shutdown one. Recovery loads the newest readable snapshot at or below the log end
+offset and replays the batch headers after it.
+
+Only batch header fields are used; records are never decoded, except the single marker record of a control batch.
+The event loop is the only mutator; `take_unflushed_snapshots` may be called by a flushing worker thread.
+"""
+from __future__ import annotations
+
+import os
+import struct
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+from crc32c import crc32c
+
+from .errors import StorageError
+
+NUM_BATCHES_TO_RETAIN = 5
+SNAPSHOT_SUFFIX = ".snapshot"
+SNAPSHOT_VERSION = 1
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+INT32_MAX = 2**31 - 1
+DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
+
+_VERSION_CRC = struct.Struct(">hI")
+_COUNT = struct.Struct(">i")
+_ENTRY = struct.Struct(">qhiqiqiq")
+_ENTRIES_OFFSET = _VERSION_CRC.size  # 6: the CRC covers the file from here
+
+
+class OutOfOrderSequenceError(StorageError):
+    error_code = 45  # OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+class InvalidProducerEpochError(StorageError):
+    error_code = 47  # INVALID_PRODUCER_EPOCH
+
+
+class InvalidTxnStateError(StorageError):
+    error_code = 48  # INVALID_TXN_STATE
+
+
+class TransactionCoordinatorFencedError(StorageError):
+    error_code = 52  # TRANSACTION_COORDINATOR_FENCED
+
+
+class CorruptSnapshotError(ValueError):
+    pass
+
+
+def increment_sequence(seq: int, inc: int) -> int:
+    """Kafka's DefaultRecordBatch.incrementSequence: sequences wrap from INT32_MAX to 0."""
+    return (seq + inc) & INT32_MAX
+
+
+def decrement_sequence(seq: int, dec: int) -> int:
+    return (seq - dec) & INT32_MAX
+
+
+def snapshot_file_name(offset: int) -> str:
+    return f"{offset:020d}{SNAPSHOT_SUFFIX}"
+
+
+def parse_snapshot_offset(name: str) -> int | None:
+    if not name.endswith(SNAPSHOT_SUFFIX):
+        return None
+    stem = name[:-len(SNAPSHOT_SUFFIX)]
+    return int(stem) if stem.isdigit() else None
+
+
+@dataclass(slots=True, frozen=True)
+class BatchMetadata:
+    last_seq: int
+    last_offset: int
+    offset_delta: int
+    timestamp: int
+
+    @property
+    def first_seq(self) -> int:
+        return decrement_sequence(self.last_seq, self.offset_delta)
+
+    @property
+    def first_offset(self) -> int:
+        return self.last_offset - self.offset_delta
+
+
+@dataclass(slots=True)
+class ProducerStateEntry:
+    producer_id: int
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    coordinator_epoch: int = -1
+    last_timestamp: int = -1
+    current_txn_first_offset: int = -1  # -1: no open transaction
+    batches: deque = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.batches
+
+    @property
+    def first_seq(self) -> int:
+        return self.batches[0].first_seq if self.batches else NO_SEQUENCE
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
+
+    @property
+    def last_data_offset(self) -> int:
+        return self.batches[-1].last_offset if self.batches else -1
+
+    @property
+    def last_offset_delta(self) -> int:
+        return self.batches[-1].offset_delta if self.batches else 0
+
+    def copy_without_batches(self) -> "ProducerStateEntry":
+        return ProducerStateEntry(self.producer_id, self.producer_epoch, self.coordinator_epoch,
+                                  self.last_timestamp, self.current_txn_first_offset)
+
+    def maybe_update_epoch(self, epoch: int) -> None:
+        if epoch != self.producer_epoch:
+            self.batches.clear()
+            self.producer_epoch = epoch
+
+    def add_batch(self, epoch: int, last_seq: int, last_offset: int, offset_delta: int, timestamp: int) -> None:
+        self.maybe_update_epoch(epoch)
+        self.batches.append(BatchMetadata(last_seq, last_offset, offset_delta, timestamp))
+        self.last_timestamp = timestamp
+
+    def update(self, nxt: "ProducerStateEntry") -> None:
+        """Merge the result of an append (Kafka's ProducerStateEntry.update)."""
+        self.maybe_update_epoch(nxt.producer_epoch)
+        self.batches.extend(nxt.batches)
+        self.coordinator_epoch = nxt.coordinator_epoch
+        self.current_txn_first_offset = nxt.current_txn_first_offset
+        self.last_timestamp = nxt.last_timestamp
+
+    def find_duplicate(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
+        if epoch != self.producer_epoch:
+            return None
+        for b in self.batches:
+            if b.last_seq == last_seq and b.first_seq == first_seq:
+                return b
+        return None
+
+
+# A producer batch as the append paths see it (header fields only).
+#   (producer_id, producer_epoch, base_sequence, last_offset_delta, max_timestamp, base_offset, is_transactional)
+ProducerBatch = tuple[int, int, int, int, int, int, bool]
+
+
+class _AppendInfo:
+    """Validates one producer's batches of one append against its state (Kafka's ProducerAppendInfo)."""
+
+    __slots__ = ("pid", "current", "updated", "client", "coordinator")
+
+    def __init__(self, pid: int, current: ProducerStateEntry, client: bool, coordinator: bool) -> None:
+        self.pid = pid
+        self.current = current
+        self.updated = current.copy_without_batches()
+        self.client = client
+        self.coordinator = coordinator
+
+    def _check_epoch(self, epoch: int, offset: int) -> None:
+        if epoch < self.updated.producer_epoch and (self.client or self.coordinator):
+            raise InvalidProducerEpochError(
+                f"epoch {epoch} of producer {self.pid} at offset {offset} is older than the last seen epoch "
+                f"{self.updated.producer_epoch}")
+
+    def _check_sequence(self, epoch: int, first_seq: int, offset: int) -> None:
+        upd = self.updated
+        if epoch != upd.producer_epoch:
+            if first_seq != 0 and upd.producer_epoch != NO_PRODUCER_EPOCH:
+                raise OutOfOrderSequenceError(
+                    f"producer {self.pid} at offset {offset}: new epoch {epoch} starts at sequence {first_seq}, "
+                    f"not 0 (current epoch {upd.producer_epoch})")
+            return
+        if not upd.is_empty:
+            last = upd.last_seq
+        elif epoch == self.current.producer_epoch:
+            last = self.current.last_seq
+        else:
+            last = NO_SEQUENCE
+        # An unknown producer (no epoch yet: new, expired, or its data deleted) may start at any sequence.
+        if self.current.producer_epoch != NO_PRODUCER_EPOCH and not (
+                first_seq == last + 1 or (first_seq == 0 and last == INT32_MAX)):
+            raise OutOfOrderSequenceError(
+                f"out of order sequence for producer {self.pid} at offset {offset}: {first_seq} (incoming), "
+                f"{last} (current end sequence)")
+
+    def append_data_batch(self, epoch: int, first_seq: int, last_seq: int, timestamp: int, first_offset: int,
+                          last_offset: int, is_transactional: bool) -> None:
+        self._check_epoch(epoch, first_offset)
+        upd = self.updated
+        if self.client:
+            if is_transactional and upd.current_txn_first_offset < 0:
+                # Kafka answers this when the transaction was not verified with a coordinator; Strata has none yet.
+                raise InvalidTxnStateError(
+                    f"transactional batch of producer {self.pid} at offset {first_offset} is not part of an ongoing "
+                    f"transaction (this broker has no transaction coordinator)")
+            self._check_sequence(epoch, first_seq, first_offset)
+        upd.add_batch(epoch, last_seq, last_offset, last_offset - first_offset, timestamp)
+        if upd.current_txn_first_offset >= 0 and not is_transactional:
+            raise InvalidTxnStateError(
+                f"non-transactional write from producer {self.pid} at offset {first_offset} while its "
+                f"transaction is open")
+        if upd.current_txn_first_offset < 0 and is_transactional:
+            upd.current_txn_first_offset = first_offset
+
+    def append_end_marker(self, epoch: int, coordinator_epoch: int, offset: int, timestamp: int) -> None:
+        self._check_epoch(epoch, offset)
+        upd = self.updated
+        if upd.coordinator_epoch > coordinator_epoch and (self.client or self.coordinator):
+            raise TransactionCoordinatorFencedError(
+                f"coordinator epoch {coordinator_epoch} of the marker at {offset} is older than "
+                f"{upd.coordinator_epoch}")
+        upd.maybe_update_epoch(epoch)
+        upd.coordinator_epoch = coordinator_epoch
+        upd.current_txn_first_offset = -1
+        upd.last_timestamp = timestamp
+
+
+class PendingProducerUpdate:
+    """Validated producer state of an append, applied once the batches are written."""
+
+    __slots__ = ("infos",)
+
+    def __init__(self) -> None:
+        self.infos: dict[int, _AppendInfo] = {}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# snapshot files
+
+def encode_snapshot(entries: Iterable[ProducerStateEntry]) -> bytes:
+    """Kafka's ProducerSnapshot v1 bytes for `entries` (written in producer id order)."""
+    items = sorted(entries, key=lambda e: e.producer_id)
+    body = bytearray(_COUNT.pack(len(items)))
+    for e in items:
+        body += _ENTRY.pack(e.producer_id, e.producer_epoch, e.last_seq, e.last_data_offset, e.last_offset_delta,
+                            e.last_timestamp, e.coordinator_epoch, e.current_txn_first_offset)
+    return _VERSION_CRC.pack(SNAPSHOT_VERSION, crc32c(body)) + bytes(body)
+
+
+def decode_snapshot(data: bytes) -> list[ProducerStateEntry]:
+    """Parse and verify a snapshot (CorruptSnapshotError on a bad version, CRC or layout)."""
+    if len(data) < _ENTRIES_OFFSET + _COUNT.size:
+        raise CorruptSnapshotError(f"snapshot of {len(data)} bytes is too short")
+    version, crc = _VERSION_CRC.unpack_from(data, 0)
+    if version != SNAPSHOT_VERSION:
+        raise CorruptSnapshotError(f"snapshot has unknown version {version}")
+    computed = crc32c(memoryview(data)[_ENTRIES_OFFSET:])
+    if computed != crc:
+        raise CorruptSnapshotError(f"snapshot CRC mismatch: stored {crc}, computed {computed}")
+    (count,) = _COUNT.unpack_from(data, _ENTRIES_OFFSET)
+    pos = _ENTRIES_OFFSET + _COUNT.size
+    if count < 0 or pos + count * _ENTRY.size != len(data):
+        raise CorruptSnapshotError(f"snapshot claims {count} entries in {len(data)} bytes")
+    out = []
+    for _ in range(count):
+        pid, epoch, last_seq, last_offset, delta, ts, coord_epoch, txn_first = _ENTRY.unpack_from(data, pos)
+        pos += _ENTRY.size
+        e = ProducerStateEntry(pid, epoch, coord_epoch, ts, txn_first if txn_first >= 0 else -1)
+        if last_offset >= 0:
+            e.batches.append(BatchMetadata(last_seq, last_offset, delta, ts))
+        out.append(e)
+    return out
+
+
+def read_snapshot(path: Path) -> list[ProducerStateEntry]:
+    return decode_snapshot(Path(path).read_bytes())
+
+
+def write_snapshot(path: Path, entries: Iterable[ProducerStateEntry], sync: bool) -> None:
+    """Write `<path>.tmp` then rename it over `path` (a crash leaves the old file or none, never a torn one)."""
+    data = encode_snapshot(entries)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def end_marker_coordinator_epoch(batch: bytes | bytearray | memoryview, pos: int) -> int | None:
+    """Coordinator epoch of a control batch's marker record (value: version int16, coordinatorEpoch int32)."""
+    from protocol.records import iter_records  # off the hot path: control batches only
+
+    try:
+        for r in iter_records(batch, pos):
+            if r.value is not None and len(r.value) >= 6:
+                return struct.unpack_from(">i", r.value, 2)[0]
+            return None
+    except Exception:  # noqa: BLE001 - an unreadable marker keeps the previous coordinator epoch
+        return None
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+class ProducerStateManager:
+    """Producer state of one partition plus its snapshot files (Kafka's ProducerStateManager, no transactions)."""
+
+    def __init__(self, dir: Path) -> None:
+        self.dir = Path(dir)
+        self.producers: dict[int, ProducerStateEntry] = {}
+        self.map_end_offset = 0  # the state covers every batch below this offset
+        self.last_snap_offset = 0
+        self._snapshots: dict[int, Path] = {}
+        self._unflushed: list[Path] = []
+        self._load_snapshot_files()
+
+    # -- snapshot files ---------------------------------------------------------------------------------------
+    def _load_snapshot_files(self) -> None:
+        self._snapshots = {}
+        try:
+            names = os.listdir(self.dir)
+        except FileNotFoundError:
+            return
+        for name in names:
+            off = parse_snapshot_offset(name)
+            if off is not None:
+                self._snapshots[off] = self.dir / name
+
+    @property
+    def snapshot_offsets(self) -> list[int]:
+        return sorted(self._snapshots)
+
+    def snapshot_file(self, offset: int) -> Path | None:
+        """The snapshot taken at `offset` (for a segment: at the next segment's base offset), if any."""
+        return self._snapshots.get(offset)
+
+    @property
+    def latest_snapshot_offset(self) -> int | None:
+        return max(self._snapshots) if self._snapshots else None
+
+    @property
+    def oldest_snapshot_offset(self) -> int | None:
+        return min(self._snapshots) if self._snapshots else None
+
+    def remove_snapshot(self, offset: int) -> None:
+        path = self._snapshots.pop(offset, None)
+        if path is not None:
+            path.unlink(missing_ok=True)
+
+    def delete_snapshots_before(self, offset: int) -> None:
+        for off in [o for o in self._snapshots if o < offset]:
+            self.remove_snapshot(off)
+
+    def remove_stray_snapshots(self, segment_base_offsets: Iterable[int]) -> None:
+        """Delete snapshots without a segment of the same base offset, except the newest one when it lies past
+        the last segment's base (the clean-shutdown snapshot at the log end offset)."""
+        bases = set(segment_base_offsets)
+        strays = sorted(o for o in self._snapshots if o not in bases)
+        if not strays:
+            return
+        keep = strays[-1] if bases and strays[-1] > max(bases) else None
+        for off in strays:
+            if off != keep:
+                self.remove_snapshot(off)
+
+    def take_snapshot(self, sync: bool = False) -> Path | None:
+        """Write a snapshot at `map_end_offset` unless one is already there. Unsynced ones are fsynced by the
+        log's next flush (`take_unflushed_snapshots`)."""
+        if self.map_end_offset <= self.last_snap_offset:
+            return None
+        path = self.dir / snapshot_file_name(self.map_end_offset)
+        write_snapshot(path, self.producers.values(), sync)
+        if sync:
+            _fsync_path(self.dir)
+        else:
+            self._unflushed.append(path)
+        self._snapshots[self.map_end_offset] = path
+        self.last_snap_offset = self.map_end_offset
+        return path
+
+    def take_unflushed_snapshots(self) -> list[Path]:
+        """Snapshot files written without fsync since the last call (the flusher fsyncs them)."""
+        out, self._unflushed = self._unflushed, []
+        return out
+
+    @staticmethod
+    def fsync_snapshots(paths: Iterable[Path]) -> None:
+        for p in paths:
+            try:
+                _fsync_path(p)
+            except FileNotFoundError:
+                pass  # deleted meanwhile (retention, truncation)
+
+    # -- loading and truncation ---------------------------------------------------------------------------------
+    def _load_from_snapshot(self, log_start_offset: int) -> None:
+        while self._snapshots:
+            off = max(self._snapshots)
+            try:
+                entries = read_snapshot(self._snapshots[off])
+            except (CorruptSnapshotError, OSError):
+                self.remove_snapshot(off)  # fall back to an older snapshot and a longer replay
+                continue
+            for e in entries:
+                self.producers[e.producer_id] = e
+            self.last_snap_offset = self.map_end_offset = off
+            return
+        self.last_snap_offset = self.map_end_offset = log_start_offset
+
+    def truncate_and_reload(self, log_start_offset: int, log_end_offset: int) -> None:
+        """Drop snapshots outside (log start, log end] and, unless the state is already at the log end, reload the
+        newest remaining one. The caller replays the batches from `map_end_offset` to the log end."""
+        for off in [o for o in self._snapshots if o > log_end_offset or o <= log_start_offset]:
+            self.remove_snapshot(off)
+        if log_end_offset != self.map_end_offset:
+            self.producers.clear()
+            self._load_from_snapshot(log_start_offset)
+        else:
+            self.on_log_start_offset_incremented(log_start_offset)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        self.producers.clear()
+        for off in list(self._snapshots):
+            self.remove_snapshot(off)
+        self.last_snap_offset = 0
+        self.map_end_offset = offset
+
+    def on_log_start_offset_incremented(self, log_start_offset: int) -> None:
+        if self.map_end_offset < log_start_offset:
+            self.map_end_offset = log_start_offset
+        latest = self.latest_snapshot_offset
+        self.last_snap_offset = latest if latest is not None else log_start_offset
+
+    def update_map_end_offset(self, offset: int) -> None:
+        self.map_end_offset = offset
+
+    # -- appends ------------------------------------------------------------------------------------------------
+    def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
+        return self.producers.get(producer_id)
+
+    def prepare_append(self, batches: list[ProducerBatch], *, client: bool, coordinator: bool = False,
+                       control_epochs: dict[int, tuple[int, int]] | None = None
+                       ) -> tuple[BatchMetadata | None, PendingProducerUpdate | None]:
+        """Validate a leader append's producer batches (in log order, offsets as they will be assigned).
+
+        Returns (duplicate, None) when a client batch repeats one of its producer's last 5 batches (nothing may be
+        written; answer the duplicate's offsets), else (None, update) to `apply` after the write.
+        `control_epochs` maps the base offset of a control batch to (coordinator epoch, timestamp).
+        Raises InvalidProducerEpochError / OutOfOrderSequenceError / InvalidTxnStateError.
+        """
+        pending = PendingProducerUpdate()
+        infos = pending.infos
+        producers = self.producers
+        for pid, epoch, base_seq, delta, ts, base_offset, txn in batches:
+            last_seq = (base_seq + delta) & INT32_MAX if base_seq >= 0 else NO_SEQUENCE
+            if client:
+                cur = producers.get(pid)
+                if cur is not None:
+                    dup = cur.find_duplicate(epoch, base_seq, last_seq)
+                    if dup is not None:
+                        return dup, None
+            info = infos.get(pid)
+            if info is None:
+                cur = producers.get(pid)
+                info = infos[pid] = _AppendInfo(pid, cur if cur is not None else ProducerStateEntry(pid),
+                                                client, coordinator)
+            if control_epochs is not None and base_offset in control_epochs:
+                coord_epoch, marker_ts = control_epochs[base_offset]
+                info.append_end_marker(epoch, coord_epoch, base_offset, marker_ts)
+            else:
+                info.append_data_batch(epoch, base_seq, last_seq, ts, base_offset, base_offset + delta, txn)
+        return None, pending
+
+    def apply(self, pending: PendingProducerUpdate) -> None:
+        producers = self.producers
+        for pid, info in pending.infos.items():
+            cur = producers.get(pid)
+            if cur is None:
+                producers[pid] = info.updated
+            else:
+                cur.update(info.updated)
+
+    def replay(self, batches: list[ProducerBatch], control_epochs: dict[int, tuple[int, int]] | None = None
+               ) -> None:
+        """Replicated or recovered batches: update without sequence/epoch validation (Kafka's REPLICATION)."""
+        _dup, pending = self.prepare_append(batches, client=False, control_epochs=control_epochs)
+        if pending is not None:
+            self.apply(pending)
+
+    # -- expiry -------------------------------------------------------------------------------------------------
+    def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget producers idle (by their last batch timestamp) for `producer.id.expiration.ms`; producers with an
+        open transaction never expire. Returns how many were removed."""
+        expired = [pid for pid, e in self.producers.items()
+                   if e.current_txn_first_offset < 0 and now_ms - e.last_timestamp >= expiration_ms]
+        for pid in expired:
+            del self.producers[pid]
+        return len(expired)
+
+    def __len__(self) -> int:
+        return len(self.producers)
+
+    def __repr__(self) -> str:
+        return (f"ProducerStateManager({self.dir.name}, producers={len(self.producers)}, "
+                f"map_end={self.map_end_offset}, snapshots={self.snapshot_offsets})")
+
+
+__all__ = [
+    "ProducerStateManager", "ProducerStateEntry", "BatchMetadata", "PendingProducerUpdate", "ProducerBatch",
+    "OutOfOrderSequenceError", "InvalidProducerEpochError", "InvalidTxnStateError",
+    "TransactionCoordinatorFencedError", "CorruptSnapshotError", "end_marker_coordinator_epoch",
+    "encode_snapshot", "decode_snapshot", "read_snapshot", "write_snapshot", "snapshot_file_name",
+    "parse_snapshot_offset", "increment_sequence", "decrement_sequence", "NUM_BATCHES_TO_RETAIN",
+    "SNAPSHOT_SUFFIX", "DEFAULT_PRODUCER_ID_EXPIRATION_MS",
+]
