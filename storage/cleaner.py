@@ -276,7 +276,7 @@ class OffsetMap:
         if expected_entries is not None:  # no need to touch more memory than the job needs
             slots = min(capacity, max(16, int(expected_entries / load_factor) + 1))
         self.slots = slots
-        self.max_entries = max(1, int(slots * load_factor))
+        self.max_entries = max(1, min(int(slots * load_factor), slots - 1))  # always an empty slot: probes end
         self._buf = bytearray(slots * self.BYTES_PER_ENTRY)
         self.size = 0
         self.latest_offset = -1
@@ -867,7 +867,11 @@ class Cleaner:
                         writer.append(data, h.last_offset, max_ts)
                         stats.bytes_written += len(data)
                         throttler.maybe_throttle(len(data))
-            writer.finish(mtime=os.stat(group[-1].log_path).st_mtime if group[-1].log_path.exists() else None)
+            try:
+                mtime: float | None = os.stat(group[-1].log_path).st_mtime  # keep the replaced files' age
+            except OSError:
+                mtime = None
+            writer.finish(mtime)
         except BaseException:
             writer.delete()
             raise

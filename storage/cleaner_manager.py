@@ -113,7 +113,8 @@ class LogCleanerManager:
             except CheckpointFormatError:
                 log.warning("unreadable cleaner checkpoint, every compacted log is dirty again", dir=str(d))
         self.in_progress: set[TopicPartition] = set()
-        self.uncleanable: set[TopicPartition] = set()
+        self.uncleanable: dict[TopicPartition, Any] = {}  # -> topic id of the log that failed
+        self._write_lock = threading.Lock()
         self.dirtiest_ratio = 0.0
         self.max_compaction_delay_ms = 0
         self.time_of_last_run = time.time()
@@ -141,12 +142,13 @@ class LogCleanerManager:
     def write_checkpoints(self, dirs: Iterable[Path] | None = None) -> None:
         """Write `cleaner-offset-checkpoint` (Kafka's offset checkpoint format) of the given or all pending dirs,
         keeping only partitions that still have a log (blocking I/O: call it off the event loop)."""
-        with self._lock:
-            todo = set(self._dirty_dirs if dirs is None else dirs)
-            self._dirty_dirs -= todo
-            live = {(lg.topic, lg.partition): lg.dir.parent for lg in list(self._logs())}
-            for d in todo:
-                entries = {tp: off for tp, off in self._offsets.items() if live.get(tp) == d}
+        with self._write_lock:  # serializes writers; the selection on the event loop only waits for the copy
+            with self._lock:
+                todo = set(self._dirty_dirs if dirs is None else dirs)
+                self._dirty_dirs -= todo
+                live = {(lg.topic, lg.partition): lg.dir.parent for lg in list(self._logs())}
+                files = {d: {tp: off for tp, off in self._offsets.items() if live.get(tp) == d} for d in todo}
+            for d, entries in files.items():
                 OffsetCheckpointFile(d / CLEANER_OFFSET_CHECKPOINT).write(entries)
 
     @property
@@ -222,7 +224,11 @@ class LogCleanerManager:
             self.time_of_last_run = time.time()
             self.max_compaction_delay_ms = 0
             dirty: list[LogToClean] = []
-            for ulog in list(self._logs()):
+            logs = list(self._logs())
+            live = {(lg.topic, lg.partition): lg.topic_id for lg in logs}
+            for tp in [tp for tp, tid in self.uncleanable.items() if live.get(tp) != tid]:
+                del self.uncleanable[tp]  # deleted (or re-created) since it failed
+            for ulog in logs:
                 tp = (ulog.topic, ulog.partition)
                 if not ulog.config.compact or tp in self.in_progress or tp in self.uncleanable:
                     continue
@@ -251,7 +257,7 @@ class LogCleanerManager:
             tp = (ulog.topic, ulog.partition)
             self.in_progress.discard(tp)
             if uncleanable:
-                self.uncleanable.add(tp)
+                self.uncleanable[tp] = ulog.topic_id
 
 
 class LogCleaner:
@@ -342,6 +348,10 @@ class LogCleaner:
             log.info("log cleaning aborted", log=name, reason=str(e))
             return
         except Exception:
+            if not self.is_live(ulog):  # deleted under the cleaner (closed fds, renamed dir): not the log's fault
+                self.manager.release(ulog)
+                log.info("log cleaning stopped: the log was deleted", log=name)
+                return
             self.manager.release(ulog, uncleanable=True)
             log.exception("log cleaning failed; the partition is marked uncleanable", log=name)
             return

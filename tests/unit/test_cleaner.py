@@ -108,6 +108,11 @@ def test_offset_map_put_get_latest_and_full():
     assert m.size == 5 and m.full
     assert m.get(b"k1") == 200 and m.get(b"k4") == 104 and m.get(b"absent") == -1
     assert m.latest_offset == 200
+    tight = OffsetMap(24 * 4, load_factor=1.0)  # never completely full: a lookup of an absent key ends
+    for i in range(4):
+        if not tight.full:
+            tight.put(b"t%d" % i, i)
+    assert tight.size == 3 and tight.get(b"absent") == -1
     sized = OffsetMap(1 << 30, expected_entries=100)  # memory follows the job, bounded by the configured size
     assert sized.slots < 1000 and len(sized._buf) == sized.slots * 24
 

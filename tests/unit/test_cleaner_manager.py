@@ -149,6 +149,13 @@ def test_a_failing_log_is_marked_uncleanable(tmp_path):
     assert c.uncleanable_partitions_count == 1 and not c.manager.in_progress
     assert not c.clean_filthiest_log(now_ms=NOW)
     assert not [f for f in lg.dir.iterdir() if f.name.endswith(".cleaned")]
+    # the partition deleted and re-created under a new topic id is cleanable again
+    fresh = open_log(tmp_path / "new", topic_id=9)
+    fill(fresh, 300, keys=5)
+    c2 = LogCleaner(CleanerConfig(), [tmp_path / "new"], lambda: [fresh])
+    c2.manager.uncleanable = dict(c.manager.uncleanable)
+    assert c2.clean_filthiest_log(now_ms=NOW) and c2.uncleanable_partitions_count == 0
+    assert c2.manager.checkpointed_offset(fresh) == fresh.active_segment.base_offset
 
 
 def test_cleaner_threads_on_an_event_loop_while_appending(tmp_path):
