@@ -93,7 +93,8 @@ def reps_table(results: dict) -> str | None:
             reps = r.get("repetitions") or ([r] if "metrics" in r else [])
             cells[b] = ", ".join(_fmt((x.get("metrics") or {}).get("mib_s")) for x in reps) or "—"
             any_row |= len(reps) > 1
-        out.append(f"| {sc['name']} | {cells['strata']} | {cells['tansu']} |")
+        if cells["strata"] != "—" or cells["tansu"] != "—":
+            out.append(f"| {sc['name']} | {cells['strata']} | {cells['tansu']} |")
     return "\n".join(out) if any_row else None
 
 

@@ -161,6 +161,7 @@ class ProduceThroughput(Scenario):
 
 class ConsumeThroughput(Scenario):
     kind = "consume"
+    repeatable = True  # re-reads the same topic
 
     def __init__(self, source: ProduceThroughput):
         self.source = source
