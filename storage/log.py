@@ -300,6 +300,7 @@ class UnifiedLog:
         infos: list[tuple] = []
         compacted = cfg.compact
         producer_batches: list[tuple] = []
+        control: list[tuple[int, int, int]] | None = None
         next_offset = self.log_end_offset
         pos = 0
         while pos < total:
@@ -325,13 +326,17 @@ class UnifiedLog:
                     f"timestamp out of range [{min_ts}, {max_allowed_ts}] (base {f[7]}, max {f[8]})")
             infos.append((pos, size, f[12], f[8]))
             if f[9] >= 0:  # idempotent/transactional producer: header fields only
-                producer_batches.append((f[9], f[10], f[11], f[6], now if log_append_time else f[8], next_offset,
-                                         bool(f[5] & TRANSACTIONAL_MASK), pos if f[5] & CONTROL_MASK else -1))
+                ts = now if log_append_time else f[8]
+                producer_batches.append((f[9], f[10], f[11], f[6], ts, next_offset, bool(f[5] & TRANSACTIONAL_MASK)))
+                if f[5] & CONTROL_MASK:
+                    control = (control or []) + [(pos, next_offset, ts)]
             next_offset += f[12]
             pos += size
         pending = None
         if producer_batches:
-            dup, pending = self._prepare_producer_append(mv, producer_batches, from_client, now)
+            dup, pending = self.producer_state.prepare_append(
+                producer_batches, client=from_client, coordinator=not from_client,
+                control_epochs=self._control_markers(mv, control) if control else None)
             if dup is not None:
                 # A retry of a batch already in the log: answer its original offsets, write nothing (as Kafka,
                 # log_append_time carries the original batch's timestamp).
@@ -376,6 +381,7 @@ class UnifiedLog:
         batches: list[tuple[int, int, int, int]] = []
         epochs: list[tuple[int, int]] = []
         producer_batches: list[tuple] = []
+        control: list[tuple[int, int, int]] = []
         expected = self.log_end_offset
         first = -1
         max_ts = -1
@@ -396,8 +402,9 @@ class UnifiedLog:
             batches.append((pos, h.size, h.last_offset, h.max_timestamp))
             if h.producer_id >= 0:
                 producer_batches.append((h.producer_id, h.producer_epoch, h.base_sequence, h.last_offset_delta,
-                                         h.max_timestamp, h.base_offset, h.is_transactional,
-                                         pos if h.is_control else -1))
+                                         h.max_timestamp, h.base_offset, h.is_transactional))
+                if h.is_control:
+                    control.append((pos, h.base_offset, h.max_timestamp))
             max_ts = max(max_ts, h.max_timestamp)
             expected = h.last_offset + 1
             pos += h.size
@@ -408,7 +415,7 @@ class UnifiedLog:
         data = mv[:pos]
         self._write(data, batches, first, expected, max_ts, now)
         if producer_batches:
-            self._replay_producer_batches(mv, producer_batches)
+            self.producer_state.replay(producer_batches, self._control_markers(mv, control) if control else None)
         self.producer_state.update_map_end_offset(expected)
         for epoch, start in epochs:
             latest = self.leader_epoch_cache.latest_epoch
@@ -432,31 +439,15 @@ class UnifiedLog:
     # ------------------------------------------------------------------------------------------------------
     # producer state (idempotent producers)
     @staticmethod
-    def _split_producer_batches(buf: bytes | bytearray | memoryview, raw: list[tuple]
-                                ) -> tuple[list[tuple], dict[int, tuple[int, int]] | None]:
-        """(pid, epoch, seq, delta, ts, base offset, txn, control position or -1) -> ProducerStateManager batches
-        and, for control batches, {base offset: (coordinator epoch, timestamp)} from their marker record."""
-        batches: list[tuple] = []
-        markers: dict[int, tuple[int, int]] | None = None
-        for pid, epoch, seq, delta, ts, base, txn, ctrl_pos in raw:
-            if ctrl_pos >= 0:
-                coordinator_epoch = end_marker_coordinator_epoch(buf, ctrl_pos)
-                if coordinator_epoch is None:
-                    continue  # a control batch without its marker: nothing to apply (as Kafka)
-                if markers is None:
-                    markers = {}
-                markers[base] = (coordinator_epoch, ts)
-            batches.append((pid, epoch, seq, delta, ts, base, txn))
-        return batches, markers
-
-    def _prepare_producer_append(self, buf: memoryview, raw: list[tuple], from_client: bool, now: int):
-        batches, markers = self._split_producer_batches(buf, raw)
-        return self.producer_state.prepare_append(batches, client=from_client, coordinator=not from_client,
-                                                  control_epochs=markers)
-
-    def _replay_producer_batches(self, buf: bytes | bytearray | memoryview, raw: list[tuple]) -> None:
-        batches, markers = self._split_producer_batches(buf, raw)
-        self.producer_state.replay(batches, markers)
+    def _control_markers(buf: bytes | bytearray | memoryview, control: list[tuple[int, int, int]]
+                         ) -> dict[int, tuple[int, int] | None]:
+        """{base offset: (coordinator epoch, timestamp)} of control batches (position, base offset, timestamp),
+        read from their marker record; None for a control batch without one (skipped, as Kafka)."""
+        out: dict[int, tuple[int, int] | None] = {}
+        for pos, base, ts in control:
+            coordinator_epoch = end_marker_coordinator_epoch(buf, pos)
+            out[base] = None if coordinator_epoch is None else (coordinator_epoch, ts)
+        return out
 
     def _rebuild_producer_state(self, reload_from_clean_shutdown: bool = False) -> None:
         """Kafka's rebuildProducerState: load the newest readable snapshot at or below the LEO and replay the batch
@@ -488,15 +479,13 @@ class UnifiedLog:
                         continue
                     pos = found[0]
                 raw: list[tuple] = []
-                markers: dict[int, tuple[int, int]] = {}
+                markers: dict[int, tuple[int, int] | None] = {}
                 for p, h in seg.iter_headers(pos):
                     if h.producer_id < 0 or h.last_offset < start:
                         continue
                     if h.is_control:
-                        coordinator_epoch = end_marker_coordinator_epoch(seg.read_batch(p, h.size), 0)
-                        if coordinator_epoch is None:
-                            continue
-                        markers[h.base_offset] = (coordinator_epoch, h.max_timestamp)
+                        markers.update(self._control_markers(seg.read_batch(p, h.size),
+                                                             [(0, h.base_offset, h.max_timestamp)]))
                     raw.append((h.producer_id, h.producer_epoch, h.base_sequence, h.last_offset_delta,
                                 h.max_timestamp, h.base_offset, h.is_transactional))
                 if raw:

@@ -32,7 +32,7 @@ import struct
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 from crc32c import crc32c
 
@@ -93,8 +93,7 @@ def parse_snapshot_offset(name: str) -> int | None:
     return int(stem) if stem.isdigit() else None
 
 
-@dataclass(slots=True, frozen=True)
-class BatchMetadata:
+class BatchMetadata(NamedTuple):
     last_seq: int
     last_offset: int
     offset_delta: int
@@ -246,12 +245,14 @@ class _AppendInfo:
 
 
 class PendingProducerUpdate:
-    """Validated producer state of an append, applied once the batches are written."""
+    """Validated producer state of an append, applied once the batches are written. `fast` is the one-batch case
+    (pid, epoch, last seq, last offset, offset delta, timestamp, txn first offset); else `infos` per producer."""
 
-    __slots__ = ("infos",)
+    __slots__ = ("infos", "fast")
 
-    def __init__(self) -> None:
+    def __init__(self, fast: tuple | None = None) -> None:
         self.infos: dict[int, _AppendInfo] = {}
+        self.fast = fast
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -338,6 +339,8 @@ def end_marker_coordinator_epoch(batch: bytes | bytearray | memoryview, pos: int
 
 class ProducerStateManager:
     """Producer state of one partition plus its snapshot files (Kafka's ProducerStateManager, no transactions)."""
+
+    fast_path = True  # tests switch it off to compare the one-batch shortcut with the general validation
 
     def __init__(self, dir: Path) -> None:
         self.dir = Path(dir)
@@ -478,9 +481,12 @@ class ProducerStateManager:
 
         Returns (duplicate, None) when a client batch repeats one of its producer's last 5 batches (nothing may be
         written; answer the duplicate's offsets), else (None, update) to `apply` after the write.
-        `control_epochs` maps the base offset of a control batch to (coordinator epoch, timestamp).
+        `control_epochs` maps the base offset of a control batch to (coordinator epoch, timestamp), or to None when
+        its marker record is missing (the batch is then skipped).
         Raises InvalidProducerEpochError / OutOfOrderSequenceError / InvalidTxnStateError.
         """
+        if len(batches) == 1 and not control_epochs and self.fast_path:
+            return self._prepare_one(batches[0], client, coordinator)
         pending = PendingProducerUpdate()
         infos = pending.infos
         producers = self.producers
@@ -498,14 +504,71 @@ class ProducerStateManager:
                 info = infos[pid] = _AppendInfo(pid, cur if cur is not None else ProducerStateEntry(pid),
                                                 client, coordinator)
             if control_epochs is not None and base_offset in control_epochs:
-                coord_epoch, marker_ts = control_epochs[base_offset]
-                info.append_end_marker(epoch, coord_epoch, base_offset, marker_ts)
+                marker = control_epochs[base_offset]
+                if marker is not None:  # None: a control batch without its marker record, nothing to apply
+                    info.append_end_marker(epoch, marker[0], base_offset, marker[1])
             else:
                 info.append_data_batch(epoch, base_seq, last_seq, ts, base_offset, base_offset + delta, txn)
         return None, pending
 
+    def _prepare_one(self, batch: ProducerBatch, client: bool, coordinator: bool
+                     ) -> tuple[BatchMetadata | None, PendingProducerUpdate | None]:
+        """`prepare_append` for the common one-data-batch append: the same rules without the per-append copies
+        (a unit test checks it against the general path)."""
+        pid, epoch, base_seq, delta, ts, base_offset, txn = batch
+        last_seq = (base_seq + delta) & INT32_MAX if base_seq >= 0 else NO_SEQUENCE
+        cur = self.producers.get(pid)
+        if cur is not None:
+            cur_epoch = cur.producer_epoch
+            if client and epoch == cur_epoch:
+                for m in cur.batches:
+                    if m.last_seq == last_seq and m.first_seq == base_seq:
+                        return m, None
+            if epoch < cur_epoch and (client or coordinator):
+                raise InvalidProducerEpochError(
+                    f"epoch {epoch} of producer {pid} at offset {base_offset} is older than the last seen epoch "
+                    f"{cur_epoch}")
+            txn_first = cur.current_txn_first_offset
+        else:
+            cur_epoch, txn_first = NO_PRODUCER_EPOCH, -1
+        if client:
+            if txn and txn_first < 0:
+                raise InvalidTxnStateError(
+                    f"transactional batch of producer {pid} at offset {base_offset} is not part of an ongoing "
+                    f"transaction (this broker has no transaction coordinator)")
+            if epoch != cur_epoch:
+                if base_seq != 0 and cur_epoch != NO_PRODUCER_EPOCH:
+                    raise OutOfOrderSequenceError(
+                        f"producer {pid} at offset {base_offset}: new epoch {epoch} starts at sequence {base_seq}, "
+                        f"not 0 (current epoch {cur_epoch})")
+            elif cur_epoch != NO_PRODUCER_EPOCH:
+                last = cur.last_seq
+                if not (base_seq == last + 1 or (base_seq == 0 and last == INT32_MAX)):
+                    raise OutOfOrderSequenceError(
+                        f"out of order sequence for producer {pid} at offset {base_offset}: {base_seq} (incoming), "
+                        f"{last} (current end sequence)")
+        if txn_first >= 0 and not txn:
+            raise InvalidTxnStateError(
+                f"non-transactional write from producer {pid} at offset {base_offset} while its transaction is open")
+        if txn and txn_first < 0:
+            txn_first = base_offset
+        return None, PendingProducerUpdate((pid, epoch, last_seq, base_offset + delta, delta, ts, txn_first))
+
     def apply(self, pending: PendingProducerUpdate) -> None:
         producers = self.producers
+        fast = pending.fast
+        if fast is not None:
+            pid, epoch, last_seq, last_offset, delta, ts, txn_first = fast
+            cur = producers.get(pid)
+            if cur is None:
+                cur = producers[pid] = ProducerStateEntry(pid)
+            if epoch != cur.producer_epoch:
+                cur.batches.clear()
+                cur.producer_epoch = epoch
+            cur.batches.append(BatchMetadata(last_seq, last_offset, delta, ts))
+            cur.last_timestamp = ts
+            cur.current_txn_first_offset = txn_first
+            return
         for pid, info in pending.infos.items():
             cur = producers.get(pid)
             if cur is None:

@@ -3,6 +3,7 @@ snapshots at roll/close, recovery (snapshot + replay, after crash and truncation
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 import uuid
 from pathlib import Path
@@ -416,6 +417,44 @@ def test_snapshot_files_survive_manager_reload(tmp_path):
     assert again.snapshot_offsets == [3]
     again.truncate_and_reload(0, 3)
     assert again.last_entry(1).last_seq == 2 and again.map_end_offset == 3
+
+
+def test_one_batch_shortcut_matches_the_general_validation(tmp_path):
+    """Random appends (in order, gaps, retries, old/new epochs, transactional, other origins) give the same
+    answers and the same state through the one-batch fast path and the general per-producer validation."""
+    rnd = random.Random(11)
+    fast, general = ProducerStateManager(tmp_path / "a"), ProducerStateManager(tmp_path / "b")
+    general.fast_path = False
+    offset = 0
+    outcomes = set()
+    for _ in range(4000):
+        pid = rnd.choice((1, 2, 3))
+        e = fast.last_entry(pid)
+        epoch = rnd.choice((0, 1, 1, 2)) if e is None else max(0, e.producer_epoch + rnd.choice((-1, 0, 0, 0, 0, 1)))
+        delta = rnd.choice((0, 0, 3))
+        choices = [0, rnd.randrange(50), INT32_MAX - 1]
+        if e is not None and e.batches:
+            choices += [(e.last_seq + 1) & INT32_MAX] * 6 + [rnd.choice(list(e.batches)).first_seq] * 2
+        b = (pid, epoch, rnd.choice(choices), delta, NOW + rnd.randrange(100), offset, rnd.random() < 0.03)
+        origin = rnd.choice(((True, False),) * 8 + ((False, True), (False, False)))
+        results = []
+        for m in (fast, general):
+            try:
+                dup, pending = m.prepare_append([b], client=origin[0], coordinator=origin[1])
+                if pending is not None:
+                    m.apply(pending)
+                results.append(("dup", dup) if dup is not None else ("ok",))
+            except Exception as exc:  # noqa: BLE001 - the exception type is the outcome
+                results.append((type(exc).__name__,))
+        assert results[0] == results[1], (b, origin, results)
+        outcomes.add(results[0][0])
+        if results[0] == ("ok",):
+            offset += delta + 1
+        assert {p: (x.producer_epoch, x.coordinator_epoch, x.last_timestamp, x.current_txn_first_offset,
+                    tuple(x.batches)) for p, x in fast.producers.items()} == \
+            {p: (x.producer_epoch, x.coordinator_epoch, x.last_timestamp, x.current_txn_first_offset,
+                 tuple(x.batches)) for p, x in general.producers.items()}
+    assert outcomes >= {"ok", "dup", "OutOfOrderSequenceError", "InvalidProducerEpochError", "InvalidTxnStateError"}
 
 
 # ---------------------------------------------------------------------------------------------------------------
