@@ -215,20 +215,24 @@ class GroupCoordinator:
             return E.COORDINATOR_LOAD_IN_PROGRESS
         return E.NONE
 
-    async def _append(self, partition: int, kvs: list[tuple[bytes, bytes | None]]) -> ErrorCode:
-        """Queue records for partition `partition` of the offsets topic; resolves when appended (or failed)."""
-        if self._queue is None:
-            return E.COORDINATOR_NOT_AVAILABLE
+    def _enqueue(self, partition: int, kvs: list[tuple[bytes, bytes | None]]) -> asyncio.Future:
+        """Queue records for one partition of the offsets topic, now (so records keep the order in which the
+        coordinator produced them); the future resolves to the append's error code."""
         fut = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait((partition, kvs, fut))
-        return await fut
+        if self._queue is None:
+            fut.set_result(E.COORDINATOR_NOT_AVAILABLE)
+        else:
+            self._queue.put_nowait((partition, kvs, fut))
+        return fut
+
+    async def _append(self, partition: int, kvs: list[tuple[bytes, bytes | None]]) -> ErrorCode:
+        return await self._enqueue(partition, kvs)
 
     def _append_nowait(self, partition: int, kvs: list[tuple[bytes, bytes | None]], what: str) -> None:
-        async def run() -> None:
-            err = await self._append(partition, kvs)
-            if err:
-                log.warning("failed to write group metadata", what=what, error=ErrorCode(err).name)
-        self._spawn(run())
+        def done(fut: asyncio.Future) -> None:
+            if not fut.cancelled() and fut.result():
+                log.warning("failed to write group metadata", what=what, error=ErrorCode(fut.result()).name)
+        self._enqueue(partition, kvs).add_done_callback(done)
 
     async def _write_loop(self) -> None:
         assert self._queue is not None
@@ -487,9 +491,10 @@ class GroupCoordinator:
             if (group.protocol_name or "") == group.select_protocol():
                 # Same protocol: persist the new member id and hand the member its current assignment.
                 assignment = {m.member_id: m.assignment for m in group.members.values()}
-                kv = self._group_metadata_kv(group, assignment)
+                written = self._enqueue(self.partition_for(group.group_id),
+                                        [self._group_metadata_kv(group, assignment)])
                 self._spawn(self._finish_static_rejoin(p, group, new, old_id, new_id, current_leader,
-                                                       (old_protocols, old_rt, old_st), kv))
+                                                       (old_protocols, old_rt, old_st), written))
             else:
                 self._maybe_prepare_rebalance_or_complete_join(group, f"static member {new_id} changed protocols")
         elif group.is_in(S.COMPLETING_REBALANCE):
@@ -499,8 +504,9 @@ class GroupCoordinator:
             self._maybe_complete_join_phase(group)
 
     async def _finish_static_rejoin(self, p: JoinParams, group: ClassicGroup, new: Member, old_id: str,
-                                    new_id: str, current_leader: str | None, old: tuple, kv) -> None:
-        err = await self._append(self.partition_for(group.group_id), [kv])
+                                    new_id: str, current_leader: str | None, old: tuple,
+                                    written: asyncio.Future) -> None:
+        err = await written
         if err:
             fut = new.join_future
             group.update_member(new, old[0], old[1], old[2], None)
@@ -707,13 +713,13 @@ class GroupCoordinator:
             assignment = {m: bytes(a) for m, a in assignments}
             for mid in group.members:
                 assignment.setdefault(mid, b"")
-            kv = self._group_metadata_kv(group, assignment)
-            self._spawn(self._store_assignment(group, generation_id, assignment, kv))
+            written = self._enqueue(self.partition_for(group_id), [self._group_metadata_kv(group, assignment)])
+            self._spawn(self._store_assignment(group, generation_id, assignment, written))
         return await fut
 
     async def _store_assignment(self, group: ClassicGroup, generation: int, assignment: dict[str, bytes],
-                                kv) -> None:
-        err = await self._append(self.partition_for(group.group_id), [kv])
+                                written: asyncio.Future) -> None:
+        err = await written
         if not (group.is_in(S.COMPLETING_REBALANCE) and group.generation_id == generation):
             return   # a member joined or left meanwhile: that rebalance answers everyone
         if err:
@@ -915,9 +921,8 @@ class GroupCoordinator:
                 self._cancel_group_timers(gid)
                 del self.groups[gid]
                 deleted.append((gid, p))
-        errors = {}
-        for p, kvs in writes.items():
-            errors[p] = await self._append(p, kvs)
+        pending = {p: self._enqueue(p, kvs) for p, kvs in writes.items()}    # enqueue all before awaiting
+        errors = {p: await f for p, f in pending.items()}
         for gid, p in deleted:
             results[gid] = _map_append_error(errors[p], False) if errors[p] else E.NONE
             if not errors[p]:
@@ -999,7 +1004,8 @@ class GroupCoordinator:
                 g.transition_to(S.DEAD, now)
                 del self.groups[gid]
             plans.append((g, p, expired, delete_group))
-        errors = {p: await self._append(p, kvs) for p, kvs in writes.items()}
+        pending = {p: self._enqueue(p, kvs) for p, kvs in writes.items()}
+        errors = {p: await f for p, f in pending.items()}
         n_offsets = n_groups = 0
         for g, p, expired, delete_group in plans:
             if errors[p]:
