@@ -101,6 +101,20 @@ class StrataBroker:
         return cmd
 
     def start(self, timeout: float = START_TIMEOUT) -> StrataBroker:
+        """Start and wait until ready. On the very first start only, a port lost to another process between
+        picking and binding (EADDRINUSE) is retried with fresh ports; restarts always keep their ports."""
+        for attempt in range(3):
+            try:
+                return self._start_once(timeout)
+            except BrokerStartError as exc:
+                if self.starts > 1 + attempt or "already in use" not in str(exc).lower() or attempt == 2:
+                    raise
+                self.port, self.metrics_port = free_port(), free_port()
+                self.base_props["listeners"] = f"PLAINTEXT://127.0.0.1:{self.port}"
+                self.base_props["metrics.listener"] = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        raise AssertionError("unreachable")
+
+    def _start_once(self, timeout: float) -> StrataBroker:
         assert not self.is_running(), "already running"
         self.props_path.write_text("".join(f"{k}={v}\n" for k, v in self.base_props.items()))
         self.starts += 1
