@@ -9,6 +9,7 @@ no persistence, no Strata properties) -- only useful to check that a client scri
 """
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import socket
@@ -219,6 +220,14 @@ class StrataBroker:
 
     def __repr__(self) -> str:
         return f"<StrataBroker {self.name} {self.bootstrap} pid={self.pid} kind={self.kind}>"
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    """Last resort if the test process exits without fixture teardown (e.g. interrupted): kill by PID."""
+    for b in list(StrataBroker.live):
+        if b.proc is not None and b.proc.poll() is None:
+            os.kill(b.proc.pid, signal.SIGKILL)
 
 
 def _prop(v: object) -> str:
