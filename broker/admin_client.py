@@ -19,6 +19,7 @@ CLIENT_ID = "strata-cli"
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 EARLIEST, LATEST = -2, -1
+EARLIEST_LOCAL, LATEST_TIERED = -4, -5      # KIP-405 sentinels: ListOffsets v8+ and v9+
 
 
 class AdminError(Exception):
@@ -48,6 +49,8 @@ class PartitionDescription:
     log_start_offset: int = -1
     end_offset: int = -1
     error: str | None = None
+    local_log_start_offset: int | None = None    # ListOffsets -4 (v8+); None when the broker cannot answer it
+    latest_tiered_offset: int | None = None      # ListOffsets -5 (v9+): highest offset in remote storage, -1: none
 
 
 @dataclass
@@ -243,6 +246,13 @@ class AdminClient:
                 ends = self.list_offsets(t.name, ids, LATEST)
                 for p in desc.partitions:
                     p.log_start_offset, p.end_offset = starts.get(p.partition, -1), ends.get(p.partition, -1)
+                lo_max = self.versions.get(ApiKey.LIST_OFFSETS, (0, -1))[1]
+                if lo_max >= 8:
+                    local = self.list_offsets(t.name, ids, EARLIEST_LOCAL)
+                    tiered = self.list_offsets(t.name, ids, LATEST_TIERED) if lo_max >= 9 else {}
+                    for p in desc.partitions:
+                        p.local_log_start_offset = local.get(p.partition)
+                        p.latest_tiered_offset = tiered.get(p.partition)
             out.append(desc)
         return out
 

@@ -69,14 +69,22 @@ def _non_default_configs(a, topic: str) -> str:
 
 def _topics_describe(a, args: argparse.Namespace) -> int:
     names = [args.topic] if args.topic else None
+    remote_state = None
     for t in a.describe_topics(names):
         configs = _non_default_configs(a, t.name)
+        tiered = "remote.storage.enable=true" in configs.split(",")
         print(f"Topic: {t.name}\tTopicId: {t.topic_id}\tPartitionCount: {len(t.partitions)}\t"
               f"ReplicationFactor: {t.replication_factor}\tConfigs: {configs}")
+        if tiered and remote_state is None:      # KIP-405 sizes come from __remote_log_metadata
+            from .remote_log_metadata_cmd import remote_log_state_or_none
+            remote_state = remote_log_state_or_none(a)
         for p in t.partitions:
             line = (f"\tTopic: {t.name}\tPartition: {p.partition}\tLeader: {p.leader}\t"
                     f"Replicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}\t"
                     f"LogStartOffset: {p.log_start_offset}\tEndOffset: {p.end_offset}")
+            if tiered:       # tiered topics: local/remote offsets (ListOffsets -4 v8+, -5 v9+) and remote size
+                from .remote_log_metadata_cmd import tiered_describe_fields
+                line += tiered_describe_fields(t, p, remote_state)
             print(line + (f"\tError: {p.error}" if p.error else ""))
     return 0
 
@@ -149,7 +157,8 @@ def _cmd_dump_log(args: argparse.Namespace) -> int:
 # -- parser ----------------------------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="strata", description="Strata: a Kafka-wire-compatible broker")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{serve,topics,groups,dump-log}")
+    sub = p.add_subparsers(dest="command", required=True,
+                           metavar="{serve,topics,groups,dump-log,remote-log-metadata}")
 
     s = sub.add_parser("serve", help="run a broker")
     s.add_argument("config", nargs="?", help="server.properties file")
@@ -201,6 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .group.admin import add_groups_parser   # `strata groups` (kafka-consumer-groups.sh)
     add_groups_parser(sub, DEFAULT_BOOTSTRAP)
+
+    from .remote_log_metadata_cmd import add_parser as add_remote_log_metadata_parser
+    add_remote_log_metadata_parser(sub, DEFAULT_BOOTSTRAP)   # `strata remote-log-metadata`
     return p
 
 

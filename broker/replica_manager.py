@@ -115,6 +115,10 @@ class ReplicaManager:
         for i in range(info.partitions):
             if (info.name, i) not in self.partitions:
                 ulog = self.log_manager.get_or_create_log(info.name, i, info.topic_id, cfg)
+                # Becoming leader with ISR = {self}: the HW is the LEO (Kafka's maybeIncrementLeaderHW), not the
+                # checkpointed HW, which lags after a kill -9 and would hide acknowledged records until the next
+                # append (and hide the RLMM's latest records from its cache: segments copied twice or skipped).
+                ulog.update_high_watermark(ulog.log_end_offset)
                 self.partitions[(info.name, i)] = Partition(info, i, ulog)
         self._notify_remote(info)
 

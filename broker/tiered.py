@@ -72,8 +72,10 @@ def build_remote_log_manager(server: "KafkaServer") -> tuple[RemoteLogManager, A
 
     cfg = server.config
     data_dir = server.log_dirs[0]
+    # LocalTieredStorage puts its root at `<rsm.config.dir>/kafka-tiered-storage` (as Kafka's); the default dir is
+    # the first log dir, so the data lands in `<log.dir>/kafka-tiered-storage`.
     rsm = create_remote_storage_manager(cfg["remote.log.storage.manager.class.name"], cfg.prefixed("rsm.config."),
-                                        broker_id=server.broker_id, default_dir=data_dir / "kafka-tiered-storage")
+                                        broker_id=server.broker_id, default_dir=data_dir)
     rlmm_cfg = {k: cfg[k] for k in ("remote.log.metadata.topic.num.partitions",
                                     "remote.log.metadata.topic.replication.factor",
                                     "remote.log.metadata.topic.retention.ms",

@@ -36,7 +36,9 @@ async def lookup(server, partition, ts: int, isolation: int) -> tuple[int, int, 
             return -1, -1, -1
         off = max(ulog.highest_offset_in_remote_storage + 1, ulog.log_start_offset)
         return -1, off, _epoch(ulog, off)
-    if tiered and ulog.log_start_offset < ulog.local_log_start_offset:
+    # A real timestamp (>= 0) is looked up in the remote time indexes first; MAX_TIMESTAMP (-3) is not a time to
+    # search for (the remote lookup would answer the first record with a timestamp >= -3, i.e. the log start).
+    if ts >= 0 and tiered and ulog.log_start_offset < ulog.local_log_start_offset:
         found = await server.replica_manager.rlm.find_offset_by_timestamp(ulog, ts)   # remote time indexes first
         if found is not None:
             epoch = found.leader_epoch if found.leader_epoch is not None else -1

@@ -1,0 +1,167 @@
+"""Offload and consume (Kafka's OffloadAndConsumeFromLeaderTest, LocalLogStartOffsetTest, ListOffsetsTest):
+segments are copied, local retention moves the earliest-local offset while the earliest offset stays, consumers
+read the remote part byte for byte (from offset 0, from the middle of a batch, across the remote/local boundary),
+ListOffsets by timestamp finds records in remote segments, and a restart keeps it all.
+
+Every topic here has 5 records of 100 bytes per batch and 2 batches per segment: segment j = offsets
+[10j, 10j + 9]. `local.retention.bytes=1` keeps only the active segment locally once the rest is copied.
+"""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.tiered.harness import EARLIEST, EARLIEST_LOCAL, LATEST_TIERED, Harness, Scenario, ScenarioError
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+SEG = 10            # records per segment
+LOCAL_TAIL = {"local.retention.bytes": "1"}
+
+
+def test_offload_and_consume_from_leader(harness: Harness) -> None:
+    (Scenario("offload and consume from leader")
+        .create_topic("t", partitions=1, configs=LOCAL_TAIL)
+        # 5 segments + an active one holding 40-49... 50-54 (the active segment is never copied)
+        .produce("t", 0, 55)
+        .wait_for_offload("t", 0, up_to_offset=49)
+        .expect_remote_segments("t", 0, [0, 10, 20, 30, 40])
+        .expect_latest_tiered_offset("t", 0, 49)
+        .expect_earliest_local_offset("t", 0, 50)
+        .expect_earliest_offset("t", 0, 0)
+        # from offset 0: remote segments, then the local active segment
+        .consume("t", 0, from_offset=0, expect_records=55)
+        .expect_fetch_from_remote("t", at_least=5)
+        # from the middle of a batch in the middle of a remote segment: the whole batch 20-24 comes back
+        .consume("t", 0, from_offset=23, expect_records=32)
+        .expect_fetch_from_remote("t", at_least=3)
+        # the last remote batch, then across the boundary into local
+        .consume("t", 0, from_offset=47, expect_records=8)
+        .expect_fetch_from_remote("t", at_least=1)
+        # local only: no remote read
+        .consume("t", 0, from_offset=51, expect_records=4)
+        .expect_fetch_from_remote("t", exactly=0)
+        # a real client, from the middle of a remote batch
+        .consume("t", 0, from_offset=12, expect_records=43, client="confluent")
+        .expect_fetch_from_remote("t", at_least=1)
+        .run(harness))
+
+
+def test_earliest_local_offset_moves_with_local_retention(harness: Harness) -> None:
+    """local.retention.bytes allows ~2 segments locally; growing the log moves -4 segment by segment while -2
+    stays at 0; local segments are deleted only once copied."""
+    sc = Scenario("local log start offset")
+    sc.create_topic("t", partitions=1, configs={"local.retention.bytes": "1500",      # ~2 segments of ~1300
+                                                "remote.log.copy.disable": "true"})
+    sc.produce("t", 0, 40)
+    # nothing is copied, so nothing local may go, whatever local retention says
+    sc.wait_for_retention_pass()
+    sc.step("local segments stay until copied", _assert_no_local_deletion_while_copy_disabled)
+    sc.update_topic_config("t", set={"remote.log.copy.disable": "false"})
+    sc.wait_for_offload("t", 0, up_to_offset=29)
+    sc.expect_earliest_local_offset("t", 0, 20)       # 20-29 (closed, copied) + 30-39 (active) <= 2 segments
+    sc.expect_earliest_offset("t", 0, 0)
+    sc.produce("t", 0, 20)
+    sc.wait_for_offload("t", 0, up_to_offset=49)
+    sc.expect_earliest_local_offset("t", 0, 40)
+    sc.expect_earliest_offset("t", 0, 0)
+    sc.expect_remote_segments("t", 0, [0, 10, 20, 30, 40])
+    sc.step("local log holds only the tail", lambda h: _assert_local_bases(h, "t", 0, [40, 50]))
+    sc.consume("t", 0, from_offset=0, expect_records=60)
+    sc.run(harness)
+
+
+def _assert_no_local_deletion_while_copy_disabled(h: Harness) -> None:
+    # the copy task saw the 3 closed segments and skipped them (copy lag gauge); a retention pass ran already
+    h.wait("copy lag of t-0 reported (the copy task ran with copy disabled)",
+           lambda: h.metric("strata_remote_copy_lag_segments", topic="t", partition="0"), lambda v: v == 3)
+    offs = h.offsets("t", 0)
+    if offs["earliest-local(-4)"] != 0 or offs["latest-tiered(-5)"] != -1:
+        raise ScenarioError(f"with remote.log.copy.disable=true: {offs}")
+    if sorted(h.local_segments("t", 0)) != [0, 10, 20, 30]:
+        raise ScenarioError(f"local segments deleted before being copied: {sorted(h.local_segments('t', 0))}")
+
+
+def _assert_local_bases(h: Harness, topic: str, partition: int, bases: list[int]) -> None:
+    h.wait(f"local segments of {topic}-{partition} == {bases}", lambda: sorted(h.local_segments(topic, partition)),
+           lambda got: got == bases)
+
+
+def test_list_offsets_by_timestamp_lands_in_remote_segments(harness: Harness) -> None:
+    base = int(time.time() * 1000) - 3_600_000          # an hour ago, +1 ms per record
+
+    def lookups(h: Harness) -> None:
+        t = h.topic("t")
+        recs = t.produced[0]
+        assert h.offset("t", 0, EARLIEST_LOCAL) == 30
+        for target, want in [(base + 13, 13),           # inside a batch of a remote segment
+                             (base + 0, 0),             # the very first record
+                             (base - 5000, 0),          # before everything: the earliest record
+                             (base + 29, 29),           # the last remote record
+                             (base + 32, 32),           # local
+                             (base + 1000, -1)]:        # after everything
+            err, off, ts = h.list_offset("t", 0, target, version=7)
+            assert err == 0, f"ListOffsets({target}): error {err}"
+            assert off == want, f"ListOffsets({target}) = {off}, expected {want}"
+            if want >= 0:
+                assert ts == recs[want].timestamp, f"ListOffsets({target}) timestamp {ts}"
+        # MAX_TIMESTAMP (-3, v7+) answers the newest record, which is local
+        err, off, ts = h.list_offset("t", 0, -3, version=7)
+        assert (err, off, ts) == (0, 34, base + 34), (err, off, ts)
+
+    (Scenario("list offsets by timestamp")
+        .create_topic("t", partitions=1, configs=LOCAL_TAIL)
+        .produce("t", 0, 35, timestamp_base=base)
+        .wait_for_offload("t", 0, up_to_offset=29)
+        .expect_earliest_local_offset("t", 0, 30)
+        .step("ListOffsets by timestamp", lookups)
+        .run(harness))
+
+
+def test_restart_keeps_remote_data_readable(harness: Harness) -> None:
+    (Scenario("restart")
+        .create_topic("t", partitions=1, configs=LOCAL_TAIL)
+        .produce("t", 0, 30)
+        .wait_for_offload("t", 0, up_to_offset=19)
+        .expect_earliest_local_offset("t", 0, 20)
+        .restart_broker()
+        .expect_earliest_offset("t", 0, 0)
+        .expect_earliest_local_offset("t", 0, 20)
+        .expect_latest_tiered_offset("t", 0, 19)
+        .consume("t", 0, from_offset=0, expect_records=30)
+        .expect_fetch_from_remote("t", at_least=2)
+        # copying resumes after the restart where it stopped (no segment copied twice)
+        .produce("t", 0, 20)
+        .wait_for_offload("t", 0, up_to_offset=39)
+        .expect_remote_segments("t", 0, [0, 10, 20, 30])
+        .step("RLMM chain", lambda h: _chain(h, "t", 0, 0, 39))
+        .kill_broker()
+        .expect_earliest_local_offset("t", 0, 40)
+        .consume("t", 0, from_offset=5, expect_records=45)
+        .run(harness))
+
+
+def _chain(h: Harness, topic: str, partition: int, start: int, end: int) -> None:
+    from tests.tiered.harness import check_remote_chain
+
+    check_remote_chain(h.rlmm_segments(topic, partition), start, end)
+
+
+def test_earliest_and_tiered_offsets_untouched_on_plain_topic(harness: Harness) -> None:
+    """A topic without remote.storage.enable on a tiered broker: nothing is copied, -5 answers -1, -4 == -2."""
+    (Scenario("plain topic")
+        .create_topic("p", partitions=1, tiered=False, configs={"retention.bytes": "1500"})
+        .produce("p", 0, 40)
+        .expect_earliest_offset("p", 0, 20)
+        .expect_earliest_local_offset("p", 0, 20)
+        .expect_latest_tiered_offset("p", 0, -1)
+        .step("no remote objects", lambda h: _no_remote(h, "p"))
+        .run(harness))
+    assert harness.offset("p", 0, LATEST_TIERED) == -1
+    assert harness.offset("p", 0, EARLIEST) == harness.offset("p", 0, EARLIEST_LOCAL)
+
+
+def _no_remote(h: Harness, topic: str) -> None:
+    left = [o for o in h.backend.list_all() if o.startswith(f"{topic}-")]
+    assert not left, left
