@@ -234,8 +234,7 @@ def _groups_describe(a: GroupAdmin, args: argparse.Namespace) -> int:
     desc = a.describe_group(group)
     committed = a.fetch_offsets(group)
     if desc.state == "Dead" and not committed:
-        print(f"Error: Consumer group '{group}' does not exist.", file=sys.stderr)
-        return 1
+        raise AdminError(f"Consumer group '{group}' does not exist.")
     owner: dict[tuple[str, int], MemberDescription] = {}
     for m in desc.members:
         for tp in m.partitions():
@@ -276,10 +275,8 @@ def _groups_delete(a: GroupAdmin, args: argparse.Namespace) -> int:
     if ok:
         print("Deletion of requested consumer groups (" + ", ".join(f"'{g}'" for g in ok) + ") was successful.")
     if failed:
-        print("Error: Deletion of some consumer groups failed:", file=sys.stderr)
-        for g, c in failed.items():
-            print(f"* Group '{g}' could not be deleted due to: {error_text(c)}", file=sys.stderr)
-        return 1
+        raise AdminError("Deletion of some consumer groups failed: " + "; ".join(
+            f"group '{g}' could not be deleted due to: {error_text(c)}" for g, c in failed.items()))
     return 0
 
 
