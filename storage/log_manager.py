@@ -151,7 +151,7 @@ class LogManager:
         log_dir = self._log_dir_of.pop(tp, None)
         if log is None or log_dir is None:
             return
-        log.close()
+        log.close(take_snapshot=False)      # no producer snapshot for a log about to be removed
         tomb = log_dir / f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
         log.dir.rename(tomb)
         fsync_dir(log_dir)
