@@ -111,6 +111,8 @@ def problems(results: dict) -> list[str]:
                 continue
             for e in r.get("errors", []) or []:
                 out.append(f"{sc['name']} on {b}: {e}")
+            for n in r.get("notes", []) or []:
+                out.append(f"{sc['name']} on {b}: {n}")
             if r.get("error"):
                 out.append(f"{sc['name']} on {b}: {r['error']}")
             summ = r.get("summary") or {}

@@ -126,7 +126,7 @@ def run_one(sc: Scenario, name: str, b: Broker | None, ctx: RunContext, rep: int
             f"broker exited with code {b.proc.returncode} during the scenario; log tail:\n{b.log_tail(20)}")
     mt = r.get("metrics") or {}
     shown = ", ".join(f"{k}={report._fmt(v)}" for k, v in mt.items())
-    errs = r.get("errors") or ([r["error"]] if r.get("error") else [])
+    errs = (r.get("errors") or ([r["error"]] if r.get("error") else [])) + (r.get("notes") or [])
     log(f"{sc.name}{f' rep {rep + 1}' if rep else ''} on {name}: {shown or 'no result'} ({r['wall_s']:.1f}s)"
         + (f" PROBLEMS: {errs[0][:300]}" if errs else ""))
     return r
