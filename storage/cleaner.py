@@ -35,6 +35,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
+from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -76,6 +77,7 @@ SWAP_SUFFIX = ".swap"
 _SEGMENT_FILE_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 _INDEX_FILE_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 _U32 = struct.Struct(">I")
+_md5 = hashlib.md5
 
 T = TypeVar("T")
 
@@ -161,29 +163,81 @@ ParsedRecord = tuple[int, int, "bytes | None", bool, int, int]
 
 def parse_records(payload: bytes, count: int) -> list[ParsedRecord]:
     out: list[ParsedRecord] = []
+    append = out.append
     i = 0
     n = len(payload)
     try:
         for _ in range(count):
-            length, i = _varint(payload, i)
+            # each varint inlined for its common one-byte form (zigzag: value = (c >> 1) ^ -(c & 1))
+            c = payload[i]
+            if c < 0x80:
+                length, i = (c >> 1) ^ -(c & 1), i + 1
+            else:
+                length, i = _varint(payload, i)
             end = i + length
             if length < 0 or end > n:
                 raise CorruptBatchError("record length beyond the batch")
-            ts_delta, j = _varint(payload, i + 1)  # +1: attributes
-            off_delta, j = _varint(payload, j)
+            c = payload[i + 1]  # +1: attributes
+            if c < 0x80:
+                ts_delta, j = (c >> 1) ^ -(c & 1), i + 2
+            else:
+                ts_delta, j = _varint(payload, i + 1)
+            c = payload[j]
+            if c < 0x80:
+                off_delta, j = (c >> 1) ^ -(c & 1), j + 1
+            else:
+                off_delta, j = _varint(payload, j)
             tail = j
-            klen, j = _varint(payload, j)
+            c = payload[j]
+            if c < 0x80:
+                klen, j = (c >> 1) ^ -(c & 1), j + 1
+            else:
+                klen, j = _varint(payload, j)
             if klen < 0:
                 key = None
             else:
                 key = payload[j:j + klen]
                 j += klen
-            vlen, j = _varint(payload, j)
-            out.append((off_delta, ts_delta, key, vlen < 0, tail, end))
+            append((off_delta, ts_delta, key, payload[j] == 1, tail, end))  # value length -1 is the byte 0x01
             i = end
     except IndexError:
         raise CorruptBatchError("truncated record") from None
     return out
+
+
+def iter_keys(payload: bytes, count: int) -> Iterator[tuple[int, bytes | None]]:
+    """(offset delta, key) of each record: what building the offset map needs."""
+    i = 0
+    n = len(payload)
+    try:
+        for _ in range(count):
+            c = payload[i]
+            if c < 0x80:
+                length, i = (c >> 1) ^ -(c & 1), i + 1
+            else:
+                length, i = _varint(payload, i)
+            end = i + length
+            if length < 0 or end > n:
+                raise CorruptBatchError("record length beyond the batch")
+            j = i + 1
+            if payload[j] < 0x80:
+                j += 1
+            else:
+                _, j = _varint(payload, j)
+            c = payload[j]
+            if c < 0x80:
+                off_delta, j = (c >> 1) ^ -(c & 1), j + 1
+            else:
+                off_delta, j = _varint(payload, j)
+            c = payload[j]
+            if c < 0x80:
+                klen, j = (c >> 1) ^ -(c & 1), j + 1
+            else:
+                klen, j = _varint(payload, j)
+            yield off_delta, (None if klen < 0 else payload[j:j + klen])
+            i = end
+    except IndexError:
+        raise CorruptBatchError("truncated record") from None
 
 
 def check_keys_present(buf: bytes | bytearray | memoryview, pos: int, size: int) -> None:
@@ -264,9 +318,10 @@ def delete_horizon_of(h: BatchHeader) -> int | None:
 # offset map
 
 class OffsetMap:
-    """Key -> offset map in one flat bytearray (Kafka's SkimpyOffsetMap): each slot is the key's 16-byte MD5 and
-    its offset + 1 (0 marks an empty slot), open addressing with linear probing. Memory is `slots * 24` bytes,
-    never more than the configured dedupe buffer; the map is "full" at `load_factor` of its slots."""
+    """Key -> offset map in flat buffers (Kafka's SkimpyOffsetMap): each slot is the key's 16-byte MD5 (one
+    bytearray) and its offset + 1 (an int64 array; 0 marks an empty slot), open addressing with linear probing.
+    Memory is `slots * 24` bytes, never more than the configured dedupe buffer; the map is "full" at `load_factor`
+    of its slots."""
 
     BYTES_PER_ENTRY = 24
 
@@ -277,11 +332,10 @@ class OffsetMap:
             slots = min(capacity, max(16, int(expected_entries / load_factor) + 1))
         self.slots = slots
         self.max_entries = max(1, min(int(slots * load_factor), slots - 1))  # always an empty slot: probes end
-        self._buf = bytearray(slots * self.BYTES_PER_ENTRY)
+        self._digests = bytearray(slots * 16)
+        self._offsets = array("q", bytes(slots * 8))  # offset + 1; 0 = empty slot
         self.size = 0
         self.latest_offset = -1
-        self.lookups = 0
-        self.probes = 0
 
     @property
     def full(self) -> bool:
@@ -291,37 +345,34 @@ class OffsetMap:
     def utilization(self) -> float:
         return self.size / self.slots
 
-    def _find(self, digest: bytes) -> int:
-        """Byte position of the slot holding `digest`, or of the empty slot where it would go."""
-        slots = self.slots
-        buf = self._buf
+    def put(self, key: bytes, offset: int) -> None:
+        digest = _md5(key).digest()
+        slots, digests, offsets = self.slots, self._digests, self._offsets
         i = int.from_bytes(digest[:8], "big") % slots
-        self.lookups += 1
-        while True:
-            p = i * 24
-            if buf[p + 16:p + 24] == b"\0\0\0\0\0\0\0\0" or buf[p:p + 16] == digest:
-                return p
-            self.probes += 1
+        while offsets[i]:  # linear probing (the hot loop: kept inline)
+            if digests[i * 16:i * 16 + 16] == digest:
+                break
             i += 1
             if i == slots:
                 i = 0
-
-    def put(self, key: bytes, offset: int) -> None:
-        digest = hashlib.md5(key).digest()
-        p = self._find(digest)
-        buf = self._buf
-        if buf[p + 16:p + 24] == b"\0\0\0\0\0\0\0\0":
-            if self.size >= self.slots:
-                raise OverflowError("offset map has no free slot")
-            buf[p:p + 16] = digest
+        else:
+            digests[i * 16:i * 16 + 16] = digest
             self.size += 1
-        buf[p + 16:p + 24] = (offset + 1).to_bytes(8, "big")
+        offsets[i] = offset + 1
         self.latest_offset = offset
 
     def get(self, key: bytes) -> int:
         """The latest offset recorded for `key`, or -1."""
-        p = self._find(hashlib.md5(key).digest())
-        return int.from_bytes(self._buf[p + 16:p + 24], "big") - 1
+        digest = _md5(key).digest()
+        slots, digests, offsets = self.slots, self._digests, self._offsets
+        i = int.from_bytes(digest[:8], "big") % slots
+        while True:
+            o = offsets[i]
+            if not o or digests[i * 16:i * 16 + 16] == digest:
+                return o - 1
+            i += 1
+            if i == slots:
+                i = 0
 
     def update_latest_offset(self, offset: int) -> None:
         self.latest_offset = offset
@@ -785,13 +836,12 @@ class Cleaner:
                 return False
             if not h.is_control and h.last_offset >= start:
                 base = h.base_offset
-                recs = parse_records(batch_payload(batch, h), h.records_count)
-                for r in recs:
-                    off = base + r[0]
-                    if r[2] is not None and off >= start:
+                for delta, key in iter_keys(batch_payload(batch, h), h.records_count):
+                    off = base + delta
+                    if key is not None and off >= start:
                         if omap.full:
                             return True
-                        omap.put(r[2], off)
+                        omap.put(key, off)
                     stats.map_messages_read += 1
             if h.last_offset >= start:
                 omap.update_latest_offset(max(omap.latest_offset, h.last_offset))
