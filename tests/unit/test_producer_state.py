@@ -283,6 +283,20 @@ def test_snapshots_at_roll_and_clean_close_and_reload(tmp_path):
     assert reopened.append_as_leader(pbatch(seq, 1), 0).first_offset == leo
 
 
+def test_flush_fsyncs_the_snapshots_written_at_roll(tmp_path, monkeypatch):
+    log = open_log(tmp_path)
+    seq = 0
+    while log.num_segments < 3:
+        log.append_as_leader(pbatch(seq, 3), 0)
+        seq += 3
+    synced = []
+    monkeypatch.setattr(ProducerStateManager, "fsync_snapshots", staticmethod(lambda paths: synced.extend(paths)))
+    log.flush()
+    assert sorted(p.name for p in synced) == [f"{o:020d}.snapshot" for o in log.producer_state.snapshot_offsets]
+    log.flush()
+    assert len(synced) == 2                                                 # each one once
+
+
 def test_crash_recovery_replays_after_the_latest_snapshot(tmp_path):
     log = open_log(tmp_path, segment_bytes=2048)
     seq = 0
@@ -464,14 +478,16 @@ def test_producer_id_blocks_are_persisted_and_never_reused(tmp_path):
     from broker.handlers.producer import ProducerIdManager
     from broker.metadata_store import LocalMetadataStore
 
-    store = LocalMetadataStore(tmp_path)
-    assert store.allocate_producer_id_block(1000) == 0
-    mgr = ProducerIdManager(store, block_size=3)
-    ids = [mgr.generate() for _ in range(4)]
-    assert ids == [1000, 1001, 1002, 1003]
-    reopened = LocalMetadataStore(tmp_path)                               # "restart": a new block after the old
-    mgr2 = ProducerIdManager(reopened, block_size=3)
-    assert mgr2.generate() == 1006
+    async def main():
+        store = LocalMetadataStore(tmp_path)
+        assert await store.allocate_producer_id_block(1000) == 0
+        mgr = ProducerIdManager(store, block_size=3)
+        ids = [await mgr.generate() for _ in range(4)]
+        assert ids == [1000, 1001, 1002, 1003]
+        reopened = LocalMetadataStore(tmp_path)                           # "restart": a new block after the old
+        mgr2 = ProducerIdManager(reopened, block_size=3)
+        assert await mgr2.generate() == 1006
+    asyncio.run(main())
 
 
 def _init_producer_id(server, version: int, transactional_id: str | None):
