@@ -2,4 +2,4 @@
 from .coordinator import GroupCoordinator, JoinParams
 from .records import OFFSETS_TOPIC, partition_for
 
-__all__ = ["GroupCoordinator", "JoinParams", "OFFSETS_TOPIC", "partition_for"]
+__all__ = ["OFFSETS_TOPIC", "GroupCoordinator", "JoinParams", "partition_for"]

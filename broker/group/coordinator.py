@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -81,7 +82,7 @@ def _map_append_error(err: ErrorCode, for_offsets: bool) -> ErrorCode:
 
 
 class GroupCoordinator:
-    def __init__(self, server: "KafkaServer", *, clock: Callable[[], int] | None = None) -> None:
+    def __init__(self, server: KafkaServer, *, clock: Callable[[], int] | None = None) -> None:
         self.server = server
         cfg = server.config
         self.initial_rebalance_delay_ms: int = int(cfg["group.initial.rebalance.delay.ms"])
@@ -134,11 +135,7 @@ class GroupCoordinator:
                 await asyncio.sleep(0.01)
         for t in [*self._tasks, *self._spawned]:
             t.cancel()
-        for t in [*self._tasks, *self._spawned]:
-            try:
-                await t
-            except (asyncio.CancelledError, Exception):
-                pass
+        await asyncio.gather(*self._tasks, *self._spawned, return_exceptions=True)
         self._tasks.clear()
 
     def _spawn(self, coro) -> None:
@@ -186,7 +183,10 @@ class GroupCoordinator:
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self.num_partitions)
 
-    def ensure_offsets_topic(self) -> bool:
+    def offsets_topic_exists(self) -> bool:
+        return self.server.store.topic(OFFSETS_TOPIC) is not None
+
+    async def ensure_offsets_topic(self) -> bool:
         """Create `__consumer_offsets` on first use (compacted, internal). False if it cannot be created."""
         store = self.server.store
         if store.topic(OFFSETS_TOPIC) is not None:
@@ -195,9 +195,12 @@ class GroupCoordinator:
         configs = {"cleanup.policy": "compact", "compression.type": "producer",
                    "segment.bytes": str(cfg["offsets.topic.segment.bytes"])}
         try:
-            info = store.create_topic(OFFSETS_TOPIC, self.num_partitions, configs, internal=True)
+            info = await store.create_topic(OFFSETS_TOPIC, self.num_partitions, configs, internal=True,
+                                            replication_factor=cfg["offsets.topic.replication.factor"])
             self.server.replica_manager.ensure_partitions(info)
         except Exception:
+            if store.topic(OFFSETS_TOPIC) is not None:      # created concurrently
+                return True
             log.exception("cannot create the offsets topic")
             return False
         log.info("created the offsets topic", topic=OFFSETS_TOPIC, partitions=self.num_partitions)
@@ -209,7 +212,7 @@ class GroupCoordinator:
             return E.COORDINATOR_NOT_AVAILABLE
         if not group_id:
             return E.INVALID_GROUP_ID
-        if not self.ensure_offsets_topic():
+        if not self.offsets_topic_exists():
             return E.COORDINATOR_NOT_AVAILABLE
         if self.partition_for(group_id) in self.loading:
             return E.COORDINATOR_LOAD_IN_PROGRESS
@@ -240,7 +243,7 @@ class GroupCoordinator:
         while True:
             partition, kvs, fut = await self._queue.get()
             try:
-                if not self.ensure_offsets_topic():
+                if not await self.ensure_offsets_topic():
                     err = E.COORDINATOR_NOT_AVAILABLE
                 else:
                     batch = build_batch(kvs, timestamp=self._now())
@@ -844,7 +847,8 @@ class GroupCoordinator:
                 results[tp] = E.OFFSET_METADATA_TOO_LARGE
                 continue
             om.metadata = om.metadata or ""
-            kvs.append((encode_offset_commit_key(group_id, tp[0], tp[1]), encode_offset_commit_value(om)))
+            version = 1 if om.expire_timestamp >= 0 else 3      # Kafka's offsetCommitValueVersion()
+            kvs.append((encode_offset_commit_key(group_id, tp[0], tp[1]), encode_offset_commit_value(om, version)))
             accepted[tp] = om
         if kvs:
             werr = await self._append(self.partition_for(group_id), kvs)

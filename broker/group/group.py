@@ -68,9 +68,20 @@ class SyncResult:
 
 
 class Member:
-    __slots__ = ("member_id", "group_instance_id", "client_id", "client_host", "rebalance_timeout_ms",
-                 "session_timeout_ms", "protocol_type", "protocols", "assignment", "join_future", "sync_future",
-                 "is_new")
+    __slots__ = (
+        "assignment",
+        "client_host",
+        "client_id",
+        "group_instance_id",
+        "is_new",
+        "join_future",
+        "member_id",
+        "protocol_type",
+        "protocols",
+        "rebalance_timeout_ms",
+        "session_timeout_ms",
+        "sync_future",
+    )
 
     def __init__(self, member_id: str, group_instance_id: str | None, client_id: str, client_host: str,
                  rebalance_timeout_ms: int, session_timeout_ms: int, protocol_type: str,

@@ -157,7 +157,7 @@ class RecordFormatError(ValueError):
 
 
 class _Reader:
-    __slots__ = ("buf", "pos", "flexible")
+    __slots__ = ("buf", "flexible", "pos")
 
     def __init__(self, buf: bytes, pos: int = 0, flexible: bool = False) -> None:
         self.buf = buf
@@ -277,8 +277,20 @@ def decode_group_metadata_value(value: bytes) -> GroupMetadataValue:
 
 
 __all__ = [
-    "OFFSETS_TOPIC", "java_string_hash", "partition_for", "OffsetCommitKey", "GroupMetadataKey",
-    "OffsetAndMetadata", "MemberMetadata", "GroupMetadataValue", "encode_offset_commit_key",
-    "encode_group_metadata_key", "encode_offset_commit_value", "encode_group_metadata_value", "decode_key",
-    "decode_offset_commit_value", "decode_group_metadata_value", "RecordFormatError",
+    "OFFSETS_TOPIC",
+    "GroupMetadataKey",
+    "GroupMetadataValue",
+    "MemberMetadata",
+    "OffsetAndMetadata",
+    "OffsetCommitKey",
+    "RecordFormatError",
+    "decode_group_metadata_value",
+    "decode_key",
+    "decode_offset_commit_value",
+    "encode_group_metadata_key",
+    "encode_group_metadata_value",
+    "encode_offset_commit_key",
+    "encode_offset_commit_value",
+    "java_string_hash",
+    "partition_for",
 ]

@@ -26,6 +26,10 @@ def _client_host(ctx) -> str:
     return "/" + host.strip("[]")
 
 
+def req_key_type(req, version: int) -> int:
+    return req.key_type if version >= 1 else KEY_TYPE_GROUP
+
+
 # -- FindCoordinator ------------------------------------------------------------------------------------------------
 async def find_coordinator(server, ctx, req):
     Resp = response_class(ApiKey.FIND_COORDINATOR)
@@ -33,9 +37,12 @@ async def find_coordinator(server, ctx, req):
     host, port = server.advertised_endpoint(ctx.conn.listener)
     coord = server.group_coordinator
 
+    if req_key_type(req, v) == KEY_TYPE_GROUP and coord.active:
+        await coord.ensure_offsets_topic()     # Kafka creates the offsets topic on the first FindCoordinator
+
     def answer(key: str, key_type: int) -> tuple[ErrorCode, str | None]:
         if key_type == KEY_TYPE_GROUP:
-            if not coord.active or not coord.ensure_offsets_topic():
+            if not coord.active or not coord.offsets_topic_exists():
                 return E.COORDINATOR_NOT_AVAILABLE, "The coordinator is not available."
             return E.NONE, None
         if key_type == KEY_TYPE_TRANSACTION:
@@ -124,6 +131,7 @@ async def offset_commit(server, ctx, req):
     pre: dict[tuple[str, int], ErrorCode] = {}
     offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
     order: list[tuple[str, list[int]]] = []
+    retention = req.retention_time_ms if 2 <= v <= 4 else None
     for t in req.topics:
         parts = []
         info = store.topic(t.name)
@@ -134,8 +142,10 @@ async def offset_commit(server, ctx, req):
                 pre[tp] = E.UNKNOWN_TOPIC_OR_PARTITION
                 continue
             epoch = p.committed_leader_epoch if v >= 6 else -1
+            # v2-4 may carry a retention time: Kafka then stores an expire timestamp (value version 1)
+            expire = now + retention if retention is not None and retention >= 0 else -1
             offsets[tp] = OffsetAndMetadata(p.committed_offset, -1 if epoch is None else epoch,
-                                            p.committed_metadata, now, -1)
+                                            p.committed_metadata, now, expire)
         order.append((t.name, parts))
     top, results = E.NONE, {}
     if offsets:

@@ -138,7 +138,7 @@ class Member:
         self.name = name
         self.client = client
         self.err_path = log_dir / f"{name}.stderr"
-        self._err = open(self.err_path, "wb")
+        self._err = open(self.err_path, "wb")  # noqa: SIM115 - closed when the process ends
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self._err, stdin=subprocess.DEVNULL,
                                      cwd=str(cwd), env=env)

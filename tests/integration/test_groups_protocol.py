@@ -88,7 +88,7 @@ def wire(bs):
 
 
 # -- FindCoordinator --------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("v", range(0, 7))
+@pytest.mark.parametrize("v", range(7))
 def test_find_coordinator(module_broker, bs, wire, v):
     w = wire()
     port = module_broker.port
@@ -125,8 +125,9 @@ def test_offsets_topic_is_internal_and_compacted(bs, wire):
 # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup at every version ---------------------------------------------------
 def join_fields(v: int, group: str, member_id: str, instance: str | None = None, session: int = 10000) -> dict:
     Req = REQUEST_CLASSES[JOIN]
-    f: dict[str, Any] = dict(group_id=group, session_timeout_ms=session, member_id=member_id, protocol_type="consumer",
-                             protocols=[Req.JoinGroupRequestProtocol(name="range", metadata=SUB)])
+    f: dict[str, Any] = {"group_id": group, "session_timeout_ms": session, "member_id": member_id,
+                         "protocol_type": "consumer",
+                         "protocols": [Req.JoinGroupRequestProtocol(name="range", metadata=SUB)]}
     if v >= 1:
         f["rebalance_timeout_ms"] = 10000
     if v >= 5:
@@ -146,8 +147,8 @@ def join(w: Wire, v: int, group: str, member_id: str = "") -> Any:
 
 def sync_fields(v: int, group: str, gen: int, member: str, assignments: list[tuple[str, bytes]]) -> dict:
     A = REQUEST_CLASSES[SYNC].SyncGroupRequestAssignment
-    f: dict[str, Any] = dict(group_id=group, generation_id=gen, member_id=member,
-                             assignments=[A(member_id=m, assignment=a) for m, a in assignments])
+    f: dict[str, Any] = {"group_id": group, "generation_id": gen, "member_id": member,
+                         "assignments": [A(member_id=m, assignment=a) for m, a in assignments]}
     if v >= 3:
         f["group_instance_id"] = None
     if v >= 5:
@@ -157,7 +158,7 @@ def sync_fields(v: int, group: str, gen: int, member: str, assignments: list[tup
 
 
 def hb_fields(v: int, group: str, gen: int, member: str) -> dict:
-    f: dict[str, Any] = dict(group_id=group, generation_id=gen, member_id=member)
+    f: dict[str, Any] = {"group_id": group, "generation_id": gen, "member_id": member}
     if v >= 3:
         f["group_instance_id"] = None
     return f
@@ -172,7 +173,7 @@ def leave(w: Wire, v: int, group: str, member: str) -> int:
     return r.members[0].error_code
 
 
-@pytest.mark.parametrize("v", range(0, 10))
+@pytest.mark.parametrize("v", range(10))
 def test_group_lifecycle_at_join_version(bs, wire, v):
     sv, hv, lv = min(v, 5), min(v, 4), min(v, 5)
     group = f"life-{v}"
@@ -234,8 +235,8 @@ def commit(w: Wire, v: int, group: str, offsets: dict[tuple[str, int], int], gen
     for (t, p), o in offsets.items():
         by_topic.setdefault(t, []).append(T.OffsetCommitRequestPartition(
             partition_index=p, committed_offset=o, committed_leader_epoch=7, committed_metadata=metadata))
-    f: dict[str, Any] = dict(group_id=group, generation_id_or_member_epoch=gen, member_id=member,
-                             topics=[T(name=t, partitions=ps) for t, ps in by_topic.items()])
+    f: dict[str, Any] = {"group_id": group, "generation_id_or_member_epoch": gen, "member_id": member,
+                         "topics": [T(name=t, partitions=ps) for t, ps in by_topic.items()]}
     if 2 <= v <= 4:
         f["retention_time_ms"] = -1
     if v >= 7:
@@ -256,8 +257,8 @@ def fetch(w: Wire, v: int, group: str, topics: dict[str, list[int]] | None) -> t
         return g.error_code, {(t.name, p.partition_index): (p.committed_offset, p.committed_leader_epoch, p.metadata,
                                                              p.error_code) for t in g.topics for p in t.partitions}
     T = Req.OffsetFetchRequestTopic
-    fields = dict(group_id=group, topics=None if topics is None else
-                  [T(name=t, partition_indexes=ps) for t, ps in topics.items()])
+    fields: dict[str, Any] = {"group_id": group, "topics": None if topics is None else
+                              [T(name=t, partition_indexes=ps) for t, ps in topics.items()]}
     if v >= 7:
         fields["require_stable"] = False
     r = w.call(FETCH, v, **fields)
@@ -312,7 +313,7 @@ def test_list_groups_every_version_and_filters(bs, wire):
     commit(w, 9, "list-simple", {("t", 0): 1})
     j = join(w, 9, "list-stable")
     w.call(SYNC, 5, **sync_fields(5, "list-stable", 1, j.member_id, [(j.member_id, b"")]))
-    for v in range(0, 6):
+    for v in range(6):
         f: dict[str, Any] = {}
         if v >= 4:
             f["states_filter"] = []
@@ -332,7 +333,7 @@ def test_list_groups_every_version_and_filters(bs, wire):
     assert "list-simple" in {g.group_id for g in w.call(LIST, 5, states_filter=[], types_filter=["classic"]).groups}
 
 
-@pytest.mark.parametrize("v", range(0, 7))
+@pytest.mark.parametrize("v", range(7))
 def test_describe_groups_every_version(bs, wire, v):
     w = wire("describer")
     group = f"desc-{v}"
@@ -357,7 +358,7 @@ def test_describe_groups_every_version(bs, wire, v):
         assert set(r.groups[0].authorized_operations) == {3, 6, 8}    # READ, DELETE, DESCRIBE
 
 
-@pytest.mark.parametrize("v", range(0, 3))
+@pytest.mark.parametrize("v", range(3))
 def test_delete_groups_every_version(bs, wire, v):
     w = wire()
     commit(w, 9, f"del-{v}", {("t", 0): 3})
@@ -402,7 +403,7 @@ def test_group_and_offsets_survive_kill9(broker_factory):
     w.close()
     b.restart(kill=True)
     w = Wire(b.bootstrap, "k9")
-    err, got = wait_until(lambda: (lambda r: r if r[0] == 0 else None)(fetch(w, 9, "k9", None)), timeout=10)
+    _, got = wait_until(lambda: next((r for r in [fetch(w, 9, "k9", None)] if r[0] == 0), None), timeout=10)
     assert got == {("t", 0): (42, 7, "m", 0), ("t", 1): (41, 7, "m", 0)}
     # the member is still in generation 1 after the restart: its heartbeat is accepted and its assignment kept
     assert w.call(HEARTBEAT, 4, **hb_fields(4, "k9", 1, j.member_id)).error_code == 0

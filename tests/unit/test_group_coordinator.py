@@ -51,16 +51,18 @@ class H:
         self.server = make_server(tmp_path, **overrides)
         self.coord = self.server.group_coordinator
 
-    async def start(self) -> "H":
+    async def start(self) -> H:
         await self.coord.startup()
         await asyncio.wait_for(self.coord.loaded.wait(), 10)
+        # In a broker the first FindCoordinator creates the offsets topic; these tests call the coordinator directly.
+        assert await self.coord.ensure_offsets_topic()
         return self
 
     async def close(self) -> None:
         await self.coord.shutdown()
         self.server.log_manager.shutdown()
 
-    async def reopen(self) -> "H":
+    async def reopen(self) -> H:
         await self.close()
         self.server = make_server(self.tmp_path, **self.overrides)
         self.coord = self.server.group_coordinator
@@ -272,8 +274,8 @@ def test_static_membership_replaces_member_without_rebalance_and_fences_old_id(t
         j3 = await h.join(instance="i1", version=9)
         assert j3.skip_assignment and j3.leader == j3.member_id and len(j3.members) == 1
         # leave by instance id (administrative removal)
-        top, res = h.coord.leave_group("g", [("", "i1")])
-        assert res == [("", "i1", E.NONE)] and h.group().state == GroupState.EMPTY
+        assert h.coord.leave_group("g", [("", "i1")]) == (E.NONE, [("", "i1", E.NONE)])
+        assert h.group().state == GroupState.EMPTY
         await h.close()
     run(main())
 
@@ -488,4 +490,19 @@ def test_shutdown_answers_parked_requests(tmp_path, parked):
         assert not t.done()
         await h.close()
         assert (await asyncio.wait_for(t, 5)).error == E.NOT_COORDINATOR
+    run(main())
+
+
+def test_commit_with_retention_time_writes_value_version_1_and_expires_on_its_own(tmp_path):
+    async def main():
+        h = await H(tmp_path).start()
+        c = h.coord
+        now = int(time.time() * 1000)
+        o = OffsetAndMetadata(9, -1, "", now, now + 1000)      # OffsetCommit v2-4 with retention_time_ms=1000
+        assert (await c.commit_offsets("r", -1, "", None, {("t", 0): o}, 2))[1] == {("t", 0): E.NONE}
+        [(_, raw)] = [(k, v) for k, v in h.records(c.partition_for("r")) if isinstance(k, OffsetCommitKey)]
+        assert raw[:2] == b"\x00\x01" and decode_offset_commit_value(raw).expire_timestamp == now + 1000
+        assert await c.expire_offsets(now + 999) == (0, 0)
+        assert await c.expire_offsets(now + 1000) == (1, 1)    # long before offsets.retention.minutes
+        await h.close()
     run(main())
