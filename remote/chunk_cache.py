@@ -22,10 +22,11 @@ import asyncio
 import functools
 import os
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Awaitable, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 _SUFFIX = ".chunk"
 
@@ -297,4 +298,4 @@ class ChunkCache:
                 pass
 
 
-__all__ = ["ChunkCache", "ChunkKey", "ChunkCacheStats", "chunk_file_name"]
+__all__ = ["ChunkCache", "ChunkCacheStats", "ChunkKey", "chunk_file_name"]

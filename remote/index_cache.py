@@ -25,10 +25,11 @@ import struct
 import uuid
 from bisect import bisect_right
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 from protocol.uuids import kafka_uuid_str, parse_kafka_uuid
 
@@ -63,7 +64,7 @@ class TxnIndexSearchResult(NamedTuple):
 class _Column:
     """A read-only big-endian integer column of a fixed-size-entry index, for `bisect`."""
 
-    __slots__ = ("_buf", "_fmt", "_stride", "_off", "_n")
+    __slots__ = ("_buf", "_fmt", "_n", "_off", "_stride")
 
     def __init__(self, buf: Any, fmt: str, stride: int, off: int, n: int) -> None:
         self._buf, self._fmt, self._stride, self._off, self._n = buf, fmt, stride, off, n
@@ -344,5 +345,12 @@ class RemoteIndexCache:
                 pass
 
 
-__all__ = ["RemoteIndexCache", "OffsetPosition", "AbortedTxn", "TxnIndexSearchResult", "IndexCacheStats",
-           "DEFAULT_MAX_BYTES", "DIR_NAME"]
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "DIR_NAME",
+    "AbortedTxn",
+    "IndexCacheStats",
+    "OffsetPosition",
+    "RemoteIndexCache",
+    "TxnIndexSearchResult",
+]

@@ -16,9 +16,10 @@ import errno
 import functools
 import os
 import shutil
+from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from pathlib import Path
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, TypeVar
 
 from .metadata import LogSegmentData, RemoteLogSegmentMetadata, TopicIdPartition
 from .rsm import (
@@ -78,7 +79,7 @@ class LocalTieredStorage(RemoteStorageManager):
 
     @classmethod
     def from_config(cls, configs: Mapping[str, Any], *, broker_id: int = -1, default_dir: Path | None = None,
-                    executor: Executor | None = None) -> "LocalTieredStorage":
+                    executor: Executor | None = None) -> LocalTieredStorage:
         base = configs.get("dir") or default_dir
         if not base:
             raise ValueError("LocalTieredStorage needs rsm.config.dir (or a default directory)")
@@ -204,4 +205,4 @@ class LocalTieredStorage(RemoteStorageManager):
         return sorted(str(p.relative_to(self.root)) for p in self.root.rglob("*") if p.is_file())
 
 
-__all__ = ["LocalTieredStorage", "ROOT_STORAGE_DIR_NAME"]
+__all__ = ["ROOT_STORAGE_DIR_NAME", "LocalTieredStorage"]

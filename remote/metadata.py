@@ -18,9 +18,10 @@ import dataclasses
 import enum
 import json
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from protocol.uuids import kafka_uuid_str
 
@@ -41,7 +42,7 @@ class RemoteLogSegmentId:
     id: uuid.UUID
 
     @classmethod
-    def generate_new(cls, topic_id_partition: TopicIdPartition) -> "RemoteLogSegmentId":
+    def generate_new(cls, topic_id_partition: TopicIdPartition) -> RemoteLogSegmentId:
         return cls(topic_id_partition, uuid.uuid4())
 
     @property
@@ -143,7 +144,7 @@ class RemoteLogSegmentMetadata:
     def segment_id(self) -> uuid.UUID:
         return self.remote_log_segment_id.id
 
-    def create_with_update(self, update: "RemoteLogSegmentMetadataUpdate") -> "RemoteLogSegmentMetadata":
+    def create_with_update(self, update: RemoteLogSegmentMetadataUpdate) -> RemoteLogSegmentMetadata:
         if update.remote_log_segment_id != self.remote_log_segment_id:
             raise ValueError(f"update for {update.remote_log_segment_id} applied to {self.remote_log_segment_id}")
         return dataclasses.replace(
@@ -195,6 +196,16 @@ class LogSegmentData:
         object.__setattr__(self, "leader_epoch_index", bytes(self.leader_epoch_index))
 
 
-__all__ = ["TopicIdPartition", "RemoteLogSegmentId", "RemoteLogSegmentState", "RemotePartitionDeleteState",
-           "RemoteLogSegmentMetadata", "RemoteLogSegmentMetadataUpdate", "RemotePartitionDeleteMetadata",
-           "LogSegmentData", "is_valid_segment_transition", "encode_custom_metadata", "decode_custom_metadata"]
+__all__ = [
+    "LogSegmentData",
+    "RemoteLogSegmentId",
+    "RemoteLogSegmentMetadata",
+    "RemoteLogSegmentMetadataUpdate",
+    "RemoteLogSegmentState",
+    "RemotePartitionDeleteMetadata",
+    "RemotePartitionDeleteState",
+    "TopicIdPartition",
+    "decode_custom_metadata",
+    "encode_custom_metadata",
+    "is_valid_segment_transition",
+]

@@ -30,8 +30,9 @@ from __future__ import annotations
 import abc
 import enum
 import importlib
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
-from typing import Any, AsyncIterator, Mapping
+from typing import Any, Self
 
 from protocol.uuids import kafka_uuid_str
 from storage.errors import StorageError
@@ -154,7 +155,7 @@ class RemoteStorageManager(abc.ABC):
     async def close(self) -> None:
         """Release clients, pools and caches."""
 
-    async def __aenter__(self) -> "RemoteStorageManager":
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -189,7 +190,7 @@ def load_rsm_class(class_name: str) -> type[RemoteStorageManager]:
         raise ValueError(f"remote storage manager class {class_name!r} is not an alias or a module path")
     cls = getattr(importlib.import_module(mod_name), cls_name, None)
     if not (isinstance(cls, type) and issubclass(cls, RemoteStorageManager)):
-        raise ValueError(f"{class_name!r} does not name a RemoteStorageManager")
+        raise ValueError(f"{class_name!r} does not name a RemoteStorageManager")  # noqa: TRY004 (a config error)
     return cls
 
 
@@ -202,7 +203,20 @@ def create_remote_storage_manager(class_name: str, configs: Mapping[str, Any], *
                            default_dir=default_dir)
 
 
-__all__ = ["RemoteStorageManager", "IndexType", "RemoteStorageError", "RemoteResourceNotFoundError",
-           "RemoteStorageTimeoutError", "partition_dir_name", "segment_file_prefix", "segment_file_name",
-           "resolve_range", "create_remote_storage_manager", "load_rsm_class", "strip_rsm_prefix",
-           "SEGMENT_FILE_SUFFIXES", "LOG_SUFFIX", "RSM_CONFIG_PREFIX"]
+__all__ = [
+    "LOG_SUFFIX",
+    "RSM_CONFIG_PREFIX",
+    "SEGMENT_FILE_SUFFIXES",
+    "IndexType",
+    "RemoteResourceNotFoundError",
+    "RemoteStorageError",
+    "RemoteStorageManager",
+    "RemoteStorageTimeoutError",
+    "create_remote_storage_manager",
+    "load_rsm_class",
+    "partition_dir_name",
+    "resolve_range",
+    "segment_file_name",
+    "segment_file_prefix",
+    "strip_rsm_prefix",
+]

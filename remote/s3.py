@@ -41,10 +41,11 @@ import os
 import random
 import time
 from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import aiohttp
 import zstandard
@@ -147,7 +148,7 @@ class SegmentManifest:
                           separators=(",", ":")).encode()
 
     @classmethod
-    def from_json(cls, raw: bytes) -> "SegmentManifest":
+    def from_json(cls, raw: bytes) -> SegmentManifest:
         try:
             d = json.loads(raw)
             sizes = d.get("stored_chunk_sizes")
@@ -225,7 +226,7 @@ class S3Config:
     manifest_cache_entries: int = 1000
     custom_metadata_fields: tuple[str, ...] = ()
 
-    _KEYS = {
+    _KEYS: ClassVar[dict[str, tuple[str, Callable[[Any], Any]]]] = {
         "s3.bucket.name": ("bucket", str), "s3.region": ("region", str), "s3.endpoint.url": ("endpoint_url", str),
         "s3.path.style.access.enabled": ("path_style", _bool), "key.prefix": ("key_prefix", str),
         "aws.access.key.id": ("access_key_id", str), "aws.secret.access.key": ("secret_access_key", str),
@@ -247,7 +248,7 @@ class S3Config:
     }
 
     @classmethod
-    def from_mapping(cls, configs: Mapping[str, Any]) -> "S3Config":
+    def from_mapping(cls, configs: Mapping[str, Any]) -> S3Config:
         kwargs: dict[str, Any] = {}
         for key, raw in configs.items():
             spec = cls._KEYS.get(key)
@@ -327,7 +328,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
 
     @classmethod
     def from_config(cls, configs: Mapping[str, Any], *, broker_id: int = -1, default_dir: Path | None = None,
-                    executor: Executor | None = None) -> "S3RemoteStorageManager":
+                    executor: Executor | None = None) -> S3RemoteStorageManager:
         return cls(S3Config.from_mapping(configs), executor=executor, broker_id=broker_id)
 
     # -- naming ----------------------------------------------------------------------------------------------------
@@ -555,7 +556,8 @@ class S3RemoteStorageManager(RemoteStorageManager):
     async def _upload_stream(self, key: str, pieces: AsyncIterator[bytes]) -> None:
         """Upload the concatenation of `pieces`: one PUT when it fits a part, else a multipart upload."""
         cfg = self.config
-        buf = bytearray()
+        pending: list[bytes] = []
+        pending_len = 0
         upload_id: str | None = None
         part_no = 0
         parts: dict[int, str] = {}
@@ -587,16 +589,25 @@ class S3RemoteStorageManager(RemoteStorageManager):
 
         try:
             async for piece in pieces:
-                buf += piece
-                while len(buf) >= cfg.part_size:
-                    body = bytes(buf[: cfg.part_size])
-                    del buf[: cfg.part_size]
-                    await start_part(body)
+                if not pending_len and len(piece) == cfg.part_size:  # raw reads come part-sized: no copy
+                    await start_part(piece)
+                    continue
+                pending.append(piece)
+                pending_len += len(piece)
+                if pending_len >= cfg.part_size:
+                    joined = b"".join(pending)
+                    pos = 0
+                    while len(joined) - pos >= cfg.part_size:
+                        await start_part(joined[pos: pos + cfg.part_size])
+                        pos += cfg.part_size
+                    pending = [joined[pos:]] if pos < len(joined) else []
+                    pending_len = len(joined) - pos
+            rest = b"".join(pending)
             if upload_id is None:
-                await self._put(key, bytes(buf))
+                await self._put(key, rest)
                 return
-            if buf:
-                await start_part(bytes(buf))
+            if rest:
+                await start_part(rest)
             await asyncio.gather(*inflight)
 
             async def complete(c: Any) -> None:
@@ -708,7 +719,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
         keys: list[str] = []
         token: str | None = None
         while True:
-            async def op(c: Any) -> dict[str, Any]:
+            async def op(c: Any, token: str | None = token) -> dict[str, Any]:
                 kw: dict[str, Any] = {"Bucket": self.config.bucket, "Prefix": prefix}
                 if token:
                     kw["ContinuationToken"] = token
@@ -741,5 +752,13 @@ class S3RemoteStorageManager(RemoteStorageManager):
             await stack.aclose()
 
 
-__all__ = ["S3RemoteStorageManager", "S3Config", "S3Stats", "SegmentManifest", "compress_chunk", "decompress_chunk",
-           "first_batch_is_compressed", "MANIFEST_SUFFIX"]
+__all__ = [
+    "MANIFEST_SUFFIX",
+    "S3Config",
+    "S3RemoteStorageManager",
+    "S3Stats",
+    "SegmentManifest",
+    "compress_chunk",
+    "decompress_chunk",
+    "first_batch_is_compressed",
+]

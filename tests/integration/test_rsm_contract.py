@@ -232,7 +232,7 @@ def test_stored_log_object_and_manifest(backend, seg):
             return await rsm.get_manifest(md)
 
     m = run(body)
-    key = [k for k in backend.server.keys(backend.prefix) if k.endswith(".log")][0]
+    key = next(k for k in backend.server.keys(backend.prefix) if k.endswith(".log"))
     c = backend.server.client()
     try:
         stored = c.get_object(Bucket=backend.server.bucket, Key=key)["Body"].read()

@@ -4,6 +4,7 @@ answers makes the call fail with a timeout within its bound instead of hanging; 
 finish is aborted and leaves nothing behind; non-retriable errors fail at once."""
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 
@@ -31,6 +32,12 @@ def make_rsm(moto: MotoServer, proxy: FaultProxy, prefix: str, **extra) -> S3Rem
     return S3RemoteStorageManager.from_config(cfg)
 
 
+@contextlib.asynccontextmanager
+async def proxied_rsm(moto: MotoServer, prefix: str, **extra):
+    async with FaultProxy("127.0.0.1", moto.port) as proxy, make_rsm(moto, proxy, prefix, **extra) as rsm:
+        yield proxy, rsm
+
+
 @pytest.fixture
 def seg(tmp_path):
     return write_segment(tmp_path / "log", 0, batches=40)
@@ -42,31 +49,30 @@ def test_errors_and_dropped_connections_are_retried(moto, seg, compression):
     md = seg.metadata()
 
     async def body():
-        async with FaultProxy("127.0.0.1", moto.port) as proxy:
-            async with make_rsm(moto, proxy, prefix, **{"compression.enabled": compression,
-                                                        "fetch.chunk.cache.size": 0}) as rsm:
-                # the copy's requests run concurrently, so which request meets which fault varies; aiohttp itself
-                # re-sends a request once when its connection drops, our retry loop handles the rest
-                proxy.add(Fault("status", 503, method="PUT"), Fault("status", 500, method="PUT"),
-                          Fault("drop_request", method="PUT"), Fault("drop_request", method="PUT"),
-                          Fault("drop_response", method="PUT"), Fault("drop_response", method="PUT"))
-                await rsm.copy_log_segment_data(md, seg.segment_data())
-                assert proxy.log.faults_applied == ["status", "status"] + ["drop_request"] * 2 + ["drop_response"] * 2
-                copy_retries = rsm.stats.retries
-                assert copy_retries >= 2  # at least the two error statuses went through our retries
-                proxy.add(Fault("status", 503, method="GET"), Fault("drop_response", method="GET"),
-                          Fault("drop_response", method="GET"), Fault("drop_request", method="GET"),
-                          Fault("drop_request", method="GET"), Fault("status", 500, method="GET"))
-                assert await rsm.fetch_log_segment(md, 0) == seg.log_bytes()
-                assert await rsm.fetch_log_segment(md, 1000, 50_000) == seg.log_bytes()[1000:50_001]
-                assert await rsm.fetch_index(md, IndexType.OFFSET) == seg.offset_index.read_bytes()
-                assert len(proxy.log.faults_applied) == 12 and not proxy.faults
-                assert rsm.stats.retries - copy_retries >= 2
-                # one request (an index GET), three drops in a row: beyond aiohttp's single re-send
-                before = rsm.stats.retries
-                proxy.add(*[Fault("drop_request", method="GET") for _ in range(3)])
-                assert await rsm.fetch_index(md, IndexType.TIMESTAMP) == seg.time_index.read_bytes()
-                assert not proxy.faults and rsm.stats.retries > before
+        extra = {"compression.enabled": compression, "fetch.chunk.cache.size": 0}
+        async with proxied_rsm(moto, prefix, **extra) as (proxy, rsm):
+            # the copy's requests run concurrently, so which request meets which fault varies; aiohttp itself
+            # re-sends a request once when its connection drops, our retry loop handles the rest
+            proxy.add(Fault("status", 503, method="PUT"), Fault("status", 500, method="PUT"),
+                      Fault("drop_request", method="PUT"), Fault("drop_request", method="PUT"),
+                      Fault("drop_response", method="PUT"), Fault("drop_response", method="PUT"))
+            await rsm.copy_log_segment_data(md, seg.segment_data())
+            assert proxy.log.faults_applied == ["status", "status"] + ["drop_request"] * 2 + ["drop_response"] * 2
+            copy_retries = rsm.stats.retries
+            assert copy_retries >= 2  # at least the two error statuses went through our retries
+            proxy.add(Fault("status", 503, method="GET"), Fault("drop_response", method="GET"),
+                      Fault("drop_response", method="GET"), Fault("drop_request", method="GET"),
+                      Fault("drop_request", method="GET"), Fault("status", 500, method="GET"))
+            assert await rsm.fetch_log_segment(md, 0) == seg.log_bytes()
+            assert await rsm.fetch_log_segment(md, 1000, 50_000) == seg.log_bytes()[1000:50_001]
+            assert await rsm.fetch_index(md, IndexType.OFFSET) == seg.offset_index.read_bytes()
+            assert len(proxy.log.faults_applied) == 12 and not proxy.faults
+            assert rsm.stats.retries - copy_retries >= 2
+            # one request (an index GET), three drops in a row: beyond aiohttp's single re-send
+            before = rsm.stats.retries
+            proxy.add(*[Fault("drop_request", method="GET") for _ in range(3)])
+            assert await rsm.fetch_index(md, IndexType.TIMESTAMP) == seg.time_index.read_bytes()
+            assert not proxy.faults and rsm.stats.retries > before
 
     run(body)
 
@@ -76,15 +82,14 @@ def test_added_latency_within_the_attempt_timeout_succeeds(moto, seg):
     md = seg.metadata()
 
     async def body():
-        async with FaultProxy("127.0.0.1", moto.port) as proxy:
-            async with make_rsm(moto, proxy, prefix) as rsm:
-                proxy.default_delay = 0.1
-                proxy.add(Fault("delay", delay=0.5, method="GET"))
-                await rsm.copy_log_segment_data(md, seg.segment_data())
-                t0 = time.monotonic()
-                assert await rsm.fetch_log_segment(md, 0) == seg.log_bytes()
-                assert time.monotonic() - t0 >= 0.6  # the latency really applied
-                assert rsm.stats.retries == 0 and rsm.stats.timeouts == 0
+        async with proxied_rsm(moto, prefix) as (proxy, rsm):
+            proxy.default_delay = 0.1
+            proxy.add(Fault("delay", delay=0.5, method="GET"))
+            await rsm.copy_log_segment_data(md, seg.segment_data())
+            t0 = time.monotonic()
+            assert await rsm.fetch_log_segment(md, 0) == seg.log_bytes()
+            assert time.monotonic() - t0 >= 0.6  # the latency really applied
+            assert rsm.stats.retries == 0 and rsm.stats.timeouts == 0
 
     run(body)
 
@@ -124,21 +129,20 @@ def test_failed_multipart_upload_is_aborted_and_leaves_no_objects(moto, tmp_path
     md = seg.metadata()
 
     async def body():
-        async with FaultProxy("127.0.0.1", moto.port) as proxy:
-            async with make_rsm(moto, proxy, prefix, **{"s3.multipart.upload.part.size": 5 * MIB,
-                                                        "s3.retry.max.attempts": 3}) as rsm:
-                # part 2 fails on every attempt
-                proxy.add(*[Fault("status", 500, method="PUT", path_contains="partNumber=2") for _ in range(3)])
-                with pytest.raises(RemoteStorageError) as ei:
-                    await rsm.copy_log_segment_data(md, seg.segment_data())
-                assert ei.value.retriable
-                assert rsm.stats.multipart_aborts == 1
-                assert any(m == "DELETE" and "uploadId=" in p for m, p in proxy.log.requests)  # AbortMultipartUpload
-                # the same copy (same segment id) then succeeds: idempotent retry
+        extra = {"s3.multipart.upload.part.size": 5 * MIB, "s3.retry.max.attempts": 3}
+        async with proxied_rsm(moto, prefix, **extra) as (proxy, rsm):
+            # part 2 fails on every attempt
+            proxy.add(*[Fault("status", 500, method="PUT", path_contains="partNumber=2") for _ in range(3)])
+            with pytest.raises(RemoteStorageError) as ei:
                 await rsm.copy_log_segment_data(md, seg.segment_data())
-                assert await rsm.fetch_log_segment(md, 5 * MIB - 3, 5 * MIB + 3) == \
-                    seg.log_bytes()[5 * MIB - 3: 5 * MIB + 4]
-                await rsm.delete_log_segment_data(md)
+            assert ei.value.retriable
+            assert rsm.stats.multipart_aborts == 1
+            assert any(m == "DELETE" and "uploadId=" in p for m, p in proxy.log.requests)  # AbortMultipartUpload
+            # the same copy (same segment id) then succeeds: idempotent retry
+            await rsm.copy_log_segment_data(md, seg.segment_data())
+            assert await rsm.fetch_log_segment(md, 5 * MIB - 3, 5 * MIB + 3) == \
+                seg.log_bytes()[5 * MIB - 3: 5 * MIB + 4]
+            await rsm.delete_log_segment_data(md)
 
     run(body)
     assert moto.keys(prefix) == []
@@ -150,12 +154,11 @@ def test_failed_copy_removes_partial_objects(moto, seg):
     md = seg.metadata()
 
     async def body():
-        async with FaultProxy("127.0.0.1", moto.port) as proxy:
-            async with make_rsm(moto, proxy, prefix, **{"s3.retry.max.attempts": 2}) as rsm:
-                proxy.add(*[Fault("status", 503, method="PUT", path_contains=".timeindex") for _ in range(2)])
-                with pytest.raises(RemoteStorageError):
-                    await rsm.copy_log_segment_data(md, seg.segment_data())
-                assert any(p.endswith(".log") and m == "PUT" for m, p in proxy.log.requests)
+        async with proxied_rsm(moto, prefix, **{"s3.retry.max.attempts": 2}) as (proxy, rsm):
+            proxy.add(*[Fault("status", 503, method="PUT", path_contains=".timeindex") for _ in range(2)])
+            with pytest.raises(RemoteStorageError):
+                await rsm.copy_log_segment_data(md, seg.segment_data())
+            assert any(p.endswith(".log") and m == "PUT" for m, p in proxy.log.requests)
 
     run(body)
     assert moto.keys(prefix) == []

@@ -25,9 +25,10 @@ import time
 import urllib.request
 import uuid
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Self
 
 from tests.support.waiting import wait_until
 
@@ -108,14 +109,14 @@ class S3Server:
         # the servers must not pick up credentials or endpoints from the developer's environment
         return {k: v for k, v in os.environ.items() if not k.startswith("AWS_") and k != "S3_BUCKET"}
 
-    def start(self) -> "S3Server":
-        self.port = self.port or free_port()
-        log = open(self.log_path, "ab")
-        try:
+    def choose_port(self) -> int:
+        return free_port()
+
+    def start(self) -> S3Server:
+        self.port = self.port or self.choose_port()
+        with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(self.command(), cwd=self.workdir, stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, env=self.env(), start_new_session=True)
-        finally:
-            log.close()
         try:
             wait_until(self._ready, timeout=self.start_timeout, interval=0.1,
                        message=lambda: f"{self.name} on {self.endpoint} not ready; log tail:\n{self.tail()}")
@@ -134,7 +135,10 @@ class S3Server:
         try:
             names = {b["Name"] for b in c.list_buckets().get("Buckets", ())}
             if self.bucket not in names:
-                c.create_bucket(Bucket=self.bucket)
+                try:
+                    c.create_bucket(Bucket=self.bucket)
+                except (c.exceptions.BucketAlreadyOwnedByYou, c.exceptions.BucketAlreadyExists):
+                    pass
             c.put_object(Bucket=self.bucket, Key="_probe", Body=b"ok")
             ok = c.get_object(Bucket=self.bucket, Key="_probe")["Body"].read() == b"ok"
             c.delete_object(Bucket=self.bucket, Key="_probe")
@@ -189,7 +193,7 @@ class S3Server:
         cfg.update({k: str(v) for k, v in extra.items()})
         return cfg
 
-    def __enter__(self) -> "S3Server":
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -216,16 +220,52 @@ class SeaweedServer(S3Server):
     name = "seaweedfs"
     start_timeout = 90.0
 
+    def choose_port(self) -> int:
+        return _free_port_pairs(1)[0]
+
     def command(self) -> list[str]:
         (self.workdir / "data").mkdir(exist_ok=True)
-        names = ["master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port",
-                 "filer.port.grpc", "s3.port.grpc", "admin.port", "admin.port.grpc"]
-        ports = dict(zip(names, free_ports(len(names))))
+        # SeaweedFS components find each other's gRPC port as HTTP port + 10000 in places (the admin plugin worker
+        # does), so every service gets a free pair (p, p + 10000)
+        names = ["master", "volume", "filer", "admin"]
+        s3 = self.port
+        ports = dict(zip(names, _free_port_pairs(len(names), avoid={s3, s3 + GRPC_OFFSET})))
         args = [_venv_bin("weed"), "mini", f"-dir={self.workdir / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-                f"-s3.port={self.port}", "-s3.port.iceberg=0", "-s3.port.lance=0", "-webdav=false",
-                "-admin.ui=false", f"-bucket={self.bucket}"]
-        args += [f"-{k}={v}" for k, v in ports.items()]
+                f"-s3.port={s3}", f"-s3.port.grpc={s3 + GRPC_OFFSET}", "-s3.port.iceberg=0", "-s3.port.lance=0",
+                "-webdav=false", "-admin.ui=false"]
+        for name, port in ports.items():
+            args += [f"-{name}.port={port}", f"-{name}.port.grpc={port + GRPC_OFFSET}"]
         return args
+
+
+GRPC_OFFSET = 10000
+
+
+def _free_port_pairs(n: int, avoid: set[int] | None = None) -> list[int]:
+    """`n` ports p in [20000, 55000) such that p and p + 10000 are both free (and not in `avoid`)."""
+    rnd = random.Random()
+    out: list[int] = []
+    avoid = set(avoid or ())
+    for _ in range(2000):
+        p = rnd.randrange(20000, 55000)
+        if p in avoid or p + GRPC_OFFSET in avoid or p in out:
+            continue
+        socks = []
+        try:
+            for q in (p, p + GRPC_OFFSET):
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                socks.append(s)
+                s.bind(("127.0.0.1", q))
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+        out.append(p)
+        avoid.update((p, p + GRPC_OFFSET))
+        if len(out) == n:
+            return out
+    raise RuntimeError("no free port pairs found")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -270,7 +310,7 @@ class FaultProxy:
     def add(self, *faults: Fault) -> None:
         self.faults.extend(faults)
 
-    async def start(self) -> "FaultProxy":
+    async def start(self) -> FaultProxy:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
@@ -286,7 +326,7 @@ class FaultProxy:
         if self._server is not None:
             await self._server.wait_closed()
 
-    async def __aenter__(self) -> "FaultProxy":
+    async def __aenter__(self) -> Self:
         return await self.start()
 
     async def __aexit__(self, *exc: object) -> None:
@@ -339,7 +379,7 @@ class FaultProxy:
             msg = await self._read_message(reader, writer)
             if msg is None:
                 return
-            head, headers, body = msg
+            head, _headers, body = msg
             method, path = head.split(b" ", 2)[:2]
             m, p = method.decode(), path.decode()
             self.log.requests.append((m, p))
@@ -494,6 +534,20 @@ def run(coro_fn: Callable, *args, **kwargs):
     return asyncio.run(coro_fn(*args, **kwargs))
 
 
-__all__ = ["MotoServer", "SeaweedServer", "S3Server", "FaultProxy", "Fault", "SegmentFiles", "write_segment",
-           "write_random_log", "free_port", "free_ports", "sync_s3_client", "run", "ACCESS_KEY", "SECRET_KEY",
-           "REGION"]
+__all__ = [
+    "ACCESS_KEY",
+    "REGION",
+    "SECRET_KEY",
+    "Fault",
+    "FaultProxy",
+    "MotoServer",
+    "S3Server",
+    "SeaweedServer",
+    "SegmentFiles",
+    "free_port",
+    "free_ports",
+    "run",
+    "sync_s3_client",
+    "write_random_log",
+    "write_segment",
+]

@@ -112,7 +112,7 @@ def test_get_chunks_prefetches_next_chunks_within_segment():
     async def body():
         src = Source()
         cache = ChunkCache(10_000, prefetch_chunks=2)
-        got = await cache.get_chunks("s", range(0, 2), src.index_loader("s"), chunk_count=5)
+        got = await cache.get_chunks("s", range(2), src.index_loader("s"), chunk_count=5)
         assert got == [b"\x00" * 100, b"\x01" * 100]
         await cache.drain()
         assert [ChunkKey("s", i) in cache for i in range(5)] == [True, True, True, True, False]

@@ -25,10 +25,10 @@ def test_uncompressed_chunk_maths():
     assert m.chunk_count == 3 and m.stored_size == 250
     assert [m.original_chunk_range(i) for i in range(3)] == [(0, 100), (100, 200), (200, 250)]
     assert m.stored_chunk_range(2) == (200, 250)
-    assert m.chunks_for(0, 1) == range(0, 1)
-    assert m.chunks_for(99, 101) == range(0, 2)
+    assert m.chunks_for(0, 1) == range(1)
+    assert m.chunks_for(99, 101) == range(2)
     assert m.chunks_for(100, 200) == range(1, 2)
-    assert m.chunks_for(0, 250) == range(0, 3)
+    assert m.chunks_for(0, 250) == range(3)
     assert m.chunks_for(5, 5) == range(0)
     with pytest.raises(IndexError):
         m.original_chunk_range(3)
@@ -49,12 +49,12 @@ def test_compressed_manifest_offsets_and_json_roundtrip():
 
 
 @pytest.mark.parametrize("kwargs", [
-    dict(chunk_size=100, original_size=250, compression="zstd", stored_chunk_sizes=(30, 40)),  # too few chunks
-    dict(chunk_size=100, original_size=250, compression="zstd", stored_chunk_sizes=(30, 0, 1)),
-    dict(chunk_size=100, original_size=250, compression="lz4", stored_chunk_sizes=(1, 1, 1)),
-    dict(chunk_size=100, original_size=250, stored_chunk_sizes=(1, 1, 1)),
-    dict(chunk_size=0, original_size=250),
-    dict(chunk_size=100, original_size=250, version=2),
+    {"chunk_size": 100, "original_size": 250, "compression": "zstd", "stored_chunk_sizes": (30, 40)},  # too few
+    {"chunk_size": 100, "original_size": 250, "compression": "zstd", "stored_chunk_sizes": (30, 0, 1)},
+    {"chunk_size": 100, "original_size": 250, "compression": "lz4", "stored_chunk_sizes": (1, 1, 1)},
+    {"chunk_size": 100, "original_size": 250, "stored_chunk_sizes": (1, 1, 1)},
+    {"chunk_size": 0, "original_size": 250},
+    {"chunk_size": 100, "original_size": 250, "version": 2},
 ])
 def test_manifest_rejects_inconsistent_values(kwargs):
     with pytest.raises(ValueError):
@@ -62,8 +62,8 @@ def test_manifest_rejects_inconsistent_values(kwargs):
 
 
 def test_corrupt_manifest_json_is_a_non_retriable_storage_error():
-    for raw in (b"{", b'{"chunk_size":1}', b'{"chunk_size":10,"original_size":5,"compression":"zstd",'
-                                           b'"stored_chunk_sizes":[]}'):
+    no_chunks = b'{"chunk_size":10,"original_size":5,"compression":"zstd","stored_chunk_sizes":[]}'
+    for raw in (b"{", b'{"chunk_size":1}', no_chunks):
         with pytest.raises(RemoteStorageError) as ei:
             SegmentManifest.from_json(raw)
         assert ei.value.retriable is False
