@@ -34,8 +34,8 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
 from array import array
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
