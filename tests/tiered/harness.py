@@ -356,6 +356,45 @@ def _uuid_from_kafka(s: str) -> uuid.UUID:
     return uuid.UUID(bytes=base64.urlsafe_b64decode(s + "=" * (-len(s) % 4)))
 
 
+class MetadataTail:
+    """Follows `__remote_log_metadata` in the broker's data directory (the partition `.log` files, read as they grow),
+    for reactions within a millisecond or two of an RLMM event -- e.g. a kill -9 between COPY_SEGMENT_STARTED and
+    COPY_SEGMENT_FINISHED. States per segment id, in order."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = Path(log_dir)
+        self._pos: dict[Path, int] = {}
+        self.history: dict[uuid.UUID, list[str]] = {}
+        self.meta: dict[uuid.UUID, Any] = {}
+
+    def poll(self) -> None:
+        from remote.metadata import RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate
+        from remote.rlmm_serde import deserialize
+
+        for f in sorted(self.log_dir.glob("__remote_log_metadata-*/*.log")):
+            pos = self._pos.get(f, 0)
+            try:
+                with open(f, "rb") as fh:
+                    fh.seek(pos)
+                    data = fh.read()
+            except FileNotFoundError:
+                continue
+            for bpos, hdr in iter_batches(data):
+                for r in iter_records(data, bpos):
+                    m = deserialize(r.value)
+                    if isinstance(m, RemoteLogSegmentMetadata):
+                        self.meta[m.segment_id] = m
+                        self.history.setdefault(m.segment_id, []).append(m.state.name)
+                    elif isinstance(m, RemoteLogSegmentMetadataUpdate):
+                        self.history.setdefault(m.remote_log_segment_id.id, []).append(m.state.name)
+                pos += hdr.size
+            self._pos[f] = pos
+
+    def segments_of(self, topic: str) -> dict[uuid.UUID, list[str]]:
+        return {sid: h for sid, h in self.history.items()
+                if sid in self.meta and self.meta[sid].topic_id_partition.topic == topic}
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # actions
 # ---------------------------------------------------------------------------------------------------------------------
@@ -902,7 +941,7 @@ def check_remote_chain(segments: Sequence[RemoteSegment], start: int, end: int) 
                                 f"[{b.start_offset}, {b.end_offset}]: {chain}")
 
 
-__all__ = ["Harness", "Scenario", "shape_for", "OFFSET_OUT_OF_RANGE", "OFFSET_MOVED_TO_TIERED_STORAGE",
+__all__ = ["Harness", "Scenario", "MetadataTail", "shape_for", "OFFSET_OUT_OF_RANGE", "OFFSET_MOVED_TO_TIERED_STORAGE",
            "UNSUPPORTED_VERSION", "LocalBackend", "S3Backend", "RemoteBackend", "ScenarioError", "BASE_OVERRIDES",
            "check_remote_chain", "segment_objects", "EARLIEST", "EARLIEST_LOCAL", "LATEST", "LATEST_TIERED",
            "EARLIEST_PENDING_UPLOAD", "MAX_TIMESTAMP"]
