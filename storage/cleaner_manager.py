@@ -252,6 +252,16 @@ class LogCleanerManager:
             self.in_progress.discard((ulog.topic, ulog.partition))
             self.write_checkpoints([ulog.dir.parent])
 
+    def maybe_truncate_checkpoint(self, ulog: UnifiedLog, offset: int) -> None:
+        """After truncating `ulog` to `offset` (Kafka's maybeTruncateCheckpoint): a cleaner checkpoint above it would
+        make the data appended there look clean, so it moves down (written now)."""
+        with self._lock:
+            tp = (ulog.topic, ulog.partition)
+            if not ulog.config.compact or self._offsets.get(tp, 0) <= offset:
+                return
+            self._set_offset(ulog, offset)
+        self.write_checkpoints([ulog.dir.parent])
+
     def release(self, ulog: UnifiedLog, uncleanable: bool = False) -> None:
         with self._lock:
             tp = (ulog.topic, ulog.partition)

@@ -93,6 +93,19 @@ def test_checkpoint_file_uses_kafkas_format_and_survives_restart(tmp_path):
     assert again.checkpointed_offset(lg2) is None
 
 
+def test_checkpoint_moves_down_when_the_log_is_truncated(tmp_path):
+    lg = open_log(tmp_path)
+    fill(lg, 300, keys=5)
+    c = cleaner_for(tmp_path, [lg])
+    assert c.clean_filthiest_log(now_ms=NOW)
+    end = c.manager.checkpointed_offset(lg)
+    lg.truncate_to(end - 40)
+    c.manager.maybe_truncate_checkpoint(lg, end - 40)
+    assert OffsetCheckpointFile(tmp_path / CLEANER_OFFSET_CHECKPOINT).read() == {("t", 0): end - 40}
+    c.manager.maybe_truncate_checkpoint(lg, end)  # never moves up
+    assert c.manager.checkpointed_offset(lg) == end - 40
+
+
 def test_checkpoint_below_log_start_is_reset(tmp_path):
     lg = open_log(tmp_path, cleanup_policy="compact,delete", retention_ms=1000)
     fill(lg, 300, keys=5, ts=NOW - 60_000)
