@@ -292,6 +292,16 @@ class S3Stats:
     multipart_aborts: int = 0
 
 
+def _warm_botocore_loader(session: Any) -> None:
+    loader = session.get_component("data_loader")
+    for load, args in ((loader.load_service_model, ("s3", "service-2")),
+                       (loader.load_service_model, ("s3", "endpoint-rule-set-1")),
+                       (loader.load_data, ("endpoints",)), (loader.load_data, ("partitions",)),
+                       (loader.load_data, ("sdk-default-configuration",)), (loader.load_data, ("_retry",))):
+        with contextlib.suppress(Exception):
+            load(*args)
+
+
 class _ShortRead(Exception):
     """The body ended before the announced length (a dropped connection): retriable."""
 
@@ -363,8 +373,12 @@ class S3RemoteStorageManager(RemoteStorageManager):
                 if cfg.access_key_id is not None:
                     kwargs.update(aws_access_key_id=cfg.access_key_id, aws_secret_access_key=cfg.secret_access_key,
                                   aws_session_token=cfg.session_token)
+                session = get_session()
+                # botocore parses its big JSON models synchronously inside create_client (~0.5 s): do that in a
+                # thread first so the event loop only sees cache hits
+                await self._run(_warm_botocore_loader, session)
                 stack = contextlib.AsyncExitStack()
-                self._client = await stack.enter_async_context(get_session().create_client("s3", **kwargs))
+                self._client = await stack.enter_async_context(session.create_client("s3", **kwargs))
                 self._stack = stack
                 self._get_slots = asyncio.Semaphore(cfg.max_connections)
         return self._client

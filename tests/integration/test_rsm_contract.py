@@ -262,3 +262,108 @@ def test_delete_partition_empties_its_prefix(backend, seg, tmp_path):
 
     run(body)
     assert backend.stored() == expected_names(kept, with_manifest=backend.kind != "local")
+
+
+# -- S3-specific behaviour on moto -----------------------------------------------------------------------------------
+def test_default_credential_chain_and_custom_metadata(moto, seg, monkeypatch):
+    """Without static keys the default provider chain (here: the environment) is used; KIP-917 custom metadata
+    fields are returned by the copy when configured."""
+    from tests.support.s3_servers import ACCESS_KEY, SECRET_KEY
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+    cfg = moto.rsm_config(**{"key.prefix": "creds/", "custom.metadata.fields.include": "REMOTE_SIZE,OBJECT_KEY"})
+    del cfg["aws.access.key.id"], cfg["aws.secret.access.key"]
+    md = seg.metadata()
+
+    async def body():
+        async with S3RemoteStorageManager.from_config(cfg) as rsm:
+            custom = await rsm.copy_log_segment_data(md, seg.segment_data())
+            assert await rsm.fetch_log_segment(md, 5, 9) == seg.log_bytes()[5:10]
+            return custom
+
+    custom = run(body)
+    from remote.metadata import encode_custom_metadata
+    from remote.rsm import partition_dir_name
+
+    assert custom == {"remote_size": seg.size, "object_key": f"creds/{partition_dir_name(md.topic_id_partition)}/"
+                      f"{md.start_offset:020d}-{md.remote_log_segment_id.id_str}"}
+    assert len(encode_custom_metadata(custom)) <= 128  # Kafka's default custom metadata cap
+
+
+def test_concurrent_reads_of_one_chunk_share_one_get(moto, seg):
+    md = seg.metadata()
+    cfg = moto.rsm_config(**{"key.prefix": f"share-{uuid.uuid4().hex[:6]}/", "chunk.size": CHUNK,
+                             "fetch.chunk.cache.prefetch.max.size": 0})
+
+    async def body():
+        async with S3RemoteStorageManager.from_config(cfg) as rsm:
+            await rsm.copy_log_segment_data(md, seg.segment_data())
+        async with S3RemoteStorageManager.from_config(cfg) as rsm:
+            outs = await asyncio.gather(*(rsm.fetch_log_segment(md, 100 + i, 200 + i) for i in range(20)))
+            assert outs == [seg.log_bytes()[100 + i:201 + i] for i in range(20)]
+            assert rsm.stats.requests == 2  # the manifest and chunk 0, once each
+            assert rsm.chunk_cache.stats.shared_waits == 19
+            assert rsm.stats.bytes_downloaded == CHUNK + len((await rsm.get_manifest(md)).to_json())
+
+    run(body)
+
+
+def test_disk_chunk_cache_serves_a_restarted_reader(moto, seg, tmp_path):
+    md = seg.metadata()
+    cache_dir = tmp_path / "chunk-cache"
+    cfg = moto.rsm_config(**{"key.prefix": f"disk-{uuid.uuid4().hex[:6]}/", "chunk.size": CHUNK,
+                             "compression.enabled": "true", "fetch.chunk.cache.path": str(cache_dir),
+                             "fetch.chunk.cache.disk.size": 64 * CHUNK, "fetch.chunk.cache.size": 4 * CHUNK})
+
+    async def body():
+        async with S3RemoteStorageManager.from_config(cfg) as rsm:
+            await rsm.copy_log_segment_data(md, seg.segment_data())
+            assert await rsm.fetch_log_segment(md, 0) == seg.log_bytes()
+            await rsm.chunk_cache.drain()
+            assert rsm.chunk_cache.stats.memory_evictions > 0  # memory holds 4 chunks, the segment has more
+        files = sorted(p.name for p in cache_dir.iterdir())
+        assert len(files) == -(-seg.size // CHUNK)
+        async with S3RemoteStorageManager.from_config(cfg) as rsm:  # "restart": only the manifest is fetched
+            assert await rsm.fetch_log_segment(md, 0) == seg.log_bytes()
+            assert rsm.stats.requests == 1 and rsm.chunk_cache.stats.disk_hits == len(files)
+            await rsm.delete_log_segment_data(md)
+            await rsm.chunk_cache.drain()
+        assert list(cache_dir.iterdir()) == []
+
+    run(body)
+
+
+@pytest.mark.parametrize("backend", ["local", "moto-zstd"], indirect=True)
+def test_event_loop_keeps_running_during_copy_and_reads(backend, tmp_path):
+    """Client start-up, file reads, compression and fetches stay off the event loop: a 5 ms ticker never stalls
+    for long while a 24 MiB segment is copied and read back."""
+    seg = write_segment(tmp_path / "stall", 0, batches=2)
+    data = write_random_log(seg.log, 24 * 1024 * 1024)
+    md = seg.metadata()
+
+    async def body():
+        gaps: list[float] = []
+
+        async def ticker():
+            loop = asyncio.get_running_loop()
+            last = loop.time()
+            while True:
+                await asyncio.sleep(0.005)
+                now = loop.time()
+                gaps.append(now - last)
+                last = now
+
+        tick = asyncio.ensure_future(ticker())
+        try:
+            async with backend.make(**{"chunk.size": 1024 * 1024}) as rsm:
+                await rsm.copy_log_segment_data(md, seg.segment_data())
+                assert await rsm.fetch_log_segment(md, 0) == data
+                assert await rsm.fetch_index(md, IndexType.OFFSET) == seg.offset_index.read_bytes()
+        finally:
+            tick.cancel()
+        return gaps
+
+    gaps = run(body)
+    assert len(gaps) >= 3
+    assert max(gaps) < 0.25, sorted(gaps)[-5:]
