@@ -228,7 +228,7 @@ class ChunkCache:
         self.disk_dir.mkdir(parents=True, exist_ok=True)
         found: list[tuple[float, ChunkKey, int]] = []
         for entry in os.scandir(self.disk_dir):
-            if entry.name.endswith(".tmp"):
+            if entry.name.endswith(_SUFFIX + ".tmp"):
                 os.unlink(entry.path)
                 continue
             key = _parse_chunk_file_name(entry.name)

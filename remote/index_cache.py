@@ -293,9 +293,13 @@ class RemoteIndexCache:
         groups: dict[str, dict[str, os.DirEntry[str]]] = {}
         for de in os.scandir(self.dir):
             stem, dot, ext = de.name.partition(".")
-            if not dot or ("." + ext) not in _SUFFIXES or not de.is_file():
-                os.unlink(de.path)  # temporaries and strangers
+            if not dot or not de.is_file():
                 continue
+            if ext.endswith(".tmp") and ("." + ext[:-4]) in _SUFFIXES:
+                os.unlink(de.path)  # a write cut short by a crash
+                continue
+            if ("." + ext) not in _SUFFIXES:
+                continue  # not ours: left alone
             groups.setdefault(stem, {})["." + ext] = de
         found: list[tuple[float, _Entry]] = []
         for stem, files in groups.items():

@@ -3,7 +3,8 @@
     <root>/<topic>-<partition>-<topicIdBase64url>/<startOffset 20 digits>-<segmentIdBase64url>.log
                                                  .../...index .timeindex [.txnindex] .snapshot .leader_epoch_checkpoint
 
-`from_config` puts `<root>` at `<rsm.config.dir>/kafka-tiered-storage`, as Kafka's LocalTieredStorage does. Every file
+`from_config` puts `<root>` at `<rsm.config.dir>/kafka-tiered-storage`, as Kafka's LocalTieredStorage does
+(`rsm.config.fsync.enable=false` skips the fsyncs, for tests on slow disks). Every file
 is written to `<name>.tmp`, fsynced and renamed over the final name (so a retried copy overwrites atomically and a
 crash never leaves a torn file under a final name); the partition directory is fsynced after a copy, since local
 retention deletes the local segment as soon as the copy returns. All blocking file work runs in a thread pool

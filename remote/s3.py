@@ -419,7 +419,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
                     raise err from e
             except RemoteStorageError:
                 raise
-            except (BotoCoreError, aiohttp.ClientError, _ShortRead, ConnectionError, OSError) as e:
+            except (BotoCoreError, aiohttp.ClientError, _ShortRead, ConnectionError, OSError, EOFError) as e:
                 err = RemoteStorageError(f"{what}: {type(e).__name__}: {e}", retriable=True)
             if attempt >= cfg.max_attempts:
                 self.stats.errors += 1
@@ -480,6 +480,9 @@ class S3RemoteStorageManager(RemoteStorageManager):
             if p is not None and not await self._run(p.is_file):
                 raise RemoteStorageError(f"cannot copy {metadata.remote_log_segment_id}: local file {p} is missing",
                                          retriable=False)
+        if self.chunk_cache is not None:  # a retried copy under the same id may carry other bytes
+            self.chunk_cache.invalidate_segment(metadata.remote_log_segment_id.id_str)
+        self._manifests.pop(metadata.remote_log_segment_id.id_str, None)
         try:
             log_task = asyncio.ensure_future(self._upload_log(metadata, data.log_segment))
             aux = [self._put_file(self.object_key(metadata, IndexType.OFFSET.suffix), data.offset_index),
@@ -498,10 +501,13 @@ class S3RemoteStorageManager(RemoteStorageManager):
                     raise r
             manifest: SegmentManifest = results[0]  # type: ignore[assignment]
             await self._put(self.object_key(metadata, MANIFEST_SUFFIX), manifest.to_json())
-        except BaseException:
-            # no orphan objects: remove what this attempt wrote (best effort, bounded by the call deadlines)
+        except Exception:
+            # no orphan objects: remove what this attempt wrote. Best effort and bounded (S3 may be what failed);
+            # whatever stays is an orphan the RLM deletes through DELETE_SEGMENT_STARTED later. A cancelled copy
+            # (shutdown) skips this and leaves it to the RLM too.
             with contextlib.suppress(Exception):
-                await asyncio.shield(self._delete_objects(metadata))
+                async with asyncio.timeout(self.config.attempt_timeout_s):
+                    await self._delete_objects(metadata)
             raise
         self._remember_manifest(metadata, manifest)
         return self._custom_metadata(metadata, manifest)
@@ -638,8 +644,10 @@ class S3RemoteStorageManager(RemoteStorageManager):
 
                 async def abort(c: Any) -> None:
                     await c.abort_multipart_upload(Bucket=cfg.bucket, Key=key, UploadId=upload_id)
+                # bounded: a dead endpoint must not hold the caller (S3 lifecycle rules reap what stays)
                 with contextlib.suppress(Exception):
-                    await asyncio.shield(self._call(f"AbortMultipartUpload {key}", abort))
+                    async with asyncio.timeout(self.config.attempt_timeout_s):
+                        await asyncio.shield(self._call(f"AbortMultipartUpload {key}", abort))
             raise
         finally:
             with contextlib.suppress(Exception):

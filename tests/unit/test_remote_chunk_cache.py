@@ -156,11 +156,13 @@ def test_disk_tier_write_through_eviction_and_reuse_after_restart(tmp_path):
 
     asyncio.run(first())
     (d / "junk.chunk.tmp").write_bytes(b"torn")
+    (d / "readme.txt").write_bytes(b"not ours")
 
     async def second():
         src = Source(100)
         cache = ChunkCache(1000, disk_dir=d, disk_max_bytes=250)
-        assert not (d / "junk.chunk.tmp").exists()
+        assert not (d / "junk.chunk.tmp").exists() and (d / "readme.txt").exists()
+        (d / "readme.txt").unlink()
         assert cache.disk_bytes == 200
         assert await cache.get(ChunkKey("seg-A", 1), src.loader("seg-A", 1)) == b"\x01" * 100
         assert src.loads == [] and cache.stats.disk_hits == 1 and cache.in_memory(ChunkKey("seg-A", 1))

@@ -110,11 +110,14 @@ def test_lru_bounded_by_bytes_and_reused_after_restart(tmp_path):
 
     asyncio.run(first())
     (tmp_path / "cache" / "leftover.index.tmp").write_bytes(b"x")
+    (tmp_path / "cache" / "notes.txt").write_bytes(b"not ours")
     fetched = len(rsm.index_fetches)
 
     async def second():
         cache = RemoteIndexCache(rsm, tmp_path / "cache", budget)
         assert len(cache) == 2 and not (tmp_path / "cache" / "leftover.index.tmp").exists()
+        assert (tmp_path / "cache" / "notes.txt").exists()  # not ours: left alone
+        (tmp_path / "cache" / "notes.txt").unlink()
         oi = OffsetIndex(segs[2].offset_index, segs[2].base_offset, 1 << 20)
         target = mds[2].start_offset + 123
         assert await cache.lookup_offset(mds[2], target) == oi.lookup(target)[1]
