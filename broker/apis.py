@@ -104,7 +104,7 @@ class KafkaApis:
             decoded = decode_request(payload, hdr.api_key, hdr.api_version)
         except Exception as e:
             log.warning("closing connection: undecodable request", conn=conn.id, peer=conn.peer, api=name,
-                        version=hdr.api_version, error=repr(e))
+                        version=hdr.api_version, error=repr(e), head=bytes(payload[:48]).hex())
             self.metrics.request_errors.labels(name).inc()
             raise CloseConnection from None
         req = decoded.body

@@ -12,9 +12,12 @@ import uuid
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from protocol.errors import ErrorCode, KafkaApiError
 from protocol.uuids import kafka_uuid_str
+
+from .cluster.model import BrokerInfo, PartitionState, StaleStateError
 
 MAX_TOPIC_NAME = 249
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -54,30 +57,66 @@ class TopicInfo:
 
 
 class MetadataStore(ABC):
-    """Source of truth for topics. Mutations are atomic; readers get a consistent snapshot."""
+    """Source of truth for topics, brokers and partition states.
+
+    Reads are synchronous, from an in-memory image the store keeps current (a watch, for etcd); mutations are
+    coroutines that return once the change is durable in the store (and applied to the image).
+    """
 
     cluster_id: str
 
+    async def start(self) -> None:
+        """Connect/register; the image is complete when this returns."""
+
+    async def close(self) -> None:
+        """Deregister and release resources."""
+
+    # ---- reads (the image) ------------------------------------------------------------------------------------
     @abstractmethod
     def topics(self) -> dict[str, TopicInfo]: ...
 
     @abstractmethod
-    def create_topic(self, name: str, partitions: int, configs: dict[str, str], internal: bool = False
-                     ) -> TopicInfo: ...
+    def brokers(self) -> dict[int, BrokerInfo]:
+        """Live brokers (registered with a valid lease)."""
 
     @abstractmethod
-    def delete_topic(self, name: str) -> TopicInfo: ...
+    def partition_state(self, topic: str, partition: int) -> PartitionState | None: ...
+
+    @property
+    @abstractmethod
+    def controller_id(self) -> int: ...
+
+    # ---- mutations ----------------------------------------------------------------------------------------------
+    @abstractmethod
+    async def create_topic(self, name: str, partitions: int, configs: dict[str, str], internal: bool = False,
+                           replication_factor: int = 1, assignments: list[list[int]] | None = None
+                           ) -> TopicInfo: ...
 
     @abstractmethod
-    def set_partition_count(self, name: str, partitions: int) -> TopicInfo: ...
+    async def delete_topic(self, name: str) -> TopicInfo: ...
 
     @abstractmethod
-    def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicInfo: ...
+    async def set_partition_count(self, name: str, partitions: int) -> TopicInfo: ...
 
-    def allocate_producer_id_block(self, size: int) -> int:
+    @abstractmethod
+    async def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicInfo: ...
+
+    @abstractmethod
+    async def alter_partition(self, topic: str, partition: int, new: PartitionState) -> PartitionState:
+        """Compare-and-set: `new.partition_epoch` must be the stored epoch + 1, else StaleStateError."""
+
+    async def allocate_producer_id_block(self, size: int) -> int:
         """Reserve `size` producer ids for this broker and return the first; never hands out an id twice, also
         across restarts (Kafka's ProducerIdManager blocks)."""
         raise NotImplementedError
+
+    def add_listener(self, callback: Callable[[str, object], None]) -> None:
+        """callback(kind, key) after the image changed: kind is 'topic', 'partition', 'broker' or 'controller'."""
+        self._listeners.append(callback)
+
+    def _notify(self, kind: str, key: object) -> None:
+        for cb in list(self._listeners):
+            cb(kind, key)
 
     def topic(self, name: str) -> TopicInfo | None:
         return self.topics().get(name)
@@ -90,11 +129,15 @@ class MetadataStore(ABC):
 
 
 class LocalMetadataStore(MetadataStore):
-    """One JSON file, rewritten atomically (tmp + fsync + rename + dir fsync) on every change."""
+    """One JSON file, rewritten atomically (tmp + fsync + rename + dir fsync) on every change.
+
+    A single broker leads every partition at leader epoch 0 with ISR = {itself}; nothing else can change that."""
 
     FILE = "strata-metadata.json"
 
-    def __init__(self, directory: Path, cluster_id: str | None = None) -> None:
+    def __init__(self, directory: Path, cluster_id: str | None = None, broker: BrokerInfo | None = None) -> None:
+        self._listeners: list[Callable[[str, object], None]] = []
+        self.broker = broker or BrokerInfo(0, {})
         self.path = directory / self.FILE
         self._topics: dict[str, TopicInfo] = {}
         self.cluster_id = cluster_id or ""
@@ -128,40 +171,62 @@ class LocalMetadataStore(MetadataStore):
     def topics(self) -> dict[str, TopicInfo]:
         return self._topics
 
+    def brokers(self) -> dict[int, BrokerInfo]:
+        return {self.broker.broker_id: self.broker}
+
+    @property
+    def controller_id(self) -> int:
+        return self.broker.broker_id
+
+    def partition_state(self, topic: str, partition: int) -> PartitionState | None:
+        info = self._topics.get(topic)
+        if info is None or not 0 <= partition < info.partitions:
+            return None
+        me = (self.broker.broker_id,)
+        return PartitionState(self.broker.broker_id, 0, me, me, 0)
+
+    async def alter_partition(self, topic: str, partition: int, new: PartitionState) -> PartitionState:
+        raise StaleStateError("a single broker's partition state never changes")
+
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
         return self._by_id.get(topic_id)
 
-    def create_topic(self, name: str, partitions: int, configs: dict[str, str], internal: bool = False
-                     ) -> TopicInfo:
+    async def create_topic(self, name: str, partitions: int, configs: dict[str, str], internal: bool = False,
+                           replication_factor: int = 1, assignments: list[list[int]] | None = None
+                           ) -> TopicInfo:
         if name in self._topics:
             raise KafkaApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
         info = TopicInfo(name, uuid.uuid4(), partitions, dict(configs), internal)
         self._topics[name] = info
         self._by_id[info.topic_id] = info
         self._save()
+        self._notify("topic", name)
         return info
 
-    def delete_topic(self, name: str) -> TopicInfo:
+    async def delete_topic(self, name: str) -> TopicInfo:
         info = self._topics.pop(name, None)
         if info is None:
             raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
         self._by_id.pop(info.topic_id, None)
         self._save()
+        self._notify("topic", name)
         return info
 
-    def set_partition_count(self, name: str, partitions: int) -> TopicInfo:
+    async def set_partition_count(self, name: str, partitions: int) -> TopicInfo:
         info = self._require(name)
         info.partitions = partitions
         self._save()
+        self._notify("topic", name)
         return info
 
-    def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicInfo:
+    async def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicInfo:
         info = self._require(name)
         info.configs = dict(configs)
         self._save()
+        self._notify("topic", name)
         return info
 
-    def allocate_producer_id_block(self, size: int) -> int:
+    async def allocate_producer_id_block(self, size: int) -> int:
         if size <= 0:
             raise ValueError(f"producer id block size must be positive, not {size}")
         start = self._next_producer_id

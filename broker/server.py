@@ -14,6 +14,7 @@ from storage.cleaner_manager import CleanerConfig, LogCleaner
 from storage.log_manager import LogManager
 
 from .apis import KafkaApis
+from .cluster.model import BrokerInfo
 from .group import GroupCoordinator
 from .metadata_store import LocalMetadataStore, MetadataStore
 from .metrics import BrokerMetrics
@@ -47,7 +48,9 @@ class KafkaServer:
         self.log_dirs = config.log_dirs
         for d in self.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
-        self.store: MetadataStore = LocalMetadataStore(self.log_dirs[0], config["cluster.id"] or None)
+        me = BrokerInfo(self.broker_id, {a.name: (a.host, a.port) for a in config.advertised_listeners},
+                        config["broker.rack"] or None)
+        self.store: MetadataStore = LocalMetadataStore(self.log_dirs[0], config["cluster.id"] or None, me)
         self._write_meta_properties()
         self.log_manager = LogManager(self.log_dirs, self._log_config_for)
         cleaner_config = CleanerConfig.from_broker_config(config)

@@ -31,7 +31,7 @@ class BrokerMetadataTopicIO:
         store = self.server.store
         if store.topic(REMOTE_LOG_METADATA_TOPIC) is None:
             cfg = {"retention.ms": str(retention_ms), "cleanup.policy": "delete"}
-            info = store.create_topic(REMOTE_LOG_METADATA_TOPIC, num_partitions, cfg, internal=True)
+            info = await store.create_topic(REMOTE_LOG_METADATA_TOPIC, num_partitions, cfg, internal=True)
             self.server.replica_manager.ensure_partitions(info)
             log.info("created internal topic", topic=REMOTE_LOG_METADATA_TOPIC, partitions=num_partitions)
 

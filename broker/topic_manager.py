@@ -68,25 +68,25 @@ class TopicManager:
                                 "delete all remote data, please set `remote.storage.enable=false,"
                                 "remote.log.delete.on.disable=true`.")
 
-    def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,
+    async def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,
                      configs: dict[str, str] | None = None, validate_only: bool = False) -> TopicInfo | None:
         partitions, configs = self.validate_new_topic(name, partitions, replication_factor, dict(configs or {}))
         if validate_only:
             return None
-        info = self.store.create_topic(name, partitions, configs)
+        info = await self.store.create_topic(name, partitions, configs, replication_factor=replication_factor)
         self.replica_manager.ensure_partitions(info)
         log.info("created topic", topic=name, partitions=partitions, topic_id=str(info.topic_id), configs=configs)
         return info
 
-    def delete_topic(self, name: str) -> TopicInfo:
+    async def delete_topic(self, name: str) -> TopicInfo:
         if not self.config["delete.topic.enable"]:
             raise KafkaApiError(ErrorCode.TOPIC_DELETION_DISABLED, "Topic deletion is disabled.")
-        info = self.store.delete_topic(name)
+        info = await self.store.delete_topic(name)
         self.replica_manager.remove_topic(info)
         log.info("deleted topic", topic=name, topic_id=str(info.topic_id))
         return info
 
-    def create_partitions(self, name: str, count: int, validate_only: bool = False) -> TopicInfo:
+    async def create_partitions(self, name: str, count: int, validate_only: bool = False) -> TopicInfo:
         info = self.store.topic(name)
         if info is None:
             raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
@@ -98,12 +98,12 @@ class TopicManager:
             raise KafkaApiError(ErrorCode.INVALID_PARTITIONS, f"At most {MAX_PARTITIONS} partitions are allowed.")
         if validate_only:
             return info
-        info = self.store.set_partition_count(name, count)
+        info = await self.store.set_partition_count(name, count)
         self.replica_manager.ensure_partitions(info)
         log.info("added partitions", topic=name, partitions=count)
         return info
 
-    def set_topic_configs(self, name: str, configs: dict[str, str], validate_only: bool = False) -> TopicInfo:
+    async def set_topic_configs(self, name: str, configs: dict[str, str], validate_only: bool = False) -> TopicInfo:
         info = self.store.topic(name)
         if info is None:
             raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
@@ -111,7 +111,7 @@ class TopicManager:
         if validate_only:
             return info
         was_remote = self.config.log_config(info.configs)["remote.storage.enable"]
-        info = self.store.set_topic_configs(name, configs)
+        info = await self.store.set_topic_configs(name, configs)
         if was_remote and not self.config.log_config(configs)["remote.storage.enable"]:
             self.replica_manager.disable_remote_storage(info)
         self.replica_manager.update_topic_config(info)

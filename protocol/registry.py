@@ -158,11 +158,9 @@ class DecodedRequest:
 
 
 def decode_request(payload: bytes | memoryview, api_key: int, version: int) -> DecodedRequest:
-    """Decode header + body without copying the payload, and insist the body uses every byte.
-
-    kafka-python's own decode copies the whole frame to parse the header and tolerates trailing bytes and
-    negative array counts; a request that does not parse to exactly its frame length is malformed (ValueError).
-    """
+    """Decode header + body without copying the payload (kafka-python's own decode copies the whole frame to
+    parse the header). A body followed by extra bytes must re-encode exactly to what it was read from; otherwise
+    the request is malformed (ValueError)."""
     cls = REQUEST_CLASSES[api_key]
     data = payload if isinstance(payload, memoryview) else memoryview(payload)
     (client_id_len,) = struct.unpack_from(">h", data, 8)
@@ -178,8 +176,11 @@ def decode_request(payload: bytes | memoryview, api_key: int, version: int) -> D
         pos = _skip_tagged_fields(data, pos)
     fast_decode = cls._struct.compiled_decode_from(version, compact=flexible, tagged=flexible, data_class=cls)
     body, end = fast_decode(data, pos)
-    if end != len(data):
-        raise ValueError(f"request body has {len(data) - end} unexpected trailing bytes")
+    if end != len(data) and bytes(body.encode()) != bytes(data[pos:end]):
+        # Kafka ignores bytes after a well-formed body (librdkafka 2.16 sends three after an all-topics Metadata
+        # v13), but a body that does not re-encode to the bytes it came from was read leniently by the codec
+        # (kafka-python turns a negative array count into []), which Kafka's parser refuses.
+        raise ValueError(f"malformed request body ({len(data) - end} bytes after a non-canonical body)")
     return DecodedRequest(client_id, body)
 
 

@@ -732,12 +732,19 @@ class UnifiedLog:
         return deleted
 
     def _delete_prefix(self, predicate: Callable[[LogSegment, int], bool], local_only: bool = False) -> int:
-        """Delete the oldest segments while `predicate` holds; only closed ones wholly below the HW."""
+        """Delete the oldest segments while `predicate` holds, each wholly below the HW.
+
+        As in Kafka's deletableSegments, the active segment qualifies too when it is non-empty and everything in it
+        is below the HW: a new empty segment is rolled first, so the log start moves to the LEO."""
         n = 0
-        while len(self._segments) > 1:
-            seg, nxt = self._segments[0], self._segments[1]
-            if nxt.base_offset > self.high_watermark or not predicate(seg, nxt.base_offset):
+        while True:
+            seg = self._segments[0]
+            last = len(self._segments) == 1
+            upper = self.log_end_offset if last else self._segments[1].base_offset
+            if upper > self.high_watermark or (last and seg.size == 0) or not predicate(seg, upper):
                 break
+            if last:
+                self._roll(self.log_end_offset)
             self._remove_first_segment()
             n += 1
         if n:

@@ -41,7 +41,7 @@ async def create_topics(server, ctx, req):
             else:
                 partitions, rf = t.num_partitions, t.replication_factor
             cfg = {c.name: c.value for c in (t.configs or [])}
-            info = server.topic_manager.create_topic(t.name, partitions, rf, cfg, validate_only)
+            info = await server.topic_manager.create_topic(t.name, partitions, rf, cfg, validate_only)
             if info is None:      # validate_only
                 partitions = partitions if partitions != -1 else server.config["num.partitions"]
                 res.num_partitions, res.replication_factor = partitions, 1
@@ -72,7 +72,7 @@ async def delete_topics(server, ctx, req):
                 if info is None:
                     raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_ID, "Topic id does not exist.")
                 name = res.name = info.name
-            info = server.topic_manager.delete_topic(name)
+            info = await server.topic_manager.delete_topic(name)
             res.topic_id = info.topic_id
         except KafkaApiError as e:
             res.error_code, res.error_message = _err(e)
@@ -92,7 +92,7 @@ async def create_partitions(server, ctx, req):
                     if list(a.broker_ids) != [server.broker_id]:
                         raise KafkaApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                                             f"Unknown broker ids in assignment {list(a.broker_ids)}.")
-            server.topic_manager.create_partitions(t.name, t.count, bool(req.validate_only))
+            await server.topic_manager.create_partitions(t.name, t.count, bool(req.validate_only))
         except KafkaApiError as e:
             res.error_code, res.error_message = _err(e)
         results.append(res)

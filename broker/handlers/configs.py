@@ -271,7 +271,7 @@ async def incremental_alter_configs(server, ctx, req):
             if r.resource_type == RESOURCE_TOPIC:
                 info = _existing_topic(server, r.resource_name)
                 new = apply_incremental_ops(info.configs, [(c.name, c.config_operation, c.value) for c in r.configs])
-                server.topic_manager.set_topic_configs(r.resource_name, new, validate_only)
+                await server.topic_manager.set_topic_configs(r.resource_name, new, validate_only)
             elif r.resource_type in (RESOURCE_BROKER, RESOURCE_BROKER_LOGGER):
                 raise KafkaApiError(ErrorCode.INVALID_REQUEST,
                                     "dynamic broker configs are not supported; set them in server.properties")

@@ -32,9 +32,9 @@ class ProducerIdManager:
         self._next = 0
         self._end = 0  # exclusive end of the current block; empty until the first request
 
-    def generate(self) -> int:
+    async def generate(self) -> int:
         if self._next >= self._end:
-            start = self.store.allocate_producer_id_block(self.block_size)
+            start = await self.store.allocate_producer_id_block(self.block_size)
             self._next, self._end = start, start + self.block_size
             log.info("reserved producer id block", first=start, last=self._end - 1)
         pid = self._next
@@ -60,7 +60,7 @@ async def init_producer_id(server, ctx, req):
                         transactional_id=tid, client_id=ctx.client_id)
         return Resp(version=v, throttle_time_ms=0, error_code=err, producer_id=-1, producer_epoch=-1)
     try:
-        pid = producer_id_manager(server).generate()
+        pid = await producer_id_manager(server).generate()
     except Exception:
         log.exception("cannot reserve a producer id block")
         return Resp(version=v, throttle_time_ms=0, error_code=ErrorCode.UNKNOWN_SERVER_ERROR, producer_id=-1,

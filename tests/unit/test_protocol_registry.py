@@ -1,6 +1,8 @@
 """The advertised ApiVersions table is coherent and every advertised API has a handler."""
 import struct
 
+import pytest
+
 from kafka.protocol.metadata import ApiVersionsResponse
 
 from protocol.registry import (
@@ -68,10 +70,25 @@ def test_trailing_bytes_and_truncation_are_malformed():
         req.with_header(correlation_id=1, client_id="c")
         payload = bytes(req.encode(header=True, framed=True))[4:]
         assert decode_request(payload, 3, version).body.topics[0].name == "a"
-        with pytest.raises(ValueError):
-            decode_request(payload + b"\x00", 3, version)
+        # bytes after a well-formed body are ignored, as Kafka does
+        assert decode_request(payload + b"\x01\x00\x00", 3, version).body.topics[0].name == "a"
         with pytest.raises(Exception):
             decode_request(payload[:-2], 3, version)
+
+
+def test_librdkafka_all_topics_metadata_v13_with_trailing_bytes():
+    """Captured from confluent-kafka 2.16 (AdminClient.list_topics): three bytes follow the body."""
+    payload = bytes.fromhex("0003000d00000003000772646b61666b610000000000010000")
+    body = decode_request(payload, 3, 13).body
+    assert body.topics is None and body.allow_auto_topic_creation is False
+
+
+def test_negative_array_count_is_malformed():
+    import struct as st
+    # Produce v7: null transactional id, acks, timeout, then topic_data with a negative (non-nullable) count
+    payload = st.pack(">hhih", 0, 7, 1, -1) + st.pack(">hhii", -1, 1, 1000, -5) + b"\xaa" * 16
+    with pytest.raises(ValueError):
+        decode_request(payload, 0, 7)
 
 
 def test_unknown_versions_are_not_supported():

@@ -310,22 +310,30 @@ def test_clean_open_trusts_data_but_recovery_open_from_recovery_point_only(tmp_p
     assert log.log_end_offset == 80  # the segment below the recovery point was not rescanned
 
 
-def test_retention_by_time_never_active(tmp_path):
+def test_retention_by_time_includes_an_expired_active_segment(tmp_path):
+    """Kafka's deletableSegments: a non-empty active segment wholly below the HW is deleted too, after rolling a
+    new empty one, so the log start reaches the LEO."""
     log = open_log(tmp_path, segment_bytes=1024, retention_ms=1000)
     for i in range(20):
         log.append_as_leader(batch(2, NOW + i), 0, now_ms=NOW)
     n = log.num_segments
     assert n >= 3
-    log.update_high_watermark(log.log_end_offset)
+    leo = log.log_end_offset
+    log.update_high_watermark(leo - 1)          # the active segment is not wholly committed yet: it stays
     assert log.delete_retention_breached_segments(now_ms=NOW + 500) == 0
-    deleted = log.delete_retention_breached_segments(now_ms=NOW + 60_000)
-    assert deleted == n - 1 and log.num_segments == 1
-    assert log.log_start_offset == log.active_segment.base_offset == log.local_log_start_offset
+    assert log.delete_retention_breached_segments(now_ms=NOW + 60_000) == n - 1
+    assert log.num_segments == 1 and log.active_segment.size > 0
+    log.update_high_watermark(leo)
+    assert log.delete_retention_breached_segments(now_ms=NOW + 60_000) == 1
+    assert log.num_segments == 1 and log.active_segment.size == 0
+    assert log.log_start_offset == log.active_segment.base_offset == log.local_log_start_offset == leo
+    assert log.delete_retention_breached_segments(now_ms=NOW + 60_000) == 0    # an empty active segment stays
     assert not list(log.dir.glob("*.deleted"))
     assert len(list(log.dir.glob("*.log"))) == 1
     with pytest.raises(OffsetOutOfRangeError):
         log.read(0, 100, None, True)
-    assert offsets_in(log.read(log.log_start_offset, 10**6, None, True).records)[0] == log.log_start_offset
+    log.append_as_leader(batch(2, NOW + 100), 0, now_ms=NOW)
+    assert offsets_in(log.read(log.log_start_offset, 10**6, None, True).records)[0] == leo
 
 
 def test_retention_respects_high_watermark(tmp_path):
