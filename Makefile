@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[test,bench]'
+	$(PIP) install -q -e '.[test,bench,spark]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -18,11 +18,15 @@ venv: $(STAMP)
 run: $(STAMP)
 	$(VENV)/bin/strata serve config/server.properties
 
-# Debian packages the tests use (kcat). Installed only when missing; needs root, as on our machines and CI.
+# Debian packages the tests use (kcat; a JRE for the Spark tests). Installed only when missing; needs root, as on our
+# machines and CI.
 system-deps:
 	@command -v kcat >/dev/null 2>&1 || { \
 		echo "installing Debian packages: kcat"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; }
+	@command -v java >/dev/null 2>&1 || { \
+		echo "installing Debian packages: openjdk-17-jre-headless"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null; }
 
 node-deps: tests/js/node_modules/.installed
 

@@ -1,1 +1,28 @@
-"""Strata pipeline layer (see ../DESIGN in shared/)."""
+"""Strata pipeline layer: topics as a Spark data source (batch, streaming, sink) through PySpark's Python Data
+Source API, plus example jobs (``pipeline.jobs``) and the ``strata pipeline`` commands. See docs/spark.md.
+
+    from pipeline import get_spark
+    spark = get_spark()                          # local[*], format "strata" registered
+    df = (spark.read.format("strata").option("kafka.bootstrap.servers", "127.0.0.1:9092")
+          .option("subscribe", "events").load())
+
+Importing this package does not import pyspark; ``get_spark``/``register`` do.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+
+def get_spark(*args: Any, **kwargs: Any) -> Any:
+    from .session import get_spark as _get_spark
+
+    return _get_spark(*args, **kwargs)
+
+
+def register(spark: Any) -> None:
+    from .session import register as _register
+
+    _register(spark)
+
+
+__all__ = ["get_spark", "register"]

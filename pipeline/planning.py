@@ -1,0 +1,206 @@
+"""Driver-side planning: resolve starting/ending positions to offsets, cut offset ranges into Spark partitions, and
+(for ``read.mode=direct``) map each range onto remote segments and the broker-served tail.
+
+Offsets follow Kafka's conventions: a range is [start, end) with ``end`` exclusive; ``earliest`` is the log start
+offset (which on a tiered topic lies in remote storage), ``latest`` the high watermark.
+"""
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .client import TP, Cluster, DataLossError, PartitionOffsets, data_loss_message
+from .options import EARLIEST, LATEST, OffsetSpec, OptionError, SourceOptions
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Offsets [start, end) of one partition read one way: from ``segment`` in remote storage, or (segment None)
+    through the broker."""
+
+    start: int
+    end: int
+    segment: Any = None          # remote.metadata.RemoteLogSegmentMetadata
+
+
+@dataclass(frozen=True)
+class OffsetRange:
+    topic: str
+    partition: int
+    start: int
+    end: int
+    pieces: tuple[Piece, ...] = field(default=())
+
+    @property
+    def size(self) -> int:
+        return max(0, self.end - self.start)
+
+    @property
+    def tp(self) -> TP:
+        return (self.topic, self.partition)
+
+    def with_pieces(self, pieces: tuple[Piece, ...]) -> "OffsetRange":
+        return OffsetRange(self.topic, self.partition, self.start, self.end, pieces)
+
+    def describe(self) -> str:
+        remote = sum(p.end - p.start for p in self.pieces if p.segment is not None)
+        return (f"{self.topic}-{self.partition} [{self.start}, {self.end})"
+                + (f" ({remote} offsets from remote storage)" if remote else ""))
+
+
+# -- positions ---------------------------------------------------------------------------------------------------
+def _by_timestamp(cluster: Cluster, spec: OffsetSpec, tps: list[TP], bounds: Mapping[TP, PartitionOffsets],
+                  *, starting: bool, strategy_latest: bool) -> dict[TP, int]:
+    if spec.kind == "timestamp":
+        wanted = {tp: int(spec.timestamp or 0) for tp in tps}
+    else:
+        wanted = {tp: spec.per_partition[tp] for tp in tps if tp in spec.per_partition}
+    found = cluster.offsets_for_times(wanted)
+    out: dict[TP, int] = {}
+    for tp in tps:
+        if tp not in wanted:
+            out[tp] = bounds[tp].earliest if starting else bounds[tp].latest
+            continue
+        off = found.get(tp)
+        if off is None:
+            if starting and not strategy_latest:
+                raise OptionError(
+                    f"no offset of {tp[0]}-{tp[1]} has a timestamp at or after {wanted[tp]} (startingTimestamp / "
+                    "startingOffsetsByTimestamp); set startingOffsetsByTimestampStrategy=latest to start at the end")
+            off = bounds[tp].latest
+        out[tp] = off
+    return out
+
+
+def resolve_starts(cluster: Cluster, opts: SourceOptions, tps: list[TP], bounds: Mapping[TP, PartitionOffsets]
+                   ) -> dict[TP, int]:
+    """Starting offset per partition. An explicit offset below the log start is data loss (error, or the log start
+    with failOnDataLoss=false); one past the end is clamped to the end."""
+    spec = opts.starting
+    if spec.kind == "earliest":
+        return {tp: bounds[tp].earliest for tp in tps}
+    if spec.kind == "latest":
+        return {tp: bounds[tp].latest for tp in tps}
+    if spec.kind in ("timestamp", "timestamps"):
+        return _by_timestamp(cluster, spec, tps, bounds, starting=True, strategy_latest=opts.starting_strategy_latest)
+    out: dict[TP, int] = {}
+    for tp in tps:
+        b = bounds[tp]
+        want = spec.per_partition.get(tp, EARLIEST)
+        if want == EARLIEST:
+            out[tp] = b.earliest
+        elif want == LATEST:
+            out[tp] = b.latest
+        elif want < b.earliest:
+            if opts.fail_on_data_loss:
+                raise DataLossError(data_loss_message(
+                    f"startingOffsets asks for {tp[0]}-{tp[1]} from offset {want}, but the log starts at "
+                    f"{b.earliest}"))
+            out[tp] = b.earliest
+        else:
+            out[tp] = min(want, b.latest)
+    return out
+
+
+def resolve_ends(cluster: Cluster, opts: SourceOptions, tps: list[TP], bounds: Mapping[TP, PartitionOffsets]
+                 ) -> dict[TP, int]:
+    spec = opts.ending
+    if spec.kind == "latest":
+        return {tp: bounds[tp].latest for tp in tps}
+    if spec.kind in ("timestamp", "timestamps"):
+        return _by_timestamp(cluster, spec, tps, bounds, starting=False, strategy_latest=True)
+    out = {}
+    for tp in tps:
+        want = spec.per_partition.get(tp, LATEST)
+        out[tp] = bounds[tp].latest if want == LATEST else min(want, bounds[tp].latest)
+    return out
+
+
+# -- splitting -------------------------------------------------------------------------------------------------
+def split_ranges(ranges: list[OffsetRange], min_partitions: int | None, max_records: int | None
+                 ) -> list[OffsetRange]:
+    """Spark's rule: one Spark partition per topic partition, unless ``minPartitions`` asks for more partitions
+    than there are ranges (big ranges get a share proportional to their size) or ``maxRecordsPerPartition`` caps
+    the records per Spark partition; the larger of the two demands wins. Empty ranges are dropped."""
+    ranges = [r for r in ranges if r.size > 0]
+    total = sum(r.size for r in ranges)
+    by_min = min_partitions is not None and min_partitions > len(ranges)
+    if not ranges or (not by_min and max_records is None):
+        return ranges
+    out: list[OffsetRange] = []
+    for r in ranges:
+        parts = 1
+        if by_min:
+            parts = max(parts, math.ceil(r.size * min_partitions / total))  # type: ignore[operator]
+        if max_records is not None:
+            parts = max(parts, math.ceil(r.size / max_records))
+        parts = min(parts, r.size)
+        for i in range(parts):
+            s = r.start + r.size * i // parts
+            e = r.start + r.size * (i + 1) // parts
+            out.append(OffsetRange(r.topic, r.partition, s, e))
+    return out
+
+
+# -- direct mode -----------------------------------------------------------------------------------------------
+def assign_pieces(r: OffsetRange, segments: list[Any]) -> OffsetRange:
+    """Cut ``r`` into pieces served by remote segments (COPY_SEGMENT_FINISHED, sorted by start offset) and pieces
+    through the broker (offsets no segment covers: the local tail, or gaps)."""
+    pieces: list[Piece] = []
+    o = r.start
+    i = 0
+    while o < r.end:
+        while i < len(segments) and segments[i].end_offset < o:
+            i += 1
+        if i < len(segments) and segments[i].start_offset <= o:
+            seg = segments[i]
+            e = min(r.end, seg.end_offset + 1)
+            pieces.append(Piece(o, e, seg))
+            o = e
+            continue
+        nxt = segments[i].start_offset if i < len(segments) else r.end
+        e = min(r.end, nxt)
+        pieces.append(Piece(o, e, None))
+        o = e
+    return r.with_pieces(tuple(pieces))
+
+
+def plan_ranges(cluster: Cluster, opts: SourceOptions, starts: Mapping[TP, int], ends: Mapping[TP, int],
+                topic_ids: Mapping[str, uuid.UUID | None] | None = None) -> list[OffsetRange]:
+    """Ranges [start, end) -> split per minPartitions/maxRecordsPerPartition -> pieces (direct mode)."""
+    ranges = []
+    for tp in sorted(ends):
+        s, e = starts[tp], ends[tp]
+        if s > e:
+            raise DataLossError(data_loss_message(
+                f"{tp[0]}-{tp[1]}: starting offset {s} is after the ending offset {e}"))
+        ranges.append(OffsetRange(tp[0], tp[1], s, e))
+    ranges = split_ranges(ranges, opts.min_partitions, opts.max_records_per_partition)
+    if opts.read_mode != "direct" or not ranges:
+        return [r.with_pieces((Piece(r.start, r.end, None),)) for r in ranges]
+    ids = dict(topic_ids) if topic_ids is not None else cluster.topic_ids(sorted({r.topic for r in ranges}))
+    wanted = {r.tp: ids[r.topic] for r in ranges if ids.get(r.topic) is not None}
+    segments = cluster.remote_segments(wanted)
+    return [assign_pieces(r, segments.get(r.tp, [])) for r in ranges]
+
+
+def plan_batch(opts: SourceOptions) -> list[OffsetRange]:
+    """The whole batch plan of ``spark.read.format("strata")``."""
+    with Cluster(opts) as cluster:
+        parts = cluster.topic_partitions(opts.subscription)
+        tps = [(t, p) for t in sorted(parts) for p in parts[t]]
+        bounds = cluster.offsets(tps)
+        starts = resolve_starts(cluster, opts, tps, bounds)
+        ends = resolve_ends(cluster, opts, tps, bounds)
+        for tp in tps:
+            if starts[tp] > ends[tp]:
+                raise OptionError(f"{tp[0]}-{tp[1]}: the starting offset {starts[tp]} is after the ending offset "
+                                  f"{ends[tp]} (check startingOffsets/endingOffsets)")
+        return plan_ranges(cluster, opts, starts, ends)
+
+
+__all__ = ["OffsetRange", "Piece", "assign_pieces", "plan_batch", "plan_ranges", "resolve_ends", "resolve_starts",
+           "split_ranges"]

@@ -1,0 +1,239 @@
+"""Executor-side reads of one planned ``OffsetRange`` into Arrow record batches of Spark's Kafka schema.
+
+* Broker pieces: confluent-kafka consumer, assigned (no group membership), from ``start`` until ``end``.
+* Remote pieces (``read.mode=direct``): the executor builds the RemoteStorageManager the options describe (the same
+  classes the broker uses: ``remote.s3``, ``remote.local_tiered``), finds the start position in the segment's
+  offset index, streams the ``.log`` in chunks (the next chunk is fetched while the current one is decoded) and
+  decodes the batches with ``pipeline.decode`` (CRC checked, decompressed, control batches skipped).
+
+Data loss (offsets deleted between planning and reading) raises DataLossError, or with failOnDataLoss=false skips
+what is gone.
+"""
+from __future__ import annotations
+
+import asyncio
+import bisect
+import struct
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from .client import DataLossError, consume_range, data_loss_message, log_start_offset
+from .decode import Columns, CorruptSegmentError, decode_batch
+from .options import SourceOptions
+from .planning import OffsetRange, Piece
+
+ROWS_PER_BATCH = 8192
+CHUNK_BYTES = 8 << 20
+_INDEX_ENTRY = struct.Struct(">ii")
+
+
+# -- Arrow --------------------------------------------------------------------------------------------------------
+class ArrowEmitter:
+    """Turns Columns of one topic partition into ``pyarrow.RecordBatch``es with exactly Spark's Arrow schema."""
+
+    def __init__(self, arrow_schema: Any, topic: str, partition: int) -> None:
+        self.schema = arrow_schema
+        self.names = arrow_schema.names
+        self.topic = topic
+        self.partition = partition
+        self.columns = Columns(with_headers="headers" in self.names)
+
+    def full(self) -> bool:
+        return len(self.columns) >= ROWS_PER_BATCH
+
+    def take(self) -> Any:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        c = self.columns
+        n = len(c)
+        schema = self.schema
+        arrays = []
+        for name in self.names:
+            t = schema.field(name).type
+            if name == "key":
+                arrays.append(pa.array(c.keys, t))
+            elif name == "value":
+                arrays.append(pa.array(c.values, t))
+            elif name == "topic":
+                arrays.append(pa.array([self.topic] * n, t))
+            elif name == "partition":
+                arrays.append(pa.array([self.partition] * n, t))
+            elif name == "offset":
+                arrays.append(pa.array(c.offsets, t))
+            elif name == "timestamp":
+                millis = pa.array(c.timestamps, pa.int64())
+                arrays.append(pc.multiply(millis, 1000).view(t) if n else pa.array([], t))
+            elif name == "timestampType":
+                arrays.append(pa.array(c.timestamp_types, t))
+            elif name == "headers":
+                arrays.append(pa.array([None if h is None else [{"key": k, "value": v} for k, v in h]
+                                        for h in c.headers], t))
+            else:
+                raise ValueError(f"column {name!r} is not part of the strata source schema")
+        c.clear()
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+# -- broker pieces ------------------------------------------------------------------------------------------------
+_TS_TYPES = {1: 0, 2: 1}          # confluent TIMESTAMP_CREATE_TIME/LOG_APPEND_TIME -> Kafka ids; 0 (n/a) -> -1
+
+
+def read_broker_piece(opts: SourceOptions, r: OffsetRange, piece: Piece, out: ArrowEmitter) -> Iterator[Any]:
+    conf = opts.consumer_conf(f"strata-spark-executor-{uuid.uuid4().hex[:12]}")
+    start = piece.start
+    low = log_start_offset(conf, r.topic, r.partition)
+    if start < low:
+        if opts.fail_on_data_loss:
+            raise DataLossError(data_loss_message(
+                f"{r.topic}-{r.partition}: offsets [{start}, {min(low, piece.end)}) were deleted before they "
+                f"could be read (the log now starts at {low})"))
+        start = low
+    if start >= piece.end:
+        return
+    cols = out.columns
+    with_headers = cols.with_headers
+    try:
+        for msgs in consume_range(conf, r.topic, r.partition, start, piece.end, opts.poll_timeout_s):
+            for m in msgs:
+                ts_type, ts = m.timestamp()
+                cols.append(m.key(), m.value(), m.offset(), ts, _TS_TYPES.get(ts_type, -1),
+                            m.headers() if with_headers else None)
+                if len(cols) >= ROWS_PER_BATCH:
+                    yield out.take()
+    except DataLossError:
+        if opts.fail_on_data_loss:
+            raise
+
+
+# -- remote pieces ------------------------------------------------------------------------------------------------
+class RemoteStorage:
+    """A RemoteStorageManager driven from synchronous code: its own event loop on a daemon thread."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        from remote.rsm import create_remote_storage_manager
+
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="strata-rsm-loop", daemon=True)
+        self._thread.start()
+        self.rsm = create_remote_storage_manager(opts.rsm_class, opts.rsm_config)
+
+    def submit(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def call(self, coro: Any) -> Any:
+        return self.submit(coro).result()
+
+    def close(self) -> None:
+        try:
+            self.call(self.rsm.close())
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(timeout=10)
+            self.loop.close()
+
+
+def index_positions(index: bytes, base_offset: int) -> tuple[list[int], list[int]]:
+    """A Kafka offset index (entries of relative offset int32, position int32) as absolute offsets, positions."""
+    n = len(index) // _INDEX_ENTRY.size
+    offsets, positions = [], []
+    for rel, pos in _INDEX_ENTRY.iter_unpack(index[:n * _INDEX_ENTRY.size]):
+        if offsets and (rel + base_offset <= offsets[-1] or pos <= positions[-1]):
+            break                                   # zero-filled preallocated tail
+        offsets.append(base_offset + rel)
+        positions.append(pos)
+    return offsets, positions
+
+
+def byte_range(offsets: list[int], positions: list[int], lo: int, hi: int) -> tuple[int, int | None]:
+    """[first, last] byte positions (last inclusive, None = to the end) covering offsets [lo, hi).
+
+    An index entry maps the largest offset of an append to the position where that append starts, so reading from
+    the greatest entry <= lo finds lo, and everything from the entry after the first one >= hi is past hi."""
+    i = bisect.bisect_right(offsets, lo) - 1
+    first = positions[i] if i >= 0 else 0
+    j = bisect.bisect_left(offsets, hi)
+    last = positions[j + 1] - 1 if j + 1 < len(positions) else None
+    return first, last
+
+
+def read_remote_piece(storage: RemoteStorage, opts: SourceOptions, r: OffsetRange, piece: Piece,
+                      out: ArrowEmitter) -> Iterator[Any]:
+    from protocol.records import is_crc_valid, iter_batches
+    from remote.rsm import IndexType, RemoteResourceNotFoundError
+
+    seg = piece.segment
+    lo, hi = piece.start, piece.end
+    try:
+        first, last = 0, None
+        if lo > seg.start_offset or hi <= seg.end_offset:
+            idx = storage.call(storage.rsm.fetch_index(seg, IndexType.OFFSET))
+            first, last = byte_range(*index_positions(idx, seg.start_offset), lo, hi)
+        size = seg.segment_size_in_bytes
+        stop = size - 1 if last is None else min(last, size - 1)
+
+        def fetch(pos: int) -> Any:
+            if pos > stop:
+                return None
+            return storage.submit(storage.rsm.fetch_log_segment(seg, pos, min(pos + CHUNK_BYTES - 1, stop)))
+
+        pos = first
+        pending = fetch(pos)
+        carry = b""
+        cols = out.columns
+        while pending is not None:
+            chunk = pending.result()
+            pos += len(chunk)
+            pending = fetch(pos) if chunk else None        # prefetch the next chunk while decoding this one
+            buf = carry + chunk if carry else chunk
+            consumed = 0
+            finished = False
+            for bpos, h in iter_batches(buf):
+                consumed = bpos + h.size
+                if h.base_offset >= hi:
+                    finished = True
+                    break
+                if h.last_offset < lo:
+                    continue
+                if not is_crc_valid(buf, bpos):
+                    raise CorruptSegmentError(f"{r.topic}-{r.partition}: batch at offset {h.base_offset} of remote "
+                                              f"segment {seg.remote_log_segment_id.id_str} fails its CRC check")
+                decode_batch(buf, bpos, h, lo, hi, cols)
+                if len(cols) >= ROWS_PER_BATCH:
+                    yield out.take()
+            if finished:
+                if pending is not None:
+                    pending.cancel()
+                break
+            carry = buf[consumed:]
+            if not chunk:
+                break
+    except RemoteResourceNotFoundError as e:
+        if opts.fail_on_data_loss:
+            raise DataLossError(data_loss_message(
+                f"{r.topic}-{r.partition}: remote segment {seg.remote_log_segment_id.id_str} holding offsets "
+                f"[{seg.start_offset}, {seg.end_offset}] is gone from remote storage ({e})")) from None
+
+
+# -- one planned range --------------------------------------------------------------------------------------------
+def read_range(opts: SourceOptions, r: OffsetRange, arrow_schema: Any) -> Iterator[Any]:
+    out = ArrowEmitter(arrow_schema, r.topic, r.partition)
+    storage: RemoteStorage | None = None
+    try:
+        for piece in r.pieces or (Piece(r.start, r.end, None),):
+            if piece.segment is not None:
+                if storage is None:
+                    storage = RemoteStorage(opts)
+                yield from read_remote_piece(storage, opts, r, piece, out)
+            else:
+                yield from read_broker_piece(opts, r, piece, out)
+        if len(out.columns):
+            yield out.take()
+    finally:
+        if storage is not None:
+            storage.close()
+
+
+__all__ = ["ArrowEmitter", "RemoteStorage", "byte_range", "index_positions", "read_range"]

@@ -1,0 +1,50 @@
+"""Fixtures for the Spark data source tests: one local SparkSession for the whole package, one moto S3 server, and a
+tiered broker (S3 on moto) per module."""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.pipeline.support import Tiered, start_tiered_broker
+from tests.support.s3_servers import MotoServer
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    from pipeline.session import get_spark
+
+    s = get_spark("strata-tests", master="local[2]", conf={
+        "spark.sql.shuffle.partitions": "2",
+        "spark.default.parallelism": "2",
+        "spark.local.dir": str(tmp_path_factory.mktemp("spark-local")),
+    })
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="session")
+def pipeline_moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
+    server = MotoServer(tmp_path_factory.mktemp("moto"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def tiered(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+           pipeline_moto: MotoServer) -> Iterator[Tiered]:
+    """A broker tiering to moto under a key prefix of its own."""
+    name = re.sub(r"[^a-z0-9]+", "-", request.module.__name__.rsplit(".", 1)[-1].lower())
+    broker, prefix = start_tiered_broker(tmp_path_factory.mktemp(name), pipeline_moto, name)
+    yield Tiered(broker, prefix, pipeline_moto)
+    broker.stop()
+
+
+@pytest.fixture(autouse=True)
+def _broker_tails(request: pytest.FixtureRequest) -> None:
+    """Attach the module broker (if the test uses one) so a failure report shows its log tail."""
+    if "tiered" in request.fixturenames:
+        request.node._strata_brokers = [request.getfixturevalue("tiered").broker]
