@@ -26,6 +26,7 @@ description and the actions that ran before it.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 import time
 import urllib.request
@@ -33,7 +34,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from broker.admin_client import RESOURCE_TOPIC, AdminClient, AdminError
 from broker.remote_log_metadata_cmd import RemoteLogState, RemoteSegment, remote_log_state
@@ -252,7 +253,7 @@ class Harness:
     def stop(self) -> None:
         self.broker.stop()
 
-    def __enter__(self) -> Harness:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -819,7 +820,7 @@ class WaitForRetentionPass(Action):
             Produce(self.SENTINEL, 0, 10).run(h)
             want = len(t.produced[0]) - 5          # everything but the active segment (the last batch) goes
             h.wait(f"a retention pass deletes {self.SENTINEL}'s old segments (earliest offset {want})",
-                   lambda: h.offset(self.SENTINEL, 0, EARLIEST), lambda o: o == want)
+                   lambda: h.offset(self.SENTINEL, 0, EARLIEST), lambda o, want=want: o == want)
 
 
 @dataclass
@@ -934,14 +935,32 @@ def check_remote_chain(segments: Sequence[RemoteSegment], start: int, end: int) 
         raise ScenarioError(f"no COPY_SEGMENT_FINISHED segment; expected a chain over [{start}, {end}]")
     if finished[0].start_offset != start or finished[-1].end_offset != end:
         raise ScenarioError(f"remote chain {chain} does not span [{start}, {end}]")
-    for a, b in zip(finished, finished[1:]):
+    for a, b in itertools.pairwise(finished):
         if b.start_offset != a.end_offset + 1:
             kind = "overlap/duplicate" if b.start_offset <= a.end_offset else "gap"
             raise ScenarioError(f"remote chain has a {kind} between [{a.start_offset}, {a.end_offset}] and "
                                 f"[{b.start_offset}, {b.end_offset}]: {chain}")
 
 
-__all__ = ["Harness", "Scenario", "MetadataTail", "shape_for", "OFFSET_OUT_OF_RANGE", "OFFSET_MOVED_TO_TIERED_STORAGE",
-           "UNSUPPORTED_VERSION", "LocalBackend", "S3Backend", "RemoteBackend", "ScenarioError", "BASE_OVERRIDES",
-           "check_remote_chain", "segment_objects", "EARLIEST", "EARLIEST_LOCAL", "LATEST", "LATEST_TIERED",
-           "EARLIEST_PENDING_UPLOAD", "MAX_TIMESTAMP"]
+__all__ = [
+    "BASE_OVERRIDES",
+    "EARLIEST",
+    "EARLIEST_LOCAL",
+    "EARLIEST_PENDING_UPLOAD",
+    "LATEST",
+    "LATEST_TIERED",
+    "MAX_TIMESTAMP",
+    "OFFSET_MOVED_TO_TIERED_STORAGE",
+    "OFFSET_OUT_OF_RANGE",
+    "UNSUPPORTED_VERSION",
+    "Harness",
+    "LocalBackend",
+    "MetadataTail",
+    "RemoteBackend",
+    "S3Backend",
+    "Scenario",
+    "ScenarioError",
+    "check_remote_chain",
+    "segment_objects",
+    "shape_for",
+]

@@ -20,7 +20,14 @@ import uuid
 import pytest
 
 from protocol.uuids import kafka_uuid_str
-from tests.tiered.harness import Harness, MetadataTail, Scenario, ScenarioError, check_remote_chain, segment_objects
+from tests.tiered.harness import (
+    Harness,
+    MetadataTail,
+    Scenario,
+    ScenarioError,
+    check_remote_chain,
+    segment_objects,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 

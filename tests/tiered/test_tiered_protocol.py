@@ -11,12 +11,17 @@ locally (local log start 20, latest tiered offset 19).
 """
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
 
+from tests.support.broker_proc import REPO_ROOT
+from tests.support.kafka_wire import decode_records
 from tests.tiered.conftest import BACKENDS
 from tests.tiered.harness import (
     EARLIEST_LOCAL,
@@ -32,7 +37,6 @@ from tests.tiered.harness import (
     Scenario,
     _uuid_from_kafka,
 )
-from tests.support.kafka_wire import decode_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -164,3 +168,71 @@ def test_compacted_topics_cannot_use_remote_storage(prepared: Harness) -> None:
     with prepared.admin() as a:
         names = a.list_topics()
     assert "c1" not in names and "c2" not in names and "c3" in names
+
+
+# -- tools --------------------------------------------------------------------------------------------------------
+def _strata(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "broker", *args], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=60, check=False)
+
+
+CUSTOM = r"(?:Optional\.empty|Optional\[CustomMetadata\{\d+ bytes\}\])"
+
+
+def test_remote_log_metadata_tool_prints_like_kafkas_formatter(prepared: Harness) -> None:
+    bs = prepared.broker.bootstrap
+    tid = prepared.topic(TOPIC).topic_id
+    r = _strata("remote-log-metadata", "--bootstrap-server", bs)
+    assert r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stdout.splitlines() if f"{tid}:{TOPIC}-" in ln]
+    # per partition: 2 segments, each a RemoteLogSegmentMetadata (STARTED) then an update (FINISHED)
+    assert len(lines) == PARTITIONS * 4, r.stdout
+    seg = re.compile(r"^partition: (\d+), offset: (\d+), value: RemoteLogSegmentMetadata\{remoteLogSegmentId="
+                     r"RemoteLogSegmentId\{topicIdPartition=" + re.escape(tid) + r":tp-(\d), id=([A-Za-z0-9_-]{22})\}, "
+                     r"startOffset=(\d+), endOffset=(\d+), brokerId=0, maxTimestampMs=\d+, eventTimestampMs=\d+, "
+                     r"segmentLeaderEpochs=\{0=\5\}, segmentSizeInBytes=(\d+), customMetadata=" + CUSTOM + r", "
+                     r"state=COPY_SEGMENT_STARTED, txnIdxEmpty=(true|false)\}$")
+    upd = re.compile(r"^partition: (\d+), offset: (\d+), value: RemoteLogSegmentMetadataUpdate\{remoteLogSegmentId="
+                     r"RemoteLogSegmentId\{topicIdPartition=" + re.escape(tid) + r":tp-(\d), id=([A-Za-z0-9_-]{22})\}, "
+                     r"customMetadata=" + CUSTOM + r", state=COPY_SEGMENT_FINISHED, eventTimestampMs=\d+, brokerId=0\}$")
+    started, finished = {}, set()
+    for ln in lines:
+        m = seg.match(ln) or upd.match(ln)
+        assert m, f"not Kafka's RemoteLogMetadataFormatter format: {ln}"
+        if m.re is seg:
+            started[m.group(4)] = (int(m.group(3)), int(m.group(5)), int(m.group(6)))
+        else:
+            finished.add(m.group(4))
+    assert set(started) == finished
+    assert sorted(started.values()) == [(p, s, s + 9) for p in range(PARTITIONS) for s in (0, 10)]
+    # --topic keeps only that topic's records; the summary goes to stderr like kafka-console-consumer's
+    r2 = _strata("remote-log-metadata", "--bootstrap-server", bs, "--topic", TOPIC)
+    assert r2.returncode == 0 and sorted(r2.stdout.splitlines()) == sorted(lines), r2.stdout
+    assert f"Processed a total of {len(lines)} messages" in r2.stderr
+    r3 = _strata("remote-log-metadata", "--bootstrap-server", bs, "--topic", "no-such-topic")
+    assert r3.returncode == 0 and r3.stdout == "", r3.stdout
+
+
+def test_remote_log_metadata_tool_errors_are_one_line() -> None:
+    from tests.support.broker_proc import free_port
+
+    r = _strata("remote-log-metadata", "--bootstrap-server", f"127.0.0.1:{free_port()}", "--timeout", "5")
+    assert r.returncode == 1
+    err = r.stderr.strip()
+    assert "connection refused" in err and "\n" not in err and "Traceback" not in err, r.stderr
+
+
+def test_topics_describe_shows_local_and_remote_offsets(prepared: Harness) -> None:
+    seg_bytes = prepared.topic(TOPIC).shape.batch_bytes * 2
+    r = _strata("topics", "--bootstrap-server", prepared.broker.bootstrap, "describe", "--topic", TOPIC)
+    assert r.returncode == 0, r.stderr
+    parts = [ln.strip() for ln in r.stdout.splitlines()[1:]]
+    assert parts == [f"Topic: {TOPIC}\tPartition: {p}\tLeader: 0\tReplicas: 0\tIsr: 0\tLogStartOffset: 0\t"
+                     f"EndOffset: 30\tLocalLogStartOffset: 20\tLatestTieredOffset: 19\tRemoteSize: {2 * seg_bytes}"
+                     for p in range(PARTITIONS)], r.stdout
+    # a topic without remote storage keeps kafka-topics.sh's columns
+    if "plain" not in prepared.topics:
+        Scenario("plain").create_topic("plain", tiered=False).run(prepared)
+    r = _strata("topics", "--bootstrap-server", prepared.broker.bootstrap, "describe", "--topic", "plain")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[1].strip().endswith("LogStartOffset: 0\tEndOffset: 0"), r.stdout

@@ -113,6 +113,7 @@ def test_topic_deletion_empties_remote_storage(harness: Harness) -> None:
         .produce("t", 0, 20)
         .wait_for_offload("t", 0, up_to_offset=9)
         .expect_remote_segments("t", 0, [0])
+        .expect_earliest_local_offset("t", 0, 10)
         .consume("t", 0, from_offset=0, expect_records=20)
         .expect_fetch_from_remote("t", at_least=1)
         .run(harness))
