@@ -18,12 +18,15 @@ venv: $(STAMP)
 run: $(STAMP)
 	$(VENV)/bin/strata serve config/server.properties
 
-# Debian packages the tests use (kcat; a JRE for the Spark tests). Installed only when missing; needs root, as on our
-# machines and CI.
+# Debian packages the tests use (kcat; etcd for the cluster tests; a JRE for the Spark tests). Installed only when
+# missing; needs root, as on our machines and CI.
 system-deps:
 	@command -v kcat >/dev/null 2>&1 || { \
 		echo "installing Debian packages: kcat"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; }
+	@command -v etcd >/dev/null 2>&1 || { \
+		echo "installing Debian packages: etcd-server"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null; }
 	@command -v java >/dev/null 2>&1 || { \
 		echo "installing Debian packages: openjdk-17-jre-headless"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null; }
