@@ -130,6 +130,7 @@ class RemoteLogManager:
         self.broker_id = broker_id
         self.metrics = metrics or RemoteMetrics()
         self.index_cache = RemoteIndexCache(rsm, index_cache_dir, config.index_cache_bytes)
+        self._empty_snapshot_dir = Path(index_cache_dir).parent / "remote-log-empty-snapshots"
         self._leaders: dict[TopicIdPartition, _PartitionTasks] = {}
         self._copy_slots = asyncio.Semaphore(max(1, config.copier_pool_size))
         self._expire_slots = asyncio.Semaphore(max(1, config.expiration_pool_size))
@@ -306,16 +307,21 @@ class RemoteLogManager:
         log.info("copied segment to remote storage", partition=str(tip), base_offset=base, end_offset=end,
                  bytes=seg.size, segment_id=seg_id.id_str)
 
-    @staticmethod
-    def _producer_snapshot_path(ulog: UnifiedLog, offset: int) -> Path:
-        """The producer snapshot at the segment's end (Kafka requires one per copied segment); an empty one is
-        written when the log keeps no producer state for that offset."""
-        path = ulog.dir / f"{offset:020d}.snapshot"
-        if not path.exists():
-            tmp = path.with_suffix(".snapshot.tmp")
+    def _producer_snapshot_path(self, ulog: UnifiedLog, offset: int) -> Path:
+        """The producer snapshot taken at the segment's end (Kafka ships one with every copied segment). When the
+        log has none for that offset (segments written before producer state existed), an empty snapshot is made
+        outside the partition directory, so log recovery never mistakes it for real producer state."""
+        pstate = getattr(ulog, "producer_state", None)
+        path = pstate.snapshot_file(offset) if pstate is not None else None
+        if path is not None and path.exists():
+            return path
+        empty = self._empty_snapshot_dir / f"{offset:020d}.snapshot"
+        if not empty.exists():
+            empty.parent.mkdir(parents=True, exist_ok=True)
+            tmp = empty.with_suffix(".tmp")
             tmp.write_bytes(empty_producer_snapshot())
-            tmp.replace(path)
-        return path
+            tmp.replace(empty)
+        return empty
 
     def _update_copy_lag(self, ulog: UnifiedLog) -> None:
         cands = self.copy_candidates(ulog)
@@ -520,14 +526,27 @@ class RemoteLogManager:
                 continue
             start = max(s.start_offset, ulog.log_start_offset)
             idx = await self.index_cache.lookup_timestamp(s, timestamp, start)
-            buf = await self.rsm.fetch_log_segment(s, idx.position)
-            for _bpos, h in iter_batches(buf):
-                if h.last_offset < start or h.max_timestamp < timestamp:
-                    continue
-                for r in iter_records(buf, _bpos):
-                    if r.offset >= start and r.timestamp >= timestamp:
-                        epoch = ulog.epoch_for_offset(r.offset)
-                        return TimestampAndOffset(r.timestamp, r.offset, epoch)
+            # Scan forward in bounded windows (time index entries are index.interval.bytes apart).
+            pos = idx.position
+            while pos < s.segment_size_in_bytes:
+                buf = await self.rsm.fetch_log_segment(s, pos, min(pos + 256 * 1024, s.segment_size_in_bytes) - 1)
+                batches = list(iter_batches(buf))
+                if not batches:          # one batch larger than the window: fetch exactly that batch
+                    first = _first_relevant_batch(buf, -1)
+                    if first is None:
+                        break
+                    buf = await self.rsm.fetch_log_segment(s, pos, pos + first[1] - 1)
+                    batches = list(iter_batches(buf))
+                    if not batches:
+                        break
+                for bpos, h in batches:
+                    if h.last_offset < start or h.max_timestamp < timestamp:
+                        continue
+                    for r in iter_records(buf, bpos):
+                        if r.offset >= start and r.timestamp >= timestamp:
+                            return TimestampAndOffset(r.timestamp, r.offset, ulog.epoch_for_offset(r.offset))
+                last_pos, last = batches[-1]
+                pos += last_pos + last.size
         return None
 
     async def remote_log_start_offset(self, ulog: UnifiedLog) -> int | None:
