@@ -126,8 +126,11 @@ class RemoteLogState:
 
 def fold(records: Iterator[tuple[int, int, bytes | None]]) -> RemoteLogState:
     """Apply the records in order, as the RLMM's cache does (no transition checks: this is a viewer)."""
-    from remote.metadata import (RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate,
-                                 RemotePartitionDeleteMetadata)
+    from remote.metadata import (
+        RemoteLogSegmentMetadata,
+        RemoteLogSegmentMetadataUpdate,
+        RemotePartitionDeleteMetadata,
+    )
     from remote.rlmm_serde import deserialize
     from remote.rlmm_types import MetadataDecodeError
 
@@ -225,5 +228,15 @@ def add_parser(sub: Any, default_bootstrap: str) -> None:
     p.set_defaults(func=_cmd)
 
 
-__all__ = ["MetadataReader", "RemoteLogState", "RemoteSegment", "add_parser", "fold", "iter_metadata_records",
-           "remote_log_state", "remote_log_state_or_none", "tiered_describe_fields", "REMOTE_LOG_METADATA_TOPIC"]
+__all__ = [
+    "REMOTE_LOG_METADATA_TOPIC",
+    "MetadataReader",
+    "RemoteLogState",
+    "RemoteSegment",
+    "add_parser",
+    "fold",
+    "iter_metadata_records",
+    "remote_log_state",
+    "remote_log_state_or_none",
+    "tiered_describe_fields",
+]
