@@ -45,7 +45,18 @@ HandlerFn = Callable[["KafkaServer", RequestContext, Any], Awaitable[Any]]
 
 
 def build_handlers() -> dict[int, HandlerFn]:
-    from .handlers import admin, api_versions, configs, fetch, groups, list_offsets, metadata, produce, producer
+    from .handlers import (
+        admin,
+        api_versions,
+        cluster_admin,
+        configs,
+        fetch,
+        groups,
+        list_offsets,
+        metadata,
+        produce,
+        producer,
+    )
 
     return {
         ApiKey.API_VERSIONS: api_versions.handle,
@@ -60,6 +71,9 @@ def build_handlers() -> dict[int, HandlerFn]:
         ApiKey.DESCRIBE_CONFIGS: configs.describe_configs,
         ApiKey.INCREMENTAL_ALTER_CONFIGS: configs.incremental_alter_configs,
         ApiKey.DESCRIBE_CLUSTER: admin.describe_cluster,
+        ApiKey.ELECT_LEADERS: cluster_admin.elect_leaders,
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS: cluster_admin.alter_partition_reassignments,
+        ApiKey.LIST_PARTITION_REASSIGNMENTS: cluster_admin.list_partition_reassignments,
         ApiKey.INIT_PRODUCER_ID: producer.init_producer_id,
         ApiKey.FIND_COORDINATOR: groups.find_coordinator,
         ApiKey.JOIN_GROUP: groups.join_group,

@@ -45,15 +45,23 @@ class TopicInfo:
     partitions: int
     configs: dict[str, str] = field(default_factory=dict)   # topic-level overrides, as strings
     internal: bool = False
+    # Replica assignment per partition (index = partition), as the topic was created/reassigned; the live replica
+    # set of a partition is its PartitionState.replicas. Empty means "not recorded" (old local files: [self]).
+    assignments: list[list[int]] = field(default_factory=list)
+
+    def replicas(self, partition: int) -> list[int]:
+        return list(self.assignments[partition]) if 0 <= partition < len(self.assignments) else []
 
     def to_json(self) -> dict:
         return {"name": self.name, "topic_id": str(self.topic_id), "partitions": self.partitions,
-                "configs": self.configs, "internal": self.internal}
+                "configs": self.configs, "internal": self.internal, "assignments": self.assignments}
 
     @classmethod
     def from_json(cls, d: dict) -> "TopicInfo":
-        return cls(d["name"], uuid.UUID(d["topic_id"]), int(d["partitions"]), dict(d.get("configs", {})),
-                   bool(d.get("internal", False)))
+        assignments = [list(map(int, a)) for a in d.get("assignments", [])]
+        partitions = int(d["partitions"]) if "partitions" in d else len(assignments)
+        return cls(d["name"], uuid.UUID(d["topic_id"]), partitions, dict(d.get("configs", {})),
+                   bool(d.get("internal", False)), assignments)
 
 
 class MetadataStore(ABC):
@@ -64,6 +72,7 @@ class MetadataStore(ABC):
     """
 
     cluster_id: str
+    clustered = False       # True for a multi-broker store: replicas follow partition states, not topic creation
 
     async def start(self) -> None:
         """Connect/register; the image is complete when this returns."""
@@ -110,6 +119,17 @@ class MetadataStore(ABC):
         across restarts (Kafka's ProducerIdManager blocks)."""
         raise NotImplementedError
 
+    async def register(self, broker: BrokerInfo) -> None:
+        """Make this broker live (a cluster store registers it on its lease; again to update endpoints)."""
+
+    def shutting_down(self) -> frozenset[int]:
+        """Brokers in controlled shutdown: never elected leader, never added back to an ISR."""
+        return frozenset()
+
+    async def controlled_shutdown(self, timeout_s: float) -> bool:
+        """Ask the controller to move this broker's leaderships away; True once it has (a single broker: at once)."""
+        return True
+
     def add_listener(self, callback: Callable[[str, object], None]) -> None:
         """callback(kind, key) after the image changed: kind is 'topic', 'partition', 'broker' or 'controller'."""
         self._listeners.append(callback)
@@ -147,6 +167,9 @@ class LocalMetadataStore(MetadataStore):
             self.cluster_id = data.get("cluster_id") or self.cluster_id
             self._next_producer_id = int(data.get("next_producer_id_block", 0))
             self._topics = {t["name"]: TopicInfo.from_json(t) for t in data.get("topics", [])}
+            for t in self._topics.values():      # files written before assignments were recorded
+                if len(t.assignments) != t.partitions:
+                    t.assignments = [[self.broker.broker_id] for _ in range(t.partitions)]
         if not self.cluster_id:
             self.cluster_id = _new_cluster_id()
         self._by_id = {t.topic_id: t for t in self._topics.values()}
@@ -196,7 +219,8 @@ class LocalMetadataStore(MetadataStore):
                            ) -> TopicInfo:
         if name in self._topics:
             raise KafkaApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
-        info = TopicInfo(name, uuid.uuid4(), partitions, dict(configs), internal)
+        me = self.broker.broker_id
+        info = TopicInfo(name, uuid.uuid4(), partitions, dict(configs), internal, [[me] for _ in range(partitions)])
         self._topics[name] = info
         self._by_id[info.topic_id] = info
         self._save()
@@ -212,9 +236,11 @@ class LocalMetadataStore(MetadataStore):
         self._notify("topic", name)
         return info
 
-    async def set_partition_count(self, name: str, partitions: int) -> TopicInfo:
+    async def set_partition_count(self, name: str, partitions: int,
+                                  assignments: list[list[int]] | None = None) -> TopicInfo:
         info = self._require(name)
         info.partitions = partitions
+        info.assignments = [[self.broker.broker_id] for _ in range(partitions)]
         self._save()
         self._notify("topic", name)
         return info

@@ -6,6 +6,7 @@ import logging
 import signal
 import sys
 import time
+import uuid
 
 import structlog
 
@@ -49,9 +50,19 @@ class KafkaServer:
         for d in self.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
         me = BrokerInfo(self.broker_id, {a.name: (a.host, a.port) for a in config.advertised_listeners},
-                        config["broker.rack"] or None)
-        self.store: MetadataStore = LocalMetadataStore(self.log_dirs[0], config["cluster.id"] or None, me)
-        self._write_meta_properties()
+                        config["broker.rack"] or None, uuid.uuid4().hex)
+        self.me = me
+        self.controller = None            # cluster mode: broker.cluster.controller.Controller
+        self.cluster_mode = bool(config["metadata.store.connect"])
+        if self.cluster_mode:
+            from .cluster.etcd_store import EtcdMetadataStore
+
+            # The cluster id: configured, else the one this log dir already belongs to, else etcd's.
+            self.store: MetadataStore = EtcdMetadataStore.from_config(
+                config, cluster_id=config["cluster.id"] or self._meta_properties().get("cluster.id"))
+        else:
+            self.store = LocalMetadataStore(self.log_dirs[0], config["cluster.id"] or None, me)
+            self._write_meta_properties()
         self.log_manager = LogManager(self.log_dirs, self._log_config_for)
         cleaner_config = CleanerConfig.from_broker_config(config)
         self.log_cleaner: LogCleaner | None = None
@@ -71,6 +82,13 @@ class KafkaServer:
 
     def _log_config_for(self, topic: str):
         return self.replica_manager.log_config_for(topic)
+
+    def _meta_properties(self) -> dict[str, str]:
+        p = self.log_dirs[0] / "meta.properties"
+        if not p.exists():
+            return {}
+        return dict(line.split("=", 1) for line in p.read_text().splitlines()
+                    if "=" in line and not line.startswith("#"))
 
     def _write_meta_properties(self) -> None:
         """meta.properties as Kafka writes it, so a log dir is never mounted under another cluster by mistake."""
@@ -100,8 +118,20 @@ class KafkaServer:
 
     async def start(self) -> None:
         start = time.monotonic()
+        if self.cluster_mode:
+            await self.store.start()         # cluster id and the metadata image
+            self._write_meta_properties()
+            from .group.records import OFFSETS_TOPIC
+            if (offsets := self.store.topic(OFFSETS_TOPIC)) is not None:
+                self.group_coordinator.num_partitions = offsets.partitions
         await asyncio.get_running_loop().run_in_executor(None, self.log_manager.startup)
+        self.store.add_listener(self.on_metadata_change)     # no await before the load: no change is missed
         self.replica_manager.load_partitions()
+        if self.cluster_mode:
+            await self.store.register(self.me)
+            from .cluster.controller import Controller
+            self.controller = Controller(self.store, self.config)
+            self.controller.start()
         if self.config["remote.log.storage.system.enable"]:
             await self._start_tiered_storage()
         await self.group_coordinator.startup()      # loads __consumer_offsets in the background
@@ -112,6 +142,11 @@ class KafkaServer:
             self.config.listeners, self.apis.handle, max_request_bytes=self.config["socket.request.max.bytes"],
             idle_ms=self.config["connections.max.idle.ms"], metrics=self.metrics)
         await self.socket_server.start()
+        if self.cluster_mode:
+            bound = {a.name: self.advertised_endpoint(a.name) for a in self.config.advertised_listeners}
+            if bound != self.me.endpoints:        # ephemeral ports: advertise what was bound
+                self.me = BrokerInfo(self.broker_id, bound, self.me.rack, self.me.incarnation)
+                await self.store.register(self.me)
         if self.log_cleaner is not None:    # compaction; its swaps run on this loop
             self.metrics.register_log_cleaner(self.log_cleaner)
             await self.log_cleaner.start()
@@ -170,9 +205,43 @@ class KafkaServer:
         await asyncio.get_running_loop().run_in_executor(None, lambda: (
             lm.checkpoint_recovery_points(), lm.checkpoint_log_start_offsets(), lm.checkpoint_high_watermarks()))
 
+    def on_metadata_change(self, kind: str, key: object) -> None:
+        """The metadata image changed (MetadataStore listener): partition states go to the replica manager."""
+        rm = self.replica_manager
+        apply = getattr(rm, "apply_partition_state", None)
+        if kind == "partition" and apply is not None:
+            topic, partition = key
+            apply(topic, partition, self.store.partition_state(topic, partition))
+        elif kind == "topic" and self.store.topic(key) is None:
+            old = getattr(self.store, "deleted_topic", lambda name: None)(key)
+            if old is not None and any(k[0] == key for k in rm.partitions):
+                rm.remove_topic(old)
+                log.info("deleted topic", topic=key, topic_id=str(old.topic_id))
+
+    async def _controlled_shutdown(self) -> None:
+        """Kafka's controlled shutdown: ask the controller to move this broker's leaderships away (bounded:
+        controlled.shutdown.max.retries attempts of broker.session.timeout.ms each), then stop."""
+        cfg = self.config
+        attempts = max(1, cfg["controlled.shutdown.max.retries"])
+        for attempt in range(attempts):
+            started = time.monotonic()
+            try:
+                if await self.store.controlled_shutdown(cfg["broker.session.timeout.ms"] / 1000.0):
+                    log.info("controlled shutdown complete", ms=round((time.monotonic() - started) * 1000))
+                    return
+            except Exception as e:
+                log.warning("controlled shutdown attempt failed", attempt=attempt + 1, error=repr(e))
+            if attempt + 1 < attempts:
+                await asyncio.sleep(cfg["controlled.shutdown.retry.backoff.ms"] / 1000.0)
+        log.warning("controlled shutdown did not complete; shutting down anyway", attempts=attempts)
+
     async def stop(self) -> None:
         """Clean shutdown: stop serving, then flush logs, write checkpoints and the clean-shutdown marker."""
         log.info("shutting down")
+        if self.cluster_mode and self.config["controlled.shutdown.enable"]:
+            await self._controlled_shutdown()
+        if self.controller is not None:
+            await self.controller.stop()
         for t in self._tasks:
             t.cancel()
         await self.group_coordinator.shutdown()     # answers parked joins, lets queued offset writes land
@@ -184,6 +253,7 @@ class KafkaServer:
         if self.log_cleaner is not None:
             await self.log_cleaner.shutdown()       # aborts a cleaning in progress before the logs close
         await asyncio.get_running_loop().run_in_executor(None, self.log_manager.shutdown)
+        await self.store.close()          # cluster: revokes the lease (deregisters now, not after the session)
         self.metrics.stop_http()
         log.info("shut down cleanly")
 

@@ -31,8 +31,11 @@ class BrokerMetadataTopicIO:
         store = self.server.store
         if store.topic(REMOTE_LOG_METADATA_TOPIC) is None:
             cfg = {"retention.ms": str(retention_ms), "cleanup.policy": "delete"}
-            info = await store.create_topic(REMOTE_LOG_METADATA_TOPIC, num_partitions, cfg, internal=True)
-            self.server.replica_manager.ensure_partitions(info)
+            rf = min(replication_factor, max(1, len(store.brokers())))     # capped by the live brokers
+            info = await store.create_topic(REMOTE_LOG_METADATA_TOPIC, num_partitions, cfg, internal=True,
+                                            replication_factor=rf)
+            if not store.clustered:     # in a cluster the replicas follow the partition states
+                self.server.replica_manager.ensure_partitions(info)
             log.info("created internal topic", topic=REMOTE_LOG_METADATA_TOPIC, partitions=num_partitions)
 
     def _partition(self, partition: int):
@@ -81,8 +84,7 @@ def build_remote_log_manager(server: "KafkaServer") -> tuple[RemoteLogManager, A
                                     "remote.log.metadata.topic.retention.ms",
                                     "remote.log.metadata.consume.wait.ms")}
     rlmm_cfg.update(cfg.prefixed("rlmm.config."))
-    # One broker: the metadata topic's replication factor is capped by the cluster size.
-    rlmm_cfg["remote.log.metadata.topic.replication.factor"] = 1
+    # The metadata topic's replication factor is capped by the live brokers when it is created (ensure_topic).
     rlmm = TopicBasedRemoteLogMetadataManager(BrokerMetadataTopicIO(server), Path(data_dir) / "remote-log-metadata",
                                               rlmm_cfg, broker_id=server.broker_id)
     metrics = RemoteMetrics(server.metrics.registry)

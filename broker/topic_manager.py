@@ -38,11 +38,33 @@ class TopicManager:
                                 f"Number of partitions must be between 1 and {MAX_PARTITIONS}, got {partitions}.")
         if replication_factor == -1:
             replication_factor = self.config["default.replication.factor"]
-        if replication_factor != 1:
+        if replication_factor <= 0:
+            raise KafkaApiError(ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")
+        live = len(self.store.brokers())
+        if replication_factor > live:
             raise KafkaApiError(ErrorCode.INVALID_REPLICATION_FACTOR,
-                                f"Replication factor: {replication_factor} larger than available brokers: 1.")
+                                f"Replication factor: {replication_factor} larger than available brokers: {live}.")
         self._validate_configs(configs, None)
         return partitions, configs
+
+    def validate_assignments(self, assignments: list[list[int]]) -> None:
+        """Manual replica assignments (CreateTopics, CreatePartitions): non-empty, no duplicate broker in a
+        partition, one replication factor, registered brokers only."""
+        brokers = self.store.brokers()
+        for i, a in enumerate(assignments):
+            if not a:
+                raise KafkaApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                    f"The manual partition assignment of partition {i} is empty.")
+            if len(set(a)) != len(a):
+                raise KafkaApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                    f"The manual partition assignment {list(a)} contains duplicate broker ids.")
+            if len(a) != len(assignments[0]):
+                raise KafkaApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                    "All partitions should have the same number of replicas.")
+            unknown = [b for b in a if b not in brokers]
+            if unknown:
+                raise KafkaApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                    f"Unknown broker ids in assignment {list(a)}.")
 
     def _validate_configs(self, configs: dict[str, str], old: dict[str, str] | None) -> None:
         """Value checks, then Kafka's tiered-storage rules (LogConfig.validate, KIP-950)."""
@@ -69,12 +91,20 @@ class TopicManager:
                                 "remote.log.delete.on.disable=true`.")
 
     async def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,
-                     configs: dict[str, str] | None = None, validate_only: bool = False) -> TopicInfo | None:
+                           configs: dict[str, str] | None = None, validate_only: bool = False,
+                           assignments: list[list[int]] | None = None) -> TopicInfo | None:
+        if assignments:
+            self.validate_assignments(assignments)
+            partitions, replication_factor = len(assignments), len(assignments[0])
+        if replication_factor == -1:
+            replication_factor = self.config["default.replication.factor"]
         partitions, configs = self.validate_new_topic(name, partitions, replication_factor, dict(configs or {}))
         if validate_only:
             return None
-        info = await self.store.create_topic(name, partitions, configs, replication_factor=replication_factor)
-        self.replica_manager.ensure_partitions(info)
+        info = await self.store.create_topic(name, partitions, configs, replication_factor=replication_factor,
+                                             assignments=assignments or None)
+        if not self.store.clustered:        # in a cluster, replicas follow the partition states (watch)
+            self.replica_manager.ensure_partitions(info)
         log.info("created topic", topic=name, partitions=partitions, topic_id=str(info.topic_id), configs=configs)
         return info
 
@@ -82,11 +112,12 @@ class TopicManager:
         if not self.config["delete.topic.enable"]:
             raise KafkaApiError(ErrorCode.TOPIC_DELETION_DISABLED, "Topic deletion is disabled.")
         info = await self.store.delete_topic(name)
-        self.replica_manager.remove_topic(info)
+        self.replica_manager.remove_topic(info)      # idempotent: the watch may have done it already
         log.info("deleted topic", topic=name, topic_id=str(info.topic_id))
         return info
 
-    async def create_partitions(self, name: str, count: int, validate_only: bool = False) -> TopicInfo:
+    async def create_partitions(self, name: str, count: int, validate_only: bool = False,
+                                assignments: list[list[int]] | None = None) -> TopicInfo:
         info = self.store.topic(name)
         if info is None:
             raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
@@ -96,10 +127,20 @@ class TopicManager:
                                 f"to the requested {count}.")
         if count > MAX_PARTITIONS:
             raise KafkaApiError(ErrorCode.INVALID_PARTITIONS, f"At most {MAX_PARTITIONS} partitions are allowed.")
+        if assignments:
+            if len(assignments) != count - info.partitions:
+                raise KafkaApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                    f"Increasing the number of partitions by {count - info.partitions} but "
+                                    f"{len(assignments)} assignments provided.")
+            self.validate_assignments(assignments)
         if validate_only:
             return info
-        info = await self.store.set_partition_count(name, count)
-        self.replica_manager.ensure_partitions(info)
+        if assignments:
+            info = await self.store.set_partition_count(name, count, assignments=assignments)
+        else:
+            info = await self.store.set_partition_count(name, count)
+        if not self.store.clustered:
+            self.replica_manager.ensure_partitions(info)
         log.info("added partitions", topic=name, partitions=count)
         return info
 

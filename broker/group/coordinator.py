@@ -195,9 +195,12 @@ class GroupCoordinator:
         configs = {"cleanup.policy": "compact", "compression.type": "producer",
                    "segment.bytes": str(cfg["offsets.topic.segment.bytes"])}
         try:
+            # Capped by the live brokers (Kafka refuses instead; docs/configuration.md).
+            rf = min(cfg["offsets.topic.replication.factor"], max(1, len(store.brokers())))
             info = await store.create_topic(OFFSETS_TOPIC, self.num_partitions, configs, internal=True,
-                                            replication_factor=cfg["offsets.topic.replication.factor"])
-            self.server.replica_manager.ensure_partitions(info)
+                                            replication_factor=rf)
+            if not store.clustered:     # in a cluster the replicas follow the partition states
+                self.server.replica_manager.ensure_partitions(info)
         except Exception:
             if store.topic(OFFSETS_TOPIC) is not None:      # created concurrently
                 return True

@@ -29,25 +29,28 @@ async def create_topics(server, ctx, req):
             if seen[t.name] > 1:
                 raise KafkaApiError(ErrorCode.INVALID_REQUEST, "Create topics request from client contains "
                                                                f"multiple entries for topic {t.name}.")
+            assignments = None
             if t.assignments:
                 if t.num_partitions != -1 or t.replication_factor != -1:
                     raise KafkaApiError(ErrorCode.INVALID_REQUEST, "Both numPartitions or replicationFactor and "
                                                                    "replicasAssignments were set.")
-                for a in t.assignments:
-                    if list(a.broker_ids) != [server.broker_id]:
-                        raise KafkaApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                                            f"Unknown broker ids in assignment {list(a.broker_ids)}.")
-                partitions, rf = len(t.assignments), 1
+                ordered = sorted(t.assignments, key=lambda a: a.partition_index)
+                if [a.partition_index for a in ordered] != list(range(len(ordered))):
+                    raise KafkaApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                        "Partitions should be 0-based and consecutive.")
+                assignments = [list(a.broker_ids) for a in ordered]
+                partitions, rf = len(assignments), len(assignments[0])
             else:
                 partitions, rf = t.num_partitions, t.replication_factor
+            rf = rf if rf != -1 else server.config["default.replication.factor"]
             cfg = {c.name: c.value for c in (t.configs or [])}
-            info = await server.topic_manager.create_topic(t.name, partitions, rf, cfg, validate_only)
+            info = await server.topic_manager.create_topic(t.name, partitions, rf, cfg, validate_only, assignments)
             if info is None:      # validate_only
                 partitions = partitions if partitions != -1 else server.config["num.partitions"]
-                res.num_partitions, res.replication_factor = partitions, 1
+                res.num_partitions, res.replication_factor = partitions, rf
             else:
                 res.topic_id = info.topic_id
-                res.num_partitions, res.replication_factor = info.partitions, 1
+                res.num_partitions, res.replication_factor = info.partitions, len(info.replicas(0)) or rf
             if v >= 5:
                 res.configs = [Result.CreatableTopicConfigs(name=e.name, value=e.value, read_only=e.read_only,
                                                             config_source=e.source, is_sensitive=e.sensitive)
@@ -87,12 +90,8 @@ async def create_partitions(server, ctx, req):
     for t in req.topics:
         res = Result(name=t.name, error_code=0, error_message=None)
         try:
-            if t.assignments:
-                for a in t.assignments:
-                    if list(a.broker_ids) != [server.broker_id]:
-                        raise KafkaApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                                            f"Unknown broker ids in assignment {list(a.broker_ids)}.")
-            await server.topic_manager.create_partitions(t.name, t.count, bool(req.validate_only))
+            assignments = [list(a.broker_ids) for a in t.assignments] if t.assignments else None
+            await server.topic_manager.create_partitions(t.name, t.count, bool(req.validate_only), assignments)
         except KafkaApiError as e:
             res.error_code, res.error_message = _err(e)
         results.append(res)
@@ -137,9 +136,24 @@ async def describe_cluster(server, ctx, req):
         return Resp(version=v, throttle_time_ms=0, error_code=ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
                     error_message="Only broker endpoints are available.", endpoint_type=endpoint_type,
                     cluster_id=server.store.cluster_id, controller_id=-1, brokers=[])
-    host, port = server.advertised_endpoint(ctx.conn.listener)
-    brokers = [Resp.DescribeClusterBroker(broker_id=server.broker_id, host=host, port=port,
-                                          rack=server.config["broker.rack"] or None, is_fenced=False)]
+    brokers = [Resp.DescribeClusterBroker(broker_id=b, host=host, port=port, rack=rack, is_fenced=False)
+               for b, (host, port), rack in live_brokers(server, ctx.conn.listener)]
     return Resp(version=v, throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=endpoint_type,
-                cluster_id=server.store.cluster_id, controller_id=server.broker_id, brokers=brokers,
+                cluster_id=server.store.cluster_id, controller_id=server.store.controller_id, brokers=brokers,
                 authorized_operations=None)
+
+
+def live_brokers(server, listener: str) -> list[tuple[int, tuple[str, int], str | None]]:
+    """(id, endpoint of `listener`, rack) of every live broker, sorted by id; this broker's own endpoint is what it
+    bound (ephemeral ports), the others' what they registered."""
+    out = []
+    for b, info in sorted(server.store.brokers().items()):
+        if b == server.broker_id:
+            out.append((b, server.advertised_endpoint(listener), server.config["broker.rack"] or None))
+        else:
+            ep = info.endpoint(listener)
+            if ep is not None:
+                out.append((b, ep, info.rack))
+    if not any(b == server.broker_id for b, _, _ in out) and not server.store.clustered:
+        out.insert(0, (server.broker_id, server.advertised_endpoint(listener), server.config["broker.rack"] or None))
+    return out

@@ -8,6 +8,7 @@ import time
 from protocol.errors import ErrorCode
 from protocol.registry import ApiKey, response_class
 
+from ..group import OFFSETS_TOPIC
 from ..group.coordinator import JoinParams
 from ..group.group import GROUP_TYPE, GroupState
 from ..group.records import OffsetAndMetadata
@@ -34,33 +35,42 @@ def req_key_type(req, version: int) -> int:
 async def find_coordinator(server, ctx, req):
     Resp = response_class(ApiKey.FIND_COORDINATOR)
     v = ctx.api_version
-    host, port = server.advertised_endpoint(ctx.conn.listener)
+    listener = ctx.conn.listener
     coord = server.group_coordinator
+    store = server.store
 
     if req_key_type(req, v) == KEY_TYPE_GROUP and coord.active:
         await coord.ensure_offsets_topic()     # Kafka creates the offsets topic on the first FindCoordinator
 
-    def answer(key: str, key_type: int) -> tuple[ErrorCode, str | None]:
+    def answer(key: str, key_type: int) -> tuple[ErrorCode, str | None, int, str, int]:
+        """The coordinator of a group is the leader of its __consumer_offsets partition."""
         if key_type == KEY_TYPE_GROUP:
             if not coord.active or not coord.offsets_topic_exists():
-                return E.COORDINATOR_NOT_AVAILABLE, "The coordinator is not available."
-            return E.NONE, None
+                return E.COORDINATOR_NOT_AVAILABLE, "The coordinator is not available.", -1, "", -1
+            state = store.partition_state(OFFSETS_TOPIC, coord.partition_for(key))
+            leader = state.leader if state is not None else -1
+            if leader == server.broker_id:
+                host, port = server.advertised_endpoint(listener)
+                return E.NONE, None, leader, host, port
+            info = store.brokers().get(leader) if leader >= 0 else None
+            ep = info.endpoint(listener) if info is not None else None
+            if ep is None:
+                return E.COORDINATOR_NOT_AVAILABLE, "The coordinator is not available.", -1, "", -1
+            return E.NONE, None, leader, ep[0], ep[1]
         if key_type == KEY_TYPE_TRANSACTION:
-            return E.COORDINATOR_NOT_AVAILABLE, "This broker has no transaction coordinator."
-        return E.INVALID_REQUEST, f"Unsupported key type {key_type}."
+            return E.COORDINATOR_NOT_AVAILABLE, "This broker has no transaction coordinator.", -1, "", -1
+        return E.INVALID_REQUEST, f"Unsupported key type {key_type}.", -1, "", -1
 
     if v >= 4:
         coords = []
         for key in req.coordinator_keys or []:
-            err, msg = answer(key, req.key_type)
-            ok = err == E.NONE
-            coords.append(Resp.Coordinator(key=key, node_id=server.broker_id if ok else -1, host=host if ok else "",
-                                           port=port if ok else -1, error_code=err, error_message=msg))
+            err, msg, node, host, port = answer(key, req.key_type)
+            coords.append(Resp.Coordinator(key=key, node_id=node, host=host, port=port, error_code=err,
+                                           error_message=msg))
         return Resp(version=v, throttle_time_ms=0, coordinators=coords)
-    err, msg = answer(req.key, req.key_type if v >= 1 else KEY_TYPE_GROUP)
-    ok = err == E.NONE
+    err, msg, node, host, port = answer(req.key, req.key_type if v >= 1 else KEY_TYPE_GROUP)
     return Resp(version=v, throttle_time_ms=0, error_code=err, error_message=msg if v >= 1 else None,
-                node_id=server.broker_id if ok else -1, host=host if ok else "", port=port if ok else -1)
+                node_id=node, host=host, port=port)
 
 
 # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup -----------------------------------------------------------------

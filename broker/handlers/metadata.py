@@ -4,6 +4,8 @@ from __future__ import annotations
 from protocol.errors import ErrorCode, KafkaApiError
 from protocol.registry import ApiKey, response_class
 
+from .admin import live_brokers
+
 
 def advertised_broker(server, ctx):
     """The advertised endpoint of the listener the request came in on (Kafka's per-listener metadata)."""
@@ -16,8 +18,6 @@ async def handle(server, ctx, req):
     Part = Topic.MetadataResponsePartition
     v = ctx.api_version
     store = server.store
-    host, port = advertised_broker(server, ctx)
-    broker_id = server.broker_id
     allow_auto = v < 4 or bool(req.allow_auto_topic_creation)
 
     if req.topics is None:
@@ -31,6 +31,7 @@ async def handle(server, ctx, req):
             else:
                 wanted.append((t.name, None))
 
+    live = store.brokers()
     topics = []
     for name, tid in wanted:
         info = store.topic(name) if name is not None else None
@@ -46,13 +47,19 @@ async def handle(server, ctx, req):
             continue
         parts = []
         for i in range(info.partitions):
-            p = server.replica_manager.get_partition(info.name, i)
-            epoch = p.leader_epoch if p is not None else 0
-            parts.append(Part(error_code=0, partition_index=i, leader_id=broker_id, leader_epoch=epoch,
-                              replica_nodes=[broker_id], isr_nodes=[broker_id], offline_replicas=[]))
+            st = store.partition_state(info.name, i)
+            if st is None:       # being created: its state is not written (or not seen) yet
+                parts.append(Part(error_code=ErrorCode.LEADER_NOT_AVAILABLE, partition_index=i, leader_id=-1,
+                                  leader_epoch=-1, replica_nodes=info.replicas(i), isr_nodes=[],
+                                  offline_replicas=[]))
+                continue
+            offline = [b for b in st.replicas if b not in live]
+            parts.append(Part(error_code=ErrorCode.LEADER_NOT_AVAILABLE if st.leader < 0 else 0,
+                              partition_index=i, leader_id=st.leader, leader_epoch=st.leader_epoch,
+                              replica_nodes=list(st.replicas), isr_nodes=list(st.isr), offline_replicas=offline))
         topics.append(Topic(error_code=0, name=info.name, topic_id=info.topic_id, is_internal=info.internal,
                             partitions=parts))
-    brokers = [Resp.MetadataResponseBroker(node_id=broker_id, host=host, port=port,
-                                           rack=server.config["broker.rack"] or None)]
+    brokers = [Resp.MetadataResponseBroker(node_id=b, host=host, port=port, rack=rack)
+               for b, (host, port), rack in live_brokers(server, ctx.conn.listener)]
     return Resp(version=v, throttle_time_ms=0, brokers=brokers, cluster_id=store.cluster_id,
-                controller_id=broker_id, topics=topics, error_code=0)
+                controller_id=store.controller_id, topics=topics, error_code=0)

@@ -7,8 +7,8 @@ under ``tmp_dir``, and waits (bounded) until ``/health`` answers ``"health":"tru
 
 ``connect`` is the value for a broker's ``metadata.store.connect``; ``endpoint`` is ``(host, port)``.
 
-The pytest fixture ``etcd`` (function scope) below can be imported into a test module or conftest:
-``from tests.support.etcd_proc import etcd  # noqa: F401``.
+The pytest fixture ``etcd_fixture`` (function scope, a fresh etcd per test) is meant to be bound to a name in a test
+module or conftest: ``etcd = etcd_fixture`` (then tests take an ``etcd`` argument).
 """
 from __future__ import annotations
 
@@ -204,7 +204,7 @@ def wait_healthy(e: EtcdProcess, timeout: float = 10.0) -> None:
 
 
 @pytest.fixture
-def etcd(tmp_path: Path) -> Iterator[EtcdProcess]:
+def etcd_fixture(tmp_path: Path) -> Iterator[EtcdProcess]:
     """A fresh single-member etcd for one test; skipped when etcd is not installed."""
     if etcd_binary() is None:
         pytest.skip("etcd not installed (apt-get install etcd-server)")

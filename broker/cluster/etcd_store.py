@@ -1,0 +1,665 @@
+"""EtcdMetadataStore: the cluster's MetadataStore on etcd v3 (aetcd), key layout of docs/cluster.md.
+
+* Reads come from a MetadataImage kept current by one watch on `<prefix>/<cluster.id>/`; after a watch error the
+  whole prefix is re-read at one revision (a single Range is revision-consistent) and the watch resumes after it;
+  the listeners get the difference.
+* The broker is registered under `brokers/<id>` on a lease of `broker.session.timeout.ms`, kept alive every
+  `broker.heartbeat.interval.ms`; a lost lease (etcd unreachable longer than the session, or expired) is replaced
+  and the broker registers again.
+* Every write is a transaction: topic keys compare their mod_revision (or absence), partition states compare
+  their mod_revision and carry partition_epoch + 1; controller writes also compare `controller_epoch`, so a deposed
+  controller cannot write. A failed compare raises StaleStateError (partition state) after refreshing the image
+  from the keys it compared.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import aetcd
+import structlog
+from aetcd import rpc
+from aetcd.exceptions import ClientError
+from aetcd.exceptions import _handle_exception as _map_grpc_error
+
+from protocol.errors import ErrorCode, KafkaApiError
+
+from ..metadata_store import MetadataStore, TopicInfo, _new_cluster_id
+from .image import MetadataImage, topic_to_json
+from .model import BrokerInfo, PartitionState, StaleStateError
+from .placement import assign_replicas
+
+log = structlog.get_logger("strata.etcd")
+
+MAX_TXN_OPS = 100          # etcd's default --max-txn-ops is 128
+PRODUCER_ID_KEY = "producer_ids/next"
+
+
+def parse_connect(spec: str) -> list[tuple[str, int]]:
+    """`etcd://host:port[,host:port...]` -> endpoints (port defaults to 2379)."""
+    if not spec.startswith("etcd://"):
+        raise ValueError(f"metadata.store.connect {spec!r} must start with etcd://")
+    out = []
+    for part in spec[len("etcd://"):].split(","):
+        part = part.strip().rstrip("/")
+        if not part:
+            continue
+        host, sep, port = part.rpartition(":")
+        if not sep:
+            host, port = part, "2379"
+        out.append((host.strip("[]"), int(port)))
+    if not out:
+        raise ValueError(f"metadata.store.connect {spec!r} names no etcd endpoint")
+    return out
+
+
+# ---- transaction building blocks ------------------------------------------------------------------------------
+def _cmp(key: bytes, target: str, op: str, value) -> rpc.Compare:
+    c = rpc.Compare(key=key)
+    c.result = {"==": rpc.Compare.EQUAL, "!=": rpc.Compare.NOT_EQUAL, "<": rpc.Compare.LESS,
+                ">": rpc.Compare.GREATER}[op]
+    if target == "mod":
+        c.target, c.mod_revision = rpc.Compare.MOD, int(value)
+    elif target == "create":
+        c.target, c.create_revision = rpc.Compare.CREATE, int(value)
+    elif target == "value":
+        c.target, c.value = rpc.Compare.VALUE, value
+    elif target == "version":
+        c.target, c.version = rpc.Compare.VERSION, int(value)
+    else:
+        raise ValueError(target)
+    return c
+
+
+def _put(key: bytes, value: bytes, lease: int = 0) -> rpc.RequestOp:
+    return rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value, lease=lease))
+
+
+def _get(key: bytes) -> rpc.RequestOp:
+    return rpc.RequestOp(request_range=rpc.RangeRequest(key=key))
+
+
+def _delete(key: bytes, prefix: bool = False) -> rpc.RequestOp:
+    req = rpc.DeleteRangeRequest(key=key)
+    if prefix:
+        req.range_end = aetcd.utils.prefix_range_end(key)
+    return rpc.RequestOp(request_delete_range=req)
+
+
+def _j(obj) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), sort_keys=True).encode()
+
+
+@dataclass
+class TxnResult:
+    succeeded: bool
+    revision: int
+    ranges: list[list]        # kvs of each range op of the branch taken
+
+
+class EtcdMetadataStore(MetadataStore):
+    clustered = True
+
+    def __init__(self, endpoints: list[tuple[str, int]], *, broker_id: int, prefix: str = "/strata",
+                 cluster_id: str | None = None, session_timeout_ms: int = 9000, heartbeat_interval_ms: int = 2000,
+                 request_timeout_s: float = 5.0) -> None:
+        self._listeners = []
+        self.endpoints = endpoints
+        self.broker_id = broker_id
+        self.prefix = "/" + prefix.strip("/") if prefix.strip("/") else ""
+        self.configured_cluster_id = cluster_id or None
+        self.cluster_id = cluster_id or ""
+        self.session_timeout_ms = session_timeout_ms
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.request_timeout_s = request_timeout_s
+        self.image = MetadataImage()
+        self._endpoint_index = 0
+        self._client: aetcd.Client | None = None
+        self._root = b""
+        self._me: BrokerInfo | None = None
+        self.lease_id = 0
+        self._lease_lost = asyncio.Event()
+        self._tasks: list[asyncio.Task] = []
+        self._closed = False
+        self.registrations = 0                  # times this process (re-)registered (tests, logs)
+        self._image_changed = asyncio.Event()   # set on every image change; waiters clear it themselves
+
+    @classmethod
+    def from_config(cls, config, cluster_id: str | None = None) -> "EtcdMetadataStore":
+        return cls(parse_connect(config["metadata.store.connect"]), broker_id=config.broker_id,
+                   prefix=config["metadata.store.prefix"], cluster_id=cluster_id or config["cluster.id"] or None,
+                   session_timeout_ms=config["broker.session.timeout.ms"],
+                   heartbeat_interval_ms=config["broker.heartbeat.interval.ms"])
+
+    # ---- connection ---------------------------------------------------------------------------------------------
+    def _new_client(self) -> aetcd.Client:
+        host, port = self.endpoints[self._endpoint_index % len(self.endpoints)]
+        return aetcd.Client(host=host, port=port, timeout=self.request_timeout_s)
+
+    @property
+    def client(self) -> aetcd.Client:
+        if self._client is None:
+            self._client = self._new_client()
+        return self._client
+
+    async def _rotate(self) -> None:
+        """Switch to the next endpoint after a connection failure (the watch restarts on its own)."""
+        if len(self.endpoints) < 2:
+            return
+        old, self._client = self._client, None
+        self._endpoint_index += 1
+        if old is not None:
+            try:
+                await asyncio.wait_for(old.close(), 2.0)
+            except (Exception, asyncio.TimeoutError):
+                pass
+
+    async def _rpc(self, fn):
+        """Run `fn(client)`, trying each endpoint once on connection failures."""
+        last: Exception | None = None
+        for _ in range(len(self.endpoints)):
+            try:
+                return await fn(self.client)
+            except (aetcd.exceptions.ConnectionFailedError, aetcd.exceptions.ConnectionTimeoutError) as e:
+                last = e
+                await self._rotate()
+        assert last is not None
+        raise last
+
+    def key(self, rel: str) -> bytes:
+        return self._root + rel.encode()
+
+    async def txn(self, compare: list[rpc.Compare], success: list[rpc.RequestOp],
+                  failure: Iterable[rpc.RequestOp] = ()) -> TxnResult:
+        req = rpc.TxnRequest(compare=compare, success=success, failure=list(failure))
+
+        async def call(c: aetcd.Client):
+            await c.connect()
+            try:
+                return await c.kvstub.Txn(req, timeout=self.request_timeout_s, metadata=c.metadata)
+            except rpc.AioRpcError as e:
+                _map_grpc_error(e)
+
+        resp = await self._rpc(call)
+        ranges = [list(r.response_range.kvs) for r in resp.responses if r.WhichOneof("response") == "response_range"]
+        return TxnResult(resp.succeeded, resp.header.revision, ranges)
+
+    def _rel(self, key: bytes) -> str:
+        return key[len(self._root):].decode()
+
+    # ---- lifecycle ----------------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        await self._resolve_cluster_id()
+        self._root = f"{self.prefix}/{self.cluster_id}/".encode()
+        await self._reload()
+        self._tasks.append(asyncio.create_task(self._watch_loop(), name="etcd-watch"))
+        log.info("metadata store connected", endpoints=[f"{h}:{p}" for h, p in self.endpoints],
+                 cluster_id=self.cluster_id, revision=self.image.revision, brokers=sorted(self.image.brokers),
+                 topics=len(self.image.topics))
+
+    async def _resolve_cluster_id(self) -> None:
+        """`<prefix>/cluster_id` names the cluster a broker without `cluster.id` joins; the first broker creates it
+        (create-if-absent). A configured id marks its own `<prefix>/<id>/cluster_id` the same way."""
+        pointer = f"{self.prefix}/cluster_id".encode()
+        cid = self.configured_cluster_id or _new_cluster_id()
+        own = f"{self.prefix}/{cid}/cluster_id".encode()
+        res = await self.txn([_cmp(pointer, "create", "==", 0)], [_put(pointer, _j(cid)), _put(own, _j(cid))],
+                             [_get(pointer)])
+        if not res.succeeded and not self.configured_cluster_id:
+            cid = json.loads(res.ranges[0][0].value)     # adopt the stored cluster
+            own = f"{self.prefix}/{cid}/cluster_id".encode()
+        await self.txn([_cmp(own, "create", "==", 0)], [_put(own, _j(cid))])
+        self.cluster_id = cid
+
+    async def _reload(self) -> None:
+        """Re-read the whole prefix at one revision; notify the differences to the previous image."""
+        root = self._root
+        r = await self._rpc(lambda c: c.get_prefix(root))
+        kvs = [(self._rel(kv.key), kv.value, kv.mod_revision) for kv in r.kvs]
+        new = MetadataImage.from_kvs(kvs, r.header.revision)
+        old, self.image = self.image, new
+        changes = new.diff(old) if old.revision else []
+        for kind, key in changes:
+            self._notify(kind, key)
+        self._image_changed.set()
+
+    async def _watch_loop(self) -> None:
+        backoff = 0.1
+        while not self._closed:
+            watch = None
+            try:
+                start = self.image.revision + 1
+                watch = await self._rpc(lambda c, s=start: c.watch_prefix(self._root, start_revision=s))
+                backoff = 0.1
+                async for ev in watch:
+                    rel = self._rel(ev.kv.key)
+                    value = ev.kv.value if ev.kind == "PUT" else None
+                    self._apply(rel, value, ev.kv.mod_revision)
+                raise ConnectionError("watch stream ended")
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                if self._closed:
+                    return
+                log.warning("metadata watch failed; re-reading", error=repr(e))
+            finally:
+                if watch is not None:      # bounded: aetcd's cancel blocks on a full request queue of a dead stream
+                    try:
+                        await asyncio.wait_for(watch.cancel(), 1.0)
+                    except (Exception, asyncio.CancelledError):
+                        pass
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 2.0)
+            try:
+                if backoff > 0.4:
+                    await self._rotate()
+                await self._reload()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.warning("metadata re-read failed", error=repr(e))
+
+    def _apply(self, rel: str, value: bytes | None, revision: int) -> None:
+        changes = self.image.apply(rel, value, revision)
+        for kind, key in changes:
+            try:
+                self._notify(kind, key)
+            except Exception:
+                log.exception("metadata listener failed", kind=kind, key=key)
+        self._image_changed.set()
+
+    def _apply_kvs(self, kvs: Iterable) -> None:
+        for kv in kvs:
+            self._apply(self._rel(kv.key), kv.value, kv.mod_revision)
+
+    async def wait_for(self, predicate, timeout: float) -> bool:
+        """Wait (bounded) until `predicate()` holds on the image; True if it does."""
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            self._image_changed.clear()
+            if predicate():
+                return True
+            try:
+                await asyncio.wait_for(self._image_changed.wait(), remaining)
+            except asyncio.TimeoutError:
+                return bool(predicate())
+        return True
+
+    async def close(self) -> None:
+        self._closed = True
+        for t in self._tasks:
+            t.cancel()
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=2.0)
+        self._tasks.clear()
+        if self.lease_id:
+            try:    # deregister at once (and drop controller / shutdown keys on this lease)
+                await asyncio.wait_for(self.client.revoke_lease(self.lease_id), self.request_timeout_s)
+            except Exception as e:
+                log.warning("could not revoke the broker lease", error=repr(e))
+            self.lease_id = 0
+        if self._client is not None:
+            try:
+                await asyncio.wait_for(self._client.close(), 2.0)
+            except (Exception, asyncio.TimeoutError):
+                pass
+            self._client = None
+
+    # ---- registration and lease ---------------------------------------------------------------------------------
+    @property
+    def lease_ttl_s(self) -> int:
+        return max(1, math.ceil(self.session_timeout_ms / 1000))
+
+    async def register(self, broker: BrokerInfo) -> None:
+        self._me = broker
+        if not self.lease_id:
+            await self._grant()
+        await self._put_registration()
+        if not any(t.get_name() == "etcd-keepalive" for t in self._tasks):
+            self._tasks.append(asyncio.create_task(self._keepalive_loop(), name="etcd-keepalive"))
+
+    async def _grant(self) -> None:
+        lease = await self._rpc(lambda c: c.lease(self.lease_ttl_s))
+        self.lease_id = lease.id
+        self._lease_lost.clear()
+
+    async def _put_registration(self) -> None:
+        me = self._me
+        assert me is not None
+        key = self.key(f"brokers/{me.broker_id}")
+        r = await self._rpc(lambda c: c.get(key))
+        if r is not None:
+            old = json.loads(r.value)
+            if old.get("incarnation") != me.incarnation and r.lease and r.lease != self.lease_id:
+                # A previous incarnation of this broker (killed, restarted before its lease ran out): revoke its
+                # lease so its registration and any controller key it held go now, not after the session timeout.
+                try:
+                    await self._rpc(lambda c: c.revoke_lease(r.lease))
+                except ClientError:
+                    pass
+        res = await self.txn([], [_put(key, _j({**me.to_json(), "lease": self.lease_id}), self.lease_id)])
+        self.image.apply(f"brokers/{me.broker_id}", _j({**me.to_json(), "lease": self.lease_id}), res.revision)
+        self._notify("broker", me.broker_id)
+        self._image_changed.set()
+        self.registrations += 1
+        log.info("broker registered", broker_id=me.broker_id, lease=hex(self.lease_id), ttl_s=self.lease_ttl_s)
+
+    async def _keepalive_loop(self) -> None:
+        interval = max(self.heartbeat_interval_ms, 50) / 1000.0
+        last_ok = time.monotonic()
+        registered = True
+        while not self._closed:
+            await asyncio.sleep(interval)
+            try:
+                if not registered:
+                    await self._grant()
+                    await self._put_registration()
+                    registered, last_ok = True, time.monotonic()
+                    continue
+                reply = await asyncio.wait_for(self._rpc(lambda c: c.refresh_lease(self.lease_id)),
+                                               max(interval, 1.0))
+                if reply is None or reply.TTL <= 0:
+                    registered = False
+                else:
+                    last_ok = time.monotonic()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.warning("lease keep-alive failed", error=repr(e), registered=registered)
+                if registered and time.monotonic() - last_ok > self.session_timeout_ms / 1000.0:
+                    registered = False
+            if not registered:
+                log.warning("broker lease lost; registering again", lease=hex(self.lease_id))
+                self._lease_lost.set()
+
+    # ---- reads ----------------------------------------------------------------------------------------------------
+    def topics(self) -> dict[str, TopicInfo]:
+        return self.image.topics
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        return self.image.by_id.get(topic_id)
+
+    def brokers(self) -> dict[int, BrokerInfo]:
+        return self.image.brokers
+
+    def partition_state(self, topic: str, partition: int) -> PartitionState | None:
+        return self.image.partitions.get((topic, partition))
+
+    @property
+    def controller_id(self) -> int:
+        c = self.image.controller
+        return c.broker_id if c is not None else -1
+
+    def shutting_down(self) -> frozenset[int]:
+        return frozenset(self.image.shutdown)
+
+    def deleted_topic(self, name: str) -> TopicInfo | None:
+        """The TopicInfo of `name` as it was when it was last deleted (listeners of a 'topic' deletion)."""
+        return self.image.deleted_topics.get(name)
+
+    # ---- topic mutations (any broker) ----------------------------------------------------------------------------
+    def _initial_state(self, replicas: list[int]) -> PartitionState:
+        live = [b for b in replicas if b in self.image.brokers]
+        return PartitionState(live[0] if live else -1, 0, tuple(live or replicas), tuple(replicas), 0)
+
+    def compute_assignments(self, partitions: int, replication_factor: int, *, start_partition: int = 0,
+                            start_index: int = -1) -> list[list[int]]:
+        live = {b: info.rack for b, info in self.image.brokers.items() if b not in self.image.shutdown}
+        if not live:
+            live = {b: info.rack for b, info in self.image.brokers.items()}
+        return assign_replicas(live, partitions, replication_factor, start_index=start_index,
+                               start_partition=start_partition)
+
+    async def create_topic(self, name: str, partitions: int, configs: dict[str, str], internal: bool = False,
+                           replication_factor: int = 1, assignments: list[list[int]] | None = None
+                           ) -> TopicInfo:
+        if assignments is None:
+            assignments = self.compute_assignments(partitions, replication_factor)
+        info = TopicInfo(name, uuid.uuid4(), len(assignments), dict(configs), internal,
+                         [list(a) for a in assignments])
+        tkey = self.key(f"topics/{name}")
+        parts = [(f"partitions/{name}/{p}", self._initial_state(a)) for p, a in enumerate(assignments)]
+        first, rest = parts[:MAX_TXN_OPS - 1], parts[MAX_TXN_OPS - 1:]
+        res = await self.txn([_cmp(tkey, "create", "==", 0)],
+                             [_put(tkey, _j(topic_to_json(info)))] + [_put(self.key(k), _j(s.to_json()))
+                                                                      for k, s in first],
+                             [_get(tkey)])
+        if not res.succeeded:
+            self._apply_kvs(res.ranges[0])
+            raise KafkaApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        created = res.revision
+        self._apply(f"topics/{name}", _j(topic_to_json(info)), res.revision)
+        for k, s in first:
+            self._apply(k, _j(s.to_json()), res.revision)
+        await self._put_more_partitions(tkey, created, rest)
+        return self.image.topics.get(name, info)
+
+    async def _put_more_partitions(self, tkey: bytes, create_rev: int,
+                                   parts: list[tuple[str, PartitionState]]) -> None:
+        """Partition keys beyond one transaction's op limit, each batch guarded by the topic's create revision (so
+        a topic deleted and re-created meanwhile is not touched)."""
+        for i in range(0, len(parts), MAX_TXN_OPS):
+            batch = parts[i:i + MAX_TXN_OPS]
+            res = await self.txn([_cmp(tkey, "create", "==", create_rev)] +
+                                 [_cmp(self.key(k), "create", "==", 0) for k, _ in batch],
+                                 [_put(self.key(k), _j(s.to_json())) for k, s in batch])
+            if not res.succeeded:
+                raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                    "the topic changed while its partitions were being created")
+            for k, s in batch:
+                self._apply(k, _j(s.to_json()), res.revision)
+
+    async def delete_topic(self, name: str) -> TopicInfo:
+        for _ in range(10):
+            info = self.image.topics.get(name)
+            if info is None:
+                raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
+            tkey = self.key(f"topics/{name}")
+            res = await self.txn([_cmp(tkey, "mod", "==", self.image.mod_revision(f"topics/{name}"))],
+                                 [_delete(tkey), _delete(self.key(f"partitions/{name}/"), prefix=True),
+                                  _put(self.key(f"deleting/{name}"),
+                                       _j({"topic_id": str(info.topic_id), "partitions": info.partitions}))],
+                                 [_get(tkey)])
+            if res.succeeded:
+                for p in range(info.partitions):
+                    self._apply(f"partitions/{name}/{p}", None, res.revision)
+                self._apply(f"topics/{name}", None, res.revision)
+                return info
+            await self._refresh_key(f"topics/{name}", res.ranges[0], res.revision)
+        raise KafkaApiError(ErrorCode.UNKNOWN_SERVER_ERROR, f"Topic '{name}' kept changing during deletion.")
+
+    async def _refresh_key(self, rel: str, kvs: list, revision: int) -> None:
+        """Bring one key of the image up to `revision` from a failed transaction's read of it."""
+        if kvs:
+            self._apply_kvs(kvs)
+        else:
+            self._apply(rel, None, revision)
+
+    async def set_partition_count(self, name: str, partitions: int,
+                                  assignments: list[list[int]] | None = None) -> TopicInfo:
+        for _ in range(10):
+            info = self.image.topics.get(name)
+            if info is None:
+                raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
+            current = info.partitions
+            if partitions <= current:
+                raise KafkaApiError(ErrorCode.INVALID_PARTITIONS,
+                                    f"Topic currently has {current} partitions, which is higher than or equal to "
+                                    f"the requested {partitions}.")
+            rf = max(1, len(info.replicas(0)))
+            brokers = sorted(self.image.brokers)
+            first = info.replicas(0)[0] if info.replicas(0) else -1
+            start_index = brokers.index(first) if first in brokers else -1
+            added = [list(a) for a in assignments] if assignments else self.compute_assignments(
+                partitions - current, rf, start_partition=current, start_index=start_index)
+            new_info = TopicInfo(name, info.topic_id, partitions, dict(info.configs), info.internal,
+                                 [list(a) for a in info.assignments] + added)
+            parts = [(f"partitions/{name}/{current + i}", self._initial_state(a)) for i, a in enumerate(added)]
+            tkey = self.key(f"topics/{name}")
+            first_batch, rest = parts[:MAX_TXN_OPS - 1], parts[MAX_TXN_OPS - 1:]
+            res = await self.txn([_cmp(tkey, "mod", "==", self.image.mod_revision(f"topics/{name}"))],
+                                 [_put(tkey, _j(topic_to_json(new_info)))] +
+                                 [_put(self.key(k), _j(s.to_json())) for k, s in first_batch], [_get(tkey)])
+            if not res.succeeded:
+                await self._refresh_key(f"topics/{name}", res.ranges[0], res.revision)
+                continue
+            for k, s in first_batch:
+                self._apply(k, _j(s.to_json()), res.revision)
+            self._apply(f"topics/{name}", _j(topic_to_json(new_info)), res.revision)
+            r = await self._rpc(lambda c, k=tkey: c.get(k))
+            await self._put_more_partitions(tkey, r.create_revision if r else -1, rest)
+            return self.image.topics.get(name, new_info)
+        raise KafkaApiError(ErrorCode.UNKNOWN_SERVER_ERROR, f"Topic '{name}' kept changing.")
+
+    async def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicInfo:
+        return await self.update_topic(name, lambda info: TopicInfo(
+            name, info.topic_id, info.partitions, dict(configs), info.internal, info.assignments))
+
+    async def update_topic(self, name: str, change) -> TopicInfo:
+        """CAS loop on `topics/<name>`: `change(info) -> TopicInfo`."""
+        for _ in range(10):
+            info = self.image.topics.get(name)
+            if info is None:
+                raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
+            new_info = change(info)
+            tkey = self.key(f"topics/{name}")
+            res = await self.txn([_cmp(tkey, "mod", "==", self.image.mod_revision(f"topics/{name}"))],
+                                 [_put(tkey, _j(topic_to_json(new_info)))], [_get(tkey)])
+            if res.succeeded:
+                self._apply(f"topics/{name}", _j(topic_to_json(new_info)), res.revision)
+                return self.image.topics.get(name, new_info)
+            await self._refresh_key(f"topics/{name}", res.ranges[0], res.revision)
+        raise KafkaApiError(ErrorCode.UNKNOWN_SERVER_ERROR, f"Topic '{name}' kept changing.")
+
+    # ---- partition state --------------------------------------------------------------------------------------
+    async def alter_partition(self, topic: str, partition: int, new: PartitionState) -> PartitionState:
+        """Compare-and-set by a leader (ISR changes): the stored state must still be the one `new` succeeds."""
+        await self.write_partitions([(topic, partition, new)])
+        return new
+
+    async def write_partitions(self, updates: list[tuple[str, int, PartitionState]],
+                               topics: Iterable[TopicInfo] = (), *, controller_epoch: int | None = None) -> int:
+        """One transaction: every partition key must be unchanged since the image read it and get
+        partition_epoch + 1; `topics` are rewritten under the same compare; with `controller_epoch` the write
+        only happens while that controller is current. StaleStateError (image refreshed) otherwise."""
+        compare: list[rpc.Compare] = []
+        success: list[rpc.RequestOp] = []
+        failure: list[rpc.RequestOp] = []
+        rels: list[str] = []
+        for topic, p, new in updates:
+            rel = f"partitions/{topic}/{p}"
+            cur = self.image.partitions.get((topic, p))
+            if cur is None:
+                raise StaleStateError(f"{topic}-{p} does not exist")
+            if new.partition_epoch != cur.partition_epoch + 1:
+                raise StaleStateError(f"{topic}-{p}: partition epoch {new.partition_epoch} does not follow "
+                                      f"{cur.partition_epoch}")
+            k = self.key(rel)
+            compare.append(_cmp(k, "mod", "==", self.image.mod_revision(rel)))
+            success.append(_put(k, _j(new.to_json())))
+            failure.append(_get(k))
+            rels.append(rel)
+        for info in topics:
+            rel = f"topics/{info.name}"
+            k = self.key(rel)
+            compare.append(_cmp(k, "mod", "==", self.image.mod_revision(rel)))
+            success.append(_put(k, _j(topic_to_json(info))))
+            failure.append(_get(k))
+            rels.append(rel)
+        if controller_epoch is not None:
+            k = self.key("controller_epoch")
+            compare.append(_cmp(k, "value", "==", _j(controller_epoch)))
+            failure.append(_get(k))
+        res = await self.txn(compare, success, failure)
+        if not res.succeeded:
+            for rel, kvs in zip(rels + ["controller_epoch"], res.ranges):
+                await self._refresh_key(rel, kvs, res.revision)
+            raise StaleStateError(f"partition state changed concurrently ({', '.join(rels)})")
+        for topic, p, new in updates:
+            self._apply(f"partitions/{topic}/{p}", _j(new.to_json()), res.revision)
+        for info in topics:
+            self._apply(f"topics/{info.name}", _j(topic_to_json(info)), res.revision)
+        return res.revision
+
+    # ---- controller election -------------------------------------------------------------------------------------
+    async def try_become_controller(self) -> int | None:
+        """Create `controller` on this broker's lease if absent, bumping `controller_epoch`; the new epoch, or
+        None if another broker is controller (or the epoch moved under us)."""
+        if not self.lease_id:
+            return None
+        ekey, ckey = self.key("controller_epoch"), self.key("controller")
+        r = await self._rpc(lambda c: c.get(ekey))
+        epoch = int(json.loads(r.value)) + 1 if r is not None else 1
+        res = await self.txn([_cmp(ckey, "create", "==", 0),
+                              _cmp(ekey, "mod", "==", r.mod_revision if r is not None else 0)],
+                             [_put(ckey, _j({"broker_id": self.broker_id, "epoch": epoch}), self.lease_id),
+                              _put(ekey, _j(epoch))],
+                             [_get(ckey)])
+        if not res.succeeded:
+            self._apply_kvs(res.ranges[0] if res.ranges else [])
+            return None
+        self._apply("controller_epoch", _j(epoch), res.revision)
+        self._apply("controller", _j({"broker_id": self.broker_id, "epoch": epoch}), res.revision)
+        return epoch
+
+    async def resign_controller(self, epoch: int) -> None:
+        ckey = self.key("controller")
+        await self.txn([_cmp(self.key("controller_epoch"), "value", "==", _j(epoch))], [_delete(ckey)])
+
+    # ---- controlled shutdown ----------------------------------------------------------------------------------
+    async def controlled_shutdown(self, timeout_s: float) -> bool:
+        """Write `shutdown/<id>` (on this broker's lease) and wait until the controller marks it done."""
+        if not self.lease_id:
+            return True
+        rel = f"shutdown/{self.broker_id}"
+        if self.broker_id not in self.image.shutdown:
+            res = await self.txn([_cmp(self.key(rel), "create", "==", 0)],
+                                 [_put(self.key(rel), _j({"done": False}), self.lease_id)])
+            if res.succeeded:
+                self._apply(rel, _j({"done": False}), res.revision)
+        return await self.wait_for(lambda: bool(self.image.shutdown.get(self.broker_id, {}).get("done")),
+                                   timeout_s)
+
+    async def mark_shutdown_done(self, broker_id: int, epoch: int) -> None:
+        rel = f"shutdown/{broker_id}"
+        r = await self._rpc(lambda c: c.get(self.key(rel)))
+        if r is None:
+            return
+        res = await self.txn([_cmp(self.key(rel), "mod", "==", r.mod_revision),
+                              _cmp(self.key("controller_epoch"), "value", "==", _j(epoch))],
+                             [_put(self.key(rel), _j({"done": True}), r.lease)])
+        if res.succeeded:
+            self._apply(rel, _j({"done": True}), res.revision)
+
+    async def delete_keys(self, rels: list[str], epoch: int) -> None:
+        if not rels:
+            return
+        res = await self.txn([_cmp(self.key("controller_epoch"), "value", "==", _j(epoch))],
+                             [_delete(self.key(r)) for r in rels])
+        if res.succeeded:
+            for r in rels:
+                self._apply(r, None, res.revision)
+
+    # ---- producer ids -------------------------------------------------------------------------------------------
+    async def allocate_producer_id_block(self, size: int) -> int:
+        if size <= 0:
+            raise ValueError(f"producer id block size must be positive, not {size}")
+        k = self.key(PRODUCER_ID_KEY)
+        for _ in range(100):
+            r = await self._rpc(lambda c: c.get(k))
+            start = int(json.loads(r.value)) if r is not None else 0
+            if start > 2**63 - 1 - size:
+                raise KafkaApiError(ErrorCode.UNKNOWN_SERVER_ERROR, "all producer ids are exhausted")
+            res = await self.txn([_cmp(k, "mod", "==", r.mod_revision if r is not None else 0)],
+                                 [_put(k, _j(start + size))])
+            if res.succeeded:
+                return start
+        raise KafkaApiError(ErrorCode.UNKNOWN_SERVER_ERROR, "could not allocate a producer id block")

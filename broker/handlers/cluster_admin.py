@@ -1,0 +1,68 @@
+"""Cluster admin APIs: ElectLeaders (v0-2, preferred and unclean), AlterPartitionReassignments (v0) and
+ListPartitionReassignments (v0). Any broker answers them: they compare-and-set partition states in the metadata
+store; the controller completes reassignments (broker/cluster/controller.py)."""
+from __future__ import annotations
+
+from protocol.errors import ErrorCode
+from protocol.registry import ApiKey, response_class
+
+from ..cluster.controller import (
+    ELECTION_PREFERRED,
+    ELECTION_UNCLEAN,
+    alter_reassignment,
+    list_reassignments,
+)
+from ..cluster.controller import (
+    elect_leaders as do_elect,
+)
+
+
+async def elect_leaders(server, ctx, req):
+    Resp = response_class(ApiKey.ELECT_LEADERS)
+    TopicRes = Resp.ReplicaElectionResult
+    PartRes = TopicRes.PartitionResult
+    v = ctx.api_version
+    election_type = req.election_type if v >= 1 else ELECTION_PREFERRED
+    if election_type not in (ELECTION_PREFERRED, ELECTION_UNCLEAN):
+        return Resp(version=v, throttle_time_ms=0, error_code=ErrorCode.INVALID_REQUEST,
+                    replica_election_results=[])
+    wanted = None
+    if req.topic_partitions is not None:
+        wanted = [(t.topic, p) for t in req.topic_partitions for p in t.partitions]
+    results = await do_elect(server.store, election_type, wanted)
+    by_topic: dict[str, list] = {}
+    for (t, p), (err, msg) in results.items():
+        by_topic.setdefault(t, []).append(PartRes(partition_id=p, error_code=err, error_message=msg))
+    topics = [TopicRes(topic=t, partition_result=parts) for t, parts in by_topic.items()]
+    return Resp(version=v, throttle_time_ms=0, error_code=0, replica_election_results=topics)
+
+
+async def alter_partition_reassignments(server, ctx, req):
+    Resp = response_class(ApiKey.ALTER_PARTITION_REASSIGNMENTS)
+    TopicRes = Resp.ReassignableTopicResponse
+    PartRes = TopicRes.ReassignablePartitionResponse
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            target = list(p.replicas) if p.replicas is not None else None
+            err, msg = await alter_reassignment(server.store, t.name, p.partition_index, target)
+            parts.append(PartRes(partition_index=p.partition_index, error_code=err, error_message=msg))
+        topics.append(TopicRes(name=t.name, partitions=parts))
+    return Resp(version=ctx.api_version, throttle_time_ms=0, allow_replication_factor_change=True, error_code=0,
+                error_message=None, responses=topics)
+
+
+async def list_partition_reassignments(server, ctx, req):
+    Resp = response_class(ApiKey.LIST_PARTITION_REASSIGNMENTS)
+    TopicRes = Resp.OngoingTopicReassignment
+    PartRes = TopicRes.OngoingPartitionReassignment
+    wanted = None
+    if req.topics is not None:
+        wanted = [(t.name, list(t.partition_indexes)) for t in req.topics]
+    ongoing = list_reassignments(server.store, wanted)
+    topics = [TopicRes(name=t, partitions=[PartRes(partition_index=p, replicas=list(s.replicas),
+                                                   adding_replicas=list(s.adding), removing_replicas=list(s.removing))
+                                           for p, s in parts])
+              for t, parts in ongoing.items()]
+    return Resp(version=ctx.api_version, throttle_time_ms=0, error_code=0, error_message=None, topics=topics)

@@ -1,0 +1,410 @@
+"""EtcdMetadataStore and the controller against a real etcd process (Debian's etcd-server), in one event loop:
+several stores play several brokers. Crashes are simulated by dropping a store without revoking its lease.
+
+Covers: cluster id creation/adoption, registration and lease expiry, re-registration after a lost lease, the
+watch-driven image (and its full re-read after etcd restarts), compare-and-set conflicts, topic creation beyond
+one transaction's op limit, controller election, failover and fencing, leader election on broker loss, controlled
+shutdown, reassignment, preferred election, and producer-id blocks.
+"""
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from broker.cluster.controller import (
+    ELECTION_PREFERRED,
+    ELECTION_UNCLEAN,
+    Controller,
+    alter_reassignment,
+    elect_leaders,
+    list_reassignments,
+)
+from broker.cluster.etcd_store import EtcdMetadataStore, parse_connect
+from broker.cluster.model import BrokerInfo, StaleStateError
+from config import BrokerConfig
+from protocol.errors import ErrorCode, KafkaApiError
+from tests.support.etcd_proc import EtcdProcess, etcd_fixture
+
+pytestmark = pytest.mark.integration
+etcd = etcd_fixture          # a fresh etcd per test
+
+SESSION_MS = 1000
+
+
+def run(coro, timeout: float = 90):
+    return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+async def until(pred, timeout: float = 10.0, what: str = "condition"):
+    """Bounded wait on a condition over several stores' images."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"{what} not reached within {timeout}s")
+        await asyncio.sleep(0.02)
+
+
+class Node:
+    """One 'broker': a store (+ optionally its controller)."""
+
+    def __init__(self, e: EtcdProcess, broker_id: int, rack: str | None = None, cluster_id: str | None = None,
+                 controller: bool = True, **cfg):
+        self.store = EtcdMetadataStore(parse_connect(e.connect), broker_id=broker_id, cluster_id=cluster_id,
+                                       session_timeout_ms=SESSION_MS, heartbeat_interval_ms=200,
+                                       request_timeout_s=3.0)
+        self.info = BrokerInfo(broker_id, {"PLAINTEXT": ("127.0.0.1", 9000 + broker_id)}, rack, uuid.uuid4().hex)
+        self.config = BrokerConfig.from_dict({"broker.id": broker_id, **cfg})
+        self.controller = Controller(self.store, self.config) if controller else None
+        self.events: list[tuple[str, object]] = []
+        self.store.add_listener(lambda k, key: self.events.append((k, key)))
+
+    async def start(self) -> "Node":
+        await self.store.start()
+        await self.store.register(self.info)
+        if self.controller is not None:
+            self.controller.start()
+        return self
+
+    async def crash(self) -> None:
+        """Like kill -9: stop keep-alives and the controller without revoking the lease."""
+        if self.controller is not None and self.controller._task is not None:
+            self.controller._stopping = True
+            self.controller._task.cancel()
+            await asyncio.wait([self.controller._task], timeout=5)
+        self.store.lease_id = 0          # close() must not revoke it
+        await self.store.close()
+
+    async def stop(self) -> None:
+        if self.controller is not None:
+            await self.controller.stop()
+        await self.store.close()
+
+
+async def cluster(e, n=3, racks=True, **cfg) -> list[Node]:
+    nodes = [await Node(e, i, f"r{i}" if racks else None, **cfg).start() for i in range(1, n + 1)]
+    await until(lambda: all(len(x.store.brokers()) == n for x in nodes), what="all brokers registered")
+    await until(lambda: all(x.store.controller_id > 0 for x in nodes), what="a controller")
+    return nodes
+
+
+async def close_all(nodes):
+    for x in nodes:
+        try:
+            await x.stop()
+        except Exception:
+            pass
+
+
+def test_cluster_id_created_once_and_adopted(etcd):
+    async def main():
+        a = EtcdMetadataStore(parse_connect(etcd.connect), broker_id=1)
+        b = EtcdMetadataStore(parse_connect(etcd.connect), broker_id=2)
+        await a.start()
+        await b.start()
+        assert len(a.cluster_id) == 22 and b.cluster_id == a.cluster_id
+        c = EtcdMetadataStore(parse_connect(etcd.connect), broker_id=3, cluster_id="otherClusterIdAAAAAAAA")
+        await c.start()
+        assert c.cluster_id == "otherClusterIdAAAAAAAA"          # a configured id keeps its own key space
+        await c.create_topic("only-in-c", 1, {}, replication_factor=1,
+                             assignments=[[3]])
+        assert await until(lambda: "only-in-c" in c.topics())
+        assert "only-in-c" not in a.topics()
+        d = EtcdMetadataStore(parse_connect(etcd.connect), broker_id=4)
+        await d.start()
+        assert d.cluster_id == a.cluster_id                      # the default pointer did not move
+        for s in (a, b, c, d):
+            await s.close()
+    run(main())
+
+
+def test_registration_lease_expiry_and_reregistration(etcd):
+    async def main():
+        n1 = await Node(etcd, 1, controller=False).start()
+        n2 = await Node(etcd, 2, controller=False).start()
+        await until(lambda: set(n2.store.brokers()) == {1, 2}, what="both registered")
+        assert n2.store.brokers()[1].endpoints == {"PLAINTEXT": ("127.0.0.1", 9001)}
+        # Lost lease (revoked behind the broker's back): the broker registers again on a new lease.
+        old_lease = n1.store.lease_id
+        await n2.store.client.revoke_lease(old_lease)
+        await until(lambda: n1.store.registrations >= 2 and n1.store.lease_id != old_lease, what="re-registered")
+        await until(lambda: 1 in n2.store.brokers(), what="n2 sees n1 again")
+        # Crash: no keep-alives, the lease expires after the session timeout and the key goes.
+        n2.events.clear()
+        await n1.crash()
+        await until(lambda: 1 not in n2.store.brokers(), timeout=SESSION_MS / 1000 + 5, what="n1 expired")
+        assert ("broker", 1) in n2.events
+        # Clean stop revokes at once.
+        n3 = await Node(etcd, 3, controller=False).start()
+        await until(lambda: 3 in n2.store.brokers())
+        await n3.stop()
+        await until(lambda: 3 not in n2.store.brokers(), timeout=2, what="n3 deregistered by revoke")
+        await n2.stop()
+    run(main())
+
+
+def test_restarted_broker_replaces_its_previous_incarnation_at_once(etcd):
+    async def main():
+        watcher = await Node(etcd, 9, controller=False).start()
+        n1 = await Node(etcd, 1, controller=False).start()
+        await n1.crash()
+        again = await Node(etcd, 1, controller=False).start()          # new incarnation, same id
+        await until(lambda: watcher.store.brokers().get(1) == again.info, what="new incarnation visible")
+        # The old lease was revoked, so nothing of the old incarnation expires later and removes the new one.
+        await asyncio.sleep(SESSION_MS / 1000 + 1.0)   # past the old lease's TTL; then the key must still be there
+        assert watcher.store.brokers().get(1) == again.info
+        await again.stop()
+        await watcher.stop()
+    run(main())
+
+
+def test_watch_drives_the_image_and_topic_lifecycle(etcd):
+    async def main():
+        a, b = await Node(etcd, 1, controller=False).start(), await Node(etcd, 2, controller=False).start()
+        await until(lambda: len(b.store.brokers()) == 2 and len(a.store.brokers()) == 2)
+        info = await a.store.create_topic("t1", 3, {"retention.ms": "1000"}, replication_factor=2)
+        assert all(len(x) == 2 for x in info.assignments)
+        await until(lambda: "t1" in b.store.topics() and all(b.store.partition_state("t1", p) for p in range(3)),
+                    what="b sees t1")
+        tb = b.store.topic("t1")
+        assert tb.topic_id == info.topic_id and tb.configs == {"retention.ms": "1000"}
+        assert b.store.topic_by_id(info.topic_id).name == "t1"
+        for p in range(3):
+            s = b.store.partition_state("t1", p)
+            assert s.replicas == tuple(info.assignments[p]) and s.leader == info.assignments[p][0]
+            assert s.isr == s.replicas and s.leader_epoch == 0 and s.partition_epoch == 0
+        assert ("topic", "t1") in b.events and ("partition", ("t1", 2)) in b.events
+        with pytest.raises(KafkaApiError) as ex:
+            await b.store.create_topic("t1", 1, {}, replication_factor=1)
+        assert ex.value.code == ErrorCode.TOPIC_ALREADY_EXISTS
+        with pytest.raises(KafkaApiError) as ex:
+            await b.store.create_topic("t3", 1, {}, replication_factor=3)
+        assert ex.value.code == ErrorCode.INVALID_REPLICATION_FACTOR
+        await b.store.set_topic_configs("t1", {"retention.ms": "5"})
+        await until(lambda: a.store.topic("t1").configs == {"retention.ms": "5"})
+        grown = await a.store.set_partition_count("t1", 5)
+        assert grown.partitions == 5 and len(grown.assignments) == 5
+        await until(lambda: b.store.partition_state("t1", 4) is not None and b.store.topic("t1").partitions == 5)
+        b.events.clear()
+        await a.store.delete_topic("t1")
+        await until(lambda: "t1" not in b.store.topics() and b.store.partition_state("t1", 0) is None)
+        assert ("topic", "t1") in b.events
+        assert b.store.deleted_topic("t1").topic_id == info.topic_id
+        # Beyond etcd's 128-operation transaction limit.
+        big = await a.store.create_topic("big", 250, {}, replication_factor=1)
+        assert big.partitions == 250
+        await until(lambda: b.store.topic("big") is not None and
+                    all(b.store.partition_state("big", p) for p in range(250)), what="big topic seen")
+        await a.stop()
+        await b.stop()
+    run(main())
+
+
+def test_partition_state_compare_and_set(etcd):
+    async def main():
+        a, b = await Node(etcd, 1, controller=False).start(), await Node(etcd, 2, controller=False).start()
+        await until(lambda: len(a.store.brokers()) == 2)
+        await a.store.create_topic("cas", 1, {}, replication_factor=2, assignments=[[1, 2]])
+        await until(lambda: b.store.partition_state("cas", 0) is not None)
+        base = a.store.partition_state("cas", 0)
+        assert base == b.store.partition_state("cas", 0)
+        mine = base.with_changes(isr=(1,))
+        theirs = base.with_changes(isr=(2,), leader=2)
+        results = await asyncio.gather(a.store.alter_partition("cas", 0, mine),
+                                       b.store.alter_partition("cas", 0, theirs), return_exceptions=True)
+        wins = [r for r in results if not isinstance(r, Exception)]
+        losses = [r for r in results if isinstance(r, StaleStateError)]
+        assert len(wins) == 1 and len(losses) == 1, results
+        winner = wins[0]
+        # Both images converge on the winner (the loser's from its failed transaction's read).
+        await until(lambda: a.store.partition_state("cas", 0) == winner == b.store.partition_state("cas", 0))
+        # A successor must carry partition_epoch + 1.
+        with pytest.raises(StaleStateError):
+            await a.store.alter_partition("cas", 0, winner.with_changes(isr=(1, 2)).with_changes(isr=(1, 2)))
+        nxt = await a.store.alter_partition("cas", 0, winner.with_changes(isr=(1, 2)))
+        assert nxt.partition_epoch == base.partition_epoch + 2
+        await a.stop()
+        await b.stop()
+    run(main())
+
+
+def test_controller_failover_and_fencing(etcd):
+    async def main():
+        nodes = await cluster(etcd, 3)
+        ctl = nodes[0].store.controller_id
+        first = next(x for x in nodes if x.store.broker_id == ctl)
+        epoch = first.controller.epoch
+        assert first.controller.active and sum(x.controller.active for x in nodes) == 1
+        await first.store.create_topic("f", 1, {}, replication_factor=3)
+        rest = [x for x in nodes if x is not first]
+        await first.crash()
+        await until(lambda: rest[0].store.controller_id not in (-1, ctl), timeout=SESSION_MS / 1000 + 5,
+                    what="a new controller")
+        new = next(x for x in rest if x.store.broker_id == rest[0].store.controller_id)
+        assert new.controller.epoch == epoch + 1
+        # The deposed controller's epoch no longer writes.
+        s = new.store.partition_state("f", 0)
+        await until(lambda: new.store.partition_state("f", 0) and ctl not in new.store.partition_state("f", 0).isr,
+                    what="dead controller removed from the ISR")
+        s = new.store.partition_state("f", 0)
+        with pytest.raises(StaleStateError):
+            await new.store.write_partitions([("f", 0, s.with_changes(isr=s.isr[:1]))], controller_epoch=epoch)
+        await close_all(rest)
+    run(main())
+
+
+def test_leader_election_on_broker_loss_clean_and_unclean(etcd):
+    async def main():
+        nodes = await cluster(etcd, 3)
+        by_id = {x.store.broker_id: x for x in nodes}
+        await nodes[0].store.create_topic("e", 1, {}, replication_factor=3, assignments=[[1, 2, 3]])
+        await nodes[0].store.create_topic("u", 1, {"unclean.leader.election.enable": "true"},
+                                          replication_factor=2, assignments=[[1, 2]])
+        await nodes[0].store.create_topic("c", 1, {}, replication_factor=2, assignments=[[1, 2]])
+        obs = by_id[3].store
+        await until(lambda: all(obs.partition_state(t, 0) for t in "euc"))
+        # Shrink the ISRs of u and c to {1}, as leader 1 would when 2 falls behind.
+        for t in "uc":
+            s = obs.partition_state(t, 0)
+            await by_id[1].store.alter_partition(t, 0, s.with_changes(isr=(1,)))
+        await by_id[1].crash()
+        await until(lambda: obs.partition_state("e", 0).leader == 2, timeout=SESSION_MS / 1000 + 5,
+                    what="clean election of 2")
+        e = obs.partition_state("e", 0)
+        assert e.isr == (2, 3) and e.leader_epoch == 1
+        await until(lambda: obs.partition_state("u", 0).leader == 2, what="unclean election on u")
+        assert obs.partition_state("u", 0).isr == (2,)
+        await until(lambda: obs.partition_state("c", 0).leader == -1, what="c offline")
+        assert obs.partition_state("c", 0).isr == (1,)
+        # ElectLeaders UNCLEAN on c brings it back with data loss accepted by the operator.
+        res = await elect_leaders(obs, ELECTION_UNCLEAN, [("c", 0), ("e", 0), ("nope", 0)])
+        assert res[("c", 0)][0] == ErrorCode.NONE and res[("e", 0)][0] == ErrorCode.ELECTION_NOT_NEEDED
+        assert res[("nope", 0)][0] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        await until(lambda: obs.partition_state("c", 0).leader == 2)
+        await close_all([by_id[2], by_id[3]])
+    run(main())
+
+
+def test_restarted_broker_loses_leadership_before_its_lease_expires(etcd):
+    async def main():
+        nodes = await cluster(etcd, 3)
+        by_id = {x.store.broker_id: x for x in nodes}
+        obs = by_id[3].store
+        await obs.create_topic("r", 1, {}, replication_factor=3, assignments=[[1, 2, 3]])
+        await until(lambda: obs.partition_state("r", 0) is not None)
+        victim = by_id[1] if obs.controller_id != 1 else by_id[2]
+        vid = victim.store.broker_id
+        if vid == 2:
+            s = obs.partition_state("r", 0)
+            await obs.alter_partition("r", 0, s.with_changes(leader=2))
+        await until(lambda: obs.partition_state("r", 0).leader == vid)
+        before = obs.partition_state("r", 0).leader_epoch
+        await victim.crash()
+        back = await Node(etcd, vid, f"r{vid}").start()           # restart well within the session timeout
+        await until(lambda: obs.partition_state("r", 0).leader not in (vid, -1), timeout=3,
+                    what="leadership moved off the restarted broker")
+        s = obs.partition_state("r", 0)
+        assert vid not in s.isr and s.leader_epoch > before
+        await close_all([x for x in nodes if x is not victim] + [back])
+    run(main())
+
+
+def test_controlled_shutdown_moves_leadership_then_completes(etcd):
+    async def main():
+        nodes = await cluster(etcd, 3)
+        by_id = {x.store.broker_id: x for x in nodes}
+        s3 = by_id[3].store
+        await s3.create_topic("cs", 3, {}, replication_factor=2, assignments=[[1, 2], [2, 1], [1, 3]])
+        await s3.create_topic("solo", 1, {}, replication_factor=1, assignments=[[1]])
+        await until(lambda: all(s3.partition_state("cs", p) for p in range(3)) and s3.partition_state("solo", 0))
+        ok = await by_id[1].store.controlled_shutdown(10)
+        assert ok
+        for p in range(3):
+            s = s3.partition_state("cs", p) if by_id[1].store.controller_id != 3 else by_id[3].store.partition_state(
+                "cs", p)
+            assert s.leader != 1 and 1 not in s.isr
+        solo = by_id[1].store.partition_state("solo", 0)
+        assert solo.leader == -1 and solo.isr == (1,)     # nowhere to go: offline until 1 returns
+        assert 1 in by_id[2].store.shutting_down()
+        await by_id[1].stop()
+        await until(lambda: 1 not in s3.brokers() and 1 not in s3.shutting_down())
+        await close_all([by_id[2], by_id[3]])
+    run(main())
+
+
+def test_reassignment_and_preferred_election(etcd):
+    async def main():
+        nodes = await cluster(etcd, 4)
+        by_id = {x.store.broker_id: x for x in nodes}
+        s = by_id[4].store
+        await s.create_topic("ra", 1, {}, replication_factor=2, assignments=[[1, 2]])
+        await until(lambda: s.partition_state("ra", 0) is not None)
+        assert await alter_reassignment(s, "ra", 0, [3, 4]) == (ErrorCode.NONE, None)
+        await until(lambda: s.partition_state("ra", 0).adding == (3, 4))
+        st = s.partition_state("ra", 0)
+        assert st.replicas == (3, 4, 1, 2) and st.removing == (1, 2)
+        assert list_reassignments(s, None) == {"ra": [(0, st)]}
+        assert (await alter_reassignment(s, "ra", 0, [3, 9]))[0] == ErrorCode.INVALID_REPLICA_ASSIGNMENT
+        # The leader adds 3 and 4 to the ISR once they caught up; the controller completes the move.
+        await by_id[4].store.alter_partition("ra", 0, st.with_changes(isr=st.isr + (3, 4)))
+        await until(lambda: s.partition_state("ra", 0).replicas == (3, 4), what="reassignment completed")
+        done = s.partition_state("ra", 0)
+        assert done.leader == 3 and done.isr == (3, 4) and done.adding == () and done.removing == ()
+        await until(lambda: s.topic("ra").assignments == [[3, 4]], what="topic assignment rewritten")
+        assert list_reassignments(s, None) == {}
+        assert (await alter_reassignment(s, "ra", 0, None))[0] == ErrorCode.NO_REASSIGNMENT_IN_PROGRESS
+        # Preferred election: move the leader off the preferred replica, then elect it back.
+        await s.alter_partition("ra", 0, done.with_changes(leader=4))
+        await until(lambda: s.partition_state("ra", 0).leader == 4)
+        res = await elect_leaders(s, ELECTION_PREFERRED, [("ra", 0)])
+        assert res == {("ra", 0): (ErrorCode.NONE, None)}
+        await until(lambda: s.partition_state("ra", 0).leader == 3)
+        res = await elect_leaders(s, ELECTION_PREFERRED, None)
+        assert ("ra", 0) not in res          # not needed any more: all-partitions answers leave it out
+        await close_all(nodes)
+    run(main())
+
+
+def test_auto_leader_rebalance(etcd):
+    async def main():
+        nodes = await cluster(etcd, 2, **{"leader.imbalance.check.interval.seconds": 1})
+        s = nodes[0].store
+        await s.create_topic("bal", 2, {}, replication_factor=2, assignments=[[1, 2], [1, 2]])
+        await until(lambda: all(s.partition_state("bal", p) for p in range(2)))
+        for p in range(2):
+            st = s.partition_state("bal", p)
+            await s.alter_partition("bal", p, st.with_changes(leader=2))
+        await until(lambda: all(s.partition_state("bal", p).leader == 1 for p in range(2)), timeout=10,
+                    what="preferred leaders restored by the controller")
+        await close_all(nodes)
+    run(main())
+
+
+def test_watch_recovers_after_etcd_restart(etcd):
+    async def main():
+        a, b = await Node(etcd, 1, controller=False).start(), await Node(etcd, 2, controller=False).start()
+        await until(lambda: len(b.store.brokers()) == 2)
+        etcd.stop()
+        etcd.restart()
+        # Changes made while b's watch is broken and after: b catches up by a full re-read + new watch.
+        info = await a.store.create_topic("after", 2, {}, replication_factor=2)
+        await until(lambda: b.store.topic("after") is not None and b.store.partition_state("after", 1),
+                    timeout=15, what="b caught up after the restart")
+        assert b.store.topic("after").topic_id == info.topic_id
+        await a.stop()
+        await b.stop()
+    run(main())
+
+
+def test_producer_id_blocks_never_overlap(etcd):
+    async def main():
+        a, b = await Node(etcd, 1, controller=False).start(), await Node(etcd, 2, controller=False).start()
+        starts = await asyncio.gather(*[x.store.allocate_producer_id_block(1000) for x in (a, b) for _ in range(5)])
+        assert sorted(starts) == [i * 1000 for i in range(10)]
+        await a.stop()
+        await b.stop()
+    run(main())
