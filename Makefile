@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test bench lint venv system-deps node-deps clean
+.PHONY: run test bench cluster lint venv system-deps node-deps clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,10 @@ test: $(STAMP) system-deps node-deps
 
 bench: $(STAMP)
 	$(PY) -m bench.run
+
+# etcd + 3 brokers + SeaweedFS (tiered storage) on loopback, as docker-compose.yml lays them out; Ctrl-C stops all.
+cluster: $(STAMP)
+	$(PY) scripts/cluster.py
 
 lint: $(STAMP)
 	$(PIP) install -q ruff

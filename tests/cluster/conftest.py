@@ -1,0 +1,63 @@
+"""Cluster tests: real etcd, real broker processes, real clients (see tests/support/cluster_proc.py).
+
+``cluster_factory(size=3, overrides=..., netns=False, ...)`` starts a ``StrataCluster`` in the test's tmp dir; every
+cluster is closed (brokers, etcd, network namespaces: by PID / by name) at teardown. A failing test's report shows
+the output tail of every broker of its clusters (running or not) and of etcd.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.cluster_proc import StrataCluster
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.failed:
+        for c in getattr(item, "_strata_clusters", ()):
+            if c.etcd is not None:
+                rep.sections.append((f"etcd ({c.etcd.url}) output tail", c.etcd.tail(30)))
+
+
+_QUEUE_LINES: list[str] = []
+
+
+@pytest.fixture
+def queue_report() -> Callable[[str], None]:
+    """Record a line for the end-of-run summary (the queue checker's counts per seed) and print it."""
+    def report(line: str) -> None:
+        _QUEUE_LINES.append(line)
+        print(line)
+    return report
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _QUEUE_LINES:
+        terminalreporter.section("cluster queue checker")
+        for line in _QUEUE_LINES:
+            terminalreporter.write_line(line)
+
+
+@pytest.fixture
+def cluster_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., StrataCluster]]:
+    clusters: list[StrataCluster] = []
+    request.node._strata_clusters = clusters
+    brokers = request.node._strata_brokers = []  # stopped brokers' tails in failure reports (tests/conftest.py)
+
+    def factory(size: int = 3, **kw: object) -> StrataCluster:
+        c = StrataCluster(tmp_path / f"cluster{len(clusters)}", size=size, **kw)  # type: ignore[arg-type]
+        clusters.append(c)
+        try:
+            c.start()
+        finally:
+            brokers.extend(c.brokers.values())
+        return c
+
+    yield factory
+    for c in clusters:
+        c.close()

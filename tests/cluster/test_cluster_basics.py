@@ -1,0 +1,101 @@
+"""The three-broker topology of docker-compose.yml / `make cluster`, as processes: registration, racks, replica
+placement, failover of a killed broker's partitions, and the metrics the Grafana dashboard queries."""
+from __future__ import annotations
+
+import json
+import re
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.cluster_proc import FAST_FAILOVER, StrataCluster
+from tests.support.waiting import wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def topology(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StrataCluster]:
+    """The compose topology for the read-only tests of this module: 3 brokers on 3 racks, tiered storage enabled
+    (LocalTieredStorage: the remote metrics exist only on brokers with tiered storage, as in docker-compose.yml)."""
+    c = StrataCluster(tmp_path_factory.mktemp("topology"), 3,
+                      overrides={"remote.log.storage.system.enable": True})
+    c.start()
+    yield c
+    c.close()
+
+
+def test_brokers_register_with_their_racks_and_replicas_spread_over_them(topology: StrataCluster) -> None:
+    c = topology
+    for via in c.ids:
+        md = c.metadata([], via=via)
+        assert {(b.node_id, b.rack) for b in md.brokers} == {(1, "rack-a"), (2, "rack-b"), (3, "rack-c")}
+        assert {(b.node_id, b.host, b.port) for b in md.brokers} == {
+            (i, c.broker(i).host, c.broker(i).port) for i in c.ids}
+        assert md.controller_id in c.ids
+    c.create_topic("spread", 6, 3)
+    leaders = Counter()
+    for p in range(6):
+        meta = c.partition_meta("spread", p)
+        assert sorted(meta.replicas) == [1, 2, 3] and set(meta.isr) == {1, 2, 3} and meta.offline == ()
+        assert meta.leader == meta.replicas[0], meta     # the preferred (first) replica leads a new partition
+        leaders[meta.leader] += 1
+    assert sorted(leaders.values()) == [2, 2, 2], leaders   # round-robin leadership
+
+
+def test_replicas_of_a_partition_are_on_distinct_racks(cluster_factory) -> None:
+    racks = {1: "rack-a", 2: "rack-a", 3: "rack-b", 4: "rack-b"}
+    c = cluster_factory(4, racks=False, broker_overrides={i: {"broker.rack": r} for i, r in racks.items()})
+    c.create_topic("racked", 8, 2)
+    for p in range(8):
+        replicas = c.replicas_of("racked", p)
+        assert len(replicas) == 2 and {racks[i] for i in replicas} == {"rack-a", "rack-b"}, (p, replicas)
+    assert {c.leader_of("racked", p) for p in range(8)} == {1, 2, 3, 4}
+
+
+def test_a_killed_broker_is_deregistered_and_its_partitions_fail_over_within_the_session(cluster_factory) -> None:
+    c = cluster_factory(3)
+    c.create_topic("fo", 3, 3)
+    victim = c.leader_of("fo", 0)
+    led = [p for p in range(3) if c.leader_of("fo", p) == victim]
+    t0 = time.monotonic()
+    c.kill9(victim)
+    for p in led:
+        c.wait_leader("fo", p, not_in=[victim])
+    c.wait_registered()
+    took = time.monotonic() - t0
+    session = FAST_FAILOVER["broker.session.timeout.ms"] / 1000
+    assert took < session + 3.0, f"failover took {took:.1f}s with a {session:.0f}s session"
+    for p in range(3):
+        meta = c.partition_meta("fo", p)
+        assert victim in meta.replicas and victim not in meta.isr and victim in meta.offline, meta
+    c.start(victim)
+    c.wait_full_isr("fo", 3)
+    assert all(victim not in c.partition_meta("fo", p).offline for p in range(3))
+
+
+def _dashboard_metrics() -> set[str]:
+    dash = json.loads((REPO / "deploy/grafana/dashboards/strata.json").read_text())
+    names: set[str] = set()
+    for panel in dash["panels"]:
+        for target in panel.get("targets", ()):
+            names |= set(re.findall(r"\bstrata_[a-z0-9_]+", target["expr"]))
+    return names
+
+
+def test_every_metric_of_the_grafana_dashboard_is_exported_by_a_cluster_broker(topology: StrataCluster) -> None:
+    c = topology
+    text = wait_until(lambda: urllib.request.urlopen(c.broker(1).metrics_url, timeout=5).read().decode(),
+                      timeout=10)
+    families = set(re.findall(r"^# TYPE (\S+) ", text, re.MULTILINE))
+    wanted = _dashboard_metrics()
+    assert wanted, "no metric in the dashboard"
+
+    def exported(name: str) -> bool:
+        return any(name == f or name in (f + "_total", f + "_bucket", f + "_count", f + "_sum") for f in families)
+    missing = sorted(n for n in wanted if not exported(n))
+    assert not missing, f"dashboard queries metrics no broker exports: {missing}"
