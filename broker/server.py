@@ -125,6 +125,8 @@ class KafkaServer:
             if (offsets := self.store.topic(OFFSETS_TOPIC)) is not None:
                 self.group_coordinator.num_partitions = offsets.partitions
         await asyncio.get_running_loop().run_in_executor(None, self.log_manager.startup)
+        if self.cluster_mode:
+            self._delete_stray_logs()
         self.store.add_listener(self.on_metadata_change)     # no await before the load: no change is missed
         self.replica_manager.load_partitions()
         if self.cluster_mode:
@@ -204,6 +206,30 @@ class KafkaServer:
         lm = self.log_manager
         await asyncio.get_running_loop().run_in_executor(None, lambda: (
             lm.checkpoint_recovery_points(), lm.checkpoint_log_start_offsets(), lm.checkpoint_high_watermarks()))
+
+    def _delete_stray_logs(self) -> None:
+        """Cluster startup: delete local logs the metadata says this broker no longer hosts -- the topic was re-created
+        (another topic id) or the replica was moved away while the broker was down. Logs of topics absent from the
+        metadata are kept (and not served): an emptied etcd must not wipe the brokers' data."""
+        for ulog in list(self.log_manager.all_logs()):
+            info = self.store.topic(ulog.topic)
+            if info is None:
+                if self.store.deleted_topic_id(ulog.topic) == ulog.topic_id:
+                    log.info("deleting the log of a topic deleted while this broker was down", topic=ulog.topic,
+                             partition=ulog.partition)
+                    self.log_manager.delete_log(ulog.topic, ulog.partition)
+                else:
+                    log.warning("log of a topic unknown to the cluster metadata; kept, not served",
+                                topic=ulog.topic, partition=ulog.partition)
+                continue
+            state = self.store.partition_state(ulog.topic, ulog.partition)
+            stale_id = ulog.topic_id.int != 0 and ulog.topic_id != info.topic_id
+            moved = ulog.partition >= info.partitions or (
+                state is not None and self.broker_id not in state.replicas and self.broker_id not in state.adding)
+            if stale_id or moved:
+                log.info("deleting stray log", topic=ulog.topic, partition=ulog.partition,
+                         reason="topic re-created" if stale_id else "not a replica")
+                self.log_manager.delete_log(ulog.topic, ulog.partition)
 
     def on_metadata_change(self, kind: str, key: object) -> None:
         """The metadata image changed (MetadataStore listener): partition states go to the replica manager."""

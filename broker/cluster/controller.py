@@ -6,8 +6,8 @@ Each pass (on every image change, and at least every second) it:
   ISRs (never emptying one: see election.py);
 * completes reassignments whose target replicas are all in the ISR (and rewrites the topic's assignment);
 * marks `shutdown/<id>` done once the broker leads nothing and sits in no ISR it could leave;
-* clears `deleting/<name>` markers; every `leader.imbalance.check.interval.seconds` elects preferred leaders for
-  brokers over `leader.imbalance.per.broker.percentage` (`auto.leader.rebalance.enable`).
+* every `leader.imbalance.check.interval.seconds` elects preferred leaders for brokers over
+  `leader.imbalance.per.broker.percentage` (`auto.leader.rebalance.enable`).
 Every write is a transaction fenced by `controller_epoch`.
 
 The admin helpers at the bottom (ElectLeaders, AlterPartitionReassignments, ListPartitionReassignments) work on any
@@ -185,10 +185,6 @@ class Controller:
         # Restarted brokers have now been treated as failed once; from here on they are ordinary live brokers.
         self._incarnations = {b: info.incarnation for b, info in img.brokers.items()}
         await self._finish_shutdowns(epoch)
-        gone = [f"deleting/{name}" for name, d in img.deleting.items()
-                if name not in img.topics or str(img.topics[name].topic_id) != d.get("topic_id")]
-        if gone:
-            await self.store.delete_keys(gone, epoch)
 
     def _preferred_elections(self, view: BrokerView, skip: set) -> list[tuple[str, int, PartitionState]]:
         img = self.store.image

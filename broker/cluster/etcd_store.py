@@ -401,6 +401,15 @@ class EtcdMetadataStore(MetadataStore):
     def shutting_down(self) -> frozenset[int]:
         return frozenset(self.image.shutdown)
 
+    def deleted_topic_id(self, name: str) -> uuid.UUID | None:
+        """The topic id of the last deletion of `name` (the `deleting/<name>` tombstone), for brokers that were
+        down when it happened."""
+        d = self.image.deleting.get(name)
+        try:
+            return uuid.UUID(d["topic_id"]) if d else None
+        except (KeyError, ValueError):
+            return None
+
     def deleted_topic(self, name: str) -> TopicInfo | None:
         """The TopicInfo of `name` as it was when it was last deleted (listeners of a 'topic' deletion)."""
         return self.image.deleted_topics.get(name)

@@ -204,6 +204,35 @@ def test_controlled_shutdown_moves_leadership_before_exit(cluster):
     wait_until(lambda: {b.node_id for b in metadata(brokers[0]).brokers} == {0, 1, 2}, 15)
 
 
+def test_restarted_broker_deletes_logs_of_topics_deleted_while_it_was_down(cluster):
+    import uuid
+
+    from storage.log_manager import write_partition_metadata
+    _, brokers = cluster
+    created = create_topic(brokers[1], "gone", assignments=[[0, 1, 2]])
+    assert created.error_code == 0
+    b0 = brokers[0]
+    b0.stop()
+    wait_until(lambda: {b.node_id for b in metadata(brokers[1]).brokers} == {1, 2})
+    DT = REQUEST_CLASSES[ApiKey.DELETE_TOPICS][6]
+    r = call(brokers[1], ApiKey.DELETE_TOPICS, 6, topics=[DT.DeleteTopicState(name="gone", topic_id=None)],
+             timeout_ms=5000)
+    assert r.responses[0].error_code == 0
+    # The replica broker 0 held (created here, as replication would have): same topic id as the deleted topic.
+    data = b0.log_dir
+    (data / "gone-0").mkdir(exist_ok=True)
+    write_partition_metadata(data / "gone-0", created.topic_id)
+    (data / "keepme-0").mkdir()
+    write_partition_metadata(data / "keepme-0", uuid.uuid4())     # unknown to the metadata: kept, not served
+    b0.start()
+    wait_until(lambda: not (data / "gone-0").exists(), 10, message="stray log deleted")
+    assert (data / "keepme-0").exists()
+    assert "deleting the log of a topic deleted while this broker was down" in b0.tail(400)
+    md = metadata(b0, ["keepme"])
+    assert md.topics[0].error_code == 3
+    wait_until(lambda: {b.node_id for b in metadata(brokers[1]).brokers} == {0, 1, 2}, 15)
+
+
 def test_kill9_leader_is_replaced_after_the_session_timeout(cluster):
     _, brokers = cluster
     assert create_topic(brokers[0], "k9", assignments=[[2, 0, 1]]).error_code == 0
