@@ -4,8 +4,9 @@
     python scripts/cluster.py [--data-dir ./strata-cluster] [--brokers 3] [--port 9092] [--fresh]
 
 Brokers run config/cluster-node.properties (the compose node configuration: RF 3, min.insync.replicas 2, tiered
-storage on S3) with the compose host names replaced by loopback addresses. Broker i listens on port+i-1 and serves
-metrics on 9464+i-1 (free ports are used when those are taken). Data, logs and etcd's state live under --data-dir and
+storage on S3) with the compose host names replaced by loopback addresses. As in the compose file, clients use the
+EXTERNAL listener -- broker i on port+i-1 -- and brokers reach each other on INTERNAL (a free port); metrics are on
+9464+i-1 (free ports are used when those are taken). Data, logs and etcd's state live under --data-dir and
 survive a restart of the script (--fresh wipes them first). Ctrl-C (or SIGTERM) stops everything: the brokers
 first (controlled shutdown), then etcd and SeaweedFS.
 """
@@ -25,12 +26,12 @@ from config.broker_config import parse_properties
 from tests.support.cluster_proc import StrataCluster
 from tests.support.s3_servers import SeaweedServer
 
-# compose-network settings that do not apply to one host (replaced below)
-_COMPOSE_ONLY = {"metadata.store.connect", "log.dirs", "metrics.listener", "listener.security.protocol.map",
-                 "inter.broker.listener.name", "rsm.config.s3.endpoint.url"}
+# compose-network addresses and paths (loopback ones replace them)
+_COMPOSE_ONLY = {"metadata.store.connect", "log.dirs", "metrics.listener", "rsm.config.s3.endpoint.url"}
 
 
 def node_settings(seaweed: SeaweedServer) -> dict[str, object]:
+    """config/cluster-node.properties for brokers on loopback next to `seaweed` (run with split listeners)."""
     props = {k: v for k, v in parse_properties((REPO / "config/cluster-node.properties").read_text()).items()
              if k not in _COMPOSE_ONLY}
     props.update({f"rsm.config.{k}": v for k, v in seaweed.rsm_config().items()})
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         print("starting etcd and the brokers ...", flush=True)
         ports = {i: (args.port + i - 1, args.metrics_port + i - 1) for i in range(1, args.brokers + 1)}
         cluster = StrataCluster(args.data_dir, size=args.brokers, defaults=node_settings(seaweed), ports=ports,
-                                start_timeout=60)
+                                split_listeners=True, start_timeout=60)
         cluster.start()
         print(banner(cluster, seaweed), flush=True)
         while not stop.wait(1.0):
@@ -85,7 +86,8 @@ def banner(cluster: StrataCluster, seaweed: SeaweedServer) -> str:
     lines = ["", "Strata cluster is up.", f"  bootstrap servers: {cluster.bootstrap}", "  brokers:"]
     for i, b in cluster.brokers.items():
         rack = b.overrides.get("broker.rack", "")
-        lines.append(f"    {i} ({rack}): {b.bootstrap}  metrics {b.metrics_url}  pid {b.pid}  log {b.output_path}")
+        lines.append(f"    {i} ({rack}): {b.bootstrap} (inter-broker 127.0.0.1:{b.internal_port})  "
+                     f"metrics {b.metrics_url}  pid {b.pid}  log {b.output_path}")
     assert cluster.etcd is not None
     lines += [f"  etcd: {cluster.etcd.url} (pid {cluster.etcd.pid})",
               f"  S3 (SeaweedFS): {seaweed.endpoint} bucket {seaweed.bucket} (pid {seaweed.pid})",

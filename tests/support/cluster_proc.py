@@ -31,7 +31,7 @@ from typing import Any, ClassVar, Self
 from protocol.records import BatchHeader, iter_batches
 from storage.checkpoints import RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile
 
-from .broker_proc import START_TIMEOUT, StrataBroker
+from .broker_proc import START_TIMEOUT, StrataBroker, free_port
 from .etcd_proc import EtcdProcess
 from .kafka_wire import WireClient
 from .waiting import WaitTimeout, wait_until
@@ -86,12 +86,14 @@ class ClusterBroker(StrataBroker):
     """A StrataBroker with a cluster identity; in a network namespace when ``netns`` is given."""
 
     def __init__(self, tmp_dir: Path, overrides: Mapping[str, object], name: str, host: str = "127.0.0.1",
-                 netns: str | None = None):
+                 netns: str | None = None, split_listeners: bool = False):
         super().__init__(tmp_dir, overrides, name=name)
         self._host = host
         self.netns = netns
         if netns is not None:  # its own address: the usual ports, nothing else listens there
             self.port, self.metrics_port = 9092, 9464
+        # docker-compose.yml's layout: clients on EXTERNAL (`port`), brokers among themselves on INTERNAL
+        self.internal_port: int | None = (19092 if netns else free_port()) if split_listeners else None
 
     @property
     def host(self) -> str:
@@ -112,7 +114,13 @@ class ClusterBroker(StrataBroker):
 
     def _start_once(self, timeout: float) -> StrataBroker:
         # (re)derive the addresses: StrataBroker.start() may have picked fresh ports after EADDRINUSE
-        self.base_props["listeners"] = f"PLAINTEXT://{self._host}:{self.port}"
+        if self.internal_port is None:
+            self.base_props["listeners"] = f"PLAINTEXT://{self._host}:{self.port}"
+        else:
+            self.base_props.update({
+                "listeners": f"INTERNAL://{self._host}:{self.internal_port},EXTERNAL://{self._host}:{self.port}",
+                "listener.security.protocol.map": "INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT",
+                "inter.broker.listener.name": "INTERNAL"})
         self.base_props["metrics.listener"] = self.metrics_url
         return super()._start_once(timeout)
 
@@ -234,9 +242,11 @@ class StrataCluster:
                  broker_overrides: Mapping[int, Mapping[str, object]] | None = None, netns: bool = False,
                  racks: bool = True, start_timeout: float = START_TIMEOUT,
                  defaults: Mapping[str, object] = FAST_FAILOVER,
-                 ports: Mapping[int, tuple[int, int]] | None = None):
+                 ports: Mapping[int, tuple[int, int]] | None = None, split_listeners: bool = False):
         """`defaults` (FAST_FAILOVER unless given) + `overrides` go to every broker, then `broker_overrides[i]`.
-        `ports` fixes broker i's (Kafka port, metrics port) on loopback; otherwise free ports are picked."""
+        `ports` fixes broker i's (Kafka port, metrics port) on loopback; otherwise free ports are picked.
+        `split_listeners`: listeners INTERNAL (between brokers) and EXTERNAL (clients: `bootstrap`), as in
+        docker-compose.yml, instead of one PLAINTEXT listener."""
         self.tmp_dir = Path(tmp_dir)
         self.tmp_dir.mkdir(parents=True, exist_ok=True)
         self.size = size
@@ -247,6 +257,7 @@ class StrataCluster:
         self.brokers: dict[int, ClusterBroker] = {}
         self._overrides = {**defaults, **(overrides or {})}
         self._ports = dict(ports or {})
+        self._split = split_listeners
         self._broker_overrides = {i: dict(v) for i, v in (broker_overrides or {}).items()}
         self._racks = racks
         self._closed = False
@@ -282,9 +293,10 @@ class StrataCluster:
             props.update(self._broker_overrides.get(i, {}))
             if self.net is not None:
                 b = ClusterBroker(self.tmp_dir / f"broker{i}", props, name=f"broker{i}", host=self.net.ips[i],
-                                  netns=self.net.ns(i))
+                                  netns=self.net.ns(i), split_listeners=self._split)
             else:
-                b = ClusterBroker(self.tmp_dir / f"broker{i}", props, name=f"broker{i}")
+                b = ClusterBroker(self.tmp_dir / f"broker{i}", props, name=f"broker{i}",
+                                  split_listeners=self._split)
                 if i in self._ports:
                     b.port, b.metrics_port = self._ports[i]
             self.brokers[i] = b
