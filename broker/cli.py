@@ -158,7 +158,7 @@ def _cmd_dump_log(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="strata", description="Strata: a Kafka-wire-compatible broker")
     sub = p.add_subparsers(dest="command", required=True,
-                           metavar="{serve,topics,groups,dump-log,remote-log-metadata}")
+                           metavar="{serve,topics,groups,dump-log,remote-log-metadata,pipeline}")
 
     s = sub.add_parser("serve", help="run a broker")
     s.add_argument("config", nargs="?", help="server.properties file")
@@ -213,6 +213,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .remote_log_metadata_cmd import add_parser as add_remote_log_metadata_parser
     add_remote_log_metadata_parser(sub, DEFAULT_BOOTSTRAP)   # `strata remote-log-metadata`
+
+    from pipeline.cli import add_parser as add_pipeline_parser   # `strata pipeline` (Spark jobs; pyspark imported lazily)
+    add_pipeline_parser(sub, DEFAULT_BOOTSTRAP)
     return p
 
 

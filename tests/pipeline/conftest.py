@@ -19,6 +19,9 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     s = get_spark("strata-tests", master="local[2]", conf={
         "spark.sql.shuffle.partitions": "2",
         "spark.default.parallelism": "2",
+        "spark.sql.adaptive.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.streaming.noDataMicroBatches.enabled": "false",
         "spark.local.dir": str(tmp_path_factory.mktemp("spark-local")),
     })
     yield s
