@@ -4,18 +4,24 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.installed
+BASE_STAMP := $(VENV)/.installed-base
 
 .PHONY: run test bench cluster lint venv system-deps node-deps clean
 
-$(STAMP): pyproject.toml
+# `make run` needs only the broker's own dependencies; tests, bench and Spark add their extras on top.
+$(BASE_STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e .
+	touch $(BASE_STAMP)
+
+$(STAMP): $(BASE_STAMP)
 	$(PIP) install -q -e '.[test,bench,spark]'
 	touch $(STAMP)
 
 venv: $(STAMP)
 
-run: $(STAMP)
+run: $(BASE_STAMP)
 	$(VENV)/bin/strata serve config/server.properties
 
 # Debian packages the tests use (kcat; etcd for the cluster tests; a JRE for the Spark tests). Installed only when
@@ -37,8 +43,12 @@ tests/js/node_modules/.installed: tests/js/package.json
 	cd tests/js && npm install --no-audit --no-fund --silent
 	touch $@
 
+# Most of the suite's time is spent waiting on broker processes (startup, group rebalances, timeouts), so test
+# modules run in 3 worker processes; a module's tests stay together (--dist loadfile) and share their brokers.
+TEST_WORKERS ?= 3
+
 test: $(STAMP) system-deps node-deps
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
 
 bench: $(STAMP)
 	$(PY) -m bench.run
