@@ -90,5 +90,6 @@ def build_remote_log_manager(server: "KafkaServer") -> tuple[RemoteLogManager, A
     metrics = RemoteMetrics(server.metrics.registry)
     rlm = RemoteLogManager(RemoteLogManagerConfig.from_broker(cfg.values), rsm, rlmm, broker_id=server.broker_id,
                            index_cache_dir=Path(data_dir) / "remote-log-index-cache", metrics=metrics)
+    metrics.register_storage_stats(lambda: rlm.rsm, lambda: rlm.index_cache)   # strata_rsm_s3_*, *_cache_*
     return rlm, rlmm
 
