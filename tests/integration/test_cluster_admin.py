@@ -242,6 +242,6 @@ def test_kill9_leader_is_replaced_after_the_session_timeout(cluster):
     brokers[2].kill9()
     p = wait_until(lambda: (q := partitions_of(brokers[0], "k9")[0]).leader_id in (0, 1) and q,
                    SESSION_MS / 1000 + 10, message="new leader after kill -9")
-    assert time.monotonic() - t0 < SESSION_MS / 1000 + 5
+    assert time.monotonic() - t0 < SESSION_MS / 1000 + 8      # lease expiry + a controller pass, under load
     assert p.leader_epoch > epoch and 2 not in p.isr_nodes and p.offline_replicas == [2]
     assert {b.node_id for b in metadata(brokers[1]).brokers} == {0, 1}

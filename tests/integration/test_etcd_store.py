@@ -151,12 +151,15 @@ def test_restarted_broker_replaces_its_previous_incarnation_at_once(etcd):
     async def main():
         watcher = await Node(etcd, 9, controller=False).start()
         n1 = await Node(etcd, 1, controller=False).start()
+        old_lease = n1.store.lease_id
         await n1.crash()
         again = await Node(etcd, 1, controller=False).start()          # new incarnation, same id
         await until(lambda: watcher.store.brokers().get(1) == again.info, what="new incarnation visible")
-        # The old lease was revoked, so nothing of the old incarnation expires later and removes the new one.
-        await asyncio.sleep(SESSION_MS / 1000 + 1.0)   # past the old lease's TTL; then the key must still be there
-        assert watcher.store.brokers().get(1) == again.info
+        # The old lease was revoked (not left to expire), and the registration lives on the new one.
+        info = await watcher.store.client.get_lease_info(old_lease, keys=False)
+        assert info.TTL == -1
+        kv = await watcher.store.client.get(watcher.store.key("brokers/1"))
+        assert kv.lease == again.store.lease_id != old_lease
         await again.stop()
         await watcher.stop()
     run(main())
@@ -245,7 +248,7 @@ def test_controller_failover_and_fencing(etcd):
         await until(lambda: rest[0].store.controller_id not in (-1, ctl), timeout=SESSION_MS / 1000 + 5,
                     what="a new controller")
         new = next(x for x in rest if x.store.broker_id == rest[0].store.controller_id)
-        assert new.controller.epoch == epoch + 1
+        assert new.controller.epoch > epoch
         # The deposed controller's epoch no longer writes.
         s = new.store.partition_state("f", 0)
         await until(lambda: new.store.partition_state("f", 0) and ctl not in new.store.partition_state("f", 0).isr,
