@@ -24,22 +24,22 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
                 rep.sections.append((f"etcd ({c.etcd.url}) output tail", c.etcd.tail(30)))
 
 
-_QUEUE_LINES: list[str] = []
-
-
 @pytest.fixture
-def queue_report() -> Callable[[str], None]:
-    """Record a line for the end-of-run summary (the queue checker's counts per seed) and print it."""
+def queue_report(request: pytest.FixtureRequest) -> Callable[[str], None]:
+    """Record a line (the queue checker's counts) for the end-of-run summary and print it. The line travels as a
+    user property of the test's report, so the summary also works with pytest-xdist workers."""
     def report(line: str) -> None:
-        _QUEUE_LINES.append(line)
+        request.node.user_properties.append(("cluster-queue", line))
         print(line)
     return report
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if _QUEUE_LINES:
+    lines = [v for reps in terminalreporter.stats.values() for r in reps if getattr(r, "when", "") == "call"
+             for k, v in getattr(r, "user_properties", ()) if k == "cluster-queue"]
+    if lines:
         terminalreporter.section("cluster queue checker")
-        for line in _QUEUE_LINES:
+        for line in lines:
             terminalreporter.write_line(line)
 
 
