@@ -54,6 +54,7 @@ def build_handlers() -> dict[int, HandlerFn]:
         groups,
         list_offsets,
         metadata,
+        offset_for_leader_epoch,
         produce,
         producer,
     )
@@ -64,6 +65,7 @@ def build_handlers() -> dict[int, HandlerFn]:
         ApiKey.PRODUCE: produce.handle,
         ApiKey.FETCH: fetch.handle,
         ApiKey.LIST_OFFSETS: list_offsets.handle,
+        ApiKey.OFFSET_FOR_LEADER_EPOCH: offset_for_leader_epoch.handle,
         ApiKey.CREATE_TOPICS: admin.create_topics,
         ApiKey.DELETE_TOPICS: admin.delete_topics,
         ApiKey.CREATE_PARTITIONS: admin.create_partitions,

@@ -45,6 +45,11 @@ class BrokerMetrics:
         # kafka.server:type=DelayedOperationPurgatory
         self.purgatory_size = Gauge("strata_purgatory_size", "Operations waiting in a purgatory", ["purgatory"],
                                     registry=r)
+        # kafka.server:type=ReplicaManager,name=IsrShrinksPerSec / IsrExpandsPerSec
+        self.isr_shrinks = Counter("strata_replica_manager_isr_shrinks", "ISR shrinks committed by this leader",
+                                   registry=r)
+        self.isr_expands = Counter("strata_replica_manager_isr_expands", "ISR expansions committed by this leader",
+                                   registry=r)
         # kafka.log:type=LogFlushStats
         self.log_flush = Histogram("strata_log_flush_time_seconds", "fsync of a log", buckets=_LATENCY_BUCKETS,
                                    registry=r)
@@ -52,6 +57,20 @@ class BrokerMetrics:
 
     def register_log_collector(self, logs: Callable[[], Iterable]) -> None:
         self.registry.register(_LogCollector(logs))
+
+    def register_replica_manager(self, rm) -> None:
+        """kafka.server:type=ReplicaManager gauges and the ReplicaFetcherManager's MaxLag, read at scrape time."""
+        r = self.registry
+        for name, doc, fn in (
+                ("strata_replica_manager_under_replicated_partitions",
+                 "Partitions led here whose ISR is smaller than their replica set",
+                 lambda: rm.under_replicated_count),
+                ("strata_replica_manager_leader_count", "Partitions led by this broker", lambda: rm.leader_count),
+                ("strata_replica_manager_partition_count", "Partitions hosted by this broker",
+                 lambda: rm.partition_count),
+                ("strata_replica_fetcher_max_lag", "Largest follower lag (leader HW - own LEO) in records",
+                 lambda: rm.fetcher_manager.max_lag)):
+            Gauge(name, doc, registry=r).set_function(_safe(fn))
 
     def register_log_cleaner(self, cleaner) -> None:
         """kafka.log:type=LogCleanerManager / LogCleaner gauges, read from the cleaner at scrape time."""
@@ -87,6 +106,18 @@ class BrokerMetrics:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+
+def _safe(fn: Callable[[], float]) -> Callable[[], float]:
+    """A gauge callback read from the metrics thread while the event loop mutates what it reads."""
+    def read() -> float:
+        for _ in range(3):
+            try:
+                return fn()
+            except RuntimeError:      # a dict changed size during iteration: read again
+                continue
+        return 0
+    return read
 
 
 class _LogCollector:

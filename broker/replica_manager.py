@@ -1,59 +1,46 @@
-"""ReplicaManager: the partitions this broker hosts, and the produce/fetch paths over them.
+"""ReplicaManager: the partitions this broker hosts, their leader/follower state, and the produce/fetch paths.
 
-Handlers speak in wire terms; the ReplicaManager speaks in partitions and offsets. Today every partition has one
-replica (this broker, leader at epoch 0, ISR = {self}), so the HW follows the LEO on every append.
+Handlers speak in wire terms; the ReplicaManager speaks in partitions and offsets. Every partition state change
+(become leader, become follower, stop replica) goes through `apply_partition_state`, fed by the metadata store
+(docs/cluster.md). A single broker's LocalMetadataStore says "leader at epoch 0, ISR = {self}" for every partition,
+so the same code makes the HW follow the LEO on every append.
+
+Leader side (Kafka's Partition/ReplicaManager): followers' fetch offsets and caught-up times, HW = min LEO over the
+ISR, ISR shrink/expand by compare-and-set in the store (`replica.lag.time.max.ms`), acks=-1 in the Produce purgatory
+(DelayedProduce), min.insync.replicas. Follower side: broker.cluster.replica_fetcher.
 """
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import structlog
 
 from config import BrokerConfig, LogConfig
 from protocol.errors import ErrorCode, KafkaApiError
 from storage.errors import OffsetOutOfRangeError, StorageError
-from storage.log import LogAppendInfo, UnifiedLog
+from storage.log import UnifiedLog
 from storage.log_manager import LogManager
 
+from .cluster.model import PartitionState, StaleStateError
+from .cluster.replica_fetcher import ReplicaFetcherManager
 from .metadata_store import MetadataStore, TopicInfo
 from .metrics import BrokerMetrics
+from .partition import Partition, now_ms
 from .purgatory import Purgatory
 
 log = structlog.get_logger("strata.replica_manager")
 
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
+INTERNAL_APPEND_TIMEOUT_MS = 5000     # Kafka's offsets.commit.timeout.ms: the broker's own acks=-1 writes
 
-
-class Partition:
-    """A partition's leader state; `log` is the local UnifiedLog."""
-
-    def __init__(self, topic: TopicInfo, index: int, log: UnifiedLog, leader_epoch: int = 0) -> None:
-        self.topic = topic
-        self.index = index
-        self.log = log
-        self.leader_epoch = leader_epoch
-
-    @property
-    def key(self) -> tuple[str, int]:
-        return (self.topic.name, self.index)
-
-    @property
-    def high_watermark(self) -> int:
-        return self.log.high_watermark
-
-    @property
-    def last_stable_offset(self) -> int:
-        return self.log.high_watermark     # no transactions yet: LSO == HW
-
-    def append_records_to_leader(self, records: bytes | memoryview) -> LogAppendInfo:
-        info = self.log.append_as_leader(records, self.leader_epoch)
-        # Single-replica ISR: everything in the log is committed as soon as it is written.
-        self.log.update_high_watermark(self.log.log_end_offset)
-        return info
+# Leadership listeners: callback(partition, is_leader) after a partition became leader (True) or stopped being
+# leader (False: follower or no longer hosted). The group coordinator follows __consumer_offsets with it.
+LeadershipListener = Callable[[Partition, bool], None]
 
 
 @dataclass(slots=True)
@@ -63,6 +50,7 @@ class ProduceResult:
     log_append_time: int = -1
     log_start_offset: int = -1
     message: str | None = None
+    current_leader: tuple[int, int] | None = None     # (leader id, leader epoch) with NOT_LEADER_OR_FOLLOWER
 
 
 @dataclass(slots=True)
@@ -73,6 +61,8 @@ class FetchSpec:
     max_bytes: int
     current_leader_epoch: int = -1
     remote: bool = False          # set by the read pass: the offset lives in remote storage
+    last_fetched_epoch: int = -1  # Fetch v12+ (KIP-320): checked against the leader's epochs
+    log_start_offset: int = -1    # a follower's log start (Fetch v5+)
 
 
 @dataclass(slots=True)
@@ -82,6 +72,8 @@ class FetchResult:
     last_stable_offset: int = -1
     log_start_offset: int = -1
     records: bytes | memoryview = b""
+    diverging_epoch: tuple[int, int] | None = None    # (epoch, end offset): the fetcher must truncate
+    current_leader: tuple[int, int] | None = None     # (leader id, leader epoch) with NOT_LEADER / FENCED
 
 
 @dataclass
@@ -93,13 +85,44 @@ class ReplicaManager:
     partitions: dict[tuple[str, int], Partition] = field(default_factory=dict)
     rlm: Any = None               # RemoteLogManager when remote.log.storage.system.enable
     rlmm: Any = None              # its RemoteLogMetadataManager
+    log_cleaner: Any = None       # LogCleaner: follower truncation moves its checkpoint down
 
     def __post_init__(self) -> None:
+        self.broker_id: int = self.config.broker_id
+        self.max_lag_ms: int = self.config["replica.lag.time.max.ms"]
         self.fetch_purgatory = Purgatory("Fetch", self._report_purgatory)
         self.produce_purgatory = Purgatory("Produce", self._report_purgatory)
+        self.fetcher_manager = ReplicaFetcherManager(self)
+        self.leadership_listeners: list[LeadershipListener] = []
+        self._isr_tasks: set[asyncio.Task] = set()
+        self.metrics.register_replica_manager(self)
 
     def _report_purgatory(self, name: str, size: int) -> None:
         self.metrics.purgatory_size.labels(name).set(size)
+
+    # ---- lifecycle ---------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the replica fetchers (needs the running event loop)."""
+        self.fetcher_manager.start()
+
+    async def shutdown(self) -> None:
+        await self.fetcher_manager.shutdown()
+        for t in list(self._isr_tasks):
+            t.cancel()
+        await asyncio.gather(*self._isr_tasks, return_exceptions=True)
+
+    # ---- gauges (read by the metrics thread: copy before iterating) --------------------------------------------
+    @property
+    def leader_count(self) -> int:
+        return sum(1 for p in list(self.partitions.values()) if p.is_leader)
+
+    @property
+    def partition_count(self) -> int:
+        return len(self.partitions)
+
+    @property
+    def under_replicated_count(self) -> int:
+        return sum(1 for p in list(self.partitions.values()) if p.is_under_replicated)
 
     # ---- partition lifecycle -------------------------------------------------------------------------------
     def log_config_for(self, topic: str) -> LogConfig:
@@ -107,43 +130,145 @@ class ReplicaManager:
         return self.config.log_config(info.configs if info else None)
 
     def load_partitions(self) -> None:
-        for info in self.store.topics().values():
+        """Startup: apply the current state of every partition (creates the hosted ones, starts fetchers)."""
+        for info in list(self.store.topics().values()):
             self.ensure_partitions(info)
 
     def ensure_partitions(self, info: TopicInfo) -> None:
-        cfg = self.config.log_config(info.configs)
+        """Apply the state of every partition of `info` (a single broker: creates them, this broker leading)."""
         for i in range(info.partitions):
-            if (info.name, i) not in self.partitions:
-                ulog = self.log_manager.get_or_create_log(info.name, i, info.topic_id, cfg)
-                # Becoming leader with ISR = {self}: the HW is the LEO (Kafka's maybeIncrementLeaderHW), not the
-                # checkpointed HW, which lags after a kill -9 and would hide acknowledged records until the next
-                # append (and hide the RLMM's latest records from its cache: segments copied twice or skipped).
-                ulog.update_high_watermark(ulog.log_end_offset)
-                self.partitions[(info.name, i)] = Partition(info, i, ulog)
-        self._notify_remote(info)
+            self.apply_partition_state(info.name, i, self.store.partition_state(info.name, i))
+
+    def apply_partition_state(self, topic: str, index: int, state: PartitionState | None) -> None:
+        """The one entry point for partition state changes (Kafka's handling of a PartitionChangeRecord):
+        become leader, become follower, or stop (and delete) the replica."""
+        key = (topic, index)
+        p = self.partitions.get(key)
+        info = self.store.topic(topic)
+        if info is None or state is None or index >= info.partitions:
+            if info is None and p is not None:
+                self._stop_replica(p, delete_log=True, delete_remote=p.is_leader)
+            return
+        if p is not None and p.topic.topic_id != info.topic_id:
+            # The topic was deleted and re-created under the same name while we were not looking.
+            self._stop_replica(p, delete_log=True, delete_remote=False)
+            p = None
+        if self.broker_id not in state.replicas and self.broker_id not in state.adding:
+            if p is not None:
+                log.info("no longer a replica: deleting", topic=topic, partition=index, replicas=list(state.replicas))
+                self._stop_replica(p, delete_log=True, delete_remote=False)
+            return
+        if p is None:
+            ulog = self.log_manager.get_or_create_log(topic, index, info.topic_id, self.config.log_config(info.configs))
+            p = self.partitions[key] = Partition(info, index, ulog, self.broker_id, self.max_lag_ms)
+        else:
+            p.topic = info
+            if not p.is_newer_or_same(state):
+                log.debug("ignoring an older partition state", topic=topic, partition=index,
+                          epoch=state.leader_epoch, current=p.leader_epoch)
+                return
+        if state.leader == self.broker_id:
+            self._make_leader(p, state)
+        else:
+            self._make_follower(p, state)
+
+    def _make_leader(self, p: Partition, state: PartitionState) -> None:
+        was_leader = p.is_leader
+        new_epoch = p.make_leader(state, now_ms())
+        if new_epoch:
+            self.fetcher_manager.remove_partition(p.key)
+            if state.leader_epoch > 0 or len(state.replicas) > 1:
+                log.info("became leader", topic=p.topic.name, partition=p.index, leader_epoch=state.leader_epoch,
+                         isr=list(state.isr), leo=p.log.log_end_offset, hw=p.log.high_watermark)
+        self._maybe_hw_moved(p)
+        # ISR changes and new epochs may settle parked acks=-1 produces (or fail them).
+        self.produce_purgatory.check_and_complete(p.key)
+        if not was_leader:
+            self._leadership_changed(p, True)
+        if new_epoch and self.rlm is not None:
+            self._notify_remote_partitions([p])
+
+    def _make_follower(self, p: Partition, state: PartitionState) -> None:
+        was_leader = p.is_leader
+        first = p.leader_epoch < 0
+        if p.make_follower(state) or first:
+            log.info("became follower", topic=p.topic.name, partition=p.index, leader=state.leader,
+                     leader_epoch=state.leader_epoch, leo=p.log.log_end_offset, hw=p.log.high_watermark)
+            self.fetcher_manager.add_partition(p)      # Truncating first (OffsetForLeaderEpoch)
+            # Parked produces and consumer fetches answer NOT_LEADER_OR_FOLLOWER now.
+            self.produce_purgatory.check_and_complete(p.key)
+            self.fetch_purgatory.check_and_complete(p.key)
+            if was_leader or first:
+                self._leadership_changed(p, False)
+            if self.rlm is not None:
+                self._notify_remote_partitions([p])
+
+    def _stop_replica(self, p: Partition, delete_log: bool, delete_remote: bool) -> None:
+        key = p.key
+        was_leader = p.is_leader
+        self.partitions.pop(key, None)
+        self.fetcher_manager.remove_partition(key)
+        p.leader_id = -1
+        if self.rlm is not None and p.log.remote_log_enabled:
+            from remote.rlm import topic_id_partition
+            tip = topic_id_partition(p.log)
+            if delete_remote:
+                task = asyncio.ensure_future(self.rlm.delete_partition(tip))
+                task.add_done_callback(_consume_exception)
+            else:
+                self.rlm.stop_partition(tip)
+                if self.rlmm is not None:
+                    try:
+                        self.rlmm.on_stop_partitions([tip])
+                    except Exception as e:  # noqa: BLE001 - a closing RLMM must not block the stop
+                        log.warning("RLMM stop failed", topic=key[0], partition=key[1], error=str(e))
+        if delete_log:
+            self.log_manager.delete_log(*key)
+        # Wake parked requests so they notice the partition is gone.
+        self.fetch_purgatory.check_and_complete(key)
+        self.produce_purgatory.check_and_complete(key)
+        if was_leader:
+            self._leadership_changed(p, False)
+
+    def _leadership_changed(self, p: Partition, leader: bool) -> None:
+        for cb in list(self.leadership_listeners):
+            try:
+                cb(p, leader)
+            except Exception:
+                log.exception("leadership listener failed", topic=p.topic.name, partition=p.index)
 
     def _notify_remote(self, info: TopicInfo) -> None:
-        """Leadership (here: always this broker) drives the RemoteLogManager's copy/expiration tasks."""
+        """Leadership drives the RemoteLogManager's copy/expiration tasks (leaders only); the RLMM follows the
+        metadata of every hosted tiered partition."""
         if self.rlm is None:
             return
-        leaders = [(p.log, p.leader_epoch) for i in range(info.partitions)
-                   if (p := self.partitions.get((info.name, i))) is not None]
+        self._notify_remote_partitions([p for i in range(info.partitions)
+                                        if (p := self.partitions.get((info.name, i))) is not None])
+
+    def _notify_remote_partitions(self, parts: list[Partition]) -> None:
         from remote.rlm import topic_id_partition
-        tiered = [topic_id_partition(lg) for lg, _ in leaders if lg.remote_log_enabled]
-        if tiered and self.rlmm is not None:
-            self.rlmm.on_partition_leadership_changes(tiered, [])
-        self.rlm.on_leadership_change(leaders, [])
+        leaders = [p for p in parts if p.is_leader]
+        followers = [p for p in parts if not p.is_leader]
+        tl = [topic_id_partition(p.log) for p in leaders if p.log.remote_log_enabled]
+        tf = [topic_id_partition(p.log) for p in followers if p.log.remote_log_enabled]
+        if (tl or tf) and self.rlmm is not None:
+            self.rlmm.on_partition_leadership_changes(tl, tf)
+        self.rlm.on_leadership_change([(p.log, p.leader_epoch) for p in leaders], [p.log for p in followers])
 
     def remove_topic(self, info: TopicInfo) -> None:
+        """Topic deleted: stop and delete every local replica (idempotent); remote data goes with the leader's."""
         for i in range(info.partitions):
-            p = self.partitions.pop((info.name, i), None)
-            if p is not None and self.rlm is not None and p.log.remote_log_enabled:
-                from remote.rlm import topic_id_partition
-                task = asyncio.ensure_future(self.rlm.delete_partition(topic_id_partition(p.log)))
-                task.add_done_callback(_consume_exception)
-            self.log_manager.delete_log(info.name, i)
-            # Wake parked fetches so they notice the partition is gone.
-            self.fetch_purgatory.check_and_complete((info.name, i))
+            p = self.partitions.get((info.name, i))
+            if p is not None and p.topic.topic_id == info.topic_id:
+                self._stop_replica(p, delete_log=True, delete_remote=p.is_leader)
+            elif p is None:
+                self.log_manager.delete_log(info.name, i)
+
+    def on_topic_change(self, info: TopicInfo) -> None:
+        """A topic's record changed in the store (configs; partition states arrive on their own)."""
+        cfg = self.config.log_config(info.configs)
+        if any(p.log.config.values != cfg.values for p in self.partitions.values() if p.topic.name == info.name):
+            self.update_topic_config(info)
 
     def disable_remote_storage(self, info: TopicInfo) -> None:
         """KIP-950 with remote.log.delete.on.disable=true: delete the remote data; the log then starts locally."""
@@ -153,7 +278,7 @@ class ReplicaManager:
                 continue
             p.log.advance_log_start_offset(p.log.local_log_start_offset)
             p.log.highest_offset_in_remote_storage = -1
-            if self.rlm is not None:
+            if self.rlm is not None and p.is_leader:
                 from remote.rlm import topic_id_partition
                 task = asyncio.ensure_future(self.rlm.delete_partition(topic_id_partition(p.log)))
                 task.add_done_callback(_consume_exception)
@@ -172,43 +297,177 @@ class ReplicaManager:
     def all_logs(self) -> Iterable[UnifiedLog]:
         return [p.log for p in self.partitions.values()]
 
+    def leader_hint(self, topic: str, index: int) -> tuple[int, int] | None:
+        """(leader id, leader epoch) of a partition as the metadata image has it, for NOT_LEADER_OR_FOLLOWER answers
+        (KIP-951); None when unknown."""
+        st = self.store.partition_state(topic, index)
+        if st is None or st.leader < 0:
+            return None
+        return (st.leader, st.leader_epoch)
+
+    def _not_hosted(self, topic: str, index: int) -> ErrorCode:
+        """A partition without a local replica: NOT_LEADER_OR_FOLLOWER if it exists (clients refresh metadata),
+        UNKNOWN_TOPIC_OR_PARTITION otherwise."""
+        if self.store.partition_state(topic, index) is not None:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+    # ---- HW, ISR --------------------------------------------------------------------------------------------
+    def _maybe_hw_moved(self, p: Partition) -> None:
+        if p.maybe_increment_hw(now_ms()):
+            self._on_hw_change(p)
+
+    def _on_hw_change(self, p: Partition) -> None:
+        self.fetch_purgatory.check_and_complete(p.key)
+        self.produce_purgatory.check_and_complete(p.key)
+
+    def on_follower_progress(self, p: Partition) -> None:
+        """The replica fetcher appended to / truncated a follower log: local readers (the RLMM on a follower)."""
+        self.fetch_purgatory.check_and_complete(p.key)
+
+    def _record_follower_fetch(self, p: Partition, replica_id: int, s: FetchSpec) -> None:
+        if p.update_follower_fetch_state(replica_id, s.fetch_offset, s.log_start_offset, now_ms()):
+            self._on_hw_change(p)
+        new_isr = p.isr_to_expand(replica_id)
+        if new_isr is not None:
+            self._alter_isr(p, new_isr, expand=True)
+
+    def maybe_shrink_isr(self) -> None:
+        """Kafka's isr-expiration task (every replica.lag.time.max.ms / 2): drop followers that have not caught up
+        for replica.lag.time.max.ms."""
+        t = now_ms()
+        for p in list(self.partitions.values()):
+            new_isr = p.isr_to_shrink(t)
+            if new_isr is not None:
+                self._alter_isr(p, new_isr, expand=False)
+
+    def _alter_isr(self, p: Partition, new_isr: tuple[int, ...], expand: bool) -> None:
+        """AlterPartition: compare-and-set the ISR in the store. While in flight the HW respects the wider of the two
+        ISRs; a lost CAS means the controller changed the partition: re-read and re-apply."""
+        topic, index = p.key
+        cur = self.store.partition_state(topic, index)
+        if (cur is None or cur.leader != self.broker_id or cur.leader_epoch != p.leader_epoch
+                or cur.partition_epoch != p.partition_epoch):
+            self.apply_partition_state(topic, index, cur)       # our view is behind the image: catch up first
+            return
+        proposed = cur.with_changes(isr=tuple(new_isr))
+        p.pending_isr = tuple(new_isr)
+        log.info("expanding ISR" if expand else "shrinking ISR", topic=topic, partition=index,
+                 isr=list(cur.isr), new_isr=list(new_isr), leo=p.log.log_end_offset, hw=p.log.high_watermark)
+        task = asyncio.get_running_loop().create_task(self._submit_alter(p, proposed, expand))
+        self._isr_tasks.add(task)
+        task.add_done_callback(self._isr_tasks.discard)
+
+    async def _submit_alter(self, p: Partition, proposed: PartitionState, expand: bool) -> None:
+        topic, index = p.key
+        committed: PartitionState | None = None
+        try:
+            committed = await self.store.alter_partition(topic, index, proposed)
+            (self.metrics.isr_expands if expand else self.metrics.isr_shrinks).inc()
+        except StaleStateError as e:
+            log.info("ISR change lost to a concurrent change; re-reading", topic=topic, partition=index, error=str(e))
+            committed = self.store.partition_state(topic, index)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - store unreachable: retried on the next check
+            log.warning("ISR change failed", topic=topic, partition=index, error=repr(e))
+        finally:
+            if p.pending_isr == tuple(proposed.isr):
+                p.pending_isr = None
+        if self.partitions.get(p.key) is p:
+            if committed is not None:
+                self.apply_partition_state(topic, index, committed)
+            if p.is_leader:
+                self._maybe_hw_moved(p)         # the maximal ISR may have narrowed
+            self.produce_purgatory.check_and_complete(p.key)
+
     # ---- produce ---------------------------------------------------------------------------------------------
-    async def append_records(self, entries: list[tuple[str, int, bytes | memoryview]], internal: bool = False
+    async def append_records(self, entries: list[tuple[str, int, bytes | memoryview]], internal: bool = False,
+                             required_acks: int | None = None, timeout_ms: int | None = None
                              ) -> list[ProduceResult]:
-        """Append to leaders. `internal` is the broker's own writers (coordinators, RLMM); clients may not write
-        to internal topics (Kafka answers INVALID_TOPIC_EXCEPTION)."""
+        """Append to leaders. `internal` is the broker's own writers (coordinators, RLMM): they may write internal
+        topics (clients get INVALID_TOPIC_EXCEPTION) and default to acks=-1. acks=-1 refuses to append below
+        min.insync.replicas (NOT_ENOUGH_REPLICAS) and waits in the Produce purgatory until the ISR has the records
+        (the HW passes them) or `timeout_ms` (REQUEST_TIMED_OUT)."""
+        acks = required_acks if required_acks is not None else (-1 if internal else 1)
+        if timeout_ms is None:
+            timeout_ms = INTERNAL_APPEND_TIMEOUT_MS
         results: list[ProduceResult] = []
         to_flush: dict[int, UnifiedLog] = {}
+        waits: list[tuple[int, Partition, int, int]] = []      # (result index, partition, required offset, epoch)
         for topic, index, records in entries:
             p = self.partitions.get((topic, index))
-            if p is None:
-                results.append(ProduceResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
-                self.metrics.failed_produce.labels(topic).inc()
-                continue
-            if p.topic.internal and not internal:
+            info = p.topic if p is not None else self.store.topic(topic)
+            if info is not None and info.internal and not internal:
                 results.append(ProduceResult(ErrorCode.INVALID_TOPIC_EXCEPTION,
                                              message=f"Cannot append to internal topic {topic}"))
                 self.metrics.failed_produce.labels(topic).inc()
                 continue
+            if p is None or not p.is_leader:
+                err = self._not_hosted(topic, index) if p is None else ErrorCode.NOT_LEADER_OR_FOLLOWER
+                hint = self.leader_hint(topic, index) if err == ErrorCode.NOT_LEADER_OR_FOLLOWER else None
+                results.append(ProduceResult(err, current_leader=hint))
+                self.metrics.failed_produce.labels(topic).inc()
+                continue
             self.metrics.produce_requests.labels(topic).inc()
+            if acks == -1 and len(p.isr) < p.effective_min_isr():
+                results.append(ProduceResult(
+                    ErrorCode.NOT_ENOUGH_REPLICAS,
+                    message=f"The size of the current ISR {list(p.isr)} is insufficient to satisfy the min.isr "
+                            f"requirement of {p.effective_min_isr()} for partition {topic}-{index}"))
+                self.metrics.failed_produce.labels(topic).inc()
+                continue
             try:
-                info = p.append_records_to_leader(records)
+                info_ = p.append_records_to_leader(records)
             except StorageError as e:
                 results.append(ProduceResult(ErrorCode(e.error_code), message=str(e)))
                 self.metrics.failed_produce.labels(topic).inc()
                 self.metrics.bytes_rejected.labels(topic).inc(len(records))
                 continue
             self.metrics.bytes_in.labels(topic).inc(len(records))
-            self.metrics.messages_in.labels(topic).inc(info.record_count)
-            results.append(ProduceResult(ErrorCode.NONE, info.first_offset, info.log_append_time,
+            self.metrics.messages_in.labels(topic).inc(info_.record_count)
+            results.append(ProduceResult(ErrorCode.NONE, info_.first_offset, info_.log_append_time,
                                          p.log.log_start_offset))
+            if acks == -1:
+                waits.append((len(results) - 1, p, info_.last_offset + 1, p.leader_epoch))
             if p.log.unflushed_messages >= p.log.config.flush_messages:
                 to_flush[id(p.log)] = p.log
-            self.fetch_purgatory.check_and_complete((topic, index))
+            self.fetch_purgatory.check_and_complete((topic, index))     # followers and consumers
         if to_flush:
             # flush.messages: fsync before the response, so an acknowledged record survives a power loss.
             await asyncio.gather(*(self.flush_log(lg) for lg in to_flush.values()))
+        if waits:
+            await self._await_replication(results, waits, timeout_ms)
         return results
+
+    async def _await_replication(self, results: list[ProduceResult], waits: list[tuple[int, Partition, int, int]],
+                                 timeout_ms: int) -> None:
+        """DelayedProduce: re-check each waiting partition on every event of its key (HW, ISR, leadership)."""
+        deadline = time.monotonic() + max(timeout_ms, 0) / 1000.0
+        pending = waits
+        while True:
+            still = []
+            for i, p, required, epoch in pending:
+                done, err = p.check_enough_replicas(required, epoch)
+                if not done:
+                    still.append((i, p, required, epoch))
+                elif err:
+                    self._fail_after_append(results[i], p, err)
+            if not still:
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                for i, p, _, _ in still:
+                    self._fail_after_append(results[i], p, ErrorCode.REQUEST_TIMED_OUT)
+                return
+            await self.produce_purgatory.wait({p.key for _, p, _, _ in still}, remaining)
+            pending = still
+
+    def _fail_after_append(self, r: ProduceResult, p: Partition, err: ErrorCode) -> None:
+        r.error = err
+        if err == ErrorCode.NOT_LEADER_OR_FOLLOWER:
+            r.current_leader = self.leader_hint(*p.key)
+        self.metrics.failed_produce.labels(p.topic.name).inc()
 
     async def flush_log(self, ulog: UnifiedLog) -> None:
         start = time.perf_counter()
@@ -216,28 +475,48 @@ class ReplicaManager:
         self.metrics.log_flush.observe(time.perf_counter() - start)
 
     # ---- fetch -----------------------------------------------------------------------------------------------
-    def _read_once(self, specs: list[FetchSpec], max_bytes: int, isolation: int, replica: bool
+    def _read_once(self, specs: list[FetchSpec], max_bytes: int, isolation: int, replica_id: int, first: bool
                    ) -> tuple[list[FetchResult], int, bool]:
+        """One read pass; returns (results, bytes, answer now). A follower's fetch position is recorded on the
+        first pass, once its request passed the checks (Kafka's updateFollowerFetchState)."""
         results: list[FetchResult] = []
         total = 0
-        errors = False
+        respond = False
         min_one = True
+        replica = replica_id >= 0
         for s in specs:
             p = self.partitions.get((s.topic, s.partition))
             if p is None:
-                results.append(FetchResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
-                errors = True
+                err = self._not_hosted(s.topic, s.partition)
+                results.append(FetchResult(err, current_leader=self.leader_hint(s.topic, s.partition)
+                                           if err == ErrorCode.NOT_LEADER_OR_FOLLOWER else None))
+                respond = True
                 continue
             ulog = p.log
             hw = ulog.high_watermark
             res = FetchResult(high_watermark=hw, last_stable_offset=p.last_stable_offset,
                               log_start_offset=ulog.log_start_offset)
-            if s.current_leader_epoch >= 0 and s.current_leader_epoch != p.leader_epoch:
-                res.error = (ErrorCode.FENCED_LEADER_EPOCH if s.current_leader_epoch < p.leader_epoch
-                             else ErrorCode.UNKNOWN_LEADER_EPOCH)
+            err = p.check_epoch(s.current_leader_epoch)
+            if err:
+                res.error = err
+                if err in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH):
+                    res.current_leader = self.leader_hint(s.topic, s.partition)
                 results.append(res)
-                errors = True
+                respond = True
                 continue
+            if s.last_fetched_epoch >= 0:
+                # KIP-320: the fetcher's last epoch must end at or after its fetch offset in our log.
+                epoch, end = ulog.end_offset_for_epoch(s.last_fetched_epoch)
+                if end < 0 or epoch < 0 or s.fetch_offset < ulog.log_start_offset:
+                    res.error = ErrorCode.OFFSET_OUT_OF_RANGE
+                    results.append(res)
+                    respond = True
+                    continue
+                if epoch < s.last_fetched_epoch or end < s.fetch_offset:
+                    res.diverging_epoch = (epoch, end)
+                    results.append(res)
+                    respond = True
+                    continue
             limit = min(s.max_bytes, max_bytes - total)
             if limit <= 0 and not min_one:
                 results.append(res)
@@ -250,49 +529,60 @@ class ReplicaManager:
                     if replica:
                         # KIP-405: followers rebuild from remote metadata rather than copy tiered data.
                         res.error = ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE
-                        errors = True
+                        respond = True
                     elif self.rlm is not None:
                         s.remote = True      # read by the RemoteLogReader pool after this pass
                     else:
                         res.error = ErrorCode.OFFSET_OUT_OF_RANGE
-                        errors = True
+                        respond = True
                     results.append(res)
                     continue
                 res.error = ErrorCode.OFFSET_OUT_OF_RANGE
-                errors = True
+                respond = True
                 results.append(res)
                 continue
             except StorageError as e:
                 res.error = ErrorCode(e.error_code)
-                errors = True
+                respond = True
                 results.append(res)
                 continue
+            if replica and first:
+                self._record_follower_fetch(p, replica_id, s)
+                res.high_watermark = ulog.high_watermark
+                res.last_stable_offset = p.last_stable_offset
             n = len(data.records)
             if n:
                 res.records = data.records
                 total += n
                 min_one = False
             results.append(res)
-        return results, total, errors
+        return results, total, respond
 
     async def fetch(self, specs: list[FetchSpec], *, max_bytes: int, min_bytes: int, max_wait_ms: int,
-                    isolation: int = READ_UNCOMMITTED, replica: bool = False) -> list[FetchResult]:
-        """Read now; if fewer than min.bytes are ready, park in the Fetch purgatory until appends or max.wait."""
+                    isolation: int = READ_UNCOMMITTED, replica: bool = False, replica_id: int | None = None
+                    ) -> list[FetchResult]:
+        """Read now; if fewer than min.bytes are ready, park in the Fetch purgatory until appends or max.wait.
+        `replica_id` >= 0 is a follower's fetch: served by the leader only, read up to the LEO, and it reports the
+        follower's position (HW, ISR)."""
+        if replica_id is None:
+            replica_id = 0 if replica else -1      # (legacy callers: a replica fetch without an id)
         max_bytes = min(max_bytes, self.config["fetch.max.bytes"]) if max_bytes > 0 else 0
         deadline = time.monotonic() + max_wait_ms / 1000.0
         keys = [(s.topic, s.partition) for s in specs]
+        first = True
         while True:
             for s in specs:
                 s.remote = False
-            results, total, errors = self._read_once(specs, max_bytes, isolation, replica)
+            results, total, respond = self._read_once(specs, max_bytes, isolation, replica_id, first)
+            first = False
             if any(s.remote for s in specs):
                 total += await self._read_remote(specs, results, max_bytes - total, isolation)
                 break
             remaining = deadline - time.monotonic()
-            if total >= min_bytes or errors or remaining <= 0 or not specs:
+            if total >= min_bytes or respond or remaining <= 0 or not specs:
                 break
             if not await self.fetch_purgatory.wait(keys, remaining):
-                results, total, errors = self._read_once(specs, max_bytes, isolation, replica)
+                results, total, respond = self._read_once(specs, max_bytes, isolation, replica_id, False)
                 break
         for s, r in zip(specs, results):
             if r.records:
@@ -323,7 +613,7 @@ class ReplicaManager:
         if not jobs:
             return 0
         wait_s = self.config["remote.fetch.max.wait.ms"] / 1000.0
-        done, pending = await asyncio.wait(jobs.values(), timeout=wait_s)
+        _done, pending = await asyncio.wait(jobs.values(), timeout=wait_s)
         total = 0
         for i, task in jobs.items():
             res = results[i]
@@ -354,3 +644,14 @@ def _consume_exception(task: asyncio.Task) -> None:
     """A remote read that outlived its fetch: retrieve its outcome so asyncio does not log it as lost."""
     if not task.cancelled():
         task.exception()
+
+
+__all__ = [
+    "READ_COMMITTED",
+    "READ_UNCOMMITTED",
+    "FetchResult",
+    "FetchSpec",
+    "Partition",
+    "ProduceResult",
+    "ReplicaManager",
+]

@@ -72,6 +72,8 @@ class KafkaServer:
         self.replica_manager = ReplicaManager(config, self.log_manager, self.store, self.metrics)
         self.topic_manager = TopicManager(config, self.store, self.replica_manager)
         self.group_coordinator = GroupCoordinator(self)
+        self.replica_manager.log_cleaner = self.log_cleaner
+        self.replica_manager.leadership_listeners.append(self._on_leadership_change)
         self.apis: KafkaApis | None = None
         self.rlm = None       # RemoteLogManager (tiered storage), built at start when enabled
         self.rlmm = None
@@ -129,6 +131,7 @@ class KafkaServer:
             self._delete_stray_logs()
         self.store.add_listener(self.on_metadata_change)     # no await before the load: no change is missed
         self.replica_manager.load_partitions()
+        self.replica_manager.start()         # replica fetchers for the partitions this broker follows
         if self.cluster_mode:
             await self.store.register(self.me)
             from .cluster.controller import Controller
@@ -159,6 +162,8 @@ class KafkaServer:
             self.config["log.flush.offset.checkpoint.interval.ms"], self._checkpoint)))
         self._tasks.append(asyncio.create_task(self._periodic(
             self.config["producer.id.expiration.check.interval.ms"], self._expire_producer_ids)))
+        self._tasks.append(asyncio.create_task(self._periodic(     # Kafka's isr-expiration task
+            self.config["replica.lag.time.max.ms"] // 2, self._isr_expiration)))
         log.info("started", broker_id=self.broker_id, cluster_id=self.store.cluster_id,
                  topics=len(self.store.topics()), partitions=len(self.replica_manager.partitions),
                  metrics=f"http://{self.metrics_address[0]}:{self.metrics_address[1]}/metrics"
@@ -243,6 +248,22 @@ class KafkaServer:
             if old is not None and any(k[0] == key for k in rm.partitions):
                 rm.remove_topic(old)
                 log.info("deleted topic", topic=key, topic_id=str(old.topic_id))
+        elif kind == "topic":
+            rm.on_topic_change(self.store.topic(key))        # config changes made through another broker
+        elif kind == "broker":
+            rm.fetcher_manager.on_broker_change(key)         # a leader re-registered: reconnect
+
+    def _on_leadership_change(self, partition, leader: bool) -> None:
+        """The group coordinator follows the leadership of the __consumer_offsets partitions."""
+        from .group.records import OFFSETS_TOPIC
+        if partition.topic.name == OFFSETS_TOPIC:
+            if leader:
+                self.group_coordinator.on_become_leader(partition.index)
+            else:
+                self.group_coordinator.on_resign(partition.index)
+
+    async def _isr_expiration(self) -> None:
+        self.replica_manager.maybe_shrink_isr()
 
     async def _controlled_shutdown(self) -> None:
         """Kafka's controlled shutdown: ask the controller to move this broker's leaderships away (bounded:
@@ -273,6 +294,7 @@ class KafkaServer:
         await self.group_coordinator.shutdown()     # answers parked joins, lets queued offset writes land
         if self.socket_server is not None:
             await self.socket_server.stop()
+        await self.replica_manager.shutdown()        # replica fetchers stop before the logs close
         if self.rlm is not None:
             await self.rlm.close()
             await self.rlmm.close()

@@ -70,6 +70,17 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("connections.max.idle.ms", T.LONG, 600000, "close connections idle this long"),
     ConfigDef("queued.max.requests", T.INT, 500, "", at_least(1)),
     ConfigDef("fetch.max.bytes", T.INT, 55 * 1024 * 1024, "broker cap on a fetch response", at_least(0)),
+    # replication (Kafka's ReplicationConfigs)
+    ConfigDef("replica.lag.time.max.ms", T.LONG, 30000,
+              "a follower that has not caught up for this long is removed from the ISR", at_least(1)),
+    ConfigDef("replica.fetch.max.bytes", T.INT, 1024 * 1024, "bytes per partition a follower fetch asks for",
+              at_least(0)),
+    ConfigDef("replica.fetch.response.max.bytes", T.INT, 10 * 1024 * 1024, "bytes per follower fetch response",
+              at_least(0)),
+    ConfigDef("replica.fetch.wait.max.ms", T.INT, 500, "long-poll time of a follower fetch", at_least(0)),
+    ConfigDef("replica.fetch.min.bytes", T.INT, 1, "bytes a follower fetch waits for", at_least(1)),
+    ConfigDef("replica.fetch.backoff.ms", T.INT, 1000, "pause after a follower fetch error", at_least(0)),
+    ConfigDef("replica.socket.timeout.ms", T.INT, 30000, "socket timeout of follower requests", at_least(1)),
     # cluster: metadata store (etcd), liveness, controller (docs/cluster.md)
     ConfigDef("metadata.store.connect", T.STRING, "",
               "etcd://host:port[,host:port] selects the etcd metadata store; empty: one broker, local file store"),

@@ -172,6 +172,28 @@ def validate_batch(buf: Buffer, pos: int = 0) -> BatchHeader:
     return BatchHeader.from_fields(validate_batch_fields(buf, pos))
 
 
+def validate_replicated_batch(buf: Buffer, pos: int = 0) -> BatchHeader:
+    """Check a batch a follower copies from its leader: magic 2, sane length inside the buffer, CRC.
+
+    Unlike a producer's batch, a replicated one may come from a compacted log: the cleaner keeps empty batches
+    (recordsCount 0) and batches whose lastOffsetDelta no longer matches their record count."""
+    avail = len(buf) - pos
+    if avail < HEADER_SIZE:
+        raise RecordBatchError(f"truncated record batch: {avail} bytes at position {pos}")
+    f = HEADER.unpack_from(buf, pos)
+    if f[3] != 2:
+        raise RecordBatchError(f"unsupported record batch magic {f[3]} (only v2 is accepted)")
+    length = f[1]
+    if length < MIN_BATCH_LENGTH or length + LOG_OVERHEAD > avail:
+        raise RecordBatchError(f"record batch length {length} is out of range")
+    mv = buf if isinstance(buf, memoryview) else memoryview(buf)
+    if crc32c(mv[pos + ATTRIBUTES_OFFSET:pos + LOG_OVERHEAD + length]) != f[4]:
+        raise RecordBatchError(f"record batch at offset {f[0]} is corrupt (CRC mismatch)", 2)
+    if f[6] < 0 or f[12] < 0:
+        raise RecordBatchError(f"record batch has lastOffsetDelta {f[6]} and {f[12]} records")
+    return BatchHeader.from_fields(f)
+
+
 _OFFSET_LEN_EPOCH = struct.Struct(">qii")
 
 

@@ -94,6 +94,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.INIT_PRODUCER_ID: (0, 5),     # non-transactional (idempotent) producers; v6 is KIP-939 2PC
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
     ApiKey.API_VERSIONS: (0, 4),
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 6),

@@ -27,8 +27,8 @@ from protocol.records import (
     iter_records,
     set_base_offset_and_epoch,
     set_log_append_time,
-    validate_batch,
     validate_batch_fields,
+    validate_replicated_batch,
 )
 
 from .checkpoints import fsync_dir
@@ -371,7 +371,8 @@ class UnifiedLog:
         """Append batches fetched from the leader with their offsets and epochs as given.
 
         Batches must be valid (CRC) and their offsets increasing from at least the LEO; a trailing partial batch
-        (fetch responses may end with one) is ignored. New epochs are added to the epoch cache.
+        (fetch responses may end with one) is ignored. Batches from a compacted leader log may be empty or have a
+        lastOffsetDelta that no longer matches their record count. New epochs are added to the epoch cache.
         """
         mv = records if isinstance(records, memoryview) else memoryview(records)
         if mv.ndim != 1 or mv.itemsize != 1:
@@ -390,7 +391,7 @@ class UnifiedLog:
             if BatchHeader(mv, pos).size + pos > total:
                 break  # partial trailing batch
             try:
-                h = validate_batch(mv, pos)
+                h = validate_replicated_batch(mv, pos)
             except RecordBatchError as e:
                 raise from_batch_error(e) from None
             if h.base_offset < expected:

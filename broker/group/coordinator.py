@@ -97,6 +97,10 @@ class GroupCoordinator:
         self.num_partitions: int = info.partitions if info else int(cfg["offsets.topic.num.partitions"])
         self.groups: dict[str, ClassicGroup] = {}
         self.loading: set[int] = set()
+        # __consumer_offsets partitions this broker leads (the groups it coordinates); a load generation per
+        # partition so a load finishing after a resignation does not install stale groups.
+        self.owned: set[int] = set()
+        self._load_gen: dict[int, int] = {}
         self.active = False
         self._now = clock or (lambda: int(time.time() * 1000))
         self._timers: dict[tuple, asyncio.TimerHandle] = {}
@@ -112,7 +116,7 @@ class GroupCoordinator:
         self.active = True
         self._tasks.append(asyncio.create_task(self._write_loop(), name="group-writer"))
         if self.server.store.topic(OFFSETS_TOPIC) is not None:
-            self.loading = set(range(self.num_partitions))
+            self.loading = set(self.owned)     # the partitions this broker leads (on_become_leader)
             self._tasks.append(asyncio.create_task(self._load_all(), name="group-loader"))
         else:
             self.loaded.set()
@@ -217,9 +221,52 @@ class GroupCoordinator:
             return E.INVALID_GROUP_ID
         if not self.offsets_topic_exists():
             return E.COORDINATOR_NOT_AVAILABLE
-        if self.partition_for(group_id) in self.loading:
+        p = self.partition_for(group_id)
+        if p not in self.owned:
+            return E.NOT_COORDINATOR
+        if p in self.loading:
             return E.COORDINATOR_LOAD_IN_PROGRESS
         return E.NONE
+
+    # ---- leadership of __consumer_offsets partitions (ReplicaManager.apply_partition_state) -------------------
+    def on_become_leader(self, partition: int) -> None:
+        """This broker now leads `partition`: load its groups (Kafka's onElection)."""
+        gen = self._load_gen[partition] = self._load_gen.get(partition, 0) + 1
+        self.owned.add(partition)
+        if not self.active:
+            return          # startup() loads every owned partition
+        part = self.server.replica_manager.get_partition(OFFSETS_TOPIC, partition)
+        if part is None or part.log.log_end_offset <= part.log.log_start_offset:
+            return          # nothing to load
+        self.loading.add(partition)
+        self._spawn(self._load_one(partition, part.log, gen))
+
+    async def _load_one(self, partition: int, ulog, gen: int) -> None:
+        try:
+            n = await self._load_partition(partition, ulog, gen)
+            log.info("loaded groups of an offsets partition", partition=partition, records=n)
+        except Exception:
+            log.exception("failed to load offsets partition", partition=partition)
+        finally:
+            if self._load_gen.get(partition) == gen:
+                self.loading.discard(partition)
+
+    def on_resign(self, partition: int) -> None:
+        """This broker no longer leads `partition`: unload its groups; their members get NOT_COORDINATOR and find
+        the new coordinator (Kafka's onResignation)."""
+        self._load_gen[partition] = self._load_gen.get(partition, 0) + 1
+        self.owned.discard(partition)
+        self.loading.discard(partition)
+        now = self._now()
+        for gid, g in list(self.groups.items()):
+            if self.partition_for(gid) != partition:
+                continue
+            for m in list(g.members.values()):
+                g.complete_join(m, JoinResult(E.NOT_COORDINATOR, member_id=m.member_id))
+                g.complete_sync(m, SyncResult(E.NOT_COORDINATOR))
+            self._cancel_group_timers(gid)
+            g.transition_to(S.DEAD, now)
+            del self.groups[gid]
 
     def _enqueue(self, partition: int, kvs: list[tuple[bytes, bytes | None]]) -> asyncio.Future:
         """Queue records for one partition of the offsets topic, now (so records keep the order in which the
@@ -279,7 +326,7 @@ class GroupCoordinator:
             part = rm.get_partition(OFFSETS_TOPIC, p)
             try:
                 if part is not None:
-                    total += await self._load_partition(p, part.log)
+                    total += await self._load_partition(p, part.log, self._load_gen.get(p))
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -289,8 +336,9 @@ class GroupCoordinator:
         log.info("loaded groups and offsets", groups=len(self.groups), records=total,
                  ms=round((time.monotonic() - start) * 1000))
 
-    async def _load_partition(self, partition: int, ulog) -> int:
-        """Replay one partition from its log start offset (Kafka's coordinator load)."""
+    async def _load_partition(self, partition: int, ulog, gen: int | None = None) -> int:
+        """Replay one partition from its log start offset (Kafka's coordinator load); with `gen`, the groups are
+        installed only if the partition was not resigned (or re-won) meanwhile."""
         now = self._now()
         loaded: dict[str, ClassicGroup] = {}
         offset = ulog.log_start_offset
@@ -315,6 +363,8 @@ class GroupCoordinator:
             if not advanced:
                 break
             await asyncio.sleep(0)
+        if gen is not None and self._load_gen.get(partition) != gen:
+            return count
         for gid, g in loaded.items():
             g.subscribed_topics = g.compute_subscribed_topics()
             self.groups[gid] = g

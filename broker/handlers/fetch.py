@@ -5,6 +5,7 @@ from protocol.errors import ErrorCode
 from protocol.registry import ApiKey, response_class
 
 from ..replica_manager import READ_UNCOMMITTED, FetchResult, FetchSpec
+from .leadership import leader_endpoints
 
 
 async def handle(server, ctx, req):
@@ -38,26 +39,41 @@ async def handle(server, ctx, req):
                 continue
             plist.append((fp.partition, len(specs)))
             epoch = fp.current_leader_epoch if v >= 9 else -1
-            specs.append(FetchSpec(name, fp.partition, fp.fetch_offset, fp.partition_max_bytes, epoch))
+            specs.append(FetchSpec(name, fp.partition, fp.fetch_offset, fp.partition_max_bytes, epoch,
+                                   last_fetched_epoch=fp.last_fetched_epoch if v >= 12 else -1,
+                                   log_start_offset=fp.log_start_offset if v >= 5 else -1))
         layout.append((ft, name, plist))
 
     max_bytes = req.max_bytes if v >= 3 else 0x7FFFFFFF
     results = await server.replica_manager.fetch(
         specs, max_bytes=max_bytes, min_bytes=req.min_bytes, max_wait_ms=req.max_wait_ms,
-        isolation=isolation, replica=replica_id >= 0)
+        isolation=isolation, replica_id=replica_id)
 
     responses = []
     aborted = [] if isolation != READ_UNCOMMITTED else None
+    leaders: set[int] = set()
     for ft, name, plist in layout:
         parts = []
         for index, slot in plist:
             r = results[slot] if slot is not None else FetchResult(ErrorCode.UNKNOWN_TOPIC_ID)
             if r.error == ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE and v < 14:
                 r.error = ErrorCode.OFFSET_OUT_OF_RANGE      # error 109 exists from Fetch v14 on
-            parts.append(PartData(partition_index=index, error_code=r.error, high_watermark=r.high_watermark,
-                                  last_stable_offset=r.last_stable_offset, log_start_offset=r.log_start_offset,
-                                  aborted_transactions=aborted, preferred_read_replica=-1,
-                                  records=bytes(r.records)))
+            pd = PartData(partition_index=index, error_code=r.error, high_watermark=r.high_watermark,
+                          last_stable_offset=r.last_stable_offset, log_start_offset=r.log_start_offset,
+                          aborted_transactions=aborted, preferred_read_replica=-1, records=bytes(r.records))
+            if v >= 12:
+                if r.diverging_epoch is not None:      # KIP-320: the fetcher's log diverged from ours
+                    pd.diverging_epoch = PartData.EpochEndOffset(epoch=r.diverging_epoch[0],
+                                                                 end_offset=r.diverging_epoch[1])
+                if r.current_leader is not None:       # KIP-951
+                    pd.current_leader = PartData.LeaderIdAndEpoch(leader_id=r.current_leader[0],
+                                                                  leader_epoch=r.current_leader[1])
+                    leaders.add(r.current_leader[0])
+            parts.append(pd)
         responses.append(TopicResp(topic=name if v < 13 else None, topic_id=ft.topic_id if v >= 13 else None,
                                    partitions=parts))
-    return Resp(version=v, throttle_time_ms=0, error_code=0, session_id=0, responses=responses)
+    resp = Resp(version=v, throttle_time_ms=0, error_code=0, session_id=0, responses=responses)
+    if v >= 16 and leaders:
+        resp.node_endpoints = [Resp.NodeEndpoint(node_id=b, host=h, port=p, rack=rack)
+                               for b, h, p, rack in leader_endpoints(server, ctx.conn.listener, leaders)]
+    return resp

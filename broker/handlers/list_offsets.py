@@ -12,14 +12,20 @@ from protocol.registry import ApiKey, response_class
 from ..replica_manager import READ_COMMITTED
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5, -6
+CONSUMER_REPLICA_ID, DEBUG_REPLICA_ID = -1, -2
 _MIN_VERSION = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9, EARLIEST_PENDING_UPLOAD: 11}
 
 
-async def lookup(server, partition, ts: int, isolation: int) -> tuple[int, int, int]:
-    """(timestamp, offset, leader_epoch) for one partition; -1s when nothing matches."""
+async def lookup(server, partition, ts: int, isolation: int, from_replica: bool = False
+                 ) -> tuple[int, int, int]:
+    """(timestamp, offset, leader_epoch) for one partition; -1s when nothing matches. Followers and debug tools
+    (`from_replica`) get the log end offset for LATEST, consumers the HW (or LSO)."""
     ulog = partition.log
     if ts == LATEST:
-        off = partition.last_stable_offset if isolation == READ_COMMITTED else partition.high_watermark
+        if from_replica:
+            off = ulog.log_end_offset
+        else:
+            off = partition.last_stable_offset if isolation == READ_COMMITTED else partition.high_watermark
         return -1, off, _epoch(ulog, off)
     if ts == EARLIEST:
         return -1, ulog.log_start_offset, _epoch(ulog, ulog.log_start_offset)
@@ -63,26 +69,32 @@ async def handle(server, ctx, req):
     PartResp = TopicResp.ListOffsetsPartitionResponse
     v = ctx.api_version
     isolation = req.isolation_level if v >= 2 else 0
+    replica_id = req.replica_id      # -1 consumer, -2 debug (may read a follower), >= 0 a follower
+    rm = server.replica_manager
     topics = []
     for t in req.topics:
         parts = []
         for p in t.partitions:
             ts = p.timestamp
-            partition = server.replica_manager.get_partition(t.name, p.partition_index)
+            partition = rm.get_partition(t.name, p.partition_index)
             code = ErrorCode.NONE
             out = (-1, -1, -1)
             if partition is None:
-                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                code = rm._not_hosted(t.name, p.partition_index)
             elif ts < 0 and v < _MIN_VERSION.get(ts, 0):
                 code = ErrorCode.UNSUPPORTED_VERSION
             elif ts < EARLIEST_PENDING_UPLOAD:
                 code = ErrorCode.UNSUPPORTED_VERSION       # no such sentinel
-            elif v >= 4 and p.current_leader_epoch >= 0 and p.current_leader_epoch != partition.leader_epoch:
-                code = (ErrorCode.FENCED_LEADER_EPOCH if p.current_leader_epoch < partition.leader_epoch
-                        else ErrorCode.UNKNOWN_LEADER_EPOCH)
+            elif code := partition.check_epoch(p.current_leader_epoch if v >= 4 else -1,
+                                               require_leader=replica_id != DEBUG_REPLICA_ID):
+                pass
+            elif (ts == LATEST and replica_id == CONSUMER_REPLICA_ID and partition.is_leader
+                  and partition.leader_epoch_start_offset > partition.high_watermark):
+                # A new leader whose HW has not yet reached its epoch's start: what is committed is unknown.
+                code = ErrorCode.OFFSET_NOT_AVAILABLE
             else:
                 try:
-                    out = await lookup(server, partition, ts, isolation)
+                    out = await lookup(server, partition, ts, isolation, from_replica=replica_id != CONSUMER_REPLICA_ID)
                 except Exception as e:        # remote storage unreachable for a timestamp lookup
                     code = ErrorCode(getattr(e, "error_code", ErrorCode.KAFKA_STORAGE_ERROR))
             timestamp, offset, epoch = out

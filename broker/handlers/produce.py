@@ -5,6 +5,7 @@ from protocol.errors import ErrorCode
 from protocol.registry import ApiKey, response_class
 
 from ..network import CloseConnection
+from .leadership import leader_endpoints
 
 
 async def handle(server, ctx, req):
@@ -42,11 +43,13 @@ async def handle(server, ctx, req):
                 entries.append((name, pd.index, pd.records))
             slots.append((ti, pd.index, err))
 
-    results = iter(await server.replica_manager.append_records(entries)) if entries else iter(())
+    results = iter(await server.replica_manager.append_records(
+        entries, required_acks=req.acks, timeout_ms=req.timeout_ms)) if entries else iter(())
 
     responses = []
     any_error = False
     by_topic: dict[int, list] = {}
+    leaders: set[int] = set()
     for ti, index, err in slots:
         if err is not None:
             pr = PartResp(index=index, error_code=err, base_offset=-1, log_append_time_ms=-1, log_start_offset=-1)
@@ -56,6 +59,11 @@ async def handle(server, ctx, req):
             pr = PartResp(index=index, error_code=r.error, base_offset=r.base_offset,
                           log_append_time_ms=r.log_append_time, log_start_offset=r.log_start_offset,
                           error_message=r.message if r.error else None)
+            if v >= 10 and r.current_leader is not None:
+                # KIP-951: name the new leader so the client need not ask Metadata first
+                pr.current_leader = PartResp.LeaderIdAndEpoch(leader_id=r.current_leader[0],
+                                                              leader_epoch=r.current_leader[1])
+                leaders.add(r.current_leader[0])
         any_error |= err != ErrorCode.NONE
         by_topic.setdefault(ti, []).append(pr)
     for ti, (td, name, tid) in enumerate(topics):
@@ -67,4 +75,8 @@ async def handle(server, ctx, req):
         if any_error:
             raise CloseConnection
         return None
-    return Resp(version=v, responses=responses, throttle_time_ms=0)
+    resp = Resp(version=v, responses=responses, throttle_time_ms=0)
+    if leaders:
+        resp.node_endpoints = [Resp.NodeEndpoint(node_id=b, host=h, port=p, rack=rack)
+                               for b, h, p, rack in leader_endpoints(server, ctx.conn.listener, leaders)]
+    return resp

@@ -1,0 +1,75 @@
+"""An asyncio connection from this broker to another one (followers' Fetch, OffsetForLeaderEpoch, ListOffsets).
+
+Plain Kafka wire protocol through kafka-python's codec, one request in flight at a time (a ReplicaFetcher owns its
+connection and sends its requests in sequence, as Kafka's fetcher threads do).
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import struct
+from typing import Any
+
+from protocol.registry import REQUEST_CLASSES, RESPONSE_CLASSES
+
+_SIZE = struct.Struct(">i")
+
+
+class BrokerConnectionError(Exception):
+    """The peer is unreachable, closed the connection, timed out, or answered garbage."""
+
+
+class BrokerConnection:
+    def __init__(self, host: str, port: int, client_id: str, timeout_s: float) -> None:
+        self.host, self.port = host, port
+        self.client_id = client_id
+        self.timeout_s = timeout_s
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._corr = itertools.count(1)
+
+    @property
+    def connected(self) -> bool:
+        return self._writer is not None and not self._writer.is_closing()
+
+    async def connect(self) -> None:
+        try:
+            self._reader, self._writer = await asyncio.wait_for(
+                asyncio.open_connection(self.host, self.port), self.timeout_s)
+        except (TimeoutError, OSError) as e:
+            raise BrokerConnectionError(f"cannot connect to {self.host}:{self.port}: {e!r}") from None
+
+    async def request(self, api_key: int, version: int, timeout_s: float | None = None, **fields: Any) -> Any:
+        """Send one request and return its decoded response body; the connection is closed on any failure."""
+        if not self.connected:
+            await self.connect()
+        assert self._reader is not None and self._writer is not None
+        corr = next(self._corr) & 0x7FFFFFFF
+        req = REQUEST_CLASSES[api_key][version](**fields)
+        req.with_header(correlation_id=corr, client_id=self.client_id)
+        try:
+            self._writer.write(bytes(req.encode(header=True, framed=True)))
+            await self._writer.drain()
+            head = await asyncio.wait_for(self._reader.readexactly(4), timeout_s or self.timeout_s)
+            (size,) = _SIZE.unpack(head)
+            payload = await asyncio.wait_for(self._reader.readexactly(size), self.timeout_s)
+            resp = RESPONSE_CLASSES[api_key].decode(payload, version=version, header=True)
+        except (TimeoutError, OSError, EOFError, asyncio.IncompleteReadError) as e:
+            await self.close()
+            raise BrokerConnectionError(f"request to {self.host}:{self.port} failed: {e!r}") from None
+        except Exception as e:  # noqa: BLE001 - an undecodable response: the stream is out of sync
+            await self.close()
+            raise BrokerConnectionError(f"bad response from {self.host}:{self.port}: {e!r}") from None
+        if resp.header.correlation_id != corr:
+            await self.close()
+            raise BrokerConnectionError(f"correlation id {resp.header.correlation_id} != {corr}")
+        return resp
+
+    async def close(self) -> None:
+        w, self._writer, self._reader = self._writer, None, None
+        if w is not None:
+            w.close()
+            try:
+                await asyncio.wait_for(w.wait_closed(), 1.0)
+            except (TimeoutError, OSError):
+                pass

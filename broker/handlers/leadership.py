@@ -1,0 +1,24 @@
+"""Helpers for NOT_LEADER_OR_FOLLOWER answers that name the current leader (KIP-951): Produce v10+ and Fetch v12+
+carry `current_leader` per partition, and Produce v10+ / Fetch v16+ the leaders' `node_endpoints`, so clients go to
+the new leader without a Metadata round trip."""
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+def leader_endpoints(server, listener: str, leader_ids: Iterable[int]) -> list[tuple[int, str, int, str | None]]:
+    """(id, host, port, rack) of each known leader on the request's listener, sorted by id."""
+    out = []
+    brokers = server.store.brokers()
+    for b in sorted(set(leader_ids)):
+        if b < 0:
+            continue
+        if b == server.broker_id:
+            host, port = server.advertised_endpoint(listener)
+            out.append((b, host, port, server.config["broker.rack"] or None))
+            continue
+        info = brokers.get(b)
+        ep = info.endpoint(listener) if info is not None else None
+        if ep is not None:
+            out.append((b, ep[0], ep[1], info.rack))
+    return out

@@ -1,0 +1,33 @@
+"""OffsetForLeaderEpoch (API 23, v2-4): the end offset of a leader epoch in the leader's log (KIP-101/279).
+
+Followers ask it after becoming follower, to truncate by epochs rather than by HW; consumers (replica_id -1, v3+)
+ask it to validate their position after a leader change (KIP-320). The answer comes from the leader's epoch cache:
+the greatest epoch <= the requested one and the start offset of the next higher epoch (the LEO for the current one);
+both -1 when the requested epoch is unknown. `current_leader_epoch` fences stale callers (FENCED/UNKNOWN_LEADER_EPOCH).
+"""
+from __future__ import annotations
+
+from protocol.errors import ErrorCode
+from protocol.registry import ApiKey, response_class
+
+
+async def handle(server, ctx, req):
+    Resp = response_class(ApiKey.OFFSET_FOR_LEADER_EPOCH)
+    TopicRes = Resp.OffsetForLeaderTopicResult
+    PartRes = TopicRes.EpochEndOffset
+    rm = server.replica_manager
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            partition = rm.get_partition(t.topic, p.partition)
+            epoch, end = -1, -1
+            if partition is None:
+                code = rm._not_hosted(t.topic, p.partition)
+            else:
+                code = partition.check_epoch(p.current_leader_epoch, require_leader=True)
+                if code == ErrorCode.NONE:
+                    epoch, end = partition.log.end_offset_for_epoch(p.leader_epoch)
+            parts.append(PartRes(error_code=code, partition=p.partition, leader_epoch=epoch, end_offset=end))
+        topics.append(TopicRes(topic=t.topic, partitions=parts))
+    return Resp(version=ctx.api_version, throttle_time_ms=0, topics=topics)
