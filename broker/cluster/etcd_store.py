@@ -95,6 +95,10 @@ def _j(obj) -> bytes:
     return json.dumps(obj, separators=(",", ":"), sort_keys=True).encode()
 
 
+class IneligibleReplicaError(StaleStateError):
+    """An ISR expansion to a broker that is not live or is shutting down (Kafka's INELIGIBLE_REPLICA)."""
+
+
 @dataclass
 class TxnResult:
     succeeded: bool
@@ -550,7 +554,15 @@ class EtcdMetadataStore(MetadataStore):
 
     # ---- partition state --------------------------------------------------------------------------------------
     async def alter_partition(self, topic: str, partition: int, new: PartitionState) -> PartitionState:
-        """Compare-and-set by a leader (ISR changes): the stored state must still be the one `new` succeeds."""
+        """Compare-and-set by a leader (ISR changes): the stored state must still be the one `new` succeeds.
+        A broker that is not live or is in controlled shutdown cannot join the ISR (Kafka's INELIGIBLE_REPLICA):
+        IneligibleReplicaError, before any etcd round trip."""
+        cur = self.image.partitions.get((topic, partition))
+        if cur is not None:
+            bad = [b for b in new.isr if b not in cur.isr and (b not in self.image.brokers or b in self.image.shutdown)]
+            if bad:
+                raise IneligibleReplicaError(f"{topic}-{partition}: broker(s) {bad} cannot join the ISR "
+                                             "(not registered, or in controlled shutdown)")
         await self.write_partitions([(topic, partition, new)])
         return new
 

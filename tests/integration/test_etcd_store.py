@@ -21,7 +21,7 @@ from broker.cluster.controller import (
     elect_leaders,
     list_reassignments,
 )
-from broker.cluster.etcd_store import EtcdMetadataStore, parse_connect
+from broker.cluster.etcd_store import EtcdMetadataStore, IneligibleReplicaError, parse_connect
 from broker.cluster.model import BrokerInfo, StaleStateError
 from config import BrokerConfig
 from protocol.errors import ErrorCode, KafkaApiError
@@ -232,6 +232,26 @@ def test_partition_state_compare_and_set(etcd):
         assert nxt.partition_epoch == base.partition_epoch + 2
         await a.stop()
         await b.stop()
+    run(main())
+
+
+def test_isr_expansion_to_a_shutting_down_or_dead_broker_is_refused(etcd):
+    async def main():
+        a, b = await Node(etcd, 1, controller=False).start(), await Node(etcd, 2, controller=False).start()
+        await until(lambda: len(a.store.brokers()) == 2)
+        await a.store.create_topic("ie", 1, {}, replication_factor=2, assignments=[[1, 2]])
+        s = a.store.partition_state("ie", 0)
+        s = await a.store.alter_partition("ie", 0, s.with_changes(isr=(1,)))
+        assert not await b.store.controlled_shutdown(0.2)        # no controller here: never marked done
+        await until(lambda: 2 in a.store.shutting_down())
+        with pytest.raises(IneligibleReplicaError):
+            await a.store.alter_partition("ie", 0, s.with_changes(isr=(1, 2)))
+        await b.stop()
+        await until(lambda: 2 not in a.store.brokers() and 2 not in a.store.shutting_down())
+        with pytest.raises(IneligibleReplicaError):
+            await a.store.alter_partition("ie", 0, s.with_changes(isr=(1, 2)))
+        assert a.store.partition_state("ie", 0) == s               # nothing was written
+        await a.stop()
     run(main())
 
 
