@@ -13,10 +13,13 @@ first (controlled shutdown), then etcd and SeaweedFS.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import signal
 import sys
 import threading
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,13 +51,38 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--metrics-port", type=int, default=9464, help="metrics port of broker 1")
     ap.add_argument("--fresh", action="store_true", help="delete --data-dir first")
     args = ap.parse_args(argv)
+    return supervise(lambda: run(args))
 
+
+def supervise(fn: Callable[[], int]) -> int:
+    """Run `fn` in a child process in its own session, so that etcd, SeaweedFS and the brokers it starts do not
+    get the terminal's Ctrl-C (SIGINT goes to the whole foreground process group): this process turns Ctrl-C or
+    SIGTERM into one SIGTERM to the child, which then stops the brokers first (controlled shutdown needs etcd),
+    then etcd and SeaweedFS."""
+    pid = os.fork()
+    if pid == 0:
+        os.setsid()
+        code = 1
+        try:
+            code = fn()
+        except BaseException:  # noqa: BLE001 - reported, then the child exits with 1
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: os.kill(pid, signal.SIGTERM))
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+def run(args: argparse.Namespace) -> int:
     if args.fresh and args.data_dir.exists():
         shutil.rmtree(args.data_dir)
     args.data_dir.mkdir(parents=True, exist_ok=True)
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
 
     print("starting SeaweedFS (S3) ...", flush=True)
     seaweed = SeaweedServer(args.data_dir / "seaweedfs")

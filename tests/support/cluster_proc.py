@@ -249,7 +249,6 @@ class StrataCluster:
         docker-compose.yml, instead of one PLAINTEXT listener."""
         self.tmp_dir = Path(tmp_dir)
         self.tmp_dir.mkdir(parents=True, exist_ok=True)
-        self.size = size
         self.ids = list(range(1, size + 1))
         self.start_timeout = start_timeout
         self.net = NetnsNetwork(self.ids) if netns else None
@@ -291,14 +290,11 @@ class StrataCluster:
             if self._racks:
                 props["broker.rack"] = f"rack-{RACKS[(i - 1) % len(RACKS)]}"
             props.update(self._broker_overrides.get(i, {}))
-            if self.net is not None:
-                b = ClusterBroker(self.tmp_dir / f"broker{i}", props, name=f"broker{i}", host=self.net.ips[i],
-                                  netns=self.net.ns(i), split_listeners=self._split)
-            else:
-                b = ClusterBroker(self.tmp_dir / f"broker{i}", props, name=f"broker{i}",
-                                  split_listeners=self._split)
-                if i in self._ports:
-                    b.port, b.metrics_port = self._ports[i]
+            host, ns = (self.net.ips[i], self.net.ns(i)) if self.net is not None else ("127.0.0.1", None)
+            b = ClusterBroker(self.tmp_dir / f"broker{i}", props, name=f"broker{i}", host=host, netns=ns,
+                              split_listeners=self._split)
+            if i in self._ports:
+                b.port, b.metrics_port = self._ports[i]
             self.brokers[i] = b
         _in_parallel([lambda b=b: b.start(timeout) for b in self.brokers.values()])
         self.wait_registered(timeout=timeout)
