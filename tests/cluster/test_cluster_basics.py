@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import time
 import urllib.request
 from collections import Counter
@@ -99,3 +101,21 @@ def test_every_metric_of_the_grafana_dashboard_is_exported_by_a_cluster_broker(t
         return any(name == f or name in (f + "_total", f + "_bucket", f + "_count", f + "_sum") for f in families)
     missing = sorted(n for n in wanted if not exported(n))
     assert not missing, f"dashboard queries metrics no broker exports: {missing}"
+
+
+def test_strata_cli_describes_a_replicated_topic_through_any_broker(topology: StrataCluster) -> None:
+    """`strata topics describe` (what `make cluster` suggests) against one broker: partitions it does not lead
+    included (their offsets come from their leaders)."""
+    c = topology
+    c.create_topic("cli", 3, 3)
+    for via in c.ids:
+        r = subprocess.run([sys.executable, "-m", "broker", "topics", "--bootstrap-server", c.broker(via).bootstrap,
+                            "describe", "--topic", "cli"], capture_output=True, text=True, timeout=60, cwd=REPO,
+                           check=False)
+        assert r.returncode == 0, f"via broker {via}: {r.stderr}"
+        rows = [ln for ln in r.stdout.splitlines() if "\tPartition: " in ln]
+        assert len(rows) == 3, r.stdout
+        for p, row in enumerate(rows):
+            meta = c.partition_meta("cli", p)
+            assert f"Leader: {meta.leader}\t" in row and f"Replicas: {','.join(map(str, meta.replicas))}\t" in row
+            assert "EndOffset: 0" in row and "Error" not in row, row
