@@ -90,7 +90,8 @@ class OutageSettings:
     attempt_timeout_ms: int = 1000    # rsm.config.s3.api.call.attempt.timeout.ms
     api_timeout_ms: int = 3000        # rsm.config.s3.api.call.timeout.ms (all attempts of one S3 call)
     retry_attempts: int = 3           # rsm.config.s3.retry.max.attempts
-    fetch_margin_s: float = 1.5       # allowed on top of remote.fetch.max.wait.ms for one remote Fetch
+    fetch_margin_s: float = 2.0       # allowed on top of remote.fetch.max.wait.ms for one remote Fetch (a loaded
+                                      # 2-core box shows broker pauses of ~0.5 s: GC, scheduling)
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -436,7 +437,13 @@ def _outage_scenario(h: Harness, proxy: ProxyThread, cfg: OutageSettings, actors
     actors += [prober, reader]
     prober.start()
     reader.start()
-    hold(cfg.outage_s / 2, actors)
+    # a consumer seeking by time into remote data (offsetsForTimes): the remote time index cannot be read
+    ts_offset = 3 * SEG + 3                      # segment 3: copied, deleted locally, its indexes never read
+    ts_target = t.produced[0][ts_offset].timestamp
+    started = time.monotonic()
+    ts_error, _, _ = h.list_offset(topic, 0, ts_target, version=7)
+    ts_took = time.monotonic() - started
+    hold(max(0.0, t_out + cfg.outage_s / 2 - time.monotonic()), actors)
     m_mid = h.metrics()
     proxy.set_mode("refuse")
     hold(cfg.outage_s / 2, actors)
@@ -477,6 +484,11 @@ def _outage_scenario(h: Harness, proxy: ProxyThread, cfg: OutageSettings, actors
         metric(m0, "strata_delayed_remote_fetch_expires_total", topic=topic), "no DelayedRemoteFetch expiry"
     assert metric(m_end, "strata_remote_fetch_errors_total", topic=topic) > \
         metric(m0, "strata_remote_fetch_errors_total", topic=topic)
+
+    # ListOffsets by timestamp needing a remote time index: KAFKA_STORAGE_ERROR, bounded by the S3 call deadline
+    # (the index load's GETs run concurrently; there is no ListOffsets-level timeout, cf. Kafka's KIP-1075)
+    assert ts_error == KAFKA_STORAGE_ERROR, f"ListOffsets by timestamp during the outage: error {ts_error}"
+    assert ts_took <= 2 * cfg.api_timeout_ms / 1000, f"ListOffsets by timestamp took {ts_took:.2f}s"
 
     # (c) copy lag grows, copies fail, the S3 client times out (blackhole) and gives up (both)
     lbl = {"topic": topic, "partition": "0"}
@@ -534,6 +546,7 @@ def _outage_scenario(h: Harness, proxy: ProxyThread, cfg: OutageSettings, actors
     check_remote_chain(segs, 0, end)
     ExpectRemoteSegments(topic, 0, segment_bases(end)).run(h)
     Consume(topic, 0, 0, leo).run(h)       # every byte from offset 0, byte for byte
+    assert h.list_offset(topic, 0, ts_target, version=7)[:2] == (NONE, ts_offset), "ListOffsets by timestamp"
     phases.append(("consumed from 0", time.monotonic()))
 
     reader.join(cfg.outage_s + 120)
@@ -558,7 +571,8 @@ def _outage_scenario(h: Harness, proxy: ProxyThread, cfg: OutageSettings, actors
           f"slowest {worst * 1000:.0f} ms); copy lag at the end {lag_segs:.0f} segments / {lag_bytes:.0f} bytes; "
           f"remote fetches during the outage: {len(out_probes)} "
           f"(56: {sum(p.error == KAFKA_STORAGE_ERROR for p in out_probes)}, "
-          f"slowest {max(p.duration for p in out_probes) * 1000:.0f} ms); failed copy attempts {len(orphans)}; "
+          f"slowest {max(p.duration for p in out_probes) * 1000:.0f} ms); ListOffsets by time {ts_took:.1f}s; "
+          f"failed copy attempts {len(orphans)}; "
           f"librdkafka retriable errors seen {len(reader.errors)}; phases: "
           + ", ".join(f"{a} +{t1 - t0:.1f}s" for (_, t0), (a, t1) in itertools.pairwise(phases)))
 
