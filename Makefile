@@ -59,7 +59,7 @@ cluster: $(STAMP)
 
 lint: $(STAMP)
 	$(PIP) install -q ruff
-	$(VENV)/bin/ruff check broker protocol storage remote config tests bench
+	$(VENV)/bin/ruff check broker protocol storage remote config pipeline tests bench
 
 clean:
 	rm -rf $(VENV) tests/js/node_modules

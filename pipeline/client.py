@@ -8,7 +8,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 from .options import SourceOptions, Subscription
 
@@ -69,7 +69,7 @@ class Cluster:
     def close(self) -> None:
         self._consumer.close()
 
-    def __enter__(self) -> "Cluster":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -117,7 +117,8 @@ class Cluster:
         """Every topic name, for subscribePattern. Asked with Strata's own admin client (Metadata v12 with a null
         topic list) from the first bootstrap server that answers: librdkafka's all-topics Metadata v13 request is
         not decoded by the broker yet."""
-        from broker.admin_client import AdminClient as WireAdmin, AdminError
+        from broker.admin_client import AdminClient as WireAdmin
+        from broker.admin_client import AdminError
 
         errors = []
         for server in [s.strip() for s in self.opts.bootstrap.split(",") if s.strip()]:
@@ -170,8 +171,13 @@ class Cluster:
     def remote_segments(self, partitions: dict[TP, uuid.UUID]) -> dict[TP, list[Any]]:
         """Live remote segments (COPY_SEGMENT_FINISHED) per partition, sorted by start offset, read from the
         broker's ``__remote_log_metadata`` (only the metadata partitions that hold the requested partitions)."""
-        from remote.metadata import RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate, \
-            RemoteLogSegmentState, RemotePartitionDeleteMetadata, TopicIdPartition
+        from remote.metadata import (
+            RemoteLogSegmentMetadata,
+            RemoteLogSegmentMetadataUpdate,
+            RemoteLogSegmentState,
+            RemotePartitionDeleteMetadata,
+            TopicIdPartition,
+        )
         from remote.rlmm_partitioner import metadata_partition
         from remote.rlmm_serde import deserialize
         from remote.rlmm_types import MetadataDecodeError
@@ -202,9 +208,8 @@ class Cluster:
                         cur = segments.get(rec.remote_log_segment_id.id)
                         if cur is not None:
                             segments[cur.segment_id] = cur.create_with_update(rec)
-                    elif isinstance(rec, RemotePartitionDeleteMetadata):
-                        if rec.topic_id_partition in tips:
-                            deleted.add(rec.topic_id_partition)
+                    elif isinstance(rec, RemotePartitionDeleteMetadata) and rec.topic_id_partition in tips:
+                        deleted.add(rec.topic_id_partition)
         out: dict[TP, list[Any]] = {tp: [] for tp in partitions}
         for seg in segments.values():
             if seg.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED and seg.topic_id_partition not in deleted:
@@ -279,5 +284,13 @@ def log_start_offset(conf: dict[str, Any], topic: str, partition: int) -> int:
         c.close()
 
 
-__all__ = ["Cluster", "DataLossError", "PartitionOffsets", "ReadTimeoutError", "REMOTE_LOG_METADATA_TOPIC",
-           "consume_range", "data_loss_message", "log_start_offset"]
+__all__ = [
+    "REMOTE_LOG_METADATA_TOPIC",
+    "Cluster",
+    "DataLossError",
+    "PartitionOffsets",
+    "ReadTimeoutError",
+    "consume_range",
+    "data_loss_message",
+    "log_start_offset",
+]

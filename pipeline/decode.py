@@ -48,7 +48,7 @@ def _decompress(codec: int, payload: bytes) -> bytes:
 class Columns:
     """Column lists of decoded records for one topic partition (topic and partition are constant)."""
 
-    __slots__ = ("keys", "values", "offsets", "timestamps", "timestamp_types", "headers", "with_headers")
+    __slots__ = ("headers", "keys", "offsets", "timestamp_types", "timestamps", "values", "with_headers")
 
     def __init__(self, with_headers: bool) -> None:
         self.with_headers = with_headers

@@ -21,7 +21,8 @@ Reading (batch and streaming):
   proportion to their backlog.
 * Strata extensions: ``read.mode`` = ``broker`` (default) | ``direct``; ``rsm.class.name`` (``s3`` by default, or
   ``local`` / any RemoteStorageManager class) and ``rsm.config.<key>`` (the broker's ``rsm.config.*`` keys) for
-  direct mode; ``kafkaConsumer.pollTimeoutMs`` (default 120000).
+  direct mode; ``direct.chunkBytes`` (default 4 MiB) and ``direct.fetchConcurrency`` (default 4) size the ranged
+  reads of a segment; ``kafkaConsumer.pollTimeoutMs`` (default 120000).
 
 Writing: ``kafka.bootstrap.servers``, ``topic`` (overrides a ``topic`` column), ``kafka.*`` producer properties.
 """
@@ -157,6 +158,8 @@ class SourceOptions:
     poll_timeout_s: float
     kafka_conf: dict[str, str]          # librdkafka properties (prefix removed), user-supplied
     isolation_level: str
+    direct_chunk_bytes: int = 4 << 20   # direct mode: size of one ranged read of a segment
+    direct_fetch_concurrency: int = 4   # direct mode: ranged reads in flight per task
 
     def consumer_conf(self, group_id: str) -> dict[str, Any]:
         conf: dict[str, Any] = {
@@ -261,6 +264,9 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: bool) -> Sour
         poll_timeout_s=(poll_ms if poll_ms is not None else 120_000) / 1000.0,
         kafka_conf=kafka_conf,
         isolation_level=isolation,
+        direct_chunk_bytes=_int("direct.chunkBytes", opts.get("direct.chunkbytes"), minimum=64 << 10) or 4 << 20,
+        direct_fetch_concurrency=_int("direct.fetchConcurrency", opts.get("direct.fetchconcurrency"),
+                                      minimum=1) or 4,
     )
 
 

@@ -42,7 +42,7 @@ class OffsetRange:
     def tp(self) -> TP:
         return (self.topic, self.partition)
 
-    def with_pieces(self, pieces: tuple[Piece, ...]) -> "OffsetRange":
+    def with_pieces(self, pieces: tuple[Piece, ...]) -> OffsetRange:
         return OffsetRange(self.topic, self.partition, self.start, self.end, pieces)
 
     def describe(self) -> str:

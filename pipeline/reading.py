@@ -16,6 +16,7 @@ import bisect
 import struct
 import threading
 import uuid
+from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,7 +26,6 @@ from .options import SourceOptions
 from .planning import OffsetRange, Piece
 
 ROWS_PER_BATCH = 8192
-CHUNK_BYTES = 8 << 20
 _INDEX_ENTRY = struct.Struct(">ii")
 
 
@@ -174,42 +174,52 @@ def read_remote_piece(storage: RemoteStorage, opts: SourceOptions, r: OffsetRang
         size = seg.segment_size_in_bytes
         stop = size - 1 if last is None else min(last, size - 1)
 
-        def fetch(pos: int) -> Any:
-            if pos > stop:
-                return None
-            return storage.submit(storage.rsm.fetch_log_segment(seg, pos, min(pos + CHUNK_BYTES - 1, stop)))
+        # fixed-size ranged reads, several in flight: the object store's latency overlaps with decoding
+        chunk_bytes = opts.direct_chunk_bytes
+        starts = deque(range(first, stop + 1, chunk_bytes))
+        inflight: deque[tuple[int, int, Any]] = deque()
 
-        pos = first
-        pending = fetch(pos)
+        def refill() -> None:
+            while starts and len(inflight) < opts.direct_fetch_concurrency:
+                p = starts.popleft()
+                e = min(p + chunk_bytes - 1, stop)
+                inflight.append((p, e, storage.submit(storage.rsm.fetch_log_segment(seg, p, e))))
+
+        refill()
         carry = b""
         cols = out.columns
-        while pending is not None:
-            chunk = pending.result()
-            pos += len(chunk)
-            pending = fetch(pos) if chunk else None        # prefetch the next chunk while decoding this one
-            buf = carry + chunk if carry else chunk
-            consumed = 0
-            finished = False
-            for bpos, h in iter_batches(buf):
-                consumed = bpos + h.size
-                if h.base_offset >= hi:
-                    finished = True
+        try:
+            while inflight:
+                p, e, fut = inflight.popleft()
+                chunk = fut.result()
+                refill()
+                if len(chunk) != e - p + 1:
+                    raise CorruptSegmentError(
+                        f"{r.topic}-{r.partition}: remote segment {seg.remote_log_segment_id.id_str} returned "
+                        f"{len(chunk)} bytes for [{p}, {e}] (its metadata says {size} bytes)")
+                buf = carry + chunk if carry else chunk
+                consumed = 0
+                finished = False
+                for bpos, h in iter_batches(buf):
+                    consumed = bpos + h.size
+                    if h.base_offset >= hi:
+                        finished = True
+                        break
+                    if h.last_offset < lo:
+                        continue
+                    if not is_crc_valid(buf, bpos):
+                        raise CorruptSegmentError(
+                            f"{r.topic}-{r.partition}: batch at offset {h.base_offset} of remote segment "
+                            f"{seg.remote_log_segment_id.id_str} fails its CRC check")
+                    decode_batch(buf, bpos, h, lo, hi, cols)
+                    if len(cols) >= ROWS_PER_BATCH:
+                        yield out.take()
+                if finished:
                     break
-                if h.last_offset < lo:
-                    continue
-                if not is_crc_valid(buf, bpos):
-                    raise CorruptSegmentError(f"{r.topic}-{r.partition}: batch at offset {h.base_offset} of remote "
-                                              f"segment {seg.remote_log_segment_id.id_str} fails its CRC check")
-                decode_batch(buf, bpos, h, lo, hi, cols)
-                if len(cols) >= ROWS_PER_BATCH:
-                    yield out.take()
-            if finished:
-                if pending is not None:
-                    pending.cancel()
-                break
-            carry = buf[consumed:]
-            if not chunk:
-                break
+                carry = buf[consumed:]
+        finally:
+            for _p, _e, fut in inflight:
+                fut.cancel()
     except RemoteResourceNotFoundError as e:
         if opts.fail_on_data_loss:
             raise DataLossError(data_loss_message(

@@ -5,7 +5,8 @@
 * ``PYSPARK_PYTHON`` / ``PYSPARK_DRIVER_PYTHON`` default to the running interpreter, so the Python workers import
   the same packages (the strata package, confluent-kafka, aiobotocore) as the driver.
 * Local mode (``local[*]``) by default; the driver binds to 127.0.0.1 there, so a host name that resolves to a
-  loopback or unreachable address does not matter. ``--master spark://...`` or ``STRATA_SPARK_MASTER`` for a cluster.
+  loopback or unreachable address does not matter. ``--master spark://...`` or ``STRATA_SPARK_MASTER`` for a cluster;
+  under ``spark-submit`` the submitted master is kept.
 * Nothing needs ``--packages``: the source is pure Python, so no Maven download happens (and none is configured).
 * The data source is registered under the name ``strata``.
 """
@@ -58,15 +59,17 @@ def get_spark(app_name: str = "strata-pipeline", master: str | None = None,
               conf: Mapping[str, str] | None = None) -> Any:
     """Get (or create) a SparkSession with the ``strata`` format registered."""
     check_requirements()
-    master = master or os.environ.get("STRATA_SPARK_MASTER") or DEFAULT_MASTER
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ      # launched by spark-submit: its --master wins
+    master = master or os.environ.get("STRATA_SPARK_MASTER") or ("" if submitted else DEFAULT_MASTER)
     prepare_environment(master)
     from pyspark.sql import SparkSession
 
-    b = SparkSession.builder.appName(app_name).master(master)
-    defaults: dict[str, str] = {
-        "spark.sql.session.timeZone": "UTC",
-        "spark.executorEnv.PYSPARK_PYTHON": os.environ["PYSPARK_PYTHON"],
-    }
+    b = SparkSession.builder.appName(app_name)
+    if master:
+        b = b.master(master)
+    defaults: dict[str, str] = {"spark.sql.session.timeZone": "UTC"}
+    if not submitted:
+        defaults["spark.executorEnv.PYSPARK_PYTHON"] = os.environ["PYSPARK_PYTHON"]
     if master.startswith("local"):
         defaults.update({
             "spark.driver.host": "127.0.0.1",

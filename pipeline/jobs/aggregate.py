@@ -16,7 +16,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from .common import position_options, source_options
+from pipeline.jobs.common import position_options, source_options
 
 
 def per_key_totals(events: Any) -> Any:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 
 def position_options(start: str | None, end: str | None = None) -> dict[str, str]:
@@ -30,12 +30,12 @@ def to_millis(v: str) -> int:
     if v.lstrip("-").isdigit():
         return int(v)
     try:
-        dt = datetime.fromisoformat(v.replace("Z", "+00:00"))
+        dt = datetime.fromisoformat(v)
     except ValueError:
         raise ValueError(f"{v!r} is not earliest, latest, a JSON offset map, epoch millis or an ISO-8601 time") \
             from None
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
+        dt = dt.replace(tzinfo=UTC)
     return int(dt.timestamp() * 1000)
 
 

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from .common import position_options, source_options
+from pipeline.jobs.common import position_options, source_options
 
 
 def export(spark: Any, bootstrap: str, topic: str, to: str, *, start: str = "earliest", end: str = "latest",

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from .common import position_options, source_options
+from pipeline.jobs.common import position_options, source_options
 
 
 def transform_frame(events: Any, value_expr: str = "value", where: str | None = None,

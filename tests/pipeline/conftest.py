@@ -1,10 +1,8 @@
-"""Fixtures for the Spark data source tests: one local SparkSession for the whole package, one moto S3 server, and a
-tiered broker (S3 on moto) per module."""
+"""Fixtures for the Spark data source tests: one local SparkSession, one moto S3 server and one tiered broker (S3 on
+moto) for the whole package -- JVM and broker start-up dominate the run time; each module uses its own topics."""
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -36,11 +34,10 @@ def pipeline_moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServ
     server.stop()
 
 
-@pytest.fixture(scope="module")
-def tiered(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
-           pipeline_moto: MotoServer) -> Iterator[Tiered]:
-    """A broker tiering to moto under a key prefix of its own."""
-    name = re.sub(r"[^a-z0-9]+", "-", request.module.__name__.rsplit(".", 1)[-1].lower())
+@pytest.fixture(scope="session")
+def tiered(tmp_path_factory: pytest.TempPathFactory, pipeline_moto: MotoServer) -> Iterator[Tiered]:
+    """One broker tiering to moto under a key prefix of its own, shared by the modules (distinct topic names)."""
+    name = "spark-tests"
     broker, prefix = start_tiered_broker(tmp_path_factory.mktemp(name), pipeline_moto, name)
     yield Tiered(broker, prefix, pipeline_moto)
     broker.stop()

@@ -150,8 +150,11 @@ def local_log_start(bootstrap: str, topic: str, partition: int) -> int:
 
 def wait_offloaded(bootstrap: str, topic: str, partition: int, at_least: int, timeout: float = 60) -> int:
     """Wait until local retention moved the local log start to >= at_least (so older offsets live only in S3)."""
-    return wait_until(lambda: (lambda v: v if v >= at_least else 0)(local_log_start(bootstrap, topic, partition)),
-                      timeout=timeout, interval=0.1,
+    def reached() -> int:
+        v = local_log_start(bootstrap, topic, partition)
+        return v if v >= at_least else 0
+
+    return wait_until(reached, timeout=timeout, interval=0.1,
                       message=f"{topic}-{partition}: local log start never reached {at_least}")
 
 

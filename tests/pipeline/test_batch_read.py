@@ -94,7 +94,7 @@ def test_broker_mode_equals_consumer(spark, topics, tiered):
     assert got == expected
     assert remote_fetch_bytes(broker, TOPIC) > before        # the broker served the tiered part from S3
     # spot checks of the columns' meaning
-    first = [r for r in got if r[0] == TOPIC and r[1] == 0][0]
+    first = next(r for r in got if r[0] == TOPIC and r[1] == 0)
     assert first[2] == 0 and first[4] == b"value-0-" + b"x" * 40 and first[5] == T0 and first[6] == 0
     assert first[7] == [("h", b"0"), ("empty", None)]
     assert all(r[6] == 1 for r in got if r[0] == APPEND)       # LogAppendTime

@@ -3,6 +3,7 @@ offsets deleted by retention (failOnDataLoss true -> clear error, false -> skip)
 planning and reading, and the option rules."""
 from __future__ import annotations
 
+import itertools
 import struct
 from types import SimpleNamespace
 
@@ -20,7 +21,7 @@ from tests.pipeline.support import consume_all, create_topic, produce, wait_offl
 # -- pure planning ------------------------------------------------------------------------------------------------
 def _covers(parts: list[OffsetRange], tp: tuple[str, int], start: int, end: int) -> bool:
     mine = sorted((r.start, r.end) for r in parts if r.tp == tp)
-    return mine[0][0] == start and mine[-1][1] == end and all(a[1] == b[0] for a, b in zip(mine, mine[1:]))
+    return mine[0][0] == start and mine[-1][1] == end and all(a[1] == b[0] for a, b in itertools.pairwise(mine))
 
 
 def test_split_ranges_follows_spark_rules():

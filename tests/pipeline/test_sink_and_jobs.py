@@ -96,9 +96,8 @@ def test_aggregate_job_keeps_per_key_totals(spark, tiered, tmp_path):
     create_topic(bs, "clicks", 2)
     produce(bs, "clicks", [{"key": b"user-%d" % (i % 7), "value": b"x" * (i % 5 + 1)} for i in range(140)])
     out, ck = str(tmp_path / "per_key.parquet"), str(tmp_path / "ck")
-    aggregate(spark, bs, "clicks", out, ck)
     produce(bs, "clicks", [{"key": b"user-0", "value": b"yy"} for _ in range(10)])
-    aggregate(spark, bs, "clicks", out, ck)                     # resumes from the checkpoint
+    aggregate(spark, bs, "clicks", out, ck, max_offsets_per_trigger=100)   # 150 records: two micro-batches
     table = {r.key: (r.records, r.value_bytes) for r in spark.read.parquet(out).collect()}
     expected: dict[bytes, list[int]] = {}
     for _p, _o, k, v, *_ in consume_all(bs, "clicks"):
