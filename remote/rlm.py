@@ -25,6 +25,7 @@ from typing import Any, Mapping
 import crc32c
 import structlog
 
+from protocol.errors import ErrorCode
 from protocol.records import iter_batches, iter_records
 from storage.errors import OffsetOutOfRangeError
 from storage.log import TimestampAndOffset, UnifiedLog
@@ -42,7 +43,7 @@ from .metadata import (
 )
 from .quota import UNLIMITED, RateQuota
 from .remote_metrics import RemoteMetrics
-from .rsm import RemoteStorageError, RemoteStorageManager
+from .rsm import RemoteStorageError, RemoteStorageManager, RemoteStorageTimeoutError
 
 log = structlog.get_logger("strata.remote")
 
@@ -52,6 +53,13 @@ COPY_STARTED = RemoteLogSegmentState.COPY_SEGMENT_STARTED
 
 class RemoteReaderQueueFullError(RemoteStorageError):
     """remote.log.reader.max.pending.tasks reached: the fetch is answered with a retriable error."""
+
+
+class RemoteListOffsetsTimeoutError(RemoteStorageTimeoutError):
+    """A remote timestamp lookup outlived remote.list.offsets.request.timeout.ms (Kafka's DelayedRemoteListOffsets
+    expiry, KIP-1075): the partition is answered REQUEST_TIMED_OUT, which clients retry."""
+
+    error_code = ErrorCode.REQUEST_TIMED_OUT
 
 
 @dataclass
@@ -70,6 +78,7 @@ class RemoteLogManagerConfig:
     copy_quota_window_size_s: int = 1
     fetch_quota_window_num: int = 11
     fetch_quota_window_size_s: int = 1
+    list_offsets_timeout_ms: int = 30_000
 
     @classmethod
     def from_broker(cls, v: Mapping[str, Any]) -> "RemoteLogManagerConfig":
@@ -91,6 +100,7 @@ class RemoteLogManagerConfig:
             copy_quota_window_size_s=g("remote.log.manager.copy.quota.window.size.seconds", 1),
             fetch_quota_window_num=g("remote.log.manager.fetch.quota.window.num", 11),
             fetch_quota_window_size_s=g("remote.log.manager.fetch.quota.window.size.seconds", 1),
+            list_offsets_timeout_ms=g("remote.list.offsets.request.timeout.ms", 30_000),
         )
 
 
@@ -518,8 +528,22 @@ class RemoteLogManager:
             if target >= ulog.local_log_start_offset or (max_offset is not None and target >= max_offset):
                 return b""
 
-    async def find_offset_by_timestamp(self, ulog: UnifiedLog, timestamp: int) -> TimestampAndOffset | None:
-        """ListOffsets by timestamp: remote time indexes first (oldest segment whose max timestamp >= ts)."""
+    async def find_offset_by_timestamp(self, ulog: UnifiedLog, timestamp: int,
+                                       timeout_ms: int | None = None) -> TimestampAndOffset | None:
+        """ListOffsets by timestamp: remote time indexes first (oldest segment whose max timestamp >= ts). Bounded by
+        `timeout_ms` (the request's, ListOffsets v10+) or remote.list.offsets.request.timeout.ms, as Kafka bounds it
+        (KIP-1075): an unreachable remote store must not hold the request for the S3 client's own deadlines."""
+        limit = (timeout_ms if timeout_ms and timeout_ms > 0 else self.config.list_offsets_timeout_ms) / 1000.0
+        try:
+            async with asyncio.timeout(limit) as cm:
+                return await self._find_offset_by_timestamp(ulog, timestamp)
+        except TimeoutError:
+            if not cm.expired():
+                raise
+            raise RemoteListOffsetsTimeoutError(f"remote timestamp lookup of {ulog.topic}-{ulog.partition} took "
+                                                f"more than {limit:.1f}s") from None
+
+    async def _find_offset_by_timestamp(self, ulog: UnifiedLog, timestamp: int) -> TimestampAndOffset | None:
         tip = topic_id_partition(ulog)
         for s in sorted(await self._segments(tip), key=lambda m: m.start_offset):
             if s.state != COPY_FINISHED or s.max_timestamp_ms < timestamp or s.end_offset < ulog.log_start_offset:
