@@ -72,6 +72,12 @@ class ModalFaultProxy(FaultProxy):
     def _count(self, kind: str) -> None:
         self.faults_by_mode[(self.mode, kind)] += 1
 
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await super()._handle(reader, writer)
+        except asyncio.CancelledError:
+            pass    # a held ("hang") request cancelled by stop(): end quietly (asyncio logs cancelled handlers)
+
     async def set_mode(self, mode: str) -> None:
         if mode not in self.MODES:
             raise ValueError(f"unknown proxy mode {mode!r}")
