@@ -356,7 +356,9 @@ class RemoteLogManager:
         doomed: list[RemoteLogSegmentMetadata] = []
         # orphans: failed/abandoned copies, and segments none of whose epochs are in our lineage
         for s in all_segs:
-            if s.state == COPY_STARTED and s.segment_id not in copying and s.end_offset <= \
+            if s.state == RemoteLogSegmentState.DELETE_SEGMENT_STARTED:
+                doomed.append(s)     # a deletion that failed (remote storage down): retried until done, as Kafka does
+            elif s.state == COPY_STARTED and s.segment_id not in copying and s.end_offset <= \
                     ulog.highest_offset_in_remote_storage:
                 doomed.append(s)
             elif s.state == COPY_STARTED and s.segment_id not in copying and s.broker_id == self.broker_id \
@@ -398,9 +400,10 @@ class RemoteLogManager:
     async def _delete_segment(self, topic: str, s: RemoteLogSegmentMetadata) -> bool:
         self.metrics.delete_requests.labels(topic).inc()
         try:
-            await _maybe_await(self.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
-                s.remote_log_segment_id, _now_ms(), None, RemoteLogSegmentState.DELETE_SEGMENT_STARTED,
-                self.broker_id)))
+            if s.state != RemoteLogSegmentState.DELETE_SEGMENT_STARTED:     # a retry does not record it again
+                await _maybe_await(self.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
+                    s.remote_log_segment_id, _now_ms(), None, RemoteLogSegmentState.DELETE_SEGMENT_STARTED,
+                    self.broker_id)))
             await self.rsm.delete_log_segment_data(s)
             self.index_cache.remove(s.segment_id)
             await _maybe_await(self.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
