@@ -54,6 +54,10 @@ class ModalFaultProxy(FaultProxy):
         if self.mode == "blackhole":
             self._count("hang")
             return Fault("hang")
+        if self.mode == "refuse":
+            # accepted just before the listener closed: S3 is down, so nothing may reach it
+            self._count("drop_request")
+            return Fault("drop_request")
         if self.mode == "flaky":
             f = self.flaky
             x = self.rng.random()
@@ -81,13 +85,15 @@ class ModalFaultProxy(FaultProxy):
     async def set_mode(self, mode: str) -> None:
         if mode not in self.MODES:
             raise ValueError(f"unknown proxy mode {mode!r}")
-        old, self.mode = self.mode, mode
+        old = self.mode
+        if mode == "refuse" and self._server is not None:
+            self._server.close()             # first: from here on connections are refused
+        self.mode = mode
         if old == "blackhole" and mode != "blackhole":
             # release the requests held open: their clients gave up on them already (attempt timeouts)
             for w in list(self._conns):
                 w.close()
         if mode == "refuse" and self._server is not None:
-            self._server.close()
             await self._server.wait_closed()
             self._server = None
         elif mode != "refuse" and self._server is None:

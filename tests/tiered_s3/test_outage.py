@@ -59,6 +59,7 @@ from tests.tiered.harness import (
     LATEST_TIERED,
     Consume,
     CreateTopic,
+    DeleteRecords,
     ExpectRemoteSegments,
     Harness,
     Produce,
@@ -70,6 +71,7 @@ from tests.tiered.harness import (
     _key,
     _value,
     check_remote_chain,
+    segment_objects,
 )
 from tests.tiered_s3.s3_faults import ProxyThread, key_prefix
 
@@ -428,6 +430,14 @@ def _outage_scenario(h: Harness, proxy: ProxyThread, cfg: OutageSettings, actors
          lambda o: o["latest-tiered(-5)"] >= 4 * SEG - 1 and o["earliest-local(-4)"] >= 4 * SEG,
          actors=(producer, watcher))
     Consume(topic, 0, 0, 2 * SEG).run(h)
+    # a second tiered topic, for remote deletion during the outage
+    audit = "audit"
+    CreateTopic(audit, 1, {"local.retention.bytes": "1"}, batches_per_segment=BATCHES_PER_SEGMENT,
+                records_per_batch=RECORDS_PER_BATCH, value_size=VALUE_SIZE).run(h)
+    Produce(audit, 0, 3 * SEG + RECORDS_PER_BATCH).run(h)
+    wait(h, f"{audit}: 3 segments copied", lambda: h.offsets(audit, 0),
+         lambda o: o["latest-tiered(-5)"] == 3 * SEG - 1 and o["earliest-local(-4)"] == 3 * SEG,
+         actors=(producer, watcher))
     remote_offset = 2 * SEG + 7          # inside segment 2: copied, deleted locally, never read (not cached)
     tail = TailConsumer(h, topic, h.offset(topic, 0, LATEST))
     actors.append(tail)
@@ -451,6 +461,8 @@ def _outage_scenario(h: Harness, proxy: ProxyThread, cfg: OutageSettings, actors
     with WireClient.connect(h.broker.bootstrap, timeout=300.0) as c:
         ts_error = c.list_offsets(topic, 0, ts_target, version=7).topics[0].partitions[0].error_code
     ts_took = time.monotonic() - started
+    # DeleteRecords works without S3; the remote segments below the new log start cannot be deleted yet
+    DeleteRecords(audit, 0, 2 * SEG).run(h)
     hold(max(0.0, t_out + cfg.outage_s / 2 - time.monotonic()), actors)
     m_mid = h.metrics()
     proxy.set_mode("refuse")
@@ -459,6 +471,8 @@ def _outage_scenario(h: Harness, proxy: ProxyThread, cfg: OutageSettings, actors
     m_end = h.metrics()
     offs_end = h.offsets(topic, 0)
     local_end = sorted(h.local_segments(topic, 0))
+    states = {s.start_offset: s.state for s in h.rlmm_segments(audit, 0)}
+    stored = {b for b, _ in segment_objects(h.backend.list_partition(h.topic(audit).partition_dir(0)))}
     t_back = time.monotonic()
     proxy.set_mode("pass")
     s3_down = (t_out, t_back)
@@ -518,6 +532,11 @@ def _outage_scenario(h: Harness, proxy: ProxyThread, cfg: OutageSettings, actors
     assert metric(m_mid, "strata_rsm_s3_timeouts_total") > metric(m0, "strata_rsm_s3_timeouts_total")
     assert metric(m_end, "strata_rsm_s3_errors_total") > metric(m_mid, "strata_rsm_s3_errors_total")
 
+    # remote deletion during the outage: attempted (DELETE_SEGMENT_STARTED), the objects still there
+    assert states == {0: "DELETE_SEGMENT_STARTED", SEG: "DELETE_SEGMENT_STARTED", 2 * SEG: "COPY_SEGMENT_FINISHED"}, \
+        states
+    assert stored == {0, SEG, 2 * SEG}, f"{audit}: segment objects in the bucket at {sorted(stored)}"
+
     # (d) nothing local deleted before it is remote
     assert not watcher.violations, f"local log start passed latest tiered + 1: {watcher.violations[:5]}"
     assert offs_end["earliest-local(-4)"] == offs_end["latest-tiered(-5)"] + 1, offs_end
@@ -556,6 +575,13 @@ def _outage_scenario(h: Harness, proxy: ProxyThread, cfg: OutageSettings, actors
     assert orphans, "no failed copy attempt recorded during the outage"
     check_remote_chain(segs, 0, end)
     ExpectRemoteSegments(topic, 0, segment_bases(end)).run(h)
+    # the deletions that failed during the outage are retried: DELETE_SEGMENT_FINISHED, objects gone
+    ExpectRemoteSegments(audit, 0, [2 * SEG]).run(h)
+    wait(h, f"{audit}: segments below the log start DELETE_SEGMENT_FINISHED",
+         lambda: {s.start_offset: s.state for s in h.rlmm_segments(audit, 0)},
+         lambda st: st == {0: "DELETE_SEGMENT_FINISHED", SEG: "DELETE_SEGMENT_FINISHED",
+                           2 * SEG: "COPY_SEGMENT_FINISHED"})
+    Consume(audit, 0, 2 * SEG, SEG + RECORDS_PER_BATCH).run(h)
     Consume(topic, 0, 0, leo).run(h)       # every byte from offset 0, byte for byte
     assert h.list_offset(topic, 0, ts_target, version=7)[:2] == (NONE, ts_offset), "ListOffsets by timestamp"
     phases.append(("consumed from 0", time.monotonic()))
