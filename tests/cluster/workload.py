@@ -8,11 +8,10 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
+from tests.support.ck import QUIET
 from tests.support.waiting import wait_until
 
 from .checker import History, Read, encode_value
-
-QUIET = {"log_level": 3}
 
 
 class ContinuousProducer:
@@ -24,8 +23,8 @@ class ContinuousProducer:
     """
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, name: str = "p0", rate: float = 300.0,
-                 conf: dict[str, Any] | None = None, history: History | None = None, pad: int = 0):
-        self.topic, self.partitions, self.name, self.rate, self.pad = topic, partitions, name, rate, pad
+                 conf: dict[str, Any] | None = None, history: History | None = None):
+        self.topic, self.partitions, self.name, self.rate = topic, partitions, name, rate
         self.history = history if history is not None else History()
         self.conf = {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5,
                      "message.timeout.ms": 60000, "retry.backoff.ms": 50, "retry.backoff.max.ms": 500,
@@ -35,7 +34,6 @@ class ContinuousProducer:
         self.acked_count = 0
         self.failed_count = 0
         self.sent_count = 0
-        self.remaining_after_flush: int | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._exc: BaseException | None = None
@@ -71,7 +69,7 @@ class ContinuousProducer:
                 if now < due:  # pacing, not synchronisation: serve callbacks while waiting for the next slot
                     p.poll(min(due - now, 0.05))
                     continue
-                value = encode_value(self.name, seq, self.pad)
+                value = encode_value(self.name, seq)
                 part = seq % self.partitions
                 try:
                     p.produce(self.topic, value=value, partition=part, on_delivery=self._on_delivery)
@@ -82,7 +80,7 @@ class ContinuousProducer:
                 self.sent_count += 1
                 seq += 1
                 p.poll(0)
-            self.remaining_after_flush = p.flush(self._flush_timeout)
+            p.flush(self._flush_timeout)
         except BaseException as e:  # noqa: BLE001 - surfaced by stop()
             self._exc = e
 
