@@ -305,7 +305,7 @@ class ReplicaManager:
             return None
         return (st.leader, st.leader_epoch)
 
-    def _not_hosted(self, topic: str, index: int) -> ErrorCode:
+    def not_hosted_error(self, topic: str, index: int) -> ErrorCode:
         """A partition without a local replica: NOT_LEADER_OR_FOLLOWER if it exists (clients refresh metadata),
         UNKNOWN_TOPIC_OR_PARTITION otherwise."""
         if self.store.partition_state(topic, index) is not None:
@@ -404,7 +404,7 @@ class ReplicaManager:
                 self.metrics.failed_produce.labels(topic).inc()
                 continue
             if p is None or not p.is_leader:
-                err = self._not_hosted(topic, index) if p is None else ErrorCode.NOT_LEADER_OR_FOLLOWER
+                err = self.not_hosted_error(topic, index) if p is None else ErrorCode.NOT_LEADER_OR_FOLLOWER
                 hint = self.leader_hint(topic, index) if err == ErrorCode.NOT_LEADER_OR_FOLLOWER else None
                 results.append(ProduceResult(err, current_leader=hint))
                 self.metrics.failed_produce.labels(topic).inc()
@@ -487,7 +487,7 @@ class ReplicaManager:
         for s in specs:
             p = self.partitions.get((s.topic, s.partition))
             if p is None:
-                err = self._not_hosted(s.topic, s.partition)
+                err = self.not_hosted_error(s.topic, s.partition)
                 results.append(FetchResult(err, current_leader=self.leader_hint(s.topic, s.partition)
                                            if err == ErrorCode.NOT_LEADER_OR_FOLLOWER else None))
                 respond = True
@@ -519,6 +519,9 @@ class ReplicaManager:
                     continue
             limit = min(s.max_bytes, max_bytes - total)
             if limit <= 0 and not min_one:
+                if replica and first and ulog.local_log_start_offset <= s.fetch_offset <= ulog.log_end_offset:
+                    self._record_follower_fetch(p, replica_id, s)     # no room for data, but the position counts
+                    res.high_watermark = ulog.high_watermark
                 results.append(res)
                 continue
             max_offset = None if replica else (p.last_stable_offset if isolation == READ_COMMITTED else hw)

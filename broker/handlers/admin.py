@@ -108,9 +108,11 @@ async def delete_records(server, ctx, req):
         parts = []
         for p in t.partitions:
             partition = server.replica_manager.get_partition(t.name, p.partition_index)
-            if partition is None:
-                parts.append(PartRes(partition_index=p.partition_index, low_watermark=-1,
-                                     error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+            if partition is None or not partition.is_leader:
+                # only the leader moves the log start; followers follow it through their fetches
+                code = (ErrorCode.NOT_LEADER_OR_FOLLOWER if partition is not None
+                        else server.replica_manager.not_hosted_error(t.name, p.partition_index))
+                parts.append(PartRes(partition_index=p.partition_index, low_watermark=-1, error_code=code))
                 continue
             offset = partition.high_watermark if p.offset == -1 else p.offset
             try:

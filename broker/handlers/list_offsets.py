@@ -80,7 +80,7 @@ async def handle(server, ctx, req):
             code = ErrorCode.NONE
             out = (-1, -1, -1)
             if partition is None:
-                code = rm._not_hosted(t.name, p.partition_index)
+                code = rm.not_hosted_error(t.name, p.partition_index)
             elif ts < 0 and v < _MIN_VERSION.get(ts, 0):
                 code = ErrorCode.UNSUPPORTED_VERSION
             elif ts < EARLIEST_PENDING_UPLOAD:

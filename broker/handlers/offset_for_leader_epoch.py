@@ -23,7 +23,7 @@ async def handle(server, ctx, req):
             partition = rm.get_partition(t.topic, p.partition)
             epoch, end = -1, -1
             if partition is None:
-                code = rm._not_hosted(t.topic, p.partition)
+                code = rm.not_hosted_error(t.topic, p.partition)
             else:
                 code = partition.check_epoch(p.current_leader_epoch, require_leader=True)
                 if code == ErrorCode.NONE:

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from broker.cluster.model import PartitionState
+from broker.replica_manager import FetchSpec
 from protocol.errors import ErrorCode as E
 from protocol.records import build_batch, iter_batches
 from protocol.registry import ApiKey
@@ -266,5 +267,29 @@ def test_offline_partition_has_no_leader_and_nobody_fetches(tmp_path, monkeypatc
             assert not p.is_leader and (T, 0) not in c[i].rm.fetcher_manager._source_of
         r = (await c[1].rm.append_records([(T, 0, recs(b"a"))]))[0]
         assert r.error == E.NOT_LEADER_OR_FOLLOWER and r.current_leader is None
+        await c.close()
+    run(main())
+
+
+def test_a_follower_position_counts_even_when_the_response_has_no_room_for_its_data(tmp_path, monkeypatch, clock):
+    async def main():
+        c = FakeCluster(tmp_path, [1, 2], {}).start()
+        install_transport(monkeypatch, c, clock)
+        await c.store.create_topic(T, 2, {}, replication_factor=2)
+        leader = c[1].rm
+        await c[2].rm.fetcher_manager.shutdown()          # drive the follower's fetches by hand
+        for p in (0, 1):
+            await leader.append_records([(T, p, recs(b"x" * 500))], required_acks=1)
+        specs = [FetchSpec(T, p, 1, 1 << 20, 0, log_start_offset=0) for p in (0, 1)]
+        res = await leader.fetch(specs, max_bytes=100, min_bytes=1, max_wait_ms=0, replica_id=2)
+        assert res[0].records == b"" and res[1].records == b""    # nothing new: both at the LEO
+        assert [c[1].partition(T, p).followers[2].log_end_offset for p in (0, 1)] == [1, 1]
+        assert [c[1].log(T, p).high_watermark for p in (0, 1)] == [1, 1]
+        for p in (0, 1):
+            await leader.append_records([(T, p, recs(b"y" * 500))], required_acks=1)
+        specs = [FetchSpec(T, p, 1, 1 << 20, 0, log_start_offset=0) for p in (0, 1)]
+        res = await leader.fetch(specs, max_bytes=100, min_bytes=1, max_wait_ms=0, replica_id=2)
+        assert len(res[0].records) > 100 and res[1].records == b""   # the first batch alone fills the response
+        assert c[1].partition(T, 1).followers[2].last_fetch_leader_leo == 2     # p1's fetch was still recorded
         await c.close()
     run(main())
