@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from remote.rlm import RemoteLogManager, RemoteLogManagerConfig
+from protocol.errors import ErrorCode, KafkaApiError
 from remote.remote_metrics import RemoteMetrics
+from remote.rlm import RemoteLogManager, RemoteLogManagerConfig
 from remote.rsm import create_remote_storage_manager
 
 if TYPE_CHECKING:
@@ -32,8 +33,13 @@ class BrokerMetadataTopicIO:
         if store.topic(REMOTE_LOG_METADATA_TOPIC) is None:
             cfg = {"retention.ms": str(retention_ms), "cleanup.policy": "delete"}
             rf = min(replication_factor, max(1, len(store.brokers())))     # capped by the live brokers
-            info = await store.create_topic(REMOTE_LOG_METADATA_TOPIC, num_partitions, cfg, internal=True,
-                                            replication_factor=rf)
+            try:
+                info = await store.create_topic(REMOTE_LOG_METADATA_TOPIC, num_partitions, cfg, internal=True,
+                                                replication_factor=rf)
+            except KafkaApiError as e:
+                if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                    raise
+                return      # another broker starting at the same time created it
             if not store.clustered:     # in a cluster the replicas follow the partition states
                 self.server.replica_manager.ensure_partitions(info)
             log.info("created internal topic", topic=REMOTE_LOG_METADATA_TOPIC, partitions=num_partitions)

@@ -389,9 +389,16 @@ class ReplicaFetcher:
     async def build_remote_log_aux_state(self, p: Partition, st: PartitionFetchState) -> None:
         """KIP-405 hook for a follower whose fetch offset is below the leader's local log start (error 109).
 
-        For now this starts the local log over at the leader's local log start (ListOffsets -4) with the log start
-        offset at the leader's (-2); the full rebuild (wait for the RLMM to hold the covering remote segment, fetch its
-        leader-epoch checkpoint and producer snapshot, restore both) is the tiered-replication issue's job."""
+        With remote storage on here: the tier state machine (`tier_state`) rebuilds the epoch cache and producer state
+        from the remote segment below the leader's earliest local offset and starts the log there (retrying with
+        backoff; also while the broker is still starting it). Without it (remote storage off on this broker), the
+        local log starts over at the leader's local log start (ListOffsets -4) with the log start offset at the
+        leader's (-2)."""
+        if (self.rm.rlm is not None or self.rm.config.get("remote.log.storage.system.enable")) \
+                and p.log.remote_log_enabled:
+            from .tier_state import build_remote_log_aux_state
+            await build_remote_log_aux_state(self, p, st)
+            return
         try:
             local_start = await self._leader_offset(st, -4)
             leader_start = await self._leader_offset(st, -2)

@@ -1,0 +1,199 @@
+"""Follower tier state machine (KIP-405 BuildingRemoteLogAuxState; Kafka's TierStateMachine semantics).
+
+A follower fetching below the leader's local log start gets OFFSET_MOVED_TO_TIERED_STORAGE (109). It then:
+
+1. asks the leader (ListOffsets -4 EARLIEST_LOCAL) for its earliest local offset and that offset's epoch -- or, with
+   `follower.fetch.last.tiered.offset.enable` (KIP-1023) and an empty local log, for the last tiered offset (-5) and
+   starts just past it;
+2. finds the epoch of the offset just below where it will start (OffsetForLeaderEpoch for the previous epoch when the
+   start offset could open its epoch);
+3. waits (bounded) until the local RLMM holds the COPY_SEGMENT_FINISHED segment covering (epoch, start - 1);
+4. fetches that segment's leader-epoch checkpoint and producer snapshot from remote storage;
+5. truncates the local log fully, starts it at the start offset, restores the epoch cache (entries below the start)
+   and producer state, sets log start = the earliest remote segment's start and the highest offset in remote storage.
+
+Any failure counts in BuildRemoteLogAuxStateErrorsPerSec and the partition retries after an exponential backoff.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from protocol.errors import ErrorCode
+from protocol.registry import ApiKey
+from storage.epoch_cache import EpochEntry
+from storage.producer_state import decode_snapshot, snapshot_file_name, write_snapshot
+
+if TYPE_CHECKING:
+    from ..partition import Partition
+    from .replica_fetcher import PartitionFetchState, ReplicaFetcher
+
+log = structlog.get_logger("strata.tier_state")
+
+EARLIEST_LOCAL = -4
+LATEST_TIERED = -5
+MAX_BACKOFF_S = 5.0
+RLMM_WAIT_S = 1.0                  # one attempt waits at most this long for the RLMM to load the partition
+
+_attempts: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
+
+class AuxStateError(Exception):
+    """A retriable failure of the rebuild (leader error, segment not in the RLMM yet, remote fetch failed)."""
+
+
+def parse_epoch_checkpoint(data: bytes) -> list[EpochEntry]:
+    """Entries of a leader-epoch checkpoint ("0\\n<count>\\n<epoch> <offset>..." as shipped with a segment)."""
+    lines = data.decode().splitlines()
+    if len(lines) < 2 or lines[0].strip() != "0":
+        raise AuxStateError("remote leader-epoch checkpoint: unsupported or missing version line")
+    entries = [ln for ln in lines[2:] if ln.strip()]
+    if len(entries) != int(lines[1]):
+        raise AuxStateError(f"remote leader-epoch checkpoint: expected {lines[1]} entries, found {len(entries)}")
+    out = []
+    for ln in entries:
+        e, o = ln.split()
+        out.append(EpochEntry(int(e), int(o)))
+    return out
+
+
+def backoff_s(base_s: float, attempt: int) -> float:
+    """Exponential backoff from `base_s`, capped at MAX_BACKOFF_S (attempt 1 -> base)."""
+    return min(MAX_BACKOFF_S, base_s * (2 ** max(0, attempt - 1)))
+
+
+async def _list_offset(f: ReplicaFetcher, st: PartitionFetchState, timestamp: int) -> tuple[int, int]:
+    """(offset, leader epoch) the leader answers for a special ListOffsets timestamp."""
+    from protocol.registry import REQUEST_CLASSES
+    T = REQUEST_CLASSES[ApiKey.LIST_OFFSETS].ListOffsetsTopic
+    from .replica_fetcher import LIST_OFFSETS_VERSION
+    resp = await f._request(
+        ApiKey.LIST_OFFSETS, LIST_OFFSETS_VERSION, replica_id=f.rm.broker_id, isolation_level=0,
+        topics=[T(name=st.topic, partitions=[T.ListOffsetsPartition(
+            partition_index=st.partition, current_leader_epoch=st.leader_epoch, timestamp=timestamp)])])
+    for t in resp.topics:
+        for pr in t.partitions:
+            if pr.partition_index == st.partition:
+                if pr.error_code:
+                    raise AuxStateError(f"ListOffsets {timestamp}: error {pr.error_code}")
+                return pr.offset, pr.leader_epoch
+    raise AuxStateError(f"ListOffsets {timestamp}: partition missing from the answer")
+
+
+async def _epoch_end_offset(f: ReplicaFetcher, st: PartitionFetchState, epoch: int) -> tuple[int, int]:
+    """The leader's (greatest epoch <= `epoch`, its end offset)."""
+    from protocol.registry import REQUEST_CLASSES
+
+    from .replica_fetcher import OFFSET_FOR_LEADER_EPOCH_VERSION
+    T = REQUEST_CLASSES[ApiKey.OFFSET_FOR_LEADER_EPOCH].OffsetForLeaderTopic
+    resp = await f._request(
+        ApiKey.OFFSET_FOR_LEADER_EPOCH, OFFSET_FOR_LEADER_EPOCH_VERSION, replica_id=f.rm.broker_id,
+        topics=[T(topic=st.topic, partitions=[T.OffsetForLeaderPartition(
+            partition=st.partition, current_leader_epoch=st.leader_epoch, leader_epoch=epoch)])])
+    for tr in resp.topics:
+        for pr in tr.partitions:
+            if pr.partition == st.partition:
+                if pr.error_code != ErrorCode.NONE:
+                    raise AuxStateError(f"OffsetForLeaderEpoch {epoch}: error {pr.error_code}")
+                return pr.leader_epoch, pr.end_offset
+    raise AuxStateError("OffsetForLeaderEpoch: partition missing from the answer")
+
+
+async def _start_point(f: ReplicaFetcher, p: Partition, st: PartitionFetchState) -> tuple[int, int]:
+    """(next fetch offset, epoch of next offset - 1)."""
+    ulog = p.log
+    if (f.rm.config.get("follower.fetch.last.tiered.offset.enable")
+            and ulog.log_end_offset == 0 and ulog.log_start_offset == 0):
+        last_tiered, epoch = await _list_offset(f, st, LATEST_TIERED)
+        if last_tiered >= 0 and epoch >= 0:
+            return last_tiered + 1, epoch          # KIP-1023: the epoch answered is that of the last tiered offset
+    local_start, epoch = await _list_offset(f, st, EARLIEST_LOCAL)
+    if local_start <= 0 or epoch < 0:
+        raise AuxStateError(f"leader's earliest local offset {local_start} (epoch {epoch}) has nothing tiered below")
+    target = epoch
+    if epoch > 0:
+        # local_start may open its epoch: the offset below then belongs to an earlier one.
+        prev_epoch, prev_end = await _epoch_end_offset(f, st, epoch - 1)
+        if prev_epoch >= 0 and prev_end >= local_start:
+            target = prev_epoch
+    return local_start, target
+
+
+async def _rebuild(f: ReplicaFetcher, p: Partition, st: PartitionFetchState) -> bool:
+    from remote.rlm import topic_id_partition
+    from remote.rsm import IndexType
+    rm = f.rm
+    rlm, rlmm = rm.rlm, rm.rlmm
+    if rlm is None or rlmm is None or not p.log.remote_log_enabled:
+        raise AuxStateError("remote log storage is not (yet) running for this partition on this broker")
+    next_offset, epoch = await _start_point(f, p, st)
+    if f._current(st) is not p:
+        return False
+    tip = topic_id_partition(p.log)
+    try:
+        if tip not in rlmm.followed_partitions():
+            # The subscription made when this broker became follower can fail (the metadata partition was not
+            # hosted here yet): subscribe again on every attempt until it holds.
+            rlmm.on_partition_leadership_changes([], [tip])
+        await rlmm.wait_until_ready(tip, timeout_s=RLMM_WAIT_S)
+    except Exception as e:  # a timeout or an RLMM error: retry later
+        raise AuxStateError(f"RLMM not ready for {tip}: {e!r}") from e
+    meta = rlmm.remote_log_segment_metadata(tip, epoch, next_offset - 1)
+    if meta is None:
+        raise AuxStateError(f"no copied remote segment covers epoch {epoch} offset {next_offset - 1} yet")
+    checkpoint = parse_epoch_checkpoint(await rlm.rsm.fetch_index(meta, IndexType.LEADER_EPOCH))
+    producers = decode_snapshot(await rlm.rsm.fetch_index(meta, IndexType.PRODUCER_SNAPSHOT))
+    if f._current(st) is not p:
+        return False
+    segments = rlmm.list_remote_log_segments(tip)
+    earliest_remote = min((s.start_offset for s in segments), default=meta.start_offset)
+    ulog = p.log
+    log.info("rebuilding follower aux state from remote storage", topic=st.topic, partition=st.partition,
+             leo=ulog.log_end_offset, next_offset=next_offset, epoch=epoch, segment_start=meta.start_offset,
+             segment_end=meta.end_offset, log_start=earliest_remote, epochs=len(checkpoint),
+             producers=len(producers))
+    f.manager.truncate_fully(p, next_offset, log_start_offset=min(earliest_remote, next_offset))
+    # Epoch cache: the leader's lineage below where this log starts.
+    cache = ulog.leader_epoch_cache
+    for e in checkpoint:
+        if e.start_offset < next_offset:
+            cache._assign(e)
+    cache.flush()
+    # Producer state as of the segment's end (the snapshot is written at next_offset, as a log's own would be).
+    ps = ulog.producer_state
+    ps.producers = {e.producer_id: e for e in producers}
+    path = ps.dir / snapshot_file_name(next_offset)
+    write_snapshot(path, producers, True)
+    ps._snapshots[next_offset] = path
+    ps.last_snap_offset = ps.map_end_offset = next_offset
+    ulog.highest_offset_in_remote_storage = max(ulog.highest_offset_in_remote_storage, meta.end_offset)
+    await rlm.sync_highest_copied_offset(ulog)
+    return True
+
+
+async def build_remote_log_aux_state(f: ReplicaFetcher, p: Partition, st: PartitionFetchState) -> bool:
+    """One attempt; on failure the partition's fetch is delayed with exponential backoff. True when rebuilt."""
+    metrics = getattr(f.rm.rlm, "metrics", None)
+    if metrics is not None:
+        metrics.build_aux_state_requests.labels(st.topic).inc()
+    try:
+        done = await _rebuild(f, p, st)
+    except Exception as e:  # every failure is retried
+        if isinstance(e, (KeyboardInterrupt, SystemExit)):
+            raise
+        n = _attempts.get(st, 0) + 1
+        _attempts[st] = n
+        delay = backoff_s(f.rm.config["replica.fetch.backoff.ms"] / 1000.0, n)
+        if metrics is not None:
+            metrics.build_aux_state_errors.labels(st.topic).inc()
+        log.info("building remote log aux state failed; retrying", topic=st.topic, partition=st.partition,
+                 attempt=n, retry_in_s=delay, error=str(e) or repr(e))
+        f._delay(st, delay)
+        return False
+    _attempts.pop(st, None)
+    return done
+
+
+__all__ = ["AuxStateError", "backoff_s", "build_remote_log_aux_state", "parse_epoch_checkpoint"]

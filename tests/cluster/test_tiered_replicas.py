@@ -1,0 +1,174 @@
+"""KIP-405 across replicas on a real 2-broker cluster (etcd, broker processes, LocalTieredStorage shared by both brokers
+through one `rsm.config.dir`): a follower whose fetch offset lies below the leader's local log start gets error 109
+and rebuilds its aux state (leader-epoch cache, producer state, log start) from remote storage instead of copying
+what the leader has tiered (broker/cluster/tier_state.py).
+
+1. A brand-new follower (its partition directory wiped) rejoins after the leader tiered and locally deleted the old
+   segments: it starts at the leader's earliest local offset, enters the ISR, and its leader-epoch checkpoint equals
+   the leader's.
+2. An out-of-sync follower (stopped while the leader tiered and deleted locally) whose data is older than the leader's
+   local start truncates fully and rebuilds the same way.
+
+In both, consumers read every record from offset 0 after failing over to the rebuilt follower (remote reads through its
+RLMM subscription and its highest offset in remote storage).
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+from protocol.registry import ApiKey
+from tests.support.cluster_proc import StrataCluster
+from tests.support.waiting import wait_until
+
+TOPIC = "tiered-rf2"
+BEFORE = 60          # records both replicas have before the follower stops
+MIN_TOTAL = 400
+VALUE = b"x" * 200
+
+TIERED = {
+    "remote.log.storage.system.enable": True,
+    "remote.log.storage.manager.class.name": "local",
+    "remote.log.manager.task.interval.ms": 200,
+    "remote.log.metadata.topic.num.partitions": 3,
+    # RF 1 at creation: two brokers starting together with RF 2 can each wait in startup for a metadata partition
+    # led by the other; every partition then gets both brokers by reassignment (_replicate_metadata_topic).
+    "remote.log.metadata.topic.replication.factor": 1,
+    "log.retention.check.interval.ms": 200,
+    "log.segment.delete.delay.ms": 0,
+    "min.insync.replicas": 1,
+    "offsets.topic.replication.factor": 2,
+    "default.replication.factor": 2,
+    "replica.fetch.backoff.ms": 100,
+}
+
+
+def _produce(c: StrataCluster, start: int, end: int, acks: str) -> None:
+    from confluent_kafka import Producer
+    p = Producer({"bootstrap.servers": c.bootstrap, "acks": acks, "linger.ms": 0, "log_level": 3})
+    errors: list[object] = []
+    for i in range(start, end):
+        p.produce(TOPIC, key=str(i).encode(), value=b"%06d" % i + VALUE, partition=0,
+                  on_delivery=lambda err, _m: errors.append(err) if err else None)
+        if i % 10 == 9:
+            p.flush(30)
+    assert p.flush(30) == 0
+    assert not errors, errors
+
+
+def _consume_all(c: StrataCluster, n: int) -> list[bytes]:
+    from confluent_kafka import Consumer, TopicPartition
+    cons = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "g-tiered-rf2", "enable.auto.commit": False,
+                     "log_level": 3})
+    try:
+        cons.assign([TopicPartition(TOPIC, 0, 0)])
+        out: list[bytes] = []
+
+        def more() -> bool:
+            m = cons.poll(1.0)
+            if m is not None and m.error() is None:
+                out.append(m.value())
+            return len(out) >= n
+        wait_until(more, timeout=90, interval=0)
+        return out
+    finally:
+        cons.close()
+
+
+def _local_bases(c: StrataCluster, i: int) -> list[int]:
+    d = c.partition_dir(i, TOPIC, 0)
+    return sorted(int(p.name[:-4]) for p in d.glob("*.log") if re.fullmatch(r"\d{20}\.log", p.name))
+
+
+def _metric(c: StrataCluster, i: int, name: str) -> float:
+    text = urllib.request.urlopen(c.broker(i).metrics_url, timeout=5).read().decode()
+    total = 0.0
+    for m in re.finditer(rf'^{name}_total\{{topic="{TOPIC}"\}} (\S+)$', text, re.MULTILINE):
+        total += float(m.group(1))
+    return total
+
+
+def _replicate_metadata_topic(c: StrataCluster) -> None:
+    """Every broker's RLMM reads its local replicas of `__remote_log_metadata`: give every partition both brokers."""
+    from protocol.registry import REQUEST_CLASSES, RESPONSE_CLASSES
+    from tests.support.kafka_wire import WireClient
+    md = c.metadata(["__remote_log_metadata"])
+    n = len(md.topics[0].partitions)
+    assert n == TIERED["remote.log.metadata.topic.num.partitions"]
+    R = REQUEST_CLASSES[ApiKey.ALTER_PARTITION_REASSIGNMENTS]
+    T = R.ReassignableTopic
+    req = R(version=0, timeout_ms=30000, topics=[T(name="__remote_log_metadata", partitions=[
+        T.ReassignablePartition(partition_index=i, replicas=[1, 2]) for i in range(n)])])
+    with WireClient(c.broker(1).host, c.broker(1).port, timeout=30) as w:
+        resp = w.recv(RESPONSE_CLASSES[ApiKey.ALTER_PARTITION_REASSIGNMENTS], 0, w.send(req))
+    assert resp.error_code == 0
+    assert all(p.error_code == 0 for t in resp.responses for p in t.partitions), resp
+    for i in range(n):
+        wait_until(lambda i=i: set(c.replicas_of("__remote_log_metadata", i)) == {1, 2}, timeout=30)
+        c.wait_isr("__remote_log_metadata", i, {1, 2}, timeout=30)
+
+
+def _checkpoint(c: StrataCluster, i: int) -> str:
+    return (c.partition_dir(i, TOPIC, 0) / "leader-epoch-checkpoint").read_text()
+
+
+def _scenario(cluster_factory: Callable[..., StrataCluster], tmp_path: Path, wipe: bool) -> None:
+    c = cluster_factory(size=2, overrides={**TIERED, "rsm.config.dir": str(tmp_path / "rsm")})
+    _replicate_metadata_topic(c)
+    c.create_topic(TOPIC, 1, replica_assignment=[[1, 2]],
+                   config={"remote.storage.enable": True, "local.retention.bytes": 1, "segment.bytes": 4096})
+    _produce(c, 0, BEFORE, "all")
+    c.wait_isr(TOPIC, 0, {1, 2})
+    assert c.leader_of(TOPIC, 0) == 1
+    follower_leo = BEFORE
+    c.stop(2)
+    if wipe:
+        shutil.rmtree(c.partition_dir(2, TOPIC, 0))     # a brand-new, empty replica
+        follower_leo = 0
+    c.wait_isr(TOPIC, 0, {1}, timeout=30)
+    # Produce until the leader has tiered and deleted locally well past what the follower has (the leader's HW
+    # moves past the stopped follower's LEO once that follower is no longer caught up: appends re-evaluate it).
+    produced = [BEFORE]
+
+    def tiered_past_follower() -> bool:
+        b = _local_bases(c, 1)
+        if b and b[0] > follower_leo + 100 and produced[0] >= MIN_TOTAL:
+            return True
+        _produce(c, produced[0], produced[0] + 20, "1")
+        produced[0] += 20
+        return False
+    wait_until(tiered_past_follower, timeout=90, interval=0,
+               message=lambda: f"leader's local segments {_local_bases(c, 1)}")
+    total = produced[0]
+
+    c.start(2)
+    c.wait_isr(TOPIC, 0, {1, 2}, timeout=60)
+    assert _metric(c, 2, "strata_remote_build_aux_state_requests") >= 1
+    leader_local_start = _local_bases(c, 1)[0]
+    follower_bases = _local_bases(c, 2)
+    # The follower copied none of what the leader had tiered: its log starts at (or past) the leader's local start
+    # as of the rebuild, never at the old data.
+    assert follower_bases and follower_bases[0] > follower_leo + 100, follower_bases
+    assert c.log_batches(2, TOPIC, 0)[0].base_offset > follower_leo, "follower kept or copied tiered data"
+    assert leader_local_start > 0
+    wait_until(lambda: _checkpoint(c, 2) == _checkpoint(c, 1), timeout=30)
+    assert _checkpoint(c, 2).splitlines()[1] != "0", "rebuilt epoch cache is empty"
+
+    # Fail over to the rebuilt follower: everything, tiered or not, is still readable from offset 0.
+    c.kill9(1)
+    assert c.wait_leader(TOPIC, 0, not_in=[1], timeout=30) == 2
+    values = _consume_all(c, total)
+    assert values[:total] == [b"%06d" % i + VALUE for i in range(total)]
+
+
+def test_brand_new_follower_rebuilds_aux_state_from_remote_and_serves_after_failover(
+        cluster_factory: Callable[..., StrataCluster], tmp_path: Path) -> None:
+    _scenario(cluster_factory, tmp_path, wipe=True)
+
+
+def test_out_of_sync_follower_truncates_fully_and_rebuilds_from_remote(
+        cluster_factory: Callable[..., StrataCluster], tmp_path: Path) -> None:
+    _scenario(cluster_factory, tmp_path, wipe=False)
