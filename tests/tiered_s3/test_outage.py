@@ -32,7 +32,7 @@ A longer soak is run by hand through the environment (durations in seconds or ms
     STRATA_OUTAGE_ATTEMPT_TIMEOUT_MS=30000 .venv/bin/python -m pytest tests/tiered_s3/test_outage.py -k outage
 
 (`STRATA_OUTAGE_*`: SECONDS, RATE (batches/s), TASK_INTERVAL_MS, BACKOFF_MS, BACKOFF_MAX_MS, FETCH_WAIT_MS,
-ATTEMPT_TIMEOUT_MS, API_TIMEOUT_MS, RETRY_ATTEMPTS, LIST_OFFSETS_TIMEOUT_MS, FETCH_MARGIN_S, and OVERRIDES="key=value;key=value" for any
+ATTEMPT_TIMEOUT_MS, API_TIMEOUT_MS, RETRY_ATTEMPTS, LIST_OFFSETS_TIMEOUT_MS, FETCH_MARGIN_S, CLIENT_BOUND_S, and OVERRIDES="key=value;key=value" for any
 other broker property.) The pytest timeout grows with the outage.
 """
 from __future__ import annotations
@@ -97,8 +97,9 @@ class OutageSettings:
     api_timeout_ms: int = 3000        # rsm.config.s3.api.call.timeout.ms (all attempts of one S3 call)
     retry_attempts: int = 3           # rsm.config.s3.retry.max.attempts
     list_offsets_timeout_ms: int = 1500  # remote.list.offsets.request.timeout.ms (KIP-1075; Kafka's default 30000)
-    fetch_margin_s: float = 2.0       # allowed on top of remote.fetch.max.wait.ms for one remote Fetch (a loaded
-                                      # 2-core box shows broker pauses of ~0.5 s: GC, scheduling)
+    fetch_margin_s: float = 2.5       # allowed on top of remote.fetch.max.wait.ms for one remote Fetch
+    client_bound_s: float = 3.0       # slowest produce / local fetch allowed (a hang lasts the S3 timeouts or more)
+    # (the bounds absorb the pauses of a loaded 2-core box: broker GC pauses of ~0.5 s, CPU starvation)
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -118,7 +119,8 @@ class OutageSettings:
                    api_timeout_ms=int(_env("API_TIMEOUT_MS", d.api_timeout_ms)),
                    retry_attempts=int(_env("RETRY_ATTEMPTS", d.retry_attempts)),
                    list_offsets_timeout_ms=int(_env("LIST_OFFSETS_TIMEOUT_MS", d.list_offsets_timeout_ms)),
-                   fetch_margin_s=_env("FETCH_MARGIN_S", d.fetch_margin_s), extra=extra)
+                   fetch_margin_s=_env("FETCH_MARGIN_S", d.fetch_margin_s),
+                   client_bound_s=_env("CLIENT_BOUND_S", d.client_bound_s), extra=extra)
 
     def broker_overrides(self) -> dict[str, object]:
         ov: dict[str, object] = {
@@ -483,12 +485,12 @@ def _outage_scenario(h: Harness, proxy: ProxyThread, cfg: OutageSettings, actors
     achieved = len(during) / (t_back - t_out)
     assert achieved >= 0.8 * cfg.rate, f"produce rate during the outage {achieved:.1f}/s, target {cfg.rate}/s"
     worst = max(s[1] for s in during)
-    assert worst < 2.5, f"slowest produce during the outage took {worst:.2f}s"
+    assert worst < cfg.client_bound_s, f"slowest produce during the outage took {worst:.2f}s"
     slow_in_broker = slow_requests(m_end, "Produce", "1.0") - slow_requests(m0, "Produce", "1.0")
     assert slow_in_broker == 0, f"{slow_in_broker} produce requests took more than 1 s in the broker"
     assert not tail.errors, f"local consumer errors: {tail.errors[:5]}"
     tail_worst = max(d for s, d in tail.samples if t_out <= s < t_back)
-    assert tail_worst < 2.0, f"slowest local fetch during the outage took {tail_worst:.2f}s"
+    assert tail_worst < cfg.client_bound_s, f"slowest local fetch during the outage took {tail_worst:.2f}s"
     assert tail.offset >= offs_end["latest(-1)"] - 20 * RECORDS_PER_BATCH, (tail.offset, offs_end)
 
     # (b) remote reads: bounded, retriable, never data that is not there
