@@ -1,6 +1,6 @@
 """Spark batch read of a tiered topic: ``read.mode=direct`` vs ``read.mode=broker`` vs one confluent-kafka consumer.
 
-    python -m bench.spark_bench [--mib 128] [--partitions 2] [--reps 2] [--json out.json]
+    python -m bench.spark_bench [--mib 128] [--partitions 2] [--reps 2] [--storage s3|local|both] [--json out.json]
 
 or from the harness: ``from bench import spark_bench; spark_bench.run(results)`` (adds ``results["spark_read"]``).
 
@@ -16,7 +16,8 @@ Measured, on the same data in the same run: the wall time to read every record f
 and (c) in direct mode, each Spark read forced through all value bytes with ``sum(length(value))``. MB/s counts
 key + value bytes. The broker process's CPU seconds during each read are reported too: in direct mode the broker
 only serves the local tail and Metadata/ListOffsets/``__remote_log_metadata`` to the driver. The best of ``--reps``
-repetitions is kept for each reader.
+repetitions is kept for each reader. ``--storage local`` runs the same with LocalTieredStorage (a directory), which
+takes the object-store server's CPU out of the comparison on a small machine.
 """
 from __future__ import annotations
 
@@ -112,18 +113,21 @@ def _spark_read(spark: Any, options: dict[str, str]) -> tuple[float, int, int]:
     return time.monotonic() - t0, int(row["n"]), int(row["b"] or 0)
 
 
-def measure(mib: int = 128, partitions: int = 2, reps: int = 2) -> dict[str, Any]:
+def measure(mib: int = 128, partitions: int = 2, reps: int = 2, storage: str = "s3") -> dict[str, Any]:
     from pipeline.session import get_spark
     from tests.support.broker_proc import StrataBroker
     from tests.support.s3_servers import MotoServer
 
     work = Path(tempfile.mkdtemp(prefix="strata-spark-bench-"))
-    moto = MotoServer(work / "moto")
-    moto.start()
-    prefix = f"bench-{uuid.uuid4().hex[:8]}/"
-    rsm = moto.rsm_config(**{"key.prefix": prefix})
+    moto = None
+    if storage == "s3":
+        moto = MotoServer(work / "moto")
+        moto.start()
+        rsm = moto.rsm_config(**{"key.prefix": f"bench-{uuid.uuid4().hex[:8]}/"})
+    else:                                   # LocalTieredStorage: no object-store server competing for the CPU
+        rsm = {"dir": str(work / "tiered")}
     overrides: dict[str, object] = {
-        "remote.log.storage.system.enable": "true", "remote.log.storage.manager.class.name": "s3",
+        "remote.log.storage.system.enable": "true", "remote.log.storage.manager.class.name": storage,
         "remote.log.manager.task.interval.ms": 300, "remote.log.metadata.topic.num.partitions": 5,
         "log.retention.check.interval.ms": 300, "log.segment.delete.delay.ms": 0,
         **{f"rsm.config.{k}": v for k, v in rsm.items()},
@@ -146,7 +150,7 @@ def measure(mib: int = 128, partitions: int = 2, reps: int = 2) -> dict[str, Any
 
         spark = get_spark("strata-spark-bench")
         base = {"kafka.bootstrap.servers": broker.bootstrap, "subscribe": TOPIC}
-        direct = {**base, "read.mode": "direct", "rsm.class.name": "s3",
+        direct = {**base, "read.mode": "direct", "rsm.class.name": storage,
                   **{f"rsm.config.{k}": str(v) for k, v in rsm.items()}}
         warm = {"endingOffsets": json.dumps({TOPIC: {str(p): 2000 for p in range(partitions)}})}
         _spark_read(spark, {**base, **warm})
@@ -169,6 +173,7 @@ def measure(mib: int = 128, partitions: int = 2, reps: int = 2) -> dict[str, Any
             return best
 
         out = {
+            "storage": "S3 (moto)" if storage == "s3" else "LocalTieredStorage",
             "topic_mib": mib, "partitions": partitions, "records": records,
             "remote_fraction": round(remote_records / records, 3),
             "consumer": timed("consumer", lambda: _consumer_read(broker.bootstrap, partitions, records)),
@@ -182,7 +187,8 @@ def measure(mib: int = 128, partitions: int = 2, reps: int = 2) -> dict[str, Any
         if spark is not None:
             spark.stop()
         broker.stop()
-        moto.stop()
+        if moto is not None:
+            moto.stop()
 
 
 def table(r: dict[str, Any]) -> str:
@@ -198,10 +204,12 @@ def table(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run(results: dict, *, mib: int = 128, partitions: int = 2, reps: int = 2) -> dict[str, Any]:
-    """Hook for bench.run: measures and stores the numbers under ``results["spark_read"]``."""
-    r = measure(mib=mib, partitions=partitions, reps=reps)
-    results["spark_read"] = r
+def run(results: dict, *, mib: int = 128, partitions: int = 2, reps: int = 2, storage: str = "s3"
+        ) -> dict[str, Any]:
+    """Hook for bench.run: measures and stores the numbers under ``results["spark_read"]`` (``spark_read_local``
+    for LocalTieredStorage)."""
+    r = measure(mib=mib, partitions=partitions, reps=reps, storage=storage)
+    results["spark_read" if storage == "s3" else "spark_read_local"] = r
     return r
 
 
@@ -210,12 +218,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mib", type=int, default=128, help="topic size in MiB (default 128)")
     ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--storage", choices=("s3", "local", "both"), default="s3",
+                    help="remote storage: S3 on a local moto server (default), LocalTieredStorage, or both")
     ap.add_argument("--json", type=Path, default=None, help="also write the numbers here")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(REPO_ROOT))
     results: dict[str, Any] = {}
-    r = run(results, mib=args.mib, partitions=args.partitions, reps=args.reps)
-    print(table(r))
+    for storage in (("s3", "local") if args.storage == "both" else (args.storage,)):
+        r = run(results, mib=args.mib, partitions=args.partitions, reps=args.reps, storage=storage)
+        print(table(r) + "\n")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return 0
