@@ -348,15 +348,17 @@ class StrataCluster:
         return self.brokers[i]
 
     # -- metadata (as clients see it) --------------------------------------------------------------------------------
-    def metadata(self, topics: list[str] | None, via: int | None = None, timeout: float = 5.0) -> Any:
-        """A Metadata v8 response from broker `via`, or from the first live broker that answers."""
+    def metadata(self, topics: list[str] | None, via: int | None = None, timeout: float = 5.0,
+                 version: int = 8) -> Any:
+        """A Metadata response (v8 unless asked: v10+ carry topic ids) from broker `via`, or from the first live
+        broker that answers."""
         order = [via] if via is not None else self.live_ids()
         last: Exception | None = None
         for i in order:
             b = self.brokers[i]
             try:
                 with WireClient(b.host, b.port, timeout=timeout) as c:
-                    return c.metadata(topics, version=8)
+                    return c.metadata(topics, version=version)
             except OSError as e:
                 last = e
         raise ConnectionError(f"no broker answered Metadata (tried {order}): {last!r}")
