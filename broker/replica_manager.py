@@ -89,6 +89,7 @@ class ReplicaManager:
 
     def __post_init__(self) -> None:
         self.broker_id: int = self.config.broker_id
+        self._purgatory_gauges: dict[str, Any] = {}
         self.max_lag_ms: int = self.config["replica.lag.time.max.ms"]
         self.fetch_purgatory = Purgatory("Fetch", self._report_purgatory)
         self.produce_purgatory = Purgatory("Produce", self._report_purgatory)
@@ -98,7 +99,10 @@ class ReplicaManager:
         self.metrics.register_replica_manager(self)
 
     def _report_purgatory(self, name: str, size: int) -> None:
-        self.metrics.purgatory_size.labels(name).set(size)
+        g = self._purgatory_gauges.get(name)
+        if g is None:
+            g = self._purgatory_gauges[name] = self.metrics.purgatory_size.labels(name)
+        g.set(size)
 
     # ---- lifecycle ---------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -588,7 +592,7 @@ class ReplicaManager:
                 results, total, respond = self._read_once(specs, max_bytes, isolation, replica_id, False)
                 break
         for s, r in zip(specs, results):
-            if r.records:
+            if r.records and replica_id < 0:     # Kafka counts replication apart (ReplicationBytesOutPerSec)
                 self.metrics.bytes_out.labels(s.topic).inc(len(r.records))
             self.metrics.fetch_requests.labels(s.topic).inc()
             if r.error:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import socket
 import struct
 from typing import Any
 
@@ -38,6 +39,12 @@ class BrokerConnection:
                 asyncio.open_connection(self.host, self.port), self.timeout_s)
         except (TimeoutError, OSError) as e:
             raise BrokerConnectionError(f"cannot connect to {self.host}:{self.port}: {e!r}") from None
+        sock = self._writer.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)    # small fetch requests go at once
+            except OSError:
+                pass
 
     async def request(self, api_key: int, version: int, timeout_s: float | None = None, **fields: Any) -> Any:
         """Send one request and return its decoded response body; the connection is closed on any failure."""

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from protocol.errors import ErrorCode
-from protocol.registry import ApiKey
+from protocol.registry import REQUEST_CLASSES, ApiKey
 from storage.errors import StorageError
 
 from .broker_client import BrokerConnection, BrokerConnectionError
@@ -433,7 +433,6 @@ def _is_epoch_race(code: int) -> bool:
 
 
 def _request_class(api_key: int) -> type:
-    from protocol.registry import REQUEST_CLASSES
     return REQUEST_CLASSES[api_key]
 
 
