@@ -9,7 +9,10 @@ what the leader has tiered (broker/cluster/tier_state.py).
 2. An out-of-sync follower (stopped while the leader tiered and deleted locally) whose data is older than the leader's
    local start truncates fully and rebuilds the same way.
 
-In both, consumers read every record from offset 0 after failing over to the rebuilt follower (remote reads through its
+3. KIP-1023 (`follower.fetch.last.tiered.offset.enable`): a brand-new follower starts just past the last tiered
+   offset (ListOffsets -5), above the leader's earliest local offset, with the same rebuild.
+
+In all, consumers read every record from offset 0 after failing over to the rebuilt follower (remote reads through its
 RLMM subscription and its highest offset in remote storage).
 """
 from __future__ import annotations
@@ -111,15 +114,25 @@ def _replicate_metadata_topic(c: StrataCluster) -> None:
         c.wait_isr("__remote_log_metadata", i, {1, 2}, timeout=30)
 
 
+def _tiered_bases(rsm_dir: Path) -> list[int]:
+    """Base offsets of the segments LocalTieredStorage holds for the topic (`<20-digit base>-<id>.log`)."""
+    return sorted(int(p.name[:20]) for p in (rsm_dir / "kafka-tiered-storage").glob(f"{TOPIC}-0-*/*.log"))
+
+
 def _checkpoint(c: StrataCluster, i: int) -> str:
     return (c.partition_dir(i, TOPIC, 0) / "leader-epoch-checkpoint").read_text()
 
 
-def _scenario(cluster_factory: Callable[..., StrataCluster], tmp_path: Path, wipe: bool) -> None:
-    c = cluster_factory(size=2, overrides={**TIERED, "rsm.config.dir": str(tmp_path / "rsm")})
+def _scenario(cluster_factory: Callable[..., StrataCluster], tmp_path: Path, wipe: bool,
+              kip1023: bool = False) -> None:
+    overrides = {**TIERED, "rsm.config.dir": str(tmp_path / "rsm"), "follower.fetch.last.tiered.offset.enable": kip1023}
+    c = cluster_factory(size=2, overrides=overrides)
     _replicate_metadata_topic(c)
+    # With KIP-1023 the leader keeps several already-tiered segments locally, so "last tiered offset + 1" and the
+    # leader's earliest local offset differ.
+    local_bytes = 4 * 4096 if kip1023 else 1
     c.create_topic(TOPIC, 1, replica_assignment=[[1, 2]],
-                   config={"remote.storage.enable": True, "local.retention.bytes": 1, "segment.bytes": 4096})
+                   config={"remote.storage.enable": True, "local.retention.bytes": local_bytes, "segment.bytes": 4096})
     _produce(c, 0, BEFORE, "all")
     c.wait_isr(TOPIC, 0, {1, 2})
     assert c.leader_of(TOPIC, 0) == 1
@@ -144,6 +157,17 @@ def _scenario(cluster_factory: Callable[..., StrataCluster], tmp_path: Path, wip
                message=lambda: f"leader's local segments {_local_bases(c, 1)}")
     total = produced[0]
 
+    if kip1023:
+        # Let the leader settle (nothing more to copy, nothing more to delete locally) so its earliest local offset
+        # stays put while the follower rebuilds.
+        def settled() -> bool:
+            bases = _local_bases(c, 1)
+            tiered = _tiered_bases(tmp_path / "rsm")
+            d = c.partition_dir(1, TOPIC, 0)
+            sizes = [(d / f"{b:020d}.log").stat().st_size for b in bases]
+            return len(bases) >= 3 and bool(tiered) and max(tiered) == bases[-2] and sum(sizes[1:]) <= local_bytes
+        wait_until(settled, timeout=60, message=lambda: f"leader's local segments {_local_bases(c, 1)}")
+        settled_local = _local_bases(c, 1)
     c.start(2)
     c.wait_isr(TOPIC, 0, {1, 2}, timeout=60)
     assert _metric(c, 2, "strata_remote_build_aux_state_requests") >= 1
@@ -154,6 +178,11 @@ def _scenario(cluster_factory: Callable[..., StrataCluster], tmp_path: Path, wip
     assert follower_bases and follower_bases[0] > follower_leo + 100, follower_bases
     assert c.log_batches(2, TOPIC, 0)[0].base_offset > follower_leo, "follower kept or copied tiered data"
     assert leader_local_start > 0
+    if kip1023:
+        # The empty follower started just past the last tiered offset (the leader's active segment), above the
+        # leader's earliest local offset.
+        assert _local_bases(c, 1) == settled_local
+        assert follower_bases[0] == settled_local[-1] > settled_local[0], (follower_bases, settled_local)
     wait_until(lambda: _checkpoint(c, 2) == _checkpoint(c, 1), timeout=30)
     assert _checkpoint(c, 2).splitlines()[1] != "0", "rebuilt epoch cache is empty"
 
@@ -172,3 +201,8 @@ def test_brand_new_follower_rebuilds_aux_state_from_remote_and_serves_after_fail
 def test_out_of_sync_follower_truncates_fully_and_rebuilds_from_remote(
         cluster_factory: Callable[..., StrataCluster], tmp_path: Path) -> None:
     _scenario(cluster_factory, tmp_path, wipe=False)
+
+
+def test_kip1023_empty_follower_starts_past_the_last_tiered_offset(
+        cluster_factory: Callable[..., StrataCluster], tmp_path: Path) -> None:
+    _scenario(cluster_factory, tmp_path, wipe=True, kip1023=True)
