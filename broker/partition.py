@@ -7,6 +7,7 @@ metadata store, purgatories, the fetcher). Times are monotonic milliseconds.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from protocol.errors import ErrorCode
@@ -71,6 +72,8 @@ class Partition:
         self.log = log
         self.local_broker_id = local_broker_id
         self.max_lag_ms = max_lag_ms         # replica.lag.time.max.ms
+        # brokers that may not join the ISR now (controlled shutdown: MetadataStore.shutting_down)
+        self.ineligible: Callable[[], Collection[int]] = frozenset
         self.leader_id = -1
         self.leader_epoch = -1
         self.partition_epoch = -1
@@ -191,11 +194,17 @@ class Partition:
         new_hw = log.log_end_offset
         if self.followers:
             maximal = self.maximal_isr
+            ineligible = None
             for rid, fs in self.followers.items():
-                if fs.log_end_offset < new_hw and (
-                        rid in maximal or (fs.log_end_offset >= 0
-                                           and fs.is_caught_up(log.log_end_offset, at_ms, self.max_lag_ms))):
+                if fs.log_end_offset >= new_hw:
+                    continue
+                if rid in maximal:
                     new_hw = fs.log_end_offset
+                elif fs.log_end_offset >= 0 and fs.is_caught_up(log.log_end_offset, at_ms, self.max_lag_ms):
+                    if ineligible is None:
+                        ineligible = self.ineligible()
+                    if rid not in ineligible:       # Kafka's shouldWaitForReplicaToJoinIsr
+                        new_hw = fs.log_end_offset
         if new_hw > log.high_watermark:
             log.update_high_watermark(new_hw)
             return True
@@ -220,7 +229,8 @@ class Partition:
     def isr_to_expand(self, replica_id: int) -> tuple[int, ...] | None:
         """The ISR with `replica_id` added, when it qualifies and no change is in flight."""
         if (not self.is_leader or self.pending_isr is not None or replica_id in self.isr
-                or replica_id not in self.replicas or not self.is_follower_in_sync(replica_id)):
+                or replica_id not in self.replicas or not self.is_follower_in_sync(replica_id)
+                or replica_id in self.ineligible()):
             return None
         return (*self.isr, replica_id)
 

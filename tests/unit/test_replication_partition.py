@@ -165,3 +165,17 @@ def test_a_follower_answers_not_leader_after_the_epoch_check(tmp_path) -> None:
     assert p.check_epoch(2) == E.FENCED_LEADER_EPOCH
     assert p.make_follower(state(leader=2, epoch=3, isr=(2, 3), pe=1)) is False   # same leader and epoch
     assert p.make_follower(state(leader=3, epoch=4, pe=2)) is True
+
+
+def test_a_broker_in_controlled_shutdown_neither_joins_the_isr_nor_holds_the_hw(tmp_path) -> None:
+    p = make_partition(tmp_path)
+    p.make_leader(state(isr=(1, 2)), 0.0)
+    append(p, 10)
+    p.update_follower_fetch_state(3, 10, 0, 20.0)          # 3 (not in the ISR) at the leader's LEO: caught up
+    append(p, 1)
+    p.update_follower_fetch_state(2, 11, 0, 30.0)
+    assert p.high_watermark == 10                          # held for 3, which may join
+    assert p.isr_to_expand(3) == (1, 2, 3)
+    p.ineligible = lambda: frozenset({3})                  # 3 is in controlled shutdown
+    assert p.isr_to_expand(3) is None
+    assert p.maybe_increment_hw(40.0) and p.high_watermark == 11
