@@ -122,6 +122,11 @@ class OutageSettings:
                    fetch_margin_s=_env("FETCH_MARGIN_S", d.fetch_margin_s),
                    client_bound_s=_env("CLIENT_BOUND_S", d.client_bound_s), extra=extra)
 
+    @property
+    def recovery_s(self) -> float:
+        """Bound for each catch-up wait after the outage: a backoff, a last S3 call, then the backlog."""
+        return 60 + (self.backoff_max_ms + self.api_timeout_ms) / 1000 + self.outage_s
+
     def broker_overrides(self) -> dict[str, object]:
         ov: dict[str, object] = {
             "remote.log.manager.task.interval.ms": self.task_interval_ms,
@@ -396,7 +401,7 @@ def wait(h: Harness, what: str, probe: Callable[[], Any], ok: Callable[[Any], bo
 # ---------------------------------------------------------------------------------------------------------------------
 # the outage
 # ---------------------------------------------------------------------------------------------------------------------
-@pytest.mark.timeout(180 + 3 * SETTINGS.outage_s)
+@pytest.mark.timeout(180 + 3 * SETTINGS.outage_s + 2 * SETTINGS.recovery_s)
 def test_remote_storage_outage(moto: MotoServer, s3_proxy: ProxyThread, tmp_path, request) -> None:
     cfg = SETTINGS
     h = Harness(tmp_path / "broker", S3Backend(moto, key_prefix(request), endpoint=s3_proxy.endpoint),
@@ -452,7 +457,7 @@ def _outage_scenario(h: Harness, proxy: ProxyThread, cfg: OutageSettings, actors
     t_out = time.monotonic()
     proxy.set_mode("blackhole")
     prober = RemoteProber(h, topic, remote_offset, proxy, max_wait_ms=cfg.fetch_wait_ms)
-    reader = LibrdkafkaReader(h.broker.bootstrap, topic, len(t.produced[0]), timeout=cfg.outage_s + 120)
+    reader = LibrdkafkaReader(h.broker.bootstrap, topic, len(t.produced[0]), timeout=cfg.outage_s + 2 * cfg.recovery_s)
     actors += [prober, reader]
     prober.start()
     reader.start()
@@ -549,7 +554,7 @@ def _outage_scenario(h: Harness, proxy: ProxyThread, cfg: OutageSettings, actors
     phases.append(("outage over, checked", time.monotonic()))
 
     # (e) S3 is back: everything catches up by itself
-    prober_ok = prober.got_data.wait(60)
+    prober_ok = prober.got_data.wait(cfg.recovery_s)
     assert prober_ok, f"remote reads did not recover: last probes {prober.probes[-3:]}"
     want = t.produced[0]
     got = [(r.offset, r.key, r.value, r.timestamp) for pos, _ in iter_batches(prober.data)
@@ -557,7 +562,7 @@ def _outage_scenario(h: Harness, proxy: ProxyThread, cfg: OutageSettings, actors
     assert got and got[0][0] <= remote_offset and all(
         (o, k, v, ts) == (want[o].offset, want[o].key, want[o].value, want[o].timestamp) for o, k, v, ts in got)
     wait(h, "copying resumed while producing", lambda: h.offset(topic, 0, LATEST_TIERED),
-         lambda r: r >= offs_end["latest(-1)"] - SEG, actors=(producer, watcher, tail))
+         lambda r: r >= offs_end["latest(-1)"] - SEG, cfg.recovery_s, actors=(producer, watcher, tail))
     producer.stop()
     phases.append(("copying resumed", time.monotonic()))
     leo = len(t.produced[0])
@@ -566,11 +571,11 @@ def _outage_scenario(h: Harness, proxy: ProxyThread, cfg: OutageSettings, actors
          lambda: (h.offsets(topic, 0), metric(h.metrics(), "strata_remote_copy_lag_segments", **lbl),
                   metric(h.metrics(), "strata_remote_copy_lag_bytes", **lbl)),
          lambda o: o[0]["latest-tiered(-5)"] == end and o[0]["earliest-local(-4)"] == end + 1 and o[1:] == (0, 0),
-         actors=(watcher, tail))
+         cfg.recovery_s, actors=(watcher, tail))
     wait(h, "the failed copy attempts' COPY_SEGMENT_STARTED orphans deleted",
          lambda: [(s.start_offset, s.state) for s in h.rlmm_segments(topic, 0)
                   if s.state not in ("COPY_SEGMENT_FINISHED", "DELETE_SEGMENT_FINISHED")],
-         lambda left: not left)
+         lambda left: not left, cfg.recovery_s)
     phases.append(("caught up, orphans gone", time.monotonic()))
     segs = h.rlmm_segments(topic, 0)
     orphans = [s for s in segs if s.history[:2] == ["COPY_SEGMENT_STARTED", "DELETE_SEGMENT_STARTED"]]
@@ -578,7 +583,7 @@ def _outage_scenario(h: Harness, proxy: ProxyThread, cfg: OutageSettings, actors
     check_remote_chain(segs, 0, end)
     ExpectRemoteSegments(topic, 0, segment_bases(end)).run(h)
     # the deletions that failed during the outage are retried: DELETE_SEGMENT_FINISHED, objects gone
-    ExpectRemoteSegments(audit, 0, [2 * SEG]).run(h)
+    ExpectRemoteSegments(audit, 0, [2 * SEG], timeout=cfg.recovery_s).run(h)
     wait(h, f"{audit}: segments below the log start DELETE_SEGMENT_FINISHED",
          lambda: {s.start_offset: s.state for s in h.rlmm_segments(audit, 0)},
          lambda st: st == {0: "DELETE_SEGMENT_FINISHED", SEG: "DELETE_SEGMENT_FINISHED",
@@ -588,7 +593,7 @@ def _outage_scenario(h: Harness, proxy: ProxyThread, cfg: OutageSettings, actors
     assert h.list_offset(topic, 0, ts_target, version=7)[:2] == (NONE, ts_offset), "ListOffsets by timestamp"
     phases.append(("consumed from 0", time.monotonic()))
 
-    reader.join(cfg.outage_s + 120)
+    reader.join(cfg.outage_s + 2 * cfg.recovery_s)
     reader.check()
     bad = [e for e in reader.errors if not e[1]]
     assert not bad, f"librdkafka saw non-retriable errors: {bad[:3]}"
