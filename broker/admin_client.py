@@ -106,6 +106,7 @@ class AdminClient:
             raise AdminError(f"cannot connect to {self.host}:{self.port}: {e.strerror or e}") from None
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.versions: dict[int, tuple[int, int]] = {}
+        self._peers: dict[tuple[str, int], AdminClient] = {}     # partition leaders' connections (ListOffsets...)
         self._negotiate()
 
     def __enter__(self) -> Self:
@@ -115,6 +116,9 @@ class AdminClient:
         self.close()
 
     def close(self) -> None:
+        for peer in self._peers.values():
+            peer.close()
+        self._peers.clear()
         self._sock.close()
 
     # -- transport -----------------------------------------------------------------------------------------------
@@ -214,8 +218,40 @@ class AdminClient:
         res = resp.results[0]
         _check(res.error_code, res.error_message, f"cannot add partitions to {name!r}: ")
 
+    def _by_leader(self, topic: str, partitions: Iterable[int]) -> list[tuple[AdminClient, list[int]]]:
+        """Partitions grouped by the connection to their leader (ListOffsets and DeleteRecords are answered by the
+        leader only); this connection for partitions without a known leader or led by its broker."""
+        parts = list(partitions)
+        resp = self._metadata([topic])
+        endpoints = {b.node_id: (b.host, b.port) for b in resp.brokers}
+        leaders = {p.partition_index: p.leader_id for t in resp.topics if t.name == topic for p in t.partitions}
+        groups: dict[tuple[str, int], list[int]] = {}
+        for p in parts:
+            ep = endpoints.get(leaders.get(p, -1), (self.host, self.port))
+            groups.setdefault(ep, []).append(p)
+        out = []
+        for ep, ps in groups.items():
+            if ep == (self.host, self.port) or len(endpoints) <= 1:
+                out.append((self, ps))
+                continue
+            peer = self._peers.get(ep)
+            if peer is None:
+                try:
+                    peer = self._peers[ep] = AdminClient(f"{ep[0]}:{ep[1]}", self.timeout)
+                except AdminError:
+                    peer = self          # unreachable leader: ask here (the error names the problem)
+            out.append((peer, ps))
+        return out
+
     def list_offsets(self, topic: str, partitions: Iterable[int], timestamp: int) -> dict[int, int]:
-        """Offset per partition for a ListOffsets timestamp or sentinel (-2 earliest, -1 latest)."""
+        """Offset per partition for a ListOffsets timestamp or sentinel (-2 earliest, -1 latest), from each
+        partition's leader."""
+        out: dict[int, int] = {}
+        for conn, ps in self._by_leader(topic, partitions):
+            out.update(conn._list_offsets(topic, ps, timestamp))
+        return out
+
+    def _list_offsets(self, topic: str, partitions: Iterable[int], timestamp: int) -> dict[int, int]:
         cls = REQUEST_CLASSES[ApiKey.LIST_OFFSETS]
         T = cls.ListOffsetsTopic
         parts = [T.ListOffsetsPartition(partition_index=p, current_leader_epoch=-1, timestamp=timestamp)
@@ -257,7 +293,14 @@ class AdminClient:
         return out
 
     def delete_records(self, topic: str, offsets: dict[int, int]) -> dict[int, int]:
-        """Move log start offsets (offset -1 = the high watermark); returns the new low watermarks."""
+        """Move log start offsets (offset -1 = the high watermark) on each partition's leader; returns the new low
+        watermarks."""
+        out: dict[int, int] = {}
+        for conn, ps in self._by_leader(topic, offsets):
+            out.update(conn._delete_records(topic, {p: offsets[p] for p in ps}))
+        return out
+
+    def _delete_records(self, topic: str, offsets: dict[int, int]) -> dict[int, int]:
         cls = REQUEST_CLASSES[ApiKey.DELETE_RECORDS]
         T = cls.DeleteRecordsTopic
         _, resp = self._call(ApiKey.DELETE_RECORDS, topics=[T(name=topic, partitions=[
