@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 import structlog
 
 from protocol.errors import ErrorCode
+from protocol.fetch_response import encode_fetch_response
 from protocol.registry import (
     SUPPORTED_VERSIONS,
     ApiKey,
@@ -100,7 +101,7 @@ class KafkaApis:
         if missing:
             raise RuntimeError(f"advertised APIs without a handler: {sorted(missing)}")
 
-    async def handle(self, conn: Connection, payload: bytes) -> bytes | None:
+    async def handle(self, conn: Connection, payload: bytes) -> bytes | list | None:
         received = time.perf_counter()
         try:
             hdr = peek_header(payload)
@@ -138,6 +139,11 @@ class KafkaApis:
         self.metrics.request_latency.labels(name).observe(time.perf_counter() - received)
         if resp is None:
             return None
+        if hdr.api_key == ApiKey.FETCH:
+            # Records go out as the log returned them (a list of buffers for writelines), not copied twice.
+            parts = encode_fetch_response(resp, hdr.api_version, hdr.correlation_id)
+            if parts is not None:
+                return parts
         return encode_response(resp, hdr.correlation_id)
 
 

@@ -44,7 +44,9 @@ class Connection:
             self.writer.close()
 
 
-Handler = Callable[[Connection, bytes], Awaitable[bytes | None]]
+# A handler answers one frame with the framed response: bytes, or a list of buffers (written with writelines,
+# so large record buffers are sent without being joined), or None (no response, acks=0).
+Handler = Callable[[Connection, bytes], Awaitable[bytes | list | None]]
 
 
 class SocketServer:
@@ -125,7 +127,10 @@ class SocketServer:
                     conn.busy = False
                     conn.last_active = time.monotonic()
                 if response is not None:
-                    writer.write(response)
+                    if isinstance(response, list):
+                        writer.writelines(response)
+                    else:
+                        writer.write(response)
                     if writer.transport.get_write_buffer_size() > 1 << 20:
                         await writer.drain()
         except CloseConnection:

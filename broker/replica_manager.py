@@ -592,13 +592,28 @@ class ReplicaManager:
             if not await self.fetch_purgatory.wait(keys, remaining):
                 results, total, respond = self._read_once(specs, max_bytes, isolation, replica_id, False)
                 break
-        for s, r in zip(specs, results):
-            if r.records and replica_id < 0:     # Kafka counts replication apart (ReplicationBytesOutPerSec)
-                self.metrics.bytes_out.labels(s.topic).inc(len(r.records))
-            self.metrics.fetch_requests.labels(s.topic).inc()
-            if r.error:
-                self.metrics.failed_fetch.labels(s.topic).inc()
+        self._count_fetch(specs, results, replica_id)
         return results
+
+    def _count_fetch(self, specs: list[FetchSpec], results: list[FetchResult], replica_id: int) -> None:
+        """Fetch metrics summed per topic first: a labels() lookup per partition was a visible share of the CPU
+        of many-partition fetches. Counts stay per partition, as Kafka's (Total|Failed)FetchRequestsPerSec."""
+        per_topic: dict[str, list[int]] = {}
+        for s, r in zip(specs, results):
+            c = per_topic.get(s.topic)
+            if c is None:
+                c = per_topic[s.topic] = [0, 0, 0]
+            c[0] += len(r.records)
+            c[1] += 1
+            if r.error:
+                c[2] += 1
+        m = self.metrics
+        for topic, (nbytes, nreq, nfail) in per_topic.items():
+            if nbytes and replica_id < 0:     # Kafka counts replication apart (ReplicationBytesOutPerSec)
+                m.bytes_out.labels(topic).inc(nbytes)
+            m.fetch_requests.labels(topic).inc(nreq)
+            if nfail:
+                m.failed_fetch.labels(topic).inc(nfail)
 
     async def _read_remote(self, specs: list[FetchSpec], results: list[FetchResult], budget: int,
                            isolation: int) -> int:

@@ -60,7 +60,7 @@ async def handle(server, ctx, req):
                 r.error = ErrorCode.OFFSET_OUT_OF_RANGE      # error 109 exists from Fetch v14 on
             pd = PartData(partition_index=index, error_code=r.error, high_watermark=r.high_watermark,
                           last_stable_offset=r.last_stable_offset, log_start_offset=r.log_start_offset,
-                          aborted_transactions=aborted, preferred_read_replica=-1, records=bytes(r.records))
+                          aborted_transactions=aborted, preferred_read_replica=-1, records=r.records)
             if v >= 12:
                 if r.diverging_epoch is not None:      # KIP-320: the fetcher's log diverged from ours
                     pd.diverging_epoch = PartData.EpochEndOffset(epoch=r.diverging_epoch[0],
