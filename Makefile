@@ -44,8 +44,9 @@ tests/js/node_modules/.installed: tests/js/package.json
 	touch $@
 
 # Most of the suite's time is spent waiting on broker processes (startup, group rebalances, timeouts), so test
-# modules run in 3 worker processes; a module's tests stay together (--dist loadfile) and share their brokers.
-TEST_WORKERS ?= 3
+# modules run in 2 worker processes (one per core: Spark and broker start-ups are CPU-bound); a module's tests
+# stay together (--dist loadfile) and share their brokers.
+TEST_WORKERS ?= 2
 
 test: $(STAMP) system-deps node-deps
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests

@@ -257,7 +257,13 @@ class ReplicaManager:
         tl = [topic_id_partition(p.log) for p in leaders if p.log.remote_log_enabled]
         tf = [topic_id_partition(p.log) for p in followers if p.log.remote_log_enabled]
         if (tl or tf) and self.rlmm is not None:
-            self.rlmm.on_partition_leadership_changes(tl, tf)
+            try:
+                self.rlmm.on_partition_leadership_changes(tl, tf)
+            except (RuntimeError, StorageError) as e:
+                # The RLMM reads __remote_log_metadata from this broker's own replicas; a metadata partition hosted
+                # elsewhere cannot be followed yet. Leadership itself must still be applied.
+                log.warning("cannot follow remote log metadata", error=str(e),
+                            partitions=[str(t) for t in tl + tf])
         self.rlm.on_leadership_change([(p.log, p.leader_epoch) for p in leaders], [p.log for p in followers])
 
     def remove_topic(self, info: TopicInfo) -> None:
