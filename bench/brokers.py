@@ -154,7 +154,7 @@ class Broker:
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
-        with open(self.log_path, "wb") as log:
+        with open(self.log_path, "ab" if self.startup_s is not None else "wb") as log:  # a restart appends
             self.proc = subprocess.Popen(
                 self.cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env=self.env, cwd=self.cwd, start_new_session=True,
@@ -248,6 +248,18 @@ class Broker:
         out = [g[1] if g[2] == 1 else f"{g[1]}   [x{g[2]} similar lines]" for g in groups[-n:]]
         return "\n".join(out) if out else "(empty log)"
 
+    def restart(self, timeout: float = 10.0) -> float:
+        """Stop the broker (SIGTERM) keeping its data, start it again on the same port; returns the seconds from
+        the restart to a Metadata round trip."""
+        workdir, self.workdir = self.workdir, None
+        try:
+            self.stop(timeout)
+        finally:
+            self.workdir = workdir
+        self.proc = None
+        self.start()
+        return self.startup_s or 0.0
+
     def stop(self, timeout: float = 10.0) -> int | None:
         """SIGTERM the broker by PID, SIGKILL it after ``timeout``; returns the exit code."""
         if self.proc is None:
@@ -279,11 +291,13 @@ class Broker:
 
     # Topic management -------------------------------------------------------------------------------------------
 
-    def create_topic(self, topic: str, partitions: int, timeout: float = 30.0) -> None:
+    def create_topic(self, topic: str, partitions: int, timeout: float = 30.0,
+                     configs: dict[str, str] | None = None) -> None:
         from confluent_kafka.admin import AdminClient, NewTopic
 
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        fut = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)],
+        fut = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1,
+                                            config=dict(configs or {}))],
                                   operation_timeout=timeout, request_timeout=timeout)[topic]
         try:
             fut.result(timeout=timeout)
@@ -364,8 +378,10 @@ def make_tansu(log_dir: Path, startup_timeout: float = 30.0) -> TansuBroker:
 
 
 def make_strata(log_dir: Path, startup_timeout: float = 60.0, extra_overrides: list[str] | None = None,
-                launcher: list[str] | None = None) -> Broker:
-    """``launcher`` replaces ``python -m broker`` (e.g. a profiler wrapper); ``serve --override ...`` follows."""
+                launcher: list[str] | None = None, source_dir: Path | None = None, name: str = "strata") -> Broker:
+    """``launcher`` replaces ``python -m broker`` (e.g. a profiler wrapper); ``serve --override ...`` follows.
+    ``source_dir`` runs the broker from another checkout of the repository (its working directory, which comes
+    first on ``sys.path``), e.g. to compare a change against ``git archive HEAD``."""
     port = free_port()
     workdir = Path(tempfile.mkdtemp(prefix="strata-bench-"))
     overrides = [
@@ -373,12 +389,13 @@ def make_strata(log_dir: Path, startup_timeout: float = 60.0, extra_overrides: l
         f"log.dirs={workdir / 'logs'}",
         "metrics.listener=",
         "num.partitions=1",
+        "group.initial.rebalance.delay.ms=0",   # issue 3: join -> first record < 1 s measured with this
         *(extra_overrides or []),
     ]
     cmd = [*(launcher or [sys.executable, "-m", "broker"]), "serve"]
     for o in overrides:
         cmd += ["--override", o]
-    return Broker(name="strata", cmd=cmd, port=port, log_path=log_dir / "strata.log", cwd=REPO_ROOT,
+    return Broker(name=name, cmd=cmd, port=port, log_path=log_dir / f"{name}.log", cwd=source_dir or REPO_ROOT,
                   workdir=workdir, startup_timeout=startup_timeout)
 
 

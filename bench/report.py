@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +35,13 @@ def _ratio(s: Any, t: Any) -> str:
 
 
 def table_rows(results: dict) -> list[dict]:
-    """One row per (scenario, metric) plus the RSS rows."""
+    """One row per (scenario, metric) plus the RSS rows. A label used by two scenarios (e.g. the same inner
+    scenario at two rates) gets the scenario name appended, so rows stay distinguishable."""
     rows: list[dict] = []
+    counts: dict[str, int] = {}
+    for sc in results["scenarios"]:
+        for m in sc["metric_specs"]:
+            counts[m["label"]] = counts.get(m["label"], 0) + 1
     for sc in results["scenarios"]:
         for m in sc["metric_specs"]:
             vals = {}
@@ -47,7 +53,8 @@ def table_rows(results: dict) -> list[dict]:
                     vals[b] = r["metrics"][m["key"]]
                 else:
                     vals[b] = "FAILED" if r.get("errors") or r.get("error") else None
-            rows.append({"scenario": m["label"], "plot": m.get("plot"), "higher_is_better": m["higher_is_better"],
+            label = m["label"] if counts[m["label"]] == 1 else f"{m['label']} [{sc['name']}]"
+            rows.append({"scenario": label, "plot": m.get("plot"), "higher_is_better": m["higher_is_better"],
                          "scenario_name": sc["name"], "key": m["key"], **vals})
     for key, label in (("idle_rss_mib", "broker RSS idle after startup (MiB)"),
                        ("after_rss_mib", "broker RSS after the run (MiB)"),
@@ -98,8 +105,43 @@ def reps_table(results: dict) -> str | None:
     return "\n".join(out) if any_row else None
 
 
+def _cell(v: Any, col: str) -> str:
+    if col == "ratio" and isinstance(v, (int, float)):
+        return f"{v:.2f}"
+    return _fmt(v)
+
+
+def section_markdown(sec: dict) -> str:
+    """A section of an optional group: its own table (first column = label), intro and notes."""
+    cols = sec.get("columns") or ["measurement", "value"]
+    lines = [f"## {sec.get('title') or sec.get('name')}", ""]
+    if sec.get("intro"):
+        lines += [sec["intro"], ""]
+    if sec.get("markdown"):  # pre-rendered by the group itself
+        lines.append(sec["markdown"])
+    elif sec.get("rows"):
+        lines.append("| " + " | ".join(cols) + " |")
+        lines.append("|---|" + "|".join("---:" for _ in cols[1:]) + "|")
+        for row in sec["rows"]:
+            cells = [str(row[0])] + [_cell(v, c) for v, c in zip(row[1:], cols[1:])]
+            lines.append("| " + " | ".join(cells) + " |")
+    else:
+        lines.append("(no results)")
+    for n in sec.get("notes") or []:
+        lines += ["", f"- {n}"]
+    return "\n".join(lines)
+
+
 def problems(results: dict) -> list[str]:
     out: list[str] = []
+    for sec in results.get("sections", []):
+        for e in sec.get("errors") or []:
+            out.append(f"{sec.get('name')}: {e}")
+    for g in results.get("groups", []):
+        if g.get("error"):
+            out.append(f"group {g['name']}: {g['error']}")
+        elif g.get("skipped"):
+            out.append(f"group {g['name']} skipped: {g['skipped']}")
     for b, info in results["brokers"].items():
         if info.get("error"):
             out.append(f"**{b}**: {info['error']}")
@@ -147,6 +189,8 @@ def render_markdown(results: dict) -> str:
         "",
         cpu_table(results),
     ]
+    for sec in results.get("sections", []):
+        lines += ["", section_markdown(sec)]
     rt = reps_table(results)
     if rt:
         lines += ["", "## MiB/s of each repetition (the table above shows the median)", "", rt]
@@ -161,6 +205,13 @@ def render_markdown(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _short_label(label: str) -> str:
+    """Chart label: no unit, and a scenario-name suffix (added to duplicate labels) cut to its last part."""
+    label = label.replace(" (MiB/s)", "").replace(" (ms)", "").replace(" (MiB)", "")
+    label = re.sub(r" \[[^\]]*-([^\]-]+)\]$", r" @\1", label)
+    return label.replace("3 brokers RF=3: ", "RF=3 ")
+
+
 def plot(results: dict, path: Path) -> None:
     import matplotlib
 
@@ -173,11 +224,27 @@ def plot(results: dict, path: Path) -> None:
               ("latency", "produce latency (ms, lower is better)"),
               ("rss", "broker RSS (MiB, lower is better)")]
     present = [(k, t) for k, t in panels if any(r["plot"] == k for r in rows)]
-    fig, axes = plt.subplots(len(present), 1, figsize=(11, 3.6 * len(present)), squeeze=False)
+    extra = [sec for sec in results.get("sections", []) if (sec.get("plot") or {}).get("bars")]
+    n = len(present) + len(extra)
+    if n == 0:
+        return
+    fig, axes = plt.subplots(n, 1, figsize=(11, 3.6 * n), squeeze=False)
+    for ax, sec in zip(axes[len(present):, 0], extra):
+        bars = [(lbl, v) for lbl, v in sec["plot"]["bars"]]
+        vals = [v if isinstance(v, (int, float)) else 0.0 for _, v in bars]
+        drawn = ax.bar(range(len(bars)), vals, 0.6, color="#3b6fb6")
+        for bar, (_, v) in zip(drawn, bars):
+            ax.annotate(_fmt(v) if isinstance(v, (int, float)) else "n/a",
+                        (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
+                        fontsize=7, xytext=(0, 1), textcoords="offset points")
+        ax.set_xticks(list(range(len(bars))))
+        ax.set_xticklabels([lbl for lbl, _ in bars], rotation=15, ha="right", fontsize=8)
+        ax.set_title(sec["plot"].get("title") or sec.get("title") or sec.get("name"), fontsize=10)
+        ax.grid(axis="y", alpha=0.3)
     colors = {"strata": "#3b6fb6", "tansu": "#e07b39"}
     for ax, (key, title) in zip(axes[:, 0], present):
         sel = [r for r in rows if r["plot"] == key]
-        labels = [r["scenario"].replace(" (MiB/s)", "").replace(" (ms)", "").replace(" (MiB)", "") for r in sel]
+        labels = [_short_label(r["scenario"]) for r in sel]
         x = range(len(sel))
         w = 0.38
         for i, b in enumerate(BROKERS):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import os
 import platform
 import shlex
@@ -17,12 +18,24 @@ import sys
 import time
 import traceback
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from . import report
 from .brokers import FACTORIES, Broker, BrokerError, tansu_binary
-from .scenarios import ConsumeThroughput, ProduceLatency, ProduceThroughput, RunContext, Scenario, Settings
+from .scenarios import (
+    ConsumeThroughput,
+    GroupConsumeThroughput,
+    GroupJoinLatency,
+    ProduceLatency,
+    ProduceThroughput,
+    RawFetchThroughput,
+    RunContext,
+    Scenario,
+    Settings,
+)
 
 BENCH_DIR = Path(__file__).resolve().parent
 
@@ -34,11 +47,15 @@ def build_scenarios() -> list[Scenario]:
     p1all = ProduceThroughput(partitions=1, acks=-1)
     p8 = ProduceThroughput(partitions=8, acks=1)
     p8all = ProduceThroughput(partitions=8, acks=-1)
+    group = GroupConsumeThroughput(partitions=6, members=3)
     return [
         p1, p1all, p8, p8all,
         ConsumeThroughput(source=p1all),
         ConsumeThroughput(source=p8all),
+        RawFetchThroughput(source=p8all),
         ProduceLatency(partitions=1, acks=-1),
+        group,
+        GroupJoinLatency(source=group),
     ]
 
 
@@ -88,6 +105,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="extra --override KEY=VALUE passed to Strata (repeatable)")
     ap.add_argument("--strata-launcher", default=None,
                     help="command replacing 'python -m broker' (shell-split), e.g. a profiler wrapper")
+    ap.add_argument("--groups", default=None,
+                    help="optional scenario groups to run after the side-by-side scenarios, comma-separated "
+                         f"({', '.join(g for g, _ in OPTIONAL_GROUPS)}, all, none); default: all, or with "
+                         "--scenarios only the groups it names")
+    ap.add_argument("--strata-dir", type=Path, default=None,
+                    help="run Strata from another checkout (e.g. `git archive HEAD` unpacked) for before/after runs")
     return ap.parse_args(argv)
 
 
@@ -97,8 +120,9 @@ def select(scenarios: list[Scenario], spec: str) -> list[Scenario]:
     wanted = [w.strip() for w in spec.split(",") if w.strip()]
     keep = {sc.name for sc in scenarios if any(w in sc.name for w in wanted)}
     for sc in scenarios:
-        if sc.name in keep and isinstance(sc, ConsumeThroughput):
-            keep.add(sc.source.name)
+        src = getattr(sc, "source", None)
+        if sc.name in keep and src is not None:
+            keep.add(src.name)
     return [sc for sc in scenarios if sc.name in keep]
 
 
@@ -132,6 +156,114 @@ def run_one(sc: Scenario, name: str, b: Broker | None, ctx: RunContext, rep: int
     return r
 
 
+# Optional scenario groups: each lives in its own module and is skipped (with a note in the report) when that
+# module does not import. Two shapes are supported:
+#   * scenarios in the side-by-side loop: the module has ``cluster_scenarios()`` (or ``scenarios()``) returning
+#     Scenario objects; they run after the built-in ones while the brokers are up (``bench.cluster_bench`` runs its
+#     own three-broker cluster in the "strata" slot and skips the Tansu slot), then ``stop_shared_cluster()`` is
+#     called if the module has it;
+#   * a ``run(results: dict)`` function called after the side-by-side scenarios, once the main brokers are stopped.
+#     It appends to ``results["sections"]`` (a table of its own: see bench/README.md "Adding scenarios") and/or
+#     stores its numbers under a key of its own (``spark_bench`` stores ``results["spark_read"]``, which is shown
+#     with its ``table()``). ``results["bench"]`` carries the run's context (quick mode, log dir, Strata overrides).
+OPTIONAL_GROUPS: list[tuple[str, str]] = [
+    ("cluster", "bench.cluster_bench"),  # replication: RF=3 produce, latency, leader fail-over (3-broker cluster)
+    ("tiered", "bench.tiered"),          # issue 4: remote reads on SeaweedFS vs raw GET, produce tiering on/off
+    ("spark", "bench.spark_bench"),      # the PySpark data source: direct vs broker vs consumer reads
+]
+
+
+def selected_groups(args: argparse.Namespace) -> list[tuple[str, str]]:
+    if args.groups is not None:
+        wanted = {g.strip() for g in args.groups.split(",") if g.strip()}
+        if wanted & {"none", ""}:
+            return []
+        if "all" in wanted:
+            return list(OPTIONAL_GROUPS)
+        return [g for g in OPTIONAL_GROUPS if g[0] in wanted]
+    if args.scenarios:  # --scenarios alone: only the groups it names
+        wanted = [w.strip() for w in args.scenarios.split(",") if w.strip()]
+        return [g for g in OPTIONAL_GROUPS if any(w in g[0] for w in wanted)]
+    return list(OPTIONAL_GROUPS)
+
+
+def load_groups(groups: list[tuple[str, str]], results: dict) -> list[tuple[str, Any]]:
+    """Import the selected group modules; the ones that do not import are recorded as skipped."""
+    import importlib
+
+    loaded = []
+    for name, module in groups:
+        entry = {"name": name, "module": module}
+        results["groups"].append(entry)
+        try:
+            mod = importlib.import_module(module)
+        except Exception as e:  # noqa: BLE001 - ImportError, or a module that fails at import time
+            entry["skipped"] = f"{module} does not import ({type(e).__name__}: {e})"
+            log(f"group {name}: skipped, {entry['skipped']}")
+            continue
+        loaded.append((name, mod))
+    return loaded
+
+
+def group_scenarios(loaded: list[tuple[str, Any]], results: dict) -> list[Scenario]:
+    out: list[Scenario] = []
+    for name, mod in loaded:
+        fn = getattr(mod, "cluster_scenarios", None) or getattr(mod, "scenarios", None)
+        if fn is None:
+            continue
+        try:
+            scs = list(fn())
+        except Exception as e:  # noqa: BLE001
+            _group_entry(results, name)["error"] = f"building its scenarios failed: {e!r}"
+            continue
+        _group_entry(results, name)["scenarios"] = [sc.name for sc in scs]
+        out += scs
+    return out
+
+
+def _group_entry(results: dict, name: str) -> dict:
+    return next(g for g in results["groups"] if g["name"] == name)
+
+
+def _spark_section(results: dict, mod: Any) -> None:
+    r = results.get("spark_read")
+    if not r or not hasattr(mod, "table"):
+        return
+    results["sections"].append({"name": "spark", "title": "Spark data source (bench/spark_bench.py)",
+                                "markdown": mod.table(r), "raw": r})
+
+
+SECTION_ADAPTERS: dict[str, Callable[[dict, Any], None]] = {"spark": _spark_section}
+
+
+def run_groups(loaded: list[tuple[str, Any]], results: dict, quick: bool) -> None:
+    for name, mod in loaded:
+        entry = _group_entry(results, name)
+        stop = getattr(mod, "stop_shared_cluster", None)
+        if stop is not None:  # scenarios in the main loop left a shared cluster running
+            with contextlib.suppress(Exception):
+                stop()
+        fn = getattr(mod, "run", None)
+        if fn is None:
+            continue
+        kwargs: dict[str, Any] = {}
+        if quick and name == "spark":  # its own knobs: a smaller topic, one repetition
+            params = inspect.signature(fn).parameters
+            kwargs = {k: v for k, v in (("mib", 32), ("reps", 1)) if k in params}
+        log(f"group {name}: running {mod.__name__}.run")
+        t0 = time.monotonic()
+        try:
+            fn(results, **kwargs)
+            adapter = SECTION_ADAPTERS.get(name)
+            if adapter is not None:
+                adapter(results, mod)
+        except Exception as e:  # noqa: BLE001 - a group's failure must not lose the rest of the run
+            entry["error"] = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=5)}"
+            log(f"group {name}: failed: {e!r}")
+        entry["wall_s"] = time.monotonic() - t0
+        log(f"group {name}: done in {entry['wall_s']:.0f}s")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     t_start = time.monotonic()
@@ -145,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.latency_rate:
         settings.latency_rate_mib = args.latency_rate
     names = args.only or list(FACTORIES)
-    scenarios = select(build_scenarios(), args.scenarios)
+    groups = selected_groups(args)
     out_dir: Path = args.out
     log_dir = out_dir / "logs"
     ctx = RunContext(settings=settings, run_id=uuid.uuid4().hex[:8])
@@ -154,33 +286,42 @@ def main(argv: list[str] | None = None) -> int:
         "mode": "quick" if args.quick else "full",
         "machine": machine_info(),
         "settings": vars(settings),
+        "bench": {"quick": args.quick, "run_id": ctx.run_id, "out_dir": str(out_dir), "log_dir": str(log_dir),
+                  "strata_dir": str(args.strata_dir) if args.strata_dir else None,
+                  "strata_overrides": list(args.strata_override), "only": names},
         "brokers": {},
         "scenarios": [],
+        "sections": [],
+        "groups": [],
     }
+    loaded = load_groups(groups, results)
+    scenarios = select(build_scenarios(), args.scenarios) + group_scenarios(loaded, results)
     brokers: dict[str, Broker] = {}
     try:
-        for name in names:
-            info = results["brokers"].setdefault(name, {"notes": []})
-            if name == "strata":
-                b = FACTORIES[name](log_dir, startup_timeout=args.strata_startup_timeout,
-                                    extra_overrides=args.strata_override,
-                                    launcher=shlex.split(args.strata_launcher) if args.strata_launcher else None)
-            else:
-                b = FACTORIES[name](log_dir)
-            info["cmd"] = b.cmd
-            log(f"starting {name}: {' '.join(b.cmd)}")
-            try:
-                b.start()
-            except (BrokerError, OSError) as e:
-                info["error"] = str(e)
-                log(f"{name} did not start:\n{e}")
-                continue
-            brokers[name] = b
-            info["pid"] = b.pid
-            info["startup_s"] = b.startup_s
-            info["idle_rss_mib"] = b.measure_idle_rss()
-            log(f"{name} up on {b.bootstrap} (pid {b.pid}) in {b.startup_s:.2f}s, idle RSS "
-                f"{info['idle_rss_mib']:.1f} MiB")
+        if scenarios:
+            for name in names:
+                info = results["brokers"].setdefault(name, {"notes": []})
+                if name == "strata":
+                    b = FACTORIES[name](log_dir, startup_timeout=args.strata_startup_timeout,
+                                        extra_overrides=args.strata_override,
+                                        launcher=shlex.split(args.strata_launcher) if args.strata_launcher else None,
+                                        source_dir=args.strata_dir)
+                else:
+                    b = FACTORIES[name](log_dir)
+                info["cmd"] = b.cmd
+                log(f"starting {name}: {' '.join(b.cmd)}")
+                try:
+                    b.start()
+                except (BrokerError, OSError) as e:
+                    info["error"] = str(e)
+                    log(f"{name} did not start:\n{e}")
+                    continue
+                brokers[name] = b
+                info["pid"] = b.pid
+                info["startup_s"] = b.startup_s
+                info["idle_rss_mib"] = b.measure_idle_rss()
+                log(f"{name} up on {b.bootstrap} (pid {b.pid}) in {b.startup_s:.2f}s, idle RSS "
+                    f"{info['idle_rss_mib']:.1f} MiB")
 
         for i, sc in enumerate(scenarios):
             entry = {"name": sc.name, "kind": sc.kind, "params": sc.params(),
@@ -212,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
             info["stop_s"] = time.monotonic() - t0
             info["notes"].extend(b.notes)
             log(f"stopped {name} (exit code {code}, {info['stop_s']:.1f}s)")
+
+    run_groups(loaded, results, args.quick)
 
     results["wall_s"] = time.monotonic() - t_start
     md = report.write_all(results, out_dir)

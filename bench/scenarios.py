@@ -45,11 +45,17 @@ class Settings:
     latency_rate_mib: float = 8.0
     latency_duration: float = 10.0
     topic_timeout: float = 30.0
+    group_join_timeout: float = 60.0        # subscribe -> stable group (Tansu needs ~session.timeout/2 per join)
+    group_join_time_cap: float = 20.0       # join-latency runs stop starting new runs after this
+    tiered_produce_reps: int = 3            # tiering on/off produce repetitions (alternating)
+    tiered_offload_timeout: float = 120.0
+    tiered_read_time_cap: float = 60.0
 
     @classmethod
     def quick(cls) -> Settings:
         return cls(produce_records=30_000, produce_time_cap=8.0, drain_grace=5.0, consume_time_cap=8.0,
-                   consume_min_seconds=1.0, latency_duration=4.0, max_reps=1)
+                   consume_min_seconds=1.0, latency_duration=4.0, max_reps=1, group_join_time_cap=8.0,
+                   tiered_produce_reps=1, tiered_offload_timeout=60.0, tiered_read_time_cap=30.0)
 
 
 @dataclass
@@ -269,3 +275,189 @@ def _add_cpu(out: dict, wr: load.WorkerRun, nbytes: int) -> None:
         out["broker_cpu_s"] = cpu
         if nbytes:
             out["broker_cpu_s_per_gib"] = cpu / (nbytes / (1024 * MiB))
+
+
+class RawFetchThroughput(Scenario):
+    """Broker-side fetch throughput: processes that send raw Fetch requests and discard the records
+    (bench/rawfetch.py), reading the topic of a produce scenario from offset 0, whole passes repeated."""
+
+    kind = "fetch"
+    repeatable = True
+
+    def __init__(self, source: ProduceThroughput, procs: int = 3, max_bytes: int = 64 * MiB,
+                 partition_max_bytes: int = 16 * MiB):
+        self.source = source
+        self.partitions = source.partitions
+        self.procs = procs
+        self.max_bytes = max_bytes
+        self.partition_max_bytes = partition_max_bytes
+        self.name = f"fetch-raw-{source.partitions}p"
+
+    def params(self) -> dict:
+        return {"partitions": self.partitions, "reads_topic_of": self.source.name, "procs": self.procs,
+                "max_bytes": self.max_bytes, "partition_max_bytes": self.partition_max_bytes,
+                "fetch_version": 11}
+
+    def metrics(self) -> list[Metric]:
+        t = f"raw Fetch {self.partitions}p, {self.procs} procs"
+        return [Metric("mib_s", f"{t} (MiB/s)", "MiB/s", True, "throughput"),
+                Metric("req_s", f"{t} (requests/s)", "req/s", True)]
+
+    def run(self, broker: Broker, ctx: RunContext) -> dict:
+        from . import rawfetch
+
+        s = ctx.settings
+        topic = ctx.topics.get((broker.name, self.source.name))
+        written = ctx.written.get((broker.name, self.source.name))
+        if topic is None or not written:
+            raise BrokerError(f"no data: scenario {self.source.name} wrote nothing on {broker.name}")
+        cfgs = [{"worker": i, "bootstrap": broker.bootstrap, "topic": topic, "targets": dict(written),
+                 "max_bytes": self.max_bytes, "partition_max_bytes": self.partition_max_bytes,
+                 "time_cap": s.consume_time_cap, "min_seconds": s.consume_min_seconds,
+                 "max_passes": s.consume_max_passes}
+                for i in range(self.procs)]
+        wr = load.run_workers(rawfetch.raw_fetch_worker, cfgs, s.consume_time_cap + 60, probe=_cpu_probe(broker))
+        ok = wr.ok
+        out: dict[str, Any] = {"raw": wr.results, "errors": list(wr.errors), "topic": topic}
+        if not ok:
+            return out
+        t0, t1 = load.aggregate_window(ok)
+        secs = max(t1 - t0, 1e-9)
+        nbytes = sum(r["bytes"] for r in ok)
+        nreq = sum(r["requests"] for r in ok)
+        passes = min(r["passes"] for r in ok)
+        errs = sum(r["errors"] for r in ok)
+        if errs:
+            out["errors"].append(f"{errs} partition errors, first: {next(r['first_error'] for r in ok if r['errors'])}")
+        out["metrics"] = {"mib_s": nbytes / MiB / secs, "req_s": nreq / secs}
+        out["summary"] = {"seconds": secs, "bytes": nbytes, "requests": nreq, "passes": passes,
+                          "capped": passes == 0, "records": None}
+        _add_cpu(out, wr, nbytes)
+        return out
+
+
+def _median(xs: list[float]) -> float | None:
+    s = sorted(x for x in xs if x is not None)
+    if not s:
+        return None
+    m = len(s) // 2
+    return s[m] if len(s) % 2 else (s[m - 1] + s[m]) / 2
+
+
+class GroupConsumeThroughput(Scenario):
+    """``members`` consumer processes in one group (confluent-kafka ``subscribe``, eager range assignment) read a
+    ``partitions``-partition topic produced for the purpose. Throughput is measured once the group is stable (each
+    member's partitions paused until then); the time from subscribe to a stable group is reported on its own."""
+
+    kind = "group"
+
+    def __init__(self, partitions: int = 6, members: int = 3):
+        self.partitions = partitions
+        self.members = members
+        self.name = f"group-consume-{partitions}p-{members}m"
+
+    def params(self) -> dict:
+        return {"partitions": self.partitions, "members": self.members, **load.GROUP_CONSUMER_CONF}
+
+    def metrics(self) -> list[Metric]:
+        t = f"group consume {self.partitions}p, {self.members} members"
+        return [Metric("mib_s", f"{t} (MiB/s)", "MiB/s", True, "throughput"),
+                Metric("rec_s", f"{t} (rec/s)", "rec/s", True),
+                Metric("join_s", f"{t}: subscribe -> group stable (s)", "s", False)]
+
+    def run(self, broker: Broker, ctx: RunContext) -> dict:
+        s = ctx.settings
+        topic = self.topic(broker, ctx)
+        broker.create_topic(topic, self.partitions, s.topic_timeout)
+        pcfgs = [{"worker": i, "bootstrap": broker.bootstrap, "topic": topic, "acks": 1, "count": n,
+                  "record_size": s.record_size, "time_cap": s.produce_time_cap, "drain_grace": s.drain_grace}
+                 for i, n in enumerate(load.split(s.produce_records, s.producer_procs))]
+        pw = load.run_workers(load.produce_worker, pcfgs, s.produce_time_cap + s.drain_grace + 60)
+        out: dict[str, Any] = {"errors": list(pw.errors), "topic": topic}
+        written: dict[int, int] = {}
+        for r in pw.ok:
+            for part, n in r["per_partition"].items():
+                written[int(part)] = written.get(int(part), 0) + n
+        if not written:
+            out["errors"].append("producing the group's data set failed")
+            return out
+        ctx.topics[(broker.name, self.name)] = topic
+        ctx.written[(broker.name, self.name)] = written
+        group = f"bench-group-{ctx.run_id}-{uuid.uuid4().hex[:6]}"
+        cfgs = [{"worker": i, "bootstrap": broker.bootstrap, "topic": topic, "group": group, "targets": written,
+                 "time_cap": s.consume_time_cap, "min_seconds": s.consume_min_seconds,
+                 "max_passes": s.consume_max_passes} for i in range(self.members)]
+        broker.wait_quiet()
+        wr = load.run_group_workers(cfgs, self.partitions, s.consume_time_cap + 60, s.group_join_timeout,
+                                    probe=_cpu_probe(broker))
+        out["errors"] += wr.errors
+        out["raw"] = wr.results
+        out["join"] = wr.join
+        ok = wr.ok
+        if not ok or len(ok) < self.members or not wr.join or wr.join.get("stable_s") is None:
+            return out
+        t0, t1 = load.aggregate_window(ok)
+        secs = max(t1 - t0, 1e-9)
+        nbytes = sum(r["bytes"] for r in ok)
+        nrec = sum(r["records"] for r in ok)
+        passes = min(r["passes"] for r in ok)
+        if any(r["rebalances_after_go"] for r in ok):
+            out["notes"] = ["a rebalance happened during the measured phase"]
+        if any(r["capped"] for r in ok) and passes == 0:
+            out["errors"].append(f"read {nrec} records before the {s.consume_time_cap}s cap")
+        first_assign = [r["first_assign"] - r["t_subscribe"] for r in ok if r.get("first_assign")]
+        out["metrics"] = {"mib_s": nbytes / MiB / secs, "rec_s": nrec / secs, "join_s": wr.join["stable_s"]}
+        out["summary"] = {"seconds": secs, "bytes": nbytes, "records": nrec, "passes": passes,
+                          "capped": passes == 0, "member_first_assignment_s": first_assign,
+                          "assignments": {str(r["worker"]): r["assigned"] for r in ok}, "join": wr.join}
+        _add_cpu(out, wr, nbytes)
+        return out
+
+
+class GroupJoinLatency(Scenario):
+    """A new consumer in a new group subscribes to a topic with records: time from ``subscribe()`` to its first
+    record (and to its first assignment), median of several runs (``group.initial.rebalance.delay.ms=0`` on
+    Strata; Tansu holds the JoinGroup about session.timeout.ms/2, so it gets fewer runs within the time cap)."""
+
+    kind = "group"
+
+    def __init__(self, source: GroupConsumeThroughput, runs: int = 7):
+        self.source = source
+        self.runs = runs
+        self.name = "group-join"
+
+    def params(self) -> dict:
+        return {"runs": self.runs, "reads_topic_of": self.source.name, **load.GROUP_CONSUMER_CONF}
+
+    def metrics(self) -> list[Metric]:
+        return [Metric("first_record_ms", "group join: subscribe -> first record, median (ms)", "ms", False),
+                Metric("assign_ms", "group join: subscribe -> assignment, median (ms)", "ms", False),
+                Metric("first_record_max_ms", "group join: subscribe -> first record, worst run (ms)", "ms", False)]
+
+    def run(self, broker: Broker, ctx: RunContext) -> dict:
+        s = ctx.settings
+        topic = ctx.topics.get((broker.name, self.source.name))
+        if topic is None:
+            raise BrokerError(f"no data: scenario {self.source.name} wrote nothing on {broker.name}")
+        cfg = {"worker": 0, "bootstrap": broker.bootstrap, "topic": topic, "runs": self.runs,
+               "group_prefix": f"bench-join-{ctx.run_id}-{uuid.uuid4().hex[:4]}", "run_cap": s.group_join_timeout,
+               "time_cap": s.group_join_time_cap}
+        wr = load.run_workers(load.join_worker, [cfg], s.group_join_time_cap + s.group_join_timeout + 60)
+        out: dict[str, Any] = {"errors": list(wr.errors), "raw": wr.results}
+        if not wr.ok:
+            return out
+        runs = wr.ok[0]["runs"]
+        firsts = [r["first_record_s"] for r in runs]
+        if any(x is None for x in firsts):
+            out["errors"].append(f"{sum(x is None for x in firsts)} of {len(runs)} runs got no record within "
+                                 f"{s.group_join_timeout}s")
+        good = [x for x in firsts if x is not None]
+        if not good:
+            return out
+        med = _median(good)
+        out["metrics"] = {"first_record_ms": med * 1000,
+                          "assign_ms": (_median([r["assign_s"] for r in runs]) or 0.0) * 1000,
+                          "first_record_max_ms": max(good) * 1000}
+        out["summary"] = {"runs": len(runs), "first_record_s": firsts,
+                          "assign_s": [r["assign_s"] for r in runs]}
+        return out
