@@ -59,6 +59,7 @@ class SocketServer:
         self.metrics = metrics
         self.servers: list[asyncio.base_events.Server] = []
         self.connections: dict[int, Connection] = {}
+        self._tasks: set[asyncio.Task] = set()
         self.bound: dict[str, tuple[str, int]] = {}
         self._ids = itertools.count(1)
         self._sweeper: asyncio.Task | None = None
@@ -83,6 +84,13 @@ class SocketServer:
             srv.close()
         for conn in list(self.connections.values()):
             conn.close()
+        # a handler may be parked (a long-poll fetch, a produce waiting for acks): end it here rather than leave it
+        # to the loop's teardown
+        tasks = [t for t in self._tasks if not t.done()]
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=5)
         for srv in self.servers:
             try:
                 await asyncio.wait_for(srv.wait_closed(), 5)
@@ -109,6 +117,9 @@ class SocketServer:
         peer = writer.get_extra_info("peername")
         conn = Connection(next(self._ids), f"{peer[0]}:{peer[1]}" if peer else "?", listener, writer)
         self.connections[conn.id] = conn
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
         self.metrics.connections.inc()
         self.metrics.connections_created.inc()
         try:
@@ -138,10 +149,14 @@ class SocketServer:
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         except asyncio.CancelledError:
-            raise
+            # This task is the root of the connection: cancelling it means dropping the connection, and must not
+            # propagate, because asyncio's start_server callback (Python 3.11) calls task.exception() on it and
+            # logs a traceback for a cancelled task.
+            pass
         except Exception:
             log.exception("connection failed", conn=conn.id, peer=conn.peer)
         finally:
+            self._tasks.discard(task)
             self.connections.pop(conn.id, None)
             self.metrics.connections.dec()
             conn.close()

@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import threading
+import urllib.request
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support import ck
+from tests.support.kafka_wire import WireClient
 from tests.support.records import Rec, assert_partition_matches, by_partition, gen_records, past_ts_base
 from tests.support.waiting import wait_until
 
@@ -95,6 +98,31 @@ class AckRecorder:
     def count(self) -> int:
         with self.lock:
             return len(self.acked)
+
+
+@pytest.mark.timeout(60)
+def test_sigterm_with_a_parked_fetch_exits_cleanly(broker):
+    """A consumer's long-poll Fetch parked in the purgatory when SIGTERM arrives is dropped with its connection: the
+    broker exits 0 and logs no traceback (a cancelled connection task once surfaced as 'Exception in callback')."""
+    topic = "parked"
+    ck.create_topic(broker.bootstrap, topic, 1)
+    url = f"http://127.0.0.1:{broker.metrics_port}/metrics"
+
+    def parked_fetches() -> float:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            for fam in text_string_to_metric_families(r.read().decode()):
+                for s in fam.samples:
+                    if s.name == "strata_purgatory_size" and s.labels.get("purgatory") == "Fetch":
+                        return s.value
+        return 0.0
+
+    with WireClient.connect(broker.bootstrap) as client:
+        client.send(client.fetch_request(topic, 0, 0, max_wait_ms=30000))
+        wait_until(lambda: parked_fetches() == 1, 15, message="the fetch was not parked")
+        rc = broker.stop()
+    out = broker.output()
+    assert rc == 0, f"broker exit code after SIGTERM: {rc}"
+    assert "Traceback" not in out and "Exception in callback" not in out, broker.tail()
 
 
 @pytest.mark.timeout(180)

@@ -179,15 +179,19 @@ class WireClient:
 
     def fetch(self, topic: str, partition: int, offset: int, version: int = 11, max_wait_ms: int = 100,
               max_bytes: int = 1 << 20) -> Any:
+        return self.request(self.fetch_request(topic, partition, offset, version, max_wait_ms, max_bytes))
+
+    @staticmethod
+    def fetch_request(topic: str, partition: int, offset: int, version: int = 11, max_wait_ms: int = 100,
+                      max_bytes: int = 1 << 20) -> Any:
         T = FetchRequest.FetchTopic
-        req = FetchRequest[version](
+        return FetchRequest[version](
             replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=max_bytes, isolation_level=0,
             session_id=0, session_epoch=-1,
             topics=[T(topic=topic, partitions=[T.FetchPartition(
                 partition=partition, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
                 log_start_offset=-1, partition_max_bytes=max_bytes)])],
             forgotten_topics_data=[], rack_id="")
-        return self.request(req)
 
     def list_offsets(self, topic: str, partition: int, timestamp: int, version: int = 5) -> Any:
         T = ListOffsetsRequest.ListOffsetsTopic
