@@ -6,6 +6,10 @@ order. After the run a consumer reads every partition from its start to its end 
 
 * **lost**: acknowledged values that no read returned (acknowledged must be a subset of read);
 * **misplaced**: acknowledged values read at another (partition, offset) than the acknowledgement said;
+* **acked without offset**: acknowledgements that carried no offset. An idempotent librdkafka producer whose response
+  to a batch was lost (the leader closed the connection as it shut down) reports that batch delivered, offset unknown,
+  as soon as a later batch of the same partition is acknowledged (its "implicit ack": sequence numbers prove the
+  earlier batch was written). Counted, and each must be read in its partition;
 * **duplicated**: values read more than once (an idempotent producer allows none; a non-idempotent one may
   duplicate what it retried, which is reported but allowed);
 * **reordered**: within a partition, offsets not strictly increasing, or one producer's values not in send order;
@@ -40,7 +44,7 @@ class History:
     """What producers sent and what they were told. Thread-safe (delivery callbacks may run on other threads)."""
 
     sent: dict[bytes, int] = field(default_factory=dict)                 # value -> partition it was sent to
-    acked: dict[bytes, tuple[int, int]] = field(default_factory=dict)    # value -> (partition, offset)
+    acked: dict[bytes, tuple[int, int | None]] = field(default_factory=dict)  # value -> (partition, offset)
     failed: dict[bytes, str] = field(default_factory=dict)               # value -> error
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -48,7 +52,7 @@ class History:
         with self._lock:
             self.sent[value] = partition
 
-    def ack(self, value: bytes, partition: int, offset: int) -> None:
+    def ack(self, value: bytes, partition: int, offset: int | None) -> None:
         with self._lock:
             self.acked[value] = (partition, offset)
 
@@ -79,11 +83,12 @@ class Verdict:
     read: int
     recovered: int                        # failed/unknown sends that were read anyway (allowed)
     lost: list[bytes]
-    misplaced: list[tuple[bytes, tuple[int, int], tuple[int, int]]]   # value, acked at, read at
+    misplaced: list[tuple[bytes, tuple[int, int | None], tuple[int, int]]]   # value, acked at, read at
     duplicated: dict[bytes, int]          # value -> times read
     reordered: list[str]
     unexpected: list[Read]
     duplicates_allowed: bool
+    acked_without_offset: list[bytes]     # acknowledged with no offset: placed by partition only
 
     @property
     def ok(self) -> bool:
@@ -94,7 +99,8 @@ class Verdict:
         return {"sent": self.sent, "acked": self.acked, "failed": self.failed, "unknown": self.unknown,
                 "read": self.read, "recovered": self.recovered, "lost": len(self.lost),
                 "misplaced": len(self.misplaced), "duplicated": len(self.duplicated),
-                "reordered": len(self.reordered), "unexpected": len(self.unexpected)}
+                "reordered": len(self.reordered), "unexpected": len(self.unexpected),
+                "acked_without_offset": len(self.acked_without_offset)}
 
     def summary(self) -> str:
         return " ".join(f"{k}={v}" for k, v in self.counts().items())
@@ -111,6 +117,8 @@ class Verdict:
             lines.append(f"reordered: {self.reordered[:limit]}")
         if self.unexpected:
             lines.append(f"unexpected: {self.unexpected[:limit]}")
+        if self.acked_without_offset:
+            lines.append(f"acked without offset: {sorted(self.acked_without_offset)[:limit]}")
         return "\n".join(lines)
 
 
@@ -126,7 +134,8 @@ def check(history: History, reads: list[Read], *, idempotent: bool = True) -> Ve
 
     lost = [v for v in history.acked if v not in read_at]
     misplaced = [(v, at, read_at[v][0]) for v, at in history.acked.items()
-                 if v in read_at and at not in read_at[v]]
+                 if v in read_at and (at not in read_at[v] if at[1] is not None
+                                      else at[0] not in {p for p, _ in read_at[v]})]
     duplicated = {v: len(where) for v, where in read_at.items() if len(where) > 1}
 
     reordered: list[str] = []
@@ -157,5 +166,6 @@ def check(history: History, reads: list[Read], *, idempotent: bool = True) -> Ve
         sent=len(history.sent), acked=len(history.acked), failed=len(history.failed),
         unknown=sum(1 for v in history.sent if v not in answered), read=len(reads), recovered=recovered,
         lost=lost, misplaced=misplaced, duplicated=duplicated, reordered=reordered, unexpected=unexpected,
-        duplicates_allowed=not idempotent)
+        duplicates_allowed=not idempotent,
+        acked_without_offset=[v for v, (_, off) in history.acked.items() if off is None])
 

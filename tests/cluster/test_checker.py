@@ -29,7 +29,8 @@ def test_clean_history_passes() -> None:
     v = check(h, reads)
     assert v.ok, v.report()
     assert v.counts() == {"sent": 6, "acked": 6, "failed": 0, "unknown": 0, "read": 6, "recovered": 0, "lost": 0,
-                          "misplaced": 0, "duplicated": 0, "reordered": 0, "unexpected": 0}
+                          "misplaced": 0, "duplicated": 0, "reordered": 0, "unexpected": 0,
+                          "acked_without_offset": 0}
 
 
 def test_lost_record_is_flagged() -> None:
@@ -75,3 +76,14 @@ def test_unacknowledged_reads_are_recovered_not_errors() -> None:
     assert v.recovered == 1 and v.failed == 1
     v = check(h, reads + [Read(0, 51, b"stranger:000000001")])
     assert not v.ok and len(v.unexpected) == 1
+
+
+def test_ack_without_offset_is_counted_and_checked_by_partition() -> None:
+    h, reads = _history()
+    v0 = reads[0].value
+    h.ack(v0, reads[0].partition, None)
+    v = check(h, reads)
+    assert v.ok and v.acked_without_offset == [v0]
+    h.ack(v0, 1 - reads[0].partition, None)      # acknowledged for the other partition: misplaced
+    assert not check(h, reads).ok
+    assert not check(h, reads[1:]).ok            # and it must be read

@@ -131,7 +131,8 @@ def read_all(bootstrap: str, topic: str, partitions: int, history: History | Non
     """
     want = {p: 0 for p in range(partitions)}
     for part, off in (history.acked.values() if history is not None else ()):
-        want[part] = max(want[part], off + 1)
+        if off is not None:
+            want[part] = max(want[part], off + 1)
 
     def covering() -> dict[int, int] | None:
         e = end_offsets(bootstrap, topic, partitions)
