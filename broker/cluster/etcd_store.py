@@ -524,9 +524,12 @@ class EtcdMetadataStore(MetadataStore):
             if not res.succeeded:
                 await self._refresh_key(f"topics/{name}", res.ranges[0], res.revision)
                 continue
+            # the topic first, as in create_topic: a listener told of a new partition looks up its assignment in
+            # the topic (the watch brings the same revision later and is ignored, so an early partition would be
+            # missed until its state changes again)
+            self._apply(f"topics/{name}", _j(topic_to_json(new_info)), res.revision)
             for k, s in first_batch:
                 self._apply(k, _j(s.to_json()), res.revision)
-            self._apply(f"topics/{name}", _j(topic_to_json(new_info)), res.revision)
             r = await self._rpc(lambda c, k=tkey: c.get(k))
             await self._put_more_partitions(tkey, r.create_revision if r else -1, rest)
             return self.image.topics.get(name, new_info)

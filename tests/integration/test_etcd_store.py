@@ -207,6 +207,34 @@ def test_watch_drives_the_image_and_topic_lifecycle(etcd):
     run(main())
 
 
+def test_listeners_see_a_new_partition_with_its_topic(etcd):
+    """Listeners told of a new partition (CreatePartitions) find it in the topic already, on the broker that wrote
+    it (applied at once) as on the others (the watch): a replica manager ignores a partition beyond the topic's
+    count, and that broker then missed its new replica until the next state change."""
+    async def main():
+        a, b = await Node(etcd, 1, controller=False).start(), await Node(etcd, 2, controller=False).start()
+        await until(lambda: len(b.store.brokers()) == 2 and len(a.store.brokers()) == 2)
+        seen: dict[int, list[tuple[int, bool]]] = {1: [], 2: []}
+        for x in (a, b):
+            x.store.add_listener(lambda kind, key, x=x: seen[x.store.broker_id].append(
+                (key[1], x.store.topic(key[0]).partitions > key[1]))
+                if kind == "partition" and key[0] == "grow" else None)
+        await a.store.create_topic("grow", 1, {}, replication_factor=2)
+        await until(lambda: a.store.partition_state("grow", 0) and b.store.partition_state("grow", 0))
+        # the writer's watch lags behind its transaction's reply, as on a loaded broker: it learns of the new
+        # partitions only from applying its own write
+        watch = next(t for t in a.store._tasks if t.get_name() == "etcd-watch")
+        watch.cancel()
+        await asyncio.wait([watch], timeout=5)
+        await a.store.set_partition_count("grow", 3)
+        await until(lambda: b.store.partition_state("grow", 2) is not None, what="b sees the new partitions")
+        for broker_id in (1, 2):
+            assert sorted(seen[broker_id]) == [(0, True), (1, True), (2, True)], (broker_id, seen[broker_id])
+        await a.stop()
+        await b.stop()
+    run(main())
+
+
 def test_partition_state_compare_and_set(etcd):
     async def main():
         a, b = await Node(etcd, 1, controller=False).start(), await Node(etcd, 2, controller=False).start()
