@@ -298,6 +298,7 @@ class KafkaServer:
         if self.rlm is not None:
             await self.rlm.close()
             await self.rlmm.close()
+            await self.rlmm.io.close()     # its connections to the leaders of metadata partitions
         if self.log_cleaner is not None:
             await self.log_cleaner.shutdown()       # aborts a cleaning in progress before the logs close
         await asyncio.get_running_loop().run_in_executor(None, self.log_manager.shutdown)

@@ -4,15 +4,20 @@ the broker, so it receives this I/O object instead of a Kafka producer/consumer)
 """
 from __future__ import annotations
 
+import asyncio
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from protocol.errors import ErrorCode, KafkaApiError
+from protocol.registry import REQUEST_CLASSES, ApiKey
 from remote.remote_metrics import RemoteMetrics
 from remote.rlm import RemoteLogManager, RemoteLogManagerConfig
 from remote.rsm import create_remote_storage_manager
+
+from .cluster.broker_client import BrokerConnection, BrokerConnectionError
 
 if TYPE_CHECKING:
     from .server import KafkaServer
@@ -20,18 +25,36 @@ if TYPE_CHECKING:
 log = structlog.get_logger("strata.tiered")
 
 REMOTE_LOG_METADATA_TOPIC = "__remote_log_metadata"
+# Kafka's RLMM writes its records with a producer, which sends them to each metadata partition's leader. Strata's
+# brokers do the same over the inter-broker listener with this client id; like Kafka's "__admin_client" for internal
+# topics, it is what lets a Produce write `__remote_log_metadata`, an internal topic that other clients cannot write.
+RLMM_PRODUCER_CLIENT_ID = "__remote_log_metadata_producer"
+PRODUCE_VERSION = 9
+# The RLMM producer's bounds (Kafka's producer defaults: request.timeout.ms 30 s, retry.backoff.ms 100 ms).
+APPEND_TIMEOUT_S = 30.0
+APPEND_RETRY_BACKOFF_S = 0.1
+_RETRIABLE_APPEND_ERRORS = {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE,
+                            ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+                            ErrorCode.REQUEST_TIMED_OUT, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+
+
+class MetadataAppendError(RuntimeError):
+    """A record for `__remote_log_metadata` could not be written; retriable errors were retried until the bound."""
 
 
 class BrokerMetadataTopicIO:
-    """MetadataTopicIO over this broker's partitions of `__remote_log_metadata`."""
+    """MetadataTopicIO over `__remote_log_metadata`: appends go to each partition's leader (this broker's own log,
+    or a Produce to the leader, as Kafka's RLMM producer does); reads come from this broker's replicas."""
 
     def __init__(self, server: "KafkaServer") -> None:
         self.server = server
+        self._leader_conns: dict[int, tuple[BrokerConnection, asyncio.Lock]] = {}
 
     async def ensure_topic(self, num_partitions: int, replication_factor: int, retention_ms: int) -> None:
         store = self.server.store
         if store.topic(REMOTE_LOG_METADATA_TOPIC) is None:
             cfg = {"retention.ms": str(retention_ms), "cleanup.policy": "delete"}
+            await self._wait_for_brokers(replication_factor)
             rf = min(replication_factor, max(1, len(store.brokers())))     # capped by the live brokers
             try:
                 info = await store.create_topic(REMOTE_LOG_METADATA_TOPIC, num_partitions, cfg, internal=True,
@@ -44,6 +67,26 @@ class BrokerMetadataTopicIO:
                 self.server.replica_manager.ensure_partitions(info)
             log.info("created internal topic", topic=REMOTE_LOG_METADATA_TOPIC, partitions=num_partitions)
 
+    async def _wait_for_brokers(self, replication_factor: int) -> None:
+        """As Kafka's RLMM retries creating the topic until enough brokers are registered (brokers of a cluster start
+        one by one), wait up to remote.log.metadata.initialization.retry.max.timeout.ms for `replication_factor`
+        brokers; past it, create with those there are (Kafka fails the broker instead) and say so. Every broker
+        then holds a replica of every metadata partition, which its RLMM reads."""
+        store, cfg = self.server.store, self.server.config
+        if not store.clustered or len(store.brokers()) >= replication_factor:
+            return
+        deadline = time.monotonic() + cfg["remote.log.metadata.initialization.retry.max.timeout.ms"] / 1000.0
+        interval = cfg["remote.log.metadata.initialization.retry.interval.ms"] / 1000.0
+        log.info("waiting for brokers to create the remote log metadata topic", topic=REMOTE_LOG_METADATA_TOPIC,
+                 replication_factor=replication_factor, registered=sorted(store.brokers()))
+        while len(store.brokers()) < replication_factor and store.topic(REMOTE_LOG_METADATA_TOPIC) is None:
+            if time.monotonic() >= deadline:
+                log.warning("creating the remote log metadata topic with fewer replicas than configured",
+                            topic=REMOTE_LOG_METADATA_TOPIC, replication_factor=replication_factor,
+                            registered=sorted(store.brokers()))
+                return
+            await asyncio.sleep(interval)     # the registrations arrive through the store's watch
+
     def _partition(self, partition: int):
         p = self.server.replica_manager.get_partition(REMOTE_LOG_METADATA_TOPIC, partition)
         if p is None:
@@ -51,12 +94,62 @@ class BrokerMetadataTopicIO:
         return p
 
     async def append(self, partition: int, records: bytes) -> int:
-        # acks=all semantics: the RLMM's records are what makes remote data visible; flush like any produce.
-        [res] = await self.server.replica_manager.append_records([(REMOTE_LOG_METADATA_TOPIC, partition, records)],
-                                                                internal=True)
-        if res.error:
-            raise RuntimeError(f"append to {REMOTE_LOG_METADATA_TOPIC}-{partition} failed: {res.error.name}")
-        return res.base_offset
+        """Append with acks=all to the partition's leader, retrying retriable errors (a leader moving, the ISR below
+        min.insync.replicas) for up to APPEND_TIMEOUT_S; the RLMM's records are what makes remote data visible."""
+        deadline = time.monotonic() + APPEND_TIMEOUT_S
+        while True:
+            p = self.server.replica_manager.get_partition(REMOTE_LOG_METADATA_TOPIC, partition)
+            if p is not None and p.is_leader:
+                [res] = await self.server.replica_manager.append_records(
+                    [(REMOTE_LOG_METADATA_TOPIC, partition, records)], internal=True)
+                err, offset, why = res.error, res.base_offset, res.message or ""
+            else:
+                err, offset, why = await self._append_at_leader(partition, records)
+            if err == ErrorCode.NONE:
+                return offset
+            if err not in _RETRIABLE_APPEND_ERRORS or time.monotonic() + APPEND_RETRY_BACKOFF_S > deadline:
+                raise MetadataAppendError(f"append to {REMOTE_LOG_METADATA_TOPIC}-{partition} failed: "
+                                          f"{err.name} {why}".rstrip())
+            await asyncio.sleep(APPEND_RETRY_BACKOFF_S)     # retry.backoff.ms, then ask the metadata again
+
+    async def _append_at_leader(self, partition: int, records: bytes) -> tuple[ErrorCode, int, str]:
+        """One Produce (acks=-1) to the leader the metadata names; connection failures count as retriable."""
+        st = self.server.store.partition_state(REMOTE_LOG_METADATA_TOPIC, partition)
+        if st is None:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, ""
+        if st.leader < 0 or st.leader == self.server.broker_id:
+            return ErrorCode.LEADER_NOT_AVAILABLE, -1, "(leadership not applied here yet)"
+        Req = REQUEST_CLASSES[ApiKey.PRODUCE][PRODUCE_VERSION]
+        T = Req.TopicProduceData
+        timeout_ms = int(APPEND_TIMEOUT_S * 1000)
+        try:
+            conn, lock = self._leader_connection(st.leader)
+            async with lock:
+                resp = await conn.request(
+                    ApiKey.PRODUCE, PRODUCE_VERSION, APPEND_TIMEOUT_S + 5, transactional_id=None, acks=-1,
+                    timeout_ms=timeout_ms, topic_data=[T(name=REMOTE_LOG_METADATA_TOPIC, partition_data=[
+                        T.PartitionProduceData(index=partition, records=records)])])
+        except BrokerConnectionError as e:
+            return ErrorCode.LEADER_NOT_AVAILABLE, -1, f"(broker {st.leader}: {e})"
+        pr = resp.responses[0].partition_responses[0]
+        return ErrorCode(pr.error_code), pr.base_offset, pr.error_message or ""
+
+    def _leader_connection(self, broker_id: int) -> tuple[BrokerConnection, asyncio.Lock]:
+        entry = self._leader_conns.get(broker_id)
+        b = self.server.store.brokers().get(broker_id)
+        ep = b.endpoint(self.server.config.get("inter.broker.listener.name") or "") if b is not None else None
+        if ep is None:
+            raise BrokerConnectionError(f"broker {broker_id} is not registered with an inter-broker endpoint")
+        if entry is None or (entry[0].host, entry[0].port) != tuple(ep):
+            conn = BrokerConnection(ep[0], ep[1], f"{RLMM_PRODUCER_CLIENT_ID}-{self.server.broker_id}",
+                                    self.server.config["replica.socket.timeout.ms"] / 1000.0)
+            entry = self._leader_conns[broker_id] = (conn, asyncio.Lock())
+        return entry
+
+    async def close(self) -> None:
+        conns, self._leader_conns = self._leader_conns, {}
+        for conn, _ in conns.values():
+            await conn.close()
 
     def read(self, partition: int, offset: int, max_bytes: int) -> bytes:
         p = self._partition(partition)

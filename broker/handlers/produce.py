@@ -5,6 +5,7 @@ from protocol.errors import ErrorCode
 from protocol.registry import ApiKey, response_class
 
 from ..network import CloseConnection
+from ..tiered import REMOTE_LOG_METADATA_TOPIC, RLMM_PRODUCER_CLIENT_ID
 from .leadership import leader_endpoints
 
 
@@ -43,8 +44,11 @@ async def handle(server, ctx, req):
                 entries.append((name, pd.index, pd.records))
             slots.append((ti, pd.index, err))
 
+    # another broker's RLMM writing to a metadata partition led here (see RLMM_PRODUCER_CLIENT_ID)
+    internal = bool(entries) and (ctx.client_id or "").startswith(RLMM_PRODUCER_CLIENT_ID) and all(
+        name == REMOTE_LOG_METADATA_TOPIC for name, _, _ in entries)
     results = iter(await server.replica_manager.append_records(
-        entries, required_acks=req.acks, timeout_ms=req.timeout_ms)) if entries else iter(())
+        entries, internal=internal, required_acks=req.acks, timeout_ms=req.timeout_ms)) if entries else iter(())
 
     responses = []
     any_error = False

@@ -27,6 +27,7 @@ from tests.support.kafka_wire import (
     raw_request_bytes,
 )
 from tests.support.records import Rec
+from tests.support.waiting import wait_until
 
 MAX_REQUEST = 1024 * 1024
 MODULE_BROKER_OVERRIDES = {"auto.create.topics.enable": "false", "socket.request.max.bytes": MAX_REQUEST}
@@ -203,3 +204,28 @@ def test_unsupported_version_of_known_api(bs):
             (corr,) = struct.unpack_from(">i", payload, 0)
             assert corr == 5
     assert_serves(bs)
+
+
+def test_clients_cannot_write_the_remote_log_metadata_topic(broker_factory):
+    """`__remote_log_metadata` is internal: a client's Produce gets INVALID_TOPIC_EXCEPTION, and so does one with the
+    RLMM producer's client id aimed at another internal topic (only other brokers' RLMMs write metadata records)."""
+    from broker.tiered import RLMM_PRODUCER_CLIENT_ID
+    from protocol.errors import ErrorCode
+
+    b = broker_factory(**{"remote.log.storage.system.enable": True, "remote.log.metadata.topic.num.partitions": 1,
+                          "offsets.topic.num.partitions": 1})
+    ck.create_topic(b.bootstrap, "user", 1)
+    c = ck.consumer(b.bootstrap, **{"group.id": "makes-offsets-topic", "auto.offset.reset": "earliest"})
+    try:
+        c.subscribe(["user"])
+        wait_until(lambda: c.poll(0.2) is None and c.assignment(), timeout=30, message="group joined")
+    finally:
+        c.close()
+    batch = build_batch([(None, b"not a metadata record", [])])
+    with WireClient.connect(b.bootstrap) as w:
+        err, _ = produce_error(w.produce("__remote_log_metadata", 0, batch, version=w.pick_version(0, 7)))
+        assert err == ErrorCode.INVALID_TOPIC_EXCEPTION
+    with WireClient(b.host, b.port, client_id=f"{RLMM_PRODUCER_CLIENT_ID}-7") as w:
+        err, _ = produce_error(w.produce("__consumer_offsets", 0, batch, version=w.pick_version(0, 7)))
+        assert err == ErrorCode.INVALID_TOPIC_EXCEPTION
+    assert_serves(b.bootstrap)
