@@ -33,9 +33,11 @@ PRODUCE_VERSION = 9
 # The RLMM producer's bounds (Kafka's producer defaults: request.timeout.ms 30 s, retry.backoff.ms 100 ms).
 APPEND_TIMEOUT_S = 30.0
 APPEND_RETRY_BACKOFF_S = 0.1
+# Retried here: only errors that say nothing was appended. After an ambiguous one (REQUEST_TIMED_OUT,
+# NOT_ENOUGH_REPLICAS_AFTER_APPEND, a connection lost mid-request) the record may be in the log, so the error goes up
+# and the RemoteLogManager retries the whole copy under a fresh segment id instead of writing the record twice.
 _RETRIABLE_APPEND_ERRORS = {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE,
-                            ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-                            ErrorCode.REQUEST_TIMED_OUT, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+                            ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
 
 
 class MetadataAppendError(RuntimeError):
@@ -94,8 +96,9 @@ class BrokerMetadataTopicIO:
         return p
 
     async def append(self, partition: int, records: bytes) -> int:
-        """Append with acks=all to the partition's leader, retrying retriable errors (a leader moving, the ISR below
-        min.insync.replicas) for up to APPEND_TIMEOUT_S; the RLMM's records are what makes remote data visible."""
+        """Append with acks=all to the partition's leader, retrying errors that left the log untouched (a leader
+        moving, the ISR below min.insync.replicas) for up to APPEND_TIMEOUT_S; the RLMM's records are what makes
+        remote data visible."""
         deadline = time.monotonic() + APPEND_TIMEOUT_S
         while True:
             p = self.server.replica_manager.get_partition(REMOTE_LOG_METADATA_TOPIC, partition)
@@ -113,7 +116,8 @@ class BrokerMetadataTopicIO:
             await asyncio.sleep(APPEND_RETRY_BACKOFF_S)     # retry.backoff.ms, then ask the metadata again
 
     async def _append_at_leader(self, partition: int, records: bytes) -> tuple[ErrorCode, int, str]:
-        """One Produce (acks=-1) to the leader the metadata names; connection failures count as retriable."""
+        """One Produce (acks=-1) to the leader the metadata names. Not reaching it is retriable; losing the
+        connection once the request is sent is not (it may have been appended)."""
         st = self.server.store.partition_state(REMOTE_LOG_METADATA_TOPIC, partition)
         if st is None:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, ""
@@ -124,13 +128,21 @@ class BrokerMetadataTopicIO:
         timeout_ms = int(APPEND_TIMEOUT_S * 1000)
         try:
             conn, lock = self._leader_connection(st.leader)
-            async with lock:
+        except BrokerConnectionError as e:
+            return ErrorCode.LEADER_NOT_AVAILABLE, -1, f"({e})"
+        async with lock:
+            try:
+                if not conn.connected:
+                    await conn.connect()
+            except BrokerConnectionError as e:
+                return ErrorCode.LEADER_NOT_AVAILABLE, -1, f"(broker {st.leader}: {e})"
+            try:
                 resp = await conn.request(
                     ApiKey.PRODUCE, PRODUCE_VERSION, APPEND_TIMEOUT_S + 5, transactional_id=None, acks=-1,
                     timeout_ms=timeout_ms, topic_data=[T(name=REMOTE_LOG_METADATA_TOPIC, partition_data=[
                         T.PartitionProduceData(index=partition, records=records)])])
-        except BrokerConnectionError as e:
-            return ErrorCode.LEADER_NOT_AVAILABLE, -1, f"(broker {st.leader}: {e})"
+            except BrokerConnectionError as e:
+                return ErrorCode.NETWORK_EXCEPTION, -1, f"(broker {st.leader}: {e})"
         pr = resp.responses[0].partition_responses[0]
         return ErrorCode(pr.error_code), pr.base_offset, pr.error_message or ""
 
