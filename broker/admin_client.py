@@ -77,33 +77,47 @@ class DescribedConfig:
     doc: str | None = None
 
 
-def parse_bootstrap(spec: str) -> tuple[str, int]:
-    """host:port (first of a comma-separated list; brackets allowed around IPv6 hosts)."""
-    first = spec.split(",")[0].strip()
-    host, sep, port = first.rpartition(":")
-    if not sep or not host:
-        raise AdminError(f"bootstrap server {spec!r} is not of the form host:port")
+def parse_bootstrap(spec: str) -> list[tuple[str, int]]:
+    """Every host:port of a comma-separated list (brackets allowed around IPv6 hosts)."""
+    out = []
+    for entry in spec.split(","):
+        host, sep, port = entry.strip().rpartition(":")
+        if not sep or not host:
+            raise AdminError(f"bootstrap server {entry.strip()!r} is not of the form host:port")
+        try:
+            out.append((host.strip("[]"), int(port)))
+        except ValueError:
+            raise AdminError(f"bootstrap server {entry.strip()!r} has a non-numeric port") from None
+    return out
+
+
+def _connect(host: str, port: int, timeout: float) -> socket.socket:
     try:
-        return host.strip("[]"), int(port)
-    except ValueError:
-        raise AdminError(f"bootstrap server {spec!r} has a non-numeric port") from None
+        return socket.create_connection((host, port), timeout=timeout)
+    except ConnectionRefusedError:
+        raise AdminError(f"connection refused by {host}:{port}: is a broker running there?") from None
+    except TimeoutError:
+        raise AdminError(f"timed out connecting to {host}:{port}") from None
+    except OSError as e:
+        raise AdminError(f"cannot connect to {host}:{port}: {e.strerror or e}") from None
 
 
 class AdminClient:
     """One connection to one broker. Use as a context manager or call close()."""
 
     def __init__(self, bootstrap: str = "127.0.0.1:9092", timeout: float = 30.0) -> None:
-        self.host, self.port = parse_bootstrap(bootstrap)
         self.timeout = timeout
         self._corr = 0
-        try:
-            self._sock = socket.create_connection((self.host, self.port), timeout=timeout)
-        except ConnectionRefusedError:
-            raise AdminError(f"connection refused by {self.host}:{self.port}: is a broker running there?") from None
-        except TimeoutError:
-            raise AdminError(f"timed out connecting to {self.host}:{self.port}") from None
-        except OSError as e:
-            raise AdminError(f"cannot connect to {self.host}:{self.port}: {e.strerror or e}") from None
+        # like Kafka's clients: the first bootstrap server that answers (a broker of the list may be down)
+        errors: list[str] = []
+        for self.host, self.port in parse_bootstrap(bootstrap):
+            try:
+                self._sock = _connect(self.host, self.port, timeout)
+                break
+            except AdminError as e:
+                errors.append(str(e))
+        else:
+            raise AdminError("; ".join(errors))
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.versions: dict[int, tuple[int, int]] = {}
         self._peers: dict[tuple[str, int], AdminClient] = {}     # partition leaders' connections (ListOffsets...)

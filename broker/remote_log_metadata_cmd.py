@@ -32,10 +32,12 @@ class MetadataReader(AdminClient):
     """AdminClient plus a plain Fetch of one partition (READ_UNCOMMITTED up to the high watermark)."""
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = FETCH_MAX_BYTES) -> tuple[int, bytes]:
-        """(high watermark, record bytes) of one Fetch at `offset`."""
+        """(high watermark, record bytes) of one Fetch at `offset`, from the partition's leader (in a cluster the
+        broker asked may only follow it)."""
         cls = REQUEST_CLASSES[ApiKey.FETCH]
         T = cls.FetchTopic
-        _, resp = self._call(
+        [(leader, _)] = self._by_leader(topic, [partition])
+        _, resp = leader._call(
             ApiKey.FETCH, FETCH_MAX_VERSION, replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=max_bytes,
             isolation_level=0, session_id=0, session_epoch=-1, forgotten_topics_data=[], rack_id="",
             topics=[T(topic=topic, partitions=[T.FetchPartition(

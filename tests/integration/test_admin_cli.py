@@ -114,6 +114,16 @@ def test_connection_refused_is_reported():
     assert f"connection refused by 127.0.0.1:{port}" in err
 
 
+def test_a_dead_bootstrap_server_is_skipped(module_broker):
+    """As with Kafka's tools, the first server of the list that answers is used; none answering names them all."""
+    dead, dead2 = free_port(), free_port()
+    ok(strata("topics", "--bootstrap-server", f"127.0.0.1:{dead},{module_broker.bootstrap}", "create",
+              "--topic", "cli-second-server"))
+    assert "cli-second-server" in ok(topics(module_broker, "list")).split()
+    err = fails(strata("topics", "--bootstrap-server", f"127.0.0.1:{dead},127.0.0.1:{dead2}", "list"))
+    assert f"connection refused by 127.0.0.1:{dead}" in err and f"connection refused by 127.0.0.1:{dead2}" in err
+
+
 def test_bootstrap_server_after_the_action(module_broker):
     ok(strata("topics", "create", "--topic", "cli-order", "--bootstrap-server", module_broker.bootstrap))
     assert "cli-order" in ok(strata("topics", "list", "--bootstrap-server", module_broker.bootstrap)).split()
