@@ -170,6 +170,7 @@ OPTIONAL_GROUPS: list[tuple[str, str]] = [
     ("cluster", "bench.cluster_bench"),  # replication: RF=3 produce, latency, leader fail-over (3-broker cluster)
     ("tiered", "bench.tiered"),          # issue 4: remote reads on SeaweedFS vs raw GET, produce tiering on/off
     ("spark", "bench.spark_bench"),      # the PySpark data source: direct vs broker vs consumer reads
+    ("rejoin", "bench.rejoin_bench"),    # issue 6: wiped follower rejoining the ISR, tiered vs untiered
 ]
 
 
