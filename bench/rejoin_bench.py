@@ -129,10 +129,10 @@ def table(r: dict[str, Any]) -> str:
             ("leader's local log (MiB)", u["leader_local_mib"], t["leader_local_mib"]),
             ("follower's local log after rejoining (MiB)", u["follower_local_mib"], t["follower_local_mib"]),
             ("produce, acks=all (s)", u["produce_s"], t["produce_s"])]
-    lines = [f"Topic of {u['mib']} MiB ({u['records']:,} records of {RECORD} B), 2 brokers, RF=2; tiered keeps "
+    intro = (f"Topic of {u['mib']} MiB ({u['records']:,} records of {RECORD} B), 2 brokers, RF=2; tiered keeps "
              f"{LOCAL_SHARE:.0%} locally. Rejoin ratio untiered/tiered: **{r['ratio']:.1f}x** "
-             f"({after} after the broker's start-up).", "",
-             "| | untiered | tiered |", "|---|---:|---:|"]
+             f"({after} after the broker's start-up).")
+    lines = [intro, "", "| | untiered | tiered |", "|---|---:|---:|"]
     lines += [f"| {name} | {a:.2f} | {b:.2f} |" for name, a, b in rows]
     return "\n".join(lines)
 
