@@ -16,6 +16,7 @@ from storage.log_manager import LogManager
 
 from .apis import KafkaApis
 from .cluster.model import BrokerInfo
+from .gc_pauses import GcPauses, freeze_startup_objects
 from .group import GroupCoordinator
 from .metadata_store import LocalMetadataStore, MetadataStore
 from .metrics import BrokerMetrics
@@ -46,6 +47,7 @@ class KafkaServer:
         self.config = config
         self.broker_id: int = config.broker_id
         self.metrics = BrokerMetrics()
+        self.gc_pauses = GcPauses()
         self.log_dirs = config.log_dirs
         for d in self.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
@@ -141,6 +143,7 @@ class KafkaServer:
             await self._start_tiered_storage()
         await self.group_coordinator.startup()      # loads __consumer_offsets in the background
         self.metrics.register_log_collector(self.replica_manager.all_logs)
+        self.gc_pauses.install(self.metrics.registry)
         self.metrics_address = self.metrics.start_http(self.config["metrics.listener"])
         self.apis = KafkaApis(self)
         self.socket_server = SocketServer(
@@ -164,6 +167,7 @@ class KafkaServer:
             self.config["producer.id.expiration.check.interval.ms"], self._expire_producer_ids)))
         self._tasks.append(asyncio.create_task(self._periodic(     # Kafka's isr-expiration task
             self.config["replica.lag.time.max.ms"] // 2, self._isr_expiration)))
+        freeze_startup_objects()
         log.info("started", broker_id=self.broker_id, cluster_id=self.store.cluster_id,
                  topics=len(self.store.topics()), partitions=len(self.replica_manager.partitions),
                  metrics=f"http://{self.metrics_address[0]}:{self.metrics_address[1]}/metrics"
@@ -304,6 +308,7 @@ class KafkaServer:
         await asyncio.get_running_loop().run_in_executor(None, self.log_manager.shutdown)
         await self.store.close()          # cluster: revokes the lease (deregisters now, not after the session)
         self.metrics.stop_http()
+        self.gc_pauses.uninstall()
         log.info("shut down cleanly")
 
 
