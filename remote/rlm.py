@@ -142,6 +142,7 @@ class RemoteLogManager:
         self.index_cache = RemoteIndexCache(rsm, index_cache_dir, config.index_cache_bytes)
         self._empty_snapshot_dir = Path(index_cache_dir).parent / "remote-log-empty-snapshots"
         self._leaders: dict[TopicIdPartition, _PartitionTasks] = {}
+        self._deletions: set[asyncio.Task] = set()     # topic deletions in progress (retried through outages)
         self._copy_slots = asyncio.Semaphore(max(1, config.copier_pool_size))
         self._expire_slots = asyncio.Semaphore(max(1, config.expiration_pool_size))
         self._reader_slots = asyncio.Semaphore(max(1, config.reader_threads))
@@ -180,6 +181,7 @@ class RemoteLogManager:
     async def close(self) -> None:
         self._closed = True
         tasks = [t for st in self._leaders.values() for t in (st.copy_task, st.expire_task) if t is not None]
+        tasks += self._deletions      # partition deletions retrying through an outage
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -423,19 +425,46 @@ class RemoteLogManager:
         self.metrics.metadata_count.labels(*labels).set(len(kept))
 
     async def delete_partition(self, tip: TopicIdPartition) -> int:
-        """Topic deletion: DELETE_PARTITION_MARKED -> STARTED -> delete every segment -> FINISHED."""
+        """Topic deletion: DELETE_PARTITION_MARKED -> STARTED -> delete every segment -> FINISHED. While remote
+        storage fails, what is left is retried with the task backoff (remote.log.manager.task.retry.backoff.*) until
+        it is gone or the RLM closes; the partition stays DELETE_PARTITION_STARTED meanwhile."""
         self.stop_partition(tip)
+        task = asyncio.current_task()
+        if task is not None:
+            self._deletions.add(task)
+        try:
+            return await self._delete_partition(tip)
+        finally:
+            self._deletions.discard(task)
 
+    async def _delete_partition(self, tip: TopicIdPartition) -> int:
         async def mark(state: RemotePartitionDeleteState) -> None:
             await _maybe_await(self.rlmm.put_remote_partition_delete_metadata(
                 RemotePartitionDeleteMetadata(tip, state, _now_ms(), self.broker_id)))
         await mark(RemotePartitionDeleteState.DELETE_PARTITION_MARKED)
         await mark(RemotePartitionDeleteState.DELETE_PARTITION_STARTED)
-        n = 0
-        for s in await self._segments(tip):
-            if s.state != RemoteLogSegmentState.DELETE_SEGMENT_FINISHED and await self._delete_segment(tip.topic, s):
-                n += 1
-        await self.rsm.delete_partition(tip)
+        n = failures = 0
+        while True:
+            left = 0
+            for s in await self._segments(tip):
+                if s.state != RemoteLogSegmentState.DELETE_SEGMENT_FINISHED:
+                    if await self._delete_segment(tip.topic, s):
+                        n += 1
+                    else:
+                        left += 1
+            try:
+                if left:
+                    raise RemoteStorageError(f"{left} segment(s) could not be deleted")
+                await self.rsm.delete_partition(tip)
+                break
+            except Exception as e:  # remote outage: back off and retry
+                failures += 1
+                delay = self._backoff_s(failures)
+                log.warning("remote partition deletion failed", partition=str(tip), error=str(e),
+                            retry_in_s=round(delay, 2))
+                if self._closed:
+                    raise
+                await asyncio.sleep(delay)
         await mark(RemotePartitionDeleteState.DELETE_PARTITION_FINISHED)
         return n
 

@@ -60,6 +60,8 @@ from tests.tiered.harness import (
     Consume,
     CreateTopic,
     DeleteRecords,
+    DeleteTopic,
+    ExpectEmptyRemoteStorage,
     ExpectRemoteSegments,
     Harness,
     Produce,
@@ -684,6 +686,41 @@ def test_flaky_s3(moto: MotoServer, s3_proxy: ProxyThread, tmp_path, request) ->
           f"retries {metric(m, 'strata_rsm_s3_retries_total'):.0f}, given up {metric(m, 'strata_rsm_s3_errors_total'):.0f}; "
           f"copy errors {metric(m, 'strata_remote_copy_errors_total', topic=topic):.0f}; consumer saw "
           f"{errors} storage errors and {empties} empty remote answers")
+
+
+@pytest.mark.timeout(240)
+def test_topic_deleted_while_s3_refuses_is_emptied_once_it_returns(moto: MotoServer, s3_proxy: ProxyThread,
+                                                                    tmp_path, request) -> None:
+    """Deleting a tiered topic while S3 refuses connections: the remote partition deletion starts, keeps its objects
+    while S3 is away, and finishes by itself (objects gone, DELETE_PARTITION_FINISHED) once S3 is back."""
+    overrides = {"remote.log.manager.task.retry.backoff.ms": 100, "remote.log.manager.task.retry.backoff.max.ms": 1000,
+                 "rsm.config.s3.api.call.attempt.timeout.ms": 2000, "rsm.config.s3.api.call.timeout.ms": 4000,
+                 "rsm.config.s3.retry.max.attempts": 2, "rsm.config.s3.retry.backoff.max.ms": 200}
+    h = Harness(tmp_path / "broker", S3Backend(moto, key_prefix(request), endpoint=s3_proxy.endpoint), overrides,
+                name="delete-topic")
+    request.node._strata_brokers = [h.broker]
+    with h:
+        topic = "gone"
+        CreateTopic(topic, 1, {"local.retention.bytes": "1"}, batches_per_segment=BATCHES_PER_SEGMENT,
+                    records_per_batch=RECORDS_PER_BATCH, value_size=VALUE_SIZE).run(h)
+        Produce(topic, 0, 3 * SEG + RECORDS_PER_BATCH).run(h)
+        wait(h, "3 segments copied", lambda: h.offsets(topic, 0),
+             lambda o: o["latest-tiered(-5)"] == 3 * SEG - 1 and o["earliest-local(-4)"] == 3 * SEG)
+        t = h.topic(topic)
+        tid = h.rlmm_segments(topic, 0)[0].topic_id
+        s3_proxy.set_mode("refuse")
+        DeleteTopic(topic).run(h)
+        wait(h, "remote partition deletion started", lambda: h.rlmm().partition_deletes.get((topic, 0, tid), []),
+             lambda states: states and states[-1] == "DELETE_PARTITION_STARTED")
+        # the attempts fail while S3 is away: the objects stay and the deletion does not claim to be finished
+        wait(h, "a failed remote deletion in the broker log", lambda: h.broker.output(),
+             lambda out: "remote partition deletion failed" in out)
+        assert segment_objects(h.backend.list_partition(t.partition_dir(0))), "objects deleted while S3 refused"
+        assert h.rlmm().partition_deletes[(topic, 0, tid)][-1] == "DELETE_PARTITION_STARTED"
+        s3_proxy.set_mode("pass")
+        ExpectEmptyRemoteStorage(topic, timeout=90).run(h)
+        out = h.broker.output()
+    assert "Traceback" not in out and "never retrieved" not in out, "unexpected exceptions in the broker log"
 
 
 def read_tolerant(h: Harness, topic: str, start: int, count: int, timeout: float
