@@ -15,6 +15,8 @@ record ("R <partition> <offset> <value>") and commits what it consumed. Per clie
 """
 from __future__ import annotations
 
+import faulthandler
+import logging
 import os
 import signal
 import subprocess
@@ -114,6 +116,11 @@ def _member_aiokafka(bs: str, topic: str, group: str, client_id: str, stop: thre
 
 def _member_main(argv: list[str]) -> int:
     client, bs, topic, group, client_id = argv
+    # the Python clients' warnings (more with STRATA_MEMBER_LOG=DEBUG) go to the member's stderr file, and
+    # `kill -USR1` adds every thread's stack there: what a member that stopped heartbeating was doing
+    logging.basicConfig(level=os.environ.get("STRATA_MEMBER_LOG", "WARNING"), stream=sys.stderr,
+                        format="%(asctime)s %(threadName)s %(name)s %(levelname)s %(message)s")
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     {"confluent": _member_confluent, "kafka-python": _member_kafka_python,

@@ -423,8 +423,7 @@ def test_remote_storage_outage(moto: MotoServer, s3_proxy: ProxyThread, tmp_path
 
 def _outage_scenario(h: Harness, proxy: ProxyThread, cfg: OutageSettings, actors: list[Actor]) -> None:
     topic = "orders"
-    CreateTopic(topic, 1, {"local.retention.bytes": "1"}, batches_per_segment=BATCHES_PER_SEGMENT,
-                records_per_batch=RECORDS_PER_BATCH, value_size=VALUE_SIZE).run(h)
+    create_tiered_topic(h, topic)
     t = h.topic(topic)
     phases = [("start", time.monotonic())]
     seg_bytes = t.shape.batch_bytes * BATCHES_PER_SEGMENT
@@ -441,8 +440,7 @@ def _outage_scenario(h: Harness, proxy: ProxyThread, cfg: OutageSettings, actors
     Consume(topic, 0, 0, 2 * SEG).run(h)
     # a second tiered topic, for remote deletion during the outage
     audit = "audit"
-    CreateTopic(audit, 1, {"local.retention.bytes": "1"}, batches_per_segment=BATCHES_PER_SEGMENT,
-                records_per_batch=RECORDS_PER_BATCH, value_size=VALUE_SIZE).run(h)
+    create_tiered_topic(h, audit)
     Produce(audit, 0, 3 * SEG + RECORDS_PER_BATCH).run(h)
     wait(h, f"{audit}: 3 segments copied", lambda: h.offsets(audit, 0),
          lambda o: o["latest-tiered(-5)"] == 3 * SEG - 1 and o["earliest-local(-4)"] == 3 * SEG,
@@ -630,19 +628,31 @@ def _outage_scenario(h: Harness, proxy: ProxyThread, cfg: OutageSettings, actors
 FLAKY_SEGMENTS = 8
 
 
-@pytest.mark.timeout(240)
-def test_flaky_s3(moto: MotoServer, s3_proxy: ProxyThread, tmp_path, request) -> None:
+def fault_harness(moto: MotoServer, proxy: ProxyThread, tmp_path, request, name: str, *, call_timeout_ms: int,
+                  max_attempts: int) -> Harness:
+    """A broker on moto behind the fault proxy, with short RLM backoffs and S3 deadlines so faults resolve fast."""
     overrides = {"remote.log.manager.task.retry.backoff.ms": 100,
                  "remote.log.manager.task.retry.backoff.max.ms": 1000,
-                 "rsm.config.s3.api.call.attempt.timeout.ms": 2000, "rsm.config.s3.api.call.timeout.ms": 8000,
-                 "rsm.config.s3.retry.max.attempts": 3, "rsm.config.s3.retry.backoff.max.ms": 200}
-    h = Harness(tmp_path / "broker", S3Backend(moto, key_prefix(request), endpoint=s3_proxy.endpoint), overrides,
-                name="flaky")
+                 "rsm.config.s3.api.call.attempt.timeout.ms": 2000, "rsm.config.s3.api.call.timeout.ms": call_timeout_ms,
+                 "rsm.config.s3.retry.max.attempts": max_attempts, "rsm.config.s3.retry.backoff.max.ms": 200}
+    h = Harness(tmp_path / "broker", S3Backend(moto, key_prefix(request), endpoint=proxy.endpoint), overrides,
+                name=name)
     request.node._strata_brokers = [h.broker]
+    return h
+
+
+def create_tiered_topic(h: Harness, topic: str) -> None:
+    """One partition of SEG-record segments, kept locally only until copied."""
+    CreateTopic(topic, 1, {"local.retention.bytes": "1"}, batches_per_segment=BATCHES_PER_SEGMENT,
+                records_per_batch=RECORDS_PER_BATCH, value_size=VALUE_SIZE).run(h)
+
+
+@pytest.mark.timeout(240)
+def test_flaky_s3(moto: MotoServer, s3_proxy: ProxyThread, tmp_path, request) -> None:
+    h = fault_harness(moto, s3_proxy, tmp_path, request, "flaky", call_timeout_ms=8000, max_attempts=3)
     with h:
         topic = "events"
-        CreateTopic(topic, 1, {"local.retention.bytes": "1"}, batches_per_segment=BATCHES_PER_SEGMENT,
-                    records_per_batch=RECORDS_PER_BATCH, value_size=VALUE_SIZE).run(h)
+        create_tiered_topic(h, topic)
         s3_proxy.set_mode("flaky")
         # one copy fails for good at the S3 client (its 3 attempts at the first segment's .log are refused):
         # the RLM must retry the whole copy
@@ -693,16 +703,10 @@ def test_topic_deleted_while_s3_refuses_is_emptied_once_it_returns(moto: MotoSer
                                                                     tmp_path, request) -> None:
     """Deleting a tiered topic while S3 refuses connections: the remote partition deletion starts, keeps its objects
     while S3 is away, and finishes by itself (objects gone, DELETE_PARTITION_FINISHED) once S3 is back."""
-    overrides = {"remote.log.manager.task.retry.backoff.ms": 100, "remote.log.manager.task.retry.backoff.max.ms": 1000,
-                 "rsm.config.s3.api.call.attempt.timeout.ms": 2000, "rsm.config.s3.api.call.timeout.ms": 4000,
-                 "rsm.config.s3.retry.max.attempts": 2, "rsm.config.s3.retry.backoff.max.ms": 200}
-    h = Harness(tmp_path / "broker", S3Backend(moto, key_prefix(request), endpoint=s3_proxy.endpoint), overrides,
-                name="delete-topic")
-    request.node._strata_brokers = [h.broker]
+    h = fault_harness(moto, s3_proxy, tmp_path, request, "delete-topic", call_timeout_ms=4000, max_attempts=2)
     with h:
         topic = "gone"
-        CreateTopic(topic, 1, {"local.retention.bytes": "1"}, batches_per_segment=BATCHES_PER_SEGMENT,
-                    records_per_batch=RECORDS_PER_BATCH, value_size=VALUE_SIZE).run(h)
+        create_tiered_topic(h, topic)
         Produce(topic, 0, 3 * SEG + RECORDS_PER_BATCH).run(h)
         wait(h, "3 segments copied", lambda: h.offsets(topic, 0),
              lambda o: o["latest-tiered(-5)"] == 3 * SEG - 1 and o["earliest-local(-4)"] == 3 * SEG)
