@@ -221,7 +221,7 @@ class ReplicaManager:
                 task = asyncio.ensure_future(self.rlm.delete_partition(tip))
                 task.add_done_callback(_consume_exception)
             else:
-                self.rlm.stop_partition(tip)
+                self.rlm.stop_replica(tip)
                 if self.rlmm is not None:
                     try:
                         self.rlmm.on_stop_partitions([tip])

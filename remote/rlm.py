@@ -1,7 +1,8 @@
 """RemoteLogManager (KIP-405): copies closed segments to remote storage, expires them, and serves remote reads.
 
 Per leader partition it runs a copy task and an expiration task every `remote.log.manager.task.interval.ms`, on
-separate bounded pools (asyncio semaphores sized by `remote.log.manager.copier.thread.pool.size` and
+separate bounded pools; per follower partition a follower task (Kafka's RLMFollowerTask) that keeps the replica's
+`highest_offset_in_remote_storage` in step with the RLMM, so local retention deletes what the leader tiered (asyncio semaphores sized by `remote.log.manager.copier.thread.pool.size` and
 `...expiration.thread.pool.size`). Reads go through a bounded RemoteLogReader pool (`remote.log.reader.threads`
 running, `remote.log.reader.max.pending.tasks` queued, rejected beyond). Nothing here blocks the event loop: the RSM
 does its I/O in threads or asynchronously, and the local log is only inspected (never mutated) except for the
@@ -104,6 +105,27 @@ class RemoteLogManagerConfig:
         )
 
 
+def lineage_end_in_segment(ulog: UnifiedLog, meta: RemoteLogSegmentMetadata, epoch: int) -> int:
+    """Last offset of `meta`, read from its records of `epoch` on, that belongs to this log's lineage.
+
+    A segment found by (epoch, offset) holds the right records for that epoch, but past the epoch's end in this log
+    it may continue with another lineage's records at the same offsets (its leader went on writing in that epoch, or
+    in an epoch this log never had): a read must not run on into them."""
+    cache = ulog.leader_epoch_cache
+    starts = {e.epoch: e.start_offset for e in cache.entries}
+    seg = [(e, s) for e, s in sorted(meta.segment_leader_epochs.items()) if e >= epoch]
+    for i, (e, start) in enumerate(seg):
+        if i > 0 and starts.get(e) != start:
+            return start - 1
+        seg_end = seg[i + 1][1] - 1 if i + 1 < len(seg) else meta.end_offset
+        got, ours = cache.end_offset_for(e, ulog.log_end_offset)
+        if got != e:
+            return start - 1
+        if ours - 1 < seg_end:
+            return ours - 1
+    return meta.end_offset
+
+
 def topic_id_partition(ulog: UnifiedLog) -> TopicIdPartition:
     return TopicIdPartition(ulog.topic_id, ulog.topic, ulog.partition)
 
@@ -118,6 +140,12 @@ def epoch_checkpoint_bytes(entries: list[tuple[int, int]]) -> bytes:
     """leader-epoch-checkpoint text (version 0) for the entries given."""
     lines = ["0", str(len(entries))] + [f"{e} {o}" for e, o in entries]
     return ("\n".join(lines) + "\n").encode()
+
+
+@dataclass
+class _FollowerTask:
+    ulog: UnifiedLog
+    task: asyncio.Task | None = None
 
 
 @dataclass
@@ -142,6 +170,7 @@ class RemoteLogManager:
         self.index_cache = RemoteIndexCache(rsm, index_cache_dir, config.index_cache_bytes)
         self._empty_snapshot_dir = Path(index_cache_dir).parent / "remote-log-empty-snapshots"
         self._leaders: dict[TopicIdPartition, _PartitionTasks] = {}
+        self._followers: dict[TopicIdPartition, _FollowerTask] = {}
         self._deletions: set[asyncio.Task] = set()     # topic deletions in progress (retried through outages)
         self._copy_slots = asyncio.Semaphore(max(1, config.copier_pool_size))
         self._expire_slots = asyncio.Semaphore(max(1, config.expiration_pool_size))
@@ -156,9 +185,10 @@ class RemoteLogManager:
 
     # ---- leadership ---------------------------------------------------------------------------------------------
     def on_leadership_change(self, leaders: list[tuple[UnifiedLog, int]], followers: list[UnifiedLog]) -> None:
-        """Start copy/expiration tasks for tiered partitions we lead; stop them for the others."""
+        """Start copy/expiration tasks for tiered partitions we lead and a follower task for those we follow."""
         for ulog, epoch in leaders:
             tip = topic_id_partition(ulog)
+            self._stop_follower(tip)
             if not ulog.remote_log_enabled:
                 self.stop_partition(tip)
                 continue
@@ -169,7 +199,15 @@ class RemoteLogManager:
                 st.expire_task = asyncio.create_task(self._expire_loop(st), name=f"rlm-expire-{tip}")
             st.ulog, st.leader_epoch = ulog, epoch
         for ulog in followers:
-            self.stop_partition(topic_id_partition(ulog))
+            tip = topic_id_partition(ulog)
+            self.stop_partition(tip)
+            if not ulog.remote_log_enabled:
+                continue
+            ft = self._followers.get(tip)
+            if ft is None:
+                ft = self._followers[tip] = _FollowerTask(ulog)
+                ft.task = asyncio.create_task(self._follower_loop(tip, ft), name=f"rlm-follower-{tip}")
+            ft.ulog = ulog
 
     def stop_partition(self, tip: TopicIdPartition) -> None:
         st = self._leaders.pop(tip, None)
@@ -178,14 +216,26 @@ class RemoteLogManager:
                 if t is not None:
                     t.cancel()
 
+    def _stop_follower(self, tip: TopicIdPartition) -> None:
+        ft = self._followers.pop(tip, None)
+        if ft is not None and ft.task is not None:
+            ft.task.cancel()
+
+    def stop_replica(self, tip: TopicIdPartition) -> None:
+        """The replica is gone from this broker (deleted, reassigned away): no task of any kind for it."""
+        self.stop_partition(tip)
+        self._stop_follower(tip)
+
     async def close(self) -> None:
         self._closed = True
         tasks = [t for st in self._leaders.values() for t in (st.copy_task, st.expire_task) if t is not None]
+        tasks += [ft.task for ft in self._followers.values() if ft.task is not None]
         tasks += self._deletions      # partition deletions retrying through an outage
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._leaders.clear()
+        self._followers.clear()
         await self.index_cache.close()
         await self.rsm.close()
 
@@ -225,6 +275,23 @@ class RemoteLogManager:
             self._update_copy_lag(st.ulog)
             await asyncio.sleep(delay)
 
+    async def _follower_loop(self, tip: TopicIdPartition, ft: _FollowerTask) -> None:
+        """Kafka's RLMFollowerTask: what the leader tiers becomes deletable here once the RLMM shows it copied."""
+        await self._wait_ready(_PartitionTasks(ft.ulog, tip, -1))
+        failures = 0
+        while not self._closed:
+            delay = self.config.task_interval_ms / 1000.0
+            try:
+                await self.sync_highest_copied_offset(ft.ulog)
+                failures = 0
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                failures += 1
+                delay = max(delay, self._backoff_s(failures))
+                log.warning("remote follower task failed", partition=str(tip), error=str(e))
+            await asyncio.sleep(delay)
+
     async def _expire_loop(self, st: _PartitionTasks) -> None:
         await self._wait_ready(st)
         while not self._closed:
@@ -240,17 +307,31 @@ class RemoteLogManager:
             await asyncio.sleep(delay)
 
     # ---- copy -----------------------------------------------------------------------------------------------
-    async def sync_highest_copied_offset(self, ulog: UnifiedLog) -> int:
-        """Where copying resumes: walk the leader-epoch lineage backwards and take the first epoch for which the
-        RLMM holds a copied segment (KIP-405 "Follower to leader"), so nothing is re-copied or skipped."""
+    async def find_highest_remote_offset(self, ulog: UnifiedLog) -> int | None:
+        """The highest offset of this log's lineage held in remote storage, None when the lineage is unknown.
+
+        Walk the leader-epoch cache backwards and take the first epoch the RLMM has copied data of (KIP-405
+        "Follower to leader"), capped at that epoch's end in this log: after an unclean election (or both replicas
+        losing an unflushed tail) remote storage can hold a divergent segment of the same epoch running past
+        where the epoch ends here, and counting it would skip copying, and let local retention delete, records of
+        the surviving lineage that remote storage does not have."""
         tip = topic_id_partition(ulog)
-        highest = -1
-        for entry in reversed(ulog.leader_epoch_cache.entries):
+        cache = ulog.leader_epoch_cache
+        if not cache.entries:
+            return None
+        for entry in reversed(cache.entries):
             h = await _maybe_await(self.rlmm.highest_offset_for_epoch(tip, entry.epoch))
             if h is not None and h >= 0:
-                highest = h
-                break
-        ulog.highest_offset_in_remote_storage = max(ulog.highest_offset_in_remote_storage, highest)
+                _, epoch_end = cache.end_offset_for(entry.epoch, ulog.log_end_offset)
+                return min(h, epoch_end - 1)
+        return -1
+
+    async def sync_highest_copied_offset(self, ulog: UnifiedLog) -> int:
+        """Set the log's highest offset in remote storage from the RLMM: where a new leader resumes copying (never
+        re-copying, never skipping) and up to where a replica's local retention may delete."""
+        highest = await self.find_highest_remote_offset(ulog)
+        if highest is not None:
+            ulog.highest_offset_in_remote_storage = highest
         return ulog.highest_offset_in_remote_storage
 
     def copy_candidates(self, ulog: UnifiedLog) -> list[tuple[Any, int]]:
@@ -428,7 +509,7 @@ class RemoteLogManager:
         """Topic deletion: DELETE_PARTITION_MARKED -> STARTED -> delete every segment -> FINISHED. While remote
         storage fails, what is left is retried with the task backoff (remote.log.manager.task.retry.backoff.*) until
         it is gone or the RLM closes; the partition stays DELETE_PARTITION_STARTED meanwhile."""
-        self.stop_partition(tip)
+        self.stop_replica(tip)
         task = asyncio.current_task()
         if task is not None:
             self._deletions.add(task)
@@ -512,9 +593,8 @@ class RemoteLogManager:
         tip = topic_id_partition(ulog)
         epoch = ulog.epoch_for_offset(offset)
         if epoch is not None:
-            meta = await _maybe_await(self.rlmm.remote_log_segment_metadata(tip, epoch, offset))
-            if meta is not None:
-                return meta
+            # Only a segment of this lineage: remote storage may hold another lineage's records at the same offsets.
+            return await _maybe_await(self.rlmm.remote_log_segment_metadata(tip, epoch, offset))
         # No epoch known for this offset (epoch cache trimmed): fall back to any copied segment covering it.
         for s in await self._segments(tip):
             if s.state == COPY_FINISHED and s.start_offset <= offset <= s.end_offset:
@@ -529,6 +609,9 @@ class RemoteLogManager:
             if meta is None:
                 raise OffsetOutOfRangeError(f"offset {offset} of {ulog.topic}-{ulog.partition} is not in remote "
                                             "storage")
+            epoch = ulog.epoch_for_offset(target)
+            last = meta.end_offset if epoch is None else lineage_end_in_segment(ulog, meta, epoch)
+            stop = last + 1 if max_offset is None else min(last + 1, max_offset)
             pos = await self.index_cache.lookup_offset(meta, target)
             window = max(max_bytes, 1) + 64 * 1024
             end = min(pos + window, meta.segment_size_in_bytes) - 1
@@ -538,7 +621,7 @@ class RemoteLogManager:
             for bpos, h in iter_batches(buf):
                 if h.last_offset < target:
                     continue
-                if max_offset is not None and h.base_offset >= max_offset:
+                if h.base_offset >= stop:
                     break
                 if size + h.size > max_bytes and (size > 0 or not min_one):
                     break
@@ -556,7 +639,7 @@ class RemoteLogManager:
                 return await self.rsm.fetch_log_segment(meta, pos + bpos, pos + bpos + bsize - 1)
             if pos + len(buf) < meta.segment_size_in_bytes:
                 return b""
-            target = meta.end_offset + 1
+            target = last + 1
             if target >= ulog.local_log_start_offset or (max_offset is not None and target >= max_offset):
                 return b""
 

@@ -159,12 +159,20 @@ class RemoteLogMetadataCache:
         if state is None:
             return None
         sid = state.floor_entry(offset)
-        if sid is None:
-            return None
-        m = self.id_to_segment.get(sid)
-        if m is None:
-            return None
-        return m if offset <= _epoch_end_offset(leader_epoch, m) else None
+        m = None if sid is None else self.id_to_segment.get(sid)
+        if m is not None and offset <= _epoch_end_offset(leader_epoch, m):
+            return m
+        # Not where Kafka looks: a segment of the same epoch start uploaded by another lineage (after an unclean
+        # election both sides hold the epoch's first records) replaced this one in the epoch's map. An epoch has one
+        # leader, so any copied segment holding `offset` within `leader_epoch` holds the right records.
+        for u in state.unreferenced:
+            m = self.id_to_segment.get(u)
+            if m is None or m.state != S.COPY_SEGMENT_FINISHED:
+                continue
+            start = m.segment_leader_epochs.get(leader_epoch)
+            if start is not None and start <= offset <= _epoch_end_offset(leader_epoch, m):
+                return m
+        return None
 
     def next_segment_with_txn_index(self, leader_epoch: int, offset: int) -> RemoteLogSegmentMetadata | None:
         """The first copied segment of `leader_epoch` at or after `offset` whose transaction index is not empty

@@ -777,6 +777,9 @@ class UnifiedLog:
         self.recovery_point = min(self.recovery_point, leo)
         self.log_start_offset = min(self.log_start_offset, leo)
         self.local_log_start_offset = min(self.local_log_start_offset, leo)
+        # Remote storage may hold a divergent copy of what was cut: it no longer counts as this log's tiered data
+        # (local retention would otherwise delete the surviving lineage's records written at those offsets).
+        self.highest_offset_in_remote_storage = min(self.highest_offset_in_remote_storage, leo - 1)
         self.leader_epoch_cache.truncate_from_end(leo)
         self._rebuild_producer_state()
         return True

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cluster_proc import StrataCluster
+from tests.support.s3_servers import MotoServer
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -41,6 +42,13 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section("cluster queue checker")
         for line in lines:
             terminalreporter.write_line(line)
+
+
+@pytest.fixture(scope="session")
+def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
+    """One moto S3 server for the tiered cluster scenarios (each cluster uses a key prefix of its own)."""
+    with MotoServer(tmp_path_factory.mktemp("moto-cluster")) as server:
+        yield server
 
 
 @pytest.fixture

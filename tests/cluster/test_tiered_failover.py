@@ -4,7 +4,8 @@ continuously; the leader is killed with kill -9 in the middle and comes back as 
 
 The new leader resumes copying where the remote log ends for its lineage (never re-copying, never skipping), so the
 COPY_SEGMENT_FINISHED segments listed by the RLMM form one chain from offset 0 to the latest tiered offset with no gap
-and no overlap, and every acknowledged record reads back from offset 0 through the remote segments.
+and no overlap, and every acknowledged record reads back from offset 0 through the remote segments. Followers delete
+their local copies of what was tiered as the leader does.
 """
 from __future__ import annotations
 
@@ -98,6 +99,16 @@ def test_leader_failover_under_load_leaves_one_gapless_remote_chain(
     assert end > before, (end, before)
     check_remote_chain(_finished(c), 0, end)
     assert c.leader_of(TOPIC, 0) == new_leader
+    # Followers delete locally what the leader tiered too (their RLM follower task tracks the RLMM), also the
+    # replica that never led and the old leader that came back.
+    followers = [i for i in c.ids if i != new_leader]
+
+    def first_local(i: int) -> int:
+        d = c.partition_dir(i, TOPIC, 0)
+        return min(int(p.name[:-4]) for p in d.glob("*.log"))
+    wait_until(lambda: all(first_local(i) > before for i in followers), timeout=60,
+               message=lambda: f"followers' first local offsets {[first_local(i) for i in followers]}, "
+                               f"tiered up to {before} at the failover")
 
     verdict = check(prod.history, read_all(c.bootstrap, TOPIC, 1, history=prod.history))
     assert verdict.ok, verdict.report()

@@ -1,5 +1,4 @@
-"""KIP-405 across replicas on a real 2-broker cluster (etcd, broker processes, LocalTieredStorage shared by both brokers
-through one `rsm.config.dir`): a follower whose fetch offset lies below the leader's local log start gets error 109
+"""KIP-405 across replicas on a real 2-broker cluster (etcd, broker processes, S3 on a moto server): a follower whose fetch offset lies below the leader's local log start gets error 109
 and rebuilds its aux state (leader-epoch cache, producer state, log start) from remote storage instead of copying
 what the leader has tiered (broker/cluster/tier_state.py).
 
@@ -21,10 +20,15 @@ import re
 import shutil
 import urllib.request
 from collections.abc import Callable
-from pathlib import Path
 
-from protocol.registry import ApiKey
+from tests.cluster.tiered_support import (
+    TIERED_CLUSTER,
+    copied_segments,
+    replicate_metadata_topic,
+    s3_overrides,
+)
 from tests.support.cluster_proc import StrataCluster
+from tests.support.s3_servers import MotoServer
 from tests.support.waiting import wait_until
 
 TOPIC = "tiered-rf2"
@@ -32,21 +36,7 @@ BEFORE = 60          # records both replicas have before the follower stops
 MIN_TOTAL = 400
 VALUE = b"x" * 200
 
-TIERED = {
-    "remote.log.storage.system.enable": True,
-    "remote.log.storage.manager.class.name": "local",
-    "remote.log.manager.task.interval.ms": 200,
-    "remote.log.metadata.topic.num.partitions": 3,
-    # RF 1 at creation: two brokers starting together with RF 2 can each wait in startup for a metadata partition
-    # led by the other; every partition then gets both brokers by reassignment (_replicate_metadata_topic).
-    "remote.log.metadata.topic.replication.factor": 1,
-    "log.retention.check.interval.ms": 200,
-    "log.segment.delete.delay.ms": 0,
-    "min.insync.replicas": 1,
-    "offsets.topic.replication.factor": 2,
-    "default.replication.factor": 2,
-    "replica.fetch.backoff.ms": 100,
-}
+TIERED = {**TIERED_CLUSTER, "offsets.topic.replication.factor": 2, "default.replication.factor": 2}
 
 
 def _produce(c: StrataCluster, start: int, end: int, acks: str) -> None:
@@ -94,40 +84,20 @@ def _metric(c: StrataCluster, i: int, name: str) -> float:
     return total
 
 
-def _replicate_metadata_topic(c: StrataCluster) -> None:
-    """Every broker's RLMM reads its local replicas of `__remote_log_metadata`: give every partition both brokers."""
-    from protocol.registry import REQUEST_CLASSES, RESPONSE_CLASSES
-    from tests.support.kafka_wire import WireClient
-    md = c.metadata(["__remote_log_metadata"])
-    n = len(md.topics[0].partitions)
-    assert n == TIERED["remote.log.metadata.topic.num.partitions"]
-    R = REQUEST_CLASSES[ApiKey.ALTER_PARTITION_REASSIGNMENTS]
-    T = R.ReassignableTopic
-    req = R(version=0, timeout_ms=30000, topics=[T(name="__remote_log_metadata", partitions=[
-        T.ReassignablePartition(partition_index=i, replicas=[1, 2]) for i in range(n)])])
-    with WireClient(c.broker(1).host, c.broker(1).port, timeout=30) as w:
-        resp = w.recv(RESPONSE_CLASSES[ApiKey.ALTER_PARTITION_REASSIGNMENTS], 0, w.send(req))
-    assert resp.error_code == 0
-    assert all(p.error_code == 0 for t in resp.responses for p in t.partitions), resp
-    for i in range(n):
-        wait_until(lambda i=i: set(c.replicas_of("__remote_log_metadata", i)) == {1, 2}, timeout=30)
-        c.wait_isr("__remote_log_metadata", i, {1, 2}, timeout=30)
-
-
-def _tiered_bases(rsm_dir: Path) -> list[int]:
-    """Base offsets of the segments LocalTieredStorage holds for the topic (`<20-digit base>-<id>.log`)."""
-    return sorted(int(p.name[:20]) for p in (rsm_dir / "kafka-tiered-storage").glob(f"{TOPIC}-0-*/*.log"))
+def _tiered_bases(c: StrataCluster) -> list[int]:
+    """Base offsets of the topic's segments copied to remote storage (COPY_SEGMENT_FINISHED in the RLMM)."""
+    return sorted(s.start_offset for s in copied_segments(c, TOPIC))
 
 
 def _checkpoint(c: StrataCluster, i: int) -> str:
     return (c.partition_dir(i, TOPIC, 0) / "leader-epoch-checkpoint").read_text()
 
 
-def _scenario(cluster_factory: Callable[..., StrataCluster], tmp_path: Path, wipe: bool,
+def _scenario(cluster_factory: Callable[..., StrataCluster], moto: MotoServer, wipe: bool,
               kip1023: bool = False) -> None:
-    overrides = {**TIERED, "rsm.config.dir": str(tmp_path / "rsm"), "follower.fetch.last.tiered.offset.enable": kip1023}
+    overrides = {**TIERED, **s3_overrides(moto), "follower.fetch.last.tiered.offset.enable": kip1023}
     c = cluster_factory(size=2, overrides=overrides)
-    _replicate_metadata_topic(c)
+    replicate_metadata_topic(c)
     # With KIP-1023 the leader keeps several already-tiered segments locally, so "last tiered offset + 1" and the
     # leader's earliest local offset differ.
     local_bytes = 4 * 4096 if kip1023 else 1
@@ -162,7 +132,7 @@ def _scenario(cluster_factory: Callable[..., StrataCluster], tmp_path: Path, wip
         # stays put while the follower rebuilds.
         def settled() -> bool:
             bases = _local_bases(c, 1)
-            tiered = _tiered_bases(tmp_path / "rsm")
+            tiered = _tiered_bases(c)
             d = c.partition_dir(1, TOPIC, 0)
             sizes = [(d / f"{b:020d}.log").stat().st_size for b in bases]
             return len(bases) >= 3 and bool(tiered) and max(tiered) == bases[-2] and sum(sizes[1:]) <= local_bytes
@@ -194,15 +164,15 @@ def _scenario(cluster_factory: Callable[..., StrataCluster], tmp_path: Path, wip
 
 
 def test_brand_new_follower_rebuilds_aux_state_from_remote_and_serves_after_failover(
-        cluster_factory: Callable[..., StrataCluster], tmp_path: Path) -> None:
-    _scenario(cluster_factory, tmp_path, wipe=True)
+        cluster_factory: Callable[..., StrataCluster], moto: MotoServer) -> None:
+    _scenario(cluster_factory, moto, wipe=True)
 
 
 def test_out_of_sync_follower_truncates_fully_and_rebuilds_from_remote(
-        cluster_factory: Callable[..., StrataCluster], tmp_path: Path) -> None:
-    _scenario(cluster_factory, tmp_path, wipe=False)
+        cluster_factory: Callable[..., StrataCluster], moto: MotoServer) -> None:
+    _scenario(cluster_factory, moto, wipe=False)
 
 
 def test_kip1023_empty_follower_starts_past_the_last_tiered_offset(
-        cluster_factory: Callable[..., StrataCluster], tmp_path: Path) -> None:
-    _scenario(cluster_factory, tmp_path, wipe=True, kip1023=True)
+        cluster_factory: Callable[..., StrataCluster], moto: MotoServer) -> None:
+    _scenario(cluster_factory, moto, wipe=True, kip1023=True)
