@@ -218,7 +218,7 @@ class ReplicaManager:
             from remote.rlm import topic_id_partition
             tip = topic_id_partition(p.log)
             if delete_remote:
-                task = asyncio.ensure_future(self.rlm.delete_partition(tip))
+                task = asyncio.ensure_future(self.rlm.mark_partition_deleted(tip))
                 task.add_done_callback(_consume_exception)
             else:
                 self.rlm.stop_replica(tip)
@@ -260,14 +260,15 @@ class ReplicaManager:
             try:
                 self.rlmm.on_partition_leadership_changes(tl, tf)
             except (RuntimeError, StorageError) as e:
-                # The RLMM reads __remote_log_metadata from this broker's own replicas; a metadata partition hosted
-                # elsewhere cannot be followed yet. Leadership itself must still be applied.
+                # The RLMM could not follow (it is closing, or the metadata topic is not there yet); leadership
+                # itself must still be applied, and the tier state machine subscribes again when it needs to.
                 log.warning("cannot follow remote log metadata", error=str(e),
                             partitions=[str(t) for t in tl + tf])
         self.rlm.on_leadership_change([(p.log, p.leader_epoch) for p in leaders], [p.log for p in followers])
 
     def remove_topic(self, info: TopicInfo) -> None:
-        """Topic deleted: stop and delete every local replica (idempotent); remote data goes with the leader's."""
+        """Topic deleted: stop and delete every local replica (idempotent); the leader marks its remote data for the
+        RemotePartitionRemover."""
         for i in range(info.partitions):
             p = self.partitions.get((info.name, i))
             if p is not None and p.topic.topic_id == info.topic_id:
@@ -282,7 +283,8 @@ class ReplicaManager:
             self.update_topic_config(info)
 
     def disable_remote_storage(self, info: TopicInfo) -> None:
-        """KIP-950 with remote.log.delete.on.disable=true: delete the remote data; the log then starts locally."""
+        """KIP-950 with remote.log.delete.on.disable=true: the remote data is marked for the RemotePartitionRemover;
+        the log starts locally at once."""
         for i in range(info.partitions):
             p = self.partitions.get((info.name, i))
             if p is None:
@@ -291,7 +293,7 @@ class ReplicaManager:
             p.log.highest_offset_in_remote_storage = -1
             if self.rlm is not None and p.is_leader:
                 from remote.rlm import topic_id_partition
-                task = asyncio.ensure_future(self.rlm.delete_partition(topic_id_partition(p.log)))
+                task = asyncio.ensure_future(self.rlm.mark_partition_deleted(topic_id_partition(p.log)))
                 task.add_done_callback(_consume_exception)
 
     def update_topic_config(self, info: TopicInfo) -> None:

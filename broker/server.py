@@ -78,6 +78,7 @@ class KafkaServer:
         self.replica_manager.leadership_listeners.append(self._on_leadership_change)
         self.apis: KafkaApis | None = None
         self.rlm = None       # RemoteLogManager (tiered storage), built at start when enabled
+        self.partition_remover = None    # RemotePartitionRemover, with the RLM
         self.rlmm = None
         self.socket_server: SocketServer | None = None
         self._tasks: list[asyncio.Task] = []
@@ -180,6 +181,13 @@ class KafkaServer:
         self.rlm, self.rlmm = build_remote_log_manager(self)
         self.replica_manager.rlm, self.replica_manager.rlmm = self.rlm, self.rlmm
         await self.rlmm.start()
+        from remote.partition_remover import RemotePartitionRemover
+        io = self.rlmm.io
+        self.partition_remover = RemotePartitionRemover(
+            self.rlm, self.rlmm, io, num_partitions=self.config["remote.log.metadata.topic.num.partitions"],
+            interval_ms=self.config["remote.partition.remover.task.interval.ms"], is_leader=io.is_leader,
+            wait_for_appends=io.wait_for_appends)
+        self.partition_remover.start()
         for info in list(self.store.topics().values()):
             self.replica_manager._notify_remote(info)
         log.info("tiered storage enabled", rsm=type(self.rlm.rsm).__name__)
@@ -258,8 +266,12 @@ class KafkaServer:
             rm.fetcher_manager.on_broker_change(key)         # a leader re-registered: reconnect
 
     def _on_leadership_change(self, partition, leader: bool) -> None:
-        """The group coordinator follows the leadership of the __consumer_offsets partitions."""
+        """The group coordinator follows the leadership of the __consumer_offsets partitions; the remote partition
+        remover looks at a __remote_log_metadata partition as soon as it leads it."""
         from .group.records import OFFSETS_TOPIC
+        from .tiered import REMOTE_LOG_METADATA_TOPIC
+        if partition.topic.name == REMOTE_LOG_METADATA_TOPIC and leader and self.partition_remover is not None:
+            self.partition_remover.wake()       # what the previous leader of this metadata partition left
         if partition.topic.name == OFFSETS_TOPIC:
             if leader:
                 self.group_coordinator.on_become_leader(partition.index)
@@ -299,6 +311,8 @@ class KafkaServer:
         if self.socket_server is not None:
             await self.socket_server.stop()
         await self.replica_manager.shutdown()        # replica fetchers stop before the logs close
+        if self.partition_remover is not None:
+            await self.partition_remover.close()
         if self.rlm is not None:
             await self.rlm.close()
             await self.rlmm.close()

@@ -1,11 +1,13 @@
 """Broker side of tiered storage: builds the RSM, RLMM and RemoteLogManager from the config, and gives the RLMM
-its `__remote_log_metadata` topic through the broker's own logs (the RLMM lives in `remote`, which must not know
-the broker, so it receives this I/O object instead of a Kafka producer/consumer).
+its `__remote_log_metadata` topic through the broker's own logs and, for what this broker does not host, the
+partitions' leaders (the RLMM lives in `remote`, which must not know the broker, so it receives this I/O object
+instead of a Kafka producer/consumer).
 """
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +32,11 @@ REMOTE_LOG_METADATA_TOPIC = "__remote_log_metadata"
 # topics, it is what lets a Produce write `__remote_log_metadata`, an internal topic that other clients cannot write.
 RLMM_PRODUCER_CLIENT_ID = "__remote_log_metadata_producer"
 PRODUCE_VERSION = 9
+# Kafka's RLMM consumer reads every metadata partition it needs from its leader; Strata reads its own replicas and
+# fetches (as a consumer, READ_UNCOMMITTED up to the HW) only the partitions it does not host.
+RLMM_CONSUMER_CLIENT_ID = "__remote_log_metadata_consumer"
+FETCH_VERSION = 12
+READ_WAIT_MS = 500                 # a remote read long-polls this long for new records
 # The RLMM producer's bounds (Kafka's producer defaults: request.timeout.ms 30 s, retry.backoff.ms 100 ms).
 APPEND_TIMEOUT_S = 30.0
 APPEND_RETRY_BACKOFF_S = 0.1
@@ -44,13 +51,19 @@ class MetadataAppendError(RuntimeError):
     """A record for `__remote_log_metadata` could not be written; retriable errors were retried until the bound."""
 
 
+class MetadataReadError(RuntimeError):
+    """A metadata partition this broker does not host could not be read from its leader (the RLMM retries)."""
+
+
 class BrokerMetadataTopicIO:
     """MetadataTopicIO over `__remote_log_metadata`: appends go to each partition's leader (this broker's own log,
     or a Produce to the leader, as Kafka's RLMM producer does); reads come from this broker's replicas."""
 
-    def __init__(self, server: "KafkaServer") -> None:
+    def __init__(self, server: KafkaServer) -> None:
         self.server = server
         self._leader_conns: dict[int, tuple[BrokerConnection, asyncio.Lock]] = {}
+        self._reader_conns: dict[int, tuple[BrokerConnection, asyncio.Lock]] = {}
+        self._remote_hw: dict[int, int] = {}      # high watermarks learnt from the leaders of partitions not hosted
 
     async def ensure_topic(self, num_partitions: int, replication_factor: int, retention_ms: int) -> None:
         store = self.server.store
@@ -146,41 +159,93 @@ class BrokerMetadataTopicIO:
         pr = resp.responses[0].partition_responses[0]
         return ErrorCode(pr.error_code), pr.base_offset, pr.error_message or ""
 
-    def _leader_connection(self, broker_id: int) -> tuple[BrokerConnection, asyncio.Lock]:
-        entry = self._leader_conns.get(broker_id)
+    def _leader_connection(self, broker_id: int, readers: bool = False) -> tuple[BrokerConnection, asyncio.Lock]:
+        """The connection (and its request lock) to a broker: one for appends, one for reads, so that a read's
+        long poll never holds up an append."""
+        conns = self._reader_conns if readers else self._leader_conns
+        client_id = RLMM_CONSUMER_CLIENT_ID if readers else RLMM_PRODUCER_CLIENT_ID
+        entry = conns.get(broker_id)
         b = self.server.store.brokers().get(broker_id)
         ep = b.endpoint(self.server.config.get("inter.broker.listener.name") or "") if b is not None else None
         if ep is None:
             raise BrokerConnectionError(f"broker {broker_id} is not registered with an inter-broker endpoint")
         if entry is None or (entry[0].host, entry[0].port) != tuple(ep):
-            conn = BrokerConnection(ep[0], ep[1], f"{RLMM_PRODUCER_CLIENT_ID}-{self.server.broker_id}",
+            conn = BrokerConnection(ep[0], ep[1], f"{client_id}-{self.server.broker_id}",
                                     self.server.config["replica.socket.timeout.ms"] / 1000.0)
-            entry = self._leader_conns[broker_id] = (conn, asyncio.Lock())
+            entry = conns[broker_id] = (conn, asyncio.Lock())
         return entry
 
     async def close(self) -> None:
-        conns, self._leader_conns = self._leader_conns, {}
-        for conn, _ in conns.values():
+        conns = [*self._leader_conns.values(), *self._reader_conns.values()]
+        self._leader_conns, self._reader_conns = {}, {}
+        for conn, _ in conns:
             await conn.close()
 
-    def read(self, partition: int, offset: int, max_bytes: int) -> bytes:
-        p = self._partition(partition)
+    def read(self, partition: int, offset: int, max_bytes: int) -> bytes | Awaitable[bytes]:
+        """From this broker's replica when it hosts the partition, else a Fetch from its leader (an awaitable)."""
+        p = self.server.replica_manager.get_partition(REMOTE_LOG_METADATA_TOPIC, partition)
+        if p is None:
+            return self._read_from_leader(partition, offset, max_bytes)
         offset = max(offset, p.log.log_start_offset)
         return bytes(p.log.read(offset, max_bytes, p.high_watermark, True).records)
 
-    def end_offset(self, partition: int) -> int:
-        return self._partition(partition).high_watermark
+    async def _read_from_leader(self, partition: int, offset: int, max_bytes: int) -> bytes:
+        st = self.server.store.partition_state(REMOTE_LOG_METADATA_TOPIC, partition)
+        if st is None or st.leader < 0:
+            raise MetadataReadError(f"{REMOTE_LOG_METADATA_TOPIC}-{partition} has no leader")
+        T = REQUEST_CLASSES[ApiKey.FETCH][FETCH_VERSION].FetchTopic
+        conn, lock = self._leader_connection(st.leader, readers=True)
+        for _ in range(2):     # once more from the log start when `offset` is below it (retention)
+            async with lock:
+                try:
+                    resp = await conn.request(
+                        ApiKey.FETCH, FETCH_VERSION, READ_WAIT_MS / 1000 + 10, replica_id=-1,
+                        max_wait_ms=READ_WAIT_MS, min_bytes=1, max_bytes=max_bytes, isolation_level=0, session_id=0,
+                        session_epoch=-1, topics=[T(topic=REMOTE_LOG_METADATA_TOPIC, partitions=[T.FetchPartition(
+                            partition=partition, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
+                            log_start_offset=-1, partition_max_bytes=max_bytes)])],
+                        forgotten_topics_data=[], rack_id="")
+                except BrokerConnectionError as e:
+                    raise MetadataReadError(f"{REMOTE_LOG_METADATA_TOPIC}-{partition} from broker {st.leader}: "
+                                            f"{e}") from e
+            pd = resp.responses[0].partitions[0]
+            if pd.error_code == ErrorCode.OFFSET_OUT_OF_RANGE and 0 <= offset < pd.log_start_offset:
+                offset = pd.log_start_offset
+                continue
+            if pd.error_code != ErrorCode.NONE:
+                raise MetadataReadError(f"{REMOTE_LOG_METADATA_TOPIC}-{partition} from broker {st.leader}: "
+                                        f"{ErrorCode(pd.error_code).name}")
+            self._remote_hw[partition] = pd.high_watermark
+            return bytes(pd.records or b"")
+        raise MetadataReadError(f"{REMOTE_LOG_METADATA_TOPIC}-{partition}: offset {offset} out of range")
+
+    def end_offset(self, partition: int) -> int | None:
+        p = self.server.replica_manager.get_partition(REMOTE_LOG_METADATA_TOPIC, partition)
+        if p is None:
+            return self._remote_hw.get(partition)
+        return p.high_watermark
 
     def start_offset(self, partition: int) -> int:
         return self._partition(partition).log.log_start_offset
 
+    def is_leader(self, partition: int) -> bool:
+        p = self.server.replica_manager.get_partition(REMOTE_LOG_METADATA_TOPIC, partition)
+        return p is not None and p.is_leader
+
+    async def wait_for_appends(self, partitions: list[int], timeout_s: float) -> bool:
+        """Park until one of these metadata partitions gets records (True) or the timeout (False)."""
+        return await self.server.replica_manager.fetch_purgatory.wait(
+            [(REMOTE_LOG_METADATA_TOPIC, p) for p in partitions], timeout_s)
+
     async def wait_for_data(self, partition: int, offset: int, timeout_s: float) -> None:
-        if self.end_offset(partition) > offset:
+        if self.server.replica_manager.get_partition(REMOTE_LOG_METADATA_TOPIC, partition) is None:
+            return                                   # read from the leader: the read itself long-polls
+        if (self.end_offset(partition) or 0) > offset:
             return
         await self.server.replica_manager.fetch_purgatory.wait([(REMOTE_LOG_METADATA_TOPIC, partition)], timeout_s)
 
 
-def build_remote_log_manager(server: "KafkaServer") -> tuple[RemoteLogManager, Any]:
+def build_remote_log_manager(server: KafkaServer) -> tuple[RemoteLogManager, Any]:
     """RSM from `remote.log.storage.manager.class.name` + `rsm.config.*`; topic-based RLMM; the RLM."""
     from remote.rlmm import TopicBasedRemoteLogMetadataManager
 

@@ -114,7 +114,22 @@ class TopicManager:
         info = await self.store.delete_topic(name)
         self.replica_manager.remove_topic(info)      # idempotent: the watch may have done it already
         log.info("deleted topic", topic=name, topic_id=str(info.topic_id))
+        await self._mark_remote_partitions_deleted(info)
         return info
+
+    async def _mark_remote_partitions_deleted(self, info: TopicInfo) -> None:
+        """As Kafka's controller does: DELETE_PARTITION_MARKED for every partition of a tiered topic, whether or not
+        its leader is up; the RemotePartitionRemover on each metadata partition's leader deletes the data."""
+        rlm = self.replica_manager.rlm
+        if rlm is None or not self.config.log_config(info.configs).values.get("remote.storage.enable"):
+            return
+        from remote.metadata import TopicIdPartition
+        for i in range(info.partitions):
+            tip = TopicIdPartition(info.topic_id, info.name, i)
+            try:
+                await rlm.mark_partition_deleted(tip)
+            except Exception as e:  # noqa: BLE001 - the partition's leader marks it too; the request has succeeded
+                log.warning("could not mark remote partition deleted", partition=str(tip), error=str(e))
 
     async def create_partitions(self, name: str, count: int, validate_only: bool = False,
                                 assignments: list[list[int]] | None = None) -> TopicInfo:

@@ -136,6 +136,7 @@ _BROKER_DEFS: list[ConfigDef] = [
               "only the topic-based RLMM is implemented"),
     ConfigDef("remote.log.metadata.manager.listener.name", T.STRING, "", ""),
     ConfigDef("remote.log.manager.task.interval.ms", T.LONG, 30000, "", at_least(1)),
+    ConfigDef("remote.partition.remover.task.interval.ms", T.LONG, 3600000, "", at_least(1)),
     ConfigDef("remote.log.manager.task.retry.backoff.ms", T.LONG, 500, "", at_least(1)),
     ConfigDef("remote.log.manager.task.retry.backoff.max.ms", T.LONG, 30000, "", at_least(1)),
     ConfigDef("remote.log.manager.thread.pool.size", T.INT, 2, "", at_least(1)),

@@ -44,6 +44,7 @@ from .metadata import (
 )
 from .quota import UNLIMITED, RateQuota
 from .remote_metrics import RemoteMetrics
+from .rlmm_types import InvalidStateTransitionError
 from .rsm import RemoteStorageError, RemoteStorageManager, RemoteStorageTimeoutError
 
 log = structlog.get_logger("strata.remote")
@@ -518,12 +519,38 @@ class RemoteLogManager:
         finally:
             self._deletions.discard(task)
 
+    async def mark_partition_deleted(self, tip: TopicIdPartition) -> None:
+        """Topic deletion (or KIP-950's delete on disable) as the controller records it: DELETE_PARTITION_MARKED, for
+        the RemotePartitionRemover on the leader of the partition's metadata partition to act on. A partition
+        already further along is left as it is."""
+        self.stop_replica(tip)
+        current = self._delete_state(tip)
+        if current is not None:
+            return
+        try:
+            await self._mark(tip, RemotePartitionDeleteState.DELETE_PARTITION_MARKED)
+        except InvalidStateTransitionError:
+            pass                      # marked (or started) meanwhile by another broker
+
+    def _delete_state(self, tip: TopicIdPartition) -> RemotePartitionDeleteState | None:
+        get = getattr(self.rlmm, "partition_delete_metadata", None)
+        if get is None or not getattr(self.rlmm, "is_ready", lambda _t: False)(tip):
+            return None
+        m = get(tip)
+        return None if m is None else m.state
+
+    async def _mark(self, tip: TopicIdPartition, state: RemotePartitionDeleteState) -> None:
+        await _maybe_await(self.rlmm.put_remote_partition_delete_metadata(
+            RemotePartitionDeleteMetadata(tip, state, _now_ms(), self.broker_id)))
+
     async def _delete_partition(self, tip: TopicIdPartition) -> int:
-        async def mark(state: RemotePartitionDeleteState) -> None:
-            await _maybe_await(self.rlmm.put_remote_partition_delete_metadata(
-                RemotePartitionDeleteMetadata(tip, state, _now_ms(), self.broker_id)))
-        await mark(RemotePartitionDeleteState.DELETE_PARTITION_MARKED)
-        await mark(RemotePartitionDeleteState.DELETE_PARTITION_STARTED)
+        current = self._delete_state(tip)
+        if current == RemotePartitionDeleteState.DELETE_PARTITION_FINISHED:
+            return 0
+        if current is None:
+            await self._mark(tip, RemotePartitionDeleteState.DELETE_PARTITION_MARKED)
+        if current != RemotePartitionDeleteState.DELETE_PARTITION_STARTED:
+            await self._mark(tip, RemotePartitionDeleteState.DELETE_PARTITION_STARTED)
         n = failures = 0
         while True:
             left = 0
@@ -546,7 +573,7 @@ class RemoteLogManager:
                 if self._closed:
                     raise
                 await asyncio.sleep(delay)
-        await mark(RemotePartitionDeleteState.DELETE_PARTITION_FINISHED)
+        await self._mark(tip, RemotePartitionDeleteState.DELETE_PARTITION_FINISHED)
         return n
 
     # ---- reads ------------------------------------------------------------------------------------------------

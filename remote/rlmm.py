@@ -83,11 +83,13 @@ _ERROR_BACKOFF_S = (0.05, 2.0)
 class _UserPartition:
     __slots__ = ("applied_upto", "dirty", "metadata_partition", "ready_target", "snapshot_offset", "tip")
 
-    def __init__(self, tip: TopicIdPartition, metadata_partition: int, applied_upto: int, ready_target: int) -> None:
+    def __init__(self, tip: TopicIdPartition, metadata_partition: int, applied_upto: int,
+                 ready_target: int | None) -> None:
         self.tip = tip
         self.metadata_partition = metadata_partition
         self.applied_upto = applied_upto      # every record of the metadata partition below this is applied
-        self.ready_target = ready_target      # end offset of the metadata partition when we started following
+        # end offset of the metadata partition when we started following (None: learnt from the first read)
+        self.ready_target = ready_target
         self.dirty = True                     # changed since the last snapshot
         self.snapshot_offset = -1             # applied_upto of the last snapshot written
 
@@ -240,7 +242,7 @@ class TopicBasedRemoteLogMetadataManager:
             self._maybe_mark_ready(up)
             log.info("rlmm following partition", partition=str(tip), metadata_partition=p, start=start, end=end)
 
-    def _restore(self, tip: TopicIdPartition, p: int, end: int) -> int:
+    def _restore(self, tip: TopicIdPartition, p: int, end: int | None) -> int:
         """Load the user partition's cache from its snapshot; return the position to apply from."""
         data = self._pending_snapshots.get(tip)
         try:
@@ -251,7 +253,8 @@ class TopicBasedRemoteLogMetadataManager:
         except (OSError, SnapshotFormatError, MetadataDecodeError) as e:
             log.warning("rlmm snapshot unreadable, rebuilding from the topic", partition=str(tip), error=str(e))
             snap = None
-        if snap is not None and (snap.metadata_partition != p or snap.metadata_partition_offset > end):
+        if snap is not None and (snap.metadata_partition != p
+                                 or (end is not None and snap.metadata_partition_offset > end)):
             log.warning("rlmm snapshot does not match the metadata topic, rebuilding from the topic",
                         partition=str(tip), snapshot_partition=snap.metadata_partition, metadata_partition=p,
                         snapshot_offset=snap.metadata_partition_offset, end_offset=end)
@@ -272,9 +275,10 @@ class TopicBasedRemoteLogMetadataManager:
             log.warning("rlmm committed offsets unreadable", error=str(e))
             return
         for p, off in committed.items():
-            if 0 <= p < self.config.num_partitions and self.io.end_offset(p) < off:
+            end = self.io.end_offset(p) if 0 <= p < self.config.num_partitions else None
+            if end is not None and end < off:
                 log.warning("rlmm metadata partition is behind its committed offset; snapshots will be checked",
-                            metadata_partition=p, committed=off, end_offset=self.io.end_offset(p))
+                            metadata_partition=p, committed=off, end_offset=end)
 
     # -- readiness ----------------------------------------------------------------------------------------------------
     def is_ready(self, tip: TopicIdPartition) -> bool:
@@ -283,7 +287,10 @@ class TopicBasedRemoteLogMetadataManager:
 
     def _maybe_mark_ready(self, up: _UserPartition) -> None:
         cache = self.store.caches.get(up.tip)
-        if cache is not None and not cache.initialized and up.applied_upto >= up.ready_target:
+        if up.ready_target is None:
+            up.ready_target = self.io.end_offset(up.metadata_partition)     # known once the partition was read
+        if (cache is not None and not cache.initialized and up.ready_target is not None
+                and up.applied_upto >= up.ready_target):
             cache.mark_initialized()
             log.info("rlmm partition ready", partition=str(up.tip), metadata_partition=up.metadata_partition,
                      offset=up.applied_upto)
@@ -296,7 +303,7 @@ class TopicBasedRemoteLogMetadataManager:
         """Wait until the partition's cache has applied everything its metadata partition holds *now* (e.g. a
         follower waiting for the leader's latest segment metadata); RemoteStorageNotReadyError on timeout."""
         self._ensure_started()
-        target = self.io.end_offset(self.metadata_partition(tip))
+        target = self.io.end_offset(self.metadata_partition(tip)) or 0
         await self._wait_until(tip, lambda up: up.applied_upto >= target and self.is_ready(tip), timeout_s)
 
     async def _wait_until(self, tip: TopicIdPartition, done: Any, timeout_s: float | None) -> None:
@@ -451,7 +458,12 @@ class TopicBasedRemoteLogMetadataManager:
             try:
                 start = mp.position
                 data = self.io.read(p, start, max_bytes)
+                if not isinstance(data, (bytes, bytearray, memoryview)):
+                    data = await data           # read from the partition's leader
                 progressed = self._apply_batches(mp, data, start)
+                if not progressed:
+                    for up in mp.users.values():
+                        self._maybe_mark_ready(up)     # an empty partition read from its leader: its end is known now
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # noqa: BLE001 -- a broken read must not kill the loop: retry with backoff

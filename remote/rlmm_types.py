@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -90,8 +90,10 @@ class MetadataTopicIO(Protocol):
     * `read(partition, offset, max_bytes)` returns whole batches holding offsets >= `offset` and below the high
       watermark (possibly b""; the first batch may start below `offset`; at least one whole batch when one is
       available, even if larger than `max_bytes`). Reading below the log start offset returns batches from the log
-      start offset.
-    * `end_offset(partition)` is the high watermark: the next offset to be made visible to readers.
+      start offset. It may return an awaitable instead (a partition read from its leader over the network, which
+      may wait a little for data).
+    * `end_offset(partition)` is the high watermark: the next offset to be made visible to readers; None while it
+      is not known yet (a partition read from its leader before its first read).
     * `wait_for_data(partition, offset, timeout_s)` returns when `end_offset(partition) > offset` may hold, or at
       the timeout, whichever is first (spurious wake-ups are allowed).
     """
@@ -100,9 +102,9 @@ class MetadataTopicIO(Protocol):
 
     async def append(self, partition: int, records: bytes) -> int: ...
 
-    def read(self, partition: int, offset: int, max_bytes: int) -> bytes: ...
+    def read(self, partition: int, offset: int, max_bytes: int) -> bytes | Awaitable[bytes]: ...
 
-    def end_offset(self, partition: int) -> int: ...
+    def end_offset(self, partition: int) -> int | None: ...
 
     async def wait_for_data(self, partition: int, offset: int, timeout_s: float) -> None: ...
 

@@ -1,0 +1,59 @@
+"""KIP-405 topic deletion in a cluster: DELETE_PARTITION_MARKED is recorded by the broker that deletes the topic (as
+Kafka's controller does) and the RemotePartitionRemover on the leader of each partition's `__remote_log_metadata`
+partition deletes the remote data -- so it goes even when every replica of the topic is down, and a metadata
+partition that fails over meanwhile is finished by its new leader."""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from broker.admin_client import AdminClient
+from broker.remote_log_metadata_cmd import remote_log_state
+from tests.cluster.checker import encode_value
+from tests.cluster.tiered_support import TIERED_CLUSTER, replicate_metadata_topic, s3_overrides
+from tests.support.ck import produce_all
+from tests.support.cluster_proc import StrataCluster
+from tests.support.records import Rec
+from tests.support.s3_servers import MotoServer
+from tests.support.waiting import wait_until
+
+TOPIC = "tiered-deleted"
+PARTITIONS = 6
+DOWN = 3          # the broker holding every replica of the topic
+
+
+def test_remote_data_of_a_topic_whose_replicas_are_all_down_is_deleted_by_the_metadata_leaders(
+        cluster_factory: Callable[..., StrataCluster], moto: MotoServer) -> None:
+    s3 = s3_overrides(moto)
+    prefix = str(s3["rsm.config.key.prefix"])
+    c = cluster_factory(3, overrides={**TIERED_CLUSTER, **s3, "remote.partition.remover.task.interval.ms": 60000})
+    replicate_metadata_topic(c)
+    c.create_topic(TOPIC, replica_assignment=[[DOWN]] * PARTITIONS,
+                   config={"remote.storage.enable": True, "segment.bytes": 4096})
+    produce_all(c.bootstrap, TOPIC, [Rec(p, None, encode_value(f"p{p}", i, 200))
+                                     for p in range(PARTITIONS) for i in range(60)],
+                **{"linger.ms": 5, "batch.size": 2048})
+
+    def tiered_everywhere() -> bool:
+        st = remote_log_state(c.bootstrap)
+        return all(any(s.state == "COPY_SEGMENT_FINISHED" for s in st.for_partition(TOPIC, p))
+                   for p in range(PARTITIONS))
+    wait_until(tiered_everywhere, timeout=60, message="every partition has copied segments")
+    topic_prefix = f"{prefix}{TOPIC}-"
+    assert moto.keys(topic_prefix)
+
+    c.kill9(DOWN)                                  # every replica down; some metadata partitions fail over too
+    with AdminClient(c.bootstrap, timeout=30) as admin:
+        admin.delete_topic(TOPIC)
+
+    def deleted() -> dict | None:
+        st = remote_log_state(c.bootstrap)
+        states = {p: hist for (t, p, _), hist in st.partition_deletes.items() if t == TOPIC}
+        done = len(states) == PARTITIONS and all(h[-1] == "DELETE_PARTITION_FINISHED" for h in states.values())
+        return states if done and not moto.keys(topic_prefix) else None
+    states = wait_until(deleted, timeout=60, interval=0.5,
+                        message=lambda: f"partition delete states {remote_log_state(c.bootstrap).partition_deletes}, "
+                                        f"objects left {len(moto.keys(topic_prefix))}")
+    for hist in states.values():
+        assert hist[0] == "DELETE_PARTITION_MARKED" and "DELETE_PARTITION_STARTED" in hist, hist
+    st = remote_log_state(c.bootstrap)
+    assert all(s.state == "DELETE_SEGMENT_FINISHED" for p in range(PARTITIONS) for s in st.for_partition(TOPIC, p))
