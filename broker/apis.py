@@ -31,6 +31,12 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("strata.apis")
 
+# Requests that must not take long beyond what they ask to wait (a Fetch's max_wait_ms): answered later than that by
+# SLOW_REQUEST_S, they are logged, since a client's next requests on the connection wait behind them.
+SLOW_REQUEST_S = 2.0
+_BOUNDED_APIS = frozenset({ApiKey.FETCH, ApiKey.HEARTBEAT, ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH,
+                           ApiKey.METADATA, ApiKey.LIST_OFFSETS, ApiKey.FIND_COORDINATOR})
+
 
 @dataclass(slots=True)
 class RequestContext:
@@ -136,7 +142,12 @@ class KafkaApis:
             self.metrics.request_errors.labels(name).inc()
             raise CloseConnection from None
         self.metrics.requests.labels(name).inc()
-        self.metrics.request_latency.labels(name).observe(time.perf_counter() - received)
+        elapsed = time.perf_counter() - received
+        self.metrics.request_latency.labels(name).observe(elapsed)
+        if hdr.api_key in _BOUNDED_APIS and elapsed > getattr(req, "max_wait_ms", 0) / 1000 + SLOW_REQUEST_S:
+            # A client waits for this answer before anything else it sent on the connection (heartbeats included).
+            log.warning("slow request", api=name, version=hdr.api_version, client_id=ctx.client_id, conn=conn.id,
+                        correlation_id=hdr.correlation_id, elapsed_s=round(elapsed, 3))
         if resp is None:
             return None
         if hdr.api_key == ApiKey.FETCH:
