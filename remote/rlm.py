@@ -158,6 +158,7 @@ class _PartitionTasks:
     expire_task: asyncio.Task | None = None
     copying: set[uuid.UUID] = field(default_factory=set)
     failures: int = 0
+    resigned: bool = False          # leadership lost: finish the copy in flight, start no other
 
 
 class RemoteLogManager:
@@ -172,6 +173,7 @@ class RemoteLogManager:
         self._empty_snapshot_dir = Path(index_cache_dir).parent / "remote-log-empty-snapshots"
         self._leaders: dict[TopicIdPartition, _PartitionTasks] = {}
         self._followers: dict[TopicIdPartition, _FollowerTask] = {}
+        self._resigning: set[asyncio.Task] = set()       # copy tasks of former leaderships finishing their copy
         self._deletions: set[asyncio.Task] = set()     # topic deletions in progress (retried through outages)
         self._copy_slots = asyncio.Semaphore(max(1, config.copier_pool_size))
         self._expire_slots = asyncio.Semaphore(max(1, config.expiration_pool_size))
@@ -201,7 +203,7 @@ class RemoteLogManager:
             st.ulog, st.leader_epoch = ulog, epoch
         for ulog in followers:
             tip = topic_id_partition(ulog)
-            self.stop_partition(tip)
+            self._resign(tip)
             if not ulog.remote_log_enabled:
                 continue
             ft = self._followers.get(tip)
@@ -217,6 +219,21 @@ class RemoteLogManager:
                 if t is not None:
                     t.cancel()
 
+    def _resign(self, tip: TopicIdPartition) -> None:
+        """Leadership moved away: expiration stops now; a segment copy in flight finishes (KIP-405: the new leader may
+        copy the same offsets again, and expiration removes the duplicate), then the copy task ends."""
+        st = self._leaders.pop(tip, None)
+        if st is None:
+            return
+        st.resigned = True
+        if st.expire_task is not None:
+            st.expire_task.cancel()
+        if st.copy_task is not None and not st.copying:
+            st.copy_task.cancel()
+        elif st.copy_task is not None:
+            self._resigning.add(st.copy_task)
+            st.copy_task.add_done_callback(self._resigning.discard)
+
     def _stop_follower(self, tip: TopicIdPartition) -> None:
         ft = self._followers.pop(tip, None)
         if ft is not None and ft.task is not None:
@@ -231,6 +248,7 @@ class RemoteLogManager:
         self._closed = True
         tasks = [t for st in self._leaders.values() for t in (st.copy_task, st.expire_task) if t is not None]
         tasks += [ft.task for ft in self._followers.values() if ft.task is not None]
+        tasks += list(self._resigning)
         tasks += self._deletions      # partition deletions retrying through an outage
         for t in tasks:
             t.cancel()
@@ -261,7 +279,7 @@ class RemoteLogManager:
     async def _copy_loop(self, st: _PartitionTasks) -> None:
         await self._wait_ready(st)
         await self.sync_highest_copied_offset(st.ulog)
-        while not self._closed:
+        while not self._closed and not st.resigned:
             delay = self.config.task_interval_ms / 1000.0
             try:
                 async with self._copy_slots:
@@ -357,6 +375,8 @@ class RemoteLogManager:
             return 0
         copied = 0
         for seg, end in self.copy_candidates(ulog):
+            if st is not None and st.resigned:
+                break
             await self.copy_quota.wait()
             await self._copy_segment(ulog, seg, end, st)
             copied += 1

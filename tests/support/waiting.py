@@ -35,3 +35,17 @@ def wait_until(cond: Callable[[], T], timeout: float = 10.0, interval: float = 0
             detail = f"last value {last_value!r}" if last_exc is None else f"last error {last_exc!r}"
             raise WaitTimeout(f"condition not met within {timeout:.1f}s: {text} ({detail})") from last_exc
         time.sleep(interval)
+
+
+async def wait_until_async(cond: Callable[[], T], timeout: float = 10.0, interval: float = 0.01) -> T:
+    """`wait_until` inside an event loop: polls without blocking the loop the awaited work runs on."""
+    import asyncio
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise WaitTimeout(f"condition not met within {timeout:.1f}s (last value {value!r})")
+        await asyncio.sleep(interval)
