@@ -47,6 +47,7 @@ class RemotePartitionRemover:
         self.wait_for_appends = wait_for_appends
         self._positions: dict[int, int] = {}
         self._pending: dict[int, dict[TopicIdPartition, RemotePartitionDeleteState]] = {}
+        self._finished: dict[int, set[TopicIdPartition]] = {}    # deletions are final: a late MARKED is ignored
         self._removing: dict[TopicIdPartition, asyncio.Task] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -94,6 +95,7 @@ class RemotePartitionRemover:
             if p not in led:          # led elsewhere now: its new leader takes over
                 del self._positions[p]
                 self._pending.pop(p, None)
+                self._finished.pop(p, None)
         for p in led:
             self._fold(p)
             for tip in self._pending.get(p, {}):
@@ -103,10 +105,10 @@ class RemotePartitionRemover:
         return led
 
     def _fold(self, p: int) -> None:
-        pos = self._positions.get(p, 0)
-        pos = max(pos, self.io.start_offset(p))
-        end = self.io.end_offset(p)
+        pos = self._positions.get(p, 0)          # below the log start, a read starts at the log start
+        end = self.io.end_offset(p) or 0
         states = self._pending.setdefault(p, {})
+        finished = self._finished.setdefault(p, set())
         while pos < end:
             data = self.io.read(p, pos, READ_BYTES)
             last = pos - 1
@@ -121,10 +123,12 @@ class RemotePartitionRemover:
                     except MetadataDecodeError:
                         continue
                     if isinstance(m, RemotePartitionDeleteMetadata):
+                        tip = m.topic_id_partition
                         if m.state == RemotePartitionDeleteState.DELETE_PARTITION_FINISHED:
-                            states.pop(m.topic_id_partition, None)
-                        else:
-                            states[m.topic_id_partition] = m.state
+                            states.pop(tip, None)
+                            finished.add(tip)
+                        elif tip not in finished:    # a mark written late by a broker not following the partition
+                            states[tip] = m.state
                 last = h.last_offset
             if last < pos:
                 break                 # nothing readable (the read stopped at the HW): next pass
