@@ -1,9 +1,11 @@
 """RemoteLogManager (KIP-405): copies closed segments to remote storage, expires them, and serves remote reads.
 
 Per leader partition it runs a copy task and an expiration task every `remote.log.manager.task.interval.ms`, on
-separate bounded pools; per follower partition a follower task (Kafka's RLMFollowerTask) that keeps the replica's
-`highest_offset_in_remote_storage` in step with the RLMM, so local retention deletes what the leader tiered (asyncio semaphores sized by `remote.log.manager.copier.thread.pool.size` and
-`...expiration.thread.pool.size`). Reads go through a bounded RemoteLogReader pool (`remote.log.reader.threads`
+separate bounded pools (asyncio semaphores sized by `remote.log.manager.copier.thread.pool.size` and
+`...expiration.thread.pool.size`); per follower partition a follower task (Kafka's RLMFollowerTask) keeps the
+replica's `highest_offset_in_remote_storage` in step with the RLMM, so that local retention deletes what the leader
+tiered. Everything follows the replica's own leader-epoch lineage: after unclean elections remote storage holds other
+lineages' records at the same offsets. Reads go through a bounded RemoteLogReader pool (`remote.log.reader.threads`
 running, `remote.log.reader.max.pending.tasks` queued, rejected beyond). Nothing here blocks the event loop: the RSM
 does its I/O in threads or asynchronously, and the local log is only inspected (never mutated) except for the
 `highest_offset_in_remote_storage` / log start updates the KIP prescribes.
@@ -221,7 +223,8 @@ class RemoteLogManager:
 
     def _resign(self, tip: TopicIdPartition) -> None:
         """Leadership moved away: expiration stops now; a segment copy in flight finishes (KIP-405: the new leader may
-        copy the same offsets again, and expiration removes the duplicate), then the copy task ends."""
+        copy the same offsets again; such duplicates are allowed and expire with retention), then the copy task
+        ends."""
         st = self._leaders.pop(tip, None)
         if st is None:
             return
@@ -527,8 +530,8 @@ class RemoteLogManager:
         self.metrics.metadata_count.labels(*labels).set(len(kept))
 
     async def delete_partition(self, tip: TopicIdPartition) -> int:
-        """Topic deletion: DELETE_PARTITION_MARKED -> STARTED -> delete every segment -> FINISHED. While remote
-        storage fails, what is left is retried with the task backoff (remote.log.manager.task.retry.backoff.*) until
+        """Delete a partition's remote data (the RemotePartitionRemover runs it): from where the RLMM says it is,
+        DELETE_PARTITION_MARKED -> STARTED -> delete every segment -> FINISHED. While remote storage fails, what is left is retried with the task backoff (remote.log.manager.task.retry.backoff.*) until
         it is gone or the RLM closes; the partition stays DELETE_PARTITION_STARTED meanwhile."""
         self.stop_replica(tip)
         task = asyncio.current_task()
