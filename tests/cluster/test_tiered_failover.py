@@ -1,5 +1,5 @@
-"""KIP-405 across a leader failover under load: three brokers tier one partition (LocalTieredStorage shared through one
-`rsm.config.dir`, `__remote_log_metadata` with a replica on every broker) while an idempotent producer writes
+"""KIP-405 across a leader failover under load: three brokers tier one partition (S3 on a moto server,
+`__remote_log_metadata` with a replica on every broker) while an idempotent producer writes
 continuously; the leader is killed with kill -9 in the middle and comes back as a follower.
 
 The new leader resumes copying where the remote log ends for its lineage (never re-copying, never skipping), so the
@@ -10,13 +10,14 @@ their local copies of what was tiered as the leader does.
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 from broker.admin_client import AdminClient
 from broker.remote_log_metadata_cmd import RemoteSegment, remote_log_state
 from tests.cluster.checker import check
+from tests.cluster.tiered_support import s3_overrides
 from tests.cluster.workload import ContinuousProducer, read_all
 from tests.support.cluster_proc import StrataCluster
+from tests.support.s3_servers import MotoServer
 from tests.support.waiting import wait_until
 from tests.tiered.harness import ScenarioError, check_remote_chain
 
@@ -26,7 +27,6 @@ EARLIEST_LOCAL = -4
 
 TIERED = {
     "remote.log.storage.system.enable": True,
-    "remote.log.storage.manager.class.name": "local",
     "remote.log.manager.task.interval.ms": 200,
     "remote.log.metadata.topic.num.partitions": 3,
     "log.retention.check.interval.ms": 200,
@@ -56,8 +56,8 @@ def _offsets(c: StrataCluster) -> dict[str, int]:
 
 
 def test_leader_failover_under_load_leaves_one_gapless_remote_chain(
-        cluster_factory: Callable[..., StrataCluster], tmp_path: Path) -> None:
-    c = cluster_factory(3, overrides={**TIERED, "rsm.config.dir": str(tmp_path / "rsm")})
+        cluster_factory: Callable[..., StrataCluster], moto: MotoServer) -> None:
+    c = cluster_factory(3, overrides={**TIERED, **s3_overrides(moto)})
     c.create_topic(TOPIC, replica_assignment=[[1, 2, 3]],
                    config={"remote.storage.enable": True, "segment.bytes": 64 * 1024, "local.retention.bytes": 1,
                            "min.insync.replicas": 2})
