@@ -18,26 +18,18 @@ available (its partitions are not elected uncleanly, as in Kafka, so they need a
 from __future__ import annotations
 
 import itertools
-import shutil
 from collections.abc import Callable
 
+from tests.cluster.scenario import ClusterScenario, Memory
 from tests.cluster.tiered_support import (
-    EARLIEST_LOCAL,
     TIERED_CLUSTER,
     aux_state_builds,
     copied_segments,
     epoch_end_offset,
     fetch,
-    list_offset,
-    produce,
-    remote_fetches,
-    replicate_metadata_topic,
     s3_overrides,
-    set_topic_config,
     values,
-    wait_tiered_past,
 )
-from tests.cluster.workload import read_all
 from tests.support.cluster_proc import StrataCluster
 from tests.support.kafka_wire import decode_records
 from tests.support.s3_servers import MotoServer
@@ -45,31 +37,27 @@ from tests.support.waiting import wait_until
 
 TOPIC = "kip405-divergence"
 A, B = 1, 2
-
-
-def _read_values(c: StrataCluster) -> list[bytes]:
-    return [r.value for r in sorted(read_all(c.bootstrap, TOPIC, 1), key=lambda r: r.offset)]
+FENCED_LEADER_EPOCH = 74
+UNCLEAN = {"remote.storage.enable": True, "segment.bytes": 4096, "unclean.leader.election.enable": True}
 
 
 def _checkpoint(c: StrataCluster, i: int) -> str:
     return (c.partition_dir(i, TOPIC, 0) / "leader-epoch-checkpoint").read_text()
 
 
-def _chain(segments: list, epoch: int) -> tuple[int, int]:
+def _same_checkpoints(c: StrataCluster, i: int, j: int) -> bool:
+    return wait_until(lambda: _checkpoint(c, i) == _checkpoint(c, j), timeout=30,
+                      message=lambda: f"{i}: {_checkpoint(c, i)!r} {j}: {_checkpoint(c, j)!r}")
+
+
+def _chain(c: StrataCluster, epoch: int) -> tuple[int, int]:
     """(start, end) covered without gaps by the copied segments holding records of `epoch`, in offset order."""
+    segments = copied_segments(c, TOPIC)
     segs = sorted((s for s in segments if epoch in s.leader_epochs), key=lambda s: s.start_offset)
     assert segs, f"no copied segment of epoch {epoch}: {segments}"
     for prev, nxt in itertools.pairwise(segs):
         assert nxt.start_offset == prev.end_offset + 1, f"gap or overlap in epoch {epoch}'s chain: {prev} {nxt}"
     return segs[0].start_offset, segs[-1].end_offset
-
-
-def _drop_local_copies(c: StrataCluster, past: int) -> None:
-    """Local retention down to one segment: the leader's earliest local offset moves past `past`, so reading below it
-    goes to remote storage."""
-    set_topic_config(c, TOPIC, {"local.retention.bytes": 1})
-    wait_until(lambda: list_offset(c, TOPIC, EARLIEST_LOCAL) > past, timeout=60,
-               message=lambda: f"earliest local offset {list_offset(c, TOPIC, EARLIEST_LOCAL)} <= {past}")
 
 
 def test_scenario3_multiple_hard_failures_consumers_read_the_surviving_lineage_from_remote(
@@ -79,130 +67,120 @@ def test_scenario3_multiple_hard_failures_consumers_read_the_surviving_lineage_f
     # loss can cost it offsets that A has already copied to remote storage.
     c = cluster_factory(2, overrides={**TIERED_CLUSTER, **s3_overrides(moto)},
                         broker_overrides={A: {"log.segment.bytes": 4096}, B: {"log.segment.bytes": 1 << 30}})
-    replicate_metadata_topic(c)
-    c.create_topic(TOPIC, replica_assignment=[[A, B]], config={"remote.storage.enable": True})
-    assert c.leader_of(TOPIC, 0) == A
-    assert produce(c, TOPIC, "r1", 120) == 0        # epoch 0 on both replicas
-    old_tiered = wait_tiered_past(c, TOPIC, common + 40)
 
-    c.kill9(A)
-    assert c.wait_leader(TOPIC, 0, among=[B]) == B
-    c.kill9(B)
-    assert c.power_loss(B, {(TOPIC, 0): common}) == {(TOPIC, 0): common}
-    c.brokers[B].overrides["log.segment.bytes"] = "4096"
-    c.start(B)                                  # the last ISR member: elected, its log ends at `common`
-    assert c.wait_leader(TOPIC, 0) == B
-    epoch = c.epoch_of(TOPIC, 0)
-    assert produce(c, TOPIC, "r3", 150) == common
-    new_tiered = wait_tiered_past(c, TOPIC, old_tiered + 40)
+    def b_chain_covers(c: StrataCluster, m: Memory) -> None:
+        start, end = _chain(c, m["epoch"])
+        assert start <= common and end >= m["new_tiered"], (start, end, m)
 
-    # Remote storage holds both lineages at [common, old_tiered]; B's own chain starts at or below `common`.
-    segments = copied_segments(c, TOPIC)
-    assert any(s.leader_epochs == {0: s.start_offset} and s.end_offset >= common for s in segments), segments
-    start, end = _chain(segments, epoch)
-    assert start <= common and end >= new_tiered, (start, end, common, new_tiered)
+    def old_epoch0_past_common(c: StrataCluster, m: Memory) -> bool:
+        return any(s.leader_epochs == {0: s.start_offset} and s.end_offset >= common for s in copied_segments(c, TOPIC))
 
-    _drop_local_copies(c, old_tiered)
-    before = remote_fetches(c, B, TOPIC)
-    survivors = values("r1", 120)[:common] + values("r3", 150)
-    assert _read_values(c) == survivors
-    assert remote_fetches(c, B, TOPIC) > before
-
-    # A comes back: it truncates its epoch 0 to where B's ends, rebuilds below B's local start from remote storage,
-    # and once it leads serves the same history through its own lineage.
-    c.start(A)
-    c.wait_isr(TOPIC, 0, {A, B}, timeout=60)
-    wait_until(lambda: _checkpoint(c, A) == _checkpoint(c, B), timeout=30,
-               message=lambda: f"A: {_checkpoint(c, A)!r} B: {_checkpoint(c, B)!r}")
-    c.kill9(B)
-    assert c.wait_leader(TOPIC, 0, among=[A]) == A
-    before = remote_fetches(c, A, TOPIC)
-    assert _read_values(c) == survivors
-    assert remote_fetches(c, A, TOPIC) > before
+    survivors = [("r1", 0, common), ("r3", 0, 150)]
+    (ClusterScenario("multiple hard failures", TOPIC)
+        .replicate_metadata_topic()
+        .create_topic([A, B], **{"remote.storage.enable": True})
+        .expect_leader(A)
+        .produce("r1", 120, expect_start=0)                      # epoch 0 on both replicas
+        .wait_tiered_past(common + 40, remember="old_tiered")
+        .kill(A).expect_leader(B)
+        .kill(B).power_loss(B, keep=common)
+        .start(B, log_segment_bytes=4096)                        # the last ISR member: elected, its log ends at 30
+        .expect_leader(B, remember="epoch")
+        .produce("r3", 150, expect_start=common)
+        .wait_tiered_past(lambda m: m["old_tiered"] + 40, remember="new_tiered")
+        .expect("remote storage holds A's epoch-0 records past where epoch 0 ends on B", old_epoch0_past_common)
+        .expect("B copied its own records from the end of its epoch 0 on, without gaps", b_chain_covers)
+        .drop_local_copies(lambda m: m["old_tiered"])
+        .expect_read(survivors, remote_via=B)
+        # A comes back: it truncates its epoch 0 to where B's ends, rebuilds below B's local start from remote
+        # storage, and once it leads serves the same history through its own lineage.
+        .start(A).expect_isr({A, B})
+        .expect("A's leader-epoch checkpoint equals B's", lambda c, m: _same_checkpoints(c, A, B))
+        .kill(B).expect_leader(A)
+        .expect_read(survivors, remote_via=A)
+        .run(c))
 
 
 def test_scenario4_unclean_election_fetch_selects_the_surviving_segment_and_rejects_the_lost_epoch(
         cluster_factory: Callable[..., StrataCluster], moto: MotoServer) -> None:
     c = cluster_factory(3, overrides={**TIERED_CLUSTER, **s3_overrides(moto)})
-    replicate_metadata_topic(c)
-    c.create_topic(TOPIC, replica_assignment=[[A, B]], config={
-        "remote.storage.enable": True, "segment.bytes": 4096, "unclean.leader.election.enable": True})
-    assert produce(c, TOPIC, "r1", 40) == 0          # both replicas
-    c.stop(B)
-    c.wait_isr(TOPIC, 0, {A}, timeout=30)
-    assert produce(c, TOPIC, "r2", 120) == 40     # A alone, epoch 0
-    old_tiered = wait_tiered_past(c, TOPIC, 100)
-    # A consumer that read A's records up to 99 (epoch 0) and will fetch 100 next.
-    seen = fetch(c, A, TOPIC, 90)
-    assert seen.error_code == 0 and decode_records(seen.records)[0].value == values("r2", 120)[50]
 
-    c.kill9(A)
-    c.start(B)                                  # out of sync, elected only because unclean election is enabled
-    assert c.wait_leader(TOPIC, 0, timeout=30) == B
-    epoch = c.epoch_of(TOPIC, 0)
-    assert produce(c, TOPIC, "r3", 150) == 40
-    wait_tiered_past(c, TOPIC, old_tiered + 40)
-    _drop_local_copies(c, old_tiered)
+    def consumer_on_a_read_epoch0(c: StrataCluster, m: Memory) -> None:
+        seen = fetch(c, A, TOPIC, 90)
+        assert seen.error_code == 0 and decode_records(seen.records)[0].value == values("r2", 120)[50]
 
-    # Offset 100 exists in both lineages in remote storage: B serves its own (epoch `epoch`) segment.
-    got = fetch(c, B, TOPIC, 100)
-    assert got.error_code == 0 and got.diverging_epoch is None
-    assert decode_records(got.records)[0].offset <= 100
-    assert [r.value for r in decode_records(got.records) if r.offset == 100] == [values("r3", 150)[60]]
-    # Epoch 0 ends at 40 here: the consumer positioned at 100 after epoch-0 records is told where it diverged, and
-    # OffsetForLeaderEpoch gives it the same answer; a fetch naming an older current leader epoch is fenced.
-    div = fetch(c, B, TOPIC, 100, last_fetched_epoch=0)
-    assert div.error_code == 0 and (div.diverging_epoch.epoch, div.diverging_epoch.end_offset) == (0, 40)
-    assert not decode_records(div.records)
-    assert epoch_end_offset(c, B, TOPIC, 0) == (0, 0, 40)
-    assert fetch(c, B, TOPIC, 100, current_leader_epoch=epoch - 1).error_code == 74      # FENCED_LEADER_EPOCH
+    def b_serves_its_own_offset_100(c: StrataCluster, m: Memory) -> None:
+        got = fetch(c, B, TOPIC, 100)
+        assert got.error_code == 0 and got.diverging_epoch is None
+        recs = decode_records(got.records)
+        assert recs[0].offset <= 100
+        assert [r.value for r in recs if r.offset == 100] == [values("r3", 150)[60]]
 
-    c.start(A)                                  # truncates to 40 and follows
-    c.wait_isr(TOPIC, 0, {A, B}, timeout=60)
-    assert _read_values(c) == values("r1", 40) + values("r3", 150)
+    def lost_epoch_is_rejected(c: StrataCluster, m: Memory) -> None:
+        div = fetch(c, B, TOPIC, 100, last_fetched_epoch=0)
+        assert div.error_code == 0 and (div.diverging_epoch.epoch, div.diverging_epoch.end_offset) == (0, 40)
+        assert not decode_records(div.records)
+        assert epoch_end_offset(c, B, TOPIC, 0) == (0, 0, 40)
+        assert fetch(c, B, TOPIC, 100, current_leader_epoch=m["epoch"] - 1).error_code == FENCED_LEADER_EPOCH
+
+    (ClusterScenario("unclean election with truncation", TOPIC)
+        .replicate_metadata_topic()
+        .create_topic([A, B], **UNCLEAN)
+        .produce("r1", 40, expect_start=0)                       # both replicas
+        .stop(B).expect_isr({A}, timeout=30)
+        .produce("r2", 120, expect_start=40)                     # A alone, epoch 0
+        .wait_tiered_past(100, remember="old_tiered")
+        .expect("a consumer reads A's epoch-0 records up to 99", consumer_on_a_read_epoch0)
+        .kill(A).start(B)                                        # out of sync, elected because unclean is allowed
+        .expect_leader(B, remember="epoch")
+        .produce("r3", 150, expect_start=40)
+        .wait_tiered_past(lambda m: m["old_tiered"] + 40)
+        .drop_local_copies(lambda m: m["old_tiered"])
+        .expect("offset 100 is in both lineages in remote storage: B serves its own", b_serves_its_own_offset_100)
+        .expect("a fetch positioned after epoch-0 records is told epoch 0 ended at 40 here; an old leader epoch "
+                "is fenced", lost_epoch_is_rejected)
+        .start(A).expect_isr({A, B})                             # A truncates to 40 and follows
+        .expect_read([("r1", 0, 40), ("r3", 0, 150)])
+        .run(c))
 
 
 def test_scenario5_divergence_in_remote_storage_after_two_unclean_elections(
         cluster_factory: Callable[..., StrataCluster], moto: MotoServer) -> None:
     c = cluster_factory(3, overrides={**TIERED_CLUSTER, **s3_overrides(moto)})
-    replicate_metadata_topic(c)
-    c.create_topic(TOPIC, replica_assignment=[[A, B]], config={
-        "remote.storage.enable": True, "segment.bytes": 4096, "unclean.leader.election.enable": True})
-    assert produce(c, TOPIC, "r1", 40) == 0
-    c.stop(B)
-    c.wait_isr(TOPIC, 0, {A}, timeout=30)
-    assert produce(c, TOPIC, "r2", 120) == 40     # A's lineage: epoch 0 up to 159
-    a_tiered = wait_tiered_past(c, TOPIC, 100)
 
-    c.kill9(A)
-    c.start(B)                                  # first unclean election: B writes r3 at 40.. and tiers it
-    assert c.wait_leader(TOPIC, 0, timeout=30) == B
-    b_epoch = c.epoch_of(TOPIC, 0)
-    assert produce(c, TOPIC, "r3", 150) == 40
-    wait_tiered_past(c, TOPIC, 120)
-    c.kill9(B)
-    c.start(A)                                  # second unclean election: A's lineage (r1, r2) survives
-    assert c.wait_leader(TOPIC, 0, timeout=30) == A
-    a_epoch = c.epoch_of(TOPIC, 0)
-    assert a_epoch > b_epoch
-    assert produce(c, TOPIC, "r4", 150) == 160
-    wait_tiered_past(c, TOPIC, 220)
-    segments = copied_segments(c, TOPIC)
-    assert any(b_epoch in s.leader_epochs for s in segments), "B's divergent segments are in remote storage"
-    _drop_local_copies(c, 190)
-    survivors = values("r1", 40) + values("r2", 120) + values("r4", 150)
-    assert a_tiered >= 100
-    assert _read_values(c) == survivors
+    def b_lineage_in_remote(c: StrataCluster, m: Memory) -> bool:
+        return any(m["b_epoch"] in s.leader_epochs for s in copied_segments(c, TOPIC))
 
-    # B lost its disk: it rebuilds from the segment of A's lineage below A's local start and converges on A.
-    shutil.rmtree(c.partition_dir(B, TOPIC, 0))      # B is down since the second election
-    c.start(B)
-    c.wait_isr(TOPIC, 0, {A, B}, timeout=60)
-    assert aux_state_builds(c, B, TOPIC) >= 1
-    assert c.log_batches(B, TOPIC, 0)[0].base_offset > 190, "B copied what A had tiered instead of rebuilding"
-    wait_until(lambda: _checkpoint(c, B) == _checkpoint(c, A), timeout=30,
-               message=lambda: f"A: {_checkpoint(c, A)!r} B: {_checkpoint(c, B)!r}")
-    assert str(b_epoch) not in [ln.split()[0] for ln in _checkpoint(c, B).splitlines()[2:]]
-    c.kill9(A)
-    assert c.wait_leader(TOPIC, 0, among=[B]) == B
-    assert _read_values(c) == survivors
+    def b_rebuilt_from_remote(c: StrataCluster, m: Memory) -> None:
+        assert aux_state_builds(c, B, TOPIC) >= 1
+        assert c.log_batches(B, TOPIC, 0)[0].base_offset > 190, "B copied what A had tiered instead of rebuilding"
+        _same_checkpoints(c, B, A)
+        epochs = [ln.split()[0] for ln in _checkpoint(c, B).splitlines()[2:]]
+        assert str(m["b_epoch"]) not in epochs, epochs
+
+    survivors = [("r1", 0, 40), ("r2", 0, 120), ("r4", 0, 150)]
+    (ClusterScenario("two unclean elections", TOPIC)
+        .replicate_metadata_topic()
+        .create_topic([A, B], **UNCLEAN)
+        .produce("r1", 40, expect_start=0)
+        .stop(B).expect_isr({A}, timeout=30)
+        .produce("r2", 120, expect_start=40)                     # A's lineage: epoch 0 up to 159
+        .wait_tiered_past(100)
+        .kill(A).start(B)                                        # first unclean election: B writes r3 at 40..
+        .expect_leader(B, remember="b_epoch")
+        .produce("r3", 150, expect_start=40)
+        .wait_tiered_past(120)
+        .kill(B).start(A)                                        # second unclean election: A's lineage survives
+        .expect_leader(A, remember="a_epoch")
+        .expect("A's epoch is newer", lambda c, m: m["a_epoch"] > m["b_epoch"])
+        .produce("r4", 150, expect_start=160)
+        .wait_tiered_past(220)
+        .expect("B's divergent segments are in remote storage", b_lineage_in_remote)
+        .drop_local_copies(190)
+        .expect_read(survivors, remote_via=A)
+        # B lost its disk: it rebuilds from the segment of A's lineage below A's local start and converges on A.
+        .wipe(B).start(B).expect_isr({A, B})
+        .expect("B rebuilt from remote storage with A's lineage", b_rebuilt_from_remote)
+        .kill(A).expect_leader(B)
+        .expect_read(survivors)
+        .run(c))

@@ -1,6 +1,7 @@
-"""KIP-405 across replicas on a real 2-broker cluster (etcd, broker processes, S3 on a moto server): a follower whose fetch offset lies below the leader's local log start gets error 109
-and rebuilds its aux state (leader-epoch cache, producer state, log start) from remote storage instead of copying
-what the leader has tiered (broker/cluster/tier_state.py).
+"""KIP-405 across replicas on a real 2-broker cluster (etcd, broker processes, S3 on a moto server): a follower whose
+fetch offset lies below the leader's local log start gets error 109 and rebuilds its aux state (leader-epoch cache,
+producer state, log start) from remote storage instead of copying what the leader has tiered
+(broker/cluster/tier_state.py). Each case is a `ClusterScenario` (tests/cluster/scenario.py).
 
 1. A brand-new follower (its partition directory wiped) rejoins after the leader tiered and locally deleted the old
    segments: it starts at the leader's earliest local offset, enters the ISR, and its leader-epoch checkpoint equals
@@ -17,16 +18,11 @@ RLMM subscription and its highest offset in remote storage).
 from __future__ import annotations
 
 import re
-import shutil
 import urllib.request
 from collections.abc import Callable
 
-from tests.cluster.tiered_support import (
-    TIERED_CLUSTER,
-    copied_segments,
-    replicate_metadata_topic,
-    s3_overrides,
-)
+from tests.cluster.scenario import ClusterScenario, Memory
+from tests.cluster.tiered_support import TIERED_CLUSTER, copied_segments, s3_overrides
 from tests.support.cluster_proc import StrataCluster
 from tests.support.s3_servers import MotoServer
 from tests.support.waiting import wait_until
@@ -97,39 +93,27 @@ def _scenario(cluster_factory: Callable[..., StrataCluster], moto: MotoServer, w
               kip1023: bool = False) -> None:
     overrides = {**TIERED, **s3_overrides(moto), "follower.fetch.last.tiered.offset.enable": kip1023}
     c = cluster_factory(size=2, overrides=overrides)
-    replicate_metadata_topic(c)
     # With KIP-1023 the leader keeps several already-tiered segments locally, so "last tiered offset + 1" and the
     # leader's earliest local offset differ.
     local_bytes = 4 * 4096 if kip1023 else 1
-    c.create_topic(TOPIC, 1, replica_assignment=[[1, 2]],
-                   config={"remote.storage.enable": True, "local.retention.bytes": local_bytes, "segment.bytes": 4096})
-    _produce(c, 0, BEFORE, "all")
-    c.wait_isr(TOPIC, 0, {1, 2})
-    assert c.leader_of(TOPIC, 0) == 1
-    follower_leo = BEFORE
-    c.stop(2)
-    if wipe:
-        shutil.rmtree(c.partition_dir(2, TOPIC, 0))     # a brand-new, empty replica
-        follower_leo = 0
-    c.wait_isr(TOPIC, 0, {1}, timeout=30)
-    # Produce until the leader has tiered and deleted locally well past what the follower has (the leader's HW
-    # moves past the stopped follower's LEO once that follower is no longer caught up: appends re-evaluate it).
-    produced = [BEFORE]
+    follower_leo = 0 if wipe else BEFORE
 
-    def tiered_past_follower() -> bool:
-        b = _local_bases(c, 1)
-        if b and b[0] > follower_leo + 100 and produced[0] >= MIN_TOTAL:
-            return True
-        _produce(c, produced[0], produced[0] + 20, "1")
-        produced[0] += 20
-        return False
-    wait_until(tiered_past_follower, timeout=90, interval=0,
-               message=lambda: f"leader's local segments {_local_bases(c, 1)}")
-    total = produced[0]
+    def tier_past_follower(c: StrataCluster, m: Memory) -> None:
+        """Produce until the leader has tiered and deleted locally well past what the follower has (the leader's HW
+        moves past the stopped follower's LEO once that follower is no longer caught up)."""
+        m["total"] = BEFORE
 
-    if kip1023:
-        # Let the leader settle (nothing more to copy, nothing more to delete locally) so its earliest local offset
-        # stays put while the follower rebuilds.
+        def past() -> bool:
+            b = _local_bases(c, 1)
+            if b and b[0] > follower_leo + 100 and m["total"] >= MIN_TOTAL:
+                return True
+            _produce(c, m["total"], m["total"] + 20, "1")
+            m["total"] += 20
+            return False
+        wait_until(past, timeout=90, interval=0, message=lambda: f"leader's local segments {_local_bases(c, 1)}")
+
+    def settle(c: StrataCluster, m: Memory) -> None:
+        """Nothing more to copy or delete locally: the leader's earliest local offset stays put during the rebuild."""
         def settled() -> bool:
             bases = _local_bases(c, 1)
             tiered = _tiered_bases(c)
@@ -137,30 +121,50 @@ def _scenario(cluster_factory: Callable[..., StrataCluster], moto: MotoServer, w
             sizes = [(d / f"{b:020d}.log").stat().st_size for b in bases]
             return len(bases) >= 3 and bool(tiered) and max(tiered) == bases[-2] and sum(sizes[1:]) <= local_bytes
         wait_until(settled, timeout=60, message=lambda: f"leader's local segments {_local_bases(c, 1)}")
-        settled_local = _local_bases(c, 1)
-    c.start(2)
-    c.wait_isr(TOPIC, 0, {1, 2}, timeout=60)
-    assert _metric(c, 2, "strata_remote_build_aux_state_requests") >= 1
-    leader_local_start = _local_bases(c, 1)[0]
-    follower_bases = _local_bases(c, 2)
-    # The follower copied none of what the leader had tiered: its log starts at (or past) the leader's local start
-    # as of the rebuild, never at the old data.
-    assert follower_bases and follower_bases[0] > follower_leo + 100, follower_bases
-    assert c.log_batches(2, TOPIC, 0)[0].base_offset > follower_leo, "follower kept or copied tiered data"
-    assert leader_local_start > 0
-    if kip1023:
-        # The empty follower started just past the last tiered offset (the leader's active segment), above the
-        # leader's earliest local offset.
-        assert _local_bases(c, 1) == settled_local
-        assert follower_bases[0] == settled_local[-1] > settled_local[0], (follower_bases, settled_local)
-    wait_until(lambda: _checkpoint(c, 2) == _checkpoint(c, 1), timeout=30)
-    assert _checkpoint(c, 2).splitlines()[1] != "0", "rebuilt epoch cache is empty"
+        m["settled_local"] = _local_bases(c, 1)
 
-    # Fail over to the rebuilt follower: everything, tiered or not, is still readable from offset 0.
-    c.kill9(1)
-    assert c.wait_leader(TOPIC, 0, not_in=[1], timeout=30) == 2
-    values = _consume_all(c, total)
-    assert values[:total] == [b"%06d" % i + VALUE for i in range(total)]
+    def rebuilt_not_copied(c: StrataCluster, m: Memory) -> None:
+        assert _metric(c, 2, "strata_remote_build_aux_state_requests") >= 1
+        follower_bases = _local_bases(c, 2)
+        # The follower copied none of what the leader had tiered: its log starts at (or past) the leader's local
+        # start as of the rebuild, never at the old data.
+        assert follower_bases and follower_bases[0] > follower_leo + 100, follower_bases
+        assert c.log_batches(2, TOPIC, 0)[0].base_offset > follower_leo, "follower kept or copied tiered data"
+        assert _local_bases(c, 1)[0] > 0
+        if kip1023:
+            # The empty follower started just past the last tiered offset (the leader's active segment), above the
+            # leader's earliest local offset.
+            settled = m["settled_local"]
+            assert _local_bases(c, 1) == settled
+            assert follower_bases[0] == settled[-1] > settled[0], (follower_bases, settled)
+
+    def same_checkpoint(c: StrataCluster, m: Memory) -> None:
+        wait_until(lambda: _checkpoint(c, 2) == _checkpoint(c, 1), timeout=30)
+        assert _checkpoint(c, 2).splitlines()[1] != "0", "rebuilt epoch cache is empty"
+
+    def everything_from_0(c: StrataCluster, m: Memory) -> None:
+        n = m["total"]
+        assert _consume_all(c, n)[:n] == [b"%06d" % i + VALUE for i in range(n)]
+
+    sc = (ClusterScenario("brand-new follower" if wipe else "out-of-sync follower", TOPIC)
+          .replicate_metadata_topic()
+          .create_topic([1, 2], **{"remote.storage.enable": True, "local.retention.bytes": local_bytes,
+                                   "segment.bytes": 4096})
+          .do(f"produce {BEFORE} records with acks=all", lambda c, m: _produce(c, 0, BEFORE, "all"))
+          .expect_isr({1, 2}).expect_leader(1)
+          .stop(2))
+    if wipe:
+        sc.wipe(2)                                           # a brand-new, empty replica
+    sc.expect_isr({1}, timeout=30).do("produce until the leader tiered past the follower", tier_past_follower)
+    if kip1023:
+        sc.do("let the leader settle", settle)
+    (sc.start(2).expect_isr({1, 2})
+       .expect("the follower rebuilt from remote storage instead of copying tiered data", rebuilt_not_copied)
+       .expect("its leader-epoch checkpoint equals the leader's", same_checkpoint)
+       # Fail over to the rebuilt follower: everything, tiered or not, is still readable from offset 0.
+       .kill(1).expect_leader(2)
+       .expect("every record reads back from offset 0", everything_from_0)
+       .run(c))
 
 
 def test_brand_new_follower_rebuilds_aux_state_from_remote_and_serves_after_failover(
