@@ -266,21 +266,21 @@ class RemoteLogManager:
         base = min(self.config.retry_backoff_ms * (2 ** max(0, failures - 1)), self.config.retry_backoff_max_ms)
         return base * (1 + random.uniform(-0.2, 0.2)) / 1000.0
 
-    async def _wait_ready(self, st: _PartitionTasks) -> None:
+    async def _wait_ready(self, tip: TopicIdPartition) -> None:
         """The RLMM must have caught up on this partition before we decide what is (not) copied."""
         wait = getattr(self.rlmm, "wait_until_ready", None)
         while wait is not None and not self._closed:
             try:
-                await wait(st.tip, 30.0)
+                await wait(tip, 30.0)
                 return
             except asyncio.CancelledError:
                 raise
             except Exception as e:
-                log.info("waiting for remote log metadata", partition=str(st.tip), reason=str(e))
+                log.info("waiting for remote log metadata", partition=str(tip), reason=str(e))
                 await asyncio.sleep(self._backoff_s(2))
 
     async def _copy_loop(self, st: _PartitionTasks) -> None:
-        await self._wait_ready(st)
+        await self._wait_ready(st.tip)
         await self.sync_highest_copied_offset(st.ulog)
         while not self._closed and not st.resigned:
             delay = self.config.task_interval_ms / 1000.0
@@ -299,7 +299,7 @@ class RemoteLogManager:
 
     async def _follower_loop(self, tip: TopicIdPartition, ft: _FollowerTask) -> None:
         """Kafka's RLMFollowerTask: what the leader tiers becomes deletable here once the RLMM shows it copied."""
-        await self._wait_ready(_PartitionTasks(ft.ulog, tip, -1))
+        await self._wait_ready(tip)
         failures = 0
         while not self._closed:
             delay = self.config.task_interval_ms / 1000.0
@@ -315,7 +315,7 @@ class RemoteLogManager:
             await asyncio.sleep(delay)
 
     async def _expire_loop(self, st: _PartitionTasks) -> None:
-        await self._wait_ready(st)
+        await self._wait_ready(st.tip)
         while not self._closed:
             delay = self.config.task_interval_ms / 1000.0
             try:

@@ -7,9 +7,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from broker.admin_client import AdminClient
-from broker.remote_log_metadata_cmd import remote_log_state
 from tests.cluster.checker import encode_value
-from tests.cluster.tiered_support import EARLIEST_LOCAL, TIERED_CLUSTER, s3_overrides, set_topic_config
+from tests.cluster.tiered_support import (
+    EARLIEST_LOCAL,
+    TIERED_CLUSTER,
+    s3_overrides,
+    set_topic_config,
+    wait_tiered_everywhere,
+)
 from tests.cluster.workload import read_all
 from tests.support.ck import produce_all
 from tests.support.cluster_proc import StrataCluster
@@ -34,11 +39,7 @@ def test_brokers_follow_metadata_partitions_they_do_not_host(
     produce_all(c.bootstrap, TOPIC, [Rec(p, None, v) for p in range(PARTITIONS) for v in values[p]],
                 **{"linger.ms": 5, "batch.size": 2048})
 
-    def tiered_everywhere() -> bool:
-        st = remote_log_state(c.bootstrap)
-        return all(any(s.state == "COPY_SEGMENT_FINISHED" for s in st.for_partition(TOPIC, p))
-                   for p in range(PARTITIONS))
-    wait_until(tiered_everywhere, timeout=60, message="every partition has copied segments")
+    wait_tiered_everywhere(c, TOPIC, PARTITIONS)
 
     set_topic_config(c, TOPIC, {"local.retention.bytes": 1})
 

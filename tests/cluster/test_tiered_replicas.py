@@ -18,11 +18,10 @@ RLMM subscription and its highest offset in remote storage).
 from __future__ import annotations
 
 import re
-import urllib.request
 from collections.abc import Callable
 
 from tests.cluster.scenario import ClusterScenario, Memory
-from tests.cluster.tiered_support import TIERED_CLUSTER, copied_segments, s3_overrides
+from tests.cluster.tiered_support import TIERED_CLUSTER, aux_state_builds, copied_segments, s3_overrides
 from tests.support.cluster_proc import StrataCluster
 from tests.support.s3_servers import MotoServer
 from tests.support.waiting import wait_until
@@ -72,14 +71,6 @@ def _local_bases(c: StrataCluster, i: int) -> list[int]:
     return sorted(int(p.name[:-4]) for p in d.glob("*.log") if re.fullmatch(r"\d{20}\.log", p.name))
 
 
-def _metric(c: StrataCluster, i: int, name: str) -> float:
-    text = urllib.request.urlopen(c.broker(i).metrics_url, timeout=5).read().decode()
-    total = 0.0
-    for m in re.finditer(rf'^{name}_total\{{topic="{TOPIC}"\}} (\S+)$', text, re.MULTILINE):
-        total += float(m.group(1))
-    return total
-
-
 def _tiered_bases(c: StrataCluster) -> list[int]:
     """Base offsets of the topic's segments copied to remote storage (COPY_SEGMENT_FINISHED in the RLMM)."""
     return sorted(s.start_offset for s in copied_segments(c, TOPIC))
@@ -124,7 +115,7 @@ def _scenario(cluster_factory: Callable[..., StrataCluster], moto: MotoServer, w
         m["settled_local"] = _local_bases(c, 1)
 
     def rebuilt_not_copied(c: StrataCluster, m: Memory) -> None:
-        assert _metric(c, 2, "strata_remote_build_aux_state_requests") >= 1
+        assert aux_state_builds(c, 2, TOPIC) >= 1
         follower_bases = _local_bases(c, 2)
         # The follower copied none of what the leader had tiered: its log starts at (or past) the leader's local
         # start as of the rebuild, never at the old data.

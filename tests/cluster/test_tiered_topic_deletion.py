@@ -9,7 +9,12 @@ from collections.abc import Callable
 from broker.admin_client import AdminClient
 from broker.remote_log_metadata_cmd import remote_log_state
 from tests.cluster.checker import encode_value
-from tests.cluster.tiered_support import TIERED_CLUSTER, replicate_metadata_topic, s3_overrides
+from tests.cluster.tiered_support import (
+    TIERED_CLUSTER,
+    replicate_metadata_topic,
+    s3_overrides,
+    wait_tiered_everywhere,
+)
 from tests.support.ck import produce_all
 from tests.support.cluster_proc import StrataCluster
 from tests.support.records import Rec
@@ -33,11 +38,7 @@ def test_remote_data_of_a_topic_whose_replicas_are_all_down_is_deleted_by_the_me
                                      for p in range(PARTITIONS) for i in range(60)],
                 **{"linger.ms": 5, "batch.size": 2048})
 
-    def tiered_everywhere() -> bool:
-        st = remote_log_state(c.bootstrap)
-        return all(any(s.state == "COPY_SEGMENT_FINISHED" for s in st.for_partition(TOPIC, p))
-                   for p in range(PARTITIONS))
-    wait_until(tiered_everywhere, timeout=60, message="every partition has copied segments")
+    wait_tiered_everywhere(c, TOPIC, PARTITIONS)
     topic_prefix = f"{prefix}{TOPIC}-"
     assert moto.keys(topic_prefix)
 

@@ -92,6 +92,15 @@ def copied_segments(c: StrataCluster, topic: str) -> list[RemoteSegment]:
     return [s for s in remote_log_state(c.bootstrap).for_partition(topic, 0) if s.state == "COPY_SEGMENT_FINISHED"]
 
 
+def wait_tiered_everywhere(c: StrataCluster, topic: str, partitions: int, timeout: float = 60.0) -> None:
+    """Wait until every partition of `topic` has a copied segment by the RLMM records."""
+    def tiered() -> bool:
+        st = remote_log_state(c.bootstrap)
+        return all(any(s.state == "COPY_SEGMENT_FINISHED" for s in st.for_partition(topic, p))
+                   for p in range(partitions))
+    wait_until(tiered, timeout=timeout, message="every partition has copied segments")
+
+
 def wait_tiered_past(c: StrataCluster, topic: str, offset: int, timeout: float = 60.0) -> int:
     """Wait until the leader's last tiered offset (ListOffsets -5) is at least `offset`; return it."""
     return wait_until(lambda: (t := list_offset(c, topic, LATEST_TIERED)) >= offset and t, timeout=timeout,
