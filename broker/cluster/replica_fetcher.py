@@ -97,11 +97,26 @@ class ReplicaFetcher:
     _wake: asyncio.Event | None = None
     _rotation: int = 0
     _stopping: bool = False
+    _fetch_in_flight: bool = False
+    _interrupted: bool = False
+    _closing: asyncio.Task | None = None
 
     # ---- membership --------------------------------------------------------------------------------------------
     def add(self, st: PartitionFetchState) -> None:
         self.partitions[st.key] = st
         self.wake()
+        self._interrupt_fetch()
+
+    def _interrupt_fetch(self) -> None:
+        """A partition joined while a fetch is in flight: that fetch may sit in the leader's purgatory for
+        replica.fetch.wait.max.ms, and everything else on the connection (the newcomer's OffsetForLeaderEpoch, its
+        first fetch) queues behind it, so acks=-1 produce to a new topic or a new leader would wait up to that long.
+        Drop the connection (the leader forgets the parked fetch; its answer, not yet applied, is lost and fetched
+        again) and go round at once on a fresh one."""
+        if self._fetch_in_flight and not self._interrupted and self.conn is not None:
+            self._interrupted = True
+            conn, self.conn = self.conn, None
+            self._closing = asyncio.get_running_loop().create_task(conn.close())
 
     def remove(self, key: Key) -> PartitionFetchState | None:
         return self.partitions.pop(key, None)
@@ -289,7 +304,15 @@ class ReplicaFetcher:
         else:
             fields["replica_id"] = self.rm.broker_id
         timeout = cfg["replica.socket.timeout.ms"] / 1000.0 + wait_ms / 1000.0
-        resp = await self._request(ApiKey.FETCH, FETCH_VERSION, timeout, **fields)
+        self._fetch_in_flight, self._interrupted = True, False
+        try:
+            resp = await self._request(ApiKey.FETCH, FETCH_VERSION, timeout, **fields)
+        except BrokerConnectionError:
+            if self._interrupted:
+                return True             # _interrupt_fetch: go round at once with the new partitions
+            raise
+        finally:
+            self._fetch_in_flight = False
         backoff = cfg["replica.fetch.backoff.ms"] / 1000.0
         if resp.error_code:
             log.info("fetch refused", leader=self.source_id, error=_name(resp.error_code))

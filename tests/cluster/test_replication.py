@@ -5,6 +5,8 @@
   the restarted follower catches up and rejoins (ISR-expand metric), every replica ends with the same log.
 * The leader killed with SIGKILL under acks=-1 load: a new leader is elected from the ISR and no acknowledged record
   is lost; the old leader comes back as a follower with the new leader's log, leader epochs included.
+* A partition a follower starts to follow while its fetch to that leader sits in the leader's purgatory is fetched at
+  once (the fetcher drops the parked long poll), not after replica.fetch.wait.max.ms: acks=-1 to a new topic works.
 * What a follower answers (Produce v10+/Fetch v12+ name the leader, Fetch v16+ with its endpoint), and the leader
   epoch fencing of Fetch/ListOffsets/OffsetForLeaderEpoch across a leader change.
 """
@@ -98,6 +100,22 @@ def test_leader_kill9_loses_no_acknowledged_record_and_rejoins_as_follower(clust
     wait_until(lambda: identical_logs(c, topic, c.ids), timeout=15, message="replicas identical")
     epochs = [b.leader_epoch for b in c.log_batches(new, topic, 0)]
     assert epochs == sorted(epochs) and epochs[-1] == c.epoch_of(topic, 0) and epochs[0] == epoch0
+
+
+def test_new_partition_is_replicated_without_waiting_out_the_parked_follower_fetch(cluster_factory) -> None:
+    # Followers long-poll their leader for 60 s, and everything else on that connection (the new partition's
+    # OffsetForLeaderEpoch and first fetch) would queue behind the parked fetch: an acks=-1 produce to a topic created
+    # meanwhile could only time out (10 s) unless the fetcher interrupts its parked fetch.
+    c = cluster_factory(3, overrides={"replica.fetch.wait.max.ms": 60000, "replica.socket.timeout.ms": 30000})
+    c.create_topic("repl-idle", replica_assignment=[[1, 2, 3]])
+    with WireClient.connect(c.broker(1).bootstrap) as w:
+        assert w.produce("repl-idle", 0, build_batch([b"warm"])).responses[0].partition_responses[0].error_code == 0
+        wait_until(lambda: metric(c, 1, 'strata_purgatory_size{purgatory="Fetch"}') >= 2, timeout=10,
+                   message="both followers' fetches parked on the leader")
+        c.create_topic("repl-new", replica_assignment=[[1, 2, 3]])
+        pr = w.produce("repl-new", 0, build_batch([b"first"]), timeout_ms=10000).responses[0].partition_responses[0]
+    assert pr.error_code == 0, f"acks=-1 produce to the new topic failed with error {pr.error_code}"
+    wait_until(lambda: identical_logs(c, "repl-new", c.ids), timeout=10, message="new topic replicated everywhere")
 
 
 def test_followers_name_the_leader_and_stale_epochs_are_fenced(cluster_factory) -> None:
