@@ -180,6 +180,7 @@ class KafkaServer:
 
         self.rlm, self.rlmm = build_remote_log_manager(self)
         self.replica_manager.rlm, self.replica_manager.rlmm = self.rlm, self.rlmm
+        self.rlm.start()
         await self.rlmm.start()
         from remote.partition_remover import RemotePartitionRemover
         io = self.rlmm.io

@@ -21,6 +21,7 @@ import random
 import struct
 import time
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -177,6 +178,8 @@ class RemoteLogManager:
         self._followers: dict[TopicIdPartition, _FollowerTask] = {}
         self._resigning: set[asyncio.Task] = set()       # copy tasks of former leaderships finishing their copy
         self._deletions: set[asyncio.Task] = set()     # topic deletions in progress (retried through outages)
+        self._read_aheads: set[asyncio.Task] = set()   # read-ahead for sequential readers, RSM warm-up
+        self._read_ahead_done: OrderedDict[uuid.UUID, None] = OrderedDict()   # segments whose successor was asked
         self._copy_slots = asyncio.Semaphore(max(1, config.copier_pool_size))
         self._expire_slots = asyncio.Semaphore(max(1, config.expiration_pool_size))
         self._reader_slots = asyncio.Semaphore(max(1, config.reader_threads))
@@ -187,6 +190,18 @@ class RemoteLogManager:
         self.fetch_quota = RateQuota(config.fetch_max_bytes_per_second, config.fetch_quota_window_num,
                                      config.fetch_quota_window_size_s)
         self._closed = False
+
+    def start(self) -> None:
+        """Warm the RSM's clients up in the background, so the first remote read after a start does not pay it."""
+        async def warm() -> None:
+            try:
+                await self.rsm.warm_up()
+            except Exception as e:  # noqa: BLE001 - the first real request reports and retries it
+                log.warning("remote storage client warm-up failed", error=repr(e))
+
+        task = asyncio.get_running_loop().create_task(warm(), name="rsm-warm-up")
+        self._read_aheads.add(task)
+        task.add_done_callback(self._read_aheads.discard)
 
     # ---- leadership ---------------------------------------------------------------------------------------------
     def on_leadership_change(self, leaders: list[tuple[UnifiedLog, int]], followers: list[UnifiedLog]) -> None:
@@ -253,6 +268,7 @@ class RemoteLogManager:
         tasks += [ft.task for ft in self._followers.values() if ft.task is not None]
         tasks += list(self._resigning)
         tasks += self._deletions      # partition deletions retrying through an outage
+        tasks += list(self._read_aheads)
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -605,7 +621,7 @@ class RemoteLogManager:
         return self._reader_pending
 
     async def read(self, ulog: UnifiedLog, offset: int, max_bytes: int, min_one_message: bool,
-                   max_offset: int | None = None) -> bytes:
+                   max_offset: int | None = None) -> bytes | memoryview:
         """Whole batches from remote storage starting with the batch holding `offset` (RemoteLogReader)."""
         if self._reader_pending >= self.config.reader_max_pending_tasks + self.config.reader_threads:
             self.metrics.fetch_errors.labels(ulog.topic).inc()
@@ -638,6 +654,29 @@ class RemoteLogManager:
             self._reader_pending -= 1
             self.metrics.reader_queue_size.set(max(0, self._reader_pending - self.config.reader_threads))
 
+    def _read_ahead_next(self, ulog: UnifiedLog, meta: RemoteLogSegmentMetadata) -> None:
+        """A read reached the end of `meta`: have the RSM load the next segment of the lineage (its start) and the
+        index cache its indexes, so a sequential consumer does not wait for them at every segment boundary."""
+        if self._closed or meta.remote_log_segment_id.id in self._read_ahead_done:
+            return
+        self._read_ahead_done[meta.remote_log_segment_id.id] = None
+        while len(self._read_ahead_done) > 1024:
+            self._read_ahead_done.popitem(last=False)
+
+        async def run() -> None:
+            try:
+                nxt = await self.find_segment(ulog, meta.end_offset + 1)
+                if nxt is None or nxt.remote_log_segment_id == meta.remote_log_segment_id:
+                    return
+                self.rsm.read_ahead(nxt, 0)
+                await self.index_cache.lookup_offset(nxt, nxt.start_offset)
+            except Exception as e:  # noqa: BLE001 - a hint: the read that needs it reports any error
+                log.debug("remote read-ahead failed", topic=ulog.topic, partition=ulog.partition, error=repr(e))
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._read_aheads.add(task)
+        task.add_done_callback(self._read_aheads.discard)
+
     async def find_segment(self, ulog: UnifiedLog, offset: int) -> RemoteLogSegmentMetadata | None:
         """The copied segment holding `offset` in this log's lineage (epoch of the offset, from the epoch cache)."""
         tip = topic_id_partition(ulog)
@@ -652,7 +691,7 @@ class RemoteLogManager:
         return None
 
     async def _read(self, ulog: UnifiedLog, offset: int, max_bytes: int, min_one: bool,
-                    max_offset: int | None) -> bytes:
+                    max_offset: int | None) -> bytes | memoryview:
         target = offset
         while True:
             meta = await self.find_segment(ulog, target)
@@ -665,8 +704,10 @@ class RemoteLogManager:
             pos = await self.index_cache.lookup_offset(meta, target)
             window = max(max_bytes, 1) + 64 * 1024
             end = min(pos + window, meta.segment_size_in_bytes) - 1
+            if meta.segment_size_in_bytes - (end + 1) < self.rsm.read_ahead_bytes:
+                self._read_ahead_next(ulog, meta)
             buf = await self.rsm.fetch_log_segment(meta, pos, end)
-            out: list[bytes] = []
+            first = last_end = -1          # the batches returned are contiguous in the segment: one slice
             size = 0
             for bpos, h in iter_batches(buf):
                 if h.last_offset < target:
@@ -675,10 +716,13 @@ class RemoteLogManager:
                     break
                 if size + h.size > max_bytes and (size > 0 or not min_one):
                     break
-                out.append(bytes(buf[bpos:bpos + h.size]))
+                if first < 0:
+                    first = bpos
+                last_end = bpos + h.size
                 size += h.size
-            if out:
-                return b"".join(out)
+            if first >= 0:
+                # a view, not a copy: the Fetch response writes it to the socket as it is
+                return memoryview(buf)[first:last_end]
             # Nothing whole in the window: the first relevant batch is larger than the window (fetch it alone
             # when at least one message is owed), or the offset lies past this segment's data (next segment).
             nxt = _first_relevant_batch(buf, target)

@@ -134,6 +134,17 @@ class RemoteStorageManager(abc.ABC):
     async def delete_partition(self, topic_id_partition: TopicIdPartition) -> None:
         """Remove whatever remains stored for the partition (optional; no-op by default)."""
 
+    async def warm_up(self) -> None:
+        """Build clients before the first request needs them (no request to the store). No-op by default."""
+
+    #: Bytes a sequential reader is read ahead of (0: no read-ahead). The RemoteLogManager hands the next segment to
+    #: `read_ahead` when a read ends within this distance of its segment's end.
+    read_ahead_bytes: int = 0
+
+    def read_ahead(self, metadata: RemoteLogSegmentMetadata, start_position: int = 0) -> None:
+        """Hint (not part of Kafka's interface): a sequential reader reaches this segment soon; start loading its
+        first `read_ahead_bytes` from `start_position` in the background. No-op by default."""
+
     async def stream_log_segment(self, metadata: RemoteLogSegmentMetadata, start_position: int,
                                  end_position: int | None = None, *, piece_size: int = 1 << 20
                                  ) -> AsyncIterator[bytes]:

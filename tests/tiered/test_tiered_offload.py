@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from tests.support.kafka_wire import decode_records
 from tests.tiered.harness import EARLIEST, EARLIEST_LOCAL, LATEST_TIERED, Harness, Scenario, ScenarioError
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -165,3 +166,38 @@ def test_earliest_and_tiered_offsets_untouched_on_plain_topic(harness: Harness) 
 def _no_remote(h: Harness, topic: str) -> None:
     left = [o for o in h.backend.list_all() if o.startswith(f"{topic}-")]
     assert not left, left
+
+
+@pytest.mark.parametrize("backend_name", ["s3"])
+def test_a_sequential_reader_finds_the_next_segment_read_ahead(harness: Harness) -> None:
+    """A remote read that reaches the end of a segment has the next segment's first chunk and its indexes loaded
+    in the background (S3 RSM with its chunk cache), so the read of that segment is served from the caches."""
+    (Scenario("read-ahead").create_topic("t", partitions=1, configs=LOCAL_TAIL).produce("t", 0, 55)
+        .wait_for_offload("t", 0, up_to_offset=49).run(harness))
+
+    def counters() -> dict[str, float]:
+        m = harness.metrics()
+        return {"chunk_misses": m.get(("strata_remote_chunk_cache_misses_total", ()), 0.0),
+                "chunk_hits": m.get(("strata_remote_chunk_cache_hits_total", (("tier", "memory"),)), 0.0),
+                "prefetches": m.get(("strata_remote_chunk_cache_prefetches_total", ()), 0.0),
+                "index_misses": m.get(("strata_remote_index_cache_misses_total", ()), 0.0),
+                "index_hits": m.get(("strata_remote_index_cache_hits_total", ()), 0.0)}
+
+    def fetch(offset: int) -> list[int]:
+        with harness.wire() as w:
+            p = w.fetch("t", 0, offset, version=12, max_bytes=1 << 20).responses[0].partitions[0]
+        assert p.error_code == 0
+        return [r.offset for r in decode_records(p.records)]
+
+    c0 = counters()
+    assert fetch(0) == list(range(SEG))                 # segment 0, read to its end
+    # segment 0 loaded for the read (1 chunk, its indexes), segment 1 read ahead (1 chunk, its indexes)
+    c1 = harness.wait("segment 1 read ahead", counters,
+                      lambda c: c["prefetches"] > c0["prefetches"] and c["chunk_misses"] >= c0["chunk_misses"] + 2
+                      and c["index_misses"] >= c0["index_misses"] + 2)
+    assert fetch(SEG) == list(range(SEG, 2 * SEG))      # segment 1, from the caches; segment 2 is read ahead
+    c2 = harness.wait("segment 2 read ahead", counters,
+                      lambda c: c["prefetches"] > c1["prefetches"] and c["index_misses"] > c1["index_misses"])
+    assert c2["chunk_hits"] > c1["chunk_hits"], (c1, c2)
+    # one load each (segment 2's read-ahead): nothing of segment 1 was loaded again
+    assert (c2["chunk_misses"], c2["index_misses"]) == (c1["chunk_misses"] + 1, c1["index_misses"] + 1), (c1, c2)

@@ -445,7 +445,8 @@ def _outage_scenario(h: Harness, proxy: ProxyThread, cfg: OutageSettings, actors
     wait(h, f"{audit}: 3 segments copied", lambda: h.offsets(audit, 0),
          lambda o: o["latest-tiered(-5)"] == 3 * SEG - 1 and o["earliest-local(-4)"] == 3 * SEG,
          actors=(producer, watcher))
-    remote_offset = 2 * SEG + 7          # inside segment 2: copied, deleted locally, never read (not cached)
+    # inside segment 3: copied, deleted locally, never read, not cached (reading segment 1 read ahead segment 2)
+    remote_offset = 3 * SEG + 7
     tail = TailConsumer(h, topic, h.offset(topic, 0, LATEST))
     actors.append(tail)
     tail.start()
