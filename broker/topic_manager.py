@@ -81,6 +81,21 @@ class TopicManager:
         if remote and new_cfg.compact:
             raise KafkaApiError(ErrorCode.INVALID_CONFIG,
                                 "Remote log storage only supports topics with cleanup.policy=delete")
+        if remote:
+            # LogConfig.validateRemoteStorageRetentionTime/Size: the local part cannot outlive the whole
+            for local_key, total_key in (("local.retention.ms", "retention.ms"),
+                                         ("local.retention.bytes", "retention.bytes")):
+                local_v, total_v = new_cfg[local_key], new_cfg[total_key]
+                if total_v == -1 or local_v == -2:
+                    continue
+                if local_v == -1:
+                    raise KafkaApiError(ErrorCode.INVALID_CONFIG,
+                                        f"Invalid value -1 for configuration {local_key}: Value must not be -1 as "
+                                        f"{total_key} value is set as {total_v}.")
+                if local_v > total_v:
+                    raise KafkaApiError(ErrorCode.INVALID_CONFIG,
+                                        f"Invalid value {local_v} for configuration {local_key}: Value must not be "
+                                        f"more than {total_key} property value: {total_v}")
         if old_cfg is not None and old_cfg["remote.storage.enable"] and not remote \
                 and not new_cfg["remote.log.delete.on.disable"]:
             raise KafkaApiError(ErrorCode.INVALID_CONFIG,

@@ -266,6 +266,8 @@ class RemoteIndexCache:
                 del self._inflight[sid]
 
     async def _fetch_txn(self, metadata: RemoteLogSegmentMetadata) -> bytes:
+        if metadata.txn_idx_empty:
+            return b""          # KIP-1058: the segment was copied without transaction index entries
         try:
             return await self.rsm.fetch_index(metadata, IndexType.TRANSACTION)
         except RemoteResourceNotFoundError:

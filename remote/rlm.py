@@ -415,8 +415,9 @@ class RemoteLogManager:
         checkpoint = epoch_checkpoint_bytes([(e, o) for e, o in entries if o <= end])
         snapshot = self._producer_snapshot_path(ulog, end + 1)
         seg_id = RemoteLogSegmentId(tip, uuid.uuid4())
+        # No transaction index is uploaded (no transactions here): KIP-1058's flag spares readers its GET.
         meta = RemoteLogSegmentMetadata(seg_id, base, end, seg.largest_timestamp, self.broker_id, _now_ms(),
-                                        seg.size, seg_epochs, COPY_STARTED)
+                                        seg.size, seg_epochs, COPY_STARTED, txn_idx_empty=True)
         if st is not None:
             st.copying.add(seg_id.id)
         try:

@@ -170,6 +170,21 @@ def test_compacted_topics_cannot_use_remote_storage(prepared: Harness) -> None:
     assert "c1" not in names and "c2" not in names and "c3" in names
 
 
+def test_local_retention_cannot_exceed_total_retention(prepared: Harness) -> None:
+    # Kafka's LogConfig.validateRemoteStorageRetentionTime/Size, for tiered topics only
+    (Scenario("local vs total retention")
+        .create_topic("r1", configs={"retention.ms": "60000", "local.retention.ms": "120000"},
+                      expect_error="Value must not be more than retention.ms property value: 60000")
+        .create_topic("r2", configs={"retention.bytes": "1000000", "local.retention.bytes": "-1"},
+                      expect_error="Value must not be -1 as retention.bytes value is set as 1000000.")
+        .create_topic("r3", configs={"retention.ms": "60000", "local.retention.ms": "60000",
+                                     "retention.bytes": "1000000", "local.retention.bytes": "-2"})
+        .create_topic("r4", tiered=False, configs={"retention.ms": "60000", "local.retention.ms": "120000"})
+        .update_topic_config("r3", set={"local.retention.bytes": "2000000"},
+                             expect_error="Value must not be more than retention.bytes property value: 1000000")
+        .run(prepared))
+
+
 # -- tools --------------------------------------------------------------------------------------------------------
 def _strata(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "broker", *args], cwd=REPO_ROOT, capture_output=True, text=True,

@@ -3,6 +3,7 @@ LRU bounded by bytes, reuse after restart, transaction index collection, errors 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 
 import pytest
@@ -86,6 +87,21 @@ def test_concurrent_misses_fetch_once(tmp_path):
         await asyncio.gather(*lookups)
         assert sorted(t.name for t in rsm.index_fetches) == ["OFFSET", "TIMESTAMP", "TRANSACTION"]
         assert cache.stats.misses == 1 and len(cache) == 1
+        await cache.close()
+
+    asyncio.run(body())
+
+
+def test_segment_copied_without_transactions_skips_the_txn_index_fetch(tmp_path):
+    # KIP-1058: txn_idx_empty means the segment has no transaction index; asking for it would cost a GET (a 404)
+    rsm, _, (md,) = setup_segments(tmp_path, 1)
+    md = dataclasses.replace(md, txn_idx_empty=True)
+
+    async def body():
+        cache = RemoteIndexCache(rsm, tmp_path / "cache")
+        assert await cache.lookup_offset(md, md.start_offset) == 0
+        assert sorted(t.name for t in rsm.index_fetches) == ["OFFSET", "TIMESTAMP"]
+        assert not (await cache.collect_aborted_transactions(md, md.start_offset, md.end_offset + 1)).aborted_transactions
         await cache.close()
 
     asyncio.run(body())
