@@ -706,17 +706,25 @@ class UnifiedLog:
 
     def _delete_local_retention_breached(self, now: int) -> int:
         """Tiered log: local.retention.ms/bytes (-2: the total retention's value) over the local segments, and
-        only segments already copied to remote storage; moves the local log start, not the log start."""
+        only segments already copied to remote storage; moves the local log start, not the log start.
+
+        With `remote.log.copy.disable` (KIP-950) nothing more is copied, so local retention cannot wait for copies:
+        the total retention.ms/bytes applies to the local segments, copied or not (Kafka's
+        remoteLogEnabledAndRemoteCopyEnabled), else the local log would grow without bound."""
         cfg = self.config
-        local_ms = cfg["local.retention.ms"]
-        local_bytes = cfg["local.retention.bytes"]
-        local_ms = cfg.retention_ms if local_ms == -2 else local_ms
-        local_bytes = cfg.retention_bytes if local_bytes == -2 else local_bytes
+        copy_on = not cfg.values.get("remote.log.copy.disable")
+        if copy_on:
+            local_ms = cfg["local.retention.ms"]
+            local_bytes = cfg["local.retention.bytes"]
+            local_ms = cfg.retention_ms if local_ms == -2 else local_ms
+            local_bytes = cfg.retention_bytes if local_bytes == -2 else local_bytes
+        else:
+            local_ms, local_bytes = cfg.retention_ms, cfg.retention_bytes
         remote_end = self.highest_offset_in_remote_storage
         deleted = 0
 
         def copied(nxt_base: int) -> bool:
-            return nxt_base - 1 <= remote_end
+            return not copy_on or nxt_base - 1 <= remote_end
 
         if local_ms >= 0:
             deleted += self._delete_prefix(

@@ -80,6 +80,23 @@ def _nothing_copied(h: Harness) -> None:
     assert sorted(h.local_segments("t", 0)) == [40, 50, 60]
 
 
+def test_with_copy_disabled_total_retention_deletes_uncopied_local_segments(harness: Harness) -> None:
+    # Nothing more is copied, so waiting for copies would keep the local log forever: retention.ms applies to the
+    # local segments, copied or not (Kafka's remoteLogEnabledAndRemoteCopyEnabled), the active one included.
+    (Scenario("KIP-950 retention")
+        .create_topic("t", partitions=1, configs=LOCAL_TAIL)
+        .produce("t", 0, 30)
+        .wait_for_offload("t", 0, up_to_offset=19)
+        .expect_earliest_local_offset("t", 0, 20)
+        .update_topic_config("t", set={"remote.log.copy.disable": "true"})
+        .produce("t", 0, 20)                         # closes 20-29 and 30-39, never copied
+        .step("copy skipped", _copy_skipped(2, 19, [0, 10]))
+        .expect_earliest_local_offset("t", 0, 20)
+        .update_topic_config("t", set={"retention.ms": "1000"})
+        .expect_earliest_local_offset("t", 0, 50)
+        .run(harness))
+
+
 def test_enable_remote_storage_on_an_existing_topic(harness: Harness) -> None:
     (Scenario("enable later")
         .create_topic("t", partitions=1, tiered=False)
