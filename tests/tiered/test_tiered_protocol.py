@@ -132,6 +132,14 @@ def test_replica_fetch_below_local_start(prepared: Harness, version: int, expect
     assert offsets[:5] == [5, 6, 7, 8, 9], offsets     # whole batches: the one holding 5 is [5, 9]
 
 
+def test_max_bytes_lets_only_the_first_partition_of_a_fetch_exceed_it(prepared: Harness) -> None:
+    # Kafka's minOneMessage: partition 0 (local, offset 20) returns one batch although max.bytes is 1; the remote
+    # partition after it gets nothing in this response instead of a second over-limit batch.
+    parts = _fetch(prepared, 12, {0: 20, 1: 0}, max_bytes=1)
+    assert [r.offset for r in decode_records(parts[0].records)][:1] == [20]
+    assert (parts[1].error_code, len(parts[1].records or b"")) == (0, 0)
+
+
 def test_fetch_of_several_remote_partitions_returns_data_for_all(prepared: Harness) -> None:
     before = prepared.remote_fetches(TOPIC)
     want = {p: prepared.topic(TOPIC).produced[p] for p in range(PARTITIONS)}
