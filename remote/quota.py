@@ -64,3 +64,13 @@ class RateQuota:
             self.throttle_time_ms_max = max(self.throttle_time_ms_max, ms)
             return ms
         return 0.0
+
+    async def acquire(self, nbytes: int) -> float:
+        """Wait until within quota, then record `nbytes` before the work starts (Kafka's copy quota does so under a
+        lock): concurrent users cannot all pass one check and overshoot together. Returns ms waited."""
+        waited = 0.0
+        while (ms := await self.wait()) > 0:
+            waited += ms
+        self.record(nbytes)         # no await since the last check: atomic on the event loop
+        return waited
+

@@ -396,7 +396,7 @@ class RemoteLogManager:
         for seg, end in self.copy_candidates(ulog):
             if st is not None and st.resigned:
                 break
-            await self.copy_quota.wait()
+            await self.copy_quota.acquire(seg.size)
             await self._copy_segment(ulog, seg, end, st)
             copied += 1
         return copied
@@ -435,7 +435,6 @@ class RemoteLogManager:
         finally:
             if st is not None:
                 st.copying.discard(seg_id.id)
-        self.copy_quota.record(seg.size)
         self.metrics.copy_bytes.labels(ulog.topic).inc(seg.size)
         ulog.highest_offset_in_remote_storage = max(ulog.highest_offset_in_remote_storage, end)
         log.info("copied segment to remote storage", partition=str(tip), base_offset=base, end_offset=end,
