@@ -592,8 +592,11 @@ class ReplicaManager:
             results, total, respond = self._read_once(specs, max_bytes, isolation, replica_id, first)
             first = False
             if any(s.remote for s in specs):
-                total += await self._read_remote(specs, results, max_bytes - total, isolation)
-                break
+                if not self.rlm.fetch_throttled():
+                    total += await self._read_remote(specs, results, max_bytes - total, isolation)
+                    break
+                for s in specs:     # throttled (KIP-956): no data for the remote partitions, wait as for any other
+                    s.remote = False
             remaining = deadline - time.monotonic()
             if total >= min_bytes or respond or remaining <= 0 or not specs:
                 break

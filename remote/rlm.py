@@ -396,7 +396,7 @@ class RemoteLogManager:
         for seg, end in self.copy_candidates(ulog):
             if st is not None and st.resigned:
                 break
-            await self.copy_quota.acquire(seg.size)
+            self.metrics.copy_throttle_ms.inc(await self.copy_quota.acquire(seg.size))
             await self._copy_segment(ulog, seg, end, st)
             copied += 1
         return copied
@@ -634,7 +634,6 @@ class RemoteLogManager:
                 self.metrics.reader_avg_idle.set(
                     100.0 * (1 - self._reader_busy / max(1, self.config.reader_threads)))
                 try:
-                    await self.fetch_quota.wait()
                     started = time.perf_counter()
                     self.metrics.fetch_requests.labels(ulog.topic).inc()
                     try:
@@ -653,6 +652,16 @@ class RemoteLogManager:
         finally:
             self._reader_pending -= 1
             self.metrics.reader_queue_size.set(max(0, self._reader_pending - self.config.reader_threads))
+
+    def fetch_throttled(self) -> bool:
+        """KIP-956: while remote reads are over remote.log.manager.fetch.max.bytes.per.second, a fetch does not
+        schedule remote reads; its remote partitions answer empty (Kafka's ReplicaManager), and the time it would
+        take to get back within quota is recorded as throttle time."""
+        delay = self.fetch_quota.throttle_delay_s()
+        if delay <= 0:
+            return False
+        self.metrics.fetch_throttle_ms.inc(delay * 1000)
+        return True
 
     def _read_ahead_next(self, ulog: UnifiedLog, meta: RemoteLogSegmentMetadata) -> None:
         """A read reached the end of `meta`: have the RSM load the next segment of the lineage (its start) and the

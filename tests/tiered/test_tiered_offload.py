@@ -201,3 +201,27 @@ def test_a_sequential_reader_finds_the_next_segment_read_ahead(harness: Harness)
     assert c2["chunk_hits"] > c1["chunk_hits"], (c1, c2)
     # one load each (segment 2's read-ahead): nothing of segment 1 was loaded again
     assert (c2["chunk_misses"], c2["index_misses"]) == (c1["chunk_misses"] + 1, c1["index_misses"] + 1), (c1, c2)
+
+
+@pytest.mark.parametrize("backend_name", ["local"])
+def test_remote_fetch_quota_answers_empty_while_throttled(make_harness) -> None:
+    """KIP-956 remote.log.manager.fetch.max.bytes.per.second: over the quota, a Fetch schedules no remote read and
+    its remote partition answers empty without error (Kafka's ReplicaManager); the throttle time is counted, and
+    reads resume once the rate is back under the quota."""
+    # 200 B/s: after the first ~1.2 KB read, remote reads stay throttled for ~6 s (a loaded machine may be slow)
+    h = make_harness(**{"remote.log.manager.fetch.max.bytes.per.second": 200})
+    (Scenario("fetch quota").create_topic("t", partitions=1, configs=LOCAL_TAIL).produce("t", 0, 55)
+        .wait_for_offload("t", 0, up_to_offset=49).expect_earliest_local_offset("t", 0, 50).run(h))
+
+    def fetch(offset: int) -> tuple[int, list[int]]:
+        with h.wire() as w:
+            p = w.fetch("t", 0, offset, version=12, max_wait_ms=100, max_bytes=1 << 20).responses[0].partitions[0]
+        return p.error_code, [r.offset for r in decode_records(p.records)]
+
+    assert fetch(0) == (0, list(range(SEG)))             # ~1.2 KB read from remote storage: now over 200 B/s
+    reads = h.remote_fetches("t")
+    assert fetch(SEG) == (0, [])                         # throttled: empty, no error, no remote read scheduled
+    assert h.remote_fetches("t") == reads
+    assert h.metric("strata_remote_fetch_throttle_time_ms_total") > 0
+    assert h.wait("remote reads resume under the quota", lambda: fetch(SEG),
+                  lambda r: r[1][:1] == [SEG])[0] == 0
