@@ -17,11 +17,13 @@ then may local retention delete the local copy; deletion is DELETE_SEGMENT_START
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import struct
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -185,6 +187,8 @@ class RemoteLogManager:
         self._reader_slots = asyncio.Semaphore(max(1, config.reader_threads))
         self._reader_pending = 0
         self._reader_busy = 0
+        self._tasks_busy = 0
+        self.metrics.tasks_avg_idle.set(100.0)
         self.copy_quota = RateQuota(config.copy_max_bytes_per_second, config.copy_quota_window_num,
                                     config.copy_quota_window_size_s)
         self.fetch_quota = RateQuota(config.fetch_max_bytes_per_second, config.fetch_quota_window_num,
@@ -301,7 +305,7 @@ class RemoteLogManager:
         while not self._closed and not st.resigned:
             delay = self.config.task_interval_ms / 1000.0
             try:
-                async with self._copy_slots:
+                async with self._copy_slots, self._task_busy():
                     await self.copy_eligible_segments(st.ulog, st)
                 st.failures = 0
             except asyncio.CancelledError:
@@ -312,6 +316,18 @@ class RemoteLogManager:
                 log.warning("remote copy failed", partition=str(st.tip), error=str(e), retry_in_s=round(delay, 2))
             self._update_copy_lag(st.ulog)
             await asyncio.sleep(delay)
+
+    @contextlib.asynccontextmanager
+    async def _task_busy(self) -> AsyncIterator[None]:
+        """RemoteLogManagerTasksAvgIdlePercent: the share of the copier and expiration pools not running a task."""
+        pool = max(1, self.config.copier_pool_size) + max(1, self.config.expiration_pool_size)
+        self._tasks_busy += 1
+        self.metrics.tasks_avg_idle.set(100.0 * (1 - self._tasks_busy / pool))
+        try:
+            yield
+        finally:
+            self._tasks_busy -= 1
+            self.metrics.tasks_avg_idle.set(100.0 * (1 - self._tasks_busy / pool))
 
     async def _follower_loop(self, tip: TopicIdPartition, ft: _FollowerTask) -> None:
         """Kafka's RLMFollowerTask: what the leader tiers becomes deletable here once the RLMM shows it copied."""
@@ -335,7 +351,7 @@ class RemoteLogManager:
         while not self._closed:
             delay = self.config.task_interval_ms / 1000.0
             try:
-                async with self._expire_slots:
+                async with self._expire_slots, self._task_busy():
                     await self.expire_remote_segments(st.ulog, st)
             except asyncio.CancelledError:
                 raise
@@ -472,6 +488,7 @@ class RemoteLogManager:
         tip = topic_id_partition(ulog)
         now = _now_ms() if now_ms is None else now_ms
         cfg = ulog.config
+        listed = time.perf_counter()
         all_segs = await self._segments(tip)
         finished = sorted((s for s in all_segs if s.state == COPY_FINISHED), key=lambda s: s.start_offset)
         lineage = {e.epoch for e in ulog.leader_epoch_cache.entries}
@@ -507,10 +524,16 @@ class RemoteLogManager:
                 while kept and excess - kept[0].segment_size_in_bytes >= 0:
                     excess -= kept[0].segment_size_in_bytes
                     doomed.append(kept.pop(0))
+        labels = (ulog.topic, str(ulog.partition))
+        self.metrics.log_size_computation_ms.labels(*labels).set((time.perf_counter() - listed) * 1000)
         deleted = 0
+        lag = list(doomed)       # RemoteDeleteLag*: eligible for deletion, not deleted yet
+        self._update_delete_lag(labels, lag)
         for s in doomed:
             if await self._delete_segment(ulog.topic, s):
                 deleted += 1
+                lag.remove(s)
+                self._update_delete_lag(labels, lag)
         if kept:
             new_start = kept[0].start_offset
         else:
@@ -539,6 +562,10 @@ class RemoteLogManager:
         log.info("deleted remote segment", partition=str(s.topic_id_partition), start_offset=s.start_offset,
                  end_offset=s.end_offset, segment_id=s.remote_log_segment_id.id_str)
         return True
+
+    def _update_delete_lag(self, labels: tuple[str, str], lag: list[RemoteLogSegmentMetadata]) -> None:
+        self.metrics.delete_lag_segments.labels(*labels).set(len(lag))
+        self.metrics.delete_lag_bytes.labels(*labels).set(sum(s.segment_size_in_bytes for s in lag))
 
     def _update_size_metrics(self, ulog: UnifiedLog, kept: list[RemoteLogSegmentMetadata]) -> None:
         labels = (ulog.topic, str(ulog.partition))

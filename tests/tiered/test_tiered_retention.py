@@ -66,7 +66,19 @@ def test_remote_retention_by_bytes(harness: Harness) -> None:
         .expect_fetch_from_remote("t", at_least=2)
         .expect_fetch_error("t", 0, offset=29, error=OFFSET_OUT_OF_RANGE)
         .step("deleted segments are DELETE_SEGMENT_FINISHED in the RLMM", _deleted_below(30))
+        .step("expiration metrics", _expiration_metrics)
         .run(harness))
+
+
+def _expiration_metrics(h: Harness) -> None:
+    # KIP-963: nothing left to delete, the size computation was timed; the copier/expiration pools are idle between
+    # runs (RemoteLogManagerTasksAvgIdlePercent)
+    m = h.metrics()
+    part = (("partition", "0"), ("topic", "t"))
+    assert (m[("strata_remote_delete_lag_segments", part)], m[("strata_remote_delete_lag_bytes", part)]) == (0, 0)
+    assert ("strata_remote_log_size_computation_time_ms", part) in m
+    assert m[("strata_remote_log_size_bytes", part)] > 0
+    assert 0 <= m[("strata_remote_log_manager_tasks_avg_idle_percent", ())] <= 100
 
 
 def test_remote_retention_by_time(harness: Harness) -> None:
