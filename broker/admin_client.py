@@ -51,6 +51,7 @@ class PartitionDescription:
     error: str | None = None
     local_log_start_offset: int | None = None    # ListOffsets -4 (v8+); None when the broker cannot answer it
     latest_tiered_offset: int | None = None      # ListOffsets -5 (v9+): highest offset in remote storage, -1: none
+    local_size: int | None = None                # DescribeLogDirs on the leader: bytes of its local segments
 
 
 @dataclass
@@ -303,7 +304,27 @@ class AdminClient:
                     for p in desc.partitions:
                         p.local_log_start_offset = local.get(p.partition)
                         p.latest_tiered_offset = tiered.get(p.partition)
+                if self.versions.get(ApiKey.DESCRIBE_LOG_DIRS) is not None:
+                    sizes = self.local_sizes(t.name, ids)
+                    for p in desc.partitions:
+                        p.local_size = sizes.get(p.partition)
             out.append(desc)
+        return out
+
+    def local_sizes(self, topic: str, partitions: Iterable[int]) -> dict[int, int]:
+        """Bytes of each partition's local log on its leader (DescribeLogDirs), summed over the leader's log dirs."""
+        out: dict[int, int] = {}
+        for conn, ps in self._by_leader(topic, partitions):
+            T = REQUEST_CLASSES[ApiKey.DESCRIBE_LOG_DIRS].DescribableLogDirTopic
+            _, resp = conn._call(ApiKey.DESCRIBE_LOG_DIRS, topics=[T(topic=topic, partitions=list(ps))])
+            _check(getattr(resp, "error_code", 0), None, "DescribeLogDirs: ")
+            for d in resp.results:
+                if d.error_code:
+                    continue          # an offline log dir holds nothing readable
+                for t in d.topics:
+                    if t.name == topic:
+                        for p in t.partitions:
+                            out[p.partition_index] = out.get(p.partition_index, 0) + p.partition_size
         return out
 
     def delete_records(self, topic: str, offsets: dict[int, int]) -> dict[int, int]:

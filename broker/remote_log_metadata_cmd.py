@@ -174,12 +174,15 @@ def remote_log_state_or_none(admin: AdminClient) -> RemoteLogState | None:
 
 def tiered_describe_fields(topic: Any, partition: Any, state: RemoteLogState | None) -> str:
     """The extra `strata topics describe` columns of a tiered topic's partition: LocalLogStartOffset (-4),
-    LatestTieredOffset (-5) when the broker answers them, and RemoteSize (bytes of its copied segments)."""
+    LatestTieredOffset (-5) when the broker answers them, LocalSize (DescribeLogDirs on the leader) and RemoteSize
+    (bytes of its copied segments)."""
     out = ""
     if partition.local_log_start_offset is not None:
         out += f"\tLocalLogStartOffset: {partition.local_log_start_offset}"
     if partition.latest_tiered_offset is not None:
         out += f"\tLatestTieredOffset: {partition.latest_tiered_offset}"
+    if partition.local_size is not None:
+        out += f"\tLocalSize: {partition.local_size}"
     if state is not None:
         tid = _uuid_of(topic.topic_id) if topic.topic_id else None
         out += f"\tRemoteSize: {state.remote_size(topic.name, partition.partition, tid)}"

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
 
+from protocol.registry import REQUEST_CLASSES, RESPONSE_CLASSES, ApiKey
 from tests.support.broker_proc import REPO_ROOT
 from tests.support.kafka_wire import decode_records
 from tests.tiered.conftest import BACKENDS
@@ -245,13 +246,35 @@ def test_remote_log_metadata_tool_errors_are_one_line() -> None:
     assert "connection refused" in err and "\n" not in err and "Traceback" not in err, r.stderr
 
 
+def test_describe_log_dirs_reports_local_sizes(prepared: Harness) -> None:
+    # DescribeLogDirs (kafka-log-dirs.sh): the local part only (one 10-record segment per partition here; the two
+    # copied segments were deleted locally); v4 adds the volume's total and usable bytes, older versions -1
+    seg_bytes = prepared.topic(TOPIC).shape.batch_bytes * 2
+    D, R = REQUEST_CLASSES[ApiKey.DESCRIBE_LOG_DIRS], RESPONSE_CLASSES[ApiKey.DESCRIBE_LOG_DIRS]
+    for version in (1, 4):
+        with prepared.wire() as c:
+            req = D[version](topics=[D.DescribableLogDirTopic(topic=TOPIC, partitions=[0, 1, 2, 7])])
+            resp = c.recv(R, version, c.send(req))
+        assert [d.error_code for d in resp.results] == [0]
+        d = resp.results[0]
+        assert Path(d.log_dir).is_dir()
+        assert [(t.name, [(p.partition_index, p.partition_size, p.offset_lag, p.is_future_key) for p in t.partitions])
+                for t in d.topics] == [(TOPIC, [(p, seg_bytes, 0, False) for p in range(PARTITIONS)])]
+        if version >= 4:
+            assert d.total_bytes >= d.usable_bytes > 0
+    with prepared.wire() as c:     # null topics: every partition of the broker
+        every = c.recv(R, 4, c.send(D[4](topics=None)))
+    assert TOPIC in {t.name for d in every.results for t in d.topics}
+
+
 def test_topics_describe_shows_local_and_remote_offsets(prepared: Harness) -> None:
     seg_bytes = prepared.topic(TOPIC).shape.batch_bytes * 2
     r = _strata("topics", "--bootstrap-server", prepared.broker.bootstrap, "describe", "--topic", TOPIC)
     assert r.returncode == 0, r.stderr
     parts = [ln.strip() for ln in r.stdout.splitlines()[1:]]
     assert parts == [f"Topic: {TOPIC}\tPartition: {p}\tLeader: 0\tReplicas: 0\tIsr: 0\tLogStartOffset: 0\t"
-                     f"EndOffset: 30\tLocalLogStartOffset: 20\tLatestTieredOffset: 19\tRemoteSize: {2 * seg_bytes}"
+                     f"EndOffset: 30\tLocalLogStartOffset: 20\tLatestTieredOffset: 19\tLocalSize: {seg_bytes}\t"
+                     f"RemoteSize: {2 * seg_bytes}"
                      for p in range(PARTITIONS)], r.stdout
     # a topic without remote storage keeps kafka-topics.sh's columns
     if "plain" not in prepared.topics:

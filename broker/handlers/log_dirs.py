@@ -1,0 +1,45 @@
+"""DescribeLogDirs (kafka-log-dirs.sh, AdminClient.describeLogDirs): per log dir, the local size of each partition
+replica held there, and the volume's total and usable bytes (v4+, KIP-827). Sizes are local: a tiered partition's
+remote part is not in them (its remote size is the RemoteLogSizeBytes metric and `strata topics describe`)."""
+from __future__ import annotations
+
+import shutil
+from collections import defaultdict
+from pathlib import Path
+
+from protocol.registry import ApiKey, response_class
+
+
+async def describe_log_dirs(server, ctx, req):
+    Resp = response_class(ApiKey.DESCRIBE_LOG_DIRS)
+    Result = Resp.DescribeLogDirsResult
+    Topic, Partition = Result.DescribeLogDirsTopic, Result.DescribeLogDirsTopic.DescribeLogDirsPartition
+    v = ctx.api_version
+    wanted: dict[str, set[int]] | None = None       # None: every partition (a null Topics array)
+    if req.topics is not None:
+        wanted = {}
+        for t in req.topics:
+            wanted.setdefault(t.topic, set()).update(t.partitions)
+    lm = server.log_manager
+    by_dir: dict[Path, dict[str, list]] = {d.resolve(): defaultdict(list) for d in lm.log_dirs}
+    for ulog in lm.all_logs():
+        if wanted is not None and ulog.partition not in wanted.get(ulog.topic, ()):
+            continue
+        topics = by_dir.setdefault(ulog.dir.parent.resolve(), defaultdict(list))
+        # OffsetLag of a current (not future) log: max(HW - LEO, 0), as Kafka's getLogEndOffsetLag
+        topics[ulog.topic].append(Partition(partition_index=ulog.partition, partition_size=ulog.size_in_bytes,
+                                            offset_lag=max(ulog.high_watermark - ulog.log_end_offset, 0),
+                                            is_future_key=False))
+    results = []
+    for d, topics in sorted(by_dir.items()):
+        total = usable = -1
+        if v >= 4:
+            try:
+                usage = shutil.disk_usage(d)
+                total, usable = usage.total, usage.free
+            except OSError:
+                pass
+        results.append(Result(error_code=0, log_dir=str(d), total_bytes=total, usable_bytes=usable,
+                              topics=[Topic(name=name, partitions=sorted(ps, key=lambda p: p.partition_index))
+                                      for name, ps in sorted(topics.items())]))
+    return Resp(version=v, throttle_time_ms=0, error_code=0, results=results)
