@@ -9,7 +9,11 @@ BASE_STAMP := $(VENV)/.installed-base
 .PHONY: run test bench cluster lint venv system-deps node-deps clean
 
 # `make run` needs only the broker's own dependencies; tests, bench and Spark add their extras on top.
+# A fresh Debian has python3 without venv/ensurepip (package python3-venv): installed first when missing (root).
 $(BASE_STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -c "import ensurepip, venv" 2>/dev/null || { \
+		echo "installing Debian packages: python3-venv"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -e .
@@ -24,8 +28,8 @@ venv: $(STAMP)
 run: $(BASE_STAMP)
 	$(VENV)/bin/strata serve config/server.properties
 
-# Debian packages the tests use (kcat; etcd for the cluster tests; a JRE for the Spark tests). Installed only when
-# missing; needs root, as on our machines and CI.
+# Debian packages the tests use (kcat; etcd for the cluster tests; a JRE for the Spark tests; nodejs/npm for kafkajs,
+# in node-deps). Installed only when missing; needs root, as on our machines and CI.
 system-deps:
 	@command -v kcat >/dev/null 2>&1 || { \
 		echo "installing Debian packages: kcat"; \
@@ -40,6 +44,9 @@ system-deps:
 node-deps: tests/js/node_modules/.installed
 
 tests/js/node_modules/.installed: tests/js/package.json
+	@command -v npm >/dev/null 2>&1 || { \
+		echo "installing Debian packages: nodejs npm"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; }
 	cd tests/js && npm install --no-audit --no-fund --silent
 	touch $@
 

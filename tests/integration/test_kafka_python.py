@@ -1,6 +1,6 @@
 """kafka-python 3.0.12 against Strata: admin create, produce, group-less read back.
 
-The producer runs with ``enable_idempotence=False`` (InitProducerId is not required of the broker yet). For each
+The producer runs with kafka-python's default, the idempotent producer (InitProducerId, sequence numbers). For each
 codec kafka-python supports with the installed Python codecs (none, gzip, snappy, lz4, zstd): KafkaAdminClient
 creates a 3-partition topic, KafkaProducer sends 10,000 records with binary keys, values, headers and explicit
 timestamps to explicit partitions, and a KafkaConsumer with ``group_id=None`` reads each partition back with
@@ -13,7 +13,8 @@ import time
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
-from tests.support.kafka_wire import assert_stored_codec
+from protocol.records import iter_batches
+from tests.support.kafka_wire import WireClient, assert_stored_codec
 from tests.support.records import Rec, by_partition, check_roundtrip, gen_records, norm_headers, past_ts_base
 
 N = 10_000
@@ -69,7 +70,7 @@ def test_produce_and_read_back(module_broker, admin, consumer, codec):
     assert len(described) == 1 and len(described[0]["partitions"]) == PARTITIONS, described
 
     records = gen_records(N, PARTITIONS, seed=200 + CODECS.index(codec), ts_base=past_ts_base(N), tag=codec)
-    producer = KafkaProducer(bootstrap_servers=bs, enable_idempotence=False, acks="all", linger_ms=5,
+    producer = KafkaProducer(bootstrap_servers=bs, acks="all", linger_ms=5,    # idempotent: the client's default
                              compression_type=None if codec == "none" else codec, client_id="strata-it-kp")
     try:
         futures = [producer.send(topic, key=r.key, value=r.value, headers=list(r.headers), partition=r.partition,
@@ -78,6 +79,9 @@ def test_produce_and_read_back(module_broker, admin, consumer, codec):
         metas = [f.get(timeout=10) for f in futures]
     finally:
         producer.close(timeout=10)
+    with WireClient.connect(bs) as w:     # the batches carry the producer id InitProducerId gave
+        data = w.fetch(topic, 0, 0, version=11).responses[0].partitions[0].records
+    assert {h.producer_id >= 0 for _, h in iter_batches(data)} == {True}
     next_off = {p: 0 for p in range(PARTITIONS)}
     for r, md in zip(records, metas):
         assert (md.partition, md.offset) == (r.partition, next_off[r.partition])
