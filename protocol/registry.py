@@ -106,7 +106,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ApiKey.DESCRIBE_CLUSTER: (0, 2),
     ApiKey.ELECT_LEADERS: (0, 2),
-    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),    # v1 (allow_replication_factor_change) is not implemented
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),    # v1: allow_replication_factor_change (KIP-860)
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
 }
 

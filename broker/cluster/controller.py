@@ -218,14 +218,15 @@ def broker_view(store: "MetadataStore") -> BrokerView:
 
 async def _cas(store: "MetadataStore", topic: str, p: int, compute, attempts: int = 5
                ) -> tuple[ErrorCode, str | None]:
-    """Apply `compute(state, view) -> (error, new state | None)` with compare-and-set, re-reading on conflicts."""
+    """Apply `compute(state, view) -> (error, new state | None)` with compare-and-set, re-reading on conflicts.
+    With an error, `compute` may give the error message in place of the state."""
     for _ in range(attempts):
         state = store.partition_state(topic, p)
         if state is None:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist."
         err, new = compute(state, broker_view(store))
         if err != ErrorCode.NONE or new is None:
-            return err, None
+            return err, new if isinstance(new, str) else None
         try:
             await store.alter_partition(topic, p, squash(state, new))
             return ErrorCode.NONE, None
@@ -271,9 +272,11 @@ _ELECTION_MESSAGES = {
 }
 
 
-async def alter_reassignment(store: "MetadataStore", topic: str, p: int, target: list[int] | None
-                             ) -> tuple[ErrorCode, str | None]:
-    """Start (target) or cancel (None) the reassignment of one partition; the controller completes it."""
+async def alter_reassignment(store: "MetadataStore", topic: str, p: int, target: list[int] | None,
+                             allow_replication_factor_change: bool = True) -> tuple[ErrorCode, str | None]:
+    """Start (target) or cancel (None) the reassignment of one partition; the controller completes it.
+    KIP-860: without `allow_replication_factor_change` a target of another size than the partition's replica set
+    (before any reassignment in progress) is refused."""
     info = store.topic(topic)
     if info is None or not 0 <= p < info.partitions:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist."
@@ -288,6 +291,11 @@ async def alter_reassignment(store: "MetadataStore", topic: str, p: int, target:
                 f"The manual partition assignment includes broker {unknown[0]}, but no such broker is registered.")
 
         def compute(state, view):
+            current = len([r for r in state.replicas if r not in state.adding])
+            if not allow_replication_factor_change and len(target) != current:
+                return ErrorCode.INVALID_REPLICATION_FACTOR, (
+                    f"The replication factor is changed from {current} to {len(target)} but "
+                    "allowReplicationFactorChange is false.")
             new = start_reassignment(state, list(target), view)
             return ErrorCode.NONE, new
     else:

@@ -41,16 +41,17 @@ async def alter_partition_reassignments(server, ctx, req):
     Resp = response_class(ApiKey.ALTER_PARTITION_REASSIGNMENTS)
     TopicRes = Resp.ReassignableTopicResponse
     PartRes = TopicRes.ReassignablePartitionResponse
+    allow_rf_change = bool(getattr(req, "allow_replication_factor_change", True)) if ctx.api_version >= 1 else True
     topics = []
     for t in req.topics:
         parts = []
         for p in t.partitions:
             target = list(p.replicas) if p.replicas is not None else None
-            err, msg = await alter_reassignment(server.store, t.name, p.partition_index, target)
+            err, msg = await alter_reassignment(server.store, t.name, p.partition_index, target, allow_rf_change)
             parts.append(PartRes(partition_index=p.partition_index, error_code=err, error_message=msg))
         topics.append(TopicRes(name=t.name, partitions=parts))
-    return Resp(version=ctx.api_version, throttle_time_ms=0, allow_replication_factor_change=True, error_code=0,
-                error_message=None, responses=topics)
+    return Resp(version=ctx.api_version, throttle_time_ms=0, allow_replication_factor_change=allow_rf_change,
+                error_code=0, error_message=None, responses=topics)
 
 
 async def list_partition_reassignments(server, ctx, req):

@@ -183,6 +183,14 @@ def test_elect_leaders_and_partition_reassignment_apis(cluster):
         wait_until(lambda: not listed(), 10)
     bad = reassign([1, 1])
     assert bad.responses[0].partitions[0].error_code == 39
+    # KIP-860 (v1): a target of another size is refused when the replication factor may not change
+    AR1 = REQUEST_CLASSES[ApiKey.ALTER_PARTITION_REASSIGNMENTS][1]
+    r1 = call(brokers[1], ApiKey.ALTER_PARTITION_REASSIGNMENTS, 1, timeout_ms=5000,
+              allow_replication_factor_change=False, topics=[AR1.ReassignableTopic(name="moves", partitions=[
+                  AR1.ReassignableTopic.ReassignablePartition(partition_index=0, replicas=[0, 1, 2])])])
+    assert r1.allow_replication_factor_change is False
+    p1 = r1.responses[0].partitions[0]
+    assert p1.error_code == 38 and "from 2 to 3" in p1.error_message, p1       # INVALID_REPLICATION_FACTOR
 
 
 def test_controlled_shutdown_moves_leadership_before_exit(cluster):
