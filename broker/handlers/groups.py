@@ -144,19 +144,19 @@ async def offset_commit(server, ctx, req):
     retention = req.retention_time_ms if 2 <= v <= 4 else None
     for t in req.topics:
         parts = []
-        info = store.topic(t.name)
+        name, info, unknown = _commit_topic(store, t, v)
         for p in t.partitions:
             parts.append(p.partition_index)
-            tp = (t.name, p.partition_index)
+            tp = (name, p.partition_index)
             if info is None:
-                pre[tp] = E.UNKNOWN_TOPIC_OR_PARTITION
+                pre[tp] = unknown
                 continue
             epoch = p.committed_leader_epoch if v >= 6 else -1
             # v2-4 may carry a retention time: Kafka then stores an expire timestamp (value version 1)
             expire = now + retention if retention is not None and retention >= 0 else -1
             offsets[tp] = OffsetAndMetadata(p.committed_offset, -1 if epoch is None else epoch,
                                             p.committed_metadata, now, expire)
-        order.append((t.name, parts))
+        order.append((name, parts, getattr(t, "topic_id", None)))
     top, results = E.NONE, {}
     if offsets:
         top, results = await server.group_coordinator.commit_offsets(
@@ -165,14 +165,23 @@ async def offset_commit(server, ctx, req):
     elif not req.group_id:
         top = E.INVALID_GROUP_ID
     topics = []
-    for name, parts in order:
+    for name, parts, topic_id in order:
         out = []
         for pi in parts:
             tp = (name, pi)
             err = pre.get(tp) or top or results.get(tp, E.NONE)
             out.append(P(partition_index=pi, error_code=err))
-        topics.append(T(name=name, partitions=out))
+        topics.append(T(name=name, topic_id=topic_id, partitions=out) if v >= 10 else T(name=name, partitions=out))
     return Resp(version=v, throttle_time_ms=0, topics=topics)
+
+
+def _commit_topic(store, t, v: int):
+    """(name, topic info or None, error for an unknown topic) of a request's topic entry: by name up to v9, by
+    topic id from v10 (Kafka 4.2, KIP-848; an unknown id gets UNKNOWN_TOPIC_ID)."""
+    if v >= 10:
+        info = store.topic_by_id(t.topic_id)
+        return (info.name if info is not None else f"<unknown topic id {t.topic_id}>"), info, E.UNKNOWN_TOPIC_ID
+    return t.name, store.topic(t.name), E.UNKNOWN_TOPIC_OR_PARTITION
 
 
 def _fetched_partition(cls, pi: int, om: OffsetAndMetadata | None, err: ErrorCode = E.NONE):
@@ -192,6 +201,9 @@ async def offset_fetch(server, ctx, req):
         P = T.OffsetFetchResponsePartitions
         groups = []
         for g in req.groups:
+            if v >= 10:
+                groups.append(_fetch_group_by_topic_id(server.store, coord, G, g))
+                continue
             topics = None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in g.topics]
             err, data = coord.fetch_offsets(g.group_id, topics)
             tops = [] if err else [T(name=t, partitions=[_fetched_partition(P, pi, om) for pi, om in parts])
@@ -210,6 +222,33 @@ async def offset_fetch(server, ctx, req):
         return Resp(version=v, throttle_time_ms=0, topics=[], error_code=err)
     tops = [T(name=t, partitions=[_fetched_partition(P, pi, om) for pi, om in parts]) for t, parts in data]
     return Resp(version=v, throttle_time_ms=0, topics=tops, error_code=E.NONE)
+
+
+def _fetch_group_by_topic_id(store, coord, G, g):
+    """OffsetFetch v10 (Kafka 4.2, KIP-848): topics named by id both ways. An unknown id answers UNKNOWN_TOPIC_ID
+    on its partitions; fetching all offsets leaves out topics that no longer exist (they have no id to name)."""
+    T = G.OffsetFetchResponseTopics
+    P = T.OffsetFetchResponsePartitions
+    unknown: list = []
+    topics = None
+    if g.topics is not None:
+        topics = []
+        for t in g.topics:
+            info = store.topic_by_id(t.topic_id)
+            if info is None:
+                unknown.append(T(topic_id=t.topic_id, partitions=[
+                    _fetched_partition(P, pi, None, E.UNKNOWN_TOPIC_ID) for pi in t.partition_indexes]))
+            else:
+                topics.append((info.name, list(t.partition_indexes)))
+    err, data = coord.fetch_offsets(g.group_id, topics)
+    if err:
+        return G(group_id=g.group_id, topics=[], error_code=err)
+    tops = []
+    for name, parts in data:
+        info = store.topic(name)
+        if info is not None:
+            tops.append(T(topic_id=info.topic_id, partitions=[_fetched_partition(P, pi, om) for pi, om in parts]))
+    return G(group_id=g.group_id, topics=tops + unknown, error_code=E.NONE)
 
 
 async def offset_delete(server, ctx, req):

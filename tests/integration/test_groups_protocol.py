@@ -1,7 +1,7 @@
 """Group APIs on the wire, every advertised version, against a real broker process (raw sockets, kafka-python's
 codec): FindCoordinator 0-6 (single and batched keys, transaction keys), JoinGroup 0-9 / SyncGroup 0-5 /
 Heartbeat 0-4 / LeaveGroup 0-5 (two-step join from v4, generations from 1, rebalance via REBALANCE_IN_PROGRESS),
-OffsetCommit 2-9 x OffsetFetch 1-9 (all-partitions and multi-group forms), ListGroups 0-5 filters,
+OffsetCommit 2-9 x OffsetFetch 1-9 (all-partitions and multi-group forms), v10 of both by topic id, ListGroups 0-5 filters,
 DescribeGroups 0-6, DeleteGroups 0-2, OffsetDelete 0, and offsets + group state across kill -9 and restart.
 """
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import socket
 import struct
+import uuid
 from typing import Any
 
 import pytest
@@ -291,6 +292,33 @@ def test_offset_commit_then_fetch_at_every_version(bs, wire, cv):
             assert fetch(w, fv, group, None) == (0, {("t", 0): (11, e, "m", 0), ("t", 2): (22, e, "m", 0)})
     # an unknown group has no offsets (no error)
     assert fetch(w, 8, f"nobody-{cv}", {"t": [0]}) == (0, {("t", 0): (-1, -1, "", 0)})
+
+
+def test_offset_commit_and_fetch_v10_name_topics_by_id(bs, wire):
+    # Kafka 4.2 (KIP-848): v10 of both carries topic ids instead of names; an unknown id is UNKNOWN_TOPIC_ID (100)
+    w = wire("by-id")
+    topic_id = w.call(3, 12, topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+    ids = {t.name: t.topic_id for t in topic_id.topics}
+    tid, ghost = ids["t"], uuid.uuid4()
+    C, F = REQUEST_CLASSES[COMMIT], REQUEST_CLASSES[FETCH]
+    CT = C.OffsetCommitRequestTopic
+    r = w.call(COMMIT, 10, group_id="by-id", generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
+               topics=[CT(topic_id=tid, partitions=[CT.OffsetCommitRequestPartition(
+                   partition_index=1, committed_offset=33, committed_leader_epoch=2, committed_metadata="v10")]),
+                       CT(topic_id=ghost, partitions=[CT.OffsetCommitRequestPartition(
+                           partition_index=0, committed_offset=1, committed_leader_epoch=-1, committed_metadata="")])])
+    assert {(t.topic_id, p.partition_index): p.error_code for t in r.topics for p in t.partitions} == {
+        (tid, 1): 0, (ghost, 0): 100}
+    assert fetch(w, 9, "by-id", {"t": [1]}) == (0, {("t", 1): (33, 2, "v10", 0)})    # the same offsets by name
+    G = F.OffsetFetchRequestGroup
+    for topics in ([G.OffsetFetchRequestTopics(topic_id=tid, partition_indexes=[0, 1]),
+                    G.OffsetFetchRequestTopics(topic_id=ghost, partition_indexes=[0])], None):
+        g = w.call(FETCH, 10, groups=[G(group_id="by-id", topics=topics, member_id=None, member_epoch=-1)],
+                   require_stable=False).groups[0]
+        got = {(t.topic_id, p.partition_index): (p.committed_offset, p.error_code) for t in g.topics
+               for p in t.partitions}
+        want = {(tid, 1): (33, 0)} if topics is None else {(tid, 0): (-1, 0), (tid, 1): (33, 0), (ghost, 0): (-1, 100)}
+        assert (g.error_code, got) == (0, want)
 
 
 def test_offset_fetch_multi_group_and_member_commits(bs, wire):

@@ -32,9 +32,9 @@ def test_advertised_ranges_within_codec_and_kafka_floors():
     for absent in (68, 71):
         assert absent not in SUPPORTED_VERSIONS
     assert SUPPORTED_VERSIONS[ApiKey.INIT_PRODUCER_ID] == (0, 5)
-    # the classic group APIs, as Kafka 4.2 advertises them (OffsetCommit/OffsetFetch v10 use topic ids: not here)
+    # the classic group APIs, as Kafka 4.2 advertises them (OffsetCommit/OffsetFetch v10 name topics by id)
     assert {k: SUPPORTED_VERSIONS[k] for k in (8, 9, 10, 11, 12, 13, 14, 15, 16, 42, 47)} == {
-        8: (2, 9), 9: (1, 9), 10: (0, 6), 11: (0, 9), 12: (0, 4), 13: (0, 5), 14: (0, 5), 15: (0, 6),
+        8: (2, 10), 9: (1, 10), 10: (0, 6), 11: (0, 9), 12: (0, 4), 13: (0, 5), 14: (0, 5), 15: (0, 6),
         16: (0, 5), 42: (0, 2), 47: (0, 0)}
 
 
