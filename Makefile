@@ -62,7 +62,7 @@ bench: $(STAMP)
 	$(PY) -m bench.run
 
 # etcd + 3 brokers + SeaweedFS (tiered storage) on loopback, as docker-compose.yml lays them out; Ctrl-C stops all.
-cluster: $(STAMP)
+cluster: $(STAMP) system-deps
 	$(PY) scripts/cluster.py
 
 lint: $(STAMP)

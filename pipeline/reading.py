@@ -95,17 +95,26 @@ def read_broker_piece(opts: SourceOptions, r: OffsetRange, piece: Piece, out: Ar
         return
     cols = out.columns
     with_headers = cols.with_headers
-    try:
-        for msgs in consume_range(conf, r.topic, r.partition, start, piece.end, opts.poll_timeout_s):
-            for m in msgs:
-                ts_type, ts = m.timestamp()
-                cols.append(m.key(), m.value(), m.offset(), ts, _TS_TYPES.get(ts_type, -1),
-                            m.headers() if with_headers else None)
-                if len(cols) >= ROWS_PER_BATCH:
-                    yield out.take()
-    except DataLossError:
-        if opts.fail_on_data_loss:
-            raise
+    while start < piece.end:
+        try:
+            for msgs in consume_range(conf, r.topic, r.partition, start, piece.end, opts.poll_timeout_s):
+                for m in msgs:
+                    ts_type, ts = m.timestamp()
+                    cols.append(m.key(), m.value(), m.offset(), ts, _TS_TYPES.get(ts_type, -1),
+                                m.headers() if with_headers else None)
+                    start = m.offset() + 1
+                    if len(cols) >= ROWS_PER_BATCH:
+                        yield out.take()
+            return
+        except DataLossError:
+            # Retention moved the log start past the read while it ran. failOnDataLoss=false: go on from the new
+            # log start, as Spark's Kafka source does; the records still there are read.
+            if opts.fail_on_data_loss:
+                raise
+            low = log_start_offset(conf, r.topic, r.partition)
+            if low <= start:
+                return                  # out of range, yet not deleted below us (e.g. past a truncated end)
+            start = low
 
 
 # -- remote pieces ------------------------------------------------------------------------------------------------

@@ -145,6 +145,10 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         self.opts = parse_source_options(options, streaming=True)
+        if self.opts.max_offsets_per_trigger and ReadMaxRows is None:
+            import pyspark
+            raise ValueError(f"maxOffsetsPerTrigger needs Spark 4.2 or later (admission control for Python data "
+                             f"sources); this is Spark {pyspark.__version__}: remove the option or upgrade")
         self.schema = schema
         self._target: dict[TP, int] | None = None       # Trigger.AvailableNow: the end recorded at its start
 
