@@ -7,6 +7,8 @@
   is lost; the old leader comes back as a follower with the new leader's log, leader epochs included.
 * A partition a follower starts to follow while its fetch to that leader sits in the leader's purgatory is fetched at
   once (the fetcher drops the parked long poll), not after replica.fetch.wait.max.ms: acks=-1 to a new topic works.
+* A reassignment [1, 2] -> [2, 3] copies the whole log to broker 3, which joins the ISR, then broker 1 leaves the
+  replica set and deletes its log.
 * What a follower answers (Produce v10+/Fetch v12+ name the leader, Fetch v16+ with its endpoint), and the leader
   epoch fencing of Fetch/ListOffsets/OffsetForLeaderEpoch across a leader change.
 """
@@ -173,3 +175,28 @@ def test_followers_name_the_leader_and_stale_epochs_are_fenced(cluster_factory) 
     r = call(c.broker(new).bootstrap, 0, 9, transactional_id=None, acks=-1, timeout_ms=5000, topic_data=[P(
         name=topic, partition_data=[P.PartitionProduceData(index=0, records=build_batch([b"y"]))])])
     assert r.responses[0].partition_responses[0].error_code == NOT_ENOUGH_REPLICAS
+
+
+def test_reassignment_copies_the_log_to_the_new_replica_and_removes_the_old_one(cluster_factory) -> None:
+    # AlterPartitionReassignments [1, 2] -> [2, 3]: broker 3 is added, fetches the whole log and joins the ISR, then
+    # broker 1 is removed from the replica set and deletes its log (Kafka's add, wait for ISR, remove).
+    c = cluster_factory(3)
+    c.create_topic("moving", replica_assignment=[[1, 2]], config={"min.insync.replicas": 1})
+    with WireClient.connect(c.broker(c.leader_of("moving", 0)).bootstrap) as w:
+        for i in range(20):
+            r = w.produce("moving", 0, build_batch([b"r%d-%d" % (i, j) for j in range(10)]))
+            assert r.responses[0].partition_responses[0].error_code == 0
+    assert c.partition_dir(1, "moving", 0).is_dir()
+    AR = REQUEST_CLASSES[45].ReassignableTopic
+    r = call(c.broker(3).bootstrap, 45, 0, timeout_ms=5000, topics=[AR(name="moving", partitions=[
+        AR.ReassignablePartition(partition_index=0, replicas=[2, 3])])])
+    assert r.error_code == 0 and r.responses[0].partitions[0].error_code == 0
+    wait_until(lambda: sorted(c.replicas_of("moving", 0)) == [2, 3] and c.isr_of("moving", 0) == {2, 3},
+               timeout=30, message="reassignment completed")
+    listed = call(c.broker(2).bootstrap, 46, 0, timeout_ms=5000, topics=None)
+    assert [t.name for t in listed.topics] == []                         # nothing in progress
+    wait_until(lambda: identical_logs(c, "moving", [2, 3]), timeout=15, message="broker 3 holds the same log")
+    assert sum(b.last_offset - b.base_offset + 1 for b in c.log_batches(3, "moving", 0)) == 200
+    wait_until(lambda: not c.partition_dir(1, "moving", 0).exists(), timeout=15, message="broker 1 deleted its log")
+    recs = read_all(c.bootstrap, "moving", 1)
+    assert len(recs) == 200, len(recs)
