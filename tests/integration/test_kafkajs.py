@@ -1,10 +1,10 @@
 """kafkajs 2.2.4 (node, tests/js/produce.js) against Strata.
 
-kafkajs has no group-less consumer (its Consumer always joins a group, and consumer groups are not part of this
-suite), so kafkajs creates the topic (admin ``createTopics``), produces 10,000 records with binary keys, values,
-headers and explicit timestamps to explicit partitions, and checks offsets with its admin ``fetchTopicOffsets``
-and ``fetchTopicOffsetsByTimestamp``; confluent-kafka then reads every partition back by ``assign`` and the
-records must match byte for byte at consecutive offsets.
+kafkajs creates the topic (admin ``createTopics``), produces 10,000 records with binary keys, values, headers and
+explicit timestamps to explicit partitions, and checks offsets with its admin ``fetchTopicOffsets`` and
+``fetchTopicOffsetsByTimestamp``. Then every partition is read back from offset 0 and from the offset its
+timestamp lookup gave, both by kafkajs itself (tests/js/consume.js: its consumer always joins a group; it seeks
+each partition) and by confluent-kafka (``assign``); the records must match byte for byte at consecutive offsets.
 
 Codecs: kafkajs implements only gzip natively; snappy, lz4 and zstd need third-party codec plugins
 (kafkajs-snappy, kafkajs-lz4, @kafkajs/zstd) that are not part of its distribution, so only none and gzip are
@@ -21,7 +21,7 @@ import pytest
 
 from tests.support import ck
 from tests.support.kafka_wire import assert_stored_codec
-from tests.support.records import assert_partition_matches, by_partition, gen_records, past_ts_base
+from tests.support.records import Rec, assert_partition_matches, by_partition, gen_records, past_ts_base
 
 JS_DIR = Path(__file__).resolve().parents[1] / "js"
 N = 10_000
@@ -43,6 +43,16 @@ def run_node(spec: dict, tmp_path: Path) -> dict:
                           timeout=120, check=False)
     assert proc.returncode == 0, f"node exited {proc.returncode}: {proc.stderr.decode(errors='replace')[-4000:]}"
     return json.loads(proc.stdout.decode().strip().splitlines()[-1])
+
+
+def kafkajs_read(bs: str, topic: str, group: str, starts: dict[int, int], ends: dict[int, int]) -> dict[int, list[Rec]]:
+    proc = subprocess.run(["node", str(JS_DIR / "consume.js"), bs, topic, group, json.dumps(starts), json.dumps(ends)],
+                          cwd=JS_DIR, capture_output=True, timeout=120, check=False)
+    assert proc.returncode == 0, f"node exited {proc.returncode}: {proc.stderr.decode(errors='replace')[-4000:]}"
+    raw = json.loads(proc.stdout.decode().strip().splitlines()[-1])
+    unb64 = (lambda x: None if x is None else base64.b64decode(x))
+    return {int(p): [Rec(partition=int(p), key=unb64(k), value=unb64(v), headers=tuple((hk, unb64(hv)) for hk, hv in h),
+                         timestamp=ts, offset=off) for off, k, v, h, ts in recs] for p, recs in raw.items()}
 
 
 @pytest.mark.parametrize("codec", CODECS)
@@ -87,5 +97,12 @@ def test_produce_with_kafkajs_read_back(module_broker, tmp_path, codec):
     for p, off in mid.items():
         tail = ck.read_partition(bs, topic, p, off, len(exp[p]) - off)
         assert_partition_matches(exp[p][off:], tail, p, off)
+
+    # read back with kafkajs itself: from 0, and from the offsets of the timestamp lookup
+    ends = {p: len(v) for p, v in exp.items()}
+    for label, starts in (("zero", {p: 0 for p in exp}), ("ts", mid)):
+        got_js = kafkajs_read(bs, topic, f"kjs-{codec}-{label}", starts, ends)
+        for p, recs in exp.items():
+            assert_partition_matches(recs[starts[p]:], got_js[p], p, starts[p])
 
     assert_stored_codec(bs, topic, PARTITIONS, codec)

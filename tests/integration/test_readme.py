@@ -11,7 +11,7 @@ from tests.support.broker_proc import REPO_ROOT, StrataBroker
 
 def readme_example() -> str:
     text = (REPO_ROOT / "README.md").read_text()
-    m = re.search(r"Produce, then consume.*?```python\n(.*?)```", text, re.S)
+    m = re.search(r"Produce, then consume.*?```python\n(.*?)```", text, re.DOTALL)
     assert m, "README.md lost its confluent-kafka example"
     return m.group(1)
 
