@@ -167,6 +167,23 @@ class Cluster:
         found = self._list_offsets({tp: OffsetSpec.for_timestamp(ts) for tp, ts in timestamps.items()})
         return {tp: (off if off >= 0 else None) for tp, (off, _ts) in found.items()}
 
+    def local_log_starts(self, tps: list[TP]) -> dict[TP, int]:
+        """The earliest offset each partition's leader still holds locally (ListOffsets -4 EARLIEST_LOCAL, KIP-405,
+        v8+, asked of the leader). A broker that cannot answer it gives -1: nothing is then read directly."""
+        from broker.admin_client import EARLIEST_LOCAL, AdminClient, AdminError
+
+        by_topic: dict[str, list[int]] = {}
+        for t, p in tps:
+            by_topic.setdefault(t, []).append(p)
+        out = {tp: -1 for tp in tps}
+        try:
+            with AdminClient(self.opts.bootstrap, self.timeout) as a:
+                for t, ps in by_topic.items():
+                    out.update({(t, p): o for p, o in a.list_offsets(t, ps, EARLIEST_LOCAL).items()})
+        except AdminError:
+            return {tp: -1 for tp in tps}       # broker mode for the whole range
+        return out
+
     # -- remote log metadata -----------------------------------------------------------------------------------
     def remote_segments(self, partitions: dict[TP, uuid.UUID]) -> dict[TP, list[Any]]:
         """Live remote segments (COPY_SEGMENT_FINISHED) per partition, sorted by start offset, read from the

@@ -146,25 +146,35 @@ def split_ranges(ranges: list[OffsetRange], min_partitions: int | None, max_reco
 
 
 # -- direct mode -----------------------------------------------------------------------------------------------
-def assign_pieces(r: OffsetRange, segments: list[Any]) -> OffsetRange:
+def assign_pieces(r: OffsetRange, segments: list[Any], local_start: int | None = None) -> OffsetRange:
     """Cut ``r`` into pieces served by remote segments (COPY_SEGMENT_FINISHED, sorted by start offset) and pieces
-    through the broker (offsets no segment covers: the local tail, or gaps)."""
+    through the broker (the local tail, gaps, and offsets a segment cannot be trusted with).
+
+    Remote storage may hold records of another leader-epoch lineage at the same offsets (an unclean election, both
+    replicas losing an unflushed tail: KIP-405's divergence scenarios). The broker reads in its own lineage; here
+    a segment is used only where the partition's leader itself reads remote storage, below its local log start
+    (``local_start``, ListOffsets -4), and only where no other segment covers the same offsets: below the local
+    start the lineage's copy of every offset is in remote storage, so a sole covering segment is it, and offsets
+    with rival copies go through the broker. ``local_start`` None: no cap (tests)."""
+    cap = r.end if local_start is None else max(r.start, min(r.end, local_start))
+    points = {r.start, cap, r.end}
+    for seg in segments:
+        for x in (seg.start_offset, seg.end_offset + 1):
+            if r.start < x < cap:
+                points.add(x)
+    pts = sorted(points)
     pieces: list[Piece] = []
-    o = r.start
-    i = 0
-    while o < r.end:
-        while i < len(segments) and segments[i].end_offset < o:
-            i += 1
-        if i < len(segments) and segments[i].start_offset <= o:
-            seg = segments[i]
-            e = min(r.end, seg.end_offset + 1)
-            pieces.append(Piece(o, e, seg))
-            o = e
+    for a, b in zip(pts, pts[1:]):
+        if a >= b:
             continue
-        nxt = segments[i].start_offset if i < len(segments) else r.end
-        e = min(r.end, nxt)
-        pieces.append(Piece(o, e, None))
-        o = e
+        seg = None
+        if b <= cap:
+            covering = [s for s in segments if s.start_offset <= a and s.end_offset >= b - 1]
+            seg = covering[0] if len(covering) == 1 else None
+        if pieces and pieces[-1].segment is seg and pieces[-1].end == a:
+            pieces[-1] = Piece(pieces[-1].start, b, seg)
+        else:
+            pieces.append(Piece(a, b, seg))
     return r.with_pieces(tuple(pieces))
 
 
@@ -184,7 +194,8 @@ def plan_ranges(cluster: Cluster, opts: SourceOptions, starts: Mapping[TP, int],
     ids = dict(topic_ids) if topic_ids is not None else cluster.topic_ids(sorted({r.topic for r in ranges}))
     wanted = {r.tp: ids[r.topic] for r in ranges if ids.get(r.topic) is not None}
     segments = cluster.remote_segments(wanted)
-    return [assign_pieces(r, segments.get(r.tp, [])) for r in ranges]
+    local = cluster.local_log_starts(sorted({r.tp for r in ranges}))
+    return [assign_pieces(r, segments.get(r.tp, []), local.get(r.tp, -1)) for r in ranges]
 
 
 def plan_batch(opts: SourceOptions) -> list[OffsetRange]:

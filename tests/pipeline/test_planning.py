@@ -45,6 +45,21 @@ def test_direct_pieces_cover_the_range_without_overlap():
     assert [(p.start, p.end) for p in assign_pieces(OffsetRange("t", 0, 120, 130), segs).pieces] == [(120, 130)]
 
 
+def test_direct_pieces_keep_to_offsets_only_one_segment_holds_below_the_local_start():
+    # D is another lineage's copy of 30-71 (an unclean election); L1, L2 the leader's. The leader holds 80+ locally.
+    D = SimpleNamespace(start_offset=30, end_offset=71)
+    L0, L1, L2 = (SimpleNamespace(start_offset=a, end_offset=b) for a, b in ((0, 29), (30, 50), (51, 90)))
+    r = assign_pieces(OffsetRange("t", 0, 0, 120), [L0, D, L1, L2], local_start=80)
+    assert [(p.start, p.end, p.segment) for p in r.pieces] == [
+        (0, 30, L0),          # the only copy
+        (30, 72, None),       # two copies (D and L1/L2): the broker knows which is the lineage's
+        (72, 80, L2),         # only L2 below the local start
+        (80, 120, None)]      # the leader's local log (a not yet copied lineage may differ from any segment)
+    # a broker that cannot tell its local start (-1): everything through the broker
+    assert [(p.start, p.end, p.segment) for p in assign_pieces(OffsetRange("t", 0, 0, 120), [L0, L1], -1).pieces] \
+        == [(0, 120, None)]
+
+
 def test_offset_index_lookup_finds_byte_ranges():
     # entries: (largest offset of an append, its position), relative to base 1000; zero-filled tail ignored
     raw = b"".join(struct.pack(">ii", rel, pos) for rel, pos in [(9, 0), (19, 500), (29, 1000), (39, 1500)])
