@@ -9,7 +9,8 @@ record ("R <partition> <offset> <value>") and commits what it consumed. Per clie
    committed offsets reach the log end offsets (commits honoured);
 2. one member is SIGKILLed: within its session timeout (+ one rebalance) the two survivors own 3 partitions each,
    and new records are delivered exactly once, nothing already committed is delivered again;
-3. a new member joins: rebalance back to 2/2/2, exactly-once delivery of new records;
+3. a new member joins: rebalance back to 2/2/2, exactly-once delivery of new records; then the broker restarts under
+   the running group: the members rejoin, new records are delivered exactly once, nothing committed comes again;
 4. all members close (LeaveGroup): the group is Empty; the broker restarts; the group is still Empty with the same
    committed offsets, and a fresh member consumes exactly the records produced after the restart.
 """
@@ -206,7 +207,8 @@ def member_argv(client: str, bs: str, topic: str, group: str, client_id: str) ->
         assert (JS_DIR / "node_modules" / "kafkajs").is_dir(), "run `make node-deps` (npm install in tests/js)"
         return ["node", str(JS_DIR / "group_member.js"), bs, topic, group, client_id, str(SESSION_MS)], JS_DIR
     if client == "kcat":
-        return [KCAT, "-b", bs, "-G", group, topic, "-u", "-q", "-f", "R %p %o %s\\n",
+        # -E: a long-running kcat -G survives a broker restart (by default it exits once all brokers are down)
+        return [KCAT, "-b", bs, "-G", group, topic, "-E", "-u", "-q", "-f", "R %p %o %s\\n",
                 "-X", f"client.id={client_id}", "-X", f"session.timeout.ms={SESSION_MS}",
                 "-X", "heartbeat.interval.ms=500", "-X", "auto.commit.interval.ms=100",
                 "-X", "auto.offset.reset=earliest", "-X", "log_level=3"], REPO
@@ -361,6 +363,15 @@ def test_group_of_three(module_broker, spawn, client):
     marks = {m.name: len(m.records()) for m in members}
     batch = produce(bs, topic, "b3", 60)
     check_exactly_once(wait_delivered(members, marks, batch), batch, owned)
+    wait_committed(bs, group, topic)
+
+    # 3b. the broker restarts (SIGTERM) under the running group: the members reconnect and rejoin; records produced
+    # after it are delivered exactly once, and nothing committed before it is delivered again
+    marks = {m.name: len(m.records()) for m in members}
+    module_broker.restart()
+    owned = wait_balanced(bs, group, topic, members, timeout=60)
+    batch = produce(bs, topic, "b3r", 60)
+    check_exactly_once(wait_delivered(members, marks, batch, timeout=60), batch, owned)
     wait_committed(bs, group, topic)
 
     # 4. everyone leaves; broker restart; offsets and group survive; a new member resumes after the commits
