@@ -15,6 +15,7 @@ import structlog
 
 from protocol.errors import ErrorCode, KafkaApiError
 from protocol.registry import REQUEST_CLASSES, ApiKey
+from remote.executors import RemoteExecutors
 from remote.remote_metrics import RemoteMetrics
 from remote.rlm import RemoteLogManager, RemoteLogManagerConfig
 from remote.rsm import create_remote_storage_manager
@@ -266,6 +267,9 @@ def build_remote_log_manager(server: KafkaServer) -> tuple[RemoteLogManager, Any
     metrics = RemoteMetrics(server.metrics.registry)
     rlm = RemoteLogManager(RemoteLogManagerConfig.from_broker(cfg.values), rsm, rlmm, broker_id=server.broker_id,
                            index_cache_dir=Path(data_dir) / "remote-log-index-cache", metrics=metrics)
+    rlm_cfg = rlm.config        # Kafka's three pools, kept apart (remote/executors.py)
+    rsm.use_executors(RemoteExecutors.create(rlm_cfg.copier_pool_size, rlm_cfg.expiration_pool_size,
+                                             rlm_cfg.reader_threads))
     metrics.register_storage_stats(lambda: rlm.rsm, lambda: rlm.index_cache)   # strata_rsm_s3_*, *_cache_*
     return rlm, rlmm
 

@@ -130,6 +130,10 @@ class ChunkCache:
                 self.prefetch(ChunkKey(segment, i), functools.partial(loader, i))
         return list(await results)
 
+    def use_executor(self, executor: Executor) -> None:
+        """Blocking disk I/O from now on runs in `executor` (the RLM's reader pool)."""
+        self._executor = executor
+
     def prefetch(self, key: ChunkKey, loader: Callable[[], Awaitable[bytes]]) -> None:
         """Start loading `key` in the background unless it is cached or already loading."""
         if self._closed or key in self._mem or key in self._disk or key in self._inflight:

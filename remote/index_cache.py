@@ -333,7 +333,8 @@ class RemoteIndexCache:
         task.add_done_callback(self._tasks.discard)
 
     async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, functools.partial(fn, *args))
+        executor = self._executor if self._executor is not None else self.rsm._pool(None)   # the RLM path's pool
+        return await asyncio.get_running_loop().run_in_executor(executor, functools.partial(fn, *args))
 
     @staticmethod
     def _write_files(paths: tuple[Path, ...], datas: tuple[bytes, ...]) -> None:

@@ -36,6 +36,7 @@ from protocol.records import iter_batches, iter_records
 from storage.errors import OffsetOutOfRangeError
 from storage.log import TimestampAndOffset, UnifiedLog
 
+from .executors import COPY, EXPIRATION, POOL, READ
 from .index_cache import RemoteIndexCache
 from .metadata import (
     LogSegmentData,
@@ -280,6 +281,8 @@ class RemoteLogManager:
         self._followers.clear()
         await self.index_cache.close()
         await self.rsm.close()
+        if self.rsm.executors is not None:
+            self.rsm.executors.shutdown()
 
     # ---- task loops ---------------------------------------------------------------------------------------------
     def _backoff_s(self, failures: int) -> float:
@@ -300,6 +303,7 @@ class RemoteLogManager:
                 await asyncio.sleep(self._backoff_s(2))
 
     async def _copy_loop(self, st: _PartitionTasks) -> None:
+        POOL.set(COPY)                  # this task's blocking RSM work runs on the copier pool
         await self._wait_ready(st.tip)
         await self.sync_highest_copied_offset(st.ulog)
         while not self._closed and not st.resigned:
@@ -347,6 +351,7 @@ class RemoteLogManager:
             await asyncio.sleep(delay)
 
     async def _expire_loop(self, st: _PartitionTasks) -> None:
+        POOL.set(EXPIRATION)
         await self._wait_ready(st.tip)
         while not self._closed:
             delay = self.config.task_interval_ms / 1000.0
@@ -580,9 +585,11 @@ class RemoteLogManager:
         task = asyncio.current_task()
         if task is not None:
             self._deletions.add(task)
+        pool = POOL.set(EXPIRATION)
         try:
             return await self._delete_partition(tip)
         finally:
+            POOL.reset(pool)
             self._deletions.discard(task)
 
     async def mark_partition_deleted(self, tip: TopicIdPartition) -> None:
@@ -655,6 +662,7 @@ class RemoteLogManager:
             raise RemoteReaderQueueFullError("remote log reader queue is full")
         self._reader_pending += 1
         self.metrics.reader_queue_size.set(max(0, self._reader_pending - self.config.reader_threads))
+        pool = POOL.set(READ)           # blocking work of this read (and of the loads it spawns): reader pool
         try:
             async with self._reader_slots:
                 self._reader_busy += 1
@@ -677,6 +685,7 @@ class RemoteLogManager:
                     self.metrics.reader_avg_idle.set(
                         100.0 * (1 - self._reader_busy / max(1, self.config.reader_threads)))
         finally:
+            POOL.reset(pool)
             self._reader_pending -= 1
             self.metrics.reader_queue_size.set(max(0, self._reader_pending - self.config.reader_threads))
 
@@ -779,6 +788,7 @@ class RemoteLogManager:
         `timeout_ms` (the request's, ListOffsets v10+) or remote.list.offsets.request.timeout.ms, as Kafka bounds it
         (KIP-1075): an unreachable remote store must not hold the request for the S3 client's own deadlines."""
         limit = (timeout_ms if timeout_ms and timeout_ms > 0 else self.config.list_offsets_timeout_ms) / 1000.0
+        pool = POOL.set(READ)
         try:
             async with asyncio.timeout(limit) as cm:
                 return await self._find_offset_by_timestamp(ulog, timestamp)
@@ -787,6 +797,8 @@ class RemoteLogManager:
                 raise
             raise RemoteListOffsetsTimeoutError(f"remote timestamp lookup of {ulog.topic}-{ulog.partition} took "
                                                 f"more than {limit:.1f}s") from None
+        finally:
+            POOL.reset(pool)
 
     async def _find_offset_by_timestamp(self, ulog: UnifiedLog, timestamp: int) -> TimestampAndOffset | None:
         tip = topic_id_partition(ulog)

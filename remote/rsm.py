@@ -31,12 +31,14 @@ import abc
 import enum
 import importlib
 from collections.abc import AsyncIterator, Mapping
+from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any, Self
 
 from protocol.uuids import kafka_uuid_str
 from storage.errors import StorageError
 
+from .executors import RemoteExecutors
 from .metadata import LogSegmentData, RemoteLogSegmentMetadata, TopicIdPartition
 
 RSM_CONFIG_PREFIX = "rsm.config."
@@ -133,6 +135,19 @@ class RemoteStorageManager(abc.ABC):
 
     async def delete_partition(self, topic_id_partition: TopicIdPartition) -> None:
         """Remove whatever remains stored for the partition (optional; no-op by default)."""
+
+    #: The RLM's copier/expiration/reader pools (remote/executors.py); None: the loop's default executor.
+    executors: RemoteExecutors | None = None
+
+    def use_executors(self, executors: RemoteExecutors) -> None:
+        """Run blocking work on the pool of the RLM path that asks for it (copy, expiration, read)."""
+        self.executors = executors
+
+    def _pool(self, fallback: Executor | None) -> Executor | None:
+        """The executor for blocking work now: an explicit one given at construction, else the current RLM path's."""
+        if fallback is not None or self.executors is None:
+            return fallback
+        return self.executors.current()
 
     async def warm_up(self) -> None:
         """Build clients before the first request needs them (no request to the store). No-op by default."""

@@ -55,6 +55,7 @@ from aiobotocore.session import get_session
 from botocore.exceptions import BotoCoreError, ClientError
 
 from .chunk_cache import ChunkCache, ChunkKey
+from .executors import RemoteExecutors
 from .metadata import LogSegmentData, RemoteLogSegmentMetadata, TopicIdPartition
 from .rsm import (
     LOG_SUFFIX,
@@ -437,7 +438,13 @@ class S3RemoteStorageManager(RemoteStorageManager):
             await asyncio.sleep(min(random.uniform(0, backoff), max(0.0, deadline - time.monotonic())))
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, functools.partial(fn, *args))
+        return await asyncio.get_running_loop().run_in_executor(self._pool(self._executor),
+                                                                functools.partial(fn, *args))
+
+    def use_executors(self, executors: RemoteExecutors) -> None:
+        super().use_executors(executors)
+        if self.chunk_cache is not None and self._executor is None:
+            self.chunk_cache.use_executor(executors.read)     # chunk loads and disk-tier I/O serve reads
 
     # -- primitive operations ----------------------------------------------------------------------------------------
     async def _put(self, key: str, body: bytes) -> None:

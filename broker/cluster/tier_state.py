@@ -122,6 +122,7 @@ async def _start_point(f: ReplicaFetcher, p: Partition, st: PartitionFetchState)
 
 
 async def _rebuild(f: ReplicaFetcher, p: Partition, st: PartitionFetchState) -> bool:
+    from remote.executors import POOL, READ
     from remote.rlm import topic_id_partition
     from remote.rsm import IndexType
     rm = f.rm
@@ -143,8 +144,12 @@ async def _rebuild(f: ReplicaFetcher, p: Partition, st: PartitionFetchState) -> 
     meta = rlmm.remote_log_segment_metadata(tip, epoch, next_offset - 1)
     if meta is None:
         raise AuxStateError(f"no copied remote segment covers epoch {epoch} offset {next_offset - 1} yet")
-    checkpoint = parse_epoch_checkpoint(await rlm.rsm.fetch_index(meta, IndexType.LEADER_EPOCH))
-    producers = decode_snapshot(await rlm.rsm.fetch_index(meta, IndexType.PRODUCER_SNAPSHOT))
+    pool = POOL.set(READ)           # a read of remote storage: the reader pool's threads
+    try:
+        checkpoint = parse_epoch_checkpoint(await rlm.rsm.fetch_index(meta, IndexType.LEADER_EPOCH))
+        producers = decode_snapshot(await rlm.rsm.fetch_index(meta, IndexType.PRODUCER_SNAPSHOT))
+    finally:
+        POOL.reset(pool)
     if f._current(st) is not p:
         return False
     segments = rlmm.list_remote_log_segments(tip)
