@@ -71,6 +71,7 @@ class BrokerMetrics:
                 ("strata_replica_fetcher_max_lag", "Largest follower lag (leader HW - own LEO) in records",
                  lambda: rm.fetcher_manager.max_lag)):
             Gauge(name, doc, registry=r).set_function(_safe(fn))
+        r.register(_PartitionCollector(lambda: rm.partitions.values()))
 
     def register_log_cleaner(self, cleaner) -> None:
         """kafka.log:type=LogCleanerManager / LogCleaner gauges, read from the cleaner at scrape time."""
@@ -118,6 +119,36 @@ def _safe(fn: Callable[[], float]) -> Callable[[], float]:
                 continue
         return 0
     return read
+
+
+class _PartitionCollector:
+    """kafka.cluster:type=Partition InSyncReplicasCount / ReplicasCount / UnderMinIsr per partition led here (the
+    leader reports them, as in Kafka), and ReplicaManager UnderMinIsrPartitionCount, read at scrape time."""
+
+    def __init__(self, partitions: Callable[[], Iterable]) -> None:
+        self._partitions = partitions
+
+    def collect(self):
+        labels = ["topic", "partition"]
+        isr = GaugeMetricFamily("strata_partition_in_sync_replicas_count", "ISR size of a partition led here",
+                                labels=labels)
+        reps = GaugeMetricFamily("strata_partition_replicas_count", "Replicas of a partition led here", labels=labels)
+        under = GaugeMetricFamily("strata_partition_under_min_isr", "1 when the ISR is below min.insync.replicas",
+                                  labels=labels)
+        n_under = 0
+        for p in list(self._partitions()):      # (the scrape runs off the loop: a copy, plain attribute reads)
+            if not p.is_leader:
+                continue
+            key = [p.key[0], str(p.key[1])]
+            below = len(p.isr) < p.effective_min_isr()
+            isr.add_metric(key, len(p.isr))
+            reps.add_metric(key, len(p.replicas))
+            under.add_metric(key, 1 if below else 0)
+            n_under += below
+        total = GaugeMetricFamily("strata_replica_manager_under_min_isr_partitions",
+                                  "Partitions led here whose ISR is below min.insync.replicas")
+        total.add_metric([], n_under)
+        yield from (isr, reps, under, total)
 
 
 class _LogCollector:

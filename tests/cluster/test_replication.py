@@ -62,10 +62,16 @@ def test_killed_follower_leaves_the_isr_and_rejoins_after_restart(cluster_factor
         c.wait_isr(topic, 0, set(c.ids) - {follower})
         assert c.leader_of(topic, 0) == leader
         assert metric(c, leader, "strata_replica_manager_isr_shrinks_total") == shrinks + 1
+        part = f'{{partition="0",topic="{topic}"}}'
+        assert metric(c, leader, f"strata_partition_in_sync_replicas_count{part}") == 2
+        assert metric(c, leader, f"strata_partition_replicas_count{part}") == 3
+        assert metric(c, leader, f"strata_partition_under_min_isr{part}") == 0     # 2 >= min.insync.replicas
         assert metric(c, leader, "strata_replica_manager_under_replicated_partitions") >= 1
         prod.wait_acked(200)                             # acks=-1 goes on with two in-sync replicas
         c.start(follower)
         c.wait_isr(topic, 0, set(c.ids))                 # caught up (truncating first) and added back
+        wait_until(lambda: metric(c, leader, f"strata_partition_in_sync_replicas_count{part}") == 3, timeout=10,
+                   message="the leader's ISR gauge back at 3")
         assert metric(c, leader, "strata_replica_manager_isr_expands_total") >= expands + 1
         prod.wait_acked(100)
     finally:
