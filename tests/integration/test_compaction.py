@@ -5,6 +5,7 @@
 * `kill -9` at random moments of a (throttled, so slow) cleaning, several rounds: every restart leaves a readable log
   holding each key's latest value at its original offset, and no `.cleaned`/`.swap` leftovers.
 * A produce with a null key to a compacted topic gets INVALID_RECORD (87).
+* `cleanup.policy=compact,delete`: compacted, and time retention still deletes old closed segments.
 
 The cleaner runs with `log.cleaner.backoff.ms=100`; topics use small segments and `min.cleanable.dirty.ratio=0.01`.
 Progress is observed through the `cleaner-offset-checkpoint` file (Kafka's format: `topic partition offset` lines)
@@ -224,3 +225,25 @@ def test_null_key_on_compacted_topic_is_rejected_with_invalid_record(broker_fact
     assert codes == [KafkaError.INVALID_RECORD, 0, 0], errors
     assert ck.watermarks(bs, "compact-keys", 0) == (0, 1)
     assert ck.watermarks(bs, "plain-keys", 0) == (0, 1)
+
+
+def test_compact_delete_compacts_and_applies_time_retention(broker_factory):
+    # cleanup.policy=compact,delete: the cleaner keeps the latest value per key, and retention.ms still deletes whole
+    # closed segments (here: everything produced an hour ago, while the recent records stay, compacted)
+    b = broker_factory(**{"log.cleaner.backoff.ms": 100, "log.retention.check.interval.ms": 200})
+    bs, topic = b.bootstrap, "both-policies"
+    ck.create_topic(bs, topic, 1, config={**TOPIC_CONFIG, "cleanup.policy": "compact,delete",
+                                          "retention.ms": str(30 * 60 * 1000)})
+    old_ts = int(time.time() * 1000) - 60 * 60 * 1000
+    old = [Rec(partition=0, key=b"old-%03d" % i, value=b"x" * 200, timestamp=old_ts + i) for i in range(600)]
+    ck.produce_all(bs, topic, old, **{"linger.ms": 20, "batch.num.messages": 100})   # batches < segment.bytes
+    model = Model()
+    pairs = updates(6000, 50, 0)
+    model.add(pairs, produce(bs, topic, pairs))
+    wait_until(lambda: ck.watermarks(bs, topic, 0)[0] >= 600, timeout=30,
+               message="time retention deleted the old segments (log start past them)")
+    wait_until(lambda: caught_up(b, topic), timeout=60, message="cleaner caught up")
+    recs = read_all(bs, topic)
+    assert not [r for r in recs if r.key.startswith(b"old-")]
+    model.check(recs, tombstones_may_be_gone=False)
+    assert len(recs) < 6000 // 2           # compacted: far fewer than the updates produced
