@@ -24,11 +24,22 @@ def export(spark: Any, bootstrap: str, topic: str, to: str, *, start: str = "ear
     opts = source_options(bootstrap, topic, read_mode=read_mode, rsm_class=rsm_class, rsm_config=rsm_config,
                           extra={**position_options(start, end), **(extra or {})})
     df = spark.read.format("strata").options(**opts).load()
+    before = _records_at(spark, to) if mode in ("append", "ignore") else 0    # what the dataset already held
     writer = df.write.mode(mode).option("compression", compression)
     if partition_by:
         writer = writer.partitionBy(*partition_by)
     writer.parquet(to)
-    return spark.read.parquet(to).count()
+    return _records_at(spark, to) - before
+
+
+def _records_at(spark: Any, path: str) -> int:
+    """Rows of the Parquet dataset at ``path``; 0 when there is none yet."""
+    from pyspark.errors import AnalysisException
+
+    try:
+        return spark.read.parquet(path).count()
+    except AnalysisException:       # PATH_NOT_FOUND: nothing written there before
+        return 0
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

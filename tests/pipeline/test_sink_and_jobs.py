@@ -76,6 +76,12 @@ def test_export_cli_writes_the_full_history_to_parquet(spark, tiered, tmp_path, 
     assert rc == 0
     assert "exported 400 records" in capsys.readouterr().out
     assert df_records(spark.read.parquet(str(out))) == consume_all(bs, "exported")
+    # --mode append reports what this run added, not the dataset's size
+    rc = strata_main(["pipeline", "export", "--bootstrap-server", bs, "--topic", "exported", "--to", str(out),
+                      "--from", "earliest", "--mode", "append"])
+    assert rc == 0
+    assert "exported 400 records" in capsys.readouterr().out
+    assert spark.read.parquet(str(out)).count() == 800
 
 
 def test_transform_job_streams_topic_to_topic(spark, tiered, tmp_path):
