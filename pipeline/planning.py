@@ -6,6 +6,7 @@ offset (which on a tiered topic lies in remote storage), ``latest`` the high wat
 """
 from __future__ import annotations
 
+import itertools
 import math
 import uuid
 from collections.abc import Mapping
@@ -164,7 +165,7 @@ def assign_pieces(r: OffsetRange, segments: list[Any], local_start: int | None =
                 points.add(x)
     pts = sorted(points)
     pieces: list[Piece] = []
-    for a, b in zip(pts, pts[1:]):
+    for a, b in itertools.pairwise(pts):
         if a >= b:
             continue
         seg = None
