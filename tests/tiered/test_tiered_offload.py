@@ -173,7 +173,7 @@ def test_a_sequential_reader_finds_the_next_segment_read_ahead(harness: Harness)
     """A remote read that reaches the end of a segment has the next segment's first chunk and its indexes loaded
     in the background (S3 RSM with its chunk cache), so the read of that segment is served from the caches."""
     (Scenario("read-ahead").create_topic("t", partitions=1, configs=LOCAL_TAIL).produce("t", 0, 55)
-        .wait_for_offload("t", 0, up_to_offset=49).run(harness))
+        .wait_for_offload("t", 0, up_to_offset=49).expect_earliest_local_offset("t", 0, 50).run(harness))
 
     def counters() -> dict[str, float]:
         m = harness.metrics()
