@@ -165,9 +165,7 @@ def assign_pieces(r: OffsetRange, segments: list[Any], local_start: int | None =
                 points.add(x)
     pts = sorted(points)
     pieces: list[Piece] = []
-    for a, b in itertools.pairwise(pts):
-        if a >= b:
-            continue
+    for a, b in itertools.pairwise(pts):     # distinct, sorted: a < b
         seg = None
         if b <= cap:
             covering = [s for s in segments if s.start_offset <= a and s.end_offset >= b - 1]

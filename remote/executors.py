@@ -32,7 +32,8 @@ class RemoteExecutors:
 
     def current(self) -> Executor | None:
         """The pool of the RLM path running now; None (the loop's default executor) outside them."""
-        return {COPY: self.copy, EXPIRATION: self.expiration, READ: self.read}.get(POOL.get() or "")
+        pool = POOL.get()               # the names of the pools are the names of these fields
+        return getattr(self, pool) if pool is not None else None
 
     def shutdown(self) -> None:
         for ex in (self.copy, self.expiration, self.read):

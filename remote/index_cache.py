@@ -333,7 +333,7 @@ class RemoteIndexCache:
         task.add_done_callback(self._tasks.discard)
 
     async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        executor = self._executor if self._executor is not None else self.rsm._pool(None)   # the RLM path's pool
+        executor = self._executor if self._executor is not None else self.rsm.blocking_executor()   # the RLM path's pool
         return await asyncio.get_running_loop().run_in_executor(executor, functools.partial(fn, *args))
 
     @staticmethod

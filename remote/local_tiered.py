@@ -91,7 +91,7 @@ class LocalTieredStorage(RemoteStorageManager):
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(self._pool(self._executor), functools.partial(fn, *args))
+            return await loop.run_in_executor(self.blocking_executor(self._executor), functools.partial(fn, *args))
         except RemoteStorageError:
             raise
         except FileNotFoundError as e:

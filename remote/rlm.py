@@ -181,7 +181,7 @@ class RemoteLogManager:
         self._followers: dict[TopicIdPartition, _FollowerTask] = {}
         self._resigning: set[asyncio.Task] = set()       # copy tasks of former leaderships finishing their copy
         self._deletions: set[asyncio.Task] = set()     # topic deletions in progress (retried through outages)
-        self._read_aheads: set[asyncio.Task] = set()   # read-ahead for sequential readers, RSM warm-up
+        self._background: set[asyncio.Task] = set()    # read-ahead for sequential readers, RSM warm-up
         self._read_ahead_done: OrderedDict[uuid.UUID, None] = OrderedDict()   # segments whose successor was asked
         self._copy_slots = asyncio.Semaphore(max(1, config.copier_pool_size))
         self._expire_slots = asyncio.Semaphore(max(1, config.expiration_pool_size))
@@ -204,9 +204,13 @@ class RemoteLogManager:
             except Exception as e:  # noqa: BLE001 - the first real request reports and retries it
                 log.warning("remote storage client warm-up failed", error=repr(e))
 
-        task = asyncio.get_running_loop().create_task(warm(), name="rsm-warm-up")
-        self._read_aheads.add(task)
-        task.add_done_callback(self._read_aheads.discard)
+        self._spawn(warm())
+
+    def _spawn(self, coro: Any) -> None:
+        """A background task of this RLM, cancelled by close()."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     # ---- leadership ---------------------------------------------------------------------------------------------
     def on_leadership_change(self, leaders: list[tuple[UnifiedLog, int]], followers: list[UnifiedLog]) -> None:
@@ -273,7 +277,7 @@ class RemoteLogManager:
         tasks += [ft.task for ft in self._followers.values() if ft.task is not None]
         tasks += list(self._resigning)
         tasks += self._deletions      # partition deletions retrying through an outage
-        tasks += list(self._read_aheads)
+        tasks += list(self._background)
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -718,9 +722,7 @@ class RemoteLogManager:
             except Exception as e:  # noqa: BLE001 - a hint: the read that needs it reports any error
                 log.debug("remote read-ahead failed", topic=ulog.topic, partition=ulog.partition, error=repr(e))
 
-        task = asyncio.get_running_loop().create_task(run())
-        self._read_aheads.add(task)
-        task.add_done_callback(self._read_aheads.discard)
+        self._spawn(run())
 
     async def find_segment(self, ulog: UnifiedLog, offset: int) -> RemoteLogSegmentMetadata | None:
         """The copied segment holding `offset` in this log's lineage (epoch of the offset, from the epoch cache)."""

@@ -143,7 +143,7 @@ class RemoteStorageManager(abc.ABC):
         """Run blocking work on the pool of the RLM path that asks for it (copy, expiration, read)."""
         self.executors = executors
 
-    def _pool(self, fallback: Executor | None) -> Executor | None:
+    def blocking_executor(self, fallback: Executor | None = None) -> Executor | None:
         """The executor for blocking work now: an explicit one given at construction, else the current RLM path's."""
         if fallback is not None or self.executors is None:
             return fallback

@@ -438,7 +438,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
             await asyncio.sleep(min(random.uniform(0, backoff), max(0.0, deadline - time.monotonic())))
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._pool(self._executor),
+        return await asyncio.get_running_loop().run_in_executor(self.blocking_executor(self._executor),
                                                                 functools.partial(fn, *args))
 
     def use_executors(self, executors: RemoteExecutors) -> None:
@@ -737,13 +737,15 @@ class S3RemoteStorageManager(RemoteStorageManager):
 
     async def _read_ahead(self, metadata: RemoteLogSegmentMetadata, start_position: int) -> None:
         cache = self.chunk_cache
+        if cache is None:
+            return
         try:
             manifest = await self.get_manifest(metadata)
         except Exception as e:  # noqa: BLE001 - a hint: the read itself reports the error
             log.debug("read-ahead failed", segment=metadata.remote_log_segment_id.id_str, error=repr(e))
             return
         stop = min(start_position + self.read_ahead_bytes, manifest.original_size)
-        if cache is None or start_position >= stop:
+        if start_position >= stop:
             return
         loader = functools.partial(self._load_chunk, self.object_key(metadata, LOG_SUFFIX), manifest)
         sid = metadata.remote_log_segment_id.id_str
