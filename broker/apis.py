@@ -24,6 +24,7 @@ from protocol.registry import (
     unsupported_api_versions_response,
 )
 
+from .cluster.forwarding import reframe
 from .network import CloseConnection, Connection
 
 if TYPE_CHECKING:
@@ -134,6 +135,13 @@ class KafkaApis:
             raise CloseConnection from None
         req = decoded.body
         ctx = RequestContext(conn, hdr.api_key, hdr.api_version, hdr.correlation_id, decoded.client_id, received)
+        fwd = self.server.controller_channel
+        if fwd is not None and fwd.should_forward(hdr.api_key, ctx.client_id):
+            forwarded = await fwd.forward(payload, hdr.api_key, hdr.api_version, ctx.client_id, req)
+            if forwarded is not None:
+                self.metrics.requests.labels(name).inc()
+                self.metrics.request_latency.labels(name).observe(time.perf_counter() - received)
+                return reframe(forwarded, hdr.correlation_id)
         try:
             resp = await self.handlers[hdr.api_key](self.server, ctx, req)
         except CloseConnection:

@@ -38,6 +38,9 @@ class BrokerMetrics:
         self.request_latency = Histogram("strata_network_request_total_time_seconds",
                                          "Time from a request's arrival to its response", ["api"],
                                          buckets=_LATENCY_BUCKETS, registry=r)
+        # kafka.server:type=ForwardingManager: admin requests this broker handed to the controller
+        self.forwarded_requests = Counter("strata_forwarding_requests", "Requests forwarded to the controller",
+                                          ["api"], registry=r)
         # kafka.server:type=socket-server-metrics
         self.connections = Gauge("strata_network_connections", "Open client connections", registry=r)
         self.connections_created = Counter("strata_network_connections_created", "Connections accepted",

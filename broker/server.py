@@ -55,6 +55,7 @@ class KafkaServer:
                         config["broker.rack"] or None, uuid.uuid4().hex)
         self.me = me
         self.controller = None            # cluster mode: broker.cluster.controller.Controller
+        self.controller_channel = None    # cluster mode: forwards admin requests to the controller
         self.cluster_mode = bool(config["metadata.store.connect"])
         if self.cluster_mode:
             from .cluster.etcd_store import EtcdMetadataStore
@@ -138,8 +139,12 @@ class KafkaServer:
         if self.cluster_mode:
             await self.store.register(self.me)
             from .cluster.controller import Controller
+            from .cluster.forwarding import ControllerChannel
             self.controller = Controller(self.store, self.config)
             self.controller.start()
+            self.controller_channel = ControllerChannel(self)
+            self.topic_manager.is_controller = self.controller_channel.is_controller
+            self.topic_manager.auto_create = self.controller_channel.create_topic
         if self.config["remote.log.storage.system.enable"]:
             await self._start_tiered_storage()
         await self.group_coordinator.startup()      # loads __consumer_offsets in the background
@@ -311,6 +316,8 @@ class KafkaServer:
         await self.group_coordinator.shutdown()     # answers parked joins, lets queued offset writes land
         if self.socket_server is not None:
             await self.socket_server.stop()
+        if self.controller_channel is not None:
+            await self.controller_channel.close()
         await self.replica_manager.shutdown()        # replica fetchers stop before the logs close
         if self.partition_remover is not None:
             await self.partition_remover.close()

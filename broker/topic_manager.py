@@ -1,10 +1,12 @@
 """Topic lifecycle for one broker: the single place that validates and applies topic-level changes.
 
 Metadata auto-creation and the admin APIs both go through here, so validation (names, partition counts, config
-values) is identical on every path. In a cluster this role moves to the controller.
+values) is identical on every path. In a cluster only the controller applies changes: other brokers forward the
+admin requests to it (broker/cluster/forwarding.py) and answer NOT_CONTROLLER if one reaches them anyway.
 """
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import structlog
@@ -25,6 +27,20 @@ class TopicManager:
     config: BrokerConfig
     store: MetadataStore
     replica_manager: ReplicaManager
+    # Cluster mode: whether this broker is the active controller, and Metadata's auto-creation through it.
+    is_controller: Callable[[], bool] = lambda: True
+    auto_create: Callable[[str], Awaitable[TopicInfo | None]] | None = None
+
+    def _require_controller(self) -> None:
+        if not self.is_controller():
+            raise KafkaApiError(ErrorCode.NOT_CONTROLLER, "This is not the correct controller for this cluster.")
+
+    async def auto_create_topic(self, name: str) -> TopicInfo | None:
+        """Metadata's auto-creation with the broker defaults; in a cluster a CreateTopics to the controller."""
+        if self.auto_create is not None and not self.is_controller():
+            validate_topic_name(name)
+            return await self.auto_create(name)
+        return await self.create_topic(name)
 
     def validate_new_topic(self, name: str, partitions: int, replication_factor: int,
                            configs: dict[str, str]) -> tuple[int, dict[str, str]]:
@@ -116,6 +132,7 @@ class TopicManager:
         partitions, configs = self.validate_new_topic(name, partitions, replication_factor, dict(configs or {}))
         if validate_only:
             return None
+        self._require_controller()
         info = await self.store.create_topic(name, partitions, configs, replication_factor=replication_factor,
                                              assignments=assignments or None)
         if not self.store.clustered:        # in a cluster, replicas follow the partition states (watch)
@@ -126,6 +143,7 @@ class TopicManager:
     async def delete_topic(self, name: str) -> TopicInfo:
         if not self.config["delete.topic.enable"]:
             raise KafkaApiError(ErrorCode.TOPIC_DELETION_DISABLED, "Topic deletion is disabled.")
+        self._require_controller()
         info = await self.store.delete_topic(name)
         self.replica_manager.remove_topic(info)      # idempotent: the watch may have done it already
         log.info("deleted topic", topic=name, topic_id=str(info.topic_id))
@@ -165,6 +183,7 @@ class TopicManager:
             self.validate_assignments(assignments)
         if validate_only:
             return info
+        self._require_controller()
         if assignments:
             info = await self.store.set_partition_count(name, count, assignments=assignments)
         else:
@@ -181,6 +200,7 @@ class TopicManager:
         self._validate_configs(configs, info.configs)
         if validate_only:
             return info
+        self._require_controller()
         was_remote = self.config.log_config(info.configs)["remote.storage.enable"]
         info = await self.store.set_topic_configs(name, configs)
         if was_remote and not self.config.log_config(configs)["remote.storage.enable"]:

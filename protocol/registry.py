@@ -121,6 +121,7 @@ class RawHeader:
 
 
 _HDR = struct.Struct(">hhi")
+_I16 = struct.Struct(">h")
 
 
 def peek_header(payload: bytes | memoryview) -> RawHeader:
@@ -129,6 +130,21 @@ def peek_header(payload: bytes | memoryview) -> RawHeader:
         raise ValueError(f"request of {len(payload)} bytes is shorter than a request header")
     k, v, c = _HDR.unpack_from(payload, 0)
     return RawHeader(k, v, c)
+
+
+def rewrite_request_header(payload: bytes | memoryview, correlation_id: int, client_id: str | None) -> bytes:
+    """The same request with another correlation id and client id (a broker forwarding it to the controller).
+
+    Request headers v1 and v2 share the prefix up to and including the client id (a legacy int16-length string,
+    even in flexible versions), so the body and any tagged header fields are carried over byte for byte."""
+    k, v, _ = _HDR.unpack_from(payload, 0)
+    (n,) = _I16.unpack_from(payload, _HDR.size)
+    rest = _HDR.size + 2 + max(n, 0)
+    if rest > len(payload):
+        raise ValueError("client id runs past the end of the request")
+    cid = client_id.encode() if client_id is not None else None
+    head = _HDR.pack(k, v, correlation_id) + (_I16.pack(-1) if cid is None else _I16.pack(len(cid)) + cid)
+    return head + bytes(payload[rest:])
 
 
 def is_supported(api_key: int, version: int) -> bool:

@@ -1,4 +1,5 @@
-"""An asyncio connection from this broker to another one (followers' Fetch, OffsetForLeaderEpoch, ListOffsets).
+"""An asyncio connection from this broker to another one (followers' Fetch, OffsetForLeaderEpoch, ListOffsets, and
+admin requests forwarded to the controller).
 
 Plain Kafka wire protocol through kafka-python's codec, one request in flight at a time (a ReplicaFetcher owns its
 connection and sends its requests in sequence, as Kafka's fetcher threads do).
@@ -11,7 +12,7 @@ import socket
 import struct
 from typing import Any
 
-from protocol.registry import REQUEST_CLASSES, RESPONSE_CLASSES
+from protocol.registry import REQUEST_CLASSES, RESPONSE_CLASSES, rewrite_request_header
 
 _SIZE = struct.Struct(">i")
 
@@ -48,29 +49,41 @@ class BrokerConnection:
 
     async def request(self, api_key: int, version: int, timeout_s: float | None = None, **fields: Any) -> Any:
         """Send one request and return its decoded response body; the connection is closed on any failure."""
-        if not self.connected:
-            await self.connect()
-        assert self._reader is not None and self._writer is not None
         corr = next(self._corr) & 0x7FFFFFFF
         req = REQUEST_CLASSES[api_key][version](**fields)
         req.with_header(correlation_id=corr, client_id=self.client_id)
+        payload = await self._roundtrip(bytes(req.encode(header=True, framed=True)), corr, timeout_s)
         try:
-            self._writer.write(bytes(req.encode(header=True, framed=True)))
+            return RESPONSE_CLASSES[api_key].decode(payload, version=version, header=True)
+        except Exception as e:  # noqa: BLE001 - an undecodable response: the stream is out of sync
+            await self.close()
+            raise BrokerConnectionError(f"bad response from {self.host}:{self.port}: {e!r}") from None
+
+    async def forward(self, request: bytes | memoryview, client_id: str | None, timeout_s: float) -> bytes:
+        """Send a client's request as it came (under our correlation id and `client_id`); return the response
+        payload, header included, undecoded."""
+        corr = next(self._corr) & 0x7FFFFFFF
+        body = rewrite_request_header(request, corr, client_id)
+        return await self._roundtrip(_SIZE.pack(len(body)) + body, corr, timeout_s)
+
+    async def _roundtrip(self, frame: bytes, corr: int, timeout_s: float | None) -> bytes:
+        if not self.connected:
+            await self.connect()
+        assert self._reader is not None and self._writer is not None
+        try:
+            self._writer.write(frame)
             await self._writer.drain()
             head = await asyncio.wait_for(self._reader.readexactly(4), timeout_s or self.timeout_s)
             (size,) = _SIZE.unpack(head)
             payload = await asyncio.wait_for(self._reader.readexactly(size), self.timeout_s)
-            resp = RESPONSE_CLASSES[api_key].decode(payload, version=version, header=True)
         except (TimeoutError, OSError, EOFError, asyncio.IncompleteReadError) as e:
             await self.close()
             raise BrokerConnectionError(f"request to {self.host}:{self.port} failed: {e!r}") from None
-        except Exception as e:  # noqa: BLE001 - an undecodable response: the stream is out of sync
+        got = _SIZE.unpack_from(payload, 0)[0] if len(payload) >= 4 else None
+        if got != corr:
             await self.close()
-            raise BrokerConnectionError(f"bad response from {self.host}:{self.port}: {e!r}") from None
-        if resp.header.correlation_id != corr:
-            await self.close()
-            raise BrokerConnectionError(f"correlation id {resp.header.correlation_id} != {corr}")
-        return resp
+            raise BrokerConnectionError(f"correlation id {got} != {corr}")
+        return payload
 
     async def close(self) -> None:
         w, self._writer, self._reader = self._writer, None, None

@@ -10,8 +10,9 @@ Each pass (on every image change, and at least every second) it:
   `leader.imbalance.per.broker.percentage` (`auto.leader.rebalance.enable`).
 Every write is a transaction fenced by `controller_epoch`.
 
-The admin helpers at the bottom (ElectLeaders, AlterPartitionReassignments, ListPartitionReassignments) work on any
-broker and any MetadataStore: they compare-and-set partition states; the controller finishes what they start.
+The admin helpers at the bottom (ElectLeaders, AlterPartitionReassignments, ListPartitionReassignments) run on the
+controller (other brokers forward those requests to it, forwarding.py) and work on any MetadataStore: they
+compare-and-set partition states; the controller's passes finish what they start.
 """
 from __future__ import annotations
 

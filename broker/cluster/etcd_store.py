@@ -489,6 +489,28 @@ class EtcdMetadataStore(MetadataStore):
             await self._refresh_key(f"topics/{name}", res.ranges[0], res.revision)
         raise KafkaApiError(ErrorCode.UNKNOWN_SERVER_ERROR, f"Topic '{name}' kept changing during deletion.")
 
+    async def refresh_topics(self, names: Iterable[str]) -> None:
+        """Read these topics' keys (and their partitions') at one revision and apply them now, instead of when the
+        watch brings them: a broker that had the controller change a topic answers its client only once its own
+        image shows the change (read-your-writes for the client's next request to it)."""
+        names = sorted(set(names))
+        if not names:
+            return
+        ops = []
+        for name in names:
+            ops.append(_get(self.key(f"topics/{name}")))
+            part = rpc.RangeRequest(key=self.key(f"partitions/{name}/"))
+            part.range_end = aetcd.utils.prefix_range_end(part.key)
+            ops.append(rpc.RequestOp(request_range=part))
+        res = await self.txn([], ops)
+        for i, name in enumerate(names):
+            await self._refresh_key(f"topics/{name}", res.ranges[2 * i], res.revision)
+            seen = {self._rel(kv.key) for kv in res.ranges[2 * i + 1]}
+            self._apply_kvs(res.ranges[2 * i + 1])
+            for rel in [k for k in self.image.revs if k.startswith(f"partitions/{name}/") and k not in seen]:
+                if self.image.mod_revision(rel):      # present in the image, absent in etcd
+                    self._apply(rel, None, res.revision)
+
     async def _refresh_key(self, rel: str, kvs: list, revision: int) -> None:
         """Bring one key of the image up to `revision` from a failed transaction's read of it."""
         if kvs:

@@ -1,6 +1,7 @@
-"""Cluster admin APIs: ElectLeaders (v0-2, preferred and unclean), AlterPartitionReassignments (v0) and
-ListPartitionReassignments (v0). Any broker answers them: they compare-and-set partition states in the metadata
-store; the controller completes reassignments (broker/cluster/controller.py)."""
+"""Cluster admin APIs: ElectLeaders (v0-2, preferred and unclean), AlterPartitionReassignments (v0-1) and
+ListPartitionReassignments (v0). The controller answers them (other brokers forward them to it,
+broker/cluster/forwarding.py): they compare-and-set partition states in the metadata store, and the controller's
+passes complete reassignments (broker/cluster/controller.py)."""
 from __future__ import annotations
 
 from protocol.errors import ErrorCode
@@ -16,6 +17,12 @@ from ..cluster.controller import (
     elect_leaders as do_elect,
 )
 
+_NOT_CONTROLLER = "This is not the correct controller for this cluster."
+
+
+def _is_controller(server) -> bool:
+    return server.topic_manager.is_controller()
+
 
 async def elect_leaders(server, ctx, req):
     Resp = response_class(ApiKey.ELECT_LEADERS)
@@ -29,7 +36,14 @@ async def elect_leaders(server, ctx, req):
     wanted = None
     if req.topic_partitions is not None:
         wanted = [(t.topic, p) for t in req.topic_partitions for p in t.partitions]
-    results = await do_elect(server.store, election_type, wanted)
+    if not _is_controller(server):
+        if v == 0:      # no top-level error code: every partition asked for gets it
+            results = {tp: (ErrorCode.NOT_CONTROLLER, _NOT_CONTROLLER) for tp in wanted or []}
+        else:
+            return Resp(version=v, throttle_time_ms=0, error_code=ErrorCode.NOT_CONTROLLER,
+                        replica_election_results=[])
+    else:
+        results = await do_elect(server.store, election_type, wanted)
     by_topic: dict[str, list] = {}
     for (t, p), (err, msg) in results.items():
         by_topic.setdefault(t, []).append(PartRes(partition_id=p, error_code=err, error_message=msg))
@@ -42,6 +56,9 @@ async def alter_partition_reassignments(server, ctx, req):
     TopicRes = Resp.ReassignableTopicResponse
     PartRes = TopicRes.ReassignablePartitionResponse
     allow_rf_change = bool(getattr(req, "allow_replication_factor_change", True)) if ctx.api_version >= 1 else True
+    if not _is_controller(server):
+        return Resp(version=ctx.api_version, throttle_time_ms=0, allow_replication_factor_change=allow_rf_change,
+                    error_code=ErrorCode.NOT_CONTROLLER, error_message=_NOT_CONTROLLER, responses=[])
     topics = []
     for t in req.topics:
         parts = []
@@ -61,6 +78,9 @@ async def list_partition_reassignments(server, ctx, req):
     wanted = None
     if req.topics is not None:
         wanted = [(t.name, list(t.partition_indexes)) for t in req.topics]
+    if not _is_controller(server):
+        return Resp(version=ctx.api_version, throttle_time_ms=0, error_code=ErrorCode.NOT_CONTROLLER,
+                    error_message=_NOT_CONTROLLER, topics=[])
     ongoing = list_reassignments(server.store, wanted)
     topics = [TopicRes(name=t, partitions=[PartRes(partition_index=p, replicas=list(s.replicas),
                                                    adding_replicas=list(s.adding), removing_replicas=list(s.removing))

@@ -37,7 +37,7 @@ async def handle(server, ctx, req):
         info = store.topic(name) if name is not None else None
         if info is None and name is not None and allow_auto and server.config["auto.create.topics.enable"]:
             try:
-                info = await server.topic_manager.create_topic(name)
+                info = await server.topic_manager.auto_create_topic(name)
             except KafkaApiError as e:
                 topics.append(Topic(error_code=e.code, name=name, topic_id=None, is_internal=False, partitions=[]))
                 continue

@@ -13,8 +13,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kafka.protocol.admin import (
+    CreatePartitionsRequest,
+    DeleteTopicsRequest,
+    DescribeConfigsRequest,
+    IncrementalAlterConfigsRequest,
+)
+from prometheus_client.parser import text_string_to_metric_families
 
+from broker.cluster.forwarding import FORWARDED_PREFIX
+from protocol.errors import ErrorCode
 from tests.support.cluster_proc import FAST_FAILOVER, StrataCluster
+from tests.support.kafka_wire import WireClient
 from tests.support.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -119,3 +129,69 @@ def test_strata_cli_describes_a_replicated_topic_through_any_broker(topology: St
             meta = c.partition_meta("cli", p)
             assert f"Leader: {meta.leader}\t" in row and f"Replicas: {','.join(map(str, meta.replicas))}\t" in row
             assert "EndOffset: 0" in row and "Error" not in row, row
+
+
+def _counter(c: StrataCluster, broker: int, name: str, api: str) -> float:
+    text = urllib.request.urlopen(c.broker(broker).metrics_url, timeout=5).read().decode()
+    return sum(s.value for fam in text_string_to_metric_families(text) for s in fam.samples
+               if s.name == name and s.labels.get("api") == api)
+
+
+def test_admin_requests_reaching_another_broker_are_carried_out_by_the_controller(topology: StrataCluster) -> None:
+    """KIP-590 forwarding: CreateTopics, CreatePartitions, IncrementalAlterConfigs and
+    DeleteTopics sent to a broker that is not the controller reach the controller, which alone writes topics; the
+    receiving broker's own Metadata shows the change as soon as it answers."""
+    c = topology
+    ctl = c.metadata([]).controller_id
+    other = next(i for i in c.ids if i != ctl)
+    b = c.broker(other)
+    sent_before = _counter(c, other, "strata_forwarding_requests_total", "CreateTopics")
+    got_before = _counter(c, ctl, "strata_network_requests_total", "CreateTopics")
+    with WireClient(b.host, b.port) as w:
+        res = w.create_topic("forwarded", partitions=2, version=7).topics[0]
+        assert res.error_code == 0, res
+        assert _counter(c, other, "strata_forwarding_requests_total", "CreateTopics") == sent_before + 1
+        # the controller handled a CreateTopics that no client sent to it
+        assert _counter(c, ctl, "strata_network_requests_total", "CreateTopics") == got_before + 1
+        md = w.metadata(["forwarded"], version=10).topics[0]       # no wait: read back before the answer
+        assert md.error_code == 0 and md.topic_id == res.topic_id and len(md.partitions) == 2, md
+
+        r = w.request(CreatePartitionsRequest[3](topics=[CreatePartitionsRequest.CreatePartitionsTopic(
+            name="forwarded", count=3, assignments=None)], timeout_ms=10000, validate_only=False))
+        assert r.results[0].error_code == 0, r
+        assert len(w.metadata(["forwarded"]).topics[0].partitions) == 3
+
+        R = IncrementalAlterConfigsRequest
+        r = w.request(R[1](resources=[R.AlterConfigsResource(resource_type=2, resource_name="forwarded", configs=[
+            R.AlterConfigsResource.AlterableConfig(name="retention.ms", config_operation=0, value="60000")])],
+            validate_only=False))
+        assert r.responses[0].error_code == 0, r
+        D = DescribeConfigsRequest
+        r = w.request(D[4](resources=[D.DescribeConfigsResource(resource_type=2, resource_name="forwarded",
+                                                                configuration_keys=["retention.ms"])],
+                           include_synonyms=False, include_documentation=False))
+        assert [(e.name, e.value) for e in r.results[0].configs] == [("retention.ms", "60000")], r
+
+        r = w.request(DeleteTopicsRequest[6](topics=[DeleteTopicsRequest.DeleteTopicState(
+            name="forwarded", topic_id=None)], timeout_ms=10000))
+        assert r.responses[0].error_code == 0, r
+        assert w.metadata(["forwarded"]).topics[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        assert _counter(c, other, "strata_forwarding_requests_total", "DeleteTopics") >= 1
+
+    # A forwarded request that reaches a broker which is not the controller is refused, not forwarded again.
+    with WireClient(b.host, b.port, client_id=f"{FORWARDED_PREFIX}{ctl}:test") as w:
+        res = w.create_topic("not-forwarded-twice", version=7).topics[0]
+        assert res.error_code == ErrorCode.NOT_CONTROLLER, res
+    assert c.metadata(["not-forwarded-twice"], via=ctl).topics[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_metadata_auto_creation_on_another_broker_goes_through_the_controller(cluster_factory) -> None:
+    c = cluster_factory(2, overrides={"auto.create.topics.enable": True, "default.replication.factor": 2})
+    ctl = c.metadata([]).controller_id
+    other = next(i for i in c.ids if i != ctl)
+    b = c.broker(other)
+    with WireClient(b.host, b.port) as w:
+        md = w.metadata(["auto-forwarded"], allow_auto_create=True).topics[0]
+        assert md.error_code == 0 and len(md.partitions) == 1, md
+    assert _counter(c, other, "strata_forwarding_requests_total", "CreateTopics") == 1
+    assert _counter(c, ctl, "strata_network_requests_total", "CreateTopics") == 1

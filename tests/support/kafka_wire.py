@@ -44,7 +44,11 @@ class ConnectionClosed(Exception):
 
 
 def response_class(request: Any) -> type:
-    return _RESPONSES[type(request)[None]]
+    cls = type(request)[None]
+    if cls in _RESPONSES:
+        return _RESPONSES[cls]
+    from protocol.registry import RESPONSE_CLASSES
+    return RESPONSE_CLASSES[request.API_KEY]
 
 
 class WireClient:

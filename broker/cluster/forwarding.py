@@ -1,0 +1,165 @@
+"""Admin requests that change cluster metadata are carried out by the controller, as Kafka brokers forward them to
+theirs (KIP-590): a broker that is not the controller sends the client's request on as it came and answers with the
+controller's response.
+
+The controller is the one broker that creates, deletes and grows topics, alters their configs, elects leaders on
+request and starts reassignments; every change is still a compare-and-set transaction in etcd, so a controller
+deposed mid-request cannot overwrite its successor's work. A forwarded request is marked by its client id, so a
+broker that lost the controller role while the request travelled answers NOT_CONTROLLER instead of forwarding it
+again (clients retry it). Before answering, the forwarding broker reads the changed topics back from etcd, so the
+client's next request to it sees what the controller did.
+"""
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from protocol.errors import ErrorCode, KafkaApiError
+from protocol.registry import REQUEST_CLASSES, ApiKey, api_name
+
+from .broker_client import BrokerConnection, BrokerConnectionError
+
+if TYPE_CHECKING:
+    from ..metadata_store import TopicInfo
+    from ..server import KafkaServer
+
+log = structlog.get_logger("strata.forwarding")
+
+# The requests a broker hands to the controller (Kafka's ForwardingManager set, as far as Strata implements it).
+CONTROLLER_APIS = frozenset({
+    ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS, ApiKey.INCREMENTAL_ALTER_CONFIGS,
+    ApiKey.ELECT_LEADERS, ApiKey.ALTER_PARTITION_REASSIGNMENTS, ApiKey.LIST_PARTITION_REASSIGNMENTS,
+})
+FORWARDED_PREFIX = "strata-forwarded-by-"
+DEFAULT_TIMEOUT_S = 30.0
+AUTO_CREATE_VERSION = 7
+_CORR = struct.Struct(">i")
+
+
+def is_forwarded(client_id: str | None) -> bool:
+    return bool(client_id) and client_id.startswith(FORWARDED_PREFIX)
+
+
+def forwarded_client_id(broker_id: int, client_id: str | None) -> str:
+    return f"{FORWARDED_PREFIX}{broker_id}:{client_id or ''}"
+
+
+def topics_named(api_key: int, version: int, req: Any, server: "KafkaServer") -> list[str]:
+    """The topics a controller request changes (read back from etcd after it)."""
+    if api_key == ApiKey.CREATE_TOPICS or api_key == ApiKey.CREATE_PARTITIONS:
+        return [t.name for t in req.topics]
+    if api_key == ApiKey.DELETE_TOPICS:
+        if version < 6:
+            return list(req.topic_names)
+        names = []
+        for t in req.topics:
+            info = server.store.topic_by_id(t.topic_id) if t.name is None and t.topic_id is not None else None
+            names.append(info.name if info is not None else t.name)
+        return [n for n in names if n]
+    if api_key == ApiKey.INCREMENTAL_ALTER_CONFIGS:
+        return [r.resource_name for r in req.resources if r.resource_type == 2]
+    if api_key == ApiKey.ELECT_LEADERS:
+        return [t.topic for t in req.topic_partitions or []]
+    if api_key == ApiKey.ALTER_PARTITION_REASSIGNMENTS:
+        return [t.name for t in req.topics]
+    return []
+
+
+class ControllerChannel:
+    """This broker's connection to the controller, used one request at a time (admin requests are rare)."""
+
+    def __init__(self, server: "KafkaServer") -> None:
+        self.server = server
+        self._conn: tuple[int, BrokerConnection] | None = None
+        self._lock = asyncio.Lock()
+
+    def is_controller(self) -> bool:
+        c = self.server.controller
+        return c is not None and c.active
+
+    def should_forward(self, api_key: int, client_id: str | None) -> bool:
+        return api_key in CONTROLLER_APIS and not is_forwarded(client_id) and not self.is_controller()
+
+    async def forward(self, payload: bytes | memoryview, api_key: int, version: int, client_id: str | None,
+                      req: Any) -> bytes | None:
+        """The controller's response to the client's request (payload, header included, under the controller's
+        correlation id), or None if this broker should answer itself: it has become the controller, or no
+        controller answered in time (then its own handler answers NOT_CONTROLLER)."""
+        timeout_s = getattr(req, "timeout_ms", 0) / 1000 or DEFAULT_TIMEOUT_S
+        fwd_id = forwarded_client_id(self.server.broker_id, client_id)
+        resp = await self._send(lambda conn, left: conn.forward(payload, fwd_id, left), timeout_s)
+        if resp is None:
+            return None
+        self.server.metrics.forwarded_requests.labels(api_name(api_key)).inc()
+        await self._read_back(topics_named(api_key, version, req, self.server))
+        return resp
+
+    async def create_topic(self, name: str) -> "TopicInfo | None":
+        """Metadata's auto-creation, as Kafka's brokers do it: a CreateTopics with the controller's defaults."""
+        R = REQUEST_CLASSES[ApiKey.CREATE_TOPICS][AUTO_CREATE_VERSION]
+        topic = R.CreatableTopic(name=name, num_partitions=-1, replication_factor=-1, assignments=[], configs=[])
+        timeout_ms = int(DEFAULT_TIMEOUT_S * 1000)
+        resp = await self._send(lambda conn, left: conn.request(
+            ApiKey.CREATE_TOPICS, AUTO_CREATE_VERSION, left, topics=[topic], timeout_ms=timeout_ms,
+            validate_only=False), DEFAULT_TIMEOUT_S)
+        if resp is None:
+            raise KafkaApiError(ErrorCode.LEADER_NOT_AVAILABLE, "no controller to create the topic")
+        self.server.metrics.forwarded_requests.labels(api_name(ApiKey.CREATE_TOPICS)).inc()
+        res = resp.topics[0]
+        if res.error_code not in (0, ErrorCode.TOPIC_ALREADY_EXISTS):
+            raise KafkaApiError(ErrorCode(res.error_code), res.error_message)
+        await self._read_back([name])
+        return self.server.store.topic(name)
+
+    async def _send(self, call, timeout_s: float) -> Any:
+        store = self.server.store
+        deadline = time.monotonic() + timeout_s
+        while (left := deadline - time.monotonic()) > 0:
+            if self.is_controller():
+                return None
+            c = store.image.controller
+            if c is None or c.broker_id == self.server.broker_id:     # none yet, or ours not yet taken up
+                await store.wait_for(lambda c=c: store.image.controller != c or self.is_controller(), min(left, 1.0))
+                continue
+            try:
+                async with self._lock:
+                    return await call(self._connection(c.broker_id), left)
+            except BrokerConnectionError as e:
+                log.info("controller unreachable; waiting for it or its successor", controller=c.broker_id,
+                         error=str(e))
+                await store.wait_for(lambda c=c: store.image.controller != c, min(left, 0.5))
+        return None
+
+    def _connection(self, broker_id: int) -> BrokerConnection:
+        b = self.server.store.brokers().get(broker_id)
+        ep = b.endpoint(self.server.config.get("inter.broker.listener.name") or "") if b is not None else None
+        if ep is None:
+            raise BrokerConnectionError(f"controller {broker_id} has no endpoint")
+        if self._conn is None or self._conn[0] != broker_id or (self._conn[1].host, self._conn[1].port) != tuple(ep):
+            if self._conn is not None:
+                asyncio.ensure_future(self._conn[1].close())
+            self._conn = (broker_id, BrokerConnection(ep[0], ep[1], f"broker-{self.server.broker_id}-forwarding",
+                                                      self.server.config["replica.socket.timeout.ms"] / 1000.0))
+        return self._conn[1]
+
+    async def _read_back(self, names: list[str]) -> None:
+        if not names:
+            return
+        try:
+            await self.server.store.refresh_topics(names)
+        except Exception as e:  # noqa: BLE001 - the controller has answered; the watch brings the change anyway
+            log.warning("could not read back forwarded changes", topics=names, error=repr(e))
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            conn, self._conn = self._conn[1], None
+            await conn.close()
+
+
+def reframe(response: bytes, correlation_id: int) -> bytes:
+    """A forwarded response framed for the client: its correlation id instead of ours."""
+    return _CORR.pack(len(response)) + _CORR.pack(correlation_id) + response[4:]
