@@ -233,11 +233,12 @@ def _group_entry(results: dict, name: str) -> dict:
 
 
 def _spark_section(results: dict, mod: Any) -> None:
-    r = results.get("spark_read")
-    if not r or not hasattr(mod, "table"):
+    runs = [results[k] for k in sorted(results) if k == "spark_read" or k.startswith("spark_read_")]
+    if not runs or not hasattr(mod, "table"):
         return
     results["sections"].append({"name": "spark", "title": "Spark data source (bench/spark_bench.py)",
-                                "markdown": mod.table(r), "raw": r})
+                                "markdown": "\n\n".join(mod.table(r) for r in runs),
+                                "raw": runs[0] if len(runs) == 1 else runs})
 
 
 SECTION_ADAPTERS: dict[str, Callable[[dict, Any], None]] = {"spark": _spark_section}

@@ -1,10 +1,11 @@
 """Spark batch read of a tiered topic: ``read.mode=direct`` vs ``read.mode=broker`` vs one confluent-kafka consumer.
 
-    python -m bench.spark_bench [--mib 128] [--partitions 2] [--reps 2] [--storage s3|local|both] [--json out.json]
+    python -m bench.spark_bench [--mib 128] [--partitions 2] [--reps 2] [--storage seaweedfs|s3|local|both] [--json F]
 
 or from the harness: ``from bench import spark_bench; spark_bench.run(results)`` (adds ``results["spark_read"]``).
 
-Set-up (not timed): a moto S3 server, one Strata broker tiering to it (``remote.log.storage.manager.class.name=s3``),
+Set-up (not timed): an S3 server (SeaweedFS's ``weed mini``, a real object store; ``--storage s3`` uses moto's
+server, whose Python request handling is the bottleneck on this machine), one Strata broker tiering to it (``remote.log.storage.manager.class.name=s3``),
 a topic with ``segment.bytes`` 8 MiB and ``local.retention.bytes=1`` (the broker's chunk cache is cut to 16 MiB so
 the topic is much larger than it, as a months-long history is), filled with 1 KiB incompressible values by
 an idempotent confluent-kafka producer, then a wait until local retention removed everything but the active
@@ -35,6 +36,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 VALUE_BYTES = 1024
 TOPIC = "spark-bench"
 CHUNK_CACHE_BYTES = 16 << 20
+STORAGE_NAMES = {"seaweedfs": "S3 (SeaweedFS)", "s3": "S3 (moto)", "local": "LocalTieredStorage"}
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -113,21 +115,22 @@ def _spark_read(spark: Any, options: dict[str, str]) -> tuple[float, int, int]:
     return time.monotonic() - t0, int(row["n"]), int(row["b"] or 0)
 
 
-def measure(mib: int = 128, partitions: int = 2, reps: int = 2, storage: str = "s3") -> dict[str, Any]:
+def measure(mib: int = 128, partitions: int = 2, reps: int = 2, storage: str = "seaweedfs") -> dict[str, Any]:
     from pipeline.session import get_spark
     from tests.support.broker_proc import StrataBroker
-    from tests.support.s3_servers import MotoServer
+    from tests.support.s3_servers import MotoServer, SeaweedServer
 
     work = Path(tempfile.mkdtemp(prefix="strata-spark-bench-"))
-    moto = None
-    if storage == "s3":
-        moto = MotoServer(work / "moto")
-        moto.start()
-        rsm = moto.rsm_config(**{"key.prefix": f"bench-{uuid.uuid4().hex[:8]}/"})
+    s3 = None
+    if storage in ("s3", "seaweedfs"):
+        s3 = (SeaweedServer if storage == "seaweedfs" else MotoServer)(work / storage)
+        s3.start()
+        rsm = s3.rsm_config(**{"key.prefix": f"bench-{uuid.uuid4().hex[:8]}/"})
     else:                                   # LocalTieredStorage: no object-store server competing for the CPU
         rsm = {"dir": str(work / "tiered")}
+    rsm_class = "local" if storage == "local" else "s3"
     overrides: dict[str, object] = {
-        "remote.log.storage.system.enable": "true", "remote.log.storage.manager.class.name": storage,
+        "remote.log.storage.system.enable": "true", "remote.log.storage.manager.class.name": rsm_class,
         "remote.log.manager.task.interval.ms": 300, "remote.log.metadata.topic.num.partitions": 5,
         "log.retention.check.interval.ms": 300, "log.segment.delete.delay.ms": 0,
         **{f"rsm.config.{k}": v for k, v in rsm.items()},
@@ -150,7 +153,7 @@ def measure(mib: int = 128, partitions: int = 2, reps: int = 2, storage: str = "
 
         spark = get_spark("strata-spark-bench")
         base = {"kafka.bootstrap.servers": broker.bootstrap, "subscribe": TOPIC}
-        direct = {**base, "read.mode": "direct", "rsm.class.name": storage,
+        direct = {**base, "read.mode": "direct", "rsm.class.name": rsm_class,
                   **{f"rsm.config.{k}": str(v) for k, v in rsm.items()}}
         warm = {"endingOffsets": json.dumps({TOPIC: {str(p): 2000 for p in range(partitions)}})}
         _spark_read(spark, {**base, **warm})
@@ -173,7 +176,7 @@ def measure(mib: int = 128, partitions: int = 2, reps: int = 2, storage: str = "
             return best
 
         out = {
-            "storage": "S3 (moto)" if storage == "s3" else "LocalTieredStorage",
+            "storage": STORAGE_NAMES[storage],
             "topic_mib": mib, "partitions": partitions, "records": records,
             "remote_fraction": round(remote_records / records, 3),
             "consumer": timed("consumer", lambda: _consumer_read(broker.bootstrap, partitions, records)),
@@ -187,13 +190,13 @@ def measure(mib: int = 128, partitions: int = 2, reps: int = 2, storage: str = "
         if spark is not None:
             spark.stop()
         broker.stop()
-        if moto is not None:
-            moto.stop()
+        if s3 is not None:
+            s3.stop()
 
 
 def table(r: dict[str, Any]) -> str:
     lines = [(f"Spark batch read of a tiered topic ({r['topic_mib']} MiB, {r['partitions']} partitions, "
-             f"{r['remote_fraction']:.0%} only in S3/moto)"), "",
+             f"{r['remote_fraction']:.0%} only in {r['storage']})"), "",
              "| reader | MB/s | seconds | broker CPU s | broker CPU share |", "|---|---:|---:|---:|---:|"]
     for key, label in (("consumer", "one confluent-kafka consumer"), ("spark_broker", "Spark read.mode=broker"),
                        ("spark_direct", "Spark read.mode=direct")):
@@ -204,13 +207,16 @@ def table(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run(results: dict, *, mib: int = 128, partitions: int = 2, reps: int = 2, storage: str = "s3"
-        ) -> dict[str, Any]:
-    """Hook for bench.run: measures and stores the numbers under ``results["spark_read"]`` (``spark_read_local``
-    for LocalTieredStorage)."""
-    r = measure(mib=mib, partitions=partitions, reps=reps, storage=storage)
-    results["spark_read" if storage == "s3" else "spark_read_local"] = r
-    return r
+def run(results: dict, *, mib: int = 128, partitions: int = 2, reps: int = 2,
+        storages: tuple[str, ...] = ("seaweedfs", "local")) -> dict[str, Any]:
+    """Hook for bench.run: measures each storage and stores the numbers under ``results["spark_read"]`` (the
+    first) and ``results["spark_read_<storage>"]`` (the others); returns the first."""
+    first: dict[str, Any] = {}
+    for i, storage in enumerate(storages):
+        r = measure(mib=mib, partitions=partitions, reps=reps, storage=storage)
+        results["spark_read" if i == 0 else f"spark_read_{storage}"] = r
+        first = first or r
+    return first
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -218,14 +224,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mib", type=int, default=128, help="topic size in MiB (default 128)")
     ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--reps", type=int, default=2)
-    ap.add_argument("--storage", choices=("s3", "local", "both"), default="s3",
-                    help="remote storage: S3 on a local moto server (default), LocalTieredStorage, or both")
+    ap.add_argument("--storage", choices=("seaweedfs", "s3", "local", "both"), default="both",
+                    help="remote storage: S3 on SeaweedFS, S3 on a moto server, LocalTieredStorage, or both "
+                         "SeaweedFS and LocalTieredStorage (default, as `make bench`)")
     ap.add_argument("--json", type=Path, default=None, help="also write the numbers here")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(REPO_ROOT))
     results: dict[str, Any] = {}
-    for storage in (("s3", "local") if args.storage == "both" else (args.storage,)):
-        r = run(results, mib=args.mib, partitions=args.partitions, reps=args.reps, storage=storage)
+    for storage in (("seaweedfs", "local") if args.storage == "both" else (args.storage,)):
+        r = measure(mib=args.mib, partitions=args.partitions, reps=args.reps, storage=storage)
+        results[f"spark_read_{storage}"] = r
         print(table(r) + "\n")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

@@ -253,7 +253,11 @@ def consume_range(conf: dict[str, Any], topic: str, partition: int, start: int, 
         nxt = start
         last_progress = time.monotonic()
         while nxt < end:
-            msgs = c.consume(num_messages=batch_size, timeout=0.5)
+            # consume() returns when it has num_messages or at the timeout: ask for no more than the offsets left,
+            # or the last call of every range sits out the whole timeout (or the broker's fetch wait at the high
+            # watermark, for the EOF event). With gaps (compaction, markers) the EOF event or a record past `end`
+            # completes the count.
+            msgs = c.consume(num_messages=min(batch_size, end - nxt), timeout=0.5)
             out = []
             done = False
             for m in msgs:

@@ -84,15 +84,6 @@ _TS_TYPES = {1: 0, 2: 1}          # confluent TIMESTAMP_CREATE_TIME/LOG_APPEND_T
 def read_broker_piece(opts: SourceOptions, r: OffsetRange, piece: Piece, out: ArrowEmitter) -> Iterator[Any]:
     conf = opts.consumer_conf(f"strata-spark-executor-{uuid.uuid4().hex[:12]}")
     start = piece.start
-    low = log_start_offset(conf, r.topic, r.partition)
-    if start < low:
-        if opts.fail_on_data_loss:
-            raise DataLossError(data_loss_message(
-                f"{r.topic}-{r.partition}: offsets [{start}, {min(low, piece.end)}) were deleted before they "
-                f"could be read (the log now starts at {low})"))
-        start = low
-    if start >= piece.end:
-        return
     cols = out.columns
     with_headers = cols.with_headers
     while start < piece.end:
@@ -107,17 +98,28 @@ def read_broker_piece(opts: SourceOptions, r: OffsetRange, piece: Piece, out: Ar
                         yield out.take()
             return
         except DataLossError:
-            # Retention moved the log start past the read while it ran. failOnDataLoss=false: go on from the new
-            # log start, as Spark's Kafka source does; the records still there are read.
-            if opts.fail_on_data_loss:
-                raise
+            # Out of range: retention deleted offsets before (or while) they were read. Asked only now, so a read
+            # that starts in range costs one consumer, not two. failOnDataLoss=false goes on from the new log
+            # start, as Spark's Kafka source does; the records still there are read.
             low = log_start_offset(conf, r.topic, r.partition)
-            if low <= start:
-                return                  # out of range, yet not deleted below us (e.g. past a truncated end)
+            if low <= start:            # out of range, yet not deleted below us (e.g. past a truncated end)
+                if opts.fail_on_data_loss:
+                    raise
+                return
+            if opts.fail_on_data_loss:
+                raise DataLossError(data_loss_message(
+                    f"{r.topic}-{r.partition}: offsets [{start}, {min(low, piece.end)}) were deleted before they "
+                    f"could be read (the log now starts at {low})")) from None
             start = low
 
 
 # -- remote pieces ------------------------------------------------------------------------------------------------
+# A task reads each byte of a segment once, in order, with its own read-ahead (direct.fetchConcurrency): the chunk
+# cache the broker's options configure would only copy every chunk into memory (and prefetch what the task fetches
+# anyway), so executors read exact byte ranges instead.
+_CACHE_KEYS = ("fetch.chunk.cache.path", "fetch.chunk.cache.disk.size", "fetch.chunk.cache.prefetch.max.size")
+
+
 class RemoteStorage:
     """A RemoteStorageManager driven from synchronous code: its own event loop on a daemon thread."""
 
@@ -127,7 +129,8 @@ class RemoteStorage:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="strata-rsm-loop", daemon=True)
         self._thread.start()
-        self.rsm = create_remote_storage_manager(opts.rsm_class, opts.rsm_config)
+        config = {k: v for k, v in opts.rsm_config.items() if k not in _CACHE_KEYS}
+        self.rsm = create_remote_storage_manager(opts.rsm_class, {**config, "fetch.chunk.cache.size": "0"})
 
     def submit(self, coro: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
