@@ -29,7 +29,6 @@ from protocol.records import (
     iter_batches,
 )
 
-
 _LENGTH = struct.Struct(">i")
 _ATTRS = struct.Struct(">h")
 
