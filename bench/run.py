@@ -137,11 +137,6 @@ def run_one(sc: Scenario, name: str, b: Broker | None, ctx: RunContext, rep: int
     if not b.alive():
         log(f"{sc.name} on {name}: broker is down")
         return {"error": f"{name} exited with code {b.proc.returncode}; log tail:\n{b.log_tail(20)}"}
-    # Dirty pages left by earlier scenarios (Strata's logs; Tansu keeps records in memory) are written back first:
-    # otherwise the kernel's dirty-page throttling makes whichever repetition comes next pay for them.
-    t_sync = time.monotonic()
-    os.sync()
-    synced_s = time.monotonic() - t_sync
     quiet_s = b.wait_quiet()
     t0 = time.monotonic()
     try:
@@ -150,7 +145,6 @@ def run_one(sc: Scenario, name: str, b: Broker | None, ctx: RunContext, rep: int
         r = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(limit=4)}
     r["wall_s"] = time.monotonic() - t0
     r["waited_for_quiet_s"] = quiet_s
-    r["synced_s"] = synced_s
     if not b.alive():
         r.setdefault("errors", []).append(
             f"broker exited with code {b.proc.returncode} during the scenario; log tail:\n{b.log_tail(20)}")
