@@ -88,6 +88,10 @@ class MetadataStore(ABC):
     def brokers(self) -> dict[int, BrokerInfo]:
         """Live brokers (registered with a valid lease)."""
 
+    def departed_brokers(self, within_s: float) -> dict[int, BrokerInfo]:
+        """Brokers whose registration ended less than `within_s` ago (a single broker has none)."""
+        return {}
+
     @abstractmethod
     def partition_state(self, topic: str, partition: int) -> PartitionState | None: ...
 

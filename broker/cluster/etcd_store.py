@@ -394,6 +394,10 @@ class EtcdMetadataStore(MetadataStore):
     def brokers(self) -> dict[int, BrokerInfo]:
         return self.image.brokers
 
+    def departed_brokers(self, within_s: float) -> dict[int, BrokerInfo]:
+        now = time.monotonic()
+        return {b: info for b, (info, at) in self.image.departed.items() if now - at < within_s}
+
     def partition_state(self, topic: str, partition: int) -> PartitionState | None:
         return self.image.partitions.get((topic, partition))
 

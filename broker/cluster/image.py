@@ -7,6 +7,7 @@ own result, once from the watch; or from a direct read racing the watch -- apply
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from dataclasses import dataclass, field
 
@@ -36,6 +37,7 @@ class MetadataImage:
     revs: dict[str, int] = field(default_factory=dict)          # key -> revision of its last change
     revision: int = 0                                            # highest revision applied
     deleted_topics: dict[str, TopicInfo] = field(default_factory=dict)   # last deletion of each name
+    departed: dict[int, tuple[BrokerInfo, float]] = field(default_factory=dict)   # lease gone: (info, monotonic)
 
     def mod_revision(self, key: str) -> int:
         """The key's mod_revision if it exists in the image, else 0 (etcd's compare value for 'absent')."""
@@ -70,9 +72,12 @@ class MetadataImage:
         if kind == "brokers":
             bid = _int(rest)
             if d is None:
-                self.brokers.pop(bid, None)
+                gone = self.brokers.pop(bid, None)
                 self.broker_leases.pop(bid, None)
+                if gone is not None:
+                    self.departed[bid] = (gone, time.monotonic())
             else:
+                self.departed.pop(bid, None)
                 self.brokers[bid] = BrokerInfo.from_json(d)
                 self.broker_leases[bid] = int(d.get("lease", 0))
             return [("broker", bid)]

@@ -145,11 +145,16 @@ async def describe_cluster(server, ctx, req):
                 authorized_operations=None)
 
 
-def live_brokers(server, listener: str) -> list[tuple[int, tuple[str, int], str | None]]:
+def live_brokers(server, listener: str, departed_within_s: float = 0.0
+                 ) -> list[tuple[int, tuple[str, int], str | None]]:
     """(id, endpoint of `listener`, rack) of every live broker, sorted by id; this broker's own endpoint is what it
-    bound (ephemeral ports), the others' what they registered."""
+    bound (ephemeral ports), the others' what they registered. With `departed_within_s`, brokers whose lease ended
+    that recently are listed too (see handlers/metadata.py)."""
     out = []
-    for b, info in sorted(server.store.brokers().items()):
+    brokers = server.store.brokers()
+    if departed_within_s > 0:
+        brokers = {**server.store.departed_brokers(departed_within_s), **brokers}
+    for b, info in sorted(brokers.items()):
         if b == server.broker_id:
             out.append((b, server.advertised_endpoint(listener), server.config["broker.rack"] or None))
         else:
