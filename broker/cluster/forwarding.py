@@ -48,7 +48,7 @@ def forwarded_client_id(broker_id: int, client_id: str | None) -> str:
     return f"{FORWARDED_PREFIX}{broker_id}:{client_id or ''}"
 
 
-def topics_named(api_key: int, version: int, req: Any, server: "KafkaServer") -> list[str]:
+def topics_named(api_key: int, version: int, req: Any, server: KafkaServer) -> list[str]:
     """The topics a controller request changes (read back from etcd after it)."""
     if api_key == ApiKey.CREATE_TOPICS or api_key == ApiKey.CREATE_PARTITIONS:
         return [t.name for t in req.topics]
@@ -72,7 +72,7 @@ def topics_named(api_key: int, version: int, req: Any, server: "KafkaServer") ->
 class ControllerChannel:
     """This broker's connection to the controller, used one request at a time (admin requests are rare)."""
 
-    def __init__(self, server: "KafkaServer") -> None:
+    def __init__(self, server: KafkaServer) -> None:
         self.server = server
         self._conn: tuple[int, BrokerConnection] | None = None
         self._lock = asyncio.Lock()
@@ -98,7 +98,7 @@ class ControllerChannel:
         await self._read_back(topics_named(api_key, version, req, self.server))
         return resp
 
-    async def create_topic(self, name: str) -> "TopicInfo | None":
+    async def create_topic(self, name: str) -> TopicInfo | None:
         """Metadata's auto-creation, as Kafka's brokers do it: a CreateTopics with the controller's defaults."""
         R = REQUEST_CLASSES[ApiKey.CREATE_TOPICS][AUTO_CREATE_VERSION]
         topic = R.CreatableTopic(name=name, num_partitions=-1, replication_factor=-1, assignments=[], configs=[])
