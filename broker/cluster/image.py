@@ -74,7 +74,9 @@ class MetadataImage:
             if d is None:
                 gone = self.brokers.pop(bid, None)
                 self.broker_leases.pop(bid, None)
-                if gone is not None:
+                # remembered only if it still led partitions (killed, not shut down after handing them over):
+                # Metadata keeps listing it a moment (handlers/metadata.py DEPARTED_BROKER_GRACE_S)
+                if gone is not None and any(st.leader == bid for st in self.partitions.values()):
                     self.departed[bid] = (gone, time.monotonic())
             else:
                 self.departed.pop(bid, None)

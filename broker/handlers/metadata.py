@@ -6,7 +6,7 @@ from protocol.registry import ApiKey, response_class
 
 from .admin import live_brokers
 
-# A broker whose lease just expired stays in the Metadata broker list this long. The controller moves its
+# A broker whose lease just expired while it led partitions stays in the Metadata broker list this long. The controller moves its
 # leaderships at that moment, so without it one response both names the new leaders and drops the broker, and
 # librdkafka (2.16) decommissions the dropped broker's handle while its partitions migrate: the handle's teardown
 # undoes the migration ("Reverting from preferred replica ... to leader -1") and the partition waits for librdkafka's

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from broker.handlers.metadata import DEPARTED_BROKER_GRACE_S
 from protocol.registry import REQUEST_CLASSES, RESPONSE_CLASSES, ApiKey
 from tests.support.broker_proc import StrataBroker
 from tests.support.etcd_proc import EtcdProcess, etcd_binary
@@ -252,4 +253,6 @@ def test_kill9_leader_is_replaced_after_the_session_timeout(cluster):
                    SESSION_MS / 1000 + 10, message="new leader after kill -9")
     assert time.monotonic() - t0 < SESSION_MS / 1000 + 8      # lease expiry + a controller pass, under load
     assert p.leader_epoch > epoch and 2 not in p.isr_nodes and p.offline_replicas == [2]
-    assert {b.node_id for b in metadata(brokers[1]).brokers} == {0, 1}
+    # listed a moment longer than its lease (DEPARTED_BROKER_GRACE_S: librdkafka must see the new leader first)
+    wait_until(lambda: {b.node_id for b in metadata(brokers[1]).brokers} == {0, 1}, DEPARTED_BROKER_GRACE_S + 5,
+               message="the killed broker gone from Metadata")
