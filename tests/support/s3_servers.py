@@ -113,17 +113,28 @@ class S3Server:
         return free_port()
 
     def start(self) -> S3Server:
-        self.port = self.port or self.choose_port()
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.command(), cwd=self.workdir, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, env=self.env(), start_new_session=True)
-        try:
-            wait_until(self._ready, timeout=self.start_timeout, interval=0.1,
-                       message=lambda: f"{self.name} on {self.endpoint} not ready; log tail:\n{self.tail()}")
-        except BaseException:
-            self.stop()
-            raise
-        return self
+        """Start the server on free ports; when another process took one of them between our choice and the
+        server's bind ("address already in use", seen with parallel test workers), start again on new ones."""
+        chosen = not self.port
+        for attempt in range(3):
+            self.port = self.port or self.choose_port()
+            logged = self.log_path.stat().st_size if self.log_path.exists() else 0
+            with open(self.log_path, "ab") as log:
+                self.proc = subprocess.Popen(self.command(), cwd=self.workdir, stdout=log, stderr=subprocess.STDOUT,
+                                             stdin=subprocess.DEVNULL, env=self.env(), start_new_session=True)
+            try:
+                wait_until(self._ready, timeout=self.start_timeout, interval=0.1,
+                           message=lambda: f"{self.name} on {self.endpoint} not ready; log tail:\n{self.tail()}")
+                return self
+            except BaseException:
+                self.stop()
+                with open(self.log_path, "rb") as f:
+                    f.seek(logged)
+                    lost_port = b"address already in use" in f.read()
+                if not (chosen and lost_port and attempt < 2):
+                    raise
+                self.port = 0
+        raise AssertionError("unreachable")
 
     def _alive(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
