@@ -226,6 +226,14 @@ class BrokerMetadataTopicIO:
             return self._remote_hw.get(partition)
         return p.high_watermark
 
+    def replicated_end_offset(self, partition: int) -> int | None:
+        """This broker's replica's log end offset (records acknowledged with acks=-1 are below it when this broker
+        is in the ISR), else what the leader last reported."""
+        p = self.server.replica_manager.get_partition(REMOTE_LOG_METADATA_TOPIC, partition)
+        if p is None:
+            return self._remote_hw.get(partition)
+        return p.log.log_end_offset
+
     def start_offset(self, partition: int) -> int:
         return self._partition(partition).log.log_start_offset
 

@@ -57,6 +57,7 @@ log = structlog.get_logger("strata.remote")
 
 COPY_FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 COPY_STARTED = RemoteLogSegmentState.COPY_SEGMENT_STARTED
+NEW_LEADER_CATCH_UP_S = 30.0     # bound on _catch_up_as_new_leader
 
 
 class RemoteReaderQueueFullError(RemoteStorageError):
@@ -306,9 +307,23 @@ class RemoteLogManager:
                 log.info("waiting for remote log metadata", partition=str(tip), reason=str(e))
                 await asyncio.sleep(self._backoff_s(2))
 
+    async def _catch_up_as_new_leader(self, tip: TopicIdPartition) -> None:
+        """Before choosing where copying resumes: apply what the metadata partition holds now, including the previous
+        leader's last COPY_SEGMENT_FINISHED (bounded: a replica whose tail is truncated away never gets there)."""
+        catch_up = getattr(self.rlmm, "wait_for_catch_up", None)
+        if catch_up is None:
+            return
+        try:
+            await catch_up(tip, NEW_LEADER_CATCH_UP_S)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - copying resumes from what is known, as before
+            log.warning("remote log metadata did not catch up before copying", partition=str(tip), error=str(e))
+
     async def _copy_loop(self, st: _PartitionTasks) -> None:
         POOL.set(COPY)                  # this task's blocking RSM work runs on the copier pool
         await self._wait_ready(st.tip)
+        await self._catch_up_as_new_leader(st.tip)
         await self.sync_highest_copied_offset(st.ulog)
         while not self._closed and not st.resigned:
             delay = self.config.task_interval_ms / 1000.0

@@ -300,10 +300,17 @@ class TopicBasedRemoteLogMetadataManager:
         await self._wait_until(tip, lambda up: self.is_ready(tip), timeout_s)
 
     async def wait_for_catch_up(self, tip: TopicIdPartition, timeout_s: float | None = None) -> None:
-        """Wait until the partition's cache has applied everything its metadata partition holds *now* (e.g. a
-        follower waiting for the leader's latest segment metadata); RemoteStorageNotReadyError on timeout."""
+        """Wait until the partition's cache has applied everything its metadata partition holds *now* (e.g. a new
+        leader about to decide where copying resumes); RemoteStorageNotReadyError on timeout.
+
+        "Holds" is this broker's replica's end when the IO knows it (`replicated_end_offset`), not only its high
+        watermark: just after a fail-over the local high watermark can still be below records the old leader's
+        RLMM wrote with acks=-1 (they are in every in-sync replica's log, the high watermark follows a fetch later),
+        and a new leader that missed its predecessor's last COPY_SEGMENT_FINISHED would copy that segment again."""
         self._ensure_started()
-        target = self.io.end_offset(self.metadata_partition(tip)) or 0
+        mp = self.metadata_partition(tip)
+        replicated = getattr(self.io, "replicated_end_offset", None)
+        target = max(self.io.end_offset(mp) or 0, (replicated(mp) or 0) if replicated is not None else 0)
         await self._wait_until(tip, lambda up: up.applied_upto >= target and self.is_ready(tip), timeout_s)
 
     async def _wait_until(self, tip: TopicIdPartition, done: Any, timeout_s: float | None) -> None:

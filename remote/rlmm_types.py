@@ -106,6 +106,10 @@ class MetadataTopicIO(Protocol):
 
     def end_offset(self, partition: int) -> int | None: ...
 
+    # optional: the end of this broker's replica of the partition (its log end offset), see
+    # RemoteLogMetadataManager.wait_for_catch_up
+    # def replicated_end_offset(self, partition: int) -> int | None: ...
+
     async def wait_for_data(self, partition: int, offset: int, timeout_s: float) -> None: ...
 
 

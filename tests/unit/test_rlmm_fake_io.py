@@ -73,6 +73,10 @@ class InMemoryMetadataTopicIO:
             out += batch
         return bytes(out)
 
+    def replicated_end_offset(self, partition: int) -> int:
+        """The log end (every reader's replica holds all records appended, committed or not)."""
+        return self.leo.get(partition, 0)
+
     def end_offset(self, partition: int) -> int:
         self._check(partition)
         return self.hw.get(partition, 0)

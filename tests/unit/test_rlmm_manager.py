@@ -85,6 +85,15 @@ async def copy(rlmm: TopicBasedRemoteLogMetadataManager, m: RemoteLogSegmentMeta
     await rlmm.update_remote_log_segment_metadata(upd(m, S.COPY_SEGMENT_FINISHED, {"path": m.start_offset}))
 
 
+async def leading(io: MetadataTopicIO, path: Path, tip: TopicIdPartition = U1) -> TopicBasedRemoteLogMetadataManager:
+    """A started manager on a broker that leads `tip`, caught up."""
+    m = manager(io, path)
+    await m.start()
+    m.on_partition_leadership_changes({tip}, set())
+    await m.wait_until_ready(tip)
+    return m
+
+
 def sid(m: RemoteLogSegmentMetadata | None):
     return None if m is None else m.remote_log_segment_id
 
@@ -199,10 +208,7 @@ def test_a_write_that_loses_a_race_raises_the_apply_error(tmp_path: Path) -> Non
 def test_not_ready_until_caught_up_with_the_end_as_of_following(tmp_path: Path) -> None:
     async def main() -> None:
         io = InMemoryMetadataTopicIO()
-        writer = manager(io, tmp_path / "a")
-        await writer.start()
-        writer.on_partition_leadership_changes({U1}, set())
-        await writer.wait_until_ready(U1)
+        writer = await leading(io, tmp_path / "a")
         segs = [seg(U1, i * 10, i * 10 + 9, {0: i * 10}) for i in range(5)]
         for m in segs:
             await copy(writer, m)
@@ -230,6 +236,41 @@ def test_not_ready_until_caught_up_with_the_end_as_of_following(tmp_path: Path) 
         await writer.close()
         await reader.close()
     run(main)
+
+
+def test_catch_up_waits_for_records_replicated_but_not_yet_below_the_high_watermark(tmp_path: Path) -> None:
+    """A new leader's catch-up (before it picks where copying resumes) covers what its replica holds, not only what
+    its high watermark shows: after a fail-over the old leader's last COPY_SEGMENT_FINISHED can sit above it."""
+    async def main() -> None:
+        io = InMemoryMetadataTopicIO()
+        old_leader = await leading(io, tmp_path / "a")
+        await copy(old_leader, seg(U1, 0, 9, {0: 0}))
+        new_leader = manager(io, tmp_path / "b")
+        await new_leader.start()
+        new_leader.on_partition_leadership_changes(set(), {U1})
+        await new_leader.wait_until_ready(U1)
+
+        last = seg(U1, 10, 19, {0: 0})
+        await old_leader.add_remote_log_segment_metadata(last)
+        io.hold_hw(MP)                                 # COPY_SEGMENT_FINISHED replicated, high watermark behind it
+        pending = asyncio.ensure_future(old_leader.update_remote_log_segment_metadata(
+            upd(last, S.COPY_SEGMENT_FINISHED)))
+        await asyncio.wait_for(_until(lambda: io.leo.get(MP, 0) > io.hw.get(MP, 0)), 5)
+        assert new_leader.is_ready(U1) and new_leader.highest_offset_for_epoch(U1, 0) == 9
+        with pytest.raises(RemoteStorageNotReadyError):
+            await new_leader.wait_for_catch_up(U1, timeout_s=0.2)
+        io.release_hw(MP)
+        await new_leader.wait_for_catch_up(U1, timeout_s=5)
+        assert new_leader.highest_offset_for_epoch(U1, 0) == 19
+        await pending
+        await old_leader.close()
+        await new_leader.close()
+    run(main)
+
+
+async def _until(cond: Callable[[], bool]) -> None:
+    while not cond():
+        await asyncio.sleep(0.01)        # polls an in-memory fake: a bounded condition wait (asyncio.wait_for)
 
 
 def test_empty_metadata_partition_is_ready_at_once(tmp_path: Path) -> None:
