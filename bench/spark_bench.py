@@ -5,11 +5,12 @@
 or from the harness: ``from bench import spark_bench; spark_bench.run(results)`` (adds ``results["spark_read"]``).
 
 Set-up (not timed): an S3 server (SeaweedFS's ``weed mini``, a real object store; ``--storage s3`` uses moto's
-server, whose Python request handling is the bottleneck on this machine), one Strata broker tiering to it (``remote.log.storage.manager.class.name=s3``),
-a topic with ``segment.bytes`` 8 MiB and ``local.retention.bytes=1`` (the broker's chunk cache is cut to 16 MiB so
-the topic is much larger than it, as a months-long history is), filled with 1 KiB incompressible values by
-an idempotent confluent-kafka producer, then a wait until local retention removed everything but the active
-segment, so almost the whole topic lives only in S3. One local SparkSession (``local[*]``) is started and warmed up
+server, whose Python request handling is the bottleneck on this machine), one Strata broker tiering to it
+(``remote.log.storage.manager.class.name=s3``), a topic with ``segment.bytes`` 8 MiB and
+``local.retention.bytes=1`` (the broker's chunk cache is cut to 16 MiB so the topic is much larger than it, as a
+months-long history is), filled with 1 KiB incompressible values by an idempotent confluent-kafka producer, then a
+wait until local retention removed everything but the active segment, so almost the whole topic lives only in
+remote storage. One local SparkSession (``local[*]``) is started and warmed up
 with a small read in each mode.
 
 Measured, on the same data in the same run: the wall time to read every record from earliest to the high watermark

@@ -15,12 +15,15 @@ from collections.abc import Iterator
 from typing import Any
 
 from protocol.records import (
+    ATTRIBUTES_OFFSET,
+    COMPRESSION_MASK,
     CONTROL_MASK,
     GZIP,
     HEADER_SIZE,
+    LENGTH_OFFSET,
     LOG_APPEND_TIME,
-    LOG_OVERHEAD,
     LZ4,
+    MIN_BATCH_LENGTH,
     NONE,
     SNAPPY,
     TIMESTAMP_TYPE_MASK,
@@ -92,8 +95,8 @@ def _uncompressed(buf: bytes, pos: int, h: BatchHeader, records: bytes) -> memor
     """The batch with its records section replaced by the decompressed one (codec bits cleared, length fixed): the
     reader then only parses, and decompression stays with kafka.codec as everywhere else in Strata."""
     head = bytearray(buf[pos:pos + HEADER_SIZE])
-    _LENGTH.pack_into(head, 8, HEADER_SIZE - LOG_OVERHEAD + len(records))
-    _ATTRS.pack_into(head, 21, h.attributes & ~0x07)
+    _LENGTH.pack_into(head, LENGTH_OFFSET, MIN_BATCH_LENGTH + len(records))
+    _ATTRS.pack_into(head, ATTRIBUTES_OFFSET, h.attributes & ~COMPRESSION_MASK)
     return memoryview(bytes(head) + records)
 
 

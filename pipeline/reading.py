@@ -116,8 +116,9 @@ def read_broker_piece(opts: SourceOptions, r: OffsetRange, piece: Piece, out: Ar
 # -- remote pieces ------------------------------------------------------------------------------------------------
 # A task reads each byte of a segment once, in order, with its own read-ahead (direct.fetchConcurrency): the chunk
 # cache the broker's options configure would only copy every chunk into memory (and prefetch what the task fetches
-# anyway), so executors read exact byte ranges instead.
-_CACHE_KEYS = ("fetch.chunk.cache.path", "fetch.chunk.cache.disk.size", "fetch.chunk.cache.prefetch.max.size")
+# anyway), so executors read exact byte ranges instead: no memory tier, no disk tier (the RSM then has no cache).
+_NO_CHUNK_CACHE = {"fetch.chunk.cache.size": "0"}
+_DISK_CACHE_KEY = "fetch.chunk.cache.path"
 
 
 class RemoteStorage:
@@ -129,8 +130,8 @@ class RemoteStorage:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="strata-rsm-loop", daemon=True)
         self._thread.start()
-        config = {k: v for k, v in opts.rsm_config.items() if k not in _CACHE_KEYS}
-        self.rsm = create_remote_storage_manager(opts.rsm_class, {**config, "fetch.chunk.cache.size": "0"})
+        config = {k: v for k, v in opts.rsm_config.items() if k != _DISK_CACHE_KEY}
+        self.rsm = create_remote_storage_manager(opts.rsm_class, {**config, **_NO_CHUNK_CACHE})
 
     def submit(self, coro: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)

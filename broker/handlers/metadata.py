@@ -6,12 +6,12 @@ from protocol.registry import ApiKey, response_class
 
 from .admin import live_brokers
 
-# A broker whose lease just expired while it led partitions stays in the Metadata broker list this long. The controller moves its
-# leaderships at that moment, so without it one response both names the new leaders and drops the broker, and
-# librdkafka (2.16) decommissions the dropped broker's handle while its partitions migrate: the handle's teardown
-# undoes the migration ("Reverting from preferred replica ... to leader -1") and the partition waits for librdkafka's
-# next 1 s leader query. Fail-over measured 1.0-1.7 s after the election; a listed dead broker only costs clients a
-# refused connection.
+# A broker whose lease just expired while it led partitions stays in the Metadata broker list this long. The
+# controller moves its leaderships at that moment, so without it one response both names the new leaders and drops
+# the broker, and librdkafka (2.16) decommissions the dropped broker's handle while its partitions migrate: the
+# handle's teardown undoes the migration ("Reverting from preferred replica ... to leader -1") and the partition
+# waits for librdkafka's next 1 s leader query. Fail-over measured 1.0-1.7 s after the election; a listed dead broker
+# only costs clients a refused connection.
 DEPARTED_BROKER_GRACE_S = 3.0      # > librdkafka's 1 s re-query of unavailable leaders
 
 
