@@ -468,10 +468,14 @@ class StrataCluster:
         return self.brokers[i].partition_dir(topic, partition)
 
     def log_batches(self, i: int, topic: str, partition: int) -> list[Batch]:
-        """Every batch of broker i's replica, in offset order, read from its `.log` segment files."""
+        """Every batch of broker i's replica, in offset order, read from its `.log` segment files. On a running
+        broker, retention can delete a listed segment before it is read: the log then starts at the next one."""
         out: list[Batch] = []
         for seg in sorted(self.partition_dir(i, topic, partition).glob("*.log")):
-            data = seg.read_bytes()
+            try:
+                data = seg.read_bytes()
+            except FileNotFoundError:
+                continue
             for _pos, h in iter_batches(data):
                 out.append(_batch(h))
         return out
