@@ -41,6 +41,11 @@ class BrokerMetrics:
         # kafka.server:type=ForwardingManager: admin requests this broker handed to the controller
         self.forwarded_requests = Counter("strata_forwarding_requests", "Requests forwarded to the controller",
                                           ["api"], registry=r)
+        # Strata only (Kafka fences a broker at its session timeout): peers found gone by connection evidence
+        self.peers_gone = Counter("strata_cluster_peer_brokers_gone", "Brokers whose lease this broker revoked "
+                                  "because their connection closed and their listener refused", registry=r)
+        self.peers_watched = Gauge("strata_cluster_peer_brokers_watched",
+                                   "Brokers this broker holds a liveness connection to", registry=r)
         # kafka.server:type=socket-server-metrics
         self.connections = Gauge("strata_network_connections", "Open client connections", registry=r)
         self.connections_created = Counter("strata_network_connections_created", "Connections accepted",

@@ -56,6 +56,7 @@ class KafkaServer:
         self.me = me
         self.controller = None            # cluster mode: broker.cluster.controller.Controller
         self.controller_channel = None    # cluster mode: forwards admin requests to the controller
+        self.peer_watch = None            # cluster mode: cluster.liveness.PeerWatch
         self.cluster_mode = bool(config["metadata.store.connect"])
         if self.cluster_mode:
             from .cluster.etcd_store import EtcdMetadataStore
@@ -145,6 +146,14 @@ class KafkaServer:
             self.controller_channel = ControllerChannel(self)
             self.topic_manager.is_controller = self.controller_channel.is_controller
             self.topic_manager.auto_create = self.controller_channel.create_topic
+            if self.config["broker.liveness.connection.check.enable"]:
+                from .cluster.liveness import PeerWatch
+                self.peer_watch = PeerWatch(self.store, self.broker_id,
+                                            self.config.get("inter.broker.listener.name") or "",
+                                            self.controller_channel.is_controller,
+                                            lambda b: self.metrics.peers_gone.inc())
+                self.controller.role_listeners.append(self.peer_watch.wake)
+                self.metrics.peers_watched.set_function(lambda: len(self.peer_watch.connected))
         if self.config["remote.log.storage.system.enable"]:
             await self._start_tiered_storage()
         await self.group_coordinator.startup()      # loads __consumer_offsets in the background
@@ -161,6 +170,8 @@ class KafkaServer:
             if bound != self.me.endpoints:        # ephemeral ports: advertise what was bound
                 self.me = BrokerInfo(self.broker_id, bound, self.me.rack, self.me.incarnation)
                 await self.store.register(self.me)
+            if self.peer_watch is not None:
+                self.peer_watch.start()
         if self.log_cleaner is not None:    # compaction; its swaps run on this loop
             self.metrics.register_log_cleaner(self.log_cleaner)
             await self.log_cleaner.start()
@@ -309,6 +320,10 @@ class KafkaServer:
         log.info("shutting down")
         if self.cluster_mode and self.config["controlled.shutdown.enable"]:
             await self._controlled_shutdown()
+        if self.peer_watch is not None:
+            await self.peer_watch.stop()
+        if self.cluster_mode:
+            self.store.stopping()       # peers may now revoke our lease (listener closed): do not renew it
         if self.controller is not None:
             await self.controller.stop()
         for t in self._tasks:

@@ -90,6 +90,9 @@ _BROKER_DEFS: list[ConfigDef] = [
               at_least(1)),
     ConfigDef("broker.heartbeat.interval.ms", T.INT, 2000, "how often the broker keeps its lease alive",
               at_least(1)),
+    ConfigDef("broker.liveness.connection.check.enable", T.BOOLEAN, True,
+              "revoke a peer's lease at once when its connection closes and its listener refuses connections "
+              "(a killed process), instead of waiting for broker.session.timeout.ms (docs/cluster.md)"),
     ConfigDef("controlled.shutdown.enable", T.BOOLEAN, True,
               "on SIGTERM, ask the controller to move leadership away before stopping"),
     ConfigDef("controlled.shutdown.max.retries", T.INT, 3, "controlled-shutdown attempts before stopping anyway",

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -75,6 +76,7 @@ class Controller:
         self._stopping = False
         self._next_rebalance = 0.0
         self.passes = 0
+        self.role_listeners: list[Callable[[], None]] = []   # called when this broker gains or loses the role
         store.add_listener(self._on_change)
 
     # ---- lifecycle ----------------------------------------------------------------------------------------------
@@ -112,6 +114,7 @@ class Controller:
                     if self.epoch is not None:
                         log.warning("no longer the controller", epoch=self.epoch)
                         self.epoch = None
+                        self._role_changed()
                     if self.store.image.controller is None and self.store.lease_id:
                         await self._try_elect()
                 if self.active:
@@ -139,6 +142,11 @@ class Controller:
         interval = self.config["leader.imbalance.check.interval.seconds"]
         self._next_rebalance = time.monotonic() + interval
         log.info("became the controller", broker_id=self.broker_id, epoch=epoch)
+        self._role_changed()
+
+    def _role_changed(self) -> None:
+        for fn in self.role_listeners:
+            fn()
 
     # ---- one pass -------------------------------------------------------------------------------------------------
     def view(self) -> BrokerView:

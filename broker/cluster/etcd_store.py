@@ -128,6 +128,7 @@ class EtcdMetadataStore(MetadataStore):
         self._me: BrokerInfo | None = None
         self.lease_id = 0
         self._lease_lost = asyncio.Event()
+        self._stopping = False
         self._tasks: list[asyncio.Task] = []
         self._closed = False
         self.registrations = 0                  # times this process (re-)registered (tests, logs)
@@ -356,6 +357,24 @@ class EtcdMetadataStore(MetadataStore):
         self.registrations += 1
         log.info("broker registered", broker_id=me.broker_id, lease=hex(self.lease_id), ttl_s=self.lease_ttl_s)
 
+    async def revoke_broker_lease(self, broker_id: int, incarnation: str) -> bool:
+        """Revoke the lease of broker `broker_id`'s registration if it is still `incarnation` (liveness.py: the
+        process is gone); True if a lease was revoked."""
+        key = self.key(f"brokers/{broker_id}")
+        r = await self._rpc(lambda c: c.get(key))
+        if r is None or not r.lease or json.loads(r.value).get("incarnation") != incarnation:
+            return False
+        try:
+            await self._rpc(lambda c: c.revoke_lease(r.lease))
+        except ClientError:      # expired or revoked meanwhile
+            return False
+        return True
+
+    def stopping(self) -> None:
+        """The broker is shutting down: a lease lost from now on (revoked by a peer that saw the listener close)
+        is not renewed."""
+        self._stopping = True
+
     async def _keepalive_loop(self) -> None:
         interval = max(self.heartbeat_interval_ms, 50) / 1000.0
         last_ok = time.monotonic()
@@ -380,6 +399,9 @@ class EtcdMetadataStore(MetadataStore):
                 log.warning("lease keep-alive failed", error=repr(e), registered=registered)
                 if registered and time.monotonic() - last_ok > self.session_timeout_ms / 1000.0:
                     registered = False
+            if not registered and self._stopping:
+                log.info("broker lease ended during shutdown", lease=hex(self.lease_id))
+                return
             if not registered:
                 log.warning("broker lease lost; registering again", lease=hex(self.lease_id))
                 self._lease_lost.set()

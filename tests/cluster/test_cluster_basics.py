@@ -95,6 +95,35 @@ def test_a_killed_broker_is_deregistered_and_its_partitions_fail_over_within_the
     assert all(victim not in c.partition_meta("fo", p).offline for p in range(3))
 
 
+@pytest.mark.parametrize("victim_role", ["controller", "another broker"])
+def test_a_killed_broker_is_found_gone_long_before_its_lease_expires(cluster_factory, victim_role: str) -> None:
+    """liveness.py: the controller watches every broker and the others watch the controller; a closed connection
+    plus a refusing listener revokes the dead broker's lease, so its partitions move within a second or so even
+    with a 60 s session (and a killed controller is replaced as quickly)."""
+    c = cluster_factory(3, overrides={"broker.session.timeout.ms": 60000})
+    c.create_topic("gone", 3, 3)
+    controller = c.metadata([]).controller_id
+    victim = controller if victim_role == "controller" else next(i for i in c.ids if i != controller)
+    watched = {i: 2 if i == controller else 1 for i in c.ids}
+    wait_until(lambda: all(_counter(c, i, "strata_cluster_peer_brokers_watched") == n for i, n in watched.items()),
+               timeout=10, message="liveness connections: the controller to each broker, each broker to it")
+    led = [p for p in range(3) if c.leader_of("gone", p) == victim]
+    assert led, "round-robin placement gives every broker a leadership"
+    t0 = time.monotonic()
+    c.kill9(victim)
+    for p in led:
+        c.wait_leader("gone", p, not_in=[victim], timeout=30)
+    took = time.monotonic() - t0
+    assert took < 10, f"failover took {took:.1f}s: the 60 s lease ran out instead"
+    survivors = [i for i in c.ids if i != victim]
+    wait_until(lambda: sum(_counter(c, i, "strata_cluster_peer_brokers_gone_total") for i in survivors) >= 1,
+               timeout=5, message="no survivor counted the killed broker's lease as revoked")
+    new_controller = wait_until(lambda: (cid := c.metadata([]).controller_id) in survivors and cid, timeout=10)
+    assert new_controller != victim
+    c.start(victim)      # the restarted broker registers again and rejoins
+    c.wait_full_isr("gone", 3)
+
+
 def _dashboard_metrics() -> set[str]:
     dash = json.loads((REPO / "deploy/grafana/dashboards/strata.json").read_text())
     names: set[str] = set()
@@ -136,7 +165,7 @@ def test_strata_cli_describes_a_replicated_topic_through_any_broker(topology: St
             assert "EndOffset: 0" in row and "Error" not in row, row
 
 
-def _counter(c: StrataCluster, broker: int, name: str, api: str) -> float:
+def _counter(c: StrataCluster, broker: int, name: str, api: str | None = None) -> float:
     text = urllib.request.urlopen(c.broker(broker).metrics_url, timeout=5).read().decode()
     return sum(s.value for fam in text_string_to_metric_families(text) for s in fam.samples
                if s.name == name and s.labels.get("api") == api)

@@ -114,7 +114,7 @@ class S3Server:
 
     def start(self) -> S3Server:
         """Start the server on free ports; when another process took one of them between our choice and the
-        server's bind ("address already in use", seen with parallel test workers), start again on new ones."""
+        server's bind (seen with parallel test workers), start again on new ones."""
         chosen = not self.port
         for attempt in range(3):
             self.port = self.port or self.choose_port()
@@ -130,7 +130,9 @@ class S3Server:
                 self.stop()
                 with open(self.log_path, "rb") as f:
                     f.seek(logged)
-                    lost_port = b"address already in use" in f.read()
+                    out = f.read().lower()
+                    # moto: "address already in use"; SeaweedFS: "port N for Master ... is not available"
+                    lost_port = b"address already in use" in out or b"is not available" in out
                 if not (chosen and lost_port and attempt < 2):
                     raise
                 self.port = 0
