@@ -113,6 +113,11 @@ class KafkaServer:
             p.write_text(f"#\n#{time.strftime('%a %b %d %H:%M:%S UTC %Y', time.gmtime())}\n"
                          f"cluster.id={self.store.cluster_id}\nnode.id={self.broker_id}\nversion=1\n")
 
+    def inter_broker_endpoint(self, broker_id: int) -> tuple[str, int] | None:
+        """Where another broker of the cluster takes inter-broker requests (None: not registered)."""
+        b = self.store.brokers().get(broker_id)
+        return b.endpoint(self.config.inter_broker_listener_name) if b is not None else None
+
     def advertised_endpoint(self, listener_name: str) -> tuple[str, int]:
         adv = self.config.advertised_listeners
         chosen = next((a for a in adv if a.name == listener_name), adv[0])
@@ -149,7 +154,7 @@ class KafkaServer:
             if self.config["broker.liveness.connection.check.enable"]:
                 from .cluster.liveness import PeerWatch
                 self.peer_watch = PeerWatch(self.store, self.broker_id,
-                                            self.config.get("inter.broker.listener.name") or "",
+                                            self.config.inter_broker_listener_name,
                                             self.controller_channel.is_controller,
                                             lambda b: self.metrics.peers_gone.inc())
                 self.controller.role_listeners.append(self.peer_watch.wake)

@@ -166,8 +166,7 @@ class BrokerMetadataTopicIO:
         conns = self._reader_conns if readers else self._leader_conns
         client_id = RLMM_CONSUMER_CLIENT_ID if readers else RLMM_PRODUCER_CLIENT_ID
         entry = conns.get(broker_id)
-        b = self.server.store.brokers().get(broker_id)
-        ep = b.endpoint(self.server.config.get("inter.broker.listener.name") or "") if b is not None else None
+        ep = self.server.inter_broker_endpoint(broker_id)
         if ep is None:
             raise BrokerConnectionError(f"broker {broker_id} is not registered with an inter-broker endpoint")
         if entry is None or (entry[0].host, entry[0].port) != tuple(ep):

@@ -279,6 +279,11 @@ class BrokerConfig:
         return [Listener.parse(s) for s in adv] if adv else self.listeners
 
     @property
+    def inter_broker_listener_name(self) -> str:
+        """The listener brokers reach each other on; empty: each broker's first endpoint."""
+        return self.values.get("inter.broker.listener.name") or ""
+
+    @property
     def log_dirs(self) -> list[Path]:
         dirs = self.values["log.dirs"] or [self.values["log.dir"]]
         return [Path(d).expanduser().resolve() for d in dirs]

@@ -135,8 +135,7 @@ class ControllerChannel:
         return None
 
     def _connection(self, broker_id: int) -> BrokerConnection:
-        b = self.server.store.brokers().get(broker_id)
-        ep = b.endpoint(self.server.config.get("inter.broker.listener.name") or "") if b is not None else None
+        ep = self.server.inter_broker_endpoint(broker_id)
         if ep is None:
             raise BrokerConnectionError(f"controller {broker_id} has no endpoint")
         if self._conn is None or self._conn[0] != broker_id or (self._conn[1].host, self._conn[1].port) != tuple(ep):

@@ -467,7 +467,7 @@ class ReplicaFetcherManager:
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._source_of: dict[Key, int] = {}
         self.started = False
-        self.listener_name = rm.config.get("inter.broker.listener.name") or ""
+        self.listener_name = rm.config.inter_broker_listener_name
 
     def add_partition(self, p: Partition) -> None:
         """(Re)start following `p` from its leader in its current epoch: Truncating first."""
