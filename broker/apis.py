@@ -13,6 +13,7 @@ import structlog
 
 from protocol.errors import ErrorCode
 from protocol.fetch_response import encode_fetch_response
+from protocol.records import BufferChain
 from protocol.registry import (
     SUPPORTED_VERSIONS,
     ApiKey,
@@ -165,7 +166,15 @@ class KafkaApis:
             parts = encode_fetch_response(resp, hdr.api_version, hdr.correlation_id)
             if parts is not None:
                 return parts
+            join_record_chains(resp)    # the codec takes one buffer per partition
         return encode_response(resp, hdr.correlation_id)
+
+
+def join_record_chains(resp: Any) -> None:
+    for t in resp.responses:
+        for p in t.partitions:
+            if isinstance(p.records, BufferChain):
+                p.records = bytes(p.records)
 
 
 def error_code_of(exc: BaseException) -> ErrorCode:

@@ -16,6 +16,8 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+from .records import BufferChain
+
 __all__ = ["INLINE_RECORDS_MAX", "encode_fetch_response"]
 
 # Records up to this size are copied into the surrounding header buffer (cheaper than another writev entry).
@@ -140,10 +142,13 @@ def encode_fetch_response(resp: Any, version: int, correlation_id: int) -> list 
                 else:
                     cur += _I32.pack(n)
                 if n <= INLINE_RECORDS_MAX:
-                    cur += records
+                    cur += bytes(records) if isinstance(records, BufferChain) else records
                 else:
                     out.append(cur)
-                    out.append(records)
+                    if isinstance(records, BufferChain):
+                        out.extend(records.pieces)
+                    else:
+                        out.append(records)
                     cur = bytearray()
             if flexible:
                 cur.append(0)  # partition tagged fields

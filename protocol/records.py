@@ -57,6 +57,26 @@ _OFFSET_LEN = struct.Struct(">qi")
 Buffer = bytes | bytearray | memoryview
 
 
+class BufferChain:
+    """Whole batches held in several buffers (chunks of a remote segment), sent as they are: the Fetch response
+    writes each piece (writev) instead of a joined copy. `len` is the byte count; `bytes()` joins."""
+
+    __slots__ = ("_len", "pieces")
+
+    def __init__(self, pieces: Sequence[Buffer]) -> None:
+        self.pieces = [p for p in pieces if len(p)]
+        self._len = sum(len(p) for p in self.pieces)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __bytes__(self) -> bytes:
+        return b"".join(self.pieces)
+
+    def __repr__(self) -> str:
+        return f"BufferChain({len(self.pieces)} pieces, {self._len} bytes)"
+
+
 class RecordBatchError(ValueError):
     """A batch a Produce must reject; `error_code` is the Kafka error (storage maps it to its own exceptions)."""
 
@@ -292,7 +312,7 @@ def build_batch(records: Sequence[RecordSpec], base_offset: int = 0, compression
 
 
 __all__ = [
-    "HEADER", "HEADER_SIZE", "LOG_OVERHEAD", "BatchHeader", "RecordBatchError", "Record", "iter_batches",
+    "HEADER", "HEADER_SIZE", "LOG_OVERHEAD", "BatchHeader", "BufferChain", "RecordBatchError", "Record", "iter_batches",
     "validate_batch", "validate_batch_fields", "set_base_offset_and_epoch", "is_crc_valid", "compute_crc", "set_base_offset", "set_partition_leader_epoch",
     "set_log_append_time", "read_offset_and_length", "iter_records", "build_batch", "COMPRESSION_NAMES",
     "NONE", "GZIP", "SNAPPY", "LZ4", "ZSTD", "CREATE_TIME", "LOG_APPEND_TIME", "NO_TIMESTAMP",

@@ -32,7 +32,7 @@ import crc32c
 import structlog
 
 from protocol.errors import ErrorCode
-from protocol.records import iter_batches, iter_records
+from protocol.records import BufferChain, iter_batches, iter_records
 from storage.errors import OffsetOutOfRangeError
 from storage.log import TimestampAndOffset, UnifiedLog
 
@@ -48,6 +48,7 @@ from .metadata import (
     RemotePartitionDeleteState,
     TopicIdPartition,
 )
+from .pieces import Pieces
 from .quota import UNLIMITED, RateQuota
 from .remote_metrics import RemoteMetrics
 from .rlmm_types import InvalidStateTransitionError
@@ -674,7 +675,7 @@ class RemoteLogManager:
         return self._reader_pending
 
     async def read(self, ulog: UnifiedLog, offset: int, max_bytes: int, min_one_message: bool,
-                   max_offset: int | None = None) -> bytes | memoryview:
+                   max_offset: int | None = None) -> bytes | memoryview | BufferChain:
         """Whole batches from remote storage starting with the batch holding `offset` (RemoteLogReader)."""
         if self._reader_pending >= self.config.reader_max_pending_tasks + self.config.reader_threads:
             self.metrics.fetch_errors.labels(ulog.topic).inc()
@@ -753,7 +754,7 @@ class RemoteLogManager:
         return None
 
     async def _read(self, ulog: UnifiedLog, offset: int, max_bytes: int, min_one: bool,
-                    max_offset: int | None) -> bytes | memoryview:
+                    max_offset: int | None) -> bytes | memoryview | BufferChain:
         target = offset
         while True:
             meta = await self.find_segment(ulog, target)
@@ -768,26 +769,27 @@ class RemoteLogManager:
             end = min(pos + window, meta.segment_size_in_bytes) - 1
             if meta.segment_size_in_bytes - (end + 1) < self.rsm.read_ahead_bytes:
                 self._read_ahead_next(ulog, meta)
-            buf = await self.rsm.fetch_log_segment(meta, pos, end)
-            first = last_end = -1          # the batches returned are contiguous in the segment: one slice
+            buf = Pieces(await self.rsm.fetch_log_segment_pieces(meta, pos, end))
+            first = last_end = -1          # the batches returned are contiguous in the segment: one range
             size = 0
-            for bpos, h in iter_batches(buf):
-                if h.last_offset < target:
+            for bpos, base, last_offset, bsize in buf.batches():
+                if last_offset < target:
                     continue
-                if h.base_offset >= stop:
+                if base >= stop:
                     break
-                if size + h.size > max_bytes and (size > 0 or not min_one):
+                if size + bsize > max_bytes and (size > 0 or not min_one):
                     break
                 if first < 0:
                     first = bpos
-                last_end = bpos + h.size
-                size += h.size
+                last_end = bpos + bsize
+                size += bsize
             if first >= 0:
-                # a view, not a copy: the Fetch response writes it to the socket as it is
-                return memoryview(buf)[first:last_end]
+                # views, not copies: the Fetch response writes them to the socket as they are
+                return buf.view(first, last_end)
             # Nothing whole in the window: the first relevant batch is larger than the window (fetch it alone
             # when at least one message is owed), or the offset lies past this segment's data (next segment).
-            nxt = _first_relevant_batch(buf, target)
+            nxt = next(((bpos, bsize) for bpos, _b, last_offset, bsize in buf.batches(complete=False)
+                        if last_offset >= target), None)
             if nxt is not None:
                 if not min_one:
                     return b""

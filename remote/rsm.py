@@ -127,6 +127,12 @@ class RemoteStorageManager(abc.ABC):
     async def fetch_log_segment(self, metadata: RemoteLogSegmentMetadata, start_position: int,
                                 end_position: int | None = None) -> bytes: ...
 
+    async def fetch_log_segment_pieces(self, metadata: RemoteLogSegmentMetadata, start_position: int,
+                                       end_position: int | None = None) -> list[memoryview]:
+        """`fetch_log_segment`'s bytes as consecutive pieces: a chunked store hands out its chunks as they are
+        instead of joining them (the RLM's read path sends the pieces to the client unjoined)."""
+        return [memoryview(await self.fetch_log_segment(metadata, start_position, end_position))]
+
     @abc.abstractmethod
     async def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes: ...
 

@@ -698,14 +698,24 @@ class S3RemoteStorageManager(RemoteStorageManager):
 
     async def fetch_log_segment(self, metadata: RemoteLogSegmentMetadata, start_position: int,
                                 end_position: int | None = None) -> bytes:
+        pieces = await self.fetch_log_segment_pieces(metadata, start_position, end_position)
+        if len(pieces) == 1:
+            return pieces[0].obj if len(pieces[0]) == len(pieces[0].obj) else bytes(pieces[0])
+        out = bytearray()
+        for piece in pieces:
+            out += piece
+        return out  # type: ignore[return-value] - a bytearray: one copy fewer of up to a fetch's max.bytes
+
+    async def fetch_log_segment_pieces(self, metadata: RemoteLogSegmentMetadata, start_position: int,
+                                       end_position: int | None = None) -> list[memoryview]:
         resolve_range(start_position, end_position, 1 << 62)  # argument errors before any I/O
         manifest = await self.get_manifest(metadata)
         start, stop = resolve_range(start_position, end_position, manifest.original_size)
         if start == stop:
-            return b""
+            return [memoryview(b"")]
         key = self.object_key(metadata, LOG_SUFFIX)
         if self.chunk_cache is None and not manifest.compression:
-            return await self._get(key, start, stop)  # no cache, no transform: exactly the range
+            return [memoryview(await self._get(key, start, stop))]  # no cache, no transform: exactly the range
         indices = manifest.chunks_for(start, stop)
         loader = functools.partial(self._load_chunk, key, manifest)
         if self.chunk_cache is not None:
@@ -713,14 +723,11 @@ class S3RemoteStorageManager(RemoteStorageManager):
                                                        chunk_count=manifest.chunk_count)
         else:
             chunks = list(await asyncio.gather(*(loader(i) for i in indices)))
-        first = indices[0] * manifest.chunk_size
-        if len(chunks) == 1:
-            return chunks[0][start - first: stop - first]
-        out = bytearray()
+        pieces = []
         for i, chunk in zip(indices, chunks):
             c0 = i * manifest.chunk_size
-            out += memoryview(chunk)[max(start, c0) - c0: min(stop, c0 + len(chunk)) - c0]
-        return out  # type: ignore[return-value] - a bytearray: one copy fewer of up to a fetch's max.bytes
+            pieces.append(memoryview(chunk)[max(start, c0) - c0: min(stop, c0 + len(chunk)) - c0])
+        return pieces
 
     @property
     def read_ahead_bytes(self) -> int:  # type: ignore[override]

@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from protocol.records import is_crc_valid, iter_batches
 from tests.support.kafka_wire import decode_records
 from tests.tiered.harness import EARLIEST, EARLIEST_LOCAL, LATEST_TIERED, Harness, Scenario, ScenarioError
 
@@ -225,3 +226,28 @@ def test_remote_fetch_quota_answers_empty_while_throttled(make_harness) -> None:
     assert h.metric("strata_remote_fetch_throttle_time_ms_total") > 0
     assert h.wait("remote reads resume under the quota", lambda: fetch(SEG),
                   lambda r: r[1][:1] == [SEG])[0] == 0
+
+
+@pytest.mark.parametrize("backend_name", ["s3"])
+def test_a_remote_read_across_chunk_boundaries_returns_whole_intact_batches(make_harness) -> None:
+    """S3 chunks (rsm.config.chunk.size 200 B) smaller than a batch (~600 B): every batch straddles chunk boundaries.
+    The RLM walks batch headers across the chunks and the Fetch response carries the chunks' bytes unjoined
+    (remote/pieces.py, protocol.records.BufferChain): whole batches with valid CRCs, at the offsets asked."""
+    h = make_harness(**{"rsm.config.chunk.size": 200})
+    (Scenario("small chunks").create_topic("t", partitions=1, configs=LOCAL_TAIL).produce("t", 0, 55)
+        .wait_for_offload("t", 0, up_to_offset=49).expect_earliest_local_offset("t", 0, 50).run(h))
+
+    def fetch(offset: int, max_bytes: int = 1 << 20) -> bytes:
+        with h.wire() as w:
+            p = w.fetch("t", 0, offset, version=12, max_bytes=max_bytes).responses[0].partitions[0]
+        assert p.error_code == 0
+        return bytes(p.records)
+
+    for start, first_batch in ((0, 0), (SEG, SEG), (SEG + 7, SEG + 5)):    # a segment's start; mid-batch
+        buf = fetch(start)
+        batches = list(iter_batches(buf))
+        assert sum(b.size for _, b in batches) == len(buf), "whole batches only"
+        assert all(is_crc_valid(buf, pos) for pos, _ in batches)
+        assert [r.offset for r in decode_records(buf)] == list(range(first_batch, first_batch + 10 - first_batch % 10))
+    one = fetch(0, max_bytes=1)                         # at least one batch is owed: exactly one
+    assert [b.base_offset for _, b in iter_batches(one)] == [0] and len(one) == next(iter_batches(one))[1].size

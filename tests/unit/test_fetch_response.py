@@ -8,6 +8,7 @@ import uuid
 import pytest
 
 from protocol.fetch_response import INLINE_RECORDS_MAX, encode_fetch_response
+from protocol.records import BufferChain
 from protocol.registry import SUPPORTED_VERSIONS, ApiKey, encode_response, response_class
 
 Resp = response_class(ApiKey.FETCH)
@@ -100,3 +101,18 @@ def test_node_endpoints_fall_back_to_the_codec(v):
 def test_versions_outside_the_encoder_fall_back():
     assert encode_fetch_response(response(4, []), 3, 1) is None
     assert encode_fetch_response(response(4, []), 19, 1) is None
+
+
+@pytest.mark.parametrize("v", VERSIONS)
+def test_a_record_chain_goes_out_as_its_pieces_with_the_bytes_of_its_join(v):
+    """A remote read's chunks (BufferChain): each piece is written as it is, and the response equals the codec's
+    for the joined bytes."""
+    pieces = [memoryview(BIG)[:1000], memoryview(BIG)[1000:], memoryview(SMALL)]
+    chain, small = BufferChain(pieces), BufferChain([memoryview(SMALL)[:10], memoryview(SMALL)[10:]])
+    resp = response(v, [("t", uuid.uuid4(), [part(0, chain), part(1, small)])])
+    parts = encode_fetch_response(resp, v, 7)
+    assert all(any(p is piece for p in parts) for piece in pieces)
+    joined = response(v, [("t", resp.responses[0].topic_id, [part(0, bytes(chain)), part(1, bytes(small))])])
+    if v < 13:
+        joined.responses[0].topic = "t"
+    assert b"".join(bytes(p) for p in parts) == codec_bytes(joined, 7)
