@@ -51,6 +51,7 @@ import aiohttp
 import structlog
 import zstandard
 from aiobotocore.config import AioConfig
+from aiobotocore.response import AioStreamingBody
 from aiobotocore.session import get_session
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -319,6 +320,24 @@ _NOT_FOUND_CODES = {"NoSuchKey", "404", "NotFound", "NoSuchUpload"}
 # ---------------------------------------------------------------------------------------------------------------------
 # the RSM
 # ---------------------------------------------------------------------------------------------------------------------
+async def _read_body(body: Any) -> bytes:
+    """The whole body of a GET. aiohttp's `read()` joins the received blocks twice (in `readany` and again in
+    `read`); taking them one by one with `readchunk` leaves one join (none for a single block). Only for the plain
+    aiohttp body; any other (a checksum-validating wrapper, httpx) reads as usual."""
+    raw = getattr(body, "raw_stream", None)
+    content = getattr(raw, "content", None)
+    if type(body) is not AioStreamingBody or not isinstance(content, aiohttp.StreamReader):
+        return await body.read()
+    blocks = []
+    while True:
+        block, end_of_http_chunk = await content.readchunk()
+        if block:
+            blocks.append(block)
+        elif not end_of_http_chunk:      # (b"", False): the end of the body
+            break
+    return blocks[0] if len(blocks) == 1 else b"".join(blocks)
+
+
 class S3RemoteStorageManager(RemoteStorageManager):
     def __init__(self, config: S3Config, *, executor: Executor | None = None, broker_id: int = -1,
                  chunk_cache: ChunkCache | None = None) -> None:
@@ -462,7 +481,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
             resp = await c.get_object(**kw)
             body = resp["Body"]
             try:
-                data = await body.read()
+                data = await _read_body(body)
             finally:
                 body.close()
             expected = resp.get("ContentLength")
