@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from protocol.records import BufferChain
+
 _SUFFIX = ".chunk"
 
 
@@ -180,7 +182,9 @@ class ChunkCache:
                 data = await self._read_disk(key)
             if data is None:
                 self.stats.misses += 1
-                data = bytes(await loader())
+                data = await loader()
+                if not isinstance(data, (bytes, BufferChain)):    # immutable: readers hold views on it
+                    data = bytes(data)
                 self._put_disk(key, data)
             self._put_memory(key, data)
             fut.set_result(data)
@@ -289,9 +293,13 @@ class ChunkCache:
         return doomed
 
     @staticmethod
-    def _write_file(path: Path, data: bytes) -> None:
+    def _write_file(path: Path, data: bytes | BufferChain) -> None:
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(data)
+        with open(tmp, "wb") as f:
+            if isinstance(data, BufferChain):
+                f.writelines(data.pieces)
+            else:
+                f.write(data)
         os.replace(tmp, path)
 
     def _unlink_files(self, keys: list[ChunkKey]) -> None:

@@ -55,9 +55,12 @@ from aiobotocore.response import AioStreamingBody
 from aiobotocore.session import get_session
 from botocore.exceptions import BotoCoreError, ClientError
 
+from protocol.records import BufferChain
+
 from .chunk_cache import ChunkCache, ChunkKey
 from .executors import RemoteExecutors
 from .metadata import LogSegmentData, RemoteLogSegmentMetadata, TopicIdPartition
+from .pieces import Pieces
 from .rsm import (
     LOG_SUFFIX,
     SEGMENT_FILE_SUFFIXES,
@@ -320,10 +323,10 @@ _NOT_FOUND_CODES = {"NoSuchKey", "404", "NotFound", "NoSuchUpload"}
 # ---------------------------------------------------------------------------------------------------------------------
 # the RSM
 # ---------------------------------------------------------------------------------------------------------------------
-async def _read_body(body: Any) -> bytes:
-    """The whole body of a GET. aiohttp's `read()` joins the received blocks twice (in `readany` and again in
-    `read`); taking them one by one with `readchunk` leaves one join (none for a single block). Only for the plain
-    aiohttp body; any other (a checksum-validating wrapper, httpx) reads as usual."""
+async def _read_body(body: Any, joined: bool = True) -> bytes | BufferChain:
+    """The whole body of a GET: one buffer, or (not `joined`) the blocks as received. aiohttp's `read()` joins the
+    received blocks twice (in `readany` and again in `read`); `readchunk` hands them out one by one. Only for the
+    plain aiohttp body; any other (a checksum-validating wrapper, httpx) reads as usual."""
     raw = getattr(body, "raw_stream", None)
     content = getattr(raw, "content", None)
     if type(body) is not AioStreamingBody or not isinstance(content, aiohttp.StreamReader):
@@ -335,7 +338,9 @@ async def _read_body(body: Any) -> bytes:
             blocks.append(block)
         elif not end_of_http_chunk:      # (b"", False): the end of the body
             break
-    return blocks[0] if len(blocks) == 1 else b"".join(blocks)
+    if len(blocks) == 1:
+        return blocks[0]
+    return b"".join(blocks) if joined else BufferChain(blocks)
 
 
 class S3RemoteStorageManager(RemoteStorageManager):
@@ -472,8 +477,10 @@ class S3RemoteStorageManager(RemoteStorageManager):
         await self._call(f"PUT {key}", op)
         self.stats.bytes_uploaded += len(body)
 
-    async def _get(self, key: str, start: int | None = None, stop: int | None = None) -> bytes:
-        """The object, or its bytes [start, stop) with a ranged GET (length verified)."""
+    async def _get(self, key: str, start: int | None = None, stop: int | None = None, *,
+                   joined: bool = True) -> bytes:
+        """The object, or its bytes [start, stop) with a ranged GET (length verified); not `joined`: possibly a
+        BufferChain of the received blocks (chunks the read path serves as they are)."""
         async def op(c: Any) -> bytes:
             kw: dict[str, Any] = {"Bucket": self.config.bucket, "Key": key}
             if start is not None:
@@ -481,7 +488,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
             resp = await c.get_object(**kw)
             body = resp["Body"]
             try:
-                data = await _read_body(body)
+                data = await _read_body(body, joined)
             finally:
                 body.close()
             expected = resp.get("ContentLength")
@@ -489,7 +496,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
                 expected = stop - start  # type: ignore[operator]
             if expected is not None and len(data) != expected:
                 raise _ShortRead(f"got {len(data)} of {expected} bytes")
-            return data
+            return data  # type: ignore[return-value]
 
         await self._get_client()
         async with self._get_slots:  # type: ignore[union-attr]
@@ -742,10 +749,15 @@ class S3RemoteStorageManager(RemoteStorageManager):
                                                        chunk_count=manifest.chunk_count)
         else:
             chunks = list(await asyncio.gather(*(loader(i) for i in indices)))
-        pieces = []
+        pieces: list[memoryview] = []
         for i, chunk in zip(indices, chunks):
             c0 = i * manifest.chunk_size
-            pieces.append(memoryview(chunk)[max(start, c0) - c0: min(stop, c0 + len(chunk)) - c0])
+            a, b = max(start, c0) - c0, min(stop, c0 + len(chunk)) - c0
+            if isinstance(chunk, BufferChain):
+                part = Pieces(chunk.pieces).view(a, b)
+                pieces.extend(part.pieces if isinstance(part, BufferChain) else [part])
+            else:
+                pieces.append(memoryview(chunk)[a:b])
         return pieces
 
     @property
@@ -781,10 +793,9 @@ class S3RemoteStorageManager(RemoteStorageManager):
     async def _load_chunk(self, key: str, manifest: SegmentManifest, i: int) -> bytes:
         s0, s1 = manifest.stored_chunk_range(i)
         o0, o1 = manifest.original_chunk_range(i)
-        data = await self._get(key, s0, s1)
         if manifest.compression:
-            return await self._run(decompress_chunk, data, o1 - o0)
-        return data
+            return await self._run(decompress_chunk, await self._get(key, s0, s1), o1 - o0)
+        return await self._get(key, s0, s1, joined=False)    # the received blocks: fetch reads serve views on them
 
     async def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
         return await self._get(self.object_key(metadata, IndexType(index_type).suffix))

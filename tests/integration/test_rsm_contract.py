@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from protocol.records import BufferChain
 from remote.local_tiered import LocalTieredStorage
 from remote.metadata import TopicIdPartition
 from remote.rsm import IndexType, RemoteResourceNotFoundError, RemoteStorageManager
@@ -212,6 +213,8 @@ def test_large_segment_multipart_and_part_boundaries(backend, tmp_path):
             await rsm.copy_log_segment_data(md, seg.segment_data())
             for s, e in ranges:
                 assert await rsm.fetch_log_segment(md, s, e) == data[s:e + 1], (s, e)
+                pieces = await rsm.fetch_log_segment_pieces(md, s, e)     # the read path's unjoined views
+                assert b"".join(pieces) == data[s:e + 1], (s, e)
             assert await rsm.fetch_log_segment(md, 0) == data
             if isinstance(rsm, S3RemoteStorageManager):
                 manifest = await rsm.get_manifest(md)
@@ -311,11 +314,35 @@ def test_concurrent_reads_of_one_chunk_share_one_get(moto, seg):
     run(body)
 
 
-def test_disk_chunk_cache_serves_a_restarted_reader(moto, seg, tmp_path):
+def test_uncompressed_chunks_are_cached_as_received_blocks_and_read_as_views(moto, tmp_path):
+    """A 1 MiB chunk arrives from the S3 server in several blocks: the chunk cache keeps them as received (a
+    BufferChain, never joined), and reads across block and chunk boundaries give the segment's bytes."""
+    seg = write_segment(tmp_path / "blocks", 0, batches=2)
+    data = write_random_log(seg.log, 3 * 1024 * 1024 + 77)
+    md = seg.metadata()
+    cfg = moto.rsm_config(**{"key.prefix": f"blocks-{uuid.uuid4().hex[:6]}/", "chunk.size": 1024 * 1024})
+    mib = 1024 * 1024
+    ranges = [(0, len(data) - 1), (mib - 5, mib + 5), (100, 2 * mib + 100), (3 * mib - 1, len(data) - 1), (7, 7)]
+
+    async def body():
+        async with S3RemoteStorageManager.from_config(cfg) as rsm:
+            await rsm.copy_log_segment_data(md, seg.segment_data())
+            for s, e in ranges:
+                pieces = await rsm.fetch_log_segment_pieces(md, s, e)
+                assert b"".join(pieces) == data[s:e + 1], (s, e)
+                assert await rsm.fetch_log_segment(md, s, e) == data[s:e + 1], (s, e)
+            chains = [v for v in rsm.chunk_cache._mem.values() if isinstance(v, BufferChain)]
+            assert chains, "no chunk kept as the blocks received"
+
+    run(body)
+
+
+@pytest.mark.parametrize("compression", ["true", "false"])   # uncompressed chunks are cached as received blocks
+def test_disk_chunk_cache_serves_a_restarted_reader(moto, seg, tmp_path, compression):
     md = seg.metadata()
     cache_dir = tmp_path / "chunk-cache"
     cfg = moto.rsm_config(**{"key.prefix": f"disk-{uuid.uuid4().hex[:6]}/", "chunk.size": CHUNK,
-                             "compression.enabled": "true", "fetch.chunk.cache.path": str(cache_dir),
+                             "compression.enabled": compression, "fetch.chunk.cache.path": str(cache_dir),
                              "fetch.chunk.cache.disk.size": 64 * CHUNK, "fetch.chunk.cache.size": 4 * CHUNK})
 
     async def body():
