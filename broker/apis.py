@@ -111,6 +111,13 @@ class KafkaApis:
         if missing:
             raise RuntimeError(f"advertised APIs without a handler: {sorted(missing)}")
 
+    def _completed(self, name: str, received: float) -> float:
+        """Count an answered request and its latency; the latency."""
+        self.metrics.requests.labels(name).inc()
+        elapsed = time.perf_counter() - received
+        self.metrics.request_latency.labels(name).observe(elapsed)
+        return elapsed
+
     async def handle(self, conn: Connection, payload: bytes) -> bytes | list | None:
         received = time.perf_counter()
         try:
@@ -140,8 +147,7 @@ class KafkaApis:
         if fwd is not None and fwd.should_forward(hdr.api_key, ctx.client_id):
             forwarded = await fwd.forward(payload, hdr.api_key, hdr.api_version, ctx.client_id, req)
             if forwarded is not None:
-                self.metrics.requests.labels(name).inc()
-                self.metrics.request_latency.labels(name).observe(time.perf_counter() - received)
+                self._completed(name, received)
                 return reframe(forwarded, hdr.correlation_id)
         try:
             resp = await self.handlers[hdr.api_key](self.server, ctx, req)
@@ -152,9 +158,7 @@ class KafkaApis:
             log.exception("request failed", api=name, version=hdr.api_version, client_id=ctx.client_id)
             self.metrics.request_errors.labels(name).inc()
             raise CloseConnection from None
-        self.metrics.requests.labels(name).inc()
-        elapsed = time.perf_counter() - received
-        self.metrics.request_latency.labels(name).observe(elapsed)
+        elapsed = self._completed(name, received)
         if hdr.api_key in _BOUNDED_APIS and elapsed > getattr(req, "max_wait_ms", 0) / 1000 + SLOW_REQUEST_S:
             # A client waits for this answer before anything else it sent on the connection (heartbeats included).
             log.warning("slow request", api=name, version=hdr.api_version, client_id=ctx.client_id, conn=conn.id,
@@ -171,6 +175,7 @@ class KafkaApis:
 
 
 def join_record_chains(resp: Any) -> None:
+    """BufferChain records (remote reads) as one buffer each, for kafka-python's encoder."""
     for t in resp.responses:
         for p in t.partitions:
             if isinstance(p.records, BufferChain):
