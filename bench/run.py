@@ -130,13 +130,17 @@ def log(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def run_one(sc: Scenario, name: str, b: Broker | None, ctx: RunContext, rep: int) -> dict:
-    """One repetition of one scenario on one broker; never raises."""
+def run_one(sc: Scenario, name: str, b: Broker | None, ctx: RunContext, rep: int,
+            others: list[Broker] | None = None) -> dict:
+    """One repetition of one scenario on one broker; never raises. It starts once every broker of the run is
+    quiet: on 2 cores the other broker's leftover work (a deleted topic's files, freed memory) would run during
+    this measurement and slow it down."""
     if b is None:
         return {"skipped": f"{name} is not running"}
     if not b.alive():
         log(f"{sc.name} on {name}: broker is down")
         return {"error": f"{name} exited with code {b.proc.returncode}; log tail:\n{b.log_tail(20)}"}
+    others_quiet_s = sum(o.wait_quiet() for o in others or () if o is not b and o.alive())
     quiet_s = b.wait_quiet()
     t0 = time.monotonic()
     try:
@@ -145,6 +149,7 @@ def run_one(sc: Scenario, name: str, b: Broker | None, ctx: RunContext, rep: int
         r = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(limit=4)}
     r["wall_s"] = time.monotonic() - t0
     r["waited_for_quiet_s"] = quiet_s
+    r["waited_for_others_quiet_s"] = others_quiet_s
     if not b.alive():
         r.setdefault("errors", []).append(
             f"broker exited with code {b.proc.returncode} during the scenario; log tail:\n{b.log_tail(20)}")
@@ -335,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
                 for name in order:
                     if rep > 0 and not sc.wants_another_rep(reps[name], ctx):
                         continue
-                    reps[name].append(run_one(sc, name, brokers.get(name), ctx, rep))
+                    reps[name].append(run_one(sc, name, brokers.get(name), ctx, rep, list(brokers.values())))
             for name in names:
                 entry["results"][name] = sc.combine(reps[name])
 
