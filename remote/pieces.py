@@ -58,12 +58,21 @@ class Pieces:
             yield pos, base, base + _LAST_DELTA.unpack_from(buf, off + _LAST_DELTA_AT)[0], size
             pos += size
 
-    def view(self, start: int, stop: int) -> memoryview | BufferChain:
-        """Bytes [start, stop): a view when one piece holds them, else a chain of views."""
+    def first_batch(self, target: int) -> tuple[int, int] | None:
+        """(position, size) of the first batch, possibly cut off, whose last offset >= `target`."""
+        return next(((pos, size) for pos, _base, last, size in self.batches(complete=False) if last >= target), None)
+
+    def views(self, start: int, stop: int) -> list[memoryview]:
+        """Bytes [start, stop) as views on the pieces that hold them."""
         out = []
         i = bisect.bisect_right(self.starts, start) - 1
         while i < len(self.pieces) and self.starts[i] < stop:
             p0 = self.starts[i]
             out.append(self.pieces[i][max(start, p0) - p0:min(stop, p0 + len(self.pieces[i])) - p0])
             i += 1
+        return out
+
+    def view(self, start: int, stop: int) -> memoryview | BufferChain:
+        """Bytes [start, stop): a view when one piece holds them, else a chain of views."""
+        out = self.views(start, stop)
         return out[0] if len(out) == 1 else BufferChain(out)

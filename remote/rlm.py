@@ -788,8 +788,7 @@ class RemoteLogManager:
                 return buf.view(first, last_end)
             # Nothing whole in the window: the first relevant batch is larger than the window (fetch it alone
             # when at least one message is owed), or the offset lies past this segment's data (next segment).
-            nxt = next(((bpos, bsize) for bpos, _b, last_offset, bsize in buf.batches(complete=False)
-                        if last_offset >= target), None)
+            nxt = buf.first_batch(target)
             if nxt is not None:
                 if not min_one:
                     return b""
@@ -832,7 +831,7 @@ class RemoteLogManager:
                 buf = await self.rsm.fetch_log_segment(s, pos, min(pos + 256 * 1024, s.segment_size_in_bytes) - 1)
                 batches = list(iter_batches(buf))
                 if not batches:          # one batch larger than the window: fetch exactly that batch
-                    first = _first_relevant_batch(buf, -1)
+                    first = Pieces([buf]).first_batch(-1)
                     if first is None:
                         break
                     buf = await self.rsm.fetch_log_segment(s, pos, pos + first[1] - 1)
@@ -852,19 +851,6 @@ class RemoteLogManager:
     async def remote_log_start_offset(self, ulog: UnifiedLog) -> int | None:
         segs = [s for s in await self._segments(topic_id_partition(ulog)) if s.state == COPY_FINISHED]
         return min((s.start_offset for s in segs), default=None)
-
-
-def _first_relevant_batch(buf: bytes, target: int) -> tuple[int, int] | None:
-    """(position, size) of the first batch, possibly incomplete, whose last offset >= target."""
-    pos = 0
-    while pos + 61 <= len(buf):
-        base, length = struct.unpack_from(">qi", buf, pos)
-        size = length + 12
-        last_delta = struct.unpack_from(">i", buf, pos + 23)[0]
-        if base + last_delta >= target:
-            return pos, size
-        pos += size
-    return None
 
 
 async def _maybe_await(v: Any) -> Any:

@@ -754,8 +754,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
             c0 = i * manifest.chunk_size
             a, b = max(start, c0) - c0, min(stop, c0 + len(chunk)) - c0
             if isinstance(chunk, BufferChain):
-                part = Pieces(chunk.pieces).view(a, b)
-                pieces.extend(part.pieces if isinstance(part, BufferChain) else [part])
+                pieces += Pieces(chunk.pieces).views(a, b)
             else:
                 pieces.append(memoryview(chunk)[a:b])
         return pieces

@@ -26,6 +26,9 @@ def test_a_cut_off_batch_is_left_out_unless_asked_for() -> None:
     complete = list(cut.batches())
     assert len(complete) == 5
     assert len(list(cut.batches(complete=False))) == 6
+    last_pos, _base, _last, last_size = list(cut.batches(complete=False))[-1]
+    assert cut.first_batch(50) == (last_pos, last_size)        # the cut-off batch holds offsets 50-55
+    assert cut.first_batch(60) is None
 
 
 def test_views_are_the_joined_bytes_and_share_the_pieces_memory() -> None:
