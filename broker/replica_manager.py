@@ -165,7 +165,7 @@ class ReplicaManager:
         if p is None:
             ulog = self.log_manager.get_or_create_log(topic, index, info.topic_id, self.config.log_config(info.configs))
             p = self.partitions[key] = Partition(info, index, ulog, self.broker_id, self.max_lag_ms)
-            p.ineligible = self.store.shutting_down
+            p.ineligible = self._ineligible_brokers
         else:
             p.topic = info
             if not p.is_newer_or_same(state):
@@ -218,7 +218,7 @@ class ReplicaManager:
             from remote.rlm import topic_id_partition
             tip = topic_id_partition(p.log)
             if delete_remote:
-                task = asyncio.ensure_future(self.rlm.mark_partition_deleted(tip))
+                task = asyncio.ensure_future(self.rlm.mark_partitions_deleted([tip], 0))
                 task.add_done_callback(_consume_exception)
             else:
                 self.rlm.stop_replica(tip)
@@ -293,7 +293,7 @@ class ReplicaManager:
             p.log.highest_offset_in_remote_storage = -1
             if self.rlm is not None and p.is_leader:
                 from remote.rlm import topic_id_partition
-                task = asyncio.ensure_future(self.rlm.mark_partition_deleted(topic_id_partition(p.log)))
+                task = asyncio.ensure_future(self.rlm.mark_partitions_deleted([topic_id_partition(p.log)], 0))
                 task.add_done_callback(_consume_exception)
 
     def update_topic_config(self, info: TopicInfo) -> None:
@@ -347,12 +347,26 @@ class ReplicaManager:
 
     def maybe_shrink_isr(self) -> None:
         """Kafka's isr-expiration task (every replica.lag.time.max.ms / 2): drop followers that have not caught up
-        for replica.lag.time.max.ms."""
+        for replica.lag.time.max.ms. The HW is looked at again too: a follower outside the ISR that was caught up
+        holds it back only for replica.lag.time.max.ms, and when that runs out no fetch may come to notice."""
         t = now_ms()
         for p in list(self.partitions.values()):
+            if not p.is_leader:
+                continue
+            self._maybe_hw_moved(p)
             new_isr = p.isr_to_shrink(t)
             if new_isr is not None:
                 self._alter_isr(p, new_isr, expand=False)
+
+    def _ineligible_brokers(self) -> _Ineligible:
+        return _Ineligible(self.store)
+
+    def on_brokers_changed(self) -> None:
+        """A broker registered or went away: a leader's HW may have waited for a caught-up follower outside the ISR
+        that is gone now (Kafka's isReplicaIsrEligible turns false when a broker is fenced)."""
+        for p in list(self.partitions.values()):
+            if p.is_leader and p.followers:
+                self._maybe_hw_moved(p)
 
     def _alter_isr(self, p: Partition, new_isr: tuple[int, ...], expand: bool) -> None:
         """AlterPartition: compare-and-set the ISR in the store. While in flight the HW respects the wider of the two
@@ -674,6 +688,20 @@ class ReplicaManager:
         return p
 
 
+class _Ineligible:
+    """Brokers that may not join an ISR, nor hold a leader's HW back while they catch up (Kafka's
+    isReplicaIsrEligible): those in controlled shutdown and those not registered (dead, lease revoked)."""
+
+    __slots__ = ("_shutdown", "_store")
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self._shutdown = store.shutting_down()
+
+    def __contains__(self, broker_id: object) -> bool:
+        return broker_id in self._shutdown or broker_id not in self._store.brokers()
+
+
 def _consume_exception(task: asyncio.Task) -> None:
     """A remote read that outlived its fetch: retrieve its outcome so asyncio does not log it as lost."""
     if not task.cancelled():
@@ -689,3 +717,4 @@ __all__ = [
     "ProduceResult",
     "ReplicaManager",
 ]
+

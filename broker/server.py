@@ -14,6 +14,7 @@ from config import BrokerConfig
 from storage.cleaner_manager import CleanerConfig, LogCleaner
 from storage.log_manager import LogManager
 
+from . import diagnostics
 from .apis import KafkaApis
 from .cluster.model import BrokerInfo
 from .gc_pauses import GcPauses, freeze_startup_objects
@@ -286,6 +287,7 @@ class KafkaServer:
             rm.on_topic_change(self.store.topic(key))        # config changes made through another broker
         elif kind == "broker":
             rm.fetcher_manager.on_broker_change(key)         # a leader re-registered: reconnect
+            rm.on_brokers_changed()
 
     def _on_leadership_change(self, partition, leader: bool) -> None:
         """The group coordinator follows the leadership of the __consumer_offsets partitions; the remote partition
@@ -369,6 +371,7 @@ def run(config: BrokerConfig) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        diagnostics.install(loop)
         try:
             await server.start()
         except OSError as e:

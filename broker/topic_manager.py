@@ -20,6 +20,9 @@ from .replica_manager import ReplicaManager
 log = structlog.get_logger("strata.topics")
 
 MAX_PARTITIONS = 100_000
+# How long DeleteTopics waits for DELETE_PARTITION_MARKED to be recorded before answering (a metadata partition
+# failing over can take longer; the marks are retried in the background then).
+MARK_DELETED_WAIT_S = 5.0
 
 
 @dataclass
@@ -157,12 +160,11 @@ class TopicManager:
         if rlm is None or not self.config.log_config(info.configs).values.get("remote.storage.enable"):
             return
         from remote.metadata import TopicIdPartition
-        for i in range(info.partitions):
-            tip = TopicIdPartition(info.topic_id, info.name, i)
-            try:
-                await rlm.mark_partition_deleted(tip)
-            except Exception as e:  # noqa: BLE001 - the partition's leader marks it too; the request has succeeded
-                log.warning("could not mark remote partition deleted", partition=str(tip), error=str(e))
+        tips = [TopicIdPartition(info.topic_id, info.name, i) for i in range(info.partitions)]
+        pending = await rlm.mark_partitions_deleted(tips, MARK_DELETED_WAIT_S)
+        if pending:     # the topic is deleted all the same; the marks keep being retried
+            log.info("remote partitions of a deleted topic are still being marked deleted", topic=info.name,
+                     pending=pending)
 
     async def create_partitions(self, name: str, count: int, validate_only: bool = False,
                                 assignments: list[list[int]] | None = None) -> TopicInfo:

@@ -12,7 +12,8 @@ outages). So a deletion finishes even when the partition's leader was down when 
 leads the metadata partition next picks up what its predecessor left.
 
 A pass runs when a led metadata partition gets records (a MARKED is noticed at once), when this broker becomes a
-metadata partition's leader (`wake`), and at least every `remote.partition.remover.task.interval.ms`.
+metadata partition's leader (`wake`), after a failed removal (backing off from 1 s), and at least every
+`remote.partition.remover.task.interval.ms`.
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ log = structlog.get_logger("strata.remote")
 
 READ_BYTES = 1 << 20
 READY_TIMEOUT_S = 30.0
+RETRY_BACKOFF_S = 1.0      # after a failed removal, doubling up to the task interval
 
 
 class RemotePartitionRemover:
@@ -49,6 +51,7 @@ class RemotePartitionRemover:
         self._pending: dict[int, dict[TopicIdPartition, RemotePartitionDeleteState]] = {}
         self._finished: dict[int, set[TopicIdPartition]] = {}    # deletions are final: a late MARKED is ignored
         self._removing: dict[TopicIdPartition, asyncio.Task] = {}
+        self._failures: dict[TopicIdPartition, int] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._closed = False
@@ -146,8 +149,15 @@ class RemotePartitionRemover:
             log.info("removed remote partition", partition=str(tip), segments=n)
         except asyncio.CancelledError:
             raise
-        except Exception as e:  # noqa: BLE001 - retried on the next pass
-            log.warning("remote partition removal failed", partition=str(tip), error=str(e))
+        except Exception as e:  # noqa: BLE001 - retried by a pass soon (backing off), not only at the interval
+            failures = self._failures[tip] = self._failures.get(tip, 0) + 1
+            delay = min(RETRY_BACKOFF_S * 2 ** (failures - 1), self.interval_s)
+            log.warning("remote partition removal failed", partition=str(tip), error=str(e),
+                        retry_in_s=round(delay, 2))
+            if not self._closed:
+                asyncio.get_running_loop().call_later(delay, self.wake)
+        else:
+            self._failures.pop(tip, None)
         finally:
             self._removing.pop(tip, None)
             if not followed and not self._closed:

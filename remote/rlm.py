@@ -208,11 +208,12 @@ class RemoteLogManager:
 
         self._spawn(warm())
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Any) -> asyncio.Task:
         """A background task of this RLM, cancelled by close()."""
         task = asyncio.get_running_loop().create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+        return task
 
     # ---- leadership ---------------------------------------------------------------------------------------------
     def on_leadership_change(self, leaders: list[tuple[UnifiedLog, int]], followers: list[UnifiedLog]) -> None:
@@ -624,6 +625,29 @@ class RemoteLogManager:
             await self._mark(tip, RemotePartitionDeleteState.DELETE_PARTITION_MARKED)
         except InvalidStateTransitionError:
             pass                      # marked (or started) meanwhile by another broker
+
+    async def mark_partitions_deleted(self, tips: list[TopicIdPartition], wait_s: float) -> int:
+        """mark_partition_deleted for each partition, at once, each retried with the task backoff in the background
+        until it is recorded or the RLM closes: a mark that is never written leaves the data in remote storage for
+        good when no replica of the topic is left to mark it. Waits up to `wait_s`; returns how many are pending."""
+        tasks = [self._spawn(self._mark_deleted_until_recorded(tip)) for tip in tips]
+        if not tasks:
+            return 0
+        _, pending = await asyncio.wait(tasks, timeout=wait_s)
+        return len(pending)
+
+    async def _mark_deleted_until_recorded(self, tip: TopicIdPartition) -> None:
+        failures = 0
+        while not self._closed:
+            try:
+                await self.mark_partition_deleted(tip)
+                return
+            except Exception as e:  # noqa: BLE001 - a metadata partition without a leader, a timed-out append
+                failures += 1
+                delay = self._backoff_s(failures)
+                log.warning("could not mark remote partition deleted", partition=str(tip), error=str(e),
+                            retry_in_s=round(delay, 2))
+                await asyncio.sleep(delay)
 
     def _delete_state(self, tip: TopicIdPartition) -> RemotePartitionDeleteState | None:
         get = getattr(self.rlmm, "partition_delete_metadata", None)

@@ -159,19 +159,23 @@ class ReplicaFetcher:
         st.delayed_until = time.monotonic() + seconds
 
     async def _connection(self) -> BrokerConnection:
-        if self.conn is not None and self.conn.connected:
-            return self.conn
-        b = self.rm.store.brokers().get(self.source_id)
-        if b is None:
-            raise BrokerConnectionError(f"broker {self.source_id} is not registered")
-        ep = b.endpoint(self.manager.listener_name)
-        if ep is None:
-            raise BrokerConnectionError(f"broker {self.source_id} has no endpoint")
-        cfg = self.rm.config
-        self.conn = BrokerConnection(ep[0], ep[1], f"broker-{self.rm.broker_id}-fetcher-{self.source_id}",
-                                     cfg["replica.socket.timeout.ms"] / 1000.0)
-        await self.conn.connect()
-        return self.conn
+        for _ in range(3):
+            if self.conn is not None and self.conn.connected:
+                return self.conn
+            b = self.rm.store.brokers().get(self.source_id)
+            if b is None:
+                raise BrokerConnectionError(f"broker {self.source_id} is not registered")
+            ep = b.endpoint(self.manager.listener_name)
+            if ep is None:
+                raise BrokerConnectionError(f"broker {self.source_id} has no endpoint")
+            cfg = self.rm.config
+            conn = self.conn = BrokerConnection(ep[0], ep[1], f"broker-{self.rm.broker_id}-fetcher-{self.source_id}",
+                                                cfg["replica.socket.timeout.ms"] / 1000.0)
+            await conn.connect()
+            if self.conn is conn:
+                return conn
+            await conn.close()      # reset while connecting (the broker re-registered): connect to what it is now
+        raise BrokerConnectionError(f"connection to broker {self.source_id} keeps being reset")
 
     async def _request(self, api_key: int, version: int, timeout_s: float | None = None, **fields: Any) -> Any:
         conn = await self._connection()

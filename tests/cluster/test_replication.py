@@ -22,7 +22,9 @@ from protocol.records import build_batch
 from protocol.registry import REQUEST_CLASSES, RESPONSE_CLASSES
 from tests.cluster.checker import check
 from tests.cluster.workload import ContinuousProducer, read_all
+from tests.support.ck import produce_all
 from tests.support.kafka_wire import WireClient
+from tests.support.records import Rec
 from tests.support.waiting import wait_until
 
 NOT_LEADER, NOT_ENOUGH_REPLICAS, FENCED, UNKNOWN_EPOCH = 6, 19, 74, 75
@@ -84,6 +86,27 @@ def test_killed_follower_leaves_the_isr_and_rejoins_after_restart(cluster_factor
     wait_until(lambda: identical_logs(c, topic, c.ids), timeout=15, message="replicas identical")
     wait_until(lambda: metric(c, leader, "strata_replica_manager_under_replicated_partitions") == 0, timeout=10,
                message="no under-replicated partition left")
+
+
+def test_acks_all_does_not_wait_for_a_dead_follower_taken_out_of_the_isr(cluster_factory) -> None:
+    # The controller takes a killed follower out of the ISR at once (liveness check), while it was caught up a
+    # moment ago. A leader waits for a caught-up follower outside the ISR before advancing the HW (it may be about to
+    # rejoin: Kafka's shouldWaitForReplicaToJoinIsr) but not for one that is not registered any more; with
+    # replica.lag.time.max.ms far above the producer's timeout, waiting for it would time every acks=-1 produce out.
+    c = cluster_factory(3, overrides={"replica.lag.time.max.ms": 120000})
+    topic = "repl-dead-follower"
+    c.create_topic(topic, 1, 3, {"min.insync.replicas": 1})
+    leader = c.leader_of(topic, 0)
+    follower = next(i for i in c.replicas_of(topic, 0) if i != leader)
+    acks_all = {"acks": "all", "request.timeout.ms": 10000, "message.timeout.ms": 20000}
+    produce_all(c.bootstrap, topic, [Rec(0, None, b"before")], **acks_all)
+    c.wait_full_isr(topic, 1)
+    c.kill9(follower)
+    c.wait_isr(topic, 0, set(c.ids) - {follower})
+    assert c.leader_of(topic, 0) == leader
+    delivered = produce_all(c.bootstrap, topic, [Rec(0, None, f"after-{i}".encode()) for i in range(10)],
+                            timeout=30, **acks_all)
+    assert [o for _, o in delivered] == list(range(1, 11))
 
 
 def test_leader_kill9_loses_no_acknowledged_record_and_rejoins_as_follower(cluster_factory) -> None:

@@ -100,25 +100,25 @@ class AckRecorder:
             return len(self.acked)
 
 
+def parked_fetches(broker) -> float:
+    url = f"http://127.0.0.1:{broker.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as r:
+        for fam in text_string_to_metric_families(r.read().decode()):
+            for s in fam.samples:
+                if s.name == "strata_purgatory_size" and s.labels.get("purgatory") == "Fetch":
+                    return s.value
+    return 0.0
+
+
 @pytest.mark.timeout(60)
 def test_sigterm_with_a_parked_fetch_exits_cleanly(broker):
     """A consumer's long-poll Fetch parked in the purgatory when SIGTERM arrives is dropped with its connection: the
     broker exits 0 and logs no traceback (a cancelled connection task once surfaced as 'Exception in callback')."""
     topic = "parked"
     ck.create_topic(broker.bootstrap, topic, 1)
-    url = f"http://127.0.0.1:{broker.metrics_port}/metrics"
-
-    def parked_fetches() -> float:
-        with urllib.request.urlopen(url, timeout=5) as r:
-            for fam in text_string_to_metric_families(r.read().decode()):
-                for s in fam.samples:
-                    if s.name == "strata_purgatory_size" and s.labels.get("purgatory") == "Fetch":
-                        return s.value
-        return 0.0
-
     with WireClient.connect(broker.bootstrap) as client:
         client.send(client.fetch_request(topic, 0, 0, max_wait_ms=30000))
-        wait_until(lambda: parked_fetches() == 1, 15, message="the fetch was not parked")
+        wait_until(lambda: parked_fetches(broker) == 1, 15, message="the fetch was not parked")
         rc = broker.stop()
     out = broker.output()
     assert rc == 0, f"broker exit code after SIGTERM: {rc}"
@@ -179,3 +179,24 @@ def test_kill9_during_produce_keeps_every_acknowledged_record(broker_factory):
     hi0 = ck.watermarks(broker.bootstrap, topic, 0)[1]
     [(p, off)] = ck.produce_all(broker.bootstrap, topic, [Rec(partition=0, key=b"after", value=b"crash")])
     assert (p, off) == (0, hi0)
+
+
+@pytest.mark.timeout(60)
+def test_sigusr1_prints_where_each_task_waits_and_the_broker_goes_on(broker):
+    """`kill -USR1` is the broker's thread dump: every asyncio task's stack, so a request that never completes shows
+    the await it is parked on (py-spy sees only an idle event loop)."""
+    import os
+    import signal
+
+    topic = "dumped"
+    ck.create_topic(broker.bootstrap, topic, 1)
+    with WireClient.connect(broker.bootstrap) as client:
+        client.send(client.fetch_request(topic, 0, 0, max_wait_ms=30000))
+        wait_until(lambda: parked_fetches(broker) == 1, 15, message="the fetch was not parked")
+        os.kill(broker.pid, signal.SIGUSR1)
+        dump = wait_until(lambda: (out := broker.output()).count("===== end of task dump") and out, 15,
+                          message="no task dump after SIGUSR1")
+    assert "===== asyncio task dump:" in dump
+    assert "purgatory.py" in dump and " in wait" in dump, dump[-3000:]     # the parked Fetch
+    ck.create_topic(broker.bootstrap, "after-the-dump", 1)                     # still serving
+    assert broker.stop() == 0

@@ -66,3 +66,43 @@ def test_deletions_left_marked_or_started_are_run_and_a_late_mark_after_finished
         assert remover.run_once() == [] and remover.pending() == {}
 
     asyncio.run(asyncio.wait_for(scenario(), 10))
+
+
+class FlakyDeleter(Deleter):
+    """Fails the first `failures` deletions (remote storage down), then deletes."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+        self.attempts = 0
+
+    async def delete_partition(self, tip: TopicIdPartition) -> int:
+        self.attempts += 1
+        if self.attempts <= self.failures:
+            raise RuntimeError("remote storage unavailable")
+        return await super().delete_partition(tip)
+
+
+def test_a_failed_removal_is_retried_after_a_backoff_not_only_at_the_task_interval() -> None:
+    async def no_appends(partitions: list[int], timeout_s: float) -> bool:
+        await asyncio.sleep(timeout_s)
+        return False
+
+    async def scenario() -> None:
+        io = InMemoryMetadataTopicIO(1)
+        m = RemotePartitionDeleteMetadata(T1, D.DELETE_PARTITION_MARKED, int(time.time() * 1000), 1)
+        await io.append(0, build_batch([(None, serialize(m))]))
+        rlm = FlakyDeleter(failures=1)
+        remover = RemotePartitionRemover(rlm, FollowingRLMM(), io, num_partitions=1, interval_ms=600_000,
+                                         is_leader=lambda p: True, wait_for_appends=no_appends)
+        remover.start()
+        try:
+            deadline = time.monotonic() + 10     # the interval (10 min) is far off: only the retry can do it
+            while rlm.deleted != [T1]:
+                assert time.monotonic() < deadline, f"not retried: {rlm.attempts} attempt(s)"
+                await asyncio.sleep(0.05)
+            assert rlm.attempts == 2
+        finally:
+            await remover.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), 20))
