@@ -1,7 +1,8 @@
 """S3RemoteStorageManager against moto behind a fault-injecting proxy: 500/503 answers, added latency, connections
 dropped before or in the middle of a response are retried until the operation succeeds; a server that never
 answers makes the call fail with a timeout within its bound instead of hanging; a multipart upload that cannot
-finish is aborted and leaves nothing behind; non-retriable errors fail at once."""
+finish is aborted and leaves nothing behind; non-retriable errors fail at once. A body corrupted on the way is
+refused by a server that checks the upload's CRC32C (SeaweedFS does, moto does not) and sent again."""
 from __future__ import annotations
 
 import contextlib
@@ -12,7 +13,15 @@ import pytest
 
 from remote.rsm import IndexType, RemoteStorageError, RemoteStorageTimeoutError
 from remote.s3 import S3RemoteStorageManager
-from tests.support.s3_servers import Fault, FaultProxy, MotoServer, run, write_random_log, write_segment
+from tests.support.s3_servers import (
+    Fault,
+    FaultProxy,
+    MotoServer,
+    SeaweedServer,
+    run,
+    write_random_log,
+    write_segment,
+)
 
 MIB = 1024 * 1024
 
@@ -178,5 +187,35 @@ def test_access_denied_is_not_retried(moto, seg):
                 with pytest.raises(RemoteStorageError) as ei:
                     await rsm.fetch_log_segment(md, 0, 10)
                 assert ei.value.retriable is False and len(proxy.log.requests) == n + 1
+
+    run(body)
+
+
+@pytest.fixture(scope="module")
+def seaweed(tmp_path_factory):
+    with SeaweedServer(tmp_path_factory.mktemp("seaweed-faults")) as server:
+        yield server
+
+
+@pytest.mark.parametrize("checksum", [True, False])
+def test_a_body_corrupted_in_transit_is_refused_and_sent_again(seaweed, seg, checksum):
+    """Uploads are UNSIGNED-PAYLOAD (no SHA-256 of every byte on the event loop) and carry an x-amz-checksum-crc32c
+    instead: without it a flipped byte is stored as sent."""
+    prefix = f"c-{uuid.uuid4().hex[:8]}/"
+    md = seg.metadata()
+
+    async def body():
+        async with proxied_rsm(seaweed, prefix, **{"s3.checksum.check.enabled": str(checksum).lower(),
+                                                   "fetch.chunk.cache.size": 0}) as (proxy, rsm):
+            proxy.add(Fault("corrupt_body", method="PUT"), Fault("corrupt_body", method="PUT"))
+            await rsm.copy_log_segment_data(md, seg.segment_data())
+            assert proxy.log.faults_applied == ["corrupt_body"] * 2
+            if checksum:
+                assert rsm.stats.retries == 2            # BadDigest twice, each sent again
+                assert await rsm.fetch_log_segment(md, 0) == seg.log_bytes()
+                assert await rsm.fetch_index(md, IndexType.OFFSET) == seg.offset_index.read_bytes()
+                assert await rsm.fetch_index(md, IndexType.TIMESTAMP) == seg.time_index.read_bytes()
+            else:
+                assert rsm.stats.retries == 0            # stored as corrupted, nothing noticed
 
     run(body)

@@ -288,7 +288,8 @@ def _free_port_pairs(n: int, avoid: set[int] | None = None) -> list[int]:
 class Fault:
     """What to do with one request. kind: "status" (answer `status` without forwarding), "delay" (wait `delay`
     seconds, then forward), "drop_request" (close without answering), "drop_response" (forward, send half of the
-    response, then close), "hang" (never answer; closed when the proxy stops)."""
+    response, then close), "hang" (never answer; closed when the proxy stops), "corrupt_body" (forward the request
+    with one byte of its body flipped, as a faulty link would)."""
 
     kind: str
     status: int = 503
@@ -416,6 +417,9 @@ class FaultProxy:
                 return
             if fault is not None and fault.kind == "hang":
                 await asyncio.Event().wait()
+            if fault is not None and fault.kind == "corrupt_body" and body:
+                i = len(body) // 2
+                body = body[:i] + bytes([body[i] ^ 0xFF]) + body[i + 1:]
             # forward with Connection: close both ways (one request per connection keeps framing trivial)
             up_r, up_w = await asyncio.open_connection(*self.upstream)
             try:
