@@ -82,6 +82,7 @@ class KafkaServer:
         self.apis: KafkaApis | None = None
         self.rlm = None       # RemoteLogManager (tiered storage), built at start when enabled
         self.partition_remover = None    # RemotePartitionRemover, with the RLM
+        self._deleted_while_down: list = []    # TopicIdPartitions of tiered topics deleted while this broker was down
         self.rlmm = None
         self.socket_server: SocketServer | None = None
         self._tasks: list[asyncio.Task] = []
@@ -162,6 +163,10 @@ class KafkaServer:
                 self.metrics.peers_watched.set_function(lambda: len(self.peer_watch.connected))
         if self.config["remote.log.storage.system.enable"]:
             await self._start_tiered_storage()
+            if self._deleted_while_down:
+                # DELETE_PARTITION_MARKED again (a no-op if recorded): the broker that deleted the topic may have
+                # died before it could write the marks, and with every replica down nobody else would
+                await self.rlm.mark_partitions_deleted(self._deleted_while_down, 0)
         await self.group_coordinator.startup()      # loads __consumer_offsets in the background
         self.metrics.register_log_collector(self.replica_manager.all_logs)
         self.gc_pauses.install(self.metrics.registry)
@@ -257,6 +262,9 @@ class KafkaServer:
                 if self.store.deleted_topic_id(ulog.topic) == ulog.topic_id:
                     log.info("deleting the log of a topic deleted while this broker was down", topic=ulog.topic,
                              partition=ulog.partition)
+                    if self.store.deleted_topic_was_tiered(ulog.topic):
+                        from remote.rlm import topic_id_partition
+                        self._deleted_while_down.append(topic_id_partition(ulog))
                     self.log_manager.delete_log(ulog.topic, ulog.partition)
                 else:
                     log.warning("log of a topic unknown to the cluster metadata; kept, not served",

@@ -440,6 +440,12 @@ class EtcdMetadataStore(MetadataStore):
         except (KeyError, ValueError):
             return None
 
+    def deleted_topic_was_tiered(self, name: str) -> bool:
+        """Whether the last deletion of `name` was of a topic with remote.storage.enable: a replica that was down
+        then marks its remote partitions deleted when it comes back (tombstones from before this field: no)."""
+        d = self.image.deleting.get(name)
+        return bool(d and d.get("remote_storage"))
+
     def deleted_topic(self, name: str) -> TopicInfo | None:
         """The TopicInfo of `name` as it was when it was last deleted (listeners of a 'topic' deletion)."""
         return self.image.deleted_topics.get(name)
@@ -505,7 +511,9 @@ class EtcdMetadataStore(MetadataStore):
             res = await self.txn([_cmp(tkey, "mod", "==", self.image.mod_revision(f"topics/{name}"))],
                                  [_delete(tkey), _delete(self.key(f"partitions/{name}/"), prefix=True),
                                   _put(self.key(f"deleting/{name}"),
-                                       _j({"topic_id": str(info.topic_id), "partitions": info.partitions}))],
+                                       _j({"topic_id": str(info.topic_id), "partitions": info.partitions,
+                                           "remote_storage": str(info.configs.get("remote.storage.enable",
+                                                                                  "false")).lower() == "true"}))],
                                  [_get(tkey)])
             if res.succeeded:
                 for p in range(info.partitions):

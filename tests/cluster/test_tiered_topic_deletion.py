@@ -58,3 +58,34 @@ def test_remote_data_of_a_topic_whose_replicas_are_all_down_is_deleted_by_the_me
         assert hist[0] == "DELETE_PARTITION_MARKED" and "DELETE_PARTITION_STARTED" in hist, hist
     st = remote_log_state(c.bootstrap)
     assert all(s.state == "DELETE_SEGMENT_FINISHED" for p in range(PARTITIONS) for s in st.for_partition(TOPIC, p))
+
+
+def test_a_tiered_topic_deleted_while_its_replicas_were_down_is_removed_when_one_returns(
+        cluster_factory: Callable[..., StrataCluster], moto: MotoServer) -> None:
+    """The broker that deletes a topic retries DELETE_PARTITION_MARKED until it is recorded -- but it may die first.
+    Here the marks cannot be written at all (the topic's data and its remote log metadata live on broker 3 alone,
+    which is down), then every other broker dies too: broker 3, finding the logs of a tiered topic deleted while it
+    was down, marks them itself, and the remote data goes."""
+    topic = "tiered-deleted-while-down"
+    s3 = s3_overrides(moto)
+    topic_prefix = f"{s3['rsm.config.key.prefix']}{topic}-"
+    c = cluster_factory(3, overrides={**TIERED_CLUSTER, **s3})
+    replicate_metadata_topic(c, [DOWN])
+    c.create_topic(topic, replica_assignment=[[DOWN]] * 2,
+                   config={"remote.storage.enable": True, "segment.bytes": 4096})
+    produce_all(c.bootstrap, topic, [Rec(p, None, encode_value(f"p{p}", i, 200)) for p in range(2) for i in range(60)],
+                **{"linger.ms": 5, "batch.size": 2048})
+    wait_tiered_everywhere(c, topic, 2)
+    assert moto.keys(topic_prefix)
+
+    c.kill9(DOWN)
+    with AdminClient(c.bootstrap, timeout=30) as admin:
+        admin.delete_topic(topic)         # answered, though no metadata partition has a leader to take the marks
+    for i in c.live_ids():
+        c.kill9(i)                        # the deleter dies with its retries
+    c.start(DOWN)
+    wait_until(lambda: not moto.keys(topic_prefix), timeout=60, interval=0.5,
+               message=lambda: f"objects left {len(moto.keys(topic_prefix))}")
+    st = remote_log_state(c.broker(DOWN).bootstrap)
+    states = {p: hist for (t, p, _), hist in st.partition_deletes.items() if t == topic}
+    assert sorted(states) == [0, 1] and all(h[-1] == "DELETE_PARTITION_FINISHED" for h in states.values()), states

@@ -44,21 +44,23 @@ def s3_overrides(moto: MotoServer) -> dict[str, object]:
     return {"remote.log.storage.manager.class.name": "s3", **{f"rsm.config.{k}": v for k, v in cfg.items()}}
 
 
-def replicate_metadata_topic(c: StrataCluster) -> None:
-    """Every broker's RLMM reads its local replicas of `__remote_log_metadata`: give every partition every broker."""
+def replicate_metadata_topic(c: StrataCluster, replicas: list[int] | None = None) -> None:
+    """Every broker's RLMM reads its local replicas of `__remote_log_metadata`: give every partition every broker
+    (or `replicas`)."""
     md = c.metadata(["__remote_log_metadata"])
     n = len(md.topics[0].partitions)
+    replicas = list(replicas or c.ids)
     R = REQUEST_CLASSES[ApiKey.ALTER_PARTITION_REASSIGNMENTS]
     T = R.ReassignableTopic
     req = R(version=0, timeout_ms=30000, topics=[T(name="__remote_log_metadata", partitions=[
-        T.ReassignablePartition(partition_index=i, replicas=list(c.ids)) for i in range(n)])])
+        T.ReassignablePartition(partition_index=i, replicas=replicas) for i in range(n)])])
     with WireClient(c.broker(1).host, c.broker(1).port, timeout=30) as w:
         resp = w.recv(RESPONSE_CLASSES[ApiKey.ALTER_PARTITION_REASSIGNMENTS], 0, w.send(req))
     assert resp.error_code == 0
     assert all(p.error_code == 0 for t in resp.responses for p in t.partitions), resp
     for i in range(n):
-        wait_until(lambda i=i: set(c.replicas_of("__remote_log_metadata", i)) == set(c.ids), timeout=30)
-        c.wait_isr("__remote_log_metadata", i, set(c.ids), timeout=30)
+        wait_until(lambda i=i: set(c.replicas_of("__remote_log_metadata", i)) == set(replicas), timeout=30)
+        c.wait_isr("__remote_log_metadata", i, set(replicas), timeout=30)
 
 
 def values(name: str, n: int) -> list[bytes]:
