@@ -149,6 +149,8 @@ class KafkaApis:
             if forwarded is not None:
                 self._completed(name, received)
                 return reframe(forwarded, hdr.correlation_id)
+        elif fwd is not None and not fwd.is_controller():
+            await fwd.settle_forwarded(hdr.api_key, ctx.client_id)
         try:
             resp = await self.handlers[hdr.api_key](self.server, ctx, req)
         except CloseConnection:

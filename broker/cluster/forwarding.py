@@ -36,6 +36,7 @@ CONTROLLER_APIS = frozenset({
 })
 FORWARDED_PREFIX = "strata-forwarded-by-"
 DEFAULT_TIMEOUT_S = 30.0
+FORWARDED_SETTLE_S = 3.0      # a forwarded request waits this long for this broker to take up the controllership
 AUTO_CREATE_VERSION = 7
 _CORR = struct.Struct(">i")
 
@@ -83,6 +84,18 @@ class ControllerChannel:
 
     def should_forward(self, api_key: int, client_id: str | None) -> bool:
         return api_key in CONTROLLER_APIS and not is_forwarded(client_id) and not self.is_controller()
+
+    async def settle_forwarded(self, api_key: int, client_id: str | None) -> None:
+        """A request forwarded here because the sender's image names this broker controller, before this broker has
+        taken the office up (its election write returns after other brokers may have seen it): wait a moment for
+        that instead of answering NOT_CONTROLLER, which the forwarder would relay to the client. (Kafka's forwarding
+        thread re-sends on NOT_CONTROLLER; here the receiver waits.)"""
+        if api_key not in CONTROLLER_APIS or not is_forwarded(client_id):
+            return
+        deadline = time.monotonic() + FORWARDED_SETTLE_S
+        while not self.is_controller() and (left := deadline - time.monotonic()) > 0:
+            # polled too: taking office sets the controller's epoch, which is no image change
+            await self.server.store.wait_for(self.is_controller, min(left, 0.05))
 
     async def forward(self, payload: bytes | memoryview, api_key: int, version: int, client_id: str | None,
                       req: Any) -> bytes | None:

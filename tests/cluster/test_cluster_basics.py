@@ -21,6 +21,7 @@ from kafka.protocol.admin import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
+from broker.admin_client import AdminClient
 from broker.cluster.forwarding import FORWARDED_PREFIX
 from broker.handlers.metadata import DEPARTED_BROKER_GRACE_S
 from protocol.errors import ErrorCode
@@ -229,3 +230,18 @@ def test_metadata_auto_creation_on_another_broker_goes_through_the_controller(cl
         assert md.error_code == 0 and len(md.partitions) == 1, md
     assert _counter(c, other, "strata_forwarding_requests_total", "CreateTopics") == 1
     assert _counter(c, ctl, "strata_network_requests_total", "CreateTopics") == 1
+
+
+def test_admin_requests_sent_as_the_controller_dies_are_answered_by_its_successor(cluster_factory) -> None:
+    # The survivors learn the new controller from etcd, possibly before the new controller itself has taken the
+    # office up: a request forwarded to it then must wait for that, not come back NOT_CONTROLLER to the client.
+    c = cluster_factory(3)
+    for round_ in range(4):
+        controller = c.metadata([]).controller_id
+        survivor = next(i for i in c.live_ids() if i != controller)
+        c.kill9(controller)
+        with AdminClient(c.broker(survivor).bootstrap, timeout=30) as admin:
+            admin.create_topic(f"after-controller-kill-{round_}", 1, 2)
+            admin.delete_topic(f"after-controller-kill-{round_}")
+        c.start(controller)
+        c.wait_registered()
