@@ -149,8 +149,8 @@ class KafkaApis:
             if forwarded is not None:
                 self._completed(name, received)
                 return reframe(forwarded, hdr.correlation_id)
-        elif fwd is not None and not fwd.is_controller():
-            await fwd.settle_forwarded(hdr.api_key, ctx.client_id)
+        elif fwd is not None and fwd.forwarded_too_early(hdr.api_key, ctx.client_id):
+            await fwd.settle_forwarded()
         try:
             resp = await self.handlers[hdr.api_key](self.server, ctx, req)
         except CloseConnection:

@@ -218,8 +218,7 @@ class ReplicaManager:
             from remote.rlm import topic_id_partition
             tip = topic_id_partition(p.log)
             if delete_remote:
-                task = asyncio.ensure_future(self.rlm.mark_partitions_deleted([tip], 0))
-                task.add_done_callback(_consume_exception)
+                self.rlm.start_marking_deleted([tip])
             else:
                 self.rlm.stop_replica(tip)
                 if self.rlmm is not None:
@@ -293,8 +292,7 @@ class ReplicaManager:
             p.log.highest_offset_in_remote_storage = -1
             if self.rlm is not None and p.is_leader:
                 from remote.rlm import topic_id_partition
-                task = asyncio.ensure_future(self.rlm.mark_partitions_deleted([topic_id_partition(p.log)], 0))
-                task.add_done_callback(_consume_exception)
+                self.rlm.start_marking_deleted([topic_id_partition(p.log)])
 
     def update_topic_config(self, info: TopicInfo) -> None:
         cfg = self.config.log_config(info.configs)
@@ -717,4 +715,3 @@ __all__ = [
     "ProduceResult",
     "ReplicaManager",
 ]
-

@@ -166,7 +166,7 @@ class KafkaServer:
             if self._deleted_while_down:
                 # DELETE_PARTITION_MARKED again (a no-op if recorded): the broker that deleted the topic may have
                 # died before it could write the marks, and with every replica down nobody else would
-                await self.rlm.mark_partitions_deleted(self._deleted_while_down, 0)
+                self.rlm.start_marking_deleted(self._deleted_while_down)
         await self.group_coordinator.startup()      # loads __consumer_offsets in the background
         self.metrics.register_log_collector(self.replica_manager.all_logs)
         self.gc_pauses.install(self.metrics.registry)

@@ -626,11 +626,15 @@ class RemoteLogManager:
         except InvalidStateTransitionError:
             pass                      # marked (or started) meanwhile by another broker
 
-    async def mark_partitions_deleted(self, tips: list[TopicIdPartition], wait_s: float) -> int:
+    def start_marking_deleted(self, tips: list[TopicIdPartition]) -> list[asyncio.Task]:
         """mark_partition_deleted for each partition, at once, each retried with the task backoff in the background
         until it is recorded or the RLM closes: a mark that is never written leaves the data in remote storage for
-        good when no replica of the topic is left to mark it. Waits up to `wait_s`; returns how many are pending."""
-        tasks = [self._spawn(self._mark_deleted_until_recorded(tip)) for tip in tips]
+        good when no replica of the topic is left to mark it."""
+        return [self._spawn(self._mark_deleted_until_recorded(tip)) for tip in tips]
+
+    async def mark_partitions_deleted(self, tips: list[TopicIdPartition], wait_s: float) -> int:
+        """start_marking_deleted, then wait up to `wait_s`; returns how many marks are still pending."""
+        tasks = self.start_marking_deleted(tips)
         if not tasks:
             return 0
         _, pending = await asyncio.wait(tasks, timeout=wait_s)

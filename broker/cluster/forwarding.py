@@ -85,13 +85,14 @@ class ControllerChannel:
     def should_forward(self, api_key: int, client_id: str | None) -> bool:
         return api_key in CONTROLLER_APIS and not is_forwarded(client_id) and not self.is_controller()
 
-    async def settle_forwarded(self, api_key: int, client_id: str | None) -> None:
+    def forwarded_too_early(self, api_key: int, client_id: str | None) -> bool:
         """A request forwarded here because the sender's image names this broker controller, before this broker has
-        taken the office up (its election write returns after other brokers may have seen it): wait a moment for
-        that instead of answering NOT_CONTROLLER, which the forwarder would relay to the client. (Kafka's forwarding
-        thread re-sends on NOT_CONTROLLER; here the receiver waits.)"""
-        if api_key not in CONTROLLER_APIS or not is_forwarded(client_id):
-            return
+        taken the office up (its election write returns after other brokers may have seen it): it should wait a
+        moment for that (settle_forwarded) instead of answering NOT_CONTROLLER, which the forwarder would relay to
+        the client. (Kafka's forwarding thread re-sends on NOT_CONTROLLER; here the receiver waits.)"""
+        return api_key in CONTROLLER_APIS and is_forwarded(client_id) and not self.is_controller()
+
+    async def settle_forwarded(self) -> None:
         deadline = time.monotonic() + FORWARDED_SETTLE_S
         while not self.is_controller() and (left := deadline - time.monotonic()) > 0:
             # polled too: taking office sets the controller's epoch, which is no image change

@@ -1,6 +1,8 @@
 """Durability across restarts: clean SIGTERM restart, and kill -9 in the middle of a produce stream."""
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import urllib.request
 
@@ -185,8 +187,6 @@ def test_kill9_during_produce_keeps_every_acknowledged_record(broker_factory):
 def test_sigusr1_prints_where_each_task_waits_and_the_broker_goes_on(broker):
     """`kill -USR1` is the broker's thread dump: every asyncio task's stack, so a request that never completes shows
     the await it is parked on (py-spy sees only an idle event loop)."""
-    import os
-    import signal
 
     topic = "dumped"
     ck.create_topic(broker.bootstrap, topic, 1)
