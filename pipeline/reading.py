@@ -12,7 +12,9 @@ what is gone.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import bisect
+import contextlib
 import struct
 import threading
 import uuid
@@ -21,7 +23,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .client import DataLossError, consume_range, data_loss_message, log_start_offset
-from .decode import Columns, CorruptSegmentError, decode_batch
+from .decode import Columns, CorruptSegmentError, Decoded, decode_batches
 from .options import SourceOptions
 from .planning import OffsetRange, Piece
 
@@ -39,6 +41,7 @@ class ArrowEmitter:
         self.topic = topic
         self.partition = partition
         self.columns = Columns(with_headers="headers" in self.names)
+        self._constants: dict[str, Any] = {}
 
     def full(self) -> bool:
         return len(self.columns) >= ROWS_PER_BATCH
@@ -75,6 +78,48 @@ class ArrowEmitter:
                 raise ValueError(f"column {name!r} is not part of the strata source schema")
         c.clear()
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+    def _constant(self, name: str, t: Any, n: int) -> Any:
+        """The topic or partition column: one array of the largest length asked for so far, sliced."""
+        import pyarrow as pa
+
+        have = self._constants.get(name)
+        if have is None or len(have) < n:
+            have = self._constants[name] = pa.array([self.topic if name == "topic" else self.partition] * n, t)
+        return have.slice(0, n)
+
+    def batches(self, d: Decoded) -> Iterator[Any]:
+        """Record batches of at most ROWS_PER_BATCH rows (zero-copy slices) of records decoded in bulk; rows
+        the Columns still hold go first, so the order of offsets is kept."""
+        import pyarrow as pa
+
+        if len(self.columns):
+            yield self.take()
+        n = len(d)
+        schema = self.schema
+        arrays = []
+        for name in self.names:
+            t = schema.field(name).type
+            if name == "key":
+                arrays.append(d.keys)
+            elif name == "value":
+                arrays.append(d.values)
+            elif name in ("topic", "partition"):
+                arrays.append(self._constant(name, t, n))
+            elif name == "offset":
+                arrays.append(pa.array(d.offsets, t))
+            elif name == "timestamp":
+                arrays.append(pa.array(d.timestamps * 1000, pa.int64()).view(t))
+            elif name == "timestampType":
+                arrays.append(pa.array(d.timestamp_types, t))
+            elif name == "headers":
+                arrays.append(pa.array([None if h is None else [{"key": k, "value": v} for k, v in h]
+                                        for h in (d.headers or [None] * n)], t))
+            else:
+                raise ValueError(f"column {name!r} is not part of the strata source schema")
+        rb = pa.RecordBatch.from_arrays(arrays, schema=schema)
+        for at in range(0, n, ROWS_PER_BATCH):
+            yield rb.slice(at, ROWS_PER_BATCH)
 
 
 # -- broker pieces ------------------------------------------------------------------------------------------------
@@ -122,7 +167,9 @@ _DISK_CACHE_KEY = "fetch.chunk.cache.path"
 
 
 class RemoteStorage:
-    """A RemoteStorageManager driven from synchronous code: its own event loop on a daemon thread."""
+    """A RemoteStorageManager driven from synchronous code: its own event loop on a daemon thread. One per worker
+    process and configuration (``shared_storage``), since building it is not cheap: an S3 client parses botocore's
+    service model and builds a TLS context, about 0.1 s of CPU, paid again by every task otherwise."""
 
     def __init__(self, opts: SourceOptions) -> None:
         from remote.rsm import create_remote_storage_manager
@@ -146,6 +193,33 @@ class RemoteStorage:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(timeout=10)
             self.loop.close()
+
+
+_shared: dict[tuple[str, tuple[tuple[str, str], ...]], RemoteStorage] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_storage(opts: SourceOptions) -> RemoteStorage:
+    """The worker process's RemoteStorage for these options, built on first use. Spark reuses Python workers
+    across tasks (spark.python.worker.reuse, on by default), so the S3 client and its connections outlive a task;
+    it is closed when the worker exits."""
+    key = (opts.rsm_class, tuple(sorted((k, str(v)) for k, v in opts.rsm_config.items())))
+    with _shared_lock:
+        storage = _shared.get(key)
+        if storage is None:
+            if not _shared:
+                atexit.register(_close_shared)
+            storage = _shared[key] = RemoteStorage(opts)
+        return storage
+
+
+def _close_shared() -> None:
+    with _shared_lock:
+        storages = list(_shared.values())
+        _shared.clear()
+    for storage in storages:
+        with contextlib.suppress(Exception):     # the process is exiting; nothing is left to read
+            storage.close()
 
 
 def index_positions(index: bytes, base_offset: int) -> tuple[list[int], list[int]]:
@@ -200,7 +274,6 @@ def read_remote_piece(storage: RemoteStorage, opts: SourceOptions, r: OffsetRang
 
         refill()
         carry = b""
-        cols = out.columns
         try:
             while inflight:
                 p, e, fut = inflight.popleft()
@@ -213,6 +286,7 @@ def read_remote_piece(storage: RemoteStorage, opts: SourceOptions, r: OffsetRang
                 buf = carry + chunk if carry else chunk
                 consumed = 0
                 finished = False
+                wanted = []
                 for bpos, h in iter_batches(buf):
                     consumed = bpos + h.size
                     if h.base_offset >= hi:
@@ -224,9 +298,10 @@ def read_remote_piece(storage: RemoteStorage, opts: SourceOptions, r: OffsetRang
                         raise CorruptSegmentError(
                             f"{r.topic}-{r.partition}: batch at offset {h.base_offset} of remote segment "
                             f"{seg.remote_log_segment_id.id_str} fails its CRC check")
-                    decode_batch(buf, bpos, h, lo, hi, cols)
-                    if len(cols) >= ROWS_PER_BATCH:
-                        yield out.take()
+                    wanted.append((bpos, h))
+                decoded = decode_batches(buf, wanted, lo, hi, out.columns.with_headers) if wanted else None
+                if decoded is not None:
+                    yield from out.batches(decoded)
                 if finished:
                     break
                 carry = buf[consumed:]
@@ -243,20 +318,13 @@ def read_remote_piece(storage: RemoteStorage, opts: SourceOptions, r: OffsetRang
 # -- one planned range --------------------------------------------------------------------------------------------
 def read_range(opts: SourceOptions, r: OffsetRange, arrow_schema: Any) -> Iterator[Any]:
     out = ArrowEmitter(arrow_schema, r.topic, r.partition)
-    storage: RemoteStorage | None = None
-    try:
-        for piece in r.pieces or (Piece(r.start, r.end, None),):
-            if piece.segment is not None:
-                if storage is None:
-                    storage = RemoteStorage(opts)
-                yield from read_remote_piece(storage, opts, r, piece, out)
-            else:
-                yield from read_broker_piece(opts, r, piece, out)
-        if len(out.columns):
-            yield out.take()
-    finally:
-        if storage is not None:
-            storage.close()
+    for piece in r.pieces or (Piece(r.start, r.end, None),):
+        if piece.segment is not None:
+            yield from read_remote_piece(shared_storage(opts), opts, r, piece, out)
+        else:
+            yield from read_broker_piece(opts, r, piece, out)
+    if len(out.columns):
+        yield out.take()
 
 
-__all__ = ["ArrowEmitter", "RemoteStorage", "byte_range", "index_positions", "read_range"]
+__all__ = ["ArrowEmitter", "RemoteStorage", "byte_range", "index_positions", "read_range", "shared_storage"]

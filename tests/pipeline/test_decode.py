@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.decode import Columns, CorruptSegmentError, decode_batch
+from pipeline.decode import CorruptSegmentError, decode_batches
 from protocol.records import (
     GZIP,
     LZ4,
@@ -56,15 +56,41 @@ def _expected(buf: bytes, lo: int, hi: int) -> list[tuple]:
 @pytest.mark.parametrize("lo, hi", [(0, 1 << 62), (13, 187), (39, 41), (200, 1 << 62), (0, 0)])
 def test_decode_matches_the_reference_decoder(lo, hi):
     buf = _log()
-    cols = Columns(with_headers=True)
-    for pos, h in iter_batches(buf):
-        decode_batch(buf, pos, h, lo, hi, cols)
-    got = list(zip(cols.keys, cols.values, cols.offsets, cols.timestamps, cols.timestamp_types,
-                   [[tuple(x) for x in hs] if hs else None for hs in cols.headers]))
-    assert got == _expected(buf, lo, hi)
+    d = decode_batches(buf, list(iter_batches(buf)), lo, hi, with_headers=True)
+    expected = _expected(buf, lo, hi)
+    if not expected:
+        assert d is None
+        return
+    got = list(zip(d.keys.to_pylist(), d.values.to_pylist(), d.offsets.tolist(), d.timestamps.tolist(),
+                   d.timestamp_types.tolist(), [[tuple(x) for x in hs] if hs else None for hs in d.headers]))
+    assert got == expected
     if hi > 205:
-        assert [t for t in cols.timestamp_types if t == 1] == [1] * 10      # LogAppendTime batch
-        assert max(cols.offsets) == 209                                    # the control batch at 210 is skipped
+        assert [t for t in d.timestamp_types.tolist() if t == 1] == [1] * 10      # LogAppendTime batch
+        assert max(d.offsets.tolist()) == 209                                    # the control batch at 210 is skipped
+
+
+def test_batches_decoded_one_by_one_equal_batches_decoded_together():
+    """Records of several batches are decoded in one pass; splitting the pass differently changes nothing."""
+    buf = _log()
+    batches = list(iter_batches(buf))
+    whole = decode_batches(buf, batches, 0, 1 << 62, with_headers=False)
+    parts = [decode_batches(buf, [b], 0, 1 << 62, with_headers=False) for b in batches]
+    parts = [p for p in parts if p is not None]
+    assert whole.headers is None
+    assert whole.values.to_pylist() == [v for p in parts for v in p.values.to_pylist()]
+    assert whole.offsets.tolist() == [o for p in parts for o in p.offsets.tolist()] == list(range(210))
+
+
+def test_long_varints_and_large_records():
+    """Multi-byte length prefixes and deltas (records of 100 KiB, timestamps far from the base)."""
+    recs = [(b"k" * 300, bytes([i]) * (100_000 + i), [], 10**12 + i * 10**9) for i in range(5)]
+    buf = build_batch(recs, base_offset=1000)
+    d = decode_batches(buf, list(iter_batches(buf)), 0, 1 << 62, with_headers=True)
+    assert d.offsets.tolist() == list(range(1000, 1005))
+    assert d.timestamps.tolist() == [10**12 + i * 10**9 for i in range(5)]
+    assert d.values.to_pylist() == [bytes([i]) * (100_000 + i) for i in range(5)]
+    assert d.keys.to_pylist() == [b"k" * 300] * 5
+    assert d.headers == [None] * 5
 
 
 def test_truncated_records_section_is_reported():
@@ -72,4 +98,58 @@ def test_truncated_records_section_is_reported():
     h = BatchHeader(bytes(batch), 0)
     cut = bytes(batch[:-40])
     with pytest.raises(CorruptSegmentError):
-        decode_batch(cut, 0, h, 0, 10, Columns(False))
+        decode_batches(cut, [(0, h)], 0, 10, False)
+
+
+def test_a_record_that_overruns_its_length_prefix_is_reported():
+    batch = bytearray(build_batch([b"x" * 50 for _ in range(3)]))
+    batch[-52] += 2            # the last record's value length (varint 100 -> 102): past its record's end
+    with pytest.raises(CorruptSegmentError):
+        decode_batches(bytes(batch), list(iter_batches(bytes(batch))), 0, 10, False)
+
+
+@pytest.mark.parametrize("pattern", ["fixed", "runs", "random", "alternating", "tiny", "one"])
+def test_runs_of_equal_sizes_are_located_where_the_loop_finds_them(pattern):
+    """The NumPy run check (records of one size located together) against the record-by-record loop."""
+    import random
+
+    import numpy as np
+
+    from pipeline.decode import _locate, _record_starts
+
+    rnd = random.Random(pattern)
+    n = {"tiny": 3, "one": 1}.get(pattern, 3000)
+    sizes = {"fixed": lambda i: 100, "runs": lambda i: 100 + (i // 700) * 13,
+             "random": lambda i: rnd.randint(0, 300), "alternating": lambda i: 50 + i % 2,
+             "tiny": lambda i: 5, "one": lambda i: 10}[pattern]
+    recs = [(None if i % 11 == 0 else b"k", b"v" * sizes(i), [], 1_000 + (i % 90)) for i in range(n)]
+    buf = build_batch(recs, base_offset=0)
+    (pos, h), = list(iter_batches(buf))
+    starts, ends = [], []
+    _record_starts(buf, pos + 61, pos + h.size, n, 0, 5, starts, ends)
+    got_starts, got_ends = _locate(np, buf, np.frombuffer(buf, dtype=np.uint8), pos + 61, pos + h.size, n, 0, 5)
+    assert got_starts.tolist() == starts
+    assert got_ends.tolist() == ends
+    with pytest.raises(CorruptSegmentError):      # one record fewer than the section holds
+        _locate(np, buf, np.frombuffer(buf, dtype=np.uint8), pos + 61, pos + h.size, n - 1, 0, 0)
+
+
+def test_an_executor_process_keeps_one_remote_storage_per_configuration(tmp_path):
+    """Tasks in one Python worker share the RemoteStorageManager (building an S3 client costs ~0.1 s of CPU);
+    other rsm.config values get another one."""
+    from pipeline.options import parse_source_options
+    from pipeline.reading import shared_storage
+
+    def opts(directory):
+        return parse_source_options({"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t", "read.mode": "direct",
+                                     "rsm.class.name": "local", "rsm.config.dir": str(directory)}, streaming=False)
+
+    a, b = shared_storage(opts(tmp_path / "a")), shared_storage(opts(tmp_path / "a"))
+    c = shared_storage(opts(tmp_path / "c"))
+    assert a is b
+    assert c is not a
+    assert a.call(_probe(a.rsm)) == "ok"          # its event loop thread is alive for the next task
+
+
+async def _probe(rsm):
+    return "ok" if rsm is not None else "no rsm"
