@@ -748,8 +748,9 @@ class RemoteLogManager:
         return True
 
     def _read_ahead_next(self, ulog: UnifiedLog, meta: RemoteLogSegmentMetadata) -> None:
-        """A read reached the end of `meta`: have the RSM load the next segment of the lineage (its start) and the
-        index cache its indexes, so a sequential consumer does not wait for them at every segment boundary."""
+        """A read reached the end of `meta`: have the RSM load the next segment of the lineage (its start), so a
+        sequential consumer does not wait for it at the segment boundary. Its indexes are not needed there: a read
+        from a segment's start offset begins at position 0."""
         if self._closed or meta.remote_log_segment_id.id in self._read_ahead_done:
             return
         self._read_ahead_done[meta.remote_log_segment_id.id] = None
@@ -762,7 +763,6 @@ class RemoteLogManager:
                 if nxt is None or nxt.remote_log_segment_id == meta.remote_log_segment_id:
                     return
                 self.rsm.read_ahead(nxt, 0)
-                await self.index_cache.lookup_offset(nxt, nxt.start_offset)
             except Exception as e:  # noqa: BLE001 - a hint: the read that needs it reports any error
                 log.debug("remote read-ahead failed", topic=ulog.topic, partition=ulog.partition, error=repr(e))
 
@@ -792,7 +792,9 @@ class RemoteLogManager:
             epoch = ulog.epoch_for_offset(target)
             last = meta.end_offset if epoch is None else lineage_end_in_segment(ulog, meta, epoch)
             stop = last + 1 if max_offset is None else min(last + 1, max_offset)
-            pos = await self.index_cache.lookup_offset(meta, target)
+            # A segment's first batch is at position 0: a read from its start (every segment boundary of a
+            # sequential reader) needs no index, so it does not wait for (or fetch) the segment's indexes
+            pos = 0 if target <= meta.start_offset else await self.index_cache.lookup_offset(meta, target)
             window = max(max_bytes, 1) + 64 * 1024
             end = min(pos + window, meta.segment_size_in_bytes) - 1
             if meta.segment_size_in_bytes - (end + 1) < self.rsm.read_ahead_bytes:

@@ -406,3 +406,29 @@ def test_event_loop_keeps_running_during_copy_and_reads(backend, tmp_path):
     assert len(ticks) >= 3
     assert max(cpu for _, cpu in ticks) < 0.1, sorted(cpu for _, cpu in ticks)[-5:]
     assert max(gap for gap, _ in ticks) < 1.0, sorted(gap for gap, _ in ticks)[-5:]
+
+
+def test_adjacent_chunks_of_an_untransformed_segment_come_with_one_get(moto, tmp_path):
+    """A read over several uncompressed chunks (and the chunks it prefetches) costs one ranged GET per run of
+    adjacent chunks, not one per chunk; the chunks cached from it give the segment's bytes at every boundary."""
+    seg = write_segment(tmp_path / "runs", 0, batches=2)
+    mib = 1024 * 1024
+    data = write_random_log(seg.log, 6 * mib + 5)
+    md = seg.metadata()
+    cfg = moto.rsm_config(**{"key.prefix": f"runs-{uuid.uuid4().hex[:6]}/", "chunk.size": mib,
+                             "fetch.chunk.cache.prefetch.max.size": 2 * mib})
+
+    async def body():
+        async with S3RemoteStorageManager.from_config(cfg) as rsm:
+            await rsm.copy_log_segment_data(md, seg.segment_data())
+        async with S3RemoteStorageManager.from_config(cfg) as rsm:
+            assert await rsm.fetch_log_segment(md, 10, 3 * mib - 1) == data[10:3 * mib]     # chunks 0-2
+            await rsm.chunk_cache.drain()                                               # prefetch of 3-4 done
+            # the manifest, chunks 0-2 in one GET, chunks 3-4 (the prefetch) in another
+            assert rsm.stats.requests == 3, rsm.stats
+            assert rsm.chunk_cache.stats.misses == 5 and rsm.chunk_cache.stats.prefetches == 2
+            for s, e in [(mib - 3, mib + 3), (0, 5 * mib - 1), (4 * mib + 7, 4 * mib + 7)]:
+                assert await rsm.fetch_log_segment(md, s, e) == data[s:e + 1], (s, e)
+            assert rsm.stats.requests == 4                  # chunk 5 (alone: the per-chunk load) for the last read
+
+    run(body)

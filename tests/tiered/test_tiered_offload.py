@@ -171,8 +171,9 @@ def _no_remote(h: Harness, topic: str) -> None:
 
 @pytest.mark.parametrize("backend_name", ["s3"])
 def test_a_sequential_reader_finds_the_next_segment_read_ahead(harness: Harness) -> None:
-    """A remote read that reaches the end of a segment has the next segment's first chunk and its indexes loaded
-    in the background (S3 RSM with its chunk cache), so the read of that segment is served from the caches."""
+    """A remote read that reaches the end of a segment has the next segment's first chunk loaded in the background
+    (S3 RSM with its chunk cache), so the read of that segment is served from the cache. Reads from a segment's
+    start offset begin at position 0: no index of any segment is fetched."""
     (Scenario("read-ahead").create_topic("t", partitions=1, configs=LOCAL_TAIL).produce("t", 0, 55)
         .wait_for_offload("t", 0, up_to_offset=49).expect_earliest_local_offset("t", 0, 50).run(harness))
 
@@ -192,16 +193,15 @@ def test_a_sequential_reader_finds_the_next_segment_read_ahead(harness: Harness)
 
     c0 = counters()
     assert fetch(0) == list(range(SEG))                 # segment 0, read to its end
-    # segment 0 loaded for the read (1 chunk, its indexes), segment 1 read ahead (1 chunk, its indexes)
+    # segment 0 loaded for the read (1 chunk), segment 1 read ahead (1 chunk)
     c1 = harness.wait("segment 1 read ahead", counters,
-                      lambda c: c["prefetches"] > c0["prefetches"] and c["chunk_misses"] >= c0["chunk_misses"] + 2
-                      and c["index_misses"] >= c0["index_misses"] + 2)
-    assert fetch(SEG) == list(range(SEG, 2 * SEG))      # segment 1, from the caches; segment 2 is read ahead
+                      lambda c: c["prefetches"] > c0["prefetches"] and c["chunk_misses"] >= c0["chunk_misses"] + 2)
+    assert fetch(SEG) == list(range(SEG, 2 * SEG))      # segment 1, from the cache; segment 2 is read ahead
     c2 = harness.wait("segment 2 read ahead", counters,
-                      lambda c: c["prefetches"] > c1["prefetches"] and c["index_misses"] > c1["index_misses"])
+                      lambda c: c["prefetches"] > c1["prefetches"] and c["chunk_misses"] > c1["chunk_misses"])
     assert c2["chunk_hits"] > c1["chunk_hits"], (c1, c2)
-    # one load each (segment 2's read-ahead): nothing of segment 1 was loaded again
-    assert (c2["chunk_misses"], c2["index_misses"]) == (c1["chunk_misses"] + 1, c1["index_misses"] + 1), (c1, c2)
+    # one load (segment 2's read-ahead): nothing of segment 1 was loaded again, and no index was needed
+    assert (c2["chunk_misses"], c2["index_misses"]) == (c1["chunk_misses"] + 1, c0["index_misses"]), (c0, c1, c2)
 
 
 @pytest.mark.parametrize("backend_name", ["local"])

@@ -194,3 +194,41 @@ def test_bad_arguments():
         ChunkCache(-1)
     with pytest.raises(ValueError):
         ChunkCache(10, prefetch_chunks=-1)
+
+
+def test_runs_of_missing_chunks_load_together_and_failures_reach_every_waiter():
+    """With a run loader, adjacent missing chunks come from one call; a cached chunk splits the run, a lone
+    missing chunk goes to the per-chunk loader; a failed run fails each of its chunks and is not cached."""
+    async def body():
+        src = Source(10)
+        runs: list[range] = []
+        fail = {"on": False}
+
+        async def run_loader(run: range) -> list[bytes]:
+            runs.append(run)
+            await asyncio.sleep(0)           # a real load awaits its GET: the readers are waiting on it by then
+            if fail["on"]:
+                raise OSError("run boom")
+            return [bytes([i % 256]) * 10 for i in run]
+
+        cache = ChunkCache(10_000, prefetch_chunks=2)
+        await cache.get(ChunkKey("s", 2), src.loader("s", 2))            # chunk 2 cached: splits 0..4
+        got = await cache.get_chunks("s", range(5), src.index_loader("s"), chunk_count=10,
+                                     run_loader=run_loader)
+        assert got == [bytes([i]) * 10 for i in range(5)]
+        await cache.drain()
+        # 0-1 and 3-4 requested, 5-6 prefetched as a run of their own; nothing per chunk but the first get of 2
+        assert runs == [range(2), range(3, 5), range(5, 7)]
+        assert src.loads == [ChunkKey("s", 2)]
+        assert cache.stats.prefetches == 2 and cache.stats.misses == 7
+
+        fail["on"] = True
+        with pytest.raises(OSError, match="run boom"):
+            await cache.get_chunks("s", range(7, 9), src.index_loader("s"), run_loader=run_loader)
+        assert ChunkKey("s", 7) not in cache and ChunkKey("s", 8) not in cache
+        fail["on"] = False
+        assert await cache.get_chunks("s", range(7, 9), src.index_loader("s"), run_loader=run_loader) == \
+            [b"\x07" * 10, b"\x08" * 10]
+        await cache.close()
+
+    asyncio.run(body())
