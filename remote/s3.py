@@ -12,7 +12,11 @@ range [i*C, (i+1)*C). With `compression.enabled` each chunk is compressed on its
 chunks are concatenated; the JSON manifest (`SegmentManifest`) lists each chunk's stored size, from which a reader
 derives the stored range of any chunk. Either way a read of [start, end] issues ranged GETs of just the chunks that
 cover it (through the chunk cache when one is configured, with prefetch of the following chunks). The manifest is
-written last, after the segment and its indexes, and is cached (LRU by entry count).
+written last, after the segment and its indexes, and is cached (LRU by entry count). An untransformed segment's
+manifest is also returned as custom metadata (KIP-917: `{"c": [chunk size, size]}`, 23 bytes) and so stored with the
+segment's metadata in `__remote_log_metadata`: a reader with that metadata (any broker, a Spark executor) needs no
+GET of the manifest, which was one of every two requests of a sequential cold read. It is left out where it would
+take the custom metadata past Kafka's default cap of 128 bytes (`custom.metadata.fields.include` with OBJECT_KEY).
 
 Uploads: a `.log` larger than `s3.multipart.upload.part.size` goes up as a multipart upload (parts uploaded
 concurrently, `s3.multipart.upload.concurrency`); any failure aborts the upload and removes the segment's objects
@@ -64,7 +68,7 @@ from protocol.records import BufferChain
 
 from .chunk_cache import ChunkCache, ChunkKey
 from .executors import RemoteExecutors
-from .metadata import LogSegmentData, RemoteLogSegmentMetadata, TopicIdPartition
+from .metadata import LogSegmentData, RemoteLogSegmentMetadata, TopicIdPartition, encode_custom_metadata
 from .pieces import Pieces
 from .rsm import (
     LOG_SUFFIX,
@@ -83,6 +87,8 @@ log = structlog.get_logger("strata.remote")
 
 T = TypeVar("T")
 MANIFEST_SUFFIX = ".rsm-manifest"
+MANIFEST_HINT = "c"             # custom metadata key: [chunk size, size] of an untransformed segment
+CUSTOM_METADATA_DEFAULT_MAX_BYTES = 128     # Kafka's remote.log.metadata.custom.metadata.max.bytes default
 MIB = 1 << 20
 S3_MIN_PART_SIZE = 5 * MIB
 COMPRESSION_ZSTD = "zstd"
@@ -315,6 +321,18 @@ def _warm_botocore_loader(session: Any) -> None:
                        (loader.load_data, ("sdk-default-configuration",)), (loader.load_data, ("_retry",))):
         with contextlib.suppress(Exception):
             load(*args)
+
+
+def _manifest_from_hint(custom: Mapping[str, Any] | None) -> SegmentManifest | None:
+    """The manifest of an untransformed segment from its custom metadata (written by `copy_log_segment_data`);
+    None when the metadata has no usable hint (a compressed segment, or one copied before hints existed)."""
+    hint = custom.get(MANIFEST_HINT) if custom else None
+    if not (isinstance(hint, list) and len(hint) == 2 and all(type(v) is int for v in hint)):
+        return None
+    try:
+        return SegmentManifest(hint[0], hint[1])
+    except ValueError:
+        return None
 
 
 def _http_timestamp(value: Any) -> datetime.datetime:
@@ -588,8 +606,6 @@ class S3RemoteStorageManager(RemoteStorageManager):
 
     def _custom_metadata(self, metadata: RemoteLogSegmentMetadata, manifest: SegmentManifest) -> dict[str, Any] | None:
         fields = self.config.custom_metadata_fields
-        if not fields:
-            return None
         out: dict[str, Any] = {}
         if "REMOTE_SIZE" in fields:
             out["remote_size"] = manifest.stored_size
@@ -597,7 +613,11 @@ class S3RemoteStorageManager(RemoteStorageManager):
             out["object_prefix"] = self.config.key_prefix
         if "OBJECT_KEY" in fields:
             out["object_key"] = self.partition_prefix(metadata.topic_id_partition) + segment_file_prefix(metadata)
-        return out
+        if not manifest.compression:       # the hint only where it keeps the whole within Kafka's default cap
+            hinted = {**out, MANIFEST_HINT: [manifest.chunk_size, manifest.original_size]}
+            if len(encode_custom_metadata(hinted) or b"") <= CUSTOM_METADATA_DEFAULT_MAX_BYTES:
+                out = hinted
+        return out or None
 
     async def _put_file(self, key: str, path: Path) -> None:
         await self._put(key, await self._run(path.read_bytes))
@@ -744,6 +764,10 @@ class S3RemoteStorageManager(RemoteStorageManager):
         m = self._manifests.get(sid)
         if m is not None:
             self._manifests.move_to_end(sid)
+            return m
+        m = _manifest_from_hint(metadata.custom_metadata)
+        if m is not None:
+            self._remember_manifest(metadata, m)
             return m
         fut = self._manifest_loads.get(sid)
         if fut is None:

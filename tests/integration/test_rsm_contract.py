@@ -95,7 +95,10 @@ def test_copy_fetch_full_and_indexes(backend, seg):
 
     async def body():
         async with backend.make() as rsm:
-            assert await rsm.copy_log_segment_data(md, seg.segment_data()) is None
+            custom = await rsm.copy_log_segment_data(md, seg.segment_data())
+            # LocalTieredStorage has none; S3 returns an uncompressed segment's manifest (chunk size, size)
+            hinted = backend.kind != "local" and not backend.kind.endswith("zstd")
+            assert custom == ({"c": [rsm.config.chunk_size, seg.size]} if hinted else None)
             assert await rsm.fetch_log_segment(md, 0) == seg.log_bytes()
             assert await rsm.fetch_log_segment(md, 0, seg.size - 1) == seg.log_bytes()
             assert await rsm.fetch_index(md, IndexType.OFFSET) == seg.offset_index.read_bytes()
@@ -291,6 +294,7 @@ def test_default_credential_chain_and_custom_metadata(moto, seg, monkeypatch):
     from remote.metadata import encode_custom_metadata
     from remote.rsm import partition_dir_name
 
+    # the manifest hint is left out: with it the custom metadata would pass Kafka's default cap of 128 bytes
     assert custom == {"remote_size": seg.size, "object_key": f"creds/{partition_dir_name(md.topic_id_partition)}/"
                       f"{md.start_offset:020d}-{md.remote_log_segment_id.id_str}"}
     assert len(encode_custom_metadata(custom)) <= 128  # Kafka's default custom metadata cap
@@ -430,5 +434,34 @@ def test_adjacent_chunks_of_an_untransformed_segment_come_with_one_get(moto, tmp
             for s, e in [(mib - 3, mib + 3), (0, 5 * mib - 1), (4 * mib + 7, 4 * mib + 7)]:
                 assert await rsm.fetch_log_segment(md, s, e) == data[s:e + 1], (s, e)
             assert rsm.stats.requests == 4                  # chunk 5 (alone: the per-chunk load) for the last read
+
+    run(body)
+
+
+@pytest.mark.parametrize("compression", ["false", "true"])
+def test_the_manifest_travels_in_custom_metadata_for_untransformed_segments(moto, seg, compression):
+    """An uncompressed segment's copy returns its manifest as custom metadata (KIP-917), so a reader given that
+    metadata (another broker, a restarted one, a Spark executor) GETs only the chunks; a compressed one's manifest
+    (per-chunk sizes) is still read from its object."""
+    import dataclasses
+
+    md = seg.metadata()
+    cfg = moto.rsm_config(**{"key.prefix": f"hint-{uuid.uuid4().hex[:6]}/", "chunk.size": CHUNK,
+                             "compression.enabled": compression, "fetch.chunk.cache.prefetch.max.size": 0})
+
+    async def body():
+        async with S3RemoteStorageManager.from_config(cfg) as rsm:
+            custom = await rsm.copy_log_segment_data(md, seg.segment_data())
+        if compression == "true":
+            assert custom is None
+            return
+        assert custom == {"c": [CHUNK, seg.size]}
+        async with S3RemoteStorageManager.from_config(cfg) as rsm:         # a reader that never saw the copy
+            hinted = dataclasses.replace(md, custom_metadata=custom)
+            assert await rsm.fetch_log_segment(hinted, 3, CHUNK + 9) == seg.log_bytes()[3:CHUNK + 10]
+            assert rsm.stats.requests == 1                # chunks 0 and 1 in one GET; no manifest GET
+        async with S3RemoteStorageManager.from_config(cfg) as rsm:         # without the hint: the manifest object
+            assert await rsm.fetch_log_segment(md, 3, 9) == seg.log_bytes()[3:10]
+            assert rsm.stats.requests == 2
 
     run(body)
