@@ -159,7 +159,7 @@ def measure(mib: int = 512, partitions: int = 2, reps: int = 3, storage: str = "
         warm = {"endingOffsets": json.dumps({TOPIC: {str(p): 2000 for p in range(partitions)}})}
         _spark_read(spark, {**base, **warm})
         _spark_read(spark, {**direct, **warm})
-        # Spark's cost per query (planning in fresh Python processes, scheduling, task start), the same in both
+        # Spark's cost per query (planning in its Python workers, scheduling, task start), the same in both
         # modes: the best of a few reads of 2000 records per partition
         overhead = {mode: min(_spark_read(spark, {**o, **warm})[0] for _ in range(3))
                     for mode, o in (("broker", base), ("direct", direct))}
