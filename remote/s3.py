@@ -454,8 +454,16 @@ class S3RemoteStorageManager(RemoteStorageManager):
         return self._client
 
     async def warm_up(self) -> None:
-        """The client (botocore's models take ~0.5 s to load) at broker start, not on the first copy or read."""
-        await self._get_client()
+        """The client (botocore's models take ~0.5 s to load) at broker start, not on the first copy or read; then
+        one HeadBucket, so that the aiohttp session (its TLS context is built on the first request, even for an
+        http:// endpoint), a pooled connection and botocore's per-operation caches are ready too. That request
+        failing changes nothing: the first real request retries as usual."""
+        client = await self._get_client()
+        try:
+            async with asyncio.timeout(self.config.attempt_timeout_s):
+                await client.head_bucket(Bucket=self.config.bucket)
+        except Exception as e:  # noqa: BLE001 - a warm-up only
+            log.info("S3 warm-up request failed", bucket=self.config.bucket, error=repr(e))
 
     async def _call(self, what: str, op: Callable[[Any], Awaitable[T]]) -> T:
         """Run `op(client)` with a per-attempt timeout, retries with backoff + full jitter, an overall deadline."""

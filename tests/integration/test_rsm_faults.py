@@ -219,3 +219,25 @@ def test_a_body_corrupted_in_transit_is_refused_and_sent_again(seaweed, seg, che
                 assert rsm.stats.retries == 0            # stored as corrupted, nothing noticed
 
     run(body)
+
+
+def test_warm_up_readies_the_client_with_one_head_and_never_fails(moto, seg):
+    """The broker warms its S3 client up at start (RemoteLogManager.start): one HeadBucket builds the HTTP session
+    and a pooled connection before the first remote read; an unanswered or failing warm-up is only logged."""
+    prefix = f"f-{uuid.uuid4().hex[:8]}/"
+    md = seg.metadata()
+
+    async def body():
+        async with proxied_rsm(moto, prefix) as (proxy, rsm):
+            await rsm.warm_up()
+            assert proxy.log.requests == [("HEAD", f"/{moto.bucket}")]
+        async with proxied_rsm(moto, prefix, **{"s3.api.call.attempt.timeout.ms": 300}) as (proxy, rsm):
+            proxy.add(Fault("hang", method="HEAD"))
+            t0 = time.monotonic()
+            await rsm.warm_up()                          # no exception, bounded by one attempt timeout
+            assert time.monotonic() - t0 < 5.0
+            await rsm.copy_log_segment_data(md, seg.segment_data())
+            assert await rsm.fetch_log_segment(md, 0, 99) == seg.log_bytes()[:100]
+            assert "hang" in proxy.log.faults_applied
+
+    run(body)
