@@ -48,6 +48,7 @@ class Settings:
     group_join_timeout: float = 60.0        # subscribe -> stable group (Tansu needs ~session.timeout/2 per join)
     group_join_time_cap: float = 20.0       # join-latency runs stop starting new runs after this
     tiered_produce_reps: int = 3            # tiering on/off produce repetitions (alternating)
+    tiered_read_reps: int = 3               # cold read / raw GET repetitions (interleaved, medians compared)
     tiered_offload_timeout: float = 120.0
     tiered_read_time_cap: float = 60.0
 
@@ -55,7 +56,7 @@ class Settings:
     def quick(cls) -> Settings:
         return cls(produce_records=30_000, produce_time_cap=8.0, drain_grace=5.0, consume_time_cap=8.0,
                    consume_min_seconds=1.0, latency_duration=4.0, max_reps=1, group_join_time_cap=8.0,
-                   tiered_produce_reps=1, tiered_offload_timeout=60.0, tiered_read_time_cap=30.0)
+                   tiered_produce_reps=1, tiered_read_reps=1, tiered_offload_timeout=60.0, tiered_read_time_cap=30.0)
 
 
 @dataclass

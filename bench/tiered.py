@@ -14,7 +14,8 @@ of its own with ``remote.log.storage.manager.class.name=s3`` pointed at it, then
    then one raw Fetch client (``bench/rawfetch.py``, no record decoding, 16 MiB per partition per request) reads
    [0, earliest local offset) -- all of it from S3 through the RemoteLogReader pool and the chunk cache.
 4. **raw GET**: the same bytes fetched directly with aiobotocore: list the partition's ``.log`` objects below the
-   earliest local offset and GET each of them whole, one after the other (aim: cold >= 80 % of this).
+   earliest local offset and GET each of them whole, one after the other (aim: cold >= 80 % of this). Steps 3 and
+   4 alternate ``tiered_read_reps`` times (a restart before each cold read) and their medians are compared.
 5. **warm remote read**: the same range read again; the chunk cache (``rsm.config.fetch.chunk.cache.size``
    256 MiB, larger than the data set) serves it.
 """
@@ -205,6 +206,10 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
+def _each(runs: list[dict]) -> str:
+    return ", ".join(f"{r.get('mib_s', 0):.0f}" for r in runs)
+
+
 def _median(xs: list[float]) -> float | None:
     s = sorted(xs)
     return s[(len(s) - 1) // 2] if s else None
@@ -299,30 +304,38 @@ def run(results: dict) -> None:
             f"produced; offsets [0, {end}) only in S3 after offload ({off_state['seconds']:.1f}s after the last "
             f"produce); log end {off_state['log_end']}")
 
-        # 3. cold read after a restart
-        restart_s = broker.restart()
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # remote metadata loaded again (ListOffsets -5 answers from the RLMM)
-            err, tiered = rawfetch.list_offset(broker.bootstrap, data_topic, 0, -5)
-            if err == 0 and tiered >= end - 1:
-                break
-            time.sleep(0.2)  # polling interval of a condition wait
-        broker.wait_quiet()
-        cold = _raw_read(broker, data_topic, remote_records, s, metrics_url, "cold")
-        raw["cold"] = cold
-        log(f"cold remote read: {cold.get('mib_s', 0):.1f} MiB/s {cold['remote_metrics']} {cold['errors'] or ''}")
-        section["errors"] += [f"cold read: {e}" for e in cold["errors"]]
-
-        # 4. raw GET of the same bytes
+        # 3./4. cold read after a restart and a raw GET of the same bytes, interleaved repetitions: the ratio of
+        # their medians (either one alone varies by 10-20 % between repetitions on this machine)
         prefix = f"{KEY_PREFIX}{data_topic}-0-"
         objs = []
         for key, _size in s3.keys(prefix):
             m = _LOG_OBJECT.search(key)
             if m and int(m.group(1)) < end:
                 objs.append(key)
-        rawget = asyncio.run(_raw_get(s3.endpoint, s3.bucket, objs)) if objs else {"errors": ["no objects"]}
-        raw["raw_get"] = rawget
-        log(f"raw GET: {rawget.get('mib_s', 0):.1f} MiB/s ({len(objs)} objects)")
+        colds: list[dict] = []
+        rawgets: list[dict] = []
+        for rep in range(max(1, s.tiered_read_reps)):
+            restart_s = broker.restart()
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:  # remote metadata loaded again (ListOffsets -5 answers from the RLMM)
+                err, tiered = rawfetch.list_offset(broker.bootstrap, data_topic, 0, -5)
+                if err == 0 and tiered >= end - 1:
+                    break
+                time.sleep(0.2)  # polling interval of a condition wait
+            broker.wait_quiet()
+            cold = _raw_read(broker, data_topic, remote_records, s, metrics_url, f"cold-{rep}")
+            colds.append(cold)
+            log(f"cold remote read rep {rep + 1}: {cold.get('mib_s', 0):.1f} MiB/s {cold['remote_metrics']} "
+                f"{cold['errors'] or ''}")
+            section["errors"] += [f"cold read: {e}" for e in cold["errors"]]
+            rawget = asyncio.run(_raw_get(s3.endpoint, s3.bucket, objs)) if objs else {"errors": ["no objects"]}
+            rawgets.append(rawget)
+            log(f"raw GET rep {rep + 1}: {rawget.get('mib_s', 0):.1f} MiB/s ({len(objs)} objects)")
+        raw["cold"] = colds
+        raw["raw_get"] = rawgets
+        cold_mib_s = _median([c["mib_s"] for c in colds if "mib_s" in c])
+        cold_cpu = _median([c["cpu_s_per_gib"] for c in colds if "cpu_s_per_gib" in c])
+        g = _median([r["mib_s"] for r in rawgets if "mib_s" in r])
 
         # 5. warm read (chunk cache)
         broker.wait_quiet()
@@ -331,13 +344,12 @@ def run(results: dict) -> None:
         log(f"warm remote read: {warm.get('mib_s', 0):.1f} MiB/s {warm['remote_metrics']} {warm['errors'] or ''}")
         section["errors"] += [f"warm read: {e}" for e in warm["errors"]]
 
-        g = rawget.get("mib_s")
         section["rows"] += [
-            ["cold remote read (MiB/s) vs raw aiobotocore GET of the same objects", cold.get("mib_s"), g,
-             _ratio(cold.get("mib_s"), g), ">= 0.80"],
+            ["cold remote read (MiB/s) vs raw aiobotocore GET of the same objects", cold_mib_s, g,
+             _ratio(cold_mib_s, g), ">= 0.80"],
             ["warm remote read, chunk cache (MiB/s) vs raw GET", warm.get("mib_s"), g,
              _ratio(warm.get("mib_s"), g), "—"],
-            ["cold remote read, broker CPU s/GiB", cold.get("cpu_s_per_gib"), None, None, "—"],
+            ["cold remote read, broker CPU s/GiB", cold_cpu, None, None, "—"],
             ["warm remote read, broker CPU s/GiB", warm.get("cpu_s_per_gib"), None, None, "—"],
             ["offload: last produce -> copied and local retention done (s)", off_state.get("seconds"), None, None,
              "—"],
@@ -345,10 +357,11 @@ def run(results: dict) -> None:
         section["notes"].append(
             f"reads: one raw Fetch client (no record decoding, Fetch v11, 16 MiB per partition per request) over "
             f"[0, {end}); cold = first read after a broker restart ({restart_s:.1f}s), warm = the same range again; "
-            f"raw GET = {len(objs)} `.log` objects GET whole, sequentially, with aiobotocore")
+            f"raw GET = {len(objs)} `.log` objects GET whole, sequentially, with aiobotocore; cold read and raw GET "
+            f"alternate, {len(colds)} times, medians compared (MiB/s cold: {_each(colds)}; raw GET: {_each(rawgets)})")
         section["plot"] = {"title": "tiered storage (MiB/s, higher is better)", "bars": [
             ("produce, tiering off", off), ("produce, tiering on", on), ("raw S3 GET", g),
-            ("cold remote read", cold.get("mib_s")), ("warm remote read", warm.get("mib_s"))]}
+            ("cold remote read", cold_mib_s), ("warm remote read", warm.get("mib_s"))]}
     except Exception as e:  # noqa: BLE001 - a failure here must not lose the rest of the run
         section["errors"].append(f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=5)}")
         if broker is not None:
