@@ -35,13 +35,27 @@ def _venv_bin(name: str) -> str:
     return found
 
 
+def _pair_port_range() -> range:
+    """Ports p such that p and p + 10000 both lie below the kernel's ephemeral range: an outgoing connection's
+    local port can take a free port from under a server that has not bound it yet, which is how `weed mini` once
+    died on its filer's gRPC port (p + 10000 was in 32768-60999)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    top = low - GRPC_OFFSET
+    return range(10000, top) if top - 10000 >= 2000 else range(20000, 55000)
+
+
 def free_port_pairs(n: int, avoid: set[int] | None = None) -> list[int]:
-    """``n`` ports p in [20000, 55000) with p and p + 10000 both free."""
+    """``n`` ports p with p and p + 10000 both free (see ``_pair_port_range``)."""
     rnd = random.Random()
+    ports = _pair_port_range()
     out: list[int] = []
     avoid = set(avoid or ())
     for _ in range(2000):
-        p = rnd.randrange(20000, 55000)
+        p = rnd.choice(ports)
         if p in avoid or p + GRPC_OFFSET in avoid:
             continue
         socks = []
@@ -106,8 +120,23 @@ class SeaweedFS:
         return args
 
     def start(self) -> SeaweedFS:
+        """Start on free ports; when another process took one between our choice and weed's bind, start again on
+        new ones (twice at most)."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        for attempt in range(3):
+            logged = self.log_path.stat().st_size if self.log_path.exists() else 0
+            try:
+                return self._start_once()
+            except RuntimeError:
+                with open(self.log_path, "rb") as f:
+                    f.seek(logged)
+                    lost_port = b"address already in use" in f.read().lower()
+                if not lost_port or attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _start_once(self) -> SeaweedFS:
         self.port = free_port_pairs(1)[0]
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
         with open(self.log_path, "ab") as log:
@@ -117,7 +146,8 @@ class SeaweedFS:
         last: Exception | None = None
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"weed exited with code {self.proc.returncode}:\n{self.tail()}")
+                code, self.proc = self.proc.returncode, None
+                raise RuntimeError(f"weed exited with code {code}:\n{self.tail()}")
             try:
                 if self._ready():
                     return self

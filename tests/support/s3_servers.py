@@ -254,13 +254,27 @@ class SeaweedServer(S3Server):
 GRPC_OFFSET = 10000
 
 
+def _pair_port_range() -> range:
+    """Ports p such that p and p + 10000 both lie below the kernel's ephemeral range: an outgoing connection's
+    local port can take a free port from under a server that has not bound it yet, which is how `weed mini` once
+    died on its filer's gRPC port (p + 10000 was in 32768-60999)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    top = low - GRPC_OFFSET
+    return range(10000, top) if top - 10000 >= 2000 else range(20000, 55000)
+
+
 def _free_port_pairs(n: int, avoid: set[int] | None = None) -> list[int]:
-    """`n` ports p in [20000, 55000) such that p and p + 10000 are both free (and not in `avoid`)."""
+    """`n` ports p such that p and p + 10000 are both free (and not in `avoid`); see `_pair_port_range`."""
     rnd = random.Random()
+    ports = _pair_port_range()
     out: list[int] = []
     avoid = set(avoid or ())
     for _ in range(2000):
-        p = rnd.randrange(20000, 55000)
+        p = rnd.choice(ports)
         if p in avoid or p + GRPC_OFFSET in avoid or p in out:
             continue
         socks = []
