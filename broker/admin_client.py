@@ -5,11 +5,13 @@ needs none of the broker's runtime. Errors surface as :class:`AdminError` with t
 """
 from __future__ import annotations
 
+import functools
 import socket
 import struct
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any, ParamSpec, Self, TypeVar
 
 from protocol.errors import ErrorCode
 from protocol.registry import REQUEST_CLASSES, RESPONSE_CLASSES, ApiKey
@@ -22,8 +24,16 @@ EARLIEST, LATEST = -2, -1
 EARLIEST_LOCAL, LATEST_TIERED = -4, -5      # KIP-405 sentinels: ListOffsets v8+ and v9+
 
 
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
 class AdminError(Exception):
-    """A readable failure: connection problems, or a Kafka error code with its message."""
+    """A readable failure: connection problems, or a Kafka error code (`code`) with its message."""
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def error_text(code: int, message: str | None = None) -> str:
@@ -36,7 +46,26 @@ def error_text(code: int, message: str | None = None) -> str:
 
 def _check(code: int, message: str | None = None, what: str = "") -> None:
     if code:
-        raise AdminError(f"{what}{error_text(code, message)}")
+        raise AdminError(f"{what}{error_text(code, message)}", code)
+
+
+def _at_controller(request: Callable[P, T]) -> Callable[P, T]:
+    """For requests the controller answers: sent again while it answers NOT_CONTROLLER (an election under way, or
+    a controller that just lost the role), with backoff, until the client's timeout, as Kafka's admin client does.
+    Nothing was applied when that error comes back, so sending again is safe."""
+    @functools.wraps(request)
+    def run(*args: P.args, **kwargs: P.kwargs) -> T:
+        deadline = time.monotonic() + args[0].timeout  # type: ignore[attr-defined]
+        backoff = 0.1
+        while True:
+            try:
+                return request(*args, **kwargs)
+            except AdminError as e:
+                if e.code != ErrorCode.NOT_CONTROLLER or time.monotonic() + backoff > deadline:
+                    raise
+            time.sleep(backoff)       # retry backoff, not synchronisation
+            backoff = min(backoff * 2, 1.0)
+    return run
 
 
 @dataclass
@@ -201,6 +230,7 @@ class AdminClient:
         resp = self._metadata(None)
         return sorted(t.name for t in resp.topics if include_internal or not t.is_internal)
 
+    @_at_controller
     def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,
                      configs: dict[str, str] | None = None, validate_only: bool = False) -> Any:
         cls = REQUEST_CLASSES[ApiKey.CREATE_TOPICS]
@@ -213,6 +243,7 @@ class AdminClient:
         _check(res.error_code, res.error_message, f"cannot create topic {name!r}: ")
         return res
 
+    @_at_controller
     def delete_topic(self, name: str) -> None:
         cls = REQUEST_CLASSES[ApiKey.DELETE_TOPICS]
         v = self._version(ApiKey.DELETE_TOPICS)
@@ -225,6 +256,7 @@ class AdminClient:
         res = resp.responses[0]
         _check(res.error_code, getattr(res, "error_message", None), f"cannot delete topic {name!r}: ")
 
+    @_at_controller
     def create_partitions(self, name: str, count: int, validate_only: bool = False) -> None:
         cls = REQUEST_CLASSES[ApiKey.CREATE_PARTITIONS]
         _, resp = self._call(ApiKey.CREATE_PARTITIONS, topics=[cls.CreatePartitionsTopic(
@@ -363,6 +395,7 @@ class AdminClient:
                                 getattr(c, "config_type", 0), getattr(c, "documentation", None))
                 for c in res.configs]
 
+    @_at_controller
     def alter_configs(self, resource_type: int, name: str, set: dict[str, str] | None = None,
                       delete: Iterable[str] = (), append: dict[str, str] | None = None,
                       subtract: dict[str, str] | None = None, validate_only: bool = False) -> None:
