@@ -71,13 +71,14 @@ def _parse_chunk_file_name(name: str) -> ChunkKey | None:
 
 class ChunkCache:
     def __init__(self, memory_max_bytes: int, *, disk_dir: Path | str | None = None, disk_max_bytes: int = 0,
-                 prefetch_chunks: int = 0, executor: Executor | None = None) -> None:
+                 prefetch_chunks: int = 0, max_run_chunks: int = 4, executor: Executor | None = None) -> None:
         if memory_max_bytes < 0 or disk_max_bytes < 0 or prefetch_chunks < 0:
             raise ValueError("cache sizes and prefetch must not be negative")
         self.memory_max_bytes = memory_max_bytes
         self.disk_max_bytes = disk_max_bytes if disk_dir is not None else 0
         self.disk_dir = Path(disk_dir) if disk_dir is not None else None
         self.prefetch_chunks = prefetch_chunks
+        self.max_run_chunks = max(1, max_run_chunks)   # chunks per run load (one GET, one attempt timeout)
         self.stats = ChunkCacheStats()
         self._executor = executor
         self._mem: OrderedDict[ChunkKey, bytes] = OrderedDict()
@@ -150,8 +151,10 @@ class ChunkCache:
         run: list[int] = []
 
         def flush() -> None:
-            if len(run) > 1:
-                self._start_run(segment, range(run[0], run[-1] + 1), run_loader, prefetch)
+            for at in range(0, len(run), self.max_run_chunks):
+                part = run[at:at + self.max_run_chunks]
+                if len(part) > 1:
+                    self._start_run(segment, range(part[0], part[-1] + 1), run_loader, prefetch)
             run.clear()
 
         for i in indices:                       # a range: the missing chunks in a row are adjacent
@@ -228,6 +231,9 @@ class ChunkCache:
         for t in list(self._tasks):
             t.cancel()
         await self.drain()
+        # a load cancelled before it first ran never reached its own clean-up: its waiters must not wait forever
+        self._fail(list(self._inflight.values()), asyncio.CancelledError())
+        self._inflight.clear()
 
     # -- loading -------------------------------------------------------------------------------------------------
     def _start_load(self, key: ChunkKey, loader: Callable[[], Awaitable[bytes]], *,

@@ -90,6 +90,7 @@ MANIFEST_SUFFIX = ".rsm-manifest"
 MANIFEST_HINT = "c"             # custom metadata key: [chunk size, size] of an untransformed segment
 CUSTOM_METADATA_DEFAULT_MAX_BYTES = 128     # Kafka's remote.log.metadata.custom.metadata.max.bytes default
 MIB = 1 << 20
+RUN_MAX_BYTES = 16 * MIB      # adjacent chunks per ranged GET at most: one attempt timeout must cover one GET
 S3_MIN_PART_SIZE = 5 * MIB
 COMPRESSION_ZSTD = "zstd"
 
@@ -323,11 +324,14 @@ def _warm_botocore_loader(session: Any) -> None:
             load(*args)
 
 
-def _manifest_from_hint(custom: Mapping[str, Any] | None) -> SegmentManifest | None:
+def _manifest_from_hint(custom: Mapping[str, Any] | None, segment_size: int) -> SegmentManifest | None:
     """The manifest of an untransformed segment from its custom metadata (written by `copy_log_segment_data`);
-    None when the metadata has no usable hint (a compressed segment, or one copied before hints existed)."""
+    None when the metadata has no usable hint (a compressed segment, one copied before hints existed, or a hint
+    whose size is not the segment's: the manifest object decides then, instead of reads cut short or past the end)."""
     hint = custom.get(MANIFEST_HINT) if custom else None
     if not (isinstance(hint, list) and len(hint) == 2 and all(type(v) is int for v in hint)):
+        return None
+    if hint[1] != segment_size:
         return None
     try:
         return SegmentManifest(hint[0], hint[1])
@@ -390,7 +394,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
             chunk_cache = ChunkCache(config.cache_memory_bytes, disk_dir=config.cache_disk_path,
                                      disk_max_bytes=config.cache_disk_bytes if config.cache_disk_path else 0,
                                      prefetch_chunks=-(-config.prefetch_bytes // config.chunk_size),
-                                     executor=executor)
+                                     max_run_chunks=max(1, RUN_MAX_BYTES // config.chunk_size), executor=executor)
         self.chunk_cache = chunk_cache
         self._manifests: OrderedDict[str, SegmentManifest] = OrderedDict()
         self._manifest_loads: dict[str, asyncio.Future[SegmentManifest]] = {}
@@ -773,7 +777,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
         if m is not None:
             self._manifests.move_to_end(sid)
             return m
-        m = _manifest_from_hint(metadata.custom_metadata)
+        m = _manifest_from_hint(metadata.custom_metadata, metadata.segment_size_in_bytes)
         if m is not None:
             self._remember_manifest(metadata, m)
             return m
@@ -876,7 +880,10 @@ class S3RemoteStorageManager(RemoteStorageManager):
         out = []
         for i in run:
             a, b = manifest.original_chunk_range(i)
-            out.append(BufferChain(whole.views(a - start, b - start)))  # views on the received blocks, no copy
+            # views on the received blocks, no copy, except where a block is shared with the next or previous chunk:
+            # that part is copied, so that a cached chunk holds exactly its own bytes (the cache counts them)
+            out.append(BufferChain([v if len(v) == len(v.obj) else bytes(v)
+                                    for v in whole.views(a - start, b - start)]))
         return out
 
     async def _load_chunk(self, key: str, manifest: SegmentManifest, i: int) -> bytes:

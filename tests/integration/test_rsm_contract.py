@@ -463,5 +463,38 @@ def test_the_manifest_travels_in_custom_metadata_for_untransformed_segments(moto
         async with S3RemoteStorageManager.from_config(cfg) as rsm:         # without the hint: the manifest object
             assert await rsm.fetch_log_segment(md, 3, 9) == seg.log_bytes()[3:10]
             assert rsm.stats.requests == 2
+        # a hint that does not match the segment's size is not trusted (a short one would cut reads silently)
+        for wrong in ([CHUNK, seg.size - 1000], [CHUNK, seg.size + 1000]):
+            async with S3RemoteStorageManager.from_config(cfg) as rsm:
+                bad = dataclasses.replace(md, custom_metadata={"c": wrong})
+                assert await rsm.fetch_log_segment(bad, 0) == seg.log_bytes()
+                assert rsm.stats.requests >= 2 and rsm.stats.retries == 0     # the manifest object, then the data
+
+    run(body)
+
+
+def test_chunks_of_one_get_hold_only_their_own_bytes(moto, tmp_path):
+    """Chunks cached from one ranged GET are views on the received blocks; a block shared by two chunks is copied at
+    the boundary, so the memory a cached chunk keeps alive is what the cache counts for it (with chunks smaller than
+    the blocks, a chunk used to pin a whole block). A run is at most 16 MiB per GET."""
+    seg = write_segment(tmp_path / "pin", 0, batches=2)
+    data = write_random_log(seg.log, 40 * CHUNK + 123)
+    md = seg.metadata()
+    cfg = moto.rsm_config(**{"key.prefix": f"pin-{uuid.uuid4().hex[:6]}/", "chunk.size": CHUNK,
+                             "fetch.chunk.cache.prefetch.max.size": 0})
+
+    def held(chunk) -> int:
+        pieces = chunk.pieces if isinstance(chunk, BufferChain) else [chunk]
+        return sum(len(p.obj) if isinstance(p, memoryview) else len(p) for p in pieces)
+
+    async def body():
+        async with S3RemoteStorageManager.from_config(cfg) as rsm:
+            await rsm.copy_log_segment_data(md, seg.segment_data())
+        async with S3RemoteStorageManager.from_config(cfg) as rsm:
+            assert await rsm.fetch_log_segment(md, 5, 40 * CHUNK - 1) == data[5:40 * CHUNK]
+            assert rsm.chunk_cache.max_run_chunks == 16 * 1024 * 1024 // CHUNK
+            cached = list(rsm.chunk_cache._mem.values())
+            assert len(cached) == 40
+            assert sum(held(c) for c in cached) == sum(len(c) for c in cached) == rsm.chunk_cache.memory_bytes
 
     run(body)

@@ -232,3 +232,47 @@ def test_runs_of_missing_chunks_load_together_and_failures_reach_every_waiter():
         await cache.close()
 
     asyncio.run(body())
+
+
+def test_runs_are_capped_at_max_run_chunks():
+    """A long run of missing chunks is split into loads of at most `max_run_chunks` (one GET each, each within one
+    attempt timeout); a lone chunk left over goes to the per-chunk loader."""
+    async def body():
+        src = Source(10)
+        runs: list[range] = []
+
+        async def run_loader(run: range) -> list[bytes]:
+            runs.append(run)
+            return [bytes([i % 256]) * 10 for i in run]
+
+        cache = ChunkCache(10_000, max_run_chunks=3)
+        got = await cache.get_chunks("s", range(7), src.index_loader("s"), run_loader=run_loader)
+        assert got == [bytes([i]) * 10 for i in range(7)]
+        assert runs == [range(3), range(3, 6)] and src.loads == [ChunkKey("s", 6)]
+        await cache.close()
+
+    asyncio.run(body())
+
+
+@pytest.mark.parametrize("kind", ["run", "chunk"])
+def test_close_fails_loads_cancelled_before_they_started(kind):
+    """close() cancels background loads; one cancelled before its first step never runs its own clean-up, so
+    close() fails its waiters itself: a reader gets CancelledError instead of waiting forever."""
+    async def body():
+        src = Source(10)
+
+        async def run_loader(run: range) -> list[bytes]:
+            return [bytes([i % 256]) * 10 for i in run]
+
+        cache = ChunkCache(10_000)
+        if kind == "run":
+            cache.load_runs("s", range(3), run_loader)            # registered, its task not started yet
+        else:
+            cache.prefetch(ChunkKey("s", 0), src.loader("s", 0))
+        waiter = asyncio.ensure_future(cache.get(ChunkKey("s", 0), src.loader("s", 0)))
+        await cache.close()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(waiter, 5)
+        assert not cache._inflight and src.loads == []
+
+    asyncio.run(body())
