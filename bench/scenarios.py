@@ -47,7 +47,7 @@ class Settings:
     topic_timeout: float = 30.0
     group_join_timeout: float = 60.0        # subscribe -> stable group (Tansu needs ~session.timeout/2 per join)
     group_join_time_cap: float = 20.0       # join-latency runs stop starting new runs after this
-    tiered_produce_reps: int = 3            # tiering on/off produce repetitions (alternating)
+    tiered_produce_reps: int = 5            # tiering on/off produce repetitions (alternating)
     tiered_read_reps: int = 3               # cold read / raw GET repetitions (interleaved, medians compared)
     tiered_offload_timeout: float = 120.0
     tiered_read_time_cap: float = 60.0
