@@ -873,17 +873,23 @@ class S3RemoteStorageManager(RemoteStorageManager):
         return functools.partial(self._load_chunk_run, key, manifest)
 
     async def _load_chunk_run(self, key: str, manifest: SegmentManifest, run: range) -> list[BufferChain]:
-        start = manifest.original_chunk_range(run.start)[0]
-        stop = manifest.original_chunk_range(run.stop - 1)[1]
-        data = await self._get(key, start, stop, joined=False)
-        whole = Pieces(data.pieces if isinstance(data, BufferChain) else [data])
+        # at most RUN_MAX_BYTES per GET in this segment's own chunk size (it may have been copied with another
+        # chunk.size than the one the cache's run length was set from)
+        per_get = max(1, RUN_MAX_BYTES // manifest.chunk_size)
         out = []
-        for i in run:
-            a, b = manifest.original_chunk_range(i)
-            # views on the received blocks, no copy, except where a block is shared with the next or previous chunk:
-            # that part is copied, so that a cached chunk holds exactly its own bytes (the cache counts them)
-            out.append(BufferChain([v if len(v) == len(v.obj) else bytes(v)
-                                    for v in whole.views(a - start, b - start)]))
+        for at in range(run.start, run.stop, per_get):
+            part = range(at, min(at + per_get, run.stop))
+            start = manifest.original_chunk_range(part.start)[0]
+            stop = manifest.original_chunk_range(part.stop - 1)[1]
+            data = await self._get(key, start, stop, joined=False)
+            whole = Pieces(data.pieces if isinstance(data, BufferChain) else [data])
+            for i in part:
+                a, b = manifest.original_chunk_range(i)
+                # views on the received blocks, no copy, except where a block is shared with the next or previous
+                # chunk: that part is copied, so that a cached chunk holds exactly its own bytes (the cache counts
+                # them)
+                out.append(BufferChain([v if len(v) == len(v.obj) else bytes(v)
+                                        for v in whole.views(a - start, b - start)]))
         return out
 
     async def _load_chunk(self, key: str, manifest: SegmentManifest, i: int) -> bytes:

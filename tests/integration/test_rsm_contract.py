@@ -498,3 +498,28 @@ def test_chunks_of_one_get_hold_only_their_own_bytes(moto, tmp_path):
             assert sum(held(c) for c in cached) == sum(len(c) for c in cached) == rsm.chunk_cache.memory_bytes
 
     run(body)
+
+
+def test_a_run_of_an_older_segment_stays_within_the_get_size_cap(moto, tmp_path, monkeypatch):
+    """The cache's run length comes from the configured chunk.size, but a segment copied with larger chunks (before
+    chunk.size was lowered) keeps its own: its runs are split so that no ranged GET exceeds RUN_MAX_BYTES."""
+    import remote.s3 as s3mod
+
+    small, big = 16 * 1024, 64 * 1024
+    monkeypatch.setattr(s3mod, "RUN_MAX_BYTES", 4 * small)     # 64 KiB here, 16 MiB in production
+    seg = write_segment(tmp_path / "cap", 0, batches=2)
+    data = write_random_log(seg.log, 16 * big)
+    md = seg.metadata()
+    base = {"key.prefix": f"cap-{uuid.uuid4().hex[:6]}/", "fetch.chunk.cache.prefetch.max.size": 0}
+
+    async def body():
+        async with S3RemoteStorageManager.from_config(moto.rsm_config(**base, **{"chunk.size": big})) as rsm:
+            await rsm.copy_log_segment_data(md, seg.segment_data())
+        async with S3RemoteStorageManager.from_config(moto.rsm_config(**base, **{"chunk.size": small})) as rsm:
+            assert rsm.chunk_cache.max_run_chunks == 4
+            assert await rsm.fetch_log_segment(md, 0, len(data) - 1) == data
+            # the manifest, then 16 chunks of 64 KiB in runs of 4 (the cache's count): one GET per chunk (it was
+            # one GET per run of 4, 256 KiB each)
+            assert rsm.stats.requests == 1 + 16, rsm.stats
+
+    run(body)
