@@ -296,17 +296,19 @@ def run(results: dict) -> None:
             data_topics.append(topic)
 
         # 2. offload (both data sets)
-        ends: list[int] = []
-        for topic in dict.fromkeys(data_topics):
-            off_state = _wait_offloaded(broker, topic, metrics_url, s.tiered_offload_timeout)
-            raw.setdefault("offload", {})[topic] = off_state
-            log(f"offload {topic}: {off_state}")
-            if off_state.get("timeout"):
-                section["errors"].append(f"offload not complete within {s.tiered_offload_timeout}s: {off_state}")
-            if off_state["earliest_local"] <= 0:
+        # the last-produced data set first: its wait starts when its produce ended, so its time is the offload's
+        states: dict[str, dict] = {}
+        for topic in reversed(data_topics):
+            state = states[topic] = _wait_offloaded(broker, topic, metrics_url, s.tiered_offload_timeout)
+            raw.setdefault("offload", {})[topic] = state
+            log(f"offload {topic}: {state}")
+            if state.get("timeout"):
+                section["errors"].append(f"offload not complete within {s.tiered_offload_timeout}s: {state}")
+            if state["earliest_local"] <= 0:
                 section["errors"].append(f"nothing of {topic} was moved to remote storage; remote reads skipped")
                 return
-            ends.append(off_state["earliest_local"])
+        ends = [states[t]["earliest_local"] for t in data_topics]
+        off_state = states[data_topics[-1]]
         section["notes"].append(
             f"data sets: the last two tiering-on topics, {prod['on'][-1]['records']} records "
             f"({prod['on'][-1]['bytes'] / MiB:.0f} MiB of values) each; offsets [0, {ends[0]}) and [0, {ends[1]}) "
