@@ -47,37 +47,51 @@ class ArrowEmitter:
         return len(self.columns) >= ROWS_PER_BATCH
 
     def take(self) -> Any:
+        """The rows the Columns hold, as one record batch; the Columns are emptied."""
+        c = self.columns
+        rb = self._record_batch(len(c), c.keys, c.values, c.offsets, c.timestamps, c.timestamp_types, c.headers)
+        c.clear()
+        return rb
+
+    def batches(self, d: Decoded) -> Iterator[Any]:
+        """Record batches of at most ROWS_PER_BATCH rows (zero-copy slices) of records decoded in bulk; rows
+        the Columns still hold go first, so the order of offsets is kept."""
+        if len(self.columns):
+            yield self.take()
+        n = len(d)
+        rb = self._record_batch(n, d.keys, d.values, d.offsets, d.timestamps, d.timestamp_types,
+                                d.headers or [None] * n)
+        for at in range(0, n, ROWS_PER_BATCH):
+            yield rb.slice(at, ROWS_PER_BATCH)
+
+    def _record_batch(self, n: int, keys: Any, values: Any, offsets: Any, timestamps_ms: Any, timestamp_types: Any,
+                      headers: Any) -> Any:
+        """One batch in the schema's column order. Keys and values: Arrow arrays (bulk decoding) or lists of bytes
+        (records consumed one by one); the other columns: lists or NumPy arrays."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        c = self.columns
-        n = len(c)
-        schema = self.schema
         arrays = []
         for name in self.names:
-            t = schema.field(name).type
-            if name == "key":
-                arrays.append(pa.array(c.keys, t))
-            elif name == "value":
-                arrays.append(pa.array(c.values, t))
-            elif name == "topic":
-                arrays.append(pa.array([self.topic] * n, t))
-            elif name == "partition":
-                arrays.append(pa.array([self.partition] * n, t))
+            t = self.schema.field(name).type
+            if name in ("key", "value"):
+                col = keys if name == "key" else values
+                arrays.append(col if isinstance(col, pa.Array) else pa.array(col, t))
+            elif name in ("topic", "partition"):
+                arrays.append(self._constant(name, t, n))
             elif name == "offset":
-                arrays.append(pa.array(c.offsets, t))
+                arrays.append(pa.array(offsets, t))
             elif name == "timestamp":
-                millis = pa.array(c.timestamps, pa.int64())
+                millis = pa.array(timestamps_ms, pa.int64())
                 arrays.append(pc.multiply(millis, 1000).view(t) if n else pa.array([], t))
             elif name == "timestampType":
-                arrays.append(pa.array(c.timestamp_types, t))
+                arrays.append(pa.array(timestamp_types, t))
             elif name == "headers":
                 arrays.append(pa.array([None if h is None else [{"key": k, "value": v} for k, v in h]
-                                        for h in c.headers], t))
+                                        for h in headers], t))
             else:
                 raise ValueError(f"column {name!r} is not part of the strata source schema")
-        c.clear()
-        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
     def _constant(self, name: str, t: Any, n: int) -> Any:
         """The topic or partition column: one array of the largest length asked for so far, sliced."""
@@ -87,39 +101,6 @@ class ArrowEmitter:
         if have is None or len(have) < n:
             have = self._constants[name] = pa.array([self.topic if name == "topic" else self.partition] * n, t)
         return have.slice(0, n)
-
-    def batches(self, d: Decoded) -> Iterator[Any]:
-        """Record batches of at most ROWS_PER_BATCH rows (zero-copy slices) of records decoded in bulk; rows
-        the Columns still hold go first, so the order of offsets is kept."""
-        import pyarrow as pa
-
-        if len(self.columns):
-            yield self.take()
-        n = len(d)
-        schema = self.schema
-        arrays = []
-        for name in self.names:
-            t = schema.field(name).type
-            if name == "key":
-                arrays.append(d.keys)
-            elif name == "value":
-                arrays.append(d.values)
-            elif name in ("topic", "partition"):
-                arrays.append(self._constant(name, t, n))
-            elif name == "offset":
-                arrays.append(pa.array(d.offsets, t))
-            elif name == "timestamp":
-                arrays.append(pa.array(d.timestamps * 1000, pa.int64()).view(t))
-            elif name == "timestampType":
-                arrays.append(pa.array(d.timestamp_types, t))
-            elif name == "headers":
-                arrays.append(pa.array([None if h is None else [{"key": k, "value": v} for k, v in h]
-                                        for h in (d.headers or [None] * n)], t))
-            else:
-                raise ValueError(f"column {name!r} is not part of the strata source schema")
-        rb = pa.RecordBatch.from_arrays(arrays, schema=schema)
-        for at in range(0, n, ROWS_PER_BATCH):
-            yield rb.slice(at, ROWS_PER_BATCH)
 
 
 # -- broker pieces ------------------------------------------------------------------------------------------------
