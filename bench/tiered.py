@@ -14,7 +14,7 @@ of its own with ``remote.log.storage.manager.class.name=s3`` pointed at it, then
    then one raw Fetch client (``bench/rawfetch.py``, no record decoding, 16 MiB per partition per request) reads
    [0, earliest local offset) of data set A -- all of it from S3 through the RemoteLogReader pool and the chunk
    cache -- then the same of data set B. A is the first read of a just-started process (its heap still growing:
-   ~40 % more CPU per GiB); B is what a running broker's cold read costs, and carries the aim.
+   ~30 % more CPU per GiB); B is what a running broker's cold read costs, and carries the aim.
 4. **raw GET**: after each cold read, the same bytes fetched directly with aiobotocore: list the partition's
    ``.log`` objects below the earliest local offset and GET each of them whole, one after the other (aim: cold read
    of B >= 80 % of this). Steps 3 and 4 repeat ``tiered_read_reps`` times and their medians are compared.
@@ -289,7 +289,7 @@ def run(results: dict) -> None:
         if not data_topics or not prod["on"] or "mib_s" not in prod["on"][-1]:
             section["errors"].append("no tiered data set was produced; remote reads skipped")
             return
-        if len(data_topics) < 2:          # one repetition (--fast): data set B is produced for the reads only
+        if len(data_topics) < 2:          # one repetition (--quick): data set B is produced for the reads only
             topic = f"bench-tiered-on-{uuid.uuid4().hex[:6]}"
             extra = _produce(broker, topic, s, {**base_cfg, "remote.storage.enable": "true"}, "produce-b")
             section["errors"] += [f"produce of data set B: {e}" for e in extra["errors"]]

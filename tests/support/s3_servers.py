@@ -234,7 +234,7 @@ class SeaweedServer(S3Server):
     start_timeout = 90.0
 
     def choose_port(self) -> int:
-        return _free_port_pairs(1)[0]
+        return free_port_pairs(1)[0]
 
     def command(self) -> list[str]:
         (self.workdir / "data").mkdir(exist_ok=True)
@@ -242,7 +242,7 @@ class SeaweedServer(S3Server):
         # does), so every service gets a free pair (p, p + 10000)
         names = ["master", "volume", "filer", "admin"]
         s3 = self.port
-        ports = dict(zip(names, _free_port_pairs(len(names), avoid={s3, s3 + GRPC_OFFSET})))
+        ports = dict(zip(names, free_port_pairs(len(names), avoid={s3, s3 + GRPC_OFFSET})))
         args = [_venv_bin("weed"), "mini", f"-dir={self.workdir / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
                 f"-s3.port={s3}", f"-s3.port.grpc={s3 + GRPC_OFFSET}", "-s3.port.iceberg=0", "-s3.port.lance=0",
                 "-webdav=false", "-admin.ui=false"]
@@ -267,7 +267,7 @@ def _pair_port_range() -> range:
     return range(10000, top) if top - 10000 >= 2000 else range(20000, 55000)
 
 
-def _free_port_pairs(n: int, avoid: set[int] | None = None) -> list[int]:
+def free_port_pairs(n: int, avoid: set[int] | None = None) -> list[int]:
     """`n` ports p such that p and p + 10000 are both free (and not in `avoid`); see `_pair_port_range`."""
     rnd = random.Random()
     ports = _pair_port_range()
