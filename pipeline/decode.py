@@ -231,7 +231,7 @@ def _varints(np: Any, a: Any, pos: Any) -> tuple[Any, Any]:
     return signed, pos + size
 
 
-def _headers(data: bytes, pos: int, end: int) -> list[tuple[str, bytes | None]] | None:
+def _headers(data: bytes | memoryview, pos: int, end: int) -> list[tuple[str, bytes | None]] | None:
     """The headers of one record, parsed from ``data[pos:end]`` (the header count varint included)."""
     def varint() -> int:
         nonlocal pos
@@ -249,10 +249,10 @@ def _headers(data: bytes, pos: int, end: int) -> list[tuple[str, bytes | None]] 
     out: list[tuple[str, bytes | None]] = []
     for _ in range(varint()):
         n = varint()
-        key = data[pos:pos + n].decode("utf-8")
+        key = str(data[pos:pos + n], "utf-8")
         pos += n
         n = varint()
-        value = None if n < 0 else data[pos:pos + n]
+        value = None if n < 0 else bytes(data[pos:pos + n])     # a copy: `data` may be a reused buffer
         pos += max(n, 0)
         out.append((key, value))
     if pos > end:
@@ -260,10 +260,12 @@ def _headers(data: bytes, pos: int, end: int) -> list[tuple[str, bytes | None]] 
     return out or None
 
 
-def decode_batches(buf: bytes, batches: Sequence[tuple[int, BatchHeader]], lo: int, hi: int,
+def decode_batches(buf: bytes | memoryview, batches: Sequence[tuple[int, BatchHeader]], lo: int, hi: int,
                    with_headers: bool) -> Decoded | None:
     """Decode the records of ``batches`` (positions and headers of complete batches in ``buf``) whose offsets are
-    in [lo, hi); None when there are none. CRCs are the caller's to check."""
+    in [lo, hi); None when there are none. CRCs are the caller's to check. The result holds no reference to
+    ``buf`` (keys and values are gathered into new arrays, header values copied), so the caller may reuse its
+    memory at once."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -293,7 +295,7 @@ def decode_batches(buf: bytes, batches: Sequence[tuple[int, BatchHeader]], lo: i
                             base - pos - HEADER_SIZE if joined else 0)
         else:
             try:
-                section = bytes(_decompress(codec, buf[pos + HEADER_SIZE:end]))
+                section = bytes(_decompress(codec, bytes(mv[pos + HEADER_SIZE:end])))
             except CorruptSegmentError:
                 raise
             except Exception as e:  # noqa: BLE001 - each codec library raises its own errors

@@ -21,7 +21,7 @@ Reading (batch and streaming):
   proportion to their backlog.
 * Strata extensions: ``read.mode`` = ``broker`` (default) | ``direct``; ``rsm.class.name`` (``s3`` by default, or
   ``local`` / any RemoteStorageManager class) and ``rsm.config.<key>`` (the broker's ``rsm.config.*`` keys) for
-  direct mode; ``direct.chunkBytes`` (default 4 MiB) and ``direct.fetchConcurrency`` (default 4) size the ranged
+  direct mode; ``direct.chunkBytes`` (default 8 MiB) and ``direct.fetchConcurrency`` (default 4) size the ranged
   reads of a segment; ``kafkaConsumer.pollTimeoutMs`` (default 120000).
 
 Writing: ``kafka.bootstrap.servers``, ``topic`` (overrides a ``topic`` column), ``kafka.*`` producer properties.
@@ -36,6 +36,12 @@ from typing import Any
 
 EARLIEST = -2
 LATEST = -1
+# Direct mode reads a segment in ranged GETs of this size, this many in flight per task (a task holds one buffer more
+# than that). Each GET costs 1-2 ms of CPU in botocore and aiohttp: an executor reading 256 MiB from SeaweedFS spent
+# 0.31-0.34 CPU-s with 4 MiB ranges and 0.26-0.28 s with 8 MiB (16 MiB saves little more); S3's guidance for ranged
+# GETs is 8-16 MiB too.
+DIRECT_CHUNK_BYTES = 8 << 20
+DIRECT_FETCH_CONCURRENCY = 4
 
 # librdkafka properties the source sets itself; a user value would break the reading contract
 _MANAGED_CONSUMER_KEYS = {"enable.auto.commit", "auto.offset.reset", "enable.partition.eof", "group.id",
@@ -158,8 +164,8 @@ class SourceOptions:
     poll_timeout_s: float
     kafka_conf: dict[str, str]          # librdkafka properties (prefix removed), user-supplied
     isolation_level: str
-    direct_chunk_bytes: int = 4 << 20   # direct mode: size of one ranged read of a segment
-    direct_fetch_concurrency: int = 4   # direct mode: ranged reads in flight per task
+    direct_chunk_bytes: int = DIRECT_CHUNK_BYTES          # direct mode: size of one ranged read of a segment
+    direct_fetch_concurrency: int = DIRECT_FETCH_CONCURRENCY  # direct mode: ranged reads in flight per task
 
     def consumer_conf(self, group_id: str) -> dict[str, Any]:
         conf: dict[str, Any] = {
@@ -264,9 +270,9 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: bool) -> Sour
         poll_timeout_s=(poll_ms if poll_ms is not None else 120_000) / 1000.0,
         kafka_conf=kafka_conf,
         isolation_level=isolation,
-        direct_chunk_bytes=_int("direct.chunkBytes", opts.get("direct.chunkbytes"), minimum=64 << 10) or 4 << 20,
+        direct_chunk_bytes=_int("direct.chunkBytes", opts.get("direct.chunkbytes"), minimum=64 << 10) or DIRECT_CHUNK_BYTES,
         direct_fetch_concurrency=_int("direct.fetchConcurrency", opts.get("direct.fetchconcurrency"),
-                                      minimum=1) or 4,
+                                      minimum=1) or DIRECT_FETCH_CONCURRENCY,
     )
 
 

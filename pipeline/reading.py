@@ -3,8 +3,9 @@
 * Broker pieces: confluent-kafka consumer, assigned (no group membership), from ``start`` until ``end``.
 * Remote pieces (``read.mode=direct``): the executor builds the RemoteStorageManager the options describe (the same
   classes the broker uses: ``remote.s3``, ``remote.local_tiered``), finds the start position in the segment's
-  offset index, streams the ``.log`` in chunks (the next chunk is fetched while the current one is decoded) and
-  decodes the batches with ``pipeline.decode`` (CRC checked, decompressed, control batches skipped).
+  offset index, streams the ``.log`` in fixed-size chunks into buffers the worker process reuses (the next chunks
+  are fetched while the current one is decoded) and decodes the batches with ``pipeline.decode`` (CRC checked,
+  decompressed, control batches skipped); a batch cut by a chunk's end is completed from the next chunk.
 
 Data loss (offsets deleted between planning and reading) raises DataLossError, or with failOnDataLoss=false skips
 what is gone.
@@ -19,8 +20,10 @@ import struct
 import threading
 import uuid
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
+
+from protocol.records import LOG_OVERHEAD
 
 from .client import DataLossError, consume_range, data_loss_message, log_start_offset
 from .decode import Columns, CorruptSegmentError, Decoded, decode_batches
@@ -227,6 +230,52 @@ def byte_range(offsets: list[int], positions: list[int], lo: int, hi: int) -> tu
     return first, last
 
 
+class BufferPool:
+    """Fixed-size buffers a worker process reuses for the ranged reads of remote segments. A fresh buffer per read
+    costs more CPU in page faults than the copy into it (the kernel maps and zeroes every page of a large
+    allocation, and takes it back when it is freed); reused, the pages stay mapped. Keeps at most ``keep_bytes``
+    of free buffers."""
+
+    def __init__(self, keep_bytes: int = 128 << 20) -> None:
+        self.keep_bytes = keep_bytes
+        self._free: dict[int, list[bytearray]] = {}
+        self._free_bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, size: int) -> bytearray:
+        with self._lock:
+            free = self._free.get(size)
+            if free:
+                self._free_bytes -= size
+                return free.pop()
+        return bytearray(size)
+
+    def put(self, buf: bytearray) -> None:
+        with self._lock:
+            if self._free_bytes + len(buf) <= self.keep_bytes:
+                self._free.setdefault(len(buf), []).append(buf)
+                self._free_bytes += len(buf)
+
+
+_buffers = BufferPool()
+
+
+def complete_straddler(carry: bytes, view: memoryview) -> tuple[bytes, memoryview, bool]:
+    """``carry``, the start of a batch the previous chunk cut, extended from the head of the next chunk ``view``:
+    (the batch's bytes so far, the rest of ``view``, whether they are the whole batch). Only the cut batch is
+    copied, not the chunk behind it."""
+    if len(carry) < LOG_OVERHEAD:                       # its length field is not complete yet
+        take = min(len(view), LOG_OVERHEAD - len(carry))
+        carry += bytes(view[:take])
+        view = view[take:]
+        if len(carry) < LOG_OVERHEAD:
+            return carry, view, False
+    need = max(0, LOG_OVERHEAD + int.from_bytes(carry[8:LOG_OVERHEAD], "big", signed=True) - len(carry))
+    if need > len(view):
+        return carry + bytes(view), view[len(view):], False
+    return b"".join((carry, view[:need])), view[need:], True
+
+
 def read_remote_piece(storage: RemoteStorage, opts: SourceOptions, r: OffsetRange, piece: Piece,
                       out: ArrowEmitter) -> Iterator[Any]:
     from protocol.records import is_crc_valid, iter_batches
@@ -234,61 +283,81 @@ def read_remote_piece(storage: RemoteStorage, opts: SourceOptions, r: OffsetRang
 
     seg = piece.segment
     lo, hi = piece.start, piece.end
+    where = f"{r.topic}-{r.partition}: remote segment {seg.remote_log_segment_id.id_str}"
+
+    def decode(buf: bytes | memoryview) -> Generator[Any, None, tuple[int, bool]]:
+        """Record batches of the complete Kafka batches at the start of ``buf``; returns (the bytes those batches
+        take, whether one at or past ``hi`` was reached)."""
+        consumed = 0
+        reached_hi = False
+        wanted = []
+        for bpos, h in iter_batches(buf):
+            if h.base_offset >= hi:
+                reached_hi = True
+                break
+            consumed = bpos + h.size
+            if h.last_offset < lo:
+                continue
+            if not is_crc_valid(buf, bpos):
+                raise CorruptSegmentError(f"{where}: the batch at offset {h.base_offset} fails its CRC check")
+            wanted.append((bpos, h))
+        decoded = decode_batches(buf, wanted, lo, hi, out.columns.with_headers) if wanted else None
+        if decoded is not None:
+            yield from out.batches(decoded)
+        return consumed, reached_hi
+
     try:
         first, last = 0, None
         if lo > seg.start_offset or hi <= seg.end_offset:
             idx = storage.call(storage.rsm.fetch_index(seg, IndexType.OFFSET))
             first, last = byte_range(*index_positions(idx, seg.start_offset), lo, hi)
         size = seg.segment_size_in_bytes
-        stop = size - 1 if last is None else min(last, size - 1)
+        stop = size if last is None else min(last + 1, size)
 
-        # fixed-size ranged reads, several in flight: the object store's latency overlaps with decoding
+        # fixed-size ranged reads into reused buffers, several in flight: the object store's latency overlaps with
+        # decoding; a batch cut by a chunk's end is completed from the next chunk
         chunk_bytes = opts.direct_chunk_bytes
-        starts = deque(range(first, stop + 1, chunk_bytes))
-        inflight: deque[tuple[int, int, Any]] = deque()
+        starts = deque(range(first, stop, chunk_bytes))
+        inflight: deque[tuple[int, int, bytearray, Any]] = deque()
 
         def refill() -> None:
             while starts and len(inflight) < opts.direct_fetch_concurrency:
                 p = starts.popleft()
-                e = min(p + chunk_bytes - 1, stop)
-                inflight.append((p, e, storage.submit(storage.rsm.fetch_log_segment(seg, p, e))))
+                n = min(chunk_bytes, stop - p)
+                buf = _buffers.get(chunk_bytes)
+                fut = storage.submit(storage.rsm.fetch_log_segment_into(seg, p, memoryview(buf)[:n]))
+                inflight.append((p, n, buf, fut))
 
         refill()
         carry = b""
+        finished = False
         try:
-            while inflight:
-                p, e, fut = inflight.popleft()
-                chunk = fut.result()
+            while inflight and not finished:
+                p, n, buf, fut = inflight.popleft()
+                got = fut.result()
                 refill()
-                if len(chunk) != e - p + 1:
-                    raise CorruptSegmentError(
-                        f"{r.topic}-{r.partition}: remote segment {seg.remote_log_segment_id.id_str} returned "
-                        f"{len(chunk)} bytes for [{p}, {e}] (its metadata says {size} bytes)")
-                buf = carry + chunk if carry else chunk
-                consumed = 0
-                finished = False
-                wanted = []
-                for bpos, h in iter_batches(buf):
-                    consumed = bpos + h.size
-                    if h.base_offset >= hi:
-                        finished = True
-                        break
-                    if h.last_offset < lo:
-                        continue
-                    if not is_crc_valid(buf, bpos):
-                        raise CorruptSegmentError(
-                            f"{r.topic}-{r.partition}: batch at offset {h.base_offset} of remote segment "
-                            f"{seg.remote_log_segment_id.id_str} fails its CRC check")
-                    wanted.append((bpos, h))
-                decoded = decode_batches(buf, wanted, lo, hi, out.columns.with_headers) if wanted else None
-                if decoded is not None:
-                    yield from out.batches(decoded)
-                if finished:
-                    break
-                carry = buf[consumed:]
+                if got != n:
+                    raise CorruptSegmentError(f"{where} returned {got} bytes for [{p}, {p + n}) (its metadata says "
+                                              f"{size} bytes)")
+                view = memoryview(buf)[:n]
+                if carry:
+                    carry, view, whole = complete_straddler(carry, view)
+                    if whole:
+                        used, finished = yield from decode(carry)
+                        if used != len(carry) and not finished:
+                            raise CorruptSegmentError(f"{where}: a batch header before position {p} is corrupt")
+                        carry = b""
+                if not carry and not finished:
+                    used, finished = yield from decode(view)
+                    carry = bytes(view[used:])
+                view.release()
+                _buffers.put(buf)
         finally:
-            for _p, _e, fut in inflight:
-                fut.cancel()
+            for _p, _n, _buf, pending in inflight:
+                pending.cancel()          # its buffer is not reused: the store may still be writing into it
+        if carry and not finished:
+            raise CorruptSegmentError(f"{where} ends inside a batch: {len(carry)} bytes after the last whole batch "
+                                      f"before position {stop}")
     except RemoteResourceNotFoundError as e:
         if opts.fail_on_data_loss:
             raise DataLossError(data_loss_message(
@@ -308,4 +377,5 @@ def read_range(opts: SourceOptions, r: OffsetRange, arrow_schema: Any) -> Iterat
         yield out.take()
 
 
-__all__ = ["ArrowEmitter", "RemoteStorage", "byte_range", "index_positions", "read_range", "shared_storage"]
+__all__ = ["ArrowEmitter", "BufferPool", "RemoteStorage", "byte_range", "complete_straddler", "index_positions",
+           "read_range", "shared_storage"]

@@ -168,6 +168,28 @@ class LocalTieredStorage(RemoteStorageManager):
         finally:
             os.close(fd)
 
+    async def fetch_log_segment_into(self, metadata: RemoteLogSegmentMetadata, start_position: int,
+                                     buffer: memoryview) -> int:
+        resolve_range(start_position, None, 1 << 62)
+        if not len(buffer):
+            return 0
+        return await self._run(self._read_into, self.segment_path(metadata, LOG_SUFFIX), start_position, buffer)
+
+    @staticmethod
+    def _read_into(path: Path, start: int, buffer: memoryview) -> int:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            start, stop = resolve_range(start, start + len(buffer) - 1, os.fstat(fd).st_size)
+            done = 0
+            while done < stop - start:
+                n = os.preadv(fd, [buffer[done:stop - start]], start + done)
+                if not n:
+                    break
+                done += n
+            return done
+        finally:
+            os.close(fd)
+
     async def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
         path = self.segment_path(metadata, IndexType(index_type).suffix)
         return await self._run(path.read_bytes)

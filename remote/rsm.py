@@ -133,6 +133,19 @@ class RemoteStorageManager(abc.ABC):
         instead of joining them (the RLM's read path sends the pieces to the client unjoined)."""
         return [memoryview(await self.fetch_log_segment(metadata, start_position, end_position))]
 
+    async def fetch_log_segment_into(self, metadata: RemoteLogSegmentMetadata, start_position: int,
+                                     buffer: memoryview) -> int:
+        """The segment's bytes from `start_position` written into `buffer` (at most its length; fewer at the end
+        of the segment); returns how many. A reader that reuses its buffers (Spark's direct mode reads whole
+        segments in fixed-size pieces) saves a fresh buffer per piece, whose pages cost more CPU to fault in than
+        the copy into them. This default copies `fetch_log_segment`'s result; stores override it to write the bytes
+        where they arrive."""
+        if not len(buffer):
+            return 0
+        data = await self.fetch_log_segment(metadata, start_position, start_position + len(buffer) - 1)
+        buffer[:len(data)] = data
+        return len(data)
+
     @abc.abstractmethod
     async def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes: ...
 

@@ -383,6 +383,30 @@ async def _read_body(body: Any, joined: bool = True) -> bytes | BufferChain:
     return b"".join(blocks) if joined else BufferChain(blocks)
 
 
+async def _read_body_into(body: Any, into: memoryview) -> int:
+    """The body of a GET written into `into` block by block as it arrives (no joined buffer); returns its length.
+    A body longer than `into` raises _ShortRead (a server that ignored the Range header): retried."""
+    raw = getattr(body, "raw_stream", None)
+    content = getattr(raw, "content", None)
+    if type(body) is not AioStreamingBody or not isinstance(content, aiohttp.StreamReader):
+        data = await body.read()
+        if len(data) > len(into):
+            raise _ShortRead(f"got {len(data)} bytes for a range of {len(into)}")
+        into[:len(data)] = data
+        return len(data)
+    at = 0
+    while True:
+        block, end_of_http_chunk = await content.readchunk()
+        if block:
+            end = at + len(block)
+            if end > len(into):
+                raise _ShortRead(f"got more than the {len(into)} bytes of the range")
+            into[at:end] = block
+            at = end
+        elif not end_of_http_chunk:      # (b"", False): the end of the body
+            return at
+
+
 class S3RemoteStorageManager(RemoteStorageManager):
     def __init__(self, config: S3Config, *, executor: Executor | None = None, broker_id: int = -1,
                  chunk_cache: ChunkCache | None = None) -> None:
@@ -566,6 +590,27 @@ class S3RemoteStorageManager(RemoteStorageManager):
             data = await self._call(f"GET {key}" + (f" [{start},{stop})" if start is not None else ""), op)
         self.stats.bytes_downloaded += len(data)
         return data
+
+    async def _get_into(self, key: str, start: int, into: memoryview) -> int:
+        """Bytes [start, start + len(into)) of the object written into `into` with a ranged GET (length verified);
+        an attempt that fails part-way is retried from the start of `into`."""
+        async def op(c: Any) -> int:
+            resp = await c.get_object(Bucket=self.config.bucket, Key=key,
+                                      Range=f"bytes={start}-{start + len(into) - 1}")
+            body = resp["Body"]
+            try:
+                n = await _read_body_into(body, into)
+            finally:
+                body.close()
+            if n != len(into):
+                raise _ShortRead(f"got {n} of {len(into)} bytes")
+            return n
+
+        await self._get_client()
+        async with self._get_slots:  # type: ignore[union-attr]
+            n = await self._call(f"GET {key} [{start},{start + len(into)})", op)
+        self.stats.bytes_downloaded += n
+        return n
 
     async def _delete(self, key: str) -> None:
         async def op(c: Any) -> None:
@@ -802,6 +847,19 @@ class S3RemoteStorageManager(RemoteStorageManager):
         for piece in pieces:
             out += piece
         return out  # type: ignore[return-value] - a bytearray: one copy fewer of up to a fetch's max.bytes
+
+    async def fetch_log_segment_into(self, metadata: RemoteLogSegmentMetadata, start_position: int,
+                                     buffer: memoryview) -> int:
+        resolve_range(start_position, None, 1 << 62)  # argument errors before any I/O
+        if not len(buffer):
+            return 0
+        manifest = await self.get_manifest(metadata)
+        if self.chunk_cache is not None or manifest.compression:     # the bytes pass through chunks anyway
+            return await super().fetch_log_segment_into(metadata, start_position, buffer)
+        start, stop = resolve_range(start_position, start_position + len(buffer) - 1, manifest.original_size)
+        if start == stop:
+            return 0
+        return await self._get_into(self.object_key(metadata, LOG_SUFFIX), start, buffer[:stop - start])
 
     async def fetch_log_segment_pieces(self, metadata: RemoteLogSegmentMetadata, start_position: int,
                                        end_position: int | None = None) -> list[memoryview]:

@@ -146,6 +146,39 @@ def test_ranged_fetches(backend, seg):
     run(body)
 
 
+def test_fetches_into_a_reused_buffer(backend, seg):
+    """fetch_log_segment_into writes exactly the range's bytes at the buffer's start, fewer at the segment's end,
+    and leaves the rest of the buffer alone; the same buffer serves read after read."""
+    md = seg.metadata()
+    data = seg.log_bytes()
+    size = len(data)
+    buf = bytearray(3 * CHUNK + 5)
+    view = memoryview(buf)
+
+    async def body():
+        async with backend.make() as rsm:
+            await rsm.copy_log_segment_data(md, seg.segment_data())
+            for start, length in [(0, len(buf)), (CHUNK - 7, 2 * CHUNK), (5, 1), (size - 100, len(buf)),
+                                  (size - len(buf), len(buf)), (CHUNK, len(buf))]:
+                buf[:] = b"\xee" * len(buf)
+                n = await rsm.fetch_log_segment_into(md, start, view[:length])
+                assert n == min(length, size - start), (start, length)
+                assert buf[:n] == data[start:start + n], (start, length)
+                assert buf[n:] == b"\xee" * (len(buf) - n)      # nothing written past the bytes returned
+            assert await rsm.fetch_log_segment_into(md, size, view) == 0
+            assert await rsm.fetch_log_segment_into(md, 0, view[:0]) == 0
+            with pytest.raises(ValueError):
+                await rsm.fetch_log_segment_into(md, -1, view)
+            # readers sharing nothing but the store, concurrently
+            bufs = [bytearray(CHUNK + 3) for _ in range(6)]
+            starts = [i * (CHUNK - 11) for i in range(6)]
+            got = await asyncio.gather(*(rsm.fetch_log_segment_into(md, s, memoryview(b)) for s, b in zip(starts, bufs)))
+            assert got == [CHUNK + 3] * 6
+            assert [bytes(b) for b in bufs] == [data[s:s + CHUNK + 3] for s in starts]
+
+    run(body)
+
+
 def test_idempotent_copy_overwrites_and_drops_stale_txn_index(backend, seg, tmp_path):
     md = seg.metadata()
     other = write_segment(tmp_path / "other", 1000, batches=30, seed=9)  # same offsets, other content, no txnindex

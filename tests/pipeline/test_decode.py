@@ -153,3 +153,20 @@ def test_an_executor_process_keeps_one_remote_storage_per_configuration(tmp_path
 
 async def _probe(rsm):
     return "ok" if rsm is not None else "no rsm"
+
+
+@pytest.mark.parametrize("codecs", ["uncompressed", "all"])
+def test_decoded_records_do_not_point_into_the_buffer(codecs):
+    """Direct mode reuses its read buffers: nothing decoded may still reference the bytes it came from (records of
+    uncompressed batches are decoded in place)."""
+    log = _log()
+    if codecs == "uncompressed":
+        pos, h = next(iter_batches(log))
+        log = log[pos:pos + h.size]
+    buf = bytearray(log)
+    expected = _expected(log, 0, 1 << 62)
+    d = decode_batches(memoryview(buf), list(iter_batches(buf)), 0, 1 << 62, with_headers=True)
+    buf[:] = b"\x00" * len(buf)
+    got = list(zip(d.keys.to_pylist(), d.values.to_pylist(), d.offsets.tolist(), d.timestamps.tolist(),
+                   d.timestamp_types.tolist(), [[tuple(x) for x in hs] if hs else None for hs in d.headers]))
+    assert got == expected and any(hs for hs in d.headers)
