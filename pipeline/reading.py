@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Generator, Iterator
 from typing import Any
 
-from protocol.records import LOG_OVERHEAD
+from protocol.records import HEADER_SIZE, LOG_OVERHEAD
 
 from .client import DataLossError, consume_range, data_loss_message, log_start_offset
 from .decode import Columns, CorruptSegmentError, Decoded, decode_batches
@@ -251,29 +251,44 @@ class BufferPool:
         return bytearray(size)
 
     def put(self, buf: bytearray) -> None:
+        """Keep ``buf`` for a later ``get``; buffers of other sizes give way when the pool is full (a chunk size
+        in use replaces one no longer asked for)."""
+        size = len(buf)
         with self._lock:
-            if self._free_bytes + len(buf) <= self.keep_bytes:
-                self._free.setdefault(len(buf), []).append(buf)
-                self._free_bytes += len(buf)
+            for other in [s for s in self._free if s != size]:
+                free = self._free[other]
+                while free and self._free_bytes + size > self.keep_bytes:
+                    free.pop()
+                    self._free_bytes -= other
+            if self._free_bytes + size <= self.keep_bytes:
+                self._free.setdefault(size, []).append(buf)
+                self._free_bytes += size
 
 
 _buffers = BufferPool()
 
 
-def complete_straddler(carry: bytes, view: memoryview) -> tuple[bytes, memoryview, bool]:
-    """``carry``, the start of a batch the previous chunk cut, extended from the head of the next chunk ``view``:
-    (the batch's bytes so far, the rest of ``view``, whether they are the whole batch). Only the cut batch is
-    copied, not the chunk behind it."""
+def complete_straddler(carry: bytearray, view: memoryview) -> tuple[memoryview, bool]:
+    """Extends ``carry``, the start of a batch the previous chunk's end cut, in place from the head of the next
+    chunk ``view``: returns the rest of ``view`` and whether ``carry`` now holds the whole batch. Only the cut batch
+    is copied, not the chunk behind it; a batch longer than a chunk grows ``carry`` chunk by chunk."""
     if len(carry) < LOG_OVERHEAD:                       # its length field is not complete yet
         take = min(len(view), LOG_OVERHEAD - len(carry))
-        carry += bytes(view[:take])
+        carry += view[:take]
         view = view[take:]
         if len(carry) < LOG_OVERHEAD:
-            return carry, view, False
-    need = max(0, LOG_OVERHEAD + int.from_bytes(carry[8:LOG_OVERHEAD], "big", signed=True) - len(carry))
+            return view, False
+    need = max(0, _declared_size(carry) - len(carry))
     if need > len(view):
-        return carry + bytes(view), view[len(view):], False
-    return b"".join((carry, view[:need])), view[need:], True
+        carry += view
+        return view[len(view):], False
+    carry += view[:need]
+    return view[need:], True
+
+
+def _declared_size(batch_start: bytes | bytearray) -> int:
+    """The size a batch's length field gives it (base offset and length field included)."""
+    return LOG_OVERHEAD + int.from_bytes(batch_start[8:LOG_OVERHEAD], "big", signed=True)
 
 
 def read_remote_piece(storage: RemoteStorage, opts: SourceOptions, r: OffsetRange, piece: Piece,
@@ -329,8 +344,19 @@ def read_remote_piece(storage: RemoteStorage, opts: SourceOptions, r: OffsetRang
                 inflight.append((p, n, buf, fut))
 
         refill()
-        carry = b""
+        carry = bytearray()             # the start of a batch the previous chunk's end cut
+        carry_at = 0                    # its position in the segment
         finished = False
+
+        def check_cut() -> None:
+            """A cut batch's length must fit the range (ranges end on batch boundaries): else the segment is
+            corrupt, and the read fails now rather than after carrying the rest of the segment along."""
+            if len(carry) >= LOG_OVERHEAD:
+                declared = _declared_size(carry)
+                if declared < HEADER_SIZE or carry_at + declared > stop:
+                    raise CorruptSegmentError(f"{where}: the batch at position {carry_at} declares {declared} bytes, "
+                                              f"which do not fit the segment's {stop} bytes")
+
         try:
             while inflight and not finished:
                 p, n, buf, fut = inflight.popleft()
@@ -341,15 +367,18 @@ def read_remote_piece(storage: RemoteStorage, opts: SourceOptions, r: OffsetRang
                                               f"{size} bytes)")
                 view = memoryview(buf)[:n]
                 if carry:
-                    carry, view, whole = complete_straddler(carry, view)
+                    view, whole = complete_straddler(carry, view)
+                    check_cut()
                     if whole:
-                        used, finished = yield from decode(carry)
-                        if used != len(carry) and not finished:
-                            raise CorruptSegmentError(f"{where}: a batch header before position {p} is corrupt")
-                        carry = b""
+                        _used, finished = yield from decode(carry)
+                        carry = bytearray()
                 if not carry and not finished:
                     used, finished = yield from decode(view)
-                    carry = bytes(view[used:])
+                    if not finished:
+                        carry = bytearray(view[used:])
+                        carry_at = p + n - len(view) + used
+                        check_cut()
+                # (a view something still pointed into would raise BufferError here instead of being reused)
                 view.release()
                 _buffers.put(buf)
         finally:

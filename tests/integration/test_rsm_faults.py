@@ -86,6 +86,40 @@ def test_errors_and_dropped_connections_are_retried(moto, seg, compression):
     run(body)
 
 
+def test_reads_into_a_buffer_start_over_after_a_partial_body_or_a_timeout(moto, seg):
+    """fetch_log_segment_into (Spark's direct mode) writes the received blocks straight into the caller's buffer: an
+    attempt that dies half-way (the body cut off, or slower than the attempt timeout) has already written some; the
+    retry writes the range from its start again, and nothing lands past it."""
+    prefix = f"f-{uuid.uuid4().hex[:8]}/"
+    md = seg.metadata()
+    data = seg.log_bytes()
+
+    async def body():
+        async with proxied_rsm(moto, prefix, **{"fetch.chunk.cache.size": 0,
+                                                "s3.api.call.attempt.timeout.ms": 500}) as (proxy, rsm):
+            await rsm.copy_log_segment_data(md, seg.segment_data())
+            await rsm.get_manifest(md)
+            buf = bytearray(b"\xee" * 60_000)
+            proxy.add(*[Fault("drop_response", method="GET") for _ in range(3)])
+            assert await rsm.fetch_log_segment_into(md, 1000, memoryview(buf)[:50_000]) == 50_000
+            assert proxy.log.faults_applied == ["drop_response"] * 3 and rsm.stats.retries >= 2
+            assert buf[:50_000] == data[1000:51_000] and buf[50_000:] == b"\xee" * 10_000
+            buf[:] = b"\xee" * len(buf)
+            proxy.add(Fault("delay", delay=1.0, method="GET"))
+            assert await rsm.fetch_log_segment_into(md, 7, memoryview(buf)[:40_000]) == 40_000
+            assert rsm.stats.timeouts == 1
+            assert buf[:40_000] == data[7:40_007] and buf[40_000:] == b"\xee" * 20_000
+            # a server that ignores the Range header sends the whole object: refused before it overflows, retried
+            buf[:] = b"\xee" * len(buf)
+            retries = rsm.stats.retries
+            proxy.add(Fault("ignore_range", method="GET"))
+            assert await rsm.fetch_log_segment_into(md, 300, memoryview(buf)[:30_000]) == 30_000
+            assert proxy.log.faults_applied[-1] == "ignore_range" and rsm.stats.retries == retries + 1
+            assert buf[:30_000] == data[300:30_300] and buf[30_000:] == b"\xee" * 30_000
+
+    run(body)
+
+
 def test_added_latency_within_the_attempt_timeout_succeeds(moto, seg):
     prefix = f"f-{uuid.uuid4().hex[:8]}/"
     md = seg.metadata()

@@ -123,28 +123,84 @@ def test_windows_inside_the_segment(stored, chunk):
         assert _read(rsm_dir, md, lo, hi, chunk, concurrency=1) == _expected(data, lo, hi), (lo, hi)
 
 
-def test_a_segment_that_ends_inside_a_batch_is_reported(stored, tmp_path):
-    rsm_dir, md, data = stored
-    cut = RemoteLogSegmentMetadata(RemoteLogSegmentId(TIP, uuid.uuid4()), 0, md.end_offset, md.max_timestamp_ms,
-                                   broker_id=0, event_timestamp_ms=0, segment_size_in_bytes=len(data) - 100,
-                                   segment_leader_epochs={0: 0})
-    log = tmp_path / "00000000000000000000.log"
-    log.write_bytes(data[:-100])
-    empty = tmp_path / "empty.index"
+def _store(rsm_dir: Path, tmp: Path, log_bytes: bytes, end_offset: int, max_ts: int,
+           size: int | None = None) -> RemoteLogSegmentMetadata:
+    """``log_bytes`` stored as a segment of its own (empty indexes); its metadata says ``size`` bytes."""
+    md = RemoteLogSegmentMetadata(RemoteLogSegmentId(TIP, uuid.uuid4()), 0, end_offset, max_ts, broker_id=0,
+                                  event_timestamp_ms=0, segment_size_in_bytes=len(log_bytes) if size is None else size,
+                                  segment_leader_epochs={0: 0})
+    d = tmp / md.remote_log_segment_id.id_str
+    d.mkdir()
+    log = d / "00000000000000000000.log"
+    log.write_bytes(log_bytes)
+    empty = d / "empty.index"
     empty.write_bytes(b"")
 
     async def copy():
         async with LocalTieredStorage.from_config({"dir": str(rsm_dir)}) as rsm:
-            await rsm.copy_log_segment_data(cut, LogSegmentData(log, empty, empty, None, empty, b"0\n1\n0 0\n"))
+            await rsm.copy_log_segment_data(md, LogSegmentData(log, empty, empty, None, empty, b"0\n1\n0 0\n"))
     run(copy)
-    with pytest.raises(CorruptSegmentError, match="ends inside a batch"):
+    return md
+
+
+def test_a_segment_that_ends_inside_a_batch_is_reported(stored, tmp_path):
+    rsm_dir, md, data = stored
+    last = [pos for pos, _h in iter_batches(data)][-1]
+    # cut inside the last batch's body: its length field says more than the segment holds
+    cut = _store(rsm_dir, tmp_path, data[:-100], md.end_offset, md.max_timestamp_ms)
+    with pytest.raises(CorruptSegmentError, match=f"batch at position {last} declares .* do not fit"):
         _read(rsm_dir, cut, 0, md.end_offset + 1, MIN_CHUNK)
+    # cut before the length field is complete
+    short = _store(rsm_dir, tmp_path, data[:last + 5], md.end_offset, md.max_timestamp_ms)
+    with pytest.raises(CorruptSegmentError, match="ends inside a batch: 5 bytes"):
+        _read(rsm_dir, short, 0, md.end_offset + 1, MIN_CHUNK)
     # metadata promising more bytes than the store holds
-    longer = RemoteLogSegmentMetadata(cut.remote_log_segment_id, 0, md.end_offset, md.max_timestamp_ms,
-                                      broker_id=0, event_timestamp_ms=0, segment_size_in_bytes=len(data),
-                                      segment_leader_epochs={0: 0})
+    longer = _store(rsm_dir, tmp_path, data[:-100], md.end_offset, md.max_timestamp_ms, size=len(data))
     with pytest.raises(CorruptSegmentError, match="returned"):
         _read(rsm_dir, longer, 0, md.end_offset + 1, MIN_CHUNK)
+
+
+@pytest.mark.parametrize("length", [20, -5, 0x7FFF0000])
+def test_a_corrupt_length_field_in_a_cut_batch_fails_the_read(stored, tmp_path, length):
+    """The first batch a chunk end cuts has a length below a batch header's, negative, or far past the segment's
+    end: the read fails there, naming the batch, instead of skipping it or carrying the rest of the segment."""
+    rsm_dir, md, data = stored
+    pos = next(p for p, _h in iter_batches(data) if p >= MIN_CHUNK)
+    bad = bytearray(data)
+    bad[pos + 8:pos + 12] = length.to_bytes(4, "big", signed=True)
+    m = _store(rsm_dir, tmp_path, bytes(bad), md.end_offset, md.max_timestamp_ms)
+    with pytest.raises(CorruptSegmentError, match=f"batch at position {pos} declares {12 + length} bytes"):
+        _read(rsm_dir, m, 0, md.end_offset + 1, pos + 5)
+
+
+def test_reads_a_window_ends_early_are_not_given_back_to_the_pool(stored, monkeypatch):
+    """A read that reaches ``hi`` in its first chunk cancels the reads in flight; their buffers are dropped, not
+    pooled (the store may still be writing into them). Only the decoded chunk's buffer is given back."""
+    from pipeline import reading
+
+    rsm_dir, md, data = stored
+    pool = reading.BufferPool()
+    monkeypatch.setattr(reading, "_buffers", pool)
+    got = _read(rsm_dir, md, 0, 5, MIN_CHUNK, concurrency=4)
+    assert got == _expected(data, 0, 5)
+    assert [len(b) for b in pool._free[MIN_CHUNK]] == [MIN_CHUNK]
+
+
+def test_buffer_pool_keeps_a_bounded_amount_and_makes_room_for_a_new_size():
+    from pipeline.reading import BufferPool
+
+    pool = BufferPool(keep_bytes=10)
+    a, b, c = pool.get(4), pool.get(4), pool.get(4)
+    for buf in (a, b, c):
+        pool.put(buf)
+    assert pool.get(4) is b and pool.get(4) is a          # two of 4 bytes fit in 10; the third was dropped
+    pool.put(a)
+    pool.put(b)
+    six = bytearray(6)
+    pool.put(six)                                         # a new size: one 4-byte buffer gives way
+    assert pool.get(6) is six and pool.get(4) is a
+    fresh = pool.get(4)
+    assert fresh is not a and fresh is not b
 
 
 def test_complete_straddler():
@@ -152,10 +208,11 @@ def test_complete_straddler():
     after = b"NEXT"
     # the cut falls inside the length field, then inside the body, then exactly at the end
     for cut in (3, 11, 12, 40, len(batch) - 1):
-        carry, rest, whole = complete_straddler(batch[:cut], memoryview(batch[cut:] + after))
+        carry = bytearray(batch[:cut])
+        rest, whole = complete_straddler(carry, memoryview(batch[cut:] + after))
         assert (carry, bytes(rest), whole) == (batch, after, True), cut
-    # a chunk too short to finish it: everything is carried on
-    carry, rest, whole = complete_straddler(batch[:5], memoryview(batch[5:9]))
-    assert (carry, bytes(rest), whole) == (batch[:9], b"", False)
-    carry, rest, whole = complete_straddler(batch[:20], memoryview(batch[20:30]))
-    assert (carry, bytes(rest), whole) == (batch[:30], b"", False)
+    # chunks too short to finish it: everything is carried on
+    for have, more in ((5, 4), (20, 10)):
+        carry = bytearray(batch[:have])
+        rest, whole = complete_straddler(carry, memoryview(batch[have:have + more]))
+        assert (carry, bytes(rest), whole) == (batch[:have + more], b"", False)

@@ -303,7 +303,8 @@ class Fault:
     """What to do with one request. kind: "status" (answer `status` without forwarding), "delay" (wait `delay`
     seconds, then forward), "drop_request" (close without answering), "drop_response" (forward, send half of the
     response, then close), "hang" (never answer; closed when the proxy stops), "corrupt_body" (forward the request
-    with one byte of its body flipped, as a faulty link would)."""
+    with one byte of its body flipped, as a faulty link would), "ignore_range" (forward a GET without its Range
+    header: the whole object comes back, as from a server that ignores ranges)."""
 
     kind: str
     status: int = 503
@@ -438,7 +439,9 @@ class FaultProxy:
             up_r, up_w = await asyncio.open_connection(*self.upstream)
             try:
                 lines = head.decode("latin-1").split("\r\n")
-                out = [lines[0]] + [ln for ln in lines[1:] if ln and not ln.lower().startswith("connection:")]
+                dropped = ("connection:", "range:") if fault is not None and fault.kind == "ignore_range" else (
+                    "connection:",)
+                out = [lines[0]] + [ln for ln in lines[1:] if ln and not ln.lower().startswith(dropped)]
                 up_w.write(("\r\n".join(out) + "\r\nConnection: close\r\n\r\n").encode("latin-1") + body)
                 await up_w.drain()
                 resp = await up_r.read()  # upstream closes after the response
