@@ -11,7 +11,9 @@ are asynchronous). Semantics follow Kafka's javadoc:
   when `end_position` is None. An `end_position` past the end is clamped to the last byte; a `start_position` at or
   past the end returns `b""`. We return `bytes` rather than a stream: remote reads are bounded by the fetch's
   `max.bytes`, and the chunked/cached implementations assemble whole chunks anyway. `stream_log_segment` gives an
-  async iterator over a range for callers that want to consume a long range piecewise.
+  async iterator over a range for callers that want to consume a long range piecewise, and
+  `fetch_log_segment_into(metadata, start_position, buffer) -> int` writes a range into the caller's (reused) buffer
+  (Spark's direct mode; not part of Kafka's interface).
 * `fetch_index(metadata, index_type) -> bytes` returns the whole index (`IndexType`). A transaction index that was
   never copied raises `RemoteResourceNotFoundError` (as in Kafka; callers treat it as "no aborted transactions").
 * `delete_log_segment_data(metadata)` removes everything stored for the segment. Idempotent: deleting a segment
