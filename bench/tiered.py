@@ -36,9 +36,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from tests.support.s3_servers import ACCESS_KEY, REGION, SECRET_KEY, SeaweedServer
+
 from . import load, rawfetch
 from .brokers import Broker, free_port, make_strata
-from .s3server import ACCESS_KEY, REGION, SECRET_KEY, SeaweedFS
 
 MiB = load.MiB
 SEGMENT_BYTES = 8 * MiB
@@ -234,7 +235,9 @@ def run(results: dict) -> None:
     results.setdefault("sections", []).append(section)
     raw = section["raw"]
     work = Path(tempfile.mkdtemp(prefix="strata-bench-tiered-"))
-    s3 = SeaweedFS(work / "s3", log_path=out_dir / "seaweedfs.log")
+    s3 = SeaweedServer(work / "s3")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    s3.log_path = out_dir / "seaweedfs.log"
     broker: Broker | None = None
     t_start = time.monotonic()
     try:
@@ -245,7 +248,8 @@ def run(results: dict) -> None:
         metrics_url = f"http://127.0.0.1:{mport}/metrics"
         overrides = [
             "remote.log.storage.system.enable=true", "remote.log.storage.manager.class.name=s3",
-            *s3.rsm_overrides(KEY_PREFIX), f"rsm.config.fetch.chunk.cache.size={CHUNK_CACHE_BYTES}",
+            *(f"rsm.config.{k}={v}" for k, v in s3.rsm_config(**{"key.prefix": KEY_PREFIX}).items()),
+            f"rsm.config.fetch.chunk.cache.size={CHUNK_CACHE_BYTES}",
             "remote.log.manager.task.interval.ms=500", "log.retention.check.interval.ms=500",
             "log.segment.delete.delay.ms=0", "remote.log.metadata.topic.num.partitions=5",
             f"metrics.listener={metrics_url}", *ctx.get("strata_overrides", []),
@@ -316,7 +320,7 @@ def run(results: dict) -> None:
 
         def objects(topic: str, end: int) -> list[str]:
             out = []
-            for key, _size in s3.keys(f"{KEY_PREFIX}{topic}-0-"):
+            for key in s3.keys(f"{KEY_PREFIX}{topic}-0-"):
                 m = _LOG_OBJECT.search(key)
                 if m and int(m.group(1)) < end:
                     out.append(key)
