@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Generator, Iterator
 from typing import Any
 
-from protocol.records import HEADER_SIZE, LOG_OVERHEAD
+from protocol.records import HEADER_SIZE, LOG_OVERHEAD, read_offset_and_length
 
 from .client import DataLossError, consume_range, data_loss_message, log_start_offset
 from .decode import Columns, CorruptSegmentError, Decoded, decode_batches
@@ -288,7 +288,7 @@ def complete_straddler(carry: bytearray, view: memoryview) -> tuple[memoryview, 
 
 def _declared_size(batch_start: bytes | bytearray) -> int:
     """The size a batch's length field gives it (base offset and length field included)."""
-    return LOG_OVERHEAD + int.from_bytes(batch_start[8:LOG_OVERHEAD], "big", signed=True)
+    return LOG_OVERHEAD + read_offset_and_length(batch_start, 0)[1]
 
 
 def read_remote_piece(storage: RemoteStorage, opts: SourceOptions, r: OffsetRange, piece: Piece,

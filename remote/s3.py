@@ -363,13 +363,20 @@ _NOT_FOUND_CODES = {"NoSuchKey", "404", "NotFound", "NoSuchUpload"}
 # ---------------------------------------------------------------------------------------------------------------------
 # the RSM
 # ---------------------------------------------------------------------------------------------------------------------
-async def _read_body(body: Any, joined: bool = True) -> bytes | BufferChain:
-    """The whole body of a GET: one buffer, or (not `joined`) the blocks as received. aiohttp's `read()` joins the
-    received blocks twice (in `readany` and again in `read`); `readchunk` hands them out one by one. Only for the
-    plain aiohttp body; any other (a checksum-validating wrapper, httpx) reads as usual."""
-    raw = getattr(body, "raw_stream", None)
-    content = getattr(raw, "content", None)
+def _plain_content(body: Any) -> aiohttp.StreamReader | None:
+    """The aiohttp stream under a plain aiobotocore body, to be read block by block with `readchunk` (aiohttp's
+    `read()` joins the received blocks twice, in `readany` and again in `read`); None for any other body (a
+    checksum-validating wrapper, httpx), which reads as usual."""
+    content = getattr(getattr(body, "raw_stream", None), "content", None)
     if type(body) is not AioStreamingBody or not isinstance(content, aiohttp.StreamReader):
+        return None
+    return content
+
+
+async def _read_body(body: Any, joined: bool = True) -> bytes | BufferChain:
+    """The whole body of a GET: one buffer, or (not `joined`) the blocks as received."""
+    content = _plain_content(body)
+    if content is None:
         return await body.read()
     blocks = []
     while True:
@@ -383,17 +390,16 @@ async def _read_body(body: Any, joined: bool = True) -> bytes | BufferChain:
     return b"".join(blocks) if joined else BufferChain(blocks)
 
 
-async def _read_body_into(body: Any, into: memoryview) -> int:
-    """The body of a GET written into `into` block by block as it arrives (no joined buffer); returns its length.
-    A body longer than `into` raises _ShortRead (a server that ignored the Range header): retried."""
-    raw = getattr(body, "raw_stream", None)
-    content = getattr(raw, "content", None)
-    if type(body) is not AioStreamingBody or not isinstance(content, aiohttp.StreamReader):
+async def _read_body_into(body: Any, into: memoryview) -> memoryview:
+    """The body of a GET written into `into` block by block as it arrives (no joined buffer); returns the part of
+    `into` it filled. A body longer than `into` raises _ShortRead (a server that ignored the Range header): retried."""
+    content = _plain_content(body)
+    if content is None:
         data = await body.read()
         if len(data) > len(into):
             raise _ShortRead(f"got {len(data)} bytes for a range of {len(into)}")
         into[:len(data)] = data
-        return len(data)
+        return into[:len(data)]
     at = 0
     while True:
         block, end_of_http_chunk = await content.readchunk()
@@ -404,7 +410,7 @@ async def _read_body_into(body: Any, into: memoryview) -> int:
             into[at:end] = block
             at = end
         elif not end_of_http_chunk:      # (b"", False): the end of the body
-            return at
+            return into[:at]
 
 
 class S3RemoteStorageManager(RemoteStorageManager):
@@ -565,17 +571,19 @@ class S3RemoteStorageManager(RemoteStorageManager):
         self.stats.bytes_uploaded += len(body)
 
     async def _get(self, key: str, start: int | None = None, stop: int | None = None, *,
-                   joined: bool = True) -> bytes:
+                   joined: bool = True, into: memoryview | None = None) -> bytes | BufferChain | memoryview:
         """The object, or its bytes [start, stop) with a ranged GET (length verified); not `joined`: possibly a
-        BufferChain of the received blocks (chunks the read path serves as they are)."""
-        async def op(c: Any) -> bytes:
+        BufferChain of the received blocks (chunks the read path serves as they are); `into`: written into that
+        buffer as the blocks arrive (an attempt that fails part-way is retried from its start), and the part it
+        filled returned."""
+        async def op(c: Any) -> bytes | BufferChain | memoryview:
             kw: dict[str, Any] = {"Bucket": self.config.bucket, "Key": key}
             if start is not None:
                 kw["Range"] = f"bytes={start}-{stop - 1}"  # type: ignore[operator]
             resp = await c.get_object(**kw)
             body = resp["Body"]
             try:
-                data = await _read_body(body, joined)
+                data = await (_read_body(body, joined) if into is None else _read_body_into(body, into))
             finally:
                 body.close()
             expected = resp.get("ContentLength")
@@ -583,34 +591,13 @@ class S3RemoteStorageManager(RemoteStorageManager):
                 expected = stop - start  # type: ignore[operator]
             if expected is not None and len(data) != expected:
                 raise _ShortRead(f"got {len(data)} of {expected} bytes")
-            return data  # type: ignore[return-value]
+            return data
 
         await self._get_client()
         async with self._get_slots:  # type: ignore[union-attr]
             data = await self._call(f"GET {key}" + (f" [{start},{stop})" if start is not None else ""), op)
         self.stats.bytes_downloaded += len(data)
-        return data
-
-    async def _get_into(self, key: str, start: int, into: memoryview) -> int:
-        """Bytes [start, start + len(into)) of the object written into `into` with a ranged GET (length verified);
-        an attempt that fails part-way is retried from the start of `into`."""
-        async def op(c: Any) -> int:
-            resp = await c.get_object(Bucket=self.config.bucket, Key=key,
-                                      Range=f"bytes={start}-{start + len(into) - 1}")
-            body = resp["Body"]
-            try:
-                n = await _read_body_into(body, into)
-            finally:
-                body.close()
-            if n != len(into):
-                raise _ShortRead(f"got {n} of {len(into)} bytes")
-            return n
-
-        await self._get_client()
-        async with self._get_slots:  # type: ignore[union-attr]
-            n = await self._call(f"GET {key} [{start},{start + len(into)})", op)
-        self.stats.bytes_downloaded += n
-        return n
+        return data  # type: ignore[return-value]
 
     async def _delete(self, key: str) -> None:
         async def op(c: Any) -> None:
@@ -859,7 +846,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
         start, stop = resolve_range(start_position, start_position + len(buffer) - 1, manifest.original_size)
         if start == stop:
             return 0
-        return await self._get_into(self.object_key(metadata, LOG_SUFFIX), start, buffer[:stop - start])
+        return len(await self._get(self.object_key(metadata, LOG_SUFFIX), start, stop, into=buffer[:stop - start]))
 
     async def fetch_log_segment_pieces(self, metadata: RemoteLogSegmentMetadata, start_position: int,
                                        end_position: int | None = None) -> list[memoryview]:
