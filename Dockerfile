@@ -11,6 +11,7 @@ COPY storage ./storage
 COPY remote ./remote
 COPY config ./config
 COPY pipeline ./pipeline
+COPY strata ./strata
 RUN pip install .
 
 RUN useradd --system --home /var/lib/strata strata && mkdir -p /var/lib/strata && chown strata /var/lib/strata

@@ -379,7 +379,7 @@ def make_tansu(log_dir: Path, startup_timeout: float = 30.0) -> TansuBroker:
 
 def make_strata(log_dir: Path, startup_timeout: float = 60.0, extra_overrides: list[str] | None = None,
                 launcher: list[str] | None = None, source_dir: Path | None = None, name: str = "strata") -> Broker:
-    """``launcher`` replaces ``python -m broker`` (e.g. a profiler wrapper); ``serve --override ...`` follows.
+    """``launcher`` replaces ``python -m strata`` (e.g. a profiler wrapper); ``serve --override ...`` follows.
     ``source_dir`` runs the broker from another checkout of the repository (its working directory, which comes
     first on ``sys.path``), e.g. to compare a change against ``git archive HEAD``."""
     port = free_port()
@@ -392,7 +392,7 @@ def make_strata(log_dir: Path, startup_timeout: float = 60.0, extra_overrides: l
         "group.initial.rebalance.delay.ms=0",   # issue 3: join -> first record < 1 s measured with this
         *(extra_overrides or []),
     ]
-    cmd = [*(launcher or [sys.executable, "-m", "broker"]), "serve"]
+    cmd = [*(launcher or [sys.executable, "-m", "strata"]), "serve"]
     for o in overrides:
         cmd += ["--override", o]
     return Broker(name=name, cmd=cmd, port=port, log_path=log_dir / f"{name}.log", cwd=source_dir or REPO_ROOT,

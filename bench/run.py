@@ -104,7 +104,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--strata-override", action="append", default=[],
                     help="extra --override KEY=VALUE passed to Strata (repeatable)")
     ap.add_argument("--strata-launcher", default=None,
-                    help="command replacing 'python -m broker' (shell-split), e.g. a profiler wrapper")
+                    help="command replacing 'python -m strata' (shell-split), e.g. a profiler wrapper")
     ap.add_argument("--groups", default=None,
                     help="optional scenario groups to run after the side-by-side scenarios, comma-separated "
                          f"({', '.join(g for g, _ in OPTIONAL_GROUPS)}, all, none); default: all, or with "

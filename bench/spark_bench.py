@@ -71,7 +71,7 @@ def _fill(bootstrap: str, partitions: int, mib: int) -> tuple[int, int]:
 def _wait_offloaded(bootstrap: str, partitions: int, timeout: float = 300) -> dict[int, tuple[int, int]]:
     """Wait until every partition's local log holds only its last (active) segment; returns {p: (local start,
     end)}."""
-    from broker.admin_client import AdminClient
+    from strata.broker.admin_client import AdminClient
 
     deadline = time.monotonic() + timeout
     while True:
@@ -117,7 +117,7 @@ def _spark_read(spark: Any, options: dict[str, str]) -> tuple[float, int, int]:
 
 
 def measure(mib: int = 512, partitions: int = 2, reps: int = 3, storage: str = "seaweedfs") -> dict[str, Any]:
-    from pipeline.session import get_spark
+    from strata.pipeline.session import get_spark
     from tests.support.broker_proc import StrataBroker
     from tests.support.s3_servers import MotoServer, SeaweedServer
 
@@ -143,7 +143,7 @@ def measure(mib: int = 512, partitions: int = 2, reps: int = 3, storage: str = "
     spark = None
     try:
         broker.start()
-        from broker.admin_client import AdminClient
+        from strata.broker.admin_client import AdminClient
 
         with AdminClient(broker.bootstrap) as a:
             a.create_topic(TOPIC, partitions, 1, {"remote.storage.enable": "true", "segment.bytes": str(8 << 20),

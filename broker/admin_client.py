@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, Self, TypeVar
 
-from protocol.errors import ErrorCode
-from protocol.registry import REQUEST_CLASSES, RESPONSE_CLASSES, ApiKey
-from protocol.uuids import kafka_uuid_str
+from strata.protocol.errors import ErrorCode
+from strata.protocol.registry import REQUEST_CLASSES, RESPONSE_CLASSES, ApiKey
+from strata.protocol.uuids import kafka_uuid_str
 
 CLIENT_ID = "strata-cli"
 RESOURCE_TOPIC = 2

@@ -1,6 +1,6 @@
 """KafkaApis: decode a request frame, route it to its handler, encode the response.
 
-Every advertised (api_key, version) in protocol.registry.SUPPORTED_VERSIONS must have a handler here; anything
+Every advertised (api_key, version) in strata.protocol.registry.SUPPORTED_VERSIONS must have a handler here; anything
 else is a protocol error that closes the connection (ApiVersions excepted: it answers error 35 in a v0 body).
 """
 from __future__ import annotations
@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 import structlog
 
-from protocol.errors import ErrorCode
-from protocol.fetch_response import encode_fetch_response
-from protocol.records import BufferChain
-from protocol.registry import (
+from strata.protocol.errors import ErrorCode
+from strata.protocol.fetch_response import encode_fetch_response
+from strata.protocol.records import BufferChain
+from strata.protocol.registry import (
     SUPPORTED_VERSIONS,
     ApiKey,
     api_name,

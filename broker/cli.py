@@ -1,6 +1,6 @@
 """``strata`` command line: serve a broker, manage topics (like kafka-topics.sh), dump log segments.
 
-Only ``serve`` imports the broker runtime; ``topics`` speaks the Kafka protocol through broker.admin_client, so it
+Only ``serve`` imports the broker runtime; ``topics`` speaks the Kafka protocol through strata.broker.admin_client, so it
 works against any Kafka-compatible broker, and ``dump-log`` reads segment files offline.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ def _key_value(s: str) -> tuple[str, str]:
 
 # -- serve -----------------------------------------------------------------------------------------------------------
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from config import BrokerConfig, ConfigError
+    from strata.config import BrokerConfig, ConfigError
 
     try:
         config = BrokerConfig.load(args.config, args.override or [])
@@ -35,14 +35,14 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"strata: configuration error: {e}", file=sys.stderr)
         return 2
-    from broker.server import run  # imported late: `strata topics` must not pay for the storage stack
+    from strata.broker.server import run  # imported late: `strata topics` must not pay for the storage stack
 
     return run(config)
 
 
 # -- topics ----------------------------------------------------------------------------------------------------------
 def _topics_create(a, args: argparse.Namespace) -> int:
-    from broker.admin_client import AdminError
+    from strata.broker.admin_client import AdminError
 
     try:
         res = a.create_topic(args.topic, args.partitions, args.replication_factor, dict(args.config or []))
@@ -61,7 +61,7 @@ def _topics_list(a, args: argparse.Namespace) -> int:
 
 
 def _non_default_configs(a, topic: str) -> str:
-    from broker.admin_client import RESOURCE_TOPIC
+    from strata.broker.admin_client import RESOURCE_TOPIC
 
     shown = [c for c in a.describe_configs(RESOURCE_TOPIC, topic) if c.source != SOURCE_DEFAULT_CONFIG]
     return ",".join(f"{c.name}={'<sensitive>' if c.sensitive else c.value}" for c in shown)
@@ -90,7 +90,7 @@ def _topics_describe(a, args: argparse.Namespace) -> int:
 
 
 def _topics_delete(a, args: argparse.Namespace) -> int:
-    from broker.admin_client import AdminError
+    from strata.broker.admin_client import AdminError
 
     try:
         a.delete_topic(args.topic)
@@ -109,7 +109,7 @@ def _topics_alter(a, args: argparse.Namespace) -> int:
 
 
 def _topics_alter_config(a, args: argparse.Namespace) -> int:
-    from broker.admin_client import RESOURCE_TOPIC
+    from strata.broker.admin_client import RESOURCE_TOPIC
 
     if not args.set and not args.delete:
         raise _UsageError("alter-config needs at least one --set key=value or --delete key")
@@ -123,7 +123,7 @@ class _UsageError(Exception):
 
 
 def _cmd_topics(args: argparse.Namespace) -> int:
-    from broker.admin_client import AdminClient, AdminError
+    from strata.broker.admin_client import AdminClient, AdminError
 
     try:
         with AdminClient(args.bootstrap_server, timeout=args.timeout) as a:
@@ -135,7 +135,7 @@ def _cmd_topics(args: argparse.Namespace) -> int:
 
 # -- dump-log --------------------------------------------------------------------------------------------------------
 def _cmd_dump_log(args: argparse.Namespace) -> int:
-    from storage.dump import dump_file
+    from strata.storage.dump import dump_file
 
     files = [f for f in (args.files_csv or "").split(",") if f] + list(args.files)
     if not files:
@@ -214,7 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .remote_log_metadata_cmd import add_parser as add_remote_log_metadata_parser
     add_remote_log_metadata_parser(sub, DEFAULT_BOOTSTRAP)   # `strata remote-log-metadata`
 
-    from pipeline.cli import add_parser as add_pipeline_parser   # `strata pipeline` (Spark jobs; pyspark imported lazily)
+    from strata.pipeline.cli import add_parser as add_pipeline_parser   # `strata pipeline` (Spark jobs; pyspark imported lazily)
     add_pipeline_parser(sub, DEFAULT_BOOTSTRAP)
     return p
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from protocol.errors import ErrorCode, KafkaApiError
-from protocol.uuids import kafka_uuid_str
+from strata.protocol.errors import ErrorCode, KafkaApiError
+from strata.protocol.uuids import kafka_uuid_str
 
 from .cluster.model import BrokerInfo, PartitionState, StaleStateError
 

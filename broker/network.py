@@ -17,7 +17,7 @@ from typing import Awaitable, Callable
 
 import structlog
 
-from config import Listener
+from strata.config import Listener
 
 from .metrics import BrokerMetrics
 

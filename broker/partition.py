@@ -10,8 +10,8 @@ import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
-from protocol.errors import ErrorCode
-from storage.log import LogAppendInfo, UnifiedLog
+from strata.protocol.errors import ErrorCode
+from strata.storage.log import LogAppendInfo, UnifiedLog
 
 from .cluster.model import PartitionState
 from .metadata_store import TopicInfo

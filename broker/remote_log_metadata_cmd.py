@@ -3,7 +3,7 @@
 Kafka's way to look at the topic is ``kafka-console-consumer.sh --topic __remote_log_metadata --from-beginning
 --formatter org.apache.kafka.tools.consumer.RemoteLogMetadataFormatter``; this command does the same over the Kafka
 protocol (Metadata, ListOffsets, Fetch -- no broker runtime, no group): it reads every partition of the topic from
-its log start to its high watermark, decodes each record with ``remote.rlmm_serde`` and prints one line per record,
+its log start to its high watermark, decodes each record with ``strata.remote.rlmm_serde`` and prints one line per record,
 ``partition: P, offset: O, value: <Kafka's toString() of the metadata>``. ``--topic T`` keeps only the records of
 user topic T.
 
@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from protocol.registry import REQUEST_CLASSES, ApiKey
+from strata.protocol.registry import REQUEST_CLASSES, ApiKey
 
 from .admin_client import EARLIEST, LATEST, AdminClient, AdminError, _check
 
@@ -58,7 +58,7 @@ class MetadataReader(AdminClient):
 def iter_metadata_records(reader: MetadataReader, partitions: list[int] | None = None
                           ) -> Iterator[tuple[int, int, bytes | None]]:
     """(partition, offset, value) of every record of `__remote_log_metadata`, partition by partition."""
-    from protocol.records import iter_batches, iter_records
+    from strata.protocol.records import iter_batches, iter_records
 
     parts = reader.partitions_of(REMOTE_LOG_METADATA_TOPIC) if partitions is None else partitions
     if not parts:
@@ -84,7 +84,7 @@ def iter_metadata_records(reader: MetadataReader, partitions: list[int] | None =
 
 
 def _record_topic(metadata: Any) -> str | None:
-    from remote.rlmm_serde import topic_id_partition_of
+    from strata.remote.rlmm_serde import topic_id_partition_of
 
     try:
         return topic_id_partition_of(metadata).topic
@@ -128,13 +128,13 @@ class RemoteLogState:
 
 def fold(records: Iterator[tuple[int, int, bytes | None]]) -> RemoteLogState:
     """Apply the records in order, as the RLMM's cache does (no transition checks: this is a viewer)."""
-    from remote.metadata import (
+    from strata.remote.metadata import (
         RemoteLogSegmentMetadata,
         RemoteLogSegmentMetadataUpdate,
         RemotePartitionDeleteMetadata,
     )
-    from remote.rlmm_serde import deserialize
-    from remote.rlmm_types import MetadataDecodeError
+    from strata.remote.rlmm_serde import deserialize
+    from strata.remote.rlmm_types import MetadataDecodeError
 
     st = RemoteLogState()
     for p, off, value in records:
@@ -196,8 +196,8 @@ def _uuid_of(kafka_id: str) -> uuid.UUID:
 
 
 def _cmd(args: argparse.Namespace) -> int:
-    from remote.rlmm_serde import deserialize, format_record
-    from remote.rlmm_types import MetadataDecodeError
+    from strata.remote.rlmm_serde import deserialize, format_record
+    from strata.remote.rlmm_types import MetadataDecodeError
 
     try:
         with MetadataReader(args.bootstrap_server, timeout=args.timeout) as r:

@@ -7,7 +7,7 @@ so the same code makes the HW follow the LEO on every append.
 
 Leader side (Kafka's Partition/ReplicaManager): followers' fetch offsets and caught-up times, HW = min LEO over the
 ISR, ISR shrink/expand by compare-and-set in the store (`replica.lag.time.max.ms`), acks=-1 in the Produce purgatory
-(DelayedProduce), min.insync.replicas. Follower side: broker.cluster.replica_fetcher.
+(DelayedProduce), min.insync.replicas. Follower side: strata.broker.cluster.replica_fetcher.
 """
 from __future__ import annotations
 
@@ -19,11 +19,11 @@ from typing import Any
 
 import structlog
 
-from config import BrokerConfig, LogConfig
-from protocol.errors import ErrorCode, KafkaApiError
-from storage.errors import OffsetOutOfRangeError, StorageError
-from storage.log import UnifiedLog
-from storage.log_manager import LogManager
+from strata.config import BrokerConfig, LogConfig
+from strata.protocol.errors import ErrorCode, KafkaApiError
+from strata.storage.errors import OffsetOutOfRangeError, StorageError
+from strata.storage.log import UnifiedLog
+from strata.storage.log_manager import LogManager
 
 from .cluster.model import PartitionState, StaleStateError
 from .cluster.replica_fetcher import ReplicaFetcherManager
@@ -215,7 +215,7 @@ class ReplicaManager:
         self.fetcher_manager.remove_partition(key)
         p.leader_id = -1
         if self.rlm is not None and p.log.remote_log_enabled:
-            from remote.rlm import topic_id_partition
+            from strata.remote.rlm import topic_id_partition
             tip = topic_id_partition(p.log)
             if delete_remote:
                 self.rlm.start_marking_deleted([tip])
@@ -250,7 +250,7 @@ class ReplicaManager:
                                         if (p := self.partitions.get((info.name, i))) is not None])
 
     def _notify_remote_partitions(self, parts: list[Partition]) -> None:
-        from remote.rlm import topic_id_partition
+        from strata.remote.rlm import topic_id_partition
         leaders = [p for p in parts if p.is_leader]
         followers = [p for p in parts if not p.is_leader]
         tl = [topic_id_partition(p.log) for p in leaders if p.log.remote_log_enabled]
@@ -291,7 +291,7 @@ class ReplicaManager:
             p.log.advance_log_start_offset(p.log.local_log_start_offset)
             p.log.highest_offset_in_remote_storage = -1
             if self.rlm is not None and p.is_leader:
-                from remote.rlm import topic_id_partition
+                from strata.remote.rlm import topic_id_partition
                 self.rlm.start_marking_deleted([topic_id_partition(p.log)])
 
     def update_topic_config(self, info: TopicInfo) -> None:

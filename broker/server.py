@@ -10,9 +10,9 @@ import uuid
 
 import structlog
 
-from config import BrokerConfig
-from storage.cleaner_manager import CleanerConfig, LogCleaner
-from storage.log_manager import LogManager
+from strata.config import BrokerConfig
+from strata.storage.cleaner_manager import CleanerConfig, LogCleaner
+from strata.storage.log_manager import LogManager
 
 from . import diagnostics
 from .apis import KafkaApis
@@ -55,7 +55,7 @@ class KafkaServer:
         me = BrokerInfo(self.broker_id, {a.name: (a.host, a.port) for a in config.advertised_listeners},
                         config["broker.rack"] or None, uuid.uuid4().hex)
         self.me = me
-        self.controller = None            # cluster mode: broker.cluster.controller.Controller
+        self.controller = None            # cluster mode: strata.broker.cluster.controller.Controller
         self.controller_channel = None    # cluster mode: forwards admin requests to the controller
         self.peer_watch = None            # cluster mode: cluster.liveness.PeerWatch
         self.cluster_mode = bool(config["metadata.store.connect"])
@@ -209,7 +209,7 @@ class KafkaServer:
         self.replica_manager.rlm, self.replica_manager.rlmm = self.rlm, self.rlmm
         self.rlm.start()
         await self.rlmm.start()
-        from remote.partition_remover import RemotePartitionRemover
+        from strata.remote.partition_remover import RemotePartitionRemover
         io = self.rlmm.io
         self.partition_remover = RemotePartitionRemover(
             self.rlm, self.rlmm, io, num_partitions=self.config["remote.log.metadata.topic.num.partitions"],
@@ -263,7 +263,7 @@ class KafkaServer:
                     log.info("deleting the log of a topic deleted while this broker was down", topic=ulog.topic,
                              partition=ulog.partition)
                     if self.store.deleted_topic_was_tiered(ulog.topic):
-                        from remote.rlm import topic_id_partition
+                        from strata.remote.rlm import topic_id_partition
                         self._deleted_while_down.append(topic_id_partition(ulog))
                     self.log_manager.delete_log(ulog.topic, ulog.partition)
                 else:

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from protocol.errors import ErrorCode, KafkaApiError
-from protocol.registry import REQUEST_CLASSES, ApiKey
-from remote.executors import RemoteExecutors
-from remote.remote_metrics import RemoteMetrics
-from remote.rlm import RemoteLogManager, RemoteLogManagerConfig
-from remote.rsm import create_remote_storage_manager
+from strata.protocol.errors import ErrorCode, KafkaApiError
+from strata.protocol.registry import REQUEST_CLASSES, ApiKey
+from strata.remote.executors import RemoteExecutors
+from strata.remote.remote_metrics import RemoteMetrics
+from strata.remote.rlm import RemoteLogManager, RemoteLogManagerConfig
+from strata.remote.rsm import create_remote_storage_manager
 
 from .cluster.broker_client import BrokerConnection, BrokerConnectionError
 
@@ -255,7 +255,7 @@ class BrokerMetadataTopicIO:
 
 def build_remote_log_manager(server: KafkaServer) -> tuple[RemoteLogManager, Any]:
     """RSM from `remote.log.storage.manager.class.name` + `rsm.config.*`; topic-based RLMM; the RLM."""
-    from remote.rlmm import TopicBasedRemoteLogMetadataManager
+    from strata.remote.rlmm import TopicBasedRemoteLogMetadataManager
 
     cfg = server.config
     data_dir = server.log_dirs[0]

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import structlog
 
-from config import BrokerConfig, ConfigError
-from protocol.errors import ErrorCode, KafkaApiError
+from strata.config import BrokerConfig, ConfigError
+from strata.protocol.errors import ErrorCode, KafkaApiError
 
 from .metadata_store import MetadataStore, TopicInfo, validate_topic_name
 from .replica_manager import ReplicaManager
@@ -159,7 +159,7 @@ class TopicManager:
         rlm = self.replica_manager.rlm
         if rlm is None or not self.config.log_config(info.configs).values.get("remote.storage.enable"):
             return
-        from remote.metadata import TopicIdPartition
+        from strata.remote.metadata import TopicIdPartition
         tips = [TopicIdPartition(info.topic_id, info.name, i) for i in range(info.partitions)]
         pending = await rlm.mark_partitions_deleted(tips, MARK_DELETED_WAIT_S)
         if pending:     # the topic is deleted all the same; the marks keep being retried

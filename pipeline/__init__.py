@@ -1,7 +1,7 @@
 """Strata pipeline layer: topics as a Spark data source (batch, streaming, sink) through PySpark's Python Data
-Source API, plus example jobs (``pipeline.jobs``) and the ``strata pipeline`` commands. See docs/spark.md.
+Source API, plus example jobs (``strata.pipeline.jobs``) and the ``strata pipeline`` commands. See docs/spark.md.
 
-    from pipeline import get_spark
+    from strata.pipeline import get_spark
     spark = get_spark()                          # local[*], format "strata" registered
     df = (spark.read.format("strata").option("kafka.bootstrap.servers", "127.0.0.1:9092")
           .option("subscribe", "events").load())

@@ -1,4 +1,4 @@
-"""``strata pipeline <job>``: run the example Spark jobs (pipeline.jobs) from the command line.
+"""``strata pipeline <job>``: run the example Spark jobs (strata.pipeline.jobs) from the command line.
 
     strata pipeline export    --topic T --to /path/out.parquet [--from earliest] [--read-mode direct ...]
     strata pipeline aggregate --topic T --to /path/per_key.parquet --checkpoint /path/ck [--once]
@@ -33,7 +33,7 @@ def _key_value(s: str) -> tuple[str, str]:
 def _job_module(name: str) -> Any:
     import importlib
 
-    return importlib.import_module(f"pipeline.jobs.{name}")
+    return importlib.import_module(f"strata.pipeline.jobs.{name}")
 
 
 def _common(p: argparse.ArgumentParser, default_bootstrap: str) -> None:
@@ -105,8 +105,8 @@ def _first_line(e: BaseException) -> str:
 
 
 def run_standalone(job: str, argv: list[str] | None = None) -> int:
-    """``python -m pipeline.jobs.<job> ...``: the same arguments as ``strata pipeline <job>``."""
-    p = argparse.ArgumentParser(prog=f"python -m pipeline.jobs.{job}", description=JOBS[job])
+    """``python -m strata.pipeline.jobs.<job> ...``: the same arguments as ``strata pipeline <job>``."""
+    p = argparse.ArgumentParser(prog=f"python -m strata.pipeline.jobs.{job}", description=JOBS[job])
     _common(p, DEFAULT_BOOTSTRAP)
     _job_module(job).add_arguments(p)
     args = p.parse_args(argv)
@@ -115,8 +115,8 @@ def run_standalone(job: str, argv: list[str] | None = None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m pipeline.cli <job> ...`` (same as ``strata pipeline <job> ...``)."""
-    p = argparse.ArgumentParser(prog="python -m pipeline.cli")
+    """``python -m strata.pipeline.cli <job> ...`` (same as ``strata pipeline <job> ...``)."""
+    p = argparse.ArgumentParser(prog="python -m strata.pipeline.cli")
     add_parser(p.add_subparsers(dest="command", required=True))
     args = p.parse_args(["pipeline", *(sys.argv[1:] if argv is None else argv)])
     return args.func(args)

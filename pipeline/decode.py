@@ -4,7 +4,7 @@ An executor's time goes into this module, so it works on many batches at once in
 loop only follows each record's length prefix (the one field that cannot be found without the previous record);
 every other field is decoded with NumPy over all records of the chunk together, and keys and values become Arrow
 binary arrays gathered by ``pyarrow.compute.take`` straight from the chunk's bytes: no Python object per record
-(headers, when asked for, are the exception). Batch framing comes from Strata's ``protocol.records``; compressed
+(headers, when asked for, are the exception). Batch framing comes from Strata's ``strata.protocol.records``; compressed
 records sections are decompressed with the codecs of ``kafka.codec``, as everywhere else in Strata.
 
 Semantics match what a Kafka consumer at READ_UNCOMMITTED returns: control batches (transaction markers) are
@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from protocol.records import (
+from strata.protocol.records import (
     CONTROL_MASK,
     GZIP,
     HEADER_SIZE,
@@ -377,7 +377,7 @@ def decode_batches(buf: bytes | memoryview, batches: Sequence[tuple[int, BatchHe
 
 
 def iter_complete_batches(buf: bytes) -> Iterator[tuple[int, BatchHeader]]:
-    """``protocol.records.iter_batches``: (position, header) of each complete batch of ``buf``."""
+    """``strata.protocol.records.iter_batches``: (position, header) of each complete batch of ``buf``."""
     return iter_batches(buf)
 
 

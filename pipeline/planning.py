@@ -24,7 +24,7 @@ class Piece:
 
     start: int
     end: int
-    segment: Any = None          # remote.metadata.RemoteLogSegmentMetadata
+    segment: Any = None          # strata.remote.metadata.RemoteLogSegmentMetadata
 
 
 @dataclass(frozen=True)

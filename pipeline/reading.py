@@ -2,9 +2,9 @@
 
 * Broker pieces: confluent-kafka consumer, assigned (no group membership), from ``start`` until ``end``.
 * Remote pieces (``read.mode=direct``): the executor builds the RemoteStorageManager the options describe (the same
-  classes the broker uses: ``remote.s3``, ``remote.local_tiered``), finds the start position in the segment's
+  classes the broker uses: ``strata.remote.s3``, ``strata.remote.local_tiered``), finds the start position in the segment's
   offset index, streams the ``.log`` in fixed-size chunks into buffers the worker process reuses (the next chunks
-  are fetched while the current one is decoded) and decodes the batches with ``pipeline.decode`` (CRC checked,
+  are fetched while the current one is decoded) and decodes the batches with ``strata.pipeline.decode`` (CRC checked,
   decompressed, control batches skipped); a batch cut by a chunk's end is completed from the next chunk.
 
 Data loss (offsets deleted between planning and reading) raises DataLossError, or with failOnDataLoss=false skips
@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Generator, Iterator
 from typing import Any
 
-from protocol.records import HEADER_SIZE, LOG_OVERHEAD, read_offset_and_length
+from strata.protocol.records import HEADER_SIZE, LOG_OVERHEAD, read_offset_and_length
 
 from .client import DataLossError, consume_range, data_loss_message, log_start_offset
 from .decode import Columns, CorruptSegmentError, Decoded, decode_batches
@@ -156,7 +156,7 @@ class RemoteStorage:
     service model and builds a TLS context, about 0.1 s of CPU, paid again by every task otherwise."""
 
     def __init__(self, opts: SourceOptions) -> None:
-        from remote.rsm import create_remote_storage_manager
+        from strata.remote.rsm import create_remote_storage_manager
 
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="strata-rsm-loop", daemon=True)
@@ -293,8 +293,8 @@ def _declared_size(batch_start: bytes | bytearray) -> int:
 
 def read_remote_piece(storage: RemoteStorage, opts: SourceOptions, r: OffsetRange, piece: Piece,
                       out: ArrowEmitter) -> Iterator[Any]:
-    from protocol.records import is_crc_valid, iter_batches
-    from remote.rsm import IndexType, RemoteResourceNotFoundError
+    from strata.protocol.records import is_crc_valid, iter_batches
+    from strata.remote.rsm import IndexType, RemoteResourceNotFoundError
 
     seg = piece.segment
     lo, hi = piece.start, piece.end

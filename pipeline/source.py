@@ -6,7 +6,7 @@
 
 Planning (Metadata, ListOffsets, ``__remote_log_metadata``) runs on the driver; each Spark input partition carries
 its offset range (and, in direct mode, the remote segments covering it) to an executor, which reads it. See
-``pipeline.options`` for the options and docs/spark.md for the whole story.
+``strata.pipeline.options`` for the options and docs/spark.md for the whole story.
 """
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from protocol.records import BufferChain
+from strata.protocol.records import BufferChain
 
 _SUFFIX = ".chunk"
 # loads adjacent chunks [run.start, run.stop) together: one bytes/BufferChain per chunk, in order

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from protocol.uuids import kafka_uuid_str, parse_kafka_uuid
+from strata.protocol.uuids import kafka_uuid_str, parse_kafka_uuid
 
 from .metadata import RemoteLogSegmentMetadata
 from .rsm import IndexType, RemoteResourceNotFoundError, RemoteStorageManager

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from protocol.uuids import kafka_uuid_str
+from strata.protocol.uuids import kafka_uuid_str
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from typing import Any
 
 import structlog
 
-from protocol.records import iter_batches, iter_records
+from strata.protocol.records import iter_batches, iter_records
 
 from .metadata import RemotePartitionDeleteMetadata, RemotePartitionDeleteState, TopicIdPartition
 from .rlmm_serde import deserialize

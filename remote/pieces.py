@@ -2,7 +2,7 @@
 
 A cold remote read of a few MiB spans two or more chunks of the segment; joining them into one buffer cost a fifth of
 the broker's CPU on cold reads. Batches may straddle a chunk boundary: only their 61-byte headers are ever copied,
-and the chosen byte range goes to the Fetch response as views on the chunks (protocol.records.BufferChain).
+and the chosen byte range goes to the Fetch response as views on the chunks (strata.protocol.records.BufferChain).
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import bisect
 import struct
 from collections.abc import Iterator, Sequence
 
-from protocol.records import HEADER_SIZE, Buffer, BufferChain
+from strata.protocol.records import HEADER_SIZE, Buffer, BufferChain
 
 _BASE_AND_LENGTH = struct.Struct(">qi")
 _LAST_DELTA = struct.Struct(">i")
@@ -47,7 +47,7 @@ class Pieces:
 
     def batches(self, complete: bool = True) -> Iterator[tuple[int, int, int, int]]:
         """(position, base offset, last offset, size) of each batch; with `complete`, stop at one that is cut off
-        (as protocol.records.iter_batches does), else yield it too."""
+        (as strata.protocol.records.iter_batches does), else yield it too."""
         pos = 0
         while pos + HEADER_SIZE <= self.total:
             buf, off = self._at(pos, HEADER_SIZE)

@@ -31,10 +31,10 @@ from typing import Any, Mapping
 import crc32c
 import structlog
 
-from protocol.errors import ErrorCode
-from protocol.records import BufferChain, iter_batches, iter_records
-from storage.errors import OffsetOutOfRangeError
-from storage.log import TimestampAndOffset, UnifiedLog
+from strata.protocol.errors import ErrorCode
+from strata.protocol.records import BufferChain, iter_batches, iter_records
+from strata.storage.errors import OffsetOutOfRangeError
+from strata.storage.log import TimestampAndOffset, UnifiedLog
 
 from .executors import COPY, EXPIRATION, POOL, READ
 from .index_cache import RemoteIndexCache

@@ -35,7 +35,7 @@ from typing import Any
 
 import structlog
 
-from protocol.records import build_batch, iter_batches, iter_records
+from strata.protocol.records import build_batch, iter_batches, iter_records
 
 from .metadata import (
     RemoteLogSegmentMetadata,

@@ -26,7 +26,7 @@ A uuid is 16 bytes (most then least significant long), a compact string/array/by
 length + 1 (0 = null) followed by the content. Tagged fields holding their default are not written; unknown tags are
 skipped on read.
 
-Custom metadata: `remote.metadata` keeps KIP-917 custom metadata as a JSON-able dict and stores its compact JSON.
+Custom metadata: `strata.remote.metadata` keeps KIP-917 custom metadata as a JSON-able dict and stores its compact JSON.
 Bytes written by another RemoteStorageManager that are not a JSON object are kept as `{RAW_CUSTOM_METADATA_KEY:
 <base64>}` and written back byte for byte.
 
@@ -42,7 +42,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from protocol.uuids import kafka_uuid_str
+from strata.protocol.uuids import kafka_uuid_str
 
 from .metadata import (
     RemoteLogSegmentId,

@@ -39,7 +39,7 @@ from pathlib import Path
 
 from crc32c import crc32c
 
-from storage.checkpoints import atomic_write
+from strata.storage.checkpoints import atomic_write
 
 from .metadata import RemoteLogSegmentId, RemotePartitionDeleteMetadata, TopicIdPartition
 from .rlmm_cache import RemoteLogLeaderEpochState, RemoteLogMetadataCache

@@ -1,4 +1,4 @@
-"""Types of the topic-based RemoteLogMetadataManager that `remote.metadata` does not carry.
+"""Types of the topic-based RemoteLogMetadataManager that `strata.remote.metadata` does not carry.
 
 * `RemoteLogSegmentMetadataSnapshot`: Kafka's snapshot entry (a segment's metadata without its TopicIdPartition),
   the payload of `RemoteLogSegmentMetadataSnapshotRecord` (api key 3).

@@ -37,8 +37,8 @@ from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any, Self
 
-from protocol.uuids import kafka_uuid_str
-from storage.errors import StorageError
+from strata.protocol.uuids import kafka_uuid_str
+from strata.storage.errors import StorageError
 
 from .executors import RemoteExecutors
 from .metadata import LogSegmentData, RemoteLogSegmentMetadata, TopicIdPartition
@@ -211,11 +211,11 @@ class RemoteStorageManager(abc.ABC):
 
 # -- loading by class name (remote.log.storage.manager.class.name) ---------------------------------------------------
 _ALIASES = {
-    "local": "remote.local_tiered:LocalTieredStorage",
-    "localtieredstorage": "remote.local_tiered:LocalTieredStorage",
-    "org.apache.kafka.server.log.remote.storage.localtieredstorage": "remote.local_tiered:LocalTieredStorage",
-    "s3": "remote.s3:S3RemoteStorageManager",
-    "s3remotestoragemanager": "remote.s3:S3RemoteStorageManager",
+    "local": "strata.remote.local_tiered:LocalTieredStorage",
+    "localtieredstorage": "strata.remote.local_tiered:LocalTieredStorage",
+    "org.apache.kafka.server.log.remote.storage.localtieredstorage": "strata.remote.local_tiered:LocalTieredStorage",
+    "s3": "strata.remote.s3:S3RemoteStorageManager",
+    "s3remotestoragemanager": "strata.remote.s3:S3RemoteStorageManager",
 }
 
 

@@ -64,7 +64,7 @@ from aiobotocore.response import AioStreamingBody
 from aiobotocore.session import get_session
 from botocore.exceptions import BotoCoreError, ClientError
 
-from protocol.records import BufferChain
+from strata.protocol.records import BufferChain
 
 from .chunk_cache import ChunkCache, ChunkKey
 from .executors import RemoteExecutors

@@ -25,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from config.broker_config import parse_properties
+from strata.config.broker_config import parse_properties
 from tests.support.cluster_proc import StrataCluster
 from tests.support.s3_servers import SeaweedServer
 

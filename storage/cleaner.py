@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from protocol.records import (
+from strata.protocol.records import (
     COMPRESSION_MASK,
     CRC_OFFSET,
     DELETE_HORIZON_MASK,

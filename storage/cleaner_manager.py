@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from protocol.records import HEADER_SIZE, BatchHeader
+from strata.protocol.records import HEADER_SIZE, BatchHeader
 
 from .checkpoints import CheckpointFormatError, OffsetCheckpointFile
 from .cleaner import Cleaner, CleaningAbortedError, run_direct, segments_overlapping

@@ -1,7 +1,7 @@
 """Dump `.log`, `.index` and `.timeindex` files as text in the format of Kafka's `kafka-dump-log.sh`
 (DumpLogSegments), so operators can diff Strata's files against Kafka's and tools that parse that output work.
 
-    python -m storage.dump --files 00000000000000000000.log[,...] [--print-data-log] [--deep-iteration]
+    python -m strata.storage.dump --files 00000000000000000000.log[,...] [--print-data-log] [--deep-iteration]
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from protocol.records import (
+from strata.protocol.records import (
     COMPRESSION_NAMES,
     DELETE_HORIZON_MASK,
     HEADER_SIZE,

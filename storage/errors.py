@@ -1,7 +1,7 @@
 """Storage exceptions, each carrying the Kafka error code the broker puts in its response."""
 from __future__ import annotations
 
-from protocol.records import RecordBatchError
+from strata.protocol.records import RecordBatchError
 
 
 class StorageError(Exception):
@@ -39,7 +39,7 @@ class InvalidRecordError(StorageError):
 
 
 def from_batch_error(e: RecordBatchError) -> StorageError:
-    """Translate protocol.records' validation error (which cannot import storage) to the storage exception."""
+    """Translate strata.protocol.records' validation error (which cannot import storage) to the storage exception."""
     cls = CorruptRecordError if e.error_code == CorruptRecordError.error_code else InvalidRecordError
     return cls(str(e))
 

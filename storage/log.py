@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from config import LogConfig
-from protocol.records import (
+from strata.config import LogConfig
+from strata.protocol.records import (
     CONTROL_MASK,
     TRANSACTIONAL_MASK,
     HEADER_SIZE,

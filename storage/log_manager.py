@@ -13,8 +13,8 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
-from config import LogConfig
-from protocol.uuids import kafka_uuid_str, parse_kafka_uuid
+from strata.config import LogConfig
+from strata.protocol.uuids import kafka_uuid_str, parse_kafka_uuid
 
 from .checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,

@@ -323,7 +323,7 @@ def _fsync_path(path: Path) -> None:
 
 def end_marker_coordinator_epoch(batch: bytes | bytearray | memoryview, pos: int) -> int | None:
     """Coordinator epoch of a control batch's marker record (value: version int16, coordinatorEpoch int32)."""
-    from protocol.records import iter_records  # off the hot path: control batches only
+    from strata.protocol.records import iter_records  # off the hot path: control batches only
 
     try:
         for r in iter_records(batch, pos):

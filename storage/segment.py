@@ -13,7 +13,7 @@ import weakref
 from pathlib import Path
 from typing import Iterator
 
-from protocol.records import HEADER_SIZE, LOG_APPEND_TIME, BatchHeader, compute_crc, iter_records
+from strata.protocol.records import HEADER_SIZE, LOG_APPEND_TIME, BatchHeader, compute_crc, iter_records
 
 from .index import INT32_MAX, IndexCorruptError, OffsetIndex, TimeIndex
 

@@ -12,7 +12,7 @@ import socket
 import struct
 from typing import Any
 
-from protocol.registry import REQUEST_CLASSES, RESPONSE_CLASSES, rewrite_request_header
+from strata.protocol.registry import REQUEST_CLASSES, RESPONSE_CLASSES, rewrite_request_header
 
 _SIZE = struct.Struct(">i")
 

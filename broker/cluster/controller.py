@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from protocol.errors import ErrorCode
+from strata.protocol.errors import ErrorCode
 
 from .election import (
     BrokerView,
@@ -40,7 +40,7 @@ from .election import (
 from .model import PartitionState, StaleStateError
 
 if TYPE_CHECKING:
-    from config import BrokerConfig
+    from strata.config import BrokerConfig
 
     from ..metadata_store import MetadataStore
     from .etcd_store import EtcdMetadataStore

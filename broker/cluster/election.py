@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from protocol.errors import ErrorCode
+from strata.protocol.errors import ErrorCode
 
 from .model import PartitionState
 

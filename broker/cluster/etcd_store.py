@@ -27,7 +27,7 @@ from aetcd import rpc
 from aetcd.exceptions import ClientError
 from aetcd.exceptions import _handle_exception as _map_grpc_error
 
-from protocol.errors import ErrorCode, KafkaApiError
+from strata.protocol.errors import ErrorCode, KafkaApiError
 
 from ..metadata_store import MetadataStore, TopicInfo, _new_cluster_id
 from .image import MetadataImage, topic_to_json

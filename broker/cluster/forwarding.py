@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from protocol.errors import ErrorCode, KafkaApiError
-from protocol.registry import REQUEST_CLASSES, ApiKey, api_name
+from strata.protocol.errors import ErrorCode, KafkaApiError
+from strata.protocol.registry import REQUEST_CLASSES, ApiKey, api_name
 
 from .broker_client import BrokerConnection, BrokerConnectionError
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping
 
-from protocol.errors import ErrorCode, KafkaApiError
+from strata.protocol.errors import ErrorCode, KafkaApiError
 
 
 def _replica_index(first: int, shift: int, j: int, n: int) -> int:

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from protocol.errors import ErrorCode
-from protocol.registry import REQUEST_CLASSES, ApiKey
-from storage.errors import StorageError
+from strata.protocol.errors import ErrorCode
+from strata.protocol.registry import REQUEST_CLASSES, ApiKey
+from strata.storage.errors import StorageError
 
 from .broker_client import BrokerConnection, BrokerConnectionError
 

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from protocol.errors import ErrorCode
-from protocol.registry import ApiKey
-from storage.epoch_cache import EpochEntry
-from storage.producer_state import decode_snapshot, snapshot_file_name, write_snapshot
+from strata.protocol.errors import ErrorCode
+from strata.protocol.registry import ApiKey
+from strata.storage.epoch_cache import EpochEntry
+from strata.storage.producer_state import decode_snapshot, snapshot_file_name, write_snapshot
 
 if TYPE_CHECKING:
     from ..partition import Partition
@@ -66,7 +66,7 @@ def backoff_s(base_s: float, attempt: int) -> float:
 
 async def _list_offset(f: ReplicaFetcher, st: PartitionFetchState, timestamp: int) -> tuple[int, int]:
     """(offset, leader epoch) the leader answers for a special ListOffsets timestamp."""
-    from protocol.registry import REQUEST_CLASSES
+    from strata.protocol.registry import REQUEST_CLASSES
     T = REQUEST_CLASSES[ApiKey.LIST_OFFSETS].ListOffsetsTopic
     from .replica_fetcher import LIST_OFFSETS_VERSION
     resp = await f._request(
@@ -84,7 +84,7 @@ async def _list_offset(f: ReplicaFetcher, st: PartitionFetchState, timestamp: in
 
 async def _epoch_end_offset(f: ReplicaFetcher, st: PartitionFetchState, epoch: int) -> tuple[int, int]:
     """The leader's (greatest epoch <= `epoch`, its end offset)."""
-    from protocol.registry import REQUEST_CLASSES
+    from strata.protocol.registry import REQUEST_CLASSES
 
     from .replica_fetcher import OFFSET_FOR_LEADER_EPOCH_VERSION
     T = REQUEST_CLASSES[ApiKey.OFFSET_FOR_LEADER_EPOCH].OffsetForLeaderTopic
@@ -122,9 +122,9 @@ async def _start_point(f: ReplicaFetcher, p: Partition, st: PartitionFetchState)
 
 
 async def _rebuild(f: ReplicaFetcher, p: Partition, st: PartitionFetchState) -> bool:
-    from remote.executors import POOL, READ
-    from remote.rlm import topic_id_partition
-    from remote.rsm import IndexType
+    from strata.remote.executors import POOL, READ
+    from strata.remote.rlm import topic_id_partition
+    from strata.remote.rsm import IndexType
     rm = f.rm
     rlm, rlmm = rm.rlm, rm.rlmm
     if rlm is None or rlmm is None or not p.log.remote_log_enabled:

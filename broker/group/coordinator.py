@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from protocol.errors import ErrorCode
-from protocol.records import build_batch, iter_batches, iter_records
+from strata.protocol.errors import ErrorCode
+from strata.protocol.records import build_batch, iter_batches, iter_records
 
 from .group import GROUP_TYPE, ClassicGroup, GroupState, JoinResult, Member, SyncResult
 from .records import (

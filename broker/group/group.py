@@ -21,7 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from enum import Enum
 
-from protocol.errors import ErrorCode
+from strata.protocol.errors import ErrorCode
 
 from . import consumer_protocol
 from .records import OffsetAndMetadata

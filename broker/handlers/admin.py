@@ -2,9 +2,9 @@
 DescribeCluster. Config APIs live in configs.py. Per-topic failures are answered per topic, never per request."""
 from __future__ import annotations
 
-from protocol.errors import ErrorCode, KafkaApiError
-from protocol.registry import ApiKey, response_class
-from storage.errors import StorageError
+from strata.protocol.errors import ErrorCode, KafkaApiError
+from strata.protocol.registry import ApiKey, response_class
+from strata.storage.errors import StorageError
 
 from . import configs as config_handlers
 

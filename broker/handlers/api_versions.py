@@ -1,7 +1,7 @@
 """ApiVersions: the advertised table, and nothing in the tagged fields (old librdkafka fails on default tags)."""
 from __future__ import annotations
 
-from protocol.registry import SUPPORTED_VERSIONS, ApiKey, response_class
+from strata.protocol.registry import SUPPORTED_VERSIONS, ApiKey, response_class
 
 
 async def handle(server, ctx, req):

@@ -4,8 +4,8 @@ broker/cluster/forwarding.py): they compare-and-set partition states in the meta
 passes complete reassignments (broker/cluster/controller.py)."""
 from __future__ import annotations
 
-from protocol.errors import ErrorCode
-from protocol.registry import ApiKey, response_class
+from strata.protocol.errors import ErrorCode
+from strata.protocol.registry import ApiKey, response_class
 
 from ..cluster.controller import (
     ELECTION_PREFERRED,

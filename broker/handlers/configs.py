@@ -12,10 +12,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from config import BROKER_CONFIG_DEFS, TOPIC_CONFIG_DEFS, ConfigError, ConfigType, LogConfig, format_value
-from config.topic_config import TOPIC_TO_BROKER_SYNONYM, validate_topic_overrides
-from protocol.errors import ErrorCode, KafkaApiError
-from protocol.registry import ApiKey, response_class
+from strata.config import BROKER_CONFIG_DEFS, TOPIC_CONFIG_DEFS, ConfigError, ConfigType, LogConfig, format_value
+from strata.config.topic_config import TOPIC_TO_BROKER_SYNONYM, validate_topic_overrides
+from strata.protocol.errors import ErrorCode, KafkaApiError
+from strata.protocol.registry import ApiKey, response_class
 
 # ConfigResource.Type ids.
 RESOURCE_TOPIC = 2
@@ -164,7 +164,7 @@ def _check_broker_id(server, name: str | None) -> bool:
 
 
 def _existing_topic(server, name: str | None):
-    from broker.metadata_store import validate_topic_name
+    from strata.broker.metadata_store import validate_topic_name
 
     validate_topic_name(name)
     info = server.store.topic(name)

@@ -1,8 +1,8 @@
 """Fetch: sessionless (answers session id 0), by name (< v13) or topic id (v13+), parked in the Fetch purgatory."""
 from __future__ import annotations
 
-from protocol.errors import ErrorCode
-from protocol.registry import ApiKey, response_class
+from strata.protocol.errors import ErrorCode
+from strata.protocol.registry import ApiKey, response_class
 
 from ..replica_manager import READ_UNCOMMITTED, FetchResult, FetchSpec
 from .leadership import leader_endpoints

@@ -1,12 +1,12 @@
 """Consumer-group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
-ListGroups, DescribeGroups, DeleteGroups, OffsetDelete. Wire <-> broker.group.GroupCoordinator translation only.
+ListGroups, DescribeGroups, DeleteGroups, OffsetDelete. Wire <-> strata.broker.group.GroupCoordinator translation only.
 """
 from __future__ import annotations
 
 import time
 
-from protocol.errors import ErrorCode
-from protocol.registry import ApiKey, response_class
+from strata.protocol.errors import ErrorCode
+from strata.protocol.registry import ApiKey, response_class
 
 from ..group import OFFSETS_TOPIC
 from ..group.coordinator import JoinParams

@@ -6,8 +6,8 @@ Kafka's ReplicaManager does.
 """
 from __future__ import annotations
 
-from protocol.errors import ErrorCode
-from protocol.registry import ApiKey, response_class
+from strata.protocol.errors import ErrorCode
+from strata.protocol.registry import ApiKey, response_class
 
 from ..replica_manager import READ_COMMITTED
 

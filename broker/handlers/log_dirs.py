@@ -7,7 +7,7 @@ import shutil
 from collections import defaultdict
 from pathlib import Path
 
-from protocol.registry import ApiKey, response_class
+from strata.protocol.registry import ApiKey, response_class
 
 
 async def describe_log_dirs(server, ctx, req):

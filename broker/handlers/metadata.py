@@ -1,8 +1,8 @@
 """Metadata: brokers, topics with ids (v10+), and topic auto-creation when both broker and client allow it."""
 from __future__ import annotations
 
-from protocol.errors import ErrorCode, KafkaApiError
-from protocol.registry import ApiKey, response_class
+from strata.protocol.errors import ErrorCode, KafkaApiError
+from strata.protocol.registry import ApiKey, response_class
 
 from .admin import live_brokers
 

@@ -7,8 +7,8 @@ both -1 when the requested epoch is unknown. `current_leader_epoch` fences stale
 """
 from __future__ import annotations
 
-from protocol.errors import ErrorCode
-from protocol.registry import ApiKey, response_class
+from strata.protocol.errors import ErrorCode
+from strata.protocol.registry import ApiKey, response_class
 
 
 async def handle(server, ctx, req):

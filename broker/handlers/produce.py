@@ -1,8 +1,8 @@
 """Produce: validate acks, append each partition's batches, answer per partition (or not at all for acks=0)."""
 from __future__ import annotations
 
-from protocol.errors import ErrorCode
-from protocol.registry import ApiKey, response_class
+from strata.protocol.errors import ErrorCode
+from strata.protocol.registry import ApiKey, response_class
 
 from ..network import CloseConnection
 from ..tiered import REMOTE_LOG_METADATA_TOPIC, RLMM_PRODUCER_CLIENT_ID

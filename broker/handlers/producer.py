@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import structlog
 
-from protocol.errors import ErrorCode
-from protocol.registry import ApiKey, response_class
+from strata.protocol.errors import ErrorCode
+from strata.protocol.registry import ApiKey, response_class
 
 log = structlog.get_logger("strata.producer_ids")
 

@@ -1,4 +1,4 @@
-"""Example Spark jobs over Strata topics, runnable as modules (``python -m pipeline.jobs.export ...``) or through
+"""Example Spark jobs over Strata topics, runnable as modules (``python -m strata.pipeline.jobs.export ...``) or through
 ``strata pipeline <job>``:
 
 * ``export``    -- a topic's full history (tiered + local) to Parquet (batch).

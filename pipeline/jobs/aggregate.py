@@ -16,7 +16,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.jobs.common import position_options, source_options
+from strata.pipeline.jobs.common import position_options, source_options
 
 
 def per_key_totals(events: Any) -> Any:
@@ -80,7 +80,7 @@ def run(spark: Any, args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pipeline.cli import run_standalone
+    from strata.pipeline.cli import run_standalone
 
     return run_standalone("aggregate", argv)
 

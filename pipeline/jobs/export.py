@@ -1,6 +1,6 @@
 """Export a topic's history -- remote (tiered) and local -- to Parquet.
 
-    python -m pipeline.jobs.export --bootstrap-server 127.0.0.1:9092 --topic events --to /data/events.parquet
+    python -m strata.pipeline.jobs.export --bootstrap-server 127.0.0.1:9092 --topic events --to /data/events.parquet
     strata pipeline export --topic events --to /data/events.parquet --from earliest [--read-mode direct ...]
 
 The output is a Parquet dataset (a directory, as Spark writes it) with Spark's Kafka columns (key, value, topic,
@@ -13,7 +13,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.jobs.common import position_options, source_options
+from strata.pipeline.jobs.common import position_options, source_options
 
 
 def export(spark: Any, bootstrap: str, topic: str, to: str, *, start: str = "earliest", end: str = "latest",
@@ -63,7 +63,7 @@ def run(spark: Any, args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pipeline.cli import run_standalone
+    from strata.pipeline.cli import run_standalone
 
     return run_standalone("export", argv)
 

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.jobs.common import position_options, source_options
+from strata.pipeline.jobs.common import position_options, source_options
 
 
 def transform_frame(events: Any, value_expr: str = "value", where: str | None = None,
@@ -85,7 +85,7 @@ def run(spark: Any, args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pipeline.cli import run_standalone
+    from strata.pipeline.cli import run_standalone
 
     return run_standalone("transform", argv)
 

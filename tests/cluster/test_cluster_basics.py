@@ -21,10 +21,10 @@ from kafka.protocol.admin import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from broker.admin_client import AdminClient
-from broker.cluster.forwarding import FORWARDED_PREFIX
-from broker.handlers.metadata import DEPARTED_BROKER_GRACE_S
-from protocol.errors import ErrorCode
+from strata.broker.admin_client import AdminClient
+from strata.broker.cluster.forwarding import FORWARDED_PREFIX
+from strata.broker.handlers.metadata import DEPARTED_BROKER_GRACE_S
+from strata.protocol.errors import ErrorCode
 from tests.support.cluster_proc import FAST_FAILOVER, StrataCluster
 from tests.support.kafka_wire import WireClient
 from tests.support.waiting import wait_until
@@ -154,7 +154,7 @@ def test_strata_cli_describes_a_replicated_topic_through_any_broker(topology: St
     c = topology
     c.create_topic("cli", 3, 3)
     for via in c.ids:
-        r = subprocess.run([sys.executable, "-m", "broker", "topics", "--bootstrap-server", c.broker(via).bootstrap,
+        r = subprocess.run([sys.executable, "-m", "strata", "topics", "--bootstrap-server", c.broker(via).bootstrap,
                             "describe", "--topic", "cli"], capture_output=True, text=True, timeout=60, cwd=REPO,
                            check=False)
         assert r.returncode == 0, f"via broker {via}: {r.stderr}"

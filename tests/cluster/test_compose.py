@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from config.broker_config import BROKER_CONFIG_DEFS, BrokerConfig, parse_properties
+from strata.config.broker_config import BROKER_CONFIG_DEFS, BrokerConfig, parse_properties
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE = REPO / "docker-compose.yml"

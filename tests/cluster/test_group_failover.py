@@ -9,7 +9,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from broker.group.records import partition_for
+from strata.broker.group.records import partition_for
 from tests.support.ck import produce_all
 from tests.support.records import Rec
 from tests.support.waiting import wait_until

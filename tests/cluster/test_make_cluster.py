@@ -10,8 +10,8 @@ from pathlib import Path
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 
-from remote.metadata import TopicIdPartition
-from remote.rlmm_partitioner import metadata_partition
+from strata.remote.metadata import TopicIdPartition
+from strata.remote.rlmm_partitioner import metadata_partition
 from tests.support.ck import produce_all
 from tests.support.kafka_wire import WireClient
 from tests.support.records import Rec

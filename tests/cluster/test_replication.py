@@ -18,8 +18,8 @@ import re
 import urllib.request
 from typing import Any
 
-from protocol.records import build_batch
-from protocol.registry import REQUEST_CLASSES, RESPONSE_CLASSES
+from strata.protocol.records import build_batch
+from strata.protocol.registry import REQUEST_CLASSES, RESPONSE_CLASSES
 from tests.cluster.checker import check
 from tests.cluster.workload import ContinuousProducer, read_all
 from tests.support.ck import produce_all

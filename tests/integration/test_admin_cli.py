@@ -1,4 +1,4 @@
-"""The ``strata`` CLI as a user runs it (``python -m broker ...`` subprocesses) against a live broker: topics
+"""The ``strata`` CLI as a user runs it (``python -m strata ...`` subprocesses) against a live broker: topics
 create/list/describe/alter/alter-config/delete, readable one-line errors with exit code 1, connection refused, and
 ``dump-log`` on a segment written by a real producer."""
 from __future__ import annotations
@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
 def strata(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "broker", *args], cwd=REPO_ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "strata", *args], cwd=REPO_ROOT, capture_output=True, text=True,
                           timeout=timeout, check=False)
 
 
@@ -81,7 +81,7 @@ def test_describe_shows_offsets_after_produce_and_delete_records(module_broker):
     _, parts = _describe_lines(ok(topics(b, "describe", "--topic", "cli-off")))
     assert parts[0].endswith("LogStartOffset: 0\tEndOffset: 5")
 
-    from broker.admin_client import AdminClient
+    from strata.broker.admin_client import AdminClient
 
     with AdminClient(b.bootstrap) as a:
         assert a.delete_records("cli-off", {0: 3}) == {0: 3}

@@ -209,8 +209,8 @@ def test_unsupported_version_of_known_api(bs):
 def test_clients_cannot_write_the_remote_log_metadata_topic(broker_factory):
     """`__remote_log_metadata` is internal: a client's Produce gets INVALID_TOPIC_EXCEPTION, and so does one with the
     RLMM producer's client id aimed at another internal topic (only other brokers' RLMMs write metadata records)."""
-    from broker.tiered import RLMM_PRODUCER_CLIENT_ID
-    from protocol.errors import ErrorCode
+    from strata.broker.tiered import RLMM_PRODUCER_CLIENT_ID
+    from strata.protocol.errors import ErrorCode
 
     b = broker_factory(**{"remote.log.storage.system.enable": True, "remote.log.metadata.topic.num.partitions": 1,
                           "offsets.topic.num.partitions": 1})

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.handlers.metadata import DEPARTED_BROKER_GRACE_S
-from protocol.registry import REQUEST_CLASSES, RESPONSE_CLASSES, ApiKey
+from strata.broker.handlers.metadata import DEPARTED_BROKER_GRACE_S
+from strata.protocol.registry import REQUEST_CLASSES, RESPONSE_CLASSES, ApiKey
 from tests.support.broker_proc import StrataBroker
 from tests.support.etcd_proc import EtcdProcess, etcd_binary
 from tests.support.kafka_wire import WireClient
@@ -141,7 +141,7 @@ def test_find_coordinator_answers_the_offsets_partition_leader(cluster):
         r = wait_until(ready, 15, message="coordinator available")
         offsets = partitions_of(brokers[0], "__consumer_offsets")
         assert len(offsets) == 3 and all(len(p.replica_nodes) == 3 for p in offsets.values())
-        from broker.group import partition_for
+        from strata.broker.group import partition_for
         coords = r.coordinators if v >= 4 else [r]
         keys = ["grp-1", "g2"] if v >= 4 else ["grp-1"]
         for key, c in zip(keys, coords):
@@ -216,7 +216,7 @@ def test_controlled_shutdown_moves_leadership_before_exit(cluster):
 def test_restarted_broker_deletes_logs_of_topics_deleted_while_it_was_down(cluster):
     import uuid
 
-    from storage.log_manager import write_partition_metadata
+    from strata.storage.log_manager import write_partition_metadata
     _, brokers = cluster
     created = create_topic(brokers[1], "gone", assignments=[[0, 1, 2]])
     assert created.error_code == 0

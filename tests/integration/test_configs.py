@@ -8,9 +8,9 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, ResourceType
 
-from broker.admin_client import RESOURCE_BROKER, RESOURCE_TOPIC, AdminClient, AdminError
-from protocol.errors import ErrorCode
-from protocol.registry import REQUEST_CLASSES, ApiKey
+from strata.broker.admin_client import RESOURCE_BROKER, RESOURCE_TOPIC, AdminClient, AdminError
+from strata.protocol.errors import ErrorCode
+from strata.protocol.registry import REQUEST_CLASSES, ApiKey
 from tests.support import ck
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

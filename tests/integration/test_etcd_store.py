@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from broker.cluster.controller import (
+from strata.broker.cluster.controller import (
     ELECTION_PREFERRED,
     ELECTION_UNCLEAN,
     Controller,
@@ -21,10 +21,10 @@ from broker.cluster.controller import (
     elect_leaders,
     list_reassignments,
 )
-from broker.cluster.etcd_store import EtcdMetadataStore, IneligibleReplicaError, parse_connect
-from broker.cluster.model import BrokerInfo, StaleStateError
-from config import BrokerConfig
-from protocol.errors import ErrorCode, KafkaApiError
+from strata.broker.cluster.etcd_store import EtcdMetadataStore, IneligibleReplicaError, parse_connect
+from strata.broker.cluster.model import BrokerInfo, StaleStateError
+from strata.config import BrokerConfig
+from strata.protocol.errors import ErrorCode, KafkaApiError
 from tests.support.etcd_proc import EtcdProcess, etcd_fixture
 
 pytestmark = pytest.mark.integration

@@ -20,7 +20,7 @@ PER_PARTITION = 10
 
 
 def strata(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "broker", *args], cwd=REPO_ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "strata", *args], cwd=REPO_ROOT, capture_output=True, text=True,
                           timeout=60, check=False)
 
 
@@ -37,7 +37,7 @@ def _cli_capture(capsys):
 
 def groups(bs: str, *args: str) -> subprocess.CompletedProcess[str]:
     """`strata groups ...` in-process (the CLI is plain argparse + sockets); the result looks like a subprocess's."""
-    from broker.cli import main
+    from strata.broker.cli import main
 
     _capture.readouterr()
     argv = ["groups", "--bootstrap-server", bs, *args]
@@ -214,7 +214,7 @@ def test_kafka_python_admin_group_apis(bs):
 
 
 def test_cli_as_a_subprocess(bs):
-    """One real `python -m broker groups` run: entry point wiring and exit codes."""
+    """One real `python -m strata groups` run: entry point wiring and exit codes."""
     r = strata("groups", "--bootstrap-server", bs, "describe", "--group", "nobody-here")
     assert r.returncode == 1 and r.stderr.strip() == \
         "strata groups: error: Consumer group 'nobody-here' does not exist."

@@ -15,7 +15,7 @@ import pytest
 from kafka import KafkaProducer
 from kafka.protocol.producer.transaction import InitProducerIdRequest, InitProducerIdResponse
 
-from protocol.records import build_batch, iter_batches
+from strata.protocol.records import build_batch, iter_batches
 from tests.support import ck
 from tests.support.ack_drop_proxy import AckDropProxy
 from tests.support.kafka_wire import WireClient, decode_records

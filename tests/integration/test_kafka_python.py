@@ -13,7 +13,7 @@ import time
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
-from protocol.records import iter_batches
+from strata.protocol.records import iter_batches
 from tests.support.kafka_wire import WireClient, assert_stored_codec
 from tests.support.records import Rec, by_partition, check_roundtrip, gen_records, norm_headers, past_ts_base
 

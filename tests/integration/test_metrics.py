@@ -6,7 +6,7 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from protocol.records import build_batch
+from strata.protocol.records import build_batch
 from tests.support.kafka_wire import WireClient
 
 

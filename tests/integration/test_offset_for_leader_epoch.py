@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from protocol.records import build_batch, iter_batches
-from protocol.registry import REQUEST_CLASSES, RESPONSE_CLASSES
+from strata.protocol.records import build_batch, iter_batches
+from strata.protocol.registry import REQUEST_CLASSES, RESPONSE_CLASSES
 from tests.support import ck
 from tests.support.kafka_wire import WireClient
 

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from protocol.records import BufferChain
-from remote.local_tiered import LocalTieredStorage
-from remote.metadata import TopicIdPartition
-from remote.rsm import IndexType, RemoteResourceNotFoundError, RemoteStorageManager
-from remote.s3 import MANIFEST_SUFFIX, S3RemoteStorageManager
+from strata.protocol.records import BufferChain
+from strata.remote.local_tiered import LocalTieredStorage
+from strata.remote.metadata import TopicIdPartition
+from strata.remote.rsm import IndexType, RemoteResourceNotFoundError, RemoteStorageManager
+from strata.remote.s3 import MANIFEST_SUFFIX, S3RemoteStorageManager
 from tests.support.s3_servers import MotoServer, SeaweedServer, run, write_random_log, write_segment
 
 CHUNK = 16 * 1024
@@ -82,7 +82,7 @@ def seg(tmp_path):
 
 
 def expected_names(md, with_manifest: bool, with_txn: bool = True) -> list[str]:
-    from remote.rsm import partition_dir_name
+    from strata.remote.rsm import partition_dir_name
 
     d = partition_dir_name(md.topic_id_partition)
     base = f"{md.start_offset:020d}-{md.remote_log_segment_id.id_str}"
@@ -324,8 +324,8 @@ def test_default_credential_chain_and_custom_metadata(moto, seg, monkeypatch):
             return custom
 
     custom = run(body)
-    from remote.metadata import encode_custom_metadata
-    from remote.rsm import partition_dir_name
+    from strata.remote.metadata import encode_custom_metadata
+    from strata.remote.rsm import partition_dir_name
 
     # the manifest hint is left out: with it the custom metadata would pass Kafka's default cap of 128 bytes
     assert custom == {"remote_size": seg.size, "object_key": f"creds/{partition_dir_name(md.topic_id_partition)}/"
@@ -536,7 +536,7 @@ def test_chunks_of_one_get_hold_only_their_own_bytes(moto, tmp_path):
 def test_a_run_of_an_older_segment_stays_within_the_get_size_cap(moto, tmp_path, monkeypatch):
     """The cache's run length comes from the configured chunk.size, but a segment copied with larger chunks (before
     chunk.size was lowered) keeps its own: its runs are split so that no ranged GET exceeds RUN_MAX_BYTES."""
-    import remote.s3 as s3mod
+    import strata.remote.s3 as s3mod
 
     small, big = 16 * 1024, 64 * 1024
     monkeypatch.setattr(s3mod, "RUN_MAX_BYTES", 4 * small)     # 64 KiB here, 16 MiB in production

@@ -11,8 +11,8 @@ import uuid
 
 import pytest
 
-from remote.rsm import IndexType, RemoteStorageError, RemoteStorageTimeoutError
-from remote.s3 import S3RemoteStorageManager
+from strata.remote.rsm import IndexType, RemoteStorageError, RemoteStorageTimeoutError
+from strata.remote.s3 import S3RemoteStorageManager
 from tests.support.s3_servers import (
     Fault,
     FaultProxy,

@@ -22,9 +22,9 @@ import urllib.request
 
 from crc32c import crc32c
 
-from protocol.records import ATTRIBUTES_OFFSET, build_batch, iter_batches
-from protocol.registry import REQUEST_CLASSES, RESPONSE_CLASSES, ApiKey
-from storage.log_manager import CLEAN_SHUTDOWN_FILE
+from strata.protocol.records import ATTRIBUTES_OFFSET, build_batch, iter_batches
+from strata.protocol.registry import REQUEST_CLASSES, RESPONSE_CLASSES, ApiKey
+from strata.storage.log_manager import CLEAN_SHUTDOWN_FILE
 from tests.support.kafka_wire import WireClient
 from tests.support.waiting import wait_until
 

@@ -12,7 +12,7 @@ from tests.support.s3_servers import MotoServer
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    from pipeline.session import get_spark
+    from strata.pipeline.session import get_spark
 
     s = get_spark("strata-tests", master="local[2]", conf={
         "spark.sql.shuffle.partitions": "2",

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from pipeline.options import parse_source_options
-from pipeline.planning import plan_batch
+from strata.pipeline.options import parse_source_options
+from strata.pipeline.planning import plan_batch
 from tests.pipeline.support import (
     consume_all,
     create_topic,

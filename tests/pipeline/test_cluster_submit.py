@@ -103,7 +103,7 @@ def test_export_submitted_to_a_standalone_cluster(spark, tiered, cluster, tmp_pa
     for p in (0, 1):
         wait_offloaded(bs, "submitted", p, at_least=100)
     out = tmp_path / "submitted.parquet"
-    import pipeline.jobs.export as job
+    import strata.pipeline.jobs.export as job
 
     rsm = [f"--rsm-config={k}={v}" for k, v in tiered.moto.rsm_config(**{"key.prefix": tiered.prefix}).items()]
     env = {**cluster.env, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
@@ -125,7 +125,7 @@ def test_export_submitted_to_a_standalone_cluster(spark, tiered, cluster, tmp_pa
 
     # the same job from strata's own command line, --master pointing at the cluster (no spark-submit)
     again = tmp_path / "again.parquet"
-    r = subprocess.run([sys.executable, "-m", "pipeline.jobs.export", "--master", cluster.master,
+    r = subprocess.run([sys.executable, "-m", "strata.pipeline.jobs.export", "--master", cluster.master,
                         "--conf", "spark.ui.enabled=false", "--bootstrap-server", bs, "--topic", "submitted",
                         "--to", str(again), "--read-mode", "direct", *rsm],
                        env=env, capture_output=True, text=True, timeout=SUBMIT_TIMEOUT_S, stdin=subprocess.DEVNULL,

@@ -1,11 +1,11 @@
-"""Direct-mode record decoding against protocol.records.iter_records (kafka-python's decoder): every codec, null
+"""Direct-mode record decoding against strata.protocol.records.iter_records (kafka-python's decoder): every codec, null
 keys/values, headers, LogAppendTime, control batches and [lo, hi) cuts inside batches."""
 from __future__ import annotations
 
 import pytest
 
-from pipeline.decode import CorruptSegmentError, decode_batches
-from protocol.records import (
+from strata.pipeline.decode import CorruptSegmentError, decode_batches
+from strata.protocol.records import (
     GZIP,
     LZ4,
     NONE,
@@ -115,7 +115,7 @@ def test_runs_of_equal_sizes_are_located_where_the_loop_finds_them(pattern):
 
     import numpy as np
 
-    from pipeline.decode import _locate, _record_starts
+    from strata.pipeline.decode import _locate, _record_starts
 
     rnd = random.Random(pattern)
     n = {"tiny": 3, "one": 1}.get(pattern, 3000)
@@ -137,8 +137,8 @@ def test_runs_of_equal_sizes_are_located_where_the_loop_finds_them(pattern):
 def test_an_executor_process_keeps_one_remote_storage_per_configuration(tmp_path):
     """Tasks in one Python worker share the RemoteStorageManager (building an S3 client costs ~0.1 s of CPU);
     other rsm.config values get another one."""
-    from pipeline.options import parse_source_options
-    from pipeline.reading import shared_storage
+    from strata.pipeline.options import parse_source_options
+    from strata.pipeline.reading import shared_storage
 
     def opts(directory):
         return parse_source_options({"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t", "read.mode": "direct",

@@ -1,4 +1,4 @@
-"""Direct mode's chunked reads of one remote segment (pipeline.reading) against LocalTieredStorage, without Spark:
+"""Direct mode's chunked reads of one remote segment (strata.pipeline.reading) against LocalTieredStorage, without Spark:
 batches cut by chunk ends (inside a batch's length field too, and batches longer than a chunk), compressed batches,
 [lo, hi) windows, read buffers reused from chunk to chunk while earlier record batches are still held, and
 segments that end inside a batch."""
@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.decode import CorruptSegmentError
-from pipeline.options import parse_source_options
-from pipeline.planning import OffsetRange, Piece
-from pipeline.reading import _buffers, complete_straddler, read_range
-from pipeline.source import _arrow_schema, source_schema
-from protocol.records import GZIP, LZ4, NONE, SNAPPY, ZSTD, build_batch, iter_batches, iter_records
-from remote.local_tiered import LocalTieredStorage
-from remote.metadata import LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
-from storage.segment import LogSegment
+from strata.pipeline.decode import CorruptSegmentError
+from strata.pipeline.options import parse_source_options
+from strata.pipeline.planning import OffsetRange, Piece
+from strata.pipeline.reading import _buffers, complete_straddler, read_range
+from strata.pipeline.source import _arrow_schema, source_schema
+from strata.protocol.records import GZIP, LZ4, NONE, SNAPPY, ZSTD, build_batch, iter_batches, iter_records
+from strata.remote.local_tiered import LocalTieredStorage
+from strata.remote.metadata import LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
+from strata.storage.segment import LogSegment
 from tests.support.s3_servers import run
 
 MIN_CHUNK = 64 * 1024           # direct.chunkBytes' smallest value
@@ -176,7 +176,7 @@ def test_a_corrupt_length_field_in_a_cut_batch_fails_the_read(stored, tmp_path, 
 def test_reads_a_window_ends_early_are_not_given_back_to_the_pool(stored, monkeypatch):
     """A read that reaches ``hi`` in its first chunk cancels the reads in flight; their buffers are dropped, not
     pooled (the store may still be writing into them). Only the decoded chunk's buffer is given back."""
-    from pipeline import reading
+    from strata.pipeline import reading
 
     rsm_dir, md, data = stored
     pool = reading.BufferPool()
@@ -187,7 +187,7 @@ def test_reads_a_window_ends_early_are_not_given_back_to_the_pool(stored, monkey
 
 
 def test_buffer_pool_keeps_a_bounded_amount_and_makes_room_for_a_new_size():
-    from pipeline.reading import BufferPool
+    from strata.pipeline.reading import BufferPool
 
     pool = BufferPool(keep_bytes=10)
     a, b, c = pool.get(4), pool.get(4), pool.get(4)

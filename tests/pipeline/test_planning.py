@@ -9,12 +9,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from broker.admin_client import AdminClient
-from pipeline.client import DataLossError
-from pipeline.options import OptionError, parse_source_options
-from pipeline.planning import OffsetRange, assign_pieces, plan_batch, split_ranges
-from pipeline.reading import byte_range, index_positions, read_range
-from pipeline.source import rate_limit, source_schema
+from strata.broker.admin_client import AdminClient
+from strata.pipeline.client import DataLossError
+from strata.pipeline.options import OptionError, parse_source_options
+from strata.pipeline.planning import OffsetRange, assign_pieces, plan_batch, split_ranges
+from strata.pipeline.reading import byte_range, index_positions, read_range
+from strata.pipeline.source import rate_limit, source_schema
 from tests.pipeline.support import consume_all, create_topic, produce, wait_offloaded
 
 
@@ -151,7 +151,7 @@ def test_deleted_offsets_fail_or_are_skipped(spark, plan_topics):
 def test_remote_segment_gone_after_planning(plan_topics, tiered):
     """Retention (or anyone) removes a remote segment between planning and reading: direct reads fail clearly, or
     with failOnDataLoss=false skip that segment and read on."""
-    from pipeline.source import _arrow_schema
+    from strata.pipeline.source import _arrow_schema
 
     bs = tiered.bootstrap
     create_topic(bs, "gone", 1, remote_storage_enable="true", segment_bytes=4096, local_retention_bytes=1,

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from broker.cli import main as strata_main
-from pipeline.jobs.aggregate import aggregate
-from pipeline.jobs.transform import transform
+from strata.broker.cli import main as strata_main
+from strata.pipeline.jobs.aggregate import aggregate
+from strata.pipeline.jobs.transform import transform
 from tests.pipeline.support import consume_all, create_topic, df_records, produce, wait_offloaded
 
 

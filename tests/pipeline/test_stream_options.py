@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline import source
+from strata.pipeline import source
 
 
 def test_max_offsets_per_trigger_without_admission_control_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -40,11 +40,11 @@ class _Msg:
 def test_broker_read_without_fail_on_data_loss_goes_on_from_the_new_log_start(monkeypatch) -> None:
     """Retention deletes [5, 8) while a broker-mode read of [0, 10) runs: failOnDataLoss=false reads 0-4, then
     8-9 from the new log start (as Spark's Kafka source does) instead of dropping the rest of the range."""
-    from pipeline import reading
-    from pipeline.client import DataLossError
-    from pipeline.decode import Columns
-    from pipeline.options import parse_source_options
-    from pipeline.planning import OffsetRange, Piece
+    from strata.pipeline import reading
+    from strata.pipeline.client import DataLossError
+    from strata.pipeline.decode import Columns
+    from strata.pipeline.options import parse_source_options
+    from strata.pipeline.planning import OffsetRange, Piece
 
     starts = iter([8])             # asked once the read fails: retention moved the log start to 8
 

@@ -19,8 +19,8 @@ import struct
 import threading
 from typing import Any
 
-from protocol.records import iter_batches
-from protocol.registry import decode_request
+from strata.protocol.records import iter_batches
+from strata.protocol.registry import decode_request
 
 PRODUCE = 0
 

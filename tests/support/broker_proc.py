@@ -1,7 +1,7 @@
 """Run a Strata broker as a subprocess for integration tests.
 
 ``StrataBroker(tmp_dir, overrides)`` picks free ports, writes its properties file, data and log only under
-``tmp_dir``, starts ``python -m broker serve <props> --override k=v ...``, and waits (bounded) until a TCP connect
+``tmp_dir``, starts ``python -m strata serve <props> --override k=v ...``, and waits (bounded) until a TCP connect
 plus an ApiVersions round trip succeeds. It stops by PID (SIGTERM, bounded wait, SIGKILL as last resort).
 
 Set ``STRATA_IT_BROKER=tansu`` to run the same tests against Tansu (a Rust Kafka-compatible broker, memory storage;
@@ -96,7 +96,7 @@ class StrataBroker:
             url = f"tcp://127.0.0.1:{self.port}"
             return [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
                     "--storage-engine", "memory://tansu/"]
-        cmd = [sys.executable, "-m", "broker", "serve", str(self.props_path)]
+        cmd = [sys.executable, "-m", "strata", "serve", str(self.props_path)]
         for k, v in self.overrides.items():
             cmd += ["--override", f"{k}={v}"]
         return cmd

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
-from protocol.records import BatchHeader, iter_batches
-from storage.checkpoints import RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile
+from strata.protocol.records import BatchHeader, iter_batches
+from strata.storage.checkpoints import RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile
 
 from .broker_proc import START_TIMEOUT, StrataBroker, free_port
 from .etcd_proc import EtcdProcess

@@ -47,7 +47,7 @@ def response_class(request: Any) -> type:
     cls = type(request)[None]
     if cls in _RESPONSES:
         return _RESPONSES[cls]
-    from protocol.registry import RESPONSE_CLASSES
+    from strata.protocol.registry import RESPONSE_CLASSES
     return RESPONSE_CLASSES[request.API_KEY]
 
 

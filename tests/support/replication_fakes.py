@@ -14,18 +14,18 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from broker.cluster import replica_fetcher
-from broker.cluster.broker_client import BrokerConnectionError
-from broker.cluster.model import BrokerInfo, PartitionState, StaleStateError
-from broker.handlers import fetch as fetch_handler
-from broker.handlers import list_offsets as list_offsets_handler
-from broker.handlers import offset_for_leader_epoch as ofle_handler
-from broker.metadata_store import MetadataStore, TopicInfo
-from broker.metrics import BrokerMetrics
-from broker.replica_manager import ReplicaManager
-from config import BrokerConfig
-from protocol.registry import REQUEST_CLASSES, RESPONSE_CLASSES, ApiKey, decode_request, encode_response
-from storage.log_manager import LogManager
+from strata.broker.cluster import replica_fetcher
+from strata.broker.cluster.broker_client import BrokerConnectionError
+from strata.broker.cluster.model import BrokerInfo, PartitionState, StaleStateError
+from strata.broker.handlers import fetch as fetch_handler
+from strata.broker.handlers import list_offsets as list_offsets_handler
+from strata.broker.handlers import offset_for_leader_epoch as ofle_handler
+from strata.broker.metadata_store import MetadataStore, TopicInfo
+from strata.broker.metrics import BrokerMetrics
+from strata.broker.replica_manager import ReplicaManager
+from strata.config import BrokerConfig
+from strata.protocol.registry import REQUEST_CLASSES, RESPONSE_CLASSES, ApiKey, decode_request, encode_response
+from strata.storage.log_manager import LogManager
 
 HANDLERS = {ApiKey.FETCH: fetch_handler.handle, ApiKey.OFFSET_FOR_LEADER_EPOCH: ofle_handler.handle,
             ApiKey.LIST_OFFSETS: list_offsets_handler.handle}
@@ -206,8 +206,8 @@ def install_transport(monkeypatch, cluster: FakeCluster, clock: FakeClock | None
 
     monkeypatch.setattr(replica_fetcher.ReplicaFetcher, "_request", request)
     if clock is not None:
-        import broker.partition
-        import broker.replica_manager
-        monkeypatch.setattr(broker.partition, "now_ms", clock)
-        monkeypatch.setattr(broker.replica_manager, "now_ms", clock)
+        import strata.broker.partition
+        import strata.broker.replica_manager
+        monkeypatch.setattr(strata.broker.partition, "now_ms", clock)
+        monkeypatch.setattr(strata.broker.replica_manager, "now_ms", clock)
     return sent

@@ -489,13 +489,13 @@ class SegmentFiles:
         return self.log.read_bytes()
 
     def segment_data(self):
-        from remote.metadata import LogSegmentData
+        from strata.remote.metadata import LogSegmentData
 
         return LogSegmentData(self.log, self.offset_index, self.time_index, self.txn_index, self.producer_snapshot,
                               self.leader_epoch)
 
     def metadata(self, tip=None, segment_id: uuid.UUID | None = None, epochs: dict[int, int] | None = None):
-        from remote.metadata import RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
+        from strata.remote.metadata import RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
 
         tip = tip or TopicIdPartition(uuid.UUID(int=0x1234_5678_9ABC), "tiered-topic", 3)
         return RemoteLogSegmentMetadata(
@@ -514,8 +514,8 @@ def write_segment(dir: Path, base_offset: int = 0, *, batches: int = 50, records
     """Write a closed segment of `batches` magic-v2 batches with the storage layer's LogSegment (real `.index` and
     `.timeindex`), a `.txnindex` holding `aborted_txns` (producer id, first, last, last stable offset) when given,
     a producer snapshot file (opaque bytes) and a leader-epoch checkpoint text."""
-    from protocol.records import build_batch
-    from storage.segment import LogSegment
+    from strata.protocol.records import build_batch
+    from strata.storage.segment import LogSegment
 
     dir = Path(dir)
     dir.mkdir(parents=True, exist_ok=True)

@@ -36,10 +36,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
-from broker.admin_client import RESOURCE_TOPIC, AdminClient, AdminError
-from broker.remote_log_metadata_cmd import RemoteLogState, RemoteSegment, remote_log_state
-from protocol.records import build_batch, iter_batches, iter_records
-from protocol.uuids import kafka_uuid_str
+from strata.broker.admin_client import RESOURCE_TOPIC, AdminClient, AdminError
+from strata.broker.remote_log_metadata_cmd import RemoteLogState, RemoteSegment, remote_log_state
+from strata.protocol.records import build_batch, iter_batches, iter_records
+from strata.protocol.uuids import kafka_uuid_str
 from tests.support.broker_proc import StrataBroker
 from tests.support.kafka_wire import WireClient
 
@@ -369,8 +369,8 @@ class MetadataTail:
         self.meta: dict[uuid.UUID, Any] = {}
 
     def poll(self) -> None:
-        from remote.metadata import RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate
-        from remote.rlmm_serde import deserialize
+        from strata.remote.metadata import RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate
+        from strata.remote.rlmm_serde import deserialize
 
         for f in sorted(self.log_dir.glob("__remote_log_metadata-*/*.log")):
             pos = self._pos.get(f, 0)

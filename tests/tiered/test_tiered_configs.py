@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from config import BrokerConfig
-from remote.local_tiered import LocalTieredStorage
-from remote.rsm import create_remote_storage_manager
-from remote.s3 import S3RemoteStorageManager
+from strata.config import BrokerConfig
+from strata.remote.local_tiered import LocalTieredStorage
+from strata.remote.rsm import create_remote_storage_manager
+from strata.remote.s3 import S3RemoteStorageManager
 from tests.support.broker_proc import REPO_ROOT
 from tests.tiered.harness import Harness, S3Backend, Scenario
 
@@ -42,7 +42,7 @@ def test_s3_example_config_builds_the_s3_rsm() -> None:
 def test_broker_from_s3_example_config_tiers_a_topic(tmp_path: Path, moto_server) -> None:
     """Every rsm.config.* key of config/server-s3.properties, with only the endpoint, bucket and credentials
     swapped for the test's moto server, drives a real broker."""
-    from config.broker_config import parse_properties
+    from strata.config.broker_config import parse_properties
 
     props = parse_properties((REPO_ROOT / "config" / "server-s3.properties").read_text())
     tiered = {k: v for k, v in props.items() if k.startswith(("remote.", "rsm."))}

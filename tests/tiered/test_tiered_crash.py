@@ -19,7 +19,7 @@ import uuid
 
 import pytest
 
-from protocol.uuids import kafka_uuid_str
+from strata.protocol.uuids import kafka_uuid_str
 from tests.tiered.harness import (
     Harness,
     MetadataTail,

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from protocol.records import is_crc_valid, iter_batches
+from strata.protocol.records import is_crc_valid, iter_batches
 from tests.support.kafka_wire import decode_records
 from tests.tiered.harness import EARLIEST, EARLIEST_LOCAL, LATEST_TIERED, Harness, Scenario, ScenarioError
 
@@ -232,7 +232,7 @@ def test_remote_fetch_quota_answers_empty_while_throttled(make_harness) -> None:
 def test_a_remote_read_across_chunk_boundaries_returns_whole_intact_batches(make_harness) -> None:
     """S3 chunks (rsm.config.chunk.size 200 B) smaller than a batch (~600 B): every batch straddles chunk boundaries.
     The RLM walks batch headers across the chunks and the Fetch response carries the chunks' bytes unjoined
-    (remote/pieces.py, protocol.records.BufferChain): whole batches with valid CRCs, at the offsets asked."""
+    (remote/pieces.py, strata.protocol.records.BufferChain): whole batches with valid CRCs, at the offsets asked."""
     h = make_harness(**{"rsm.config.chunk.size": 200})
     (Scenario("small chunks").create_topic("t", partitions=1, configs=LOCAL_TAIL).produce("t", 0, 55)
         .wait_for_offload("t", 0, up_to_offset=49).expect_earliest_local_offset("t", 0, 50).run(h))

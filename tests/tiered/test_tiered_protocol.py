@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
 
-from protocol.registry import REQUEST_CLASSES, RESPONSE_CLASSES, ApiKey
+from strata.protocol.registry import REQUEST_CLASSES, RESPONSE_CLASSES, ApiKey
 from tests.support.broker_proc import REPO_ROOT
 from tests.support.kafka_wire import decode_records
 from tests.tiered.conftest import BACKENDS
@@ -196,7 +196,7 @@ def test_local_retention_cannot_exceed_total_retention(prepared: Harness) -> Non
 
 # -- tools --------------------------------------------------------------------------------------------------------
 def _strata(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "broker", *args], cwd=REPO_ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "strata", *args], cwd=REPO_ROOT, capture_output=True, text=True,
                           timeout=60, check=False)
 
 

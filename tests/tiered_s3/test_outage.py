@@ -49,7 +49,7 @@ from typing import Any
 import pytest
 from confluent_kafka import TopicPartition
 
-from protocol.records import iter_batches, iter_records
+from strata.protocol.records import iter_batches, iter_records
 from tests.support import ck
 from tests.support.kafka_wire import WireClient
 from tests.support.s3_servers import Fault, MotoServer

@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from broker.admin_client import AdminClient, AdminError
-from protocol.errors import ErrorCode
-from protocol.registry import RESPONSE_CLASSES, SUPPORTED_VERSIONS, ApiKey, encode_response
+from strata.broker.admin_client import AdminClient, AdminError
+from strata.protocol.errors import ErrorCode
+from strata.protocol.registry import RESPONSE_CLASSES, SUPPORTED_VERSIONS, ApiKey, encode_response
 
 
 class ScriptedBroker:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-import storage.cleaner as cleaner_mod
-from config import default_log_config
-from protocol.records import (
+import strata.storage.cleaner as cleaner_mod
+from strata.config import default_log_config
+from strata.protocol.records import (
     DELETE_HORIZON_MASK,
     GZIP,
     LZ4,
@@ -24,7 +24,7 @@ from protocol.records import (
     iter_batches,
     iter_records,
 )
-from storage.cleaner import (
+from strata.storage.cleaner import (
     Cleaner,
     CleaningAbortedError,
     OffsetMap,
@@ -33,8 +33,8 @@ from storage.cleaner import (
     complete_interrupted_swaps,
     parse_records,
 )
-from storage.errors import InvalidRecordError
-from storage.log import UnifiedLog
+from strata.storage.errors import InvalidRecordError
+from strata.storage.log import UnifiedLog
 
 NOW = int(time.time() * 1000)
 TID = uuid.UUID(int=3)

@@ -8,11 +8,11 @@ import time
 import uuid
 from pathlib import Path
 
-from config import default_log_config
-from protocol.records import build_batch, iter_batches, iter_records
-from storage.checkpoints import OffsetCheckpointFile
-from storage.cleaner_manager import CLEANER_OFFSET_CHECKPOINT, CleanerConfig, LogCleaner, LogCleanerManager
-from storage.log import UnifiedLog
+from strata.config import default_log_config
+from strata.protocol.records import build_batch, iter_batches, iter_records
+from strata.storage.checkpoints import OffsetCheckpointFile
+from strata.storage.cleaner_manager import CLEANER_OFFSET_CHECKPOINT, CleanerConfig, LogCleaner, LogCleanerManager
+from strata.storage.log import UnifiedLog
 
 NOW = int(time.time() * 1000)
 

@@ -2,8 +2,8 @@
 election, reassignment steps, imbalance detection, and epoch bookkeeping."""
 from __future__ import annotations
 
-from broker.cluster.controller import squash, unclean_enabled
-from broker.cluster.election import (
+from strata.broker.cluster.controller import squash, unclean_enabled
+from strata.broker.cluster.election import (
     BrokerView,
     cancel_reassignment,
     complete_reassignment,
@@ -14,9 +14,9 @@ from broker.cluster.election import (
     start_reassignment,
     unclean_election,
 )
-from broker.cluster.model import PartitionState
-from config import BrokerConfig
-from protocol.errors import ErrorCode
+from strata.broker.cluster.model import PartitionState
+from strata.config import BrokerConfig
+from strata.protocol.errors import ErrorCode
 
 
 def st(leader, isr, replicas=(1, 2, 3), leader_epoch=5, partition_epoch=10, **kw) -> PartitionState:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import uuid
 
-from broker.cluster.image import MetadataImage, topic_from_json, topic_to_json
-from broker.cluster.model import BrokerInfo, PartitionState
-from broker.metadata_store import TopicInfo
+from strata.broker.cluster.image import MetadataImage, topic_from_json, topic_to_json
+from strata.broker.cluster.model import BrokerInfo, PartitionState
+from strata.broker.metadata_store import TopicInfo
 
 
 def j(o) -> bytes:

@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 
-from broker.cluster.placement import assign_replicas, rack_alternated
-from protocol.errors import ErrorCode, KafkaApiError
+from strata.broker.cluster.placement import assign_replicas, rack_alternated
+from strata.protocol.errors import ErrorCode, KafkaApiError
 
 
 def test_rack_unaware_fixed_start_matches_kafka_pattern():

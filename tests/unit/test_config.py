@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from broker import cli
-from broker.handlers import configs as C
-from config import (
+from strata.broker import cli
+from strata.broker.handlers import configs as C
+from strata.config import (
     BROKER_CONFIG_DEFS,
     TOPIC_CONFIG_DEFS,
     BrokerConfig,
@@ -21,9 +21,9 @@ from config import (
     parse_properties,
     validate_topic_overrides,
 )
-from config.defs import ConfigDef
-from protocol.errors import ErrorCode, KafkaApiError
-from protocol.registry import REQUEST_CLASSES, RESPONSE_CLASSES, ApiKey
+from strata.config.defs import ConfigDef
+from strata.protocol.errors import ErrorCode, KafkaApiError
+from strata.protocol.registry import REQUEST_CLASSES, RESPONSE_CLASSES, ApiKey
 
 REPO = Path(__file__).resolve().parents[2]
 

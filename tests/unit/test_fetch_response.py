@@ -1,4 +1,4 @@
-"""The hand-written FetchResponse encoder (protocol.fetch_response) against kafka-python's codec: byte-for-byte equal
+"""The hand-written FetchResponse encoder (strata.protocol.fetch_response) against kafka-python's codec: byte-for-byte equal
 for every Fetch version the broker advertises, records passed through without copies, codec fallback otherwise."""
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import uuid
 
 import pytest
 
-from protocol.fetch_response import INLINE_RECORDS_MAX, encode_fetch_response
-from protocol.records import BufferChain
-from protocol.registry import SUPPORTED_VERSIONS, ApiKey, encode_response, response_class
+from strata.protocol.fetch_response import INLINE_RECORDS_MAX, encode_fetch_response
+from strata.protocol.records import BufferChain
+from strata.protocol.registry import SUPPORTED_VERSIONS, ApiKey, encode_response, response_class
 
 Resp = response_class(ApiKey.FETCH)
 TopicResp = Resp.FetchableTopicResponse

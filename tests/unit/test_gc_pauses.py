@@ -5,7 +5,7 @@ import gc
 
 from prometheus_client import CollectorRegistry
 
-from broker.gc_pauses import BUCKETS, GcPauses
+from strata.broker.gc_pauses import BUCKETS, GcPauses
 
 
 def _samples(registry: CollectorRegistry) -> dict[tuple[str, str, str], float]:

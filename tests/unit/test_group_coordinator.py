@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from broker.group import consumer_protocol as cp
-from broker.group.coordinator import JoinParams
-from broker.group.group import GroupState
-from broker.group.records import (
+from strata.broker.group import consumer_protocol as cp
+from strata.broker.group.coordinator import JoinParams
+from strata.broker.group.group import GroupState
+from strata.broker.group.records import (
     OFFSETS_TOPIC,
     GroupMetadataKey,
     OffsetAndMetadata,
@@ -22,10 +22,10 @@ from broker.group.records import (
     decode_key,
     decode_offset_commit_value,
 )
-from broker.server import KafkaServer
-from config import BrokerConfig
-from protocol.errors import ErrorCode as E
-from protocol.records import iter_batches, iter_records
+from strata.broker.server import KafkaServer
+from strata.config import BrokerConfig
+from strata.protocol.errors import ErrorCode as E
+from strata.protocol.records import iter_batches, iter_records
 
 SUB_T = cp.encode_subscription(["t"])
 SUB_TU = cp.encode_subscription(["t", "u"])

@@ -3,8 +3,8 @@
 group -> partition mapping against Java's String.hashCode."""
 import pytest
 
-from broker.group import consumer_protocol as cp
-from broker.group.records import (
+from strata.broker.group import consumer_protocol as cp
+from strata.broker.group.records import (
     GroupMetadataKey,
     GroupMetadataValue,
     MemberMetadata,

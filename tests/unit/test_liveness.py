@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from broker.cluster.liveness import PeerWatch
-from broker.cluster.model import BrokerInfo
+from strata.broker.cluster.liveness import PeerWatch
+from strata.broker.cluster.model import BrokerInfo
 from tests.support.waiting import WaitTimeout
 from tests.support.waiting import wait_until_async as async_wait_until
 

@@ -6,11 +6,11 @@ import time
 import uuid
 from typing import Any
 
-from protocol.records import build_batch
-from remote.metadata import RemotePartitionDeleteMetadata, TopicIdPartition
-from remote.metadata import RemotePartitionDeleteState as D
-from remote.partition_remover import RemotePartitionRemover
-from remote.rlmm_serde import serialize
+from strata.protocol.records import build_batch
+from strata.remote.metadata import RemotePartitionDeleteMetadata, TopicIdPartition
+from strata.remote.metadata import RemotePartitionDeleteState as D
+from strata.remote.partition_remover import RemotePartitionRemover
+from strata.remote.rlmm_serde import serialize
 from tests.unit.test_rlmm_fake_io import InMemoryMetadataTopicIO
 
 T1 = TopicIdPartition(uuid.UUID(int=1), "gone", 0)

@@ -12,10 +12,10 @@ from types import SimpleNamespace
 import pytest
 from crc32c import crc32c
 
-from config import default_log_config
-from protocol.records import build_batch, iter_batches, iter_records
-from storage.log import UnifiedLog
-from storage.producer_state import (
+from strata.config import default_log_config
+from strata.protocol.records import build_batch, iter_batches, iter_records
+from strata.storage.log import UnifiedLog
+from strata.storage.producer_state import (
     BatchMetadata,
     CorruptSnapshotError,
     InvalidProducerEpochError,
@@ -475,8 +475,8 @@ def test_one_batch_shortcut_matches_the_general_validation(tmp_path):
 # producer ids
 
 def test_producer_id_blocks_are_persisted_and_never_reused(tmp_path):
-    from broker.handlers.producer import ProducerIdManager
-    from broker.metadata_store import LocalMetadataStore
+    from strata.broker.handlers.producer import ProducerIdManager
+    from strata.broker.metadata_store import LocalMetadataStore
 
     async def main():
         store = LocalMetadataStore(tmp_path)
@@ -491,8 +491,8 @@ def test_producer_id_blocks_are_persisted_and_never_reused(tmp_path):
 
 
 def _init_producer_id(server, version: int, transactional_id: str | None):
-    from broker.handlers.producer import init_producer_id
-    from protocol.registry import REQUEST_CLASSES, ApiKey, encode_response
+    from strata.broker.handlers.producer import init_producer_id
+    from strata.protocol.registry import REQUEST_CLASSES, ApiKey, encode_response
 
     req = REQUEST_CLASSES[ApiKey.INIT_PRODUCER_ID](version=version, transactional_id=transactional_id,
                                                    transaction_timeout_ms=60000)
@@ -504,7 +504,7 @@ def _init_producer_id(server, version: int, transactional_id: str | None):
 
 
 def test_init_producer_id_handler(tmp_path):
-    from broker.metadata_store import LocalMetadataStore
+    from strata.broker.metadata_store import LocalMetadataStore
 
     server = SimpleNamespace(store=LocalMetadataStore(tmp_path))
     got = [_init_producer_id(server, v, None) for v in range(6)]

@@ -5,7 +5,7 @@ import pytest
 
 from kafka.protocol.metadata import ApiVersionsResponse
 
-from protocol.registry import (
+from strata.protocol.registry import (
     REQUEST_CLASSES,
     SUPPORTED_VERSIONS,
     ApiKey,
@@ -17,7 +17,7 @@ from protocol.registry import (
 
 
 def test_every_advertised_api_has_a_handler():
-    from broker.apis import build_handlers
+    from strata.broker.apis import build_handlers
     assert set(build_handlers()) == set(SUPPORTED_VERSIONS)
 
 

@@ -1,4 +1,4 @@
-"""protocol.records: header layout, validation, in-place rewrites, record decoding."""
+"""strata.protocol.records: header layout, validation, in-place rewrites, record decoding."""
 from __future__ import annotations
 
 import struct
@@ -6,7 +6,7 @@ import struct
 import pytest
 from crc32c import crc32c
 
-from protocol import records as R
+from strata.protocol import records as R
 
 
 def _batch(n: int = 3, **kw) -> bytearray:

@@ -1,11 +1,11 @@
-"""remote.chunk_cache: LRU bounds per tier, shared in-flight loads, cancellation, prefetch, disk tier reuse."""
+"""strata.remote.chunk_cache: LRU bounds per tier, shared in-flight loads, cancellation, prefetch, disk tier reuse."""
 from __future__ import annotations
 
 import asyncio
 
 import pytest
 
-from remote.chunk_cache import ChunkCache, ChunkKey, chunk_file_name
+from strata.remote.chunk_cache import ChunkCache, ChunkKey, chunk_file_name
 
 
 class Source:

@@ -7,9 +7,9 @@ import threading
 import uuid
 from pathlib import Path
 
-from remote.executors import COPY, EXPIRATION, POOL, READ, RemoteExecutors
-from remote.local_tiered import LocalTieredStorage
-from remote.metadata import LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
+from strata.remote.executors import COPY, EXPIRATION, POOL, READ, RemoteExecutors
+from strata.remote.local_tiered import LocalTieredStorage
+from strata.remote.metadata import LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
 
 
 def test_rsm_work_runs_on_the_pool_of_the_calling_path(tmp_path: Path, monkeypatch) -> None:

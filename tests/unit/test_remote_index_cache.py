@@ -1,4 +1,4 @@
-"""remote.index_cache: lookups agree with the storage layer's indexes, one fetch per segment under concurrency,
+"""strata.remote.index_cache: lookups agree with the storage layer's indexes, one fetch per segment under concurrency,
 LRU bounded by bytes, reuse after restart, transaction index collection, errors not cached."""
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import random
 
 import pytest
 
-from remote.index_cache import AbortedTxn, OffsetPosition, RemoteIndexCache
-from remote.local_tiered import LocalTieredStorage
-from remote.rsm import IndexType, RemoteResourceNotFoundError
-from storage.index import OffsetIndex, TimeIndex
+from strata.remote.index_cache import AbortedTxn, OffsetPosition, RemoteIndexCache
+from strata.remote.local_tiered import LocalTieredStorage
+from strata.remote.rsm import IndexType, RemoteResourceNotFoundError
+from strata.storage.index import OffsetIndex, TimeIndex
 from tests.support.s3_servers import write_segment
 
 

@@ -1,8 +1,8 @@
 """remote/pieces.py: record batches walked across buffer boundaries, and views of a byte range over the pieces."""
 from __future__ import annotations
 
-from protocol.records import BufferChain, build_batch, iter_batches
-from remote.pieces import Pieces
+from strata.protocol.records import BufferChain, build_batch, iter_batches
+from strata.remote.pieces import Pieces
 
 
 def _segment() -> bytes:

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from remote import quota
-from remote.quota import RateQuota
+from strata.remote import quota
+from strata.remote.quota import RateQuota
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""remote.metadata and remote.rsm: data classes, state machine, naming, ranges, loading by class name,
+"""strata.remote.metadata and strata.remote.rsm: data classes, state machine, naming, ranges, loading by class name,
 and LocalTieredStorage basics (the full contract runs in tests/integration/test_rsm_contract.py)."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import uuid
 
 import pytest
 
-from remote.local_tiered import LocalTieredStorage
-from remote.metadata import (
+from strata.remote.local_tiered import LocalTieredStorage
+from strata.remote.metadata import (
     LogSegmentData,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -19,7 +19,7 @@ from remote.metadata import (
     encode_custom_metadata,
     is_valid_segment_transition,
 )
-from remote.rsm import (
+from strata.remote.rsm import (
     IndexType,
     RemoteResourceNotFoundError,
     RemoteStorageError,
@@ -30,7 +30,7 @@ from remote.rsm import (
     segment_file_name,
     strip_rsm_prefix,
 )
-from remote.s3 import S3RemoteStorageManager
+from strata.remote.s3 import S3RemoteStorageManager
 from tests.support.s3_servers import write_segment
 
 TIP = TopicIdPartition(uuid.UUID("c0ffee00-0000-4000-8000-000000000001"), "orders", 7)
@@ -118,9 +118,9 @@ def test_load_by_class_name(tmp_path):
     assert load_rsm_class("local") is LocalTieredStorage
     assert load_rsm_class("org.apache.kafka.server.log.remote.storage.LocalTieredStorage") is LocalTieredStorage
     assert load_rsm_class("S3") is S3RemoteStorageManager
-    assert load_rsm_class("remote.local_tiered.LocalTieredStorage") is LocalTieredStorage
+    assert load_rsm_class("strata.remote.local_tiered.LocalTieredStorage") is LocalTieredStorage
     with pytest.raises(ValueError):
-        load_rsm_class("remote.metadata:TopicIdPartition")
+        load_rsm_class("strata.remote.metadata:TopicIdPartition")
     rsm = create_remote_storage_manager("local", {"remote.log.storage.system.enable": "true"},
                                         default_dir=tmp_path)
     assert rsm.root == tmp_path / "kafka-tiered-storage" and rsm.root.is_dir()

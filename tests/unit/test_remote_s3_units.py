@@ -1,4 +1,4 @@
-"""remote.s3 without a server: chunk maths, the manifest, zstd chunks, configuration, and the retry engine
+"""strata.remote.s3 without a server: chunk maths, the manifest, zstd chunks, configuration, and the retry engine
 (error classification, backoff, per-attempt timeout, overall deadline) against a fake client."""
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import time
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
 
-from protocol.records import ZSTD, build_batch
-from remote.rsm import RemoteResourceNotFoundError, RemoteStorageError, RemoteStorageTimeoutError
-from remote.s3 import (
+from strata.protocol.records import ZSTD, build_batch
+from strata.remote.rsm import RemoteResourceNotFoundError, RemoteStorageError, RemoteStorageTimeoutError
+from strata.remote.s3 import (
     S3Config,
     S3RemoteStorageManager,
     SegmentManifest,

@@ -1,4 +1,4 @@
-"""remote.remote_metrics.RemoteStorageStatsCollector: S3Stats, ChunkCacheStats and IndexCacheStats exported at
+"""strata.remote.remote_metrics.RemoteStorageStatsCollector: S3Stats, ChunkCacheStats and IndexCacheStats exported at
 scrape time under strata_rsm_s3_*, strata_remote_chunk_cache_*, strata_remote_index_cache_*."""
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from types import SimpleNamespace
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from remote.chunk_cache import ChunkCache, ChunkKey
-from remote.index_cache import IndexCacheStats
-from remote.remote_metrics import RemoteMetrics
-from remote.s3 import S3Config, S3RemoteStorageManager
+from strata.remote.chunk_cache import ChunkCache, ChunkKey
+from strata.remote.index_cache import IndexCacheStats
+from strata.remote.remote_metrics import RemoteMetrics
+from strata.remote.s3 import S3Config, S3RemoteStorageManager
 
 
 def samples(metrics: RemoteMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import asyncio
 
-from broker.cluster.model import PartitionState
-from broker.group.records import OFFSETS_TOPIC, OffsetAndMetadata
-from protocol.errors import ErrorCode as E
+from strata.broker.cluster.model import PartitionState
+from strata.broker.group.records import OFFSETS_TOPIC, OffsetAndMetadata
+from strata.protocol.errors import ErrorCode as E
 from tests.unit.test_group_coordinator import H, run, until
 
 

@@ -10,11 +10,11 @@ import time
 
 import pytest
 
-from broker.cluster.model import PartitionState
-from broker.replica_manager import FetchSpec
-from protocol.errors import ErrorCode as E
-from protocol.records import build_batch, iter_batches
-from protocol.registry import ApiKey
+from strata.broker.cluster.model import PartitionState
+from strata.broker.replica_manager import FetchSpec
+from strata.protocol.errors import ErrorCode as E
+from strata.protocol.records import build_batch, iter_batches
+from strata.protocol.registry import ApiKey
 from tests.support.replication_fakes import FakeClock, FakeCluster, install_transport
 
 T = "t"

@@ -1,4 +1,4 @@
-"""Leader-side replication arithmetic of broker.partition.Partition over a real UnifiedLog: followers' caught-up
+"""Leader-side replication arithmetic of strata.broker.partition.Partition over a real UnifiedLog: followers' caught-up
 times, HW = min LEO over the (maximal) ISR, ISR shrink/expand decisions, DelayedProduce completion, epoch fencing."""
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ import uuid
 
 import pytest
 
-from broker.cluster.model import PartitionState
-from broker.metadata_store import TopicInfo
-from broker.partition import FollowerState, Partition
-from config import BrokerConfig
-from protocol.errors import ErrorCode as E
-from protocol.records import build_batch
-from storage.log import UnifiedLog
+from strata.broker.cluster.model import PartitionState
+from strata.broker.metadata_store import TopicInfo
+from strata.broker.partition import FollowerState, Partition
+from strata.config import BrokerConfig
+from strata.protocol.errors import ErrorCode as E
+from strata.protocol.records import build_batch
+from strata.storage.log import UnifiedLog
 
 LAG = 1000.0
 

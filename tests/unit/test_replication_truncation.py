@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from broker.cluster.replica_fetcher import truncation_offset
-from storage.epoch_cache import EpochEntry, LeaderEpochFileCache
+from strata.broker.cluster.replica_fetcher import truncation_offset
+from strata.storage.epoch_cache import EpochEntry, LeaderEpochFileCache
 
 
 def cache(*entries: tuple[int, int]) -> LeaderEpochFileCache:

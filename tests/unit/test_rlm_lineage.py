@@ -11,19 +11,19 @@ import time
 import uuid
 from pathlib import Path
 
-from config import default_log_config
-from protocol.records import build_batch
-from remote.local_tiered import LocalTieredStorage
-from remote.metadata import (
+from strata.config import default_log_config
+from strata.protocol.records import build_batch
+from strata.remote.local_tiered import LocalTieredStorage
+from strata.remote.metadata import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
     TopicIdPartition,
 )
-from remote.metadata import RemoteLogSegmentState as S
-from remote.rlm import RemoteLogManager, RemoteLogManagerConfig, lineage_end_in_segment, topic_id_partition
-from remote.rlmm_cache import RemoteLogMetadataCache
-from storage.log import UnifiedLog
+from strata.remote.metadata import RemoteLogSegmentState as S
+from strata.remote.rlm import RemoteLogManager, RemoteLogManagerConfig, lineage_end_in_segment, topic_id_partition
+from strata.remote.rlmm_cache import RemoteLogMetadataCache
+from strata.storage.log import UnifiedLog
 
 NOW = int(time.time() * 1000)
 

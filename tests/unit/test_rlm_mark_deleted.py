@@ -6,11 +6,11 @@ import asyncio
 import uuid
 from pathlib import Path
 
-from remote.local_tiered import LocalTieredStorage
-from remote.metadata import RemotePartitionDeleteState as D
-from remote.metadata import TopicIdPartition
-from remote.rlm import RemoteLogManager, RemoteLogManagerConfig
-from remote.rlmm import TopicBasedRemoteLogMetadataManager
+from strata.remote.local_tiered import LocalTieredStorage
+from strata.remote.metadata import RemotePartitionDeleteState as D
+from strata.remote.metadata import TopicIdPartition
+from strata.remote.rlm import RemoteLogManager, RemoteLogManagerConfig
+from strata.remote.rlmm import TopicBasedRemoteLogMetadataManager
 from tests.support.waiting import wait_until_async
 from tests.unit.test_rlmm_fake_io import InMemoryMetadataTopicIO
 

@@ -8,13 +8,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from config import default_log_config
-from protocol.records import build_batch
-from remote.local_tiered import LocalTieredStorage
-from remote.metadata import RemoteLogSegmentState as S
-from remote.rlm import RemoteLogManager, RemoteLogManagerConfig, topic_id_partition
-from remote.rlmm import TopicBasedRemoteLogMetadataManager
-from storage.log import UnifiedLog
+from strata.config import default_log_config
+from strata.protocol.records import build_batch
+from strata.remote.local_tiered import LocalTieredStorage
+from strata.remote.metadata import RemoteLogSegmentState as S
+from strata.remote.rlm import RemoteLogManager, RemoteLogManagerConfig, topic_id_partition
+from strata.remote.rlmm import TopicBasedRemoteLogMetadataManager
+from strata.storage.log import UnifiedLog
 from tests.support.waiting import wait_until_async
 from tests.unit.test_rlmm_fake_io import InMemoryMetadataTopicIO
 

@@ -5,7 +5,7 @@ import uuid
 
 import pytest
 
-from remote.metadata import (
+from strata.remote.metadata import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
@@ -14,13 +14,13 @@ from remote.metadata import (
     RemotePartitionDeleteState,
     TopicIdPartition,
 )
-from remote.rlmm_cache import (
+from strata.remote.rlmm_cache import (
     RemoteLogMetadataCache,
     RemotePartitionMetadataStore,
     is_valid_partition_delete_transition,
 )
-from remote.rlmm_types import InvalidStateTransitionError, RemoteStorageNotReadyError
-from remote.rsm import RemoteResourceNotFoundError
+from strata.remote.rlmm_types import InvalidStateTransitionError, RemoteStorageNotReadyError
+from strata.remote.rsm import RemoteResourceNotFoundError
 
 S = RemoteLogSegmentState
 P = RemotePartitionDeleteState

@@ -13,7 +13,7 @@ import asyncio
 
 import pytest
 
-from protocol.records import build_batch, iter_batches, iter_records, set_base_offset, validate_batch
+from strata.protocol.records import build_batch, iter_batches, iter_records, set_base_offset, validate_batch
 
 
 class InMemoryMetadataTopicIO:

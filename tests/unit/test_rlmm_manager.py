@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from test_rlmm_fake_io import InMemoryMetadataTopicIO
 
-from remote.metadata import (
+from strata.remote.metadata import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
@@ -19,22 +19,22 @@ from remote.metadata import (
     RemotePartitionDeleteState,
     TopicIdPartition,
 )
-from remote.rlmm import TopicBasedRemoteLogMetadataManager
-from remote.rlmm_partitioner import metadata_partition
-from remote.rlmm_serde import deserialize, serialize
-from remote.rlmm_snapshot import (
+from strata.remote.rlmm import TopicBasedRemoteLogMetadataManager
+from strata.remote.rlmm_partitioner import metadata_partition
+from strata.remote.rlmm_serde import deserialize, serialize
+from strata.remote.rlmm_snapshot import (
     COMMITTED_OFFSETS_FILE_NAME,
     read_committed_offsets,
     read_snapshot_file,
     snapshot_path,
 )
-from remote.rlmm_types import (
+from strata.remote.rlmm_types import (
     InvalidStateTransitionError,
     MetadataTopicIO,
     RemoteStorageNotReadyError,
     RlmmConfig,
 )
-from remote.rsm import RemoteResourceNotFoundError, RemoteStorageError
+from strata.remote.rsm import RemoteResourceNotFoundError, RemoteStorageError
 
 S = RemoteLogSegmentState
 P = RemotePartitionDeleteState
@@ -120,7 +120,7 @@ def test_writes_go_to_the_partitioned_topic_and_are_applied_when_the_call_return
         recs = io.records(MP)
         assert [deserialize(v) for _, v in recs] == [m, upd(m, S.COPY_SEGMENT_FINISHED, {"k": "v"})]
         assert all(p == MP for p in io.logs)
-        from protocol.records import iter_records
+        from strata.protocol.records import iter_records
         assert all(r.key is None for b in io.logs[MP] for r in iter_records(b))
         assert rlmm.remote_log_metadata_count(U1) == 1 and rlmm.remote_log_size_bytes(U1) == 100
         assert rlmm.remote_log_size(U1) == 100 and rlmm.remote_log_size(U1, 0) == 100

@@ -6,8 +6,8 @@ import uuid
 
 import pytest
 
-from remote.metadata import TopicIdPartition
-from remote.rlmm_partitioner import (
+from strata.remote.metadata import TopicIdPartition
+from strata.remote.rlmm_partitioner import (
     RemoteLogMetadataTopicPartitioner,
     java_murmur2,
     metadata_partition,

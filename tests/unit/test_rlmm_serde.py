@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from remote.metadata import (
+from strata.remote.metadata import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
@@ -15,8 +15,8 @@ from remote.metadata import (
     RemotePartitionDeleteState,
     TopicIdPartition,
 )
-from remote.rlmm_serde import RAW_CUSTOM_METADATA_KEY, deserialize, format_record, serialize, to_kafka_string
-from remote.rlmm_types import MetadataDecodeError, RemoteLogSegmentMetadataSnapshot
+from strata.remote.rlmm_serde import RAW_CUSTOM_METADATA_KEY, deserialize, format_record, serialize, to_kafka_string
+from strata.remote.rlmm_types import MetadataDecodeError, RemoteLogSegmentMetadataSnapshot
 
 TOPIC_ID = uuid.UUID("00112233-4455-6677-8899-aabbccddeeff")
 SEG_ID = uuid.UUID("01020304-0506-0708-090a-0b0c0d0e0f10")

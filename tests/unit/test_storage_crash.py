@@ -9,18 +9,18 @@ import textwrap
 import uuid
 from pathlib import Path
 
-from config import default_log_config
-from protocol.records import iter_batches
-from storage.log import UnifiedLog
+from strata.config import default_log_config
+from strata.protocol.records import iter_batches
+from strata.storage.log import UnifiedLog
 
 ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = textwrap.dedent("""
     import os, signal, sys, uuid
     sys.path.insert(0, sys.argv[2])
-    from config import default_log_config
-    from protocol.records import build_batch
-    from storage.log_manager import LogManager
+    from strata.config import default_log_config
+    from strata.protocol.records import build_batch
+    from strata.storage.log_manager import LogManager
     cfg = default_log_config(segment_bytes=8192, index_interval_bytes=512)
     lm = LogManager([sys.argv[1]], lambda t: cfg)
     lm.startup()
@@ -35,7 +35,7 @@ def test_kill_dash_nine_after_append_loses_nothing(tmp_path):
     proc = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path), str(ROOT)], capture_output=True, timeout=60)
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
     assert not (tmp_path / ".kafka_cleanshutdown").exists()
-    from storage.log_manager import LogManager
+    from strata.storage.log_manager import LogManager
 
     cfg = default_log_config(segment_bytes=8192, index_interval_bytes=512)
     lm = LogManager([tmp_path], lambda t: cfg)

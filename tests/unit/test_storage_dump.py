@@ -1,13 +1,13 @@
-"""storage.dump: kafka-dump-log.sh compatible text for .log, .index, .timeindex."""
+"""strata.storage.dump: kafka-dump-log.sh compatible text for .log, .index, .timeindex."""
 from __future__ import annotations
 
 import io
 import uuid
 
-from config import default_log_config
-from protocol.records import build_batch
-from storage.dump import dump_file, main
-from storage.log import UnifiedLog
+from strata.config import default_log_config
+from strata.protocol.records import build_batch
+from strata.storage.dump import dump_file, main
+from strata.storage.log import UnifiedLog
 
 
 def _log(tmp_path):
@@ -32,7 +32,7 @@ def test_dump_log_batches_and_records(tmp_path):
     log = _log(tmp_path)
     seg = log.segments[0]
     first = seg.read_batch(0, 61)
-    from protocol.records import BatchHeader
+    from strata.protocol.records import BatchHeader
     h = BatchHeader(first)
     text, err = _dump(seg.log_path, print_data_log=True)
     lines = text.splitlines()

@@ -4,9 +4,9 @@ from __future__ import annotations
 import struct
 import uuid
 
-from storage.checkpoints import OffsetCheckpointFile, atomic_write
-from storage.epoch_cache import LeaderEpochFileCache
-from storage.index import OffsetIndex, TimeIndex
+from strata.storage.checkpoints import OffsetCheckpointFile, atomic_write
+from strata.storage.epoch_cache import LeaderEpochFileCache
+from strata.storage.index import OffsetIndex, TimeIndex
 
 
 def test_offset_index_binary_layout_and_lookup(tmp_path):
@@ -96,7 +96,7 @@ def test_leader_epoch_checkpoint_format_and_semantics(tmp_path):
 
 
 def test_partition_metadata_format(tmp_path):
-    from storage.log_manager import read_partition_metadata, write_partition_metadata
+    from strata.storage.log_manager import read_partition_metadata, write_partition_metadata
 
     tid = uuid.UUID("6c3b9a7e-0000-4000-8000-0123456789ab")
     write_partition_metadata(tmp_path, tid)

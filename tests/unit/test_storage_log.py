@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from config import default_log_config
-from protocol.records import BatchHeader, build_batch, iter_batches, iter_records
-from storage.errors import (
+from strata.config import default_log_config
+from strata.protocol.records import BatchHeader, build_batch, iter_batches, iter_records
+from strata.storage.errors import (
     CorruptRecordError,
     InvalidRecordError,
     InvalidTimestampError,
@@ -18,7 +18,7 @@ from storage.errors import (
     RecordBatchTooLargeError,
     RecordTooLargeError,
 )
-from storage.log import UnifiedLog
+from strata.storage.log import UnifiedLog
 
 NOW = int(time.time() * 1000)
 TID = uuid.UUID(int=1)

@@ -5,9 +5,9 @@ import os
 import time
 import uuid
 
-from config import default_log_config
-from protocol.records import build_batch, iter_batches
-from storage.log_manager import LogManager
+from strata.config import default_log_config
+from strata.protocol.records import build_batch, iter_batches
+from strata.storage.log_manager import LogManager
 
 NOW = int(time.time() * 1000)
 CFG = default_log_config(segment_bytes=2048, index_interval_bytes=256)

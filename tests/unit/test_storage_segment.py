@@ -7,11 +7,11 @@ import uuid
 
 import pytest
 
-from config import default_log_config
-from protocol.records import GZIP, BatchHeader, build_batch, iter_batches, iter_records
-from storage.errors import InvalidRecordError
-from storage.log import UnifiedLog
-from storage.segment import LogSegment
+from strata.config import default_log_config
+from strata.protocol.records import GZIP, BatchHeader, build_batch, iter_batches, iter_records
+from strata.storage.errors import InvalidRecordError
+from strata.storage.log import UnifiedLog
+from strata.storage.segment import LogSegment
 
 NOW = int(time.time() * 1000)
 

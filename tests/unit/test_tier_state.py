@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from broker.cluster.tier_state import MAX_BACKOFF_S, AuxStateError, backoff_s, parse_epoch_checkpoint
-from remote.rlm import epoch_checkpoint_bytes
-from storage.epoch_cache import EpochEntry
+from strata.broker.cluster.tier_state import MAX_BACKOFF_S, AuxStateError, backoff_s, parse_epoch_checkpoint
+from strata.remote.rlm import epoch_checkpoint_bytes
+from strata.storage.epoch_cache import EpochEntry
 
 
 def test_parses_the_checkpoint_a_leader_ships_with_a_segment() -> None:

@@ -1,9 +1,0 @@
-"""``python -m broker``: the same entry point as the ``strata`` console script."""
-from __future__ import annotations
-
-import sys
-
-from .cli import main
-
-if __name__ == "__main__":
-    sys.exit(main())
