@@ -1,1 +1,1 @@
-"""Strata broker layer (see ../DESIGN in shared/)."""
+"""Strata broker layer: network, KafkaApis, replication, cluster, groups (see docs/architecture.md)."""

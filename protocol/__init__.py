@@ -1,1 +1,1 @@
-"""Strata protocol layer (see ../DESIGN in shared/)."""
+"""Strata protocol layer: sans-IO Kafka wire formats (see docs/architecture.md)."""

@@ -1,1 +1,1 @@
-"""Strata remote layer (see ../DESIGN in shared/)."""
+"""Strata remote layer: KIP-405 tiered storage, RSM, RLMM, RLM (see docs/architecture.md)."""

@@ -10,7 +10,7 @@ running, `remote.log.reader.max.pending.tasks` queued, rejected beyond). Nothing
 does its I/O in threads or asynchronously, and the local log is only inspected (never mutated) except for the
 `highest_offset_in_remote_storage` / log start updates the KIP prescribes.
 
-The invariants (DESIGN.md "Offsets and invariants"): only segments whose last offset is below the LSO/HW are copied,
+The invariants (docs/architecture.md, invariants): only segments whose last offset is below the LSO/HW are copied,
 oldest first; every attempt gets a fresh segment id; COPY_SEGMENT_STARTED -> copy -> COPY_SEGMENT_FINISHED, and only
 then may local retention delete the local copy; deletion is DELETE_SEGMENT_STARTED -> delete -> FINISHED.
 """

@@ -1,1 +1,1 @@
-"""Strata storage layer (see ../DESIGN in shared/)."""
+"""Strata storage layer: partition logs in Kafka's on-disk formats (see docs/architecture.md)."""

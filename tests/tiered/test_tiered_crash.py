@@ -1,4 +1,4 @@
-"""kill -9 while segments are being copied (DESIGN.md "Remote segment state machine"): with a copy quota small enough
+"""kill -9 while segments are being copied (docs/architecture.md, invariants): with a copy quota small enough
 that offloading takes seconds, the broker is killed right after the RLMM records COPY_SEGMENT_STARTED for a segment
 and before COPY_SEGMENT_FINISHED (the test follows `__remote_log_metadata` on disk and kills within a millisecond or
 two). After the restart:

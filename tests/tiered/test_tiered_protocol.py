@@ -1,4 +1,4 @@
-"""Wire-protocol surface of tiered storage (DESIGN.md "Read paths", anchors 1.6), on one prepared broker per
+"""Wire-protocol surface of tiered storage (docs/architecture.md, tiered read path), on one prepared broker per
 backend: a 3-partition tiered topic with 30 records per partition, segments [0-9] and [10-19] copied and deleted
 locally (local log start 20, latest tiered offset 19).
 
