@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import strata.storage.cleaner as cleaner_mod
+import strata.storage.segment_swap as segment_swap
 from strata.config import default_log_config
 from strata.protocol.records import (
     DELETE_HORIZON_MASK,
@@ -24,17 +24,12 @@ from strata.protocol.records import (
     iter_batches,
     iter_records,
 )
-from strata.storage.cleaner import (
-    Cleaner,
-    CleaningAbortedError,
-    OffsetMap,
-    batch_payload,
-    build_empty_batch,
-    complete_interrupted_swaps,
-    parse_records,
-)
+from strata.storage.cleaner import Cleaner, CleaningAbortedError
 from strata.storage.errors import InvalidRecordError
 from strata.storage.log import UnifiedLog
+from strata.storage.offset_map import OffsetMap
+from strata.storage.record_codec import batch_payload, build_empty_batch, parse_records
+from strata.storage.segment_swap import complete_interrupted_swaps
 
 NOW = int(time.time() * 1000)
 TID = uuid.UUID(int=3)
@@ -326,7 +321,7 @@ def test_crash_at_every_step_of_the_swap_leaves_a_valid_log(tmp_path, monkeypatc
         if step in SWAP_STEPS and step not in snapshots:
             snapshots[step] = tmp_path / "crash" / step / "t-0"
             shutil.copytree(log.dir, snapshots[step])
-    monkeypatch.setattr(cleaner_mod, "_crash_hook", hook)
+    monkeypatch.setattr(segment_swap, "_crash_hook", hook)
     clean(log)
     assert set(snapshots) == set(SWAP_STEPS)
     check_valid(log, expected)
