@@ -418,9 +418,9 @@ class ReplicaFetcher:
 
         With remote storage on here: the tier state machine (replica_fetcher_tier_state.py) rebuilds the epoch
         cache and producer state from the remote segment below the leader's earliest local offset and starts the log
-        there (retrying with backoff; also while the broker is still starting it). Without it (remote storage off on this broker), the
-        local log starts over at the leader's local log start (ListOffsets -4) with the log start offset at the
-        leader's (-2)."""
+        there (retrying with backoff; also while the broker is still starting it). Without it (remote storage off
+        on this broker), the local log starts over at the leader's local log start (ListOffsets -4) with the log
+        start offset at the leader's (-2)."""
         if (self.rm.rlm is not None or self.rm.config.get("remote.log.storage.system.enable")) \
                 and p.log.remote_log_enabled:
             from .replica_fetcher_tier_state import build_remote_log_aux_state
