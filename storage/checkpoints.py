@@ -49,16 +49,22 @@ def read_checkpoint_lines(path: Path) -> list[str] | None:
         text = Path(path).read_text()
     except FileNotFoundError:
         return None
+    return parse_checkpoint_lines(text, str(path))
+
+
+def parse_checkpoint_lines(text: str, source: str) -> list[str]:
+    """Entry lines of checkpoint text (a file's, or one shipped with a remote segment); `source` names it in
+    errors."""
     lines = text.splitlines()
     if len(lines) < 2 or lines[0].strip() != str(CHECKPOINT_VERSION):
-        raise CheckpointFormatError(f"{path}: unsupported or missing version line")
+        raise CheckpointFormatError(f"{source}: unsupported or missing version line")
     try:
         count = int(lines[1])
     except ValueError:
-        raise CheckpointFormatError(f"{path}: bad entry count {lines[1]!r}") from None
+        raise CheckpointFormatError(f"{source}: bad entry count {lines[1]!r}") from None
     entries = [ln for ln in lines[2:] if ln.strip()]
     if len(entries) != count:
-        raise CheckpointFormatError(f"{path}: expected {count} entries, found {len(entries)}")
+        raise CheckpointFormatError(f"{source}: expected {count} entries, found {len(entries)}")
     return entries
 
 
@@ -90,6 +96,6 @@ class OffsetCheckpointFile:
         return out
 
 
-__all__ = ["OffsetCheckpointFile", "atomic_write", "fsync_dir", "read_checkpoint_lines", "write_checkpoint_lines",
-           "CheckpointFormatError", "RECOVERY_POINT_CHECKPOINT", "LOG_START_OFFSET_CHECKPOINT",
-           "REPLICATION_OFFSET_CHECKPOINT"]
+__all__ = ["OffsetCheckpointFile", "atomic_write", "fsync_dir", "parse_checkpoint_lines",
+           "read_checkpoint_lines", "write_checkpoint_lines", "CheckpointFormatError", "RECOVERY_POINT_CHECKPOINT",
+           "LOG_START_OFFSET_CHECKPOINT", "REPLICATION_OFFSET_CHECKPOINT"]

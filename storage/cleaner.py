@@ -1,5 +1,5 @@
-"""Log compaction: Kafka's Cleaner for one log, its bounded key -> offset map, the record codec it needs, the
-crash-safe segment swap and the startup completion of an interrupted swap.
+"""Log compaction: Kafka's Cleaner for one log -- it builds the offset map over the dirty range, writes each group
+of segments as one cleaned segment and has it swapped in.
 
 Semantics follow Apache Kafka's log cleaner (read for behaviour, not copied):
 
@@ -20,362 +20,50 @@ Semantics follow Apache Kafka's log cleaner (read for behaviour, not copied):
   startup swap completion can then delete precisely the segments a `.swap` replaced.
 * Control batches are kept as they are (Strata has no transactions yet, so no marker is ever removable).
 
-Swap protocol (per group; `swap_in_cleaned_segment` runs on the log's owner thread, i.e. the event loop):
-indexes then log `.cleaned` -> `.swap` (the `.log.swap` rename is the commit point), dir fsync, old segments renamed
-`.deleted` and unlinked (readers keep their fds), indexes then log `.swap` -> final names, dir fsync, the in-memory
-segment list spliced. `complete_interrupted_swaps` (called by `UnifiedLog.open`) deletes `.cleaned` files and
-completes any `.swap`, as Kafka's LogLoader does.
+The cleaned group replaces its segments through `UnifiedLog.replace_segments` (storage/segment_swap.py has the
+crash-safe `.cleaned` / `.swap` file protocol and its startup completion); the offset map is storage/offset_map.py
+and the record codec storage/record_codec.py.
 """
 from __future__ import annotations
 
-import hashlib
 import math
 import os
-import struct
 import threading
 import time
-from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import Protocol, TypeVar
 
-from strata.protocol.records import (
-    COMPRESSION_MASK,
-    CRC_OFFSET,
-    DELETE_HORIZON_MASK,
-    GZIP,
-    HEADER,
-    HEADER_SIZE,
-    LOG_APPEND_TIME,
-    LOG_OVERHEAD,
-    LZ4,
-    NONE,
-    SNAPPY,
-    ZSTD,
-    BatchHeader,
-    compute_crc,
-)
+from strata.protocol.records import HEADER_SIZE, BatchHeader
 
-from .checkpoints import fsync_dir
-from .errors import InvalidRecordError
 from .index import INT32_MAX, OffsetIndex, TimeIndex
-from .segment import (
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    TIME_INDEX_SUFFIX,
-    TXN_INDEX_SUFFIX,
-    LogSegment,
-    filename_prefix,
+from .log import SegmentsChangedError, UnifiedLog
+from .offset_map import OffsetMap
+from .record_codec import (
+    ParsedRecord,
+    batch_payload,
+    build_empty_batch,
+    build_retained_batch,
+    delete_horizon_of,
+    iter_keys,
+    parse_records,
 )
-
-if TYPE_CHECKING:
-    from .log import UnifiedLog
-
-CLEANED_SUFFIX = ".cleaned"
-SWAP_SUFFIX = ".swap"
-_SEGMENT_FILE_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
-_INDEX_FILE_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
-_U32 = struct.Struct(">I")
-_md5 = hashlib.md5
+from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, filename_prefix
+from .segment_swap import CLEANED_SUFFIX
 
 T = TypeVar("T")
 
 
+class SwapRunner(Protocol):
+    """Runs `fn` on the log's owner thread (the broker's event loop) and returns its result."""
+
+    def __call__(self, fn: Callable[[], T], /) -> T: ...
+
+
 class CleaningAbortedError(Exception):
     """The cleaning of a log stopped (shutdown, the log changed or went away); nothing was swapped by this step."""
-
-
-class CorruptBatchError(ValueError):
-    """A batch's record section cannot be parsed."""
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# record codec (magic v2 records inside a batch)
-
-def _varint(b: bytes | bytearray, i: int) -> tuple[int, int]:
-    """Zigzag varint at `i` -> (value, next position)."""
-    c = b[i]
-    if c < 0x80:
-        return (c >> 1) ^ -(c & 1), i + 1
-    result = c & 0x7F
-    shift = 7
-    i += 1
-    while True:
-        c = b[i]
-        i += 1
-        result |= (c & 0x7F) << shift
-        if c < 0x80:
-            return (result >> 1) ^ -(result & 1), i
-        shift += 7
-        if shift > 63:
-            raise CorruptBatchError("varint too long")
-
-
-def _put_varint(out: bytearray, v: int) -> None:
-    v = (v << 1) ^ (v >> 63)
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-
-
-def decompress(codec: int, data: bytes) -> bytes:
-    if codec == NONE:
-        return data
-    from kafka import codec as kc  # lazy: heavy import, off the hot path
-    if codec == GZIP:
-        return kc.gzip_decode(data)
-    if codec == SNAPPY:
-        return kc.snappy_decode(data)
-    if codec == LZ4:
-        return kc.lz4_decode(data)
-    if codec == ZSTD:
-        return kc.zstd_decode(data)
-    raise CorruptBatchError(f"unknown compression codec {codec}")
-
-
-def compress(codec: int, data: bytes) -> bytes:
-    if codec == NONE:
-        return data
-    from kafka import codec as kc
-    if codec == GZIP:
-        return kc.gzip_encode(data)
-    if codec == SNAPPY:
-        return kc.snappy_encode(data)
-    if codec == LZ4:
-        return kc.lz4_encode(data)
-    if codec == ZSTD:
-        return kc.zstd_encode(data)
-    raise CorruptBatchError(f"unknown compression codec {codec}")
-
-
-def batch_payload(batch: bytes | memoryview, h: BatchHeader) -> bytes:
-    """The (decompressed) record section of the batch `batch` (which starts at its header)."""
-    raw = bytes(batch[HEADER_SIZE:h.size])
-    return decompress(h.compression, raw) if h.compression else raw
-
-
-# A parsed record: (offset delta, timestamp delta, key or None, is tombstone, start of the key-length field,
-# end of the record) -- the last two delimit the bytes that a re-based copy keeps verbatim.
-ParsedRecord = tuple[int, int, "bytes | None", bool, int, int]
-
-
-def parse_records(payload: bytes, count: int) -> list[ParsedRecord]:
-    out: list[ParsedRecord] = []
-    append = out.append
-    i = 0
-    n = len(payload)
-    try:
-        for _ in range(count):
-            # each varint inlined for its common one-byte form (zigzag: value = (c >> 1) ^ -(c & 1))
-            c = payload[i]
-            if c < 0x80:
-                length, i = (c >> 1) ^ -(c & 1), i + 1
-            else:
-                length, i = _varint(payload, i)
-            end = i + length
-            if length < 0 or end > n:
-                raise CorruptBatchError("record length beyond the batch")
-            c = payload[i + 1]  # +1: attributes
-            if c < 0x80:
-                ts_delta, j = (c >> 1) ^ -(c & 1), i + 2
-            else:
-                ts_delta, j = _varint(payload, i + 1)
-            c = payload[j]
-            if c < 0x80:
-                off_delta, j = (c >> 1) ^ -(c & 1), j + 1
-            else:
-                off_delta, j = _varint(payload, j)
-            tail = j
-            c = payload[j]
-            if c < 0x80:
-                klen, j = (c >> 1) ^ -(c & 1), j + 1
-            else:
-                klen, j = _varint(payload, j)
-            if klen < 0:
-                key = None
-            else:
-                key = payload[j:j + klen]
-                j += klen
-            append((off_delta, ts_delta, key, payload[j] == 1, tail, end))  # value length -1 is the byte 0x01
-            i = end
-    except IndexError:
-        raise CorruptBatchError("truncated record") from None
-    return out
-
-
-def iter_keys(payload: bytes, count: int) -> Iterator[tuple[int, bytes | None]]:
-    """(offset delta, key) of each record: what building the offset map needs."""
-    i = 0
-    n = len(payload)
-    try:
-        for _ in range(count):
-            c = payload[i]
-            if c < 0x80:
-                length, i = (c >> 1) ^ -(c & 1), i + 1
-            else:
-                length, i = _varint(payload, i)
-            end = i + length
-            if length < 0 or end > n:
-                raise CorruptBatchError("record length beyond the batch")
-            j = i + 1
-            if payload[j] < 0x80:
-                j += 1
-            else:
-                _, j = _varint(payload, j)
-            c = payload[j]
-            if c < 0x80:
-                off_delta, j = (c >> 1) ^ -(c & 1), j + 1
-            else:
-                off_delta, j = _varint(payload, j)
-            c = payload[j]
-            if c < 0x80:
-                klen, j = (c >> 1) ^ -(c & 1), j + 1
-            else:
-                klen, j = _varint(payload, j)
-            yield off_delta, (None if klen < 0 else payload[j:j + klen])
-            i = end
-    except IndexError:
-        raise CorruptBatchError("truncated record") from None
-
-
-def check_keys_present(buf: bytes | bytearray | memoryview, pos: int, size: int) -> None:
-    """Compacted topics: raise InvalidRecordError (87) when a record of the batch at `pos` has a null key."""
-    h = BatchHeader(buf, pos)
-    if h.is_control:
-        return
-    payload = batch_payload(memoryview(buf)[pos:pos + size], h)
-    i = 0
-    n = len(payload)
-    try:
-        for _ in range(h.records_count):
-            length, i = _varint(payload, i)
-            end = i + length
-            _, j = _varint(payload, i + 1)
-            _, j = _varint(payload, j)
-            klen, _ = _varint(payload, j)
-            if klen < 0:
-                raise InvalidRecordError("Compacted topic cannot accept message without key in topic partition")
-            if end > n:
-                raise IndexError
-            i = end
-    except (IndexError, CorruptBatchError):
-        raise InvalidRecordError("record batch has malformed records") from None
-
-
-def _finish_batch(out: bytearray) -> bytes:
-    _U32.pack_into(out, CRC_OFFSET, compute_crc(out, 0, len(out)))
-    return bytes(out)
-
-
-def build_retained_batch(h: BatchHeader, payload: bytes, kept: list[ParsedRecord], delete_horizon: int | None
-                         ) -> bytes:
-    """Rebuild a batch with only `kept` records (Kafka's buildRetainedRecordsInto): same base offset, last offset
-    delta, producer fields, leader epoch, timestamp type and codec; base timestamp = the delete horizon when set
-    (attribute 0x40), else the first kept record's timestamp; record timestamps unchanged."""
-    base_ts = h.base_timestamp
-    abs_ts = [base_ts + r[1] for r in kept]
-    new_base = delete_horizon if delete_horizon is not None else abs_ts[0]
-    body = bytearray()
-    rec = bytearray()
-    for r, ts in zip(kept, abs_ts):
-        rec.clear()
-        rec.append(0)  # record attributes (unused)
-        _put_varint(rec, ts - new_base)
-        _put_varint(rec, r[0])
-        rec += payload[r[4]:r[5]]
-        _put_varint(body, len(rec))
-        body += rec
-    codec = h.compression
-    records = compress(codec, bytes(body)) if codec else body
-    attrs = h.attributes & ~DELETE_HORIZON_MASK
-    if delete_horizon is not None:
-        attrs |= DELETE_HORIZON_MASK
-    max_ts = h.max_timestamp if h.timestamp_type == LOG_APPEND_TIME else max(abs_ts)
-    out = bytearray(HEADER_SIZE + len(records))
-    HEADER.pack_into(out, 0, h.base_offset, len(out) - LOG_OVERHEAD, h.partition_leader_epoch, 2, 0, attrs,
-                     h.last_offset_delta, new_base, max_ts, h.producer_id, h.producer_epoch, h.base_sequence,
-                     len(kept))
-    out[HEADER_SIZE:] = records
-    return _finish_batch(out)
-
-
-def build_empty_batch(h: BatchHeader) -> bytes:
-    """A batch with no records that keeps the offsets, producer fields and max timestamp (Kafka's empty header)."""
-    attrs = h.attributes & ~(COMPRESSION_MASK | DELETE_HORIZON_MASK)
-    out = bytearray(HEADER_SIZE)
-    HEADER.pack_into(out, 0, h.base_offset, HEADER_SIZE - LOG_OVERHEAD, h.partition_leader_epoch, 2, 0, attrs,
-                     h.last_offset_delta, -1, h.max_timestamp, h.producer_id, h.producer_epoch, h.base_sequence, 0)
-    return _finish_batch(out)
-
-
-def delete_horizon_of(h: BatchHeader) -> int | None:
-    return h.base_timestamp if h.attributes & DELETE_HORIZON_MASK else None
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# offset map
-
-class OffsetMap:
-    """Key -> offset map in flat buffers (Kafka's SkimpyOffsetMap): each slot is the key's 16-byte MD5 (one
-    bytearray) and its offset + 1 (an int64 array; 0 marks an empty slot), open addressing with linear probing.
-    Memory is `slots * 24` bytes, never more than the configured dedupe buffer; the map is "full" at `load_factor`
-    of its slots."""
-
-    BYTES_PER_ENTRY = 24
-
-    def __init__(self, memory: int, load_factor: float = 0.9, expected_entries: int | None = None) -> None:
-        capacity = max(1, memory // self.BYTES_PER_ENTRY)
-        slots = capacity
-        if expected_entries is not None:  # no need to touch more memory than the job needs
-            slots = min(capacity, max(16, int(expected_entries / load_factor) + 1))
-        self.slots = slots
-        self.max_entries = max(1, min(int(slots * load_factor), slots - 1))  # always an empty slot: probes end
-        self._digests = bytearray(slots * 16)
-        self._offsets = array("q", bytes(slots * 8))  # offset + 1; 0 = empty slot
-        self.size = 0
-        self.latest_offset = -1
-
-    @property
-    def full(self) -> bool:
-        return self.size >= self.max_entries
-
-    @property
-    def utilization(self) -> float:
-        return self.size / self.slots
-
-    def put(self, key: bytes, offset: int) -> None:
-        digest = _md5(key).digest()
-        slots, digests, offsets = self.slots, self._digests, self._offsets
-        i = int.from_bytes(digest[:8], "big") % slots
-        while offsets[i]:  # linear probing (the hot loop: kept inline)
-            if digests[i * 16:i * 16 + 16] == digest:
-                break
-            i += 1
-            if i == slots:
-                i = 0
-        else:
-            digests[i * 16:i * 16 + 16] = digest
-            self.size += 1
-        offsets[i] = offset + 1
-        self.latest_offset = offset
-
-    def get(self, key: bytes) -> int:
-        """The latest offset recorded for `key`, or -1."""
-        digest = _md5(key).digest()
-        slots, digests, offsets = self.slots, self._digests, self._offsets
-        i = int.from_bytes(digest[:8], "big") % slots
-        while True:
-            o = offsets[i]
-            if not o or digests[i * 16:i * 16 + 16] == digest:
-                return o - 1
-            i += 1
-            if i == slots:
-                i = 0
-
-    def update_latest_offset(self, offset: int) -> None:
-        self.latest_offset = offset
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -571,15 +259,7 @@ class CleanedSegmentWriter:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# swap (owner thread) and its crash recovery (startup)
-
-_crash_hook: Callable[[str], None] | None = None  # tests: raise at a named step to simulate a crash
-
-
-def _step(name: str) -> None:
-    if _crash_hook is not None:
-        _crash_hook(name)
-
+# swap (on the owner thread)
 
 @dataclass
 class PreparedSegment:
@@ -595,55 +275,14 @@ class PreparedSegment:
         return self.writer.base_offset
 
 
-def _rename_suffix(dir: Path, base: int, suffixes: tuple[str, ...], old: str, new: str) -> None:
-    prefix = filename_prefix(base)
-    for suffix in suffixes:
-        src = dir / (prefix + suffix + old)
-        if src.exists():
-            os.rename(src, dir / (prefix + suffix + new))
-
-
 def swap_in_cleaned_segment(log: UnifiedLog, prepared: PreparedSegment) -> LogSegment:
     """Replace `prepared.old` by the cleaned segment, on disk and in `log`'s segment list, atomically for readers
     of the list (call it on the thread that owns the log). Raises CleaningAbortedError, with nothing changed, when the
     old segments are no longer exactly what was cleaned."""
-    segs = log._segments
-    old = prepared.old
     try:
-        i = next(k for k, s in enumerate(segs) if s is old[0])
-    except StopIteration:
-        raise CleaningAbortedError("the segments being cleaned were removed from the log") from None
-    window = segs[i:i + len(old)]
-    if len(window) != len(old) or any(a is not b for a, b in zip(window, old)) or i + len(old) >= len(segs):
-        raise CleaningAbortedError("the segments being cleaned changed")
-    if [(s.size, s.next_offset) for s in old] != prepared.old_state or any(s.deleted for s in old):
-        raise CleaningAbortedError("the segments being cleaned were modified")
-    dir, base = log.dir, prepared.base_offset
-    _step("before-swap")
-    # .cleaned -> .swap: indexes first, the log last (the commit point of this replacement)
-    _rename_suffix(dir, base, _INDEX_FILE_SUFFIXES, CLEANED_SUFFIX, SWAP_SUFFIX)
-    _step("swap-indexes-renamed")
-    _rename_suffix(dir, base, (LOG_SUFFIX,), CLEANED_SUFFIX, SWAP_SUFFIX)
-    fsync_dir(dir)
-    _step("swap-committed")
-    for k, s in enumerate(old):
-        s.delete()
-        _step(f"old-deleted-{k}")
-    # .swap -> final: indexes first, the log last, so a `.log.swap` means "not finished"
-    _rename_suffix(dir, base, _INDEX_FILE_SUFFIXES, SWAP_SUFFIX, "")
-    _step("final-indexes-renamed")
-    _rename_suffix(dir, base, (LOG_SUFFIX,), SWAP_SUFFIX, "")
-    fsync_dir(dir)
-    _step("swapped")
-    new, _ = LogSegment.open(dir, base, log.config.index_interval_bytes, log.config.segment_index_bytes)
-    segs[i:i + len(old)] = [new]
-    log._bases[i:i + len(old)] = [base]
-    psm = getattr(log, "producer_state", None)
-    if psm is not None:  # as Kafka: producer snapshots of segments deleted (not replaced) go with them
-        for s in old:
-            if s.base_offset != base:
-                psm.remove_snapshot(s.base_offset)
-    return new
+        return log.replace_segments(prepared.base_offset, prepared.old, prepared.old_state)
+    except SegmentsChangedError as e:
+        raise CleaningAbortedError(str(e)) from e
 
 
 def active_producer_last_offsets(log: UnifiedLog) -> dict[int, int] | None:
@@ -659,76 +298,6 @@ def active_producer_last_offsets(log: UnifiedLog) -> dict[int, int] | None:
         if last >= 0:
             out[pid] = last
     return out
-
-
-def _scan_next_offset(path: Path, base: int) -> int:
-    """Offset after the last complete batch of a segment file (headers only)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        end = os.fstat(fd).st_size
-        pos, nxt = 0, base
-        while pos + HEADER_SIZE <= end:
-            h = BatchHeader(os.pread(fd, HEADER_SIZE, pos))
-            if h.size < HEADER_SIZE or pos + h.size > end or h.magic != 2:
-                break
-            nxt = h.next_offset
-            pos += h.size
-        return nxt
-    finally:
-        os.close(fd)
-
-
-def _split_name(name: str) -> tuple[int, str] | None:
-    """`<20 digits><suffix>` -> (offset, suffix)."""
-    if len(name) > 20 and name[:20].isdigit():
-        return int(name[:20]), name[20:]
-    return None
-
-
-def complete_interrupted_swaps(dir: Path) -> list[int]:
-    """Startup: finish or roll back a cleaning interrupted by a crash (Kafka's LogLoader rules).
-
-    `.cleaned` files are deleted (the swap never started). A replacement whose `<base>.log.swap` exists was
-    committed: the segment files it replaces -- offsets in [base, its next offset) -- are deleted and its `.swap`
-    files renamed to the final names. `.swap` indexes without their `.log.swap`, or at or above the lowest
-    `.cleaned` offset (KAFKA-12977), were never committed and are deleted. Returns the completed base offsets."""
-    dir = Path(dir)
-    if not dir.is_dir():
-        return []
-    files = [f for f in dir.iterdir() if f.is_file()]
-    min_cleaned: int | None = None
-    swaps: dict[int, list[Path]] = {}
-    for f in files:
-        parsed = _split_name(f.name)
-        if parsed is None:
-            continue
-        off, suffix = parsed
-        if suffix.endswith(CLEANED_SUFFIX):
-            min_cleaned = off if min_cleaned is None else min(min_cleaned, off)
-            f.unlink(missing_ok=True)
-        elif suffix.endswith(SWAP_SUFFIX) and suffix[:-len(SWAP_SUFFIX)] in _SEGMENT_FILE_SUFFIXES:
-            swaps.setdefault(off, []).append(f)
-    ranges: list[tuple[int, int]] = []
-    for base, paths in sorted(swaps.items()):
-        log_swap = dir / (filename_prefix(base) + LOG_SUFFIX + SWAP_SUFFIX)
-        if log_swap not in paths or (min_cleaned is not None and base >= min_cleaned):
-            for p in paths:
-                p.unlink(missing_ok=True)
-            continue
-        ranges.append((base, _scan_next_offset(log_swap, base)))
-    if not ranges:
-        return []
-    for f in dir.iterdir():
-        parsed = _split_name(f.name)
-        if parsed is None or parsed[1] not in _SEGMENT_FILE_SUFFIXES:
-            continue
-        if any(lo <= parsed[0] < hi for lo, hi in ranges):
-            f.unlink(missing_ok=True)  # a segment the committed swap replaces (or its half-renamed index)
-    for base, _ in ranges:
-        _rename_suffix(dir, base, _INDEX_FILE_SUFFIXES, SWAP_SUFFIX, "")
-        _rename_suffix(dir, base, (LOG_SUFFIX,), SWAP_SUFFIX, "")
-    fsync_dir(dir)
-    return [b for b, _ in ranges]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -849,7 +418,7 @@ class Cleaner:
 
     # -- cleaning ------------------------------------------------------------------------------------------------
     def clean(self, log: UnifiedLog, first_dirty: int, first_uncleanable: int, now_ms: int | None = None,
-              swap: Callable[[Callable[[], T]], T] = run_direct) -> CleanResult:
+              swap: SwapRunner = run_direct) -> CleanResult:
         """Clean `log` from its start up to where the offset map over [first_dirty, first_uncleanable) reached.
 
         Returns the end offset (the next cleaner checkpoint). Raises CleaningAbortedError when stopped or when the
@@ -883,7 +452,7 @@ class Cleaner:
             prepared = self._clean_group(log, group, omap, now, delete_retention_ms, producers,
                                          first_uncleanable, stats, throttler)
             try:
-                swap(lambda p=prepared: swap_in_cleaned_segment(log, p))
+                swap(partial(swap_in_cleaned_segment, log, prepared))
             except BaseException:
                 prepared.writer.delete()
                 raise
@@ -976,23 +545,16 @@ class Cleaner:
 
 
 __all__ = [
-    "CLEANED_SUFFIX",
-    "SWAP_SUFFIX",
     "CleanResult",
     "CleanedSegmentWriter",
     "Cleaner",
     "CleanerStats",
     "CleaningAbortedError",
-    "OffsetMap",
     "PreparedSegment",
+    "SwapRunner",
     "active_producer_last_offsets",
-    "build_empty_batch",
-    "build_retained_batch",
-    "check_keys_present",
-    "complete_interrupted_swaps",
     "group_segments_by_size",
     "iter_segment_batches",
-    "parse_records",
     "run_direct",
     "segments_overlapping",
     "swap_in_cleaned_segment",

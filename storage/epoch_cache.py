@@ -7,10 +7,16 @@ per leader election), so the fsync cost does not matter.
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
-from .checkpoints import CheckpointFormatError, read_checkpoint_lines, write_checkpoint_lines
+from .checkpoints import (
+    CheckpointFormatError,
+    parse_checkpoint_lines,
+    read_checkpoint_lines,
+    write_checkpoint_lines,
+)
 
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 UNDEFINED_EPOCH = -1
@@ -20,6 +26,24 @@ UNDEFINED_EPOCH_OFFSET = -1
 class EpochEntry(NamedTuple):
     epoch: int
     start_offset: int
+
+
+def _parse_entries(lines: list[str]) -> list[EpochEntry]:
+    """"<epoch> <startOffset>" lines -> entries (ValueError on a malformed line)."""
+    entries = []
+    for ln in lines:
+        e, o = ln.split()
+        entries.append(EpochEntry(int(e), int(o)))
+    return entries
+
+
+def decode_checkpoint(data: bytes, source: str = "leader-epoch checkpoint") -> list[EpochEntry]:
+    """Entries of checkpoint bytes, e.g. the one shipped with a remote segment, which a follower restores with
+    `assign_entries`. Raises CheckpointFormatError when the text is malformed."""
+    try:
+        return _parse_entries(parse_checkpoint_lines(data.decode(), source))
+    except (UnicodeDecodeError, ValueError) as e:   # CheckpointFormatError is a ValueError
+        raise CheckpointFormatError(f"{source}: {e}") from e
 
 
 class LeaderEpochFileCache:
@@ -33,11 +57,7 @@ class LeaderEpochFileCache:
     def load(cls, path: Path) -> "LeaderEpochFileCache":
         """Read the checkpoint; a missing or malformed file yields an empty cache (rebuilt by later appends)."""
         try:
-            lines = read_checkpoint_lines(path) or []
-            entries = []
-            for ln in lines:
-                e, o = ln.split()
-                entries.append(EpochEntry(int(e), int(o)))
+            entries = _parse_entries(read_checkpoint_lines(path) or [])
         except (CheckpointFormatError, ValueError):
             entries = []
         cache = cls(path)
@@ -105,6 +125,13 @@ class LeaderEpochFileCache:
         if self._assign(EpochEntry(epoch, start_offset)):
             self.flush()
 
+    def assign_entries(self, entries: Iterable[EpochEntry]) -> None:
+        """Assign several entries, then write the file once (Kafka's assign(entries)): a follower restoring the
+        leader's lineage from a remote segment's checkpoint."""
+        for e in entries:
+            self._assign(e)
+        self.flush()
+
     def truncate_from_end(self, end_offset: int) -> None:
         """Drop entries starting at or after `end_offset` (log truncated to it)."""
         if self._entries and self._entries[-1].start_offset >= end_offset >= 0:
@@ -123,6 +150,7 @@ class LeaderEpochFileCache:
         self.flush()
 
     def clear_and_flush(self) -> None:
+        """Forget every entry (the log was truncated fully) and persist the empty file."""
         self._entries = []
         self.flush()
 
@@ -135,4 +163,4 @@ class LeaderEpochFileCache:
 
 
 __all__ = ["LeaderEpochFileCache", "EpochEntry", "LEADER_EPOCH_CHECKPOINT", "UNDEFINED_EPOCH",
-           "UNDEFINED_EPOCH_OFFSET"]
+           "UNDEFINED_EPOCH_OFFSET", "decode_checkpoint"]

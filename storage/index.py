@@ -86,6 +86,11 @@ class _IndexFile:
             self._closed = True
             os.close(self._fd)
 
+    def mark_closed(self) -> None:
+        """The fd is closed by its owner (LogSegment's finalizer closes a segment's fds together): from now on
+        `flush` and `close` do nothing."""
+        self._closed = True
+
     def rename_to(self, path: Path) -> None:
         os.rename(self.path, path)
         self.path = Path(path)

@@ -11,9 +11,9 @@ import shutil
 import time
 import uuid
 from bisect import bisect_right
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from strata.config import LogConfig
 from strata.protocol.records import (
@@ -32,8 +32,7 @@ from strata.protocol.records import (
 )
 
 from .checkpoints import fsync_dir
-from .cleaner import check_keys_present, complete_interrupted_swaps
-from .epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochFileCache
+from .epoch_cache import LEADER_EPOCH_CHECKPOINT, EpochEntry, LeaderEpochFileCache
 from .errors import (
     InvalidRecordError,
     InvalidTimestampError,
@@ -43,8 +42,10 @@ from .errors import (
     RecordTooLargeError,
     from_batch_error,
 )
-from .producer_state import ProducerStateManager, end_marker_coordinator_epoch
+from .producer_state import ProducerStateEntry, ProducerStateManager, end_marker_coordinator_epoch
+from .record_codec import check_keys_present
 from .segment import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
+from .segment_swap import CLEANED_SUFFIX, SWAP_SUFFIX, complete_interrupted_swaps, swap_in_cleaned_files
 
 # ListOffsets sentinels (Kafka's ListOffsetsRequest)
 LATEST_TIMESTAMP = -1
@@ -52,7 +53,11 @@ EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 
-_TEMP_SUFFIXES = (DELETED_SUFFIX, ".tmp", ".cleaned", ".swap")
+_TEMP_SUFFIXES = (DELETED_SUFFIX, ".tmp", CLEANED_SUFFIX, SWAP_SUFFIX)
+
+
+class SegmentsChangedError(Exception):
+    """`replace_segments`: the segments to replace are no longer exactly those the replacement was made from."""
 
 
 @dataclass
@@ -271,6 +276,11 @@ class UnifiedLog:
 
     def update_high_watermark(self, hw: int) -> None:
         self.high_watermark = min(max(hw, self.log_start_offset), self.log_end_offset)
+
+    def update_highest_offset_in_remote_storage(self, offset: int) -> None:
+        """KIP-405: `offset` is known to be in remote storage; the highest such offset never moves down here (only
+        truncation lowers it)."""
+        self.highest_offset_in_remote_storage = max(self.highest_offset_in_remote_storage, offset)
 
     # ------------------------------------------------------------------------------------------------------
     # append
@@ -792,8 +802,11 @@ class UnifiedLog:
         self._rebuild_producer_state()
         return True
 
-    def truncate_fully_and_start_at(self, offset: int) -> None:
-        """Drop all data; the log restarts empty at `offset` (follower catching up past the leader's start)."""
+    def truncate_fully_and_start_at(self, offset: int, log_start_offset: int | None = None) -> None:
+        """Drop all data; the log restarts empty at `offset` (follower catching up past the leader's start).
+
+        `log_start_offset` (Kafka's logStartOffsetOpt), when below `offset`: a tiered log whose data below `offset`
+        lives in remote storage starts there; the local log start offset is `offset` either way."""
         for seg in self._segments:
             seg.delete()
         self._segments.clear()
@@ -803,6 +816,51 @@ class UnifiedLog:
         self.high_watermark = self.recovery_point = offset
         self.leader_epoch_cache.clear_and_flush()
         self.producer_state.truncate_fully_and_start_at(offset)
+        if log_start_offset is not None and log_start_offset < offset:
+            self.log_start_offset = log_start_offset
+
+    def restore_aux_state(self, leader_epochs: Iterable[EpochEntry], producers: Iterable[ProducerStateEntry]
+                          ) -> None:
+        """KIP-405 follower, right after `truncate_fully_and_start_at`: restore the auxiliary state a remote
+        segment ships -- the leader's epoch lineage below the LEO (the entries at or above it are ignored) and the
+        producer state as of the LEO (written as the snapshot there, as the log's own would be) -- so fetching can
+        continue from the LEO (Kafka's buildRemoteLogAuxState)."""
+        leo = self.log_end_offset
+        self.leader_epoch_cache.assign_entries(e for e in leader_epochs if e.start_offset < leo)
+        self.producer_state.restore_from_snapshot(leo, producers)
+
+    # ------------------------------------------------------------------------------------------------------
+    # compaction
+    def replace_segments(self, base_offset: int, old_segments: list[LogSegment],
+                         old_state: list[tuple[int, int]]) -> LogSegment:
+        """Swap the `<base_offset>.*.cleaned` files -- a compacted copy of `old_segments` -- in for them (Kafka's
+        replaceSegments): on disk crash-safely (storage/segment_swap.py), then in the segment list in one step,
+        so readers see either the old segments or the new one. Producer snapshots of the segments that went (not
+        the one replaced in place) go with them.
+
+        `old_state` is each old segment's (size, next offset) when it was read. Raises SegmentsChangedError, with
+        nothing changed, when `old_segments` are no longer exactly those: removed, truncated, appended to, or
+        reaching the active segment. Call on the log's owner thread."""
+        segs = self._segments
+        old = old_segments
+        try:
+            i = next(k for k, s in enumerate(segs) if s is old[0])
+        except StopIteration:
+            raise SegmentsChangedError("the segments being cleaned were removed from the log") from None
+        window = segs[i:i + len(old)]
+        if len(window) != len(old) or any(a is not b for a, b in zip(window, old)) or i + len(old) >= len(segs):
+            raise SegmentsChangedError("the segments being cleaned changed")
+        if [(s.size, s.next_offset) for s in old] != old_state or any(s.deleted for s in old):
+            raise SegmentsChangedError("the segments being cleaned were modified")
+        swap_in_cleaned_files(self.dir, base_offset, old)
+        new, _ = LogSegment.open(self.dir, base_offset, self.config.index_interval_bytes,
+                                 self.config.segment_index_bytes)
+        segs[i:i + len(old)] = [new]
+        self._bases[i:i + len(old)] = [base_offset]
+        for s in old:  # as Kafka: producer snapshots of segments deleted (not replaced) go with them
+            if s.base_offset != base_offset:
+                self.producer_state.remove_snapshot(s.base_offset)
+        return new
 
     # ------------------------------------------------------------------------------------------------------
     def close(self, take_snapshot: bool = True) -> None:
@@ -827,5 +885,6 @@ class UnifiedLog:
                 f"hw={self.high_watermark}, leo={self.log_end_offset}, segments={len(self._segments)})")
 
 
-__all__ = ["UnifiedLog", "LogAppendInfo", "FetchDataInfo", "TimestampAndOffset", "parse_topic_partition",
-           "LATEST_TIMESTAMP", "EARLIEST_TIMESTAMP", "MAX_TIMESTAMP", "EARLIEST_LOCAL_TIMESTAMP"]
+__all__ = ["UnifiedLog", "LogAppendInfo", "FetchDataInfo", "SegmentsChangedError", "TimestampAndOffset",
+           "parse_topic_partition", "LATEST_TIMESTAMP", "EARLIEST_TIMESTAMP", "MAX_TIMESTAMP",
+           "EARLIEST_LOCAL_TIMESTAMP"]

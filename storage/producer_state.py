@@ -455,11 +455,25 @@ class ProducerStateManager:
             self.on_log_start_offset_incremented(log_start_offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
+        """The log was truncated fully to restart at `offset`: no producers, no snapshots."""
         self.producers.clear()
         for off in list(self._snapshots):
             self.remove_snapshot(off)
         self.last_snap_offset = 0
         self.map_end_offset = offset
+
+    def restore_from_snapshot(self, offset: int, entries: Iterable[ProducerStateEntry]) -> Path:
+        """A follower rebuilding its aux state from remote storage (Kafka's buildProducerSnapshotFile followed by
+        reloadSnapshots and loadProducerState): the state becomes `entries` -- a remote segment's producer snapshot
+        -- as of `offset`, written (synced) as the snapshot at `offset`. Call on a log just truncated fully to start
+        at `offset`."""
+        entries = list(entries)
+        path = self.dir / snapshot_file_name(offset)
+        write_snapshot(path, entries, True)
+        self.producers = {e.producer_id: e for e in entries}
+        self._snapshots[offset] = path
+        self.last_snap_offset = self.map_end_offset = offset
+        return path
 
     def on_log_start_offset_incremented(self, log_start_offset: int) -> None:
         if self.map_end_offset < log_start_offset:
@@ -475,7 +489,7 @@ class ProducerStateManager:
         return self.producers.get(producer_id)
 
     def prepare_append(self, batches: list[ProducerBatch], *, client: bool, coordinator: bool = False,
-                       control_epochs: dict[int, tuple[int, int]] | None = None
+                       control_epochs: dict[int, tuple[int, int] | None] | None = None
                        ) -> tuple[BatchMetadata | None, PendingProducerUpdate | None]:
         """Validate a leader append's producer batches (in log order, offsets as they will be assigned).
 
@@ -576,7 +590,8 @@ class ProducerStateManager:
             else:
                 cur.update(info.updated)
 
-    def replay(self, batches: list[ProducerBatch], control_epochs: dict[int, tuple[int, int]] | None = None
+    def replay(self, batches: list[ProducerBatch],
+               control_epochs: dict[int, tuple[int, int] | None] | None = None
                ) -> None:
         """Replicated or recovered batches: update without sequence/epoch validation (Kafka's REPLICATION)."""
         _dup, pending = self.prepare_append(batches, client=False, control_epochs=control_epochs)

@@ -357,8 +357,8 @@ class LogSegment:
                 raise  # a real I/O error; EBADF after a concurrent close/delete is not one
 
     def close(self) -> None:
-        self.offset_index._closed = True
-        self.time_index._closed = True
+        self.offset_index.mark_closed()
+        self.time_index.mark_closed()
         self._finalizer()
 
     def delete(self) -> None:

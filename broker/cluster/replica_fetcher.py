@@ -416,14 +416,14 @@ class ReplicaFetcher:
     async def build_remote_log_aux_state(self, p: Partition, st: PartitionFetchState) -> None:
         """KIP-405 hook for a follower whose fetch offset is below the leader's local log start (error 109).
 
-        With remote storage on here: the tier state machine (`tier_state`) rebuilds the epoch cache and producer state
-        from the remote segment below the leader's earliest local offset and starts the log there (retrying with
-        backoff; also while the broker is still starting it). Without it (remote storage off on this broker), the
-        local log starts over at the leader's local log start (ListOffsets -4) with the log start offset at the
-        leader's (-2)."""
+        With remote storage on here: the tier state machine (replica_fetcher_tier_state.py) rebuilds the epoch
+        cache and producer state from the remote segment below the leader's earliest local offset and starts the log
+        there (retrying with backoff; also while the broker is still starting it). Without it (remote storage off
+        on this broker), the local log starts over at the leader's local log start (ListOffsets -4) with the log
+        start offset at the leader's (-2)."""
         if (self.rm.rlm is not None or self.rm.config.get("remote.log.storage.system.enable")) \
                 and p.log.remote_log_enabled:
-            from .tier_state import build_remote_log_aux_state
+            from .replica_fetcher_tier_state import build_remote_log_aux_state
             await build_remote_log_aux_state(self, p, st)
             return
         try:
@@ -525,9 +525,7 @@ class ReplicaFetcherManager:
 
     def truncate_fully(self, p: Partition, offset: int, log_start_offset: int | None = None) -> None:
         ulog = p.log
-        ulog.truncate_fully_and_start_at(offset)
-        if log_start_offset is not None and log_start_offset < offset:
-            ulog.log_start_offset = log_start_offset      # tiered: the data below lives in remote storage
+        ulog.truncate_fully_and_start_at(offset, log_start_offset)  # tiered: the data below lives in remote storage
         cleaner = getattr(self.rm, "log_cleaner", None)
         if cleaner is not None:
             cleaner.manager.maybe_truncate_checkpoint(ulog, offset)

@@ -1,7 +1,7 @@
 """KIP-405 across replicas on a real 2-broker cluster (etcd, broker processes, S3 on a moto server): a follower whose
 fetch offset lies below the leader's local log start gets error 109 and rebuilds its aux state (leader-epoch cache,
 producer state, log start) from remote storage instead of copying what the leader has tiered
-(broker/cluster/tier_state.py). Each case is a `ClusterScenario` (tests/cluster/scenario.py).
+(broker/cluster/replica_fetcher_tier_state.py). Each case is a `ClusterScenario` (tests/cluster/scenario.py).
 
 1. A brand-new follower (its partition directory wiped) rejoins after the leader tiered and locally deleted the old
    segments: it starts at the leader's earliest local offset, enters the ISR, and its leader-epoch checkpoint equals

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-import strata.storage.cleaner as cleaner_mod
 from strata.config import default_log_config
 from strata.protocol.records import (
     DELETE_HORIZON_MASK,
@@ -24,17 +23,13 @@ from strata.protocol.records import (
     iter_batches,
     iter_records,
 )
-from strata.storage.cleaner import (
-    Cleaner,
-    CleaningAbortedError,
-    OffsetMap,
-    batch_payload,
-    build_empty_batch,
-    complete_interrupted_swaps,
-    parse_records,
-)
+from strata.storage import segment_swap
+from strata.storage.cleaner import CleanedSegmentWriter, Cleaner, CleaningAbortedError, iter_segment_batches
 from strata.storage.errors import InvalidRecordError
-from strata.storage.log import UnifiedLog
+from strata.storage.log import SegmentsChangedError, UnifiedLog
+from strata.storage.offset_map import OffsetMap
+from strata.storage.record_codec import batch_payload, build_empty_batch, parse_records
+from strata.storage.segment_swap import complete_interrupted_swaps
 
 NOW = int(time.time() * 1000)
 TID = uuid.UUID(int=3)
@@ -326,7 +321,7 @@ def test_crash_at_every_step_of_the_swap_leaves_a_valid_log(tmp_path, monkeypatc
         if step in SWAP_STEPS and step not in snapshots:
             snapshots[step] = tmp_path / "crash" / step / "t-0"
             shutil.copytree(log.dir, snapshots[step])
-    monkeypatch.setattr(cleaner_mod, "_crash_hook", hook)
+    monkeypatch.setattr(segment_swap, "_crash_hook", hook)
     clean(log)
     assert set(snapshots) == set(SWAP_STEPS)
     check_valid(log, expected)
@@ -386,3 +381,93 @@ def test_swap_refuses_a_truncated_log(tmp_path):
         Cleaner(1 << 20).clean(log, 0, log.active_segment.base_offset, NOW, swap=truncating_swap)
     assert log.log_end_offset == 50 and [r[0] for r in records_of(log)] == list(range(50))
     assert not [f for f in log.dir.iterdir() if f.name.endswith((".cleaned", ".swap"))]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# UnifiedLog.replace_segments on its own (a verbatim copy stands in for a cleaned group)
+
+def write_copy(log: UnifiedLog, segs) -> list[tuple[int, int]]:
+    """`<base>.*.cleaned` holding every batch of `segs`; returns their (size, next offset) as read."""
+    w = CleanedSegmentWriter(log.dir, segs[0].base_offset, log.config.index_interval_bytes,
+                             log.config.segment_index_bytes)
+    for seg in segs:
+        for _, h, raw in iter_segment_batches(seg):
+            w.append(raw, h.last_offset, h.max_timestamp)
+    w.finish()
+    return [(seg.size, seg.next_offset) for seg in segs]
+
+
+def leftovers(log: UnifiedLog) -> list[str]:
+    return sorted(f.name for f in log.dir.iterdir() if f.name.endswith((".cleaned", ".swap", ".deleted")))
+
+
+def test_replace_segments_swaps_in_one_segment_and_drops_the_replaced_snapshots(tmp_path):
+    log = open_log(tmp_path / "t-0")
+    fill(log, 90, keys=90, per_batch=3, roll_every=30)
+    segs = log.segments
+    assert len(segs) == 4
+    before = records_of(log)
+    assert segs[1].base_offset in log.producer_state.snapshot_offsets
+    state = write_copy(log, segs[:2])
+    new = log.replace_segments(segs[0].base_offset, segs[:2], state)
+    assert log.segments == [new, segs[2], segs[3]]
+    assert (new.base_offset, new.next_offset) == (segs[0].base_offset, segs[1].next_offset)
+    assert segs[0].deleted and segs[1].deleted and not leftovers(log)
+    assert records_of(log) == before
+    assert segs[1].base_offset not in log.producer_state.snapshot_offsets
+    log.close()
+    again = open_log(tmp_path / "t-0", needs_recovery=True)
+    assert records_of(again) == before and again.num_segments == 3
+
+
+@pytest.mark.parametrize("change", ["appended", "truncated", "active", "removed"])
+def test_replace_segments_refuses_segments_that_changed(tmp_path, change):
+    log = open_log(tmp_path / "t-0", cleanup_policy="compact,delete", retention_ms=1)
+    fill(log, 60, keys=60, per_batch=3, roll_every=30)
+    segs = log.segments
+    old = segs[:2]
+    state = write_copy(log, old)
+    if change == "appended":
+        state[0] = (state[0][0] - 1, state[0][1])
+    elif change == "truncated":
+        log.truncate_to(segs[1].base_offset + 3)
+    elif change == "active":
+        old = segs[1:]
+        state = [(s.size, s.next_offset) for s in old]
+    else:
+        log.delete_retention_breached_segments(NOW + 10_000)
+    kept = log.segments
+    with pytest.raises(SegmentsChangedError):
+        log.replace_segments(old[0].base_offset, old, state)
+    assert log.segments == kept and not any(s.deleted for s in kept)
+    assert all(name.endswith(".cleaned") for name in leftovers(log))  # the caller deletes its .cleaned files
+
+
+@pytest.mark.parametrize("step, completed", [("swap-indexes-renamed", False), ("swap-committed", True),
+                                             ("old-deleted-0", True), ("final-indexes-renamed", True)])
+def test_replace_segments_interrupted_by_a_crash_is_completed_or_rolled_back_on_open(tmp_path, monkeypatch,
+                                                                                     step, completed):
+    log = open_log(tmp_path / "t-0")
+    fill(log, 90, keys=90, per_batch=3, roll_every=30)
+    segs = log.segments
+    before = records_of(log)
+    state = write_copy(log, segs[:2])
+
+    class Crash(Exception):
+        pass
+
+    def hook(name: str) -> None:
+        if name == step:
+            raise Crash(name)
+    monkeypatch.setattr(segment_swap, "_crash_hook", hook)
+    with pytest.raises(Crash):
+        log.replace_segments(segs[0].base_offset, segs[:2], state)
+    monkeypatch.setattr(segment_swap, "_crash_hook", None)
+    for recover in (True, False):
+        work = tmp_path / f"open-{recover}" / "t-0"
+        shutil.copytree(log.dir, work)
+        again = open_log(work, needs_recovery=recover)
+        assert records_of(again) == before
+        assert again.num_segments == (3 if completed else 4)
+        assert not leftovers(again)
+        again.close()

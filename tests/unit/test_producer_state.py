@@ -512,3 +512,34 @@ def test_init_producer_id_handler(tmp_path):
     r = _init_producer_id(server, 4, "my-txn")
     assert (r.error_code, r.producer_id, r.producer_epoch) == (53, -1, -1)  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     assert _init_producer_id(server, 4, "").error_code == 42                # INVALID_REQUEST, as Kafka
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# a follower restoring producer state from a remote segment's snapshot
+
+def test_restore_from_snapshot_makes_a_remote_snapshot_the_state(tmp_path):
+    leader = open_log(tmp_path / "leader")
+    leader.append_as_leader(pbatch(0), 0)
+    dup_of = leader.append_as_leader(pbatch(2), 0)
+    leader.append_as_leader(pbatch(0, pid=PID + 1, epoch=3), 0)
+    shipped = decode_snapshot(encode_snapshot(leader.producer_state.producers.values()))
+    follower = open_log(tmp_path / "follower")
+    follower.append_as_leader(pbatch(0, pid=PID + 2), 0)
+    follower.truncate_fully_and_start_at(500)
+    psm = follower.producer_state
+    path = psm.restore_from_snapshot(500, shipped)
+    assert path == tmp_path / "follower" / "idem-0" / "00000000000000000500.snapshot"
+    assert psm.snapshot_offsets == [500] and psm.map_end_offset == 500
+    # a snapshot keeps only the last batch of each producer
+    assert state(follower) == {pid: (*e[:3], e[3][-1:]) for pid, e in state(leader).items()}
+    assert psm.take_snapshot() is None  # the state as of 500 is already on disk
+    assert {e.producer_id: e.last_seq for e in read_snapshot(path)} == {PID: 3, PID + 1: 1}
+    # the restored state deduplicates and validates as the leader's would
+    dup = follower.append_as_leader(pbatch(2), 1)
+    assert dup.duplicate and (dup.first_offset, dup.last_offset) == (dup_of.first_offset, dup_of.last_offset)
+    with pytest.raises(OutOfOrderSequenceError):
+        follower.append_as_leader(pbatch(7), 1)
+    assert follower.append_as_leader(pbatch(4), 1).first_offset == 500
+    follower.close()
+    again = open_log(tmp_path / "follower")
+    assert state(again)[PID + 1] == state(leader)[PID + 1] and state(again)[PID][3][-1].last_seq == 5

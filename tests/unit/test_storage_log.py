@@ -9,7 +9,15 @@ from pathlib import Path
 import pytest
 
 from strata.config import default_log_config
-from strata.protocol.records import BatchHeader, build_batch, iter_batches, iter_records
+from strata.protocol.records import (
+    LOG_OVERHEAD,
+    BatchHeader,
+    build_batch,
+    iter_batches,
+    iter_records,
+    set_base_offset_and_epoch,
+)
+from strata.storage.epoch_cache import EpochEntry, decode_checkpoint
 from strata.storage.errors import (
     CorruptRecordError,
     InvalidRecordError,
@@ -19,6 +27,7 @@ from strata.storage.errors import (
     RecordTooLargeError,
 )
 from strata.storage.log import UnifiedLog
+from strata.storage.producer_state import ProducerStateEntry, read_snapshot
 
 NOW = int(time.time() * 1000)
 TID = uuid.UUID(int=1)
@@ -414,6 +423,55 @@ def test_truncate_fully_and_start_at(tmp_path):
     assert [p.name for p in log.dir.glob("*.log")] == ["00000000000000000500.log"]
     assert log.leader_epoch_cache.entries == []
     assert log.append_as_leader(batch(1), 2).first_offset == 500
+
+
+def test_truncate_fully_and_start_at_keeps_a_lower_log_start_offset(tmp_path):
+    """Tiered follower: the data below the new local start lives in remote storage, so the log starts lower."""
+    log = open_log(tmp_path, segment_bytes=1024)
+    for i in range(10):
+        log.append_as_leader(batch(2, NOW + i), 1)
+    log.truncate_fully_and_start_at(500, 300)
+    assert (log.log_start_offset, log.local_log_start_offset) == (300, 500)
+    assert (log.high_watermark, log.recovery_point, log.log_end_offset) == (500, 500, 500)
+    assert log.fetch_offset_by_timestamp(-2).offset == 300 and log.fetch_offset_by_timestamp(-4).offset == 500
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(300, 1000)  # below the local log start: remote storage serves it
+    log.truncate_fully_and_start_at(600, 700)  # a log start above the new start is not taken
+    assert (log.log_start_offset, log.local_log_start_offset, log.log_end_offset) == (600, 600, 600)
+
+
+def test_restore_aux_state_from_a_remote_checkpoint_and_producer_snapshot(tmp_path):
+    log = open_log(tmp_path, segment_bytes=1024)
+    for i in range(10):
+        log.append_as_leader(batch(2, NOW + i), 9)
+    log.truncate_fully_and_start_at(500, 100)
+    epochs = decode_checkpoint(b"0\n4\n1 100\n3 250\n4 500\n5 520\n")
+    producer = ProducerStateEntry(77, producer_epoch=2, last_timestamp=NOW)
+    producer.add_batch(2, 41, 499, 1, NOW)
+    log.restore_aux_state(epochs, [producer])
+    # the lineage below the local start only: later entries come with the fetched batches
+    assert log.leader_epoch_cache.entries == [EpochEntry(1, 100), EpochEntry(3, 250)]
+    assert (log.dir / "leader-epoch-checkpoint").read_text() == "0\n2\n1 100\n3 250\n"
+    assert log.epoch_for_offset(499) == 3 and log.end_offset_for_epoch(1) == (1, 250)
+    assert log.producer_state.last_entry(77) is producer and producer.last_seq == 41
+    assert [e.producer_id for e in read_snapshot(log.dir / "00000000000000000500.snapshot")] == [77]
+    log.append_as_follower(log_batch_at(500, epoch=4))
+    assert log.leader_epoch_cache.entries[-1] == EpochEntry(4, 500) and log.log_end_offset == 502
+
+
+def log_batch_at(offset: int, epoch: int) -> bytes:
+    """A two-record batch as a leader's log holds it: at `offset`, written in `epoch`."""
+    raw = bytearray(batch(2))
+    set_base_offset_and_epoch(raw, 0, offset, len(raw) - LOG_OVERHEAD, epoch)
+    return bytes(raw)
+
+
+def test_highest_offset_in_remote_storage_only_moves_up(tmp_path):
+    log = open_log(tmp_path)
+    assert log.highest_offset_in_remote_storage == -1
+    log.update_highest_offset_in_remote_storage(41)
+    log.update_highest_offset_in_remote_storage(7)
+    assert log.highest_offset_in_remote_storage == 41
 
 
 def test_follower_append_keeps_offsets_and_epochs(tmp_path):

@@ -1,4 +1,7 @@
-"""Follower tier state machine (KIP-405 BuildingRemoteLogAuxState; Kafka's TierStateMachine semantics).
+"""The replica fetcher's tier state machine: its BuildingRemoteLogAuxState step (KIP-405; Kafka's
+ReplicaFetcherTierStateMachine and buildRemoteLogAuxState). `ReplicaFetcher.build_remote_log_aux_state`
+(replica_fetcher.py) calls it between Truncating and Fetching; it is a module of its own because it is the fetcher's
+only part that reads remote storage (through the RemoteLogManager and the RLMM).
 
 A follower fetching below the leader's local log start gets OFFSET_MOVED_TO_TIERED_STORAGE (109). It then:
 
@@ -9,8 +12,9 @@ A follower fetching below the leader's local log start gets OFFSET_MOVED_TO_TIER
    start offset could open its epoch);
 3. waits (bounded) until the local RLMM holds the COPY_SEGMENT_FINISHED segment covering (epoch, start - 1);
 4. fetches that segment's leader-epoch checkpoint and producer snapshot from remote storage;
-5. truncates the local log fully, starts it at the start offset, restores the epoch cache (entries below the start)
-   and producer state, sets log start = the earliest remote segment's start and the highest offset in remote storage.
+5. truncates the local log fully, starts it at the start offset with log start = the earliest remote segment's
+   start (`UnifiedLog.truncate_fully_and_start_at`), restores the epoch cache (entries below the start) and the
+   producer state (`UnifiedLog.restore_aux_state`) and the highest offset in remote storage.
 
 Any failure counts in BuildRemoteLogAuxStateErrorsPerSec and the partition retries after an exponential backoff.
 """
@@ -23,14 +27,15 @@ import structlog
 
 from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import ApiKey
-from strata.storage.epoch_cache import EpochEntry
-from strata.storage.producer_state import decode_snapshot, snapshot_file_name, write_snapshot
+from strata.storage.checkpoints import CheckpointFormatError
+from strata.storage.epoch_cache import EpochEntry, decode_checkpoint
+from strata.storage.producer_state import decode_snapshot
 
 if TYPE_CHECKING:
     from ..partition import Partition
     from .replica_fetcher import PartitionFetchState, ReplicaFetcher
 
-log = structlog.get_logger("strata.tier_state")
+log = structlog.get_logger("strata.replica_fetcher_tier_state")
 
 EARLIEST_LOCAL = -4
 LATEST_TIERED = -5
@@ -46,17 +51,10 @@ class AuxStateError(Exception):
 
 def parse_epoch_checkpoint(data: bytes) -> list[EpochEntry]:
     """Entries of a leader-epoch checkpoint ("0\\n<count>\\n<epoch> <offset>..." as shipped with a segment)."""
-    lines = data.decode().splitlines()
-    if len(lines) < 2 or lines[0].strip() != "0":
-        raise AuxStateError("remote leader-epoch checkpoint: unsupported or missing version line")
-    entries = [ln for ln in lines[2:] if ln.strip()]
-    if len(entries) != int(lines[1]):
-        raise AuxStateError(f"remote leader-epoch checkpoint: expected {lines[1]} entries, found {len(entries)}")
-    out = []
-    for ln in entries:
-        e, o = ln.split()
-        out.append(EpochEntry(int(e), int(o)))
-    return out
+    try:
+        return decode_checkpoint(data, "remote leader-epoch checkpoint")
+    except CheckpointFormatError as e:
+        raise AuxStateError(str(e)) from e
 
 
 def backoff_s(base_s: float, attempt: int) -> float:
@@ -160,20 +158,8 @@ async def _rebuild(f: ReplicaFetcher, p: Partition, st: PartitionFetchState) -> 
              segment_end=meta.end_offset, log_start=earliest_remote, epochs=len(checkpoint),
              producers=len(producers))
     f.manager.truncate_fully(p, next_offset, log_start_offset=min(earliest_remote, next_offset))
-    # Epoch cache: the leader's lineage below where this log starts.
-    cache = ulog.leader_epoch_cache
-    for e in checkpoint:
-        if e.start_offset < next_offset:
-            cache._assign(e)
-    cache.flush()
-    # Producer state as of the segment's end (the snapshot is written at next_offset, as a log's own would be).
-    ps = ulog.producer_state
-    ps.producers = {e.producer_id: e for e in producers}
-    path = ps.dir / snapshot_file_name(next_offset)
-    write_snapshot(path, producers, True)
-    ps._snapshots[next_offset] = path
-    ps.last_snap_offset = ps.map_end_offset = next_offset
-    ulog.highest_offset_in_remote_storage = max(ulog.highest_offset_in_remote_storage, meta.end_offset)
+    ulog.restore_aux_state(checkpoint, producers)   # epochs below next_offset, producer state as of it
+    ulog.update_highest_offset_in_remote_storage(meta.end_offset)
     await rlm.sync_highest_copied_offset(ulog)
     return True
 
@@ -186,8 +172,6 @@ async def build_remote_log_aux_state(f: ReplicaFetcher, p: Partition, st: Partit
     try:
         done = await _rebuild(f, p, st)
     except Exception as e:  # every failure is retried
-        if isinstance(e, (KeyboardInterrupt, SystemExit)):
-            raise
         n = _attempts.get(st, 0) + 1
         _attempts[st] = n
         delay = backoff_s(f.rm.config["replica.fetch.backoff.ms"] / 1000.0, n)

@@ -1,9 +1,14 @@
-"""Pure helpers of the follower tier state machine (broker/cluster/tier_state.py)."""
+"""Pure helpers of the follower tier state machine (broker/cluster/replica_fetcher_tier_state.py)."""
 from __future__ import annotations
 
 import pytest
 
-from strata.broker.cluster.tier_state import MAX_BACKOFF_S, AuxStateError, backoff_s, parse_epoch_checkpoint
+from strata.broker.cluster.replica_fetcher_tier_state import (
+    MAX_BACKOFF_S,
+    AuxStateError,
+    backoff_s,
+    parse_epoch_checkpoint,
+)
 from strata.remote.rlm import epoch_checkpoint_bytes
 from strata.storage.epoch_cache import EpochEntry
 
