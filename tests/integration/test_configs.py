@@ -8,7 +8,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, ResourceType
 
-from strata.broker.admin_client import RESOURCE_BROKER, RESOURCE_TOPIC, AdminClient, AdminError
+from strata.cli.admin_client import RESOURCE_BROKER, RESOURCE_TOPIC, AdminClient, AdminError
 from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import REQUEST_CLASSES, ApiKey
 from tests.support import ck

@@ -125,7 +125,7 @@ def test_offsets_topic_is_internal_and_compacted(bs, wire):
                     allow_auto_topic_creation=False, include_topic_authorized_operations=False)
     t = r.topics[0]
     assert (t.error_code, t.is_internal, len(t.partitions)) == (0, True, 50)
-    from strata.broker.admin_client import RESOURCE_TOPIC, AdminClient
+    from strata.cli.admin_client import RESOURCE_TOPIC, AdminClient
     with AdminClient(bs) as a:
         cfg = {c.name: c.value for c in a.describe_configs(RESOURCE_TOPIC, "__consumer_offsets")}
     assert cfg["cleanup.policy"] == "compact"

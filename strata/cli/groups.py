@@ -1,7 +1,7 @@
 """Consumer-group administration over the Kafka protocol, and the `strata groups` command (like
 kafka-consumer-groups.sh): list, describe (offsets, lag, members), delete, reset-offsets.
 
-Speaks plain Kafka wire protocol through strata.broker.admin_client.AdminClient, so it works against any
+Speaks plain Kafka wire protocol through strata.cli.admin_client.AdminClient, so it works against any
 Kafka-compatible broker; group requests go to the group's coordinator (FindCoordinator).
 """
 from __future__ import annotations
@@ -11,11 +11,11 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from strata.broker.admin_client import EARLIEST, LATEST, AdminClient, AdminError, error_text
+from strata.broker.group.consumer_protocol import PROTOCOL_TYPE, ConsumerProtocolError, assigned_partitions
 from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import REQUEST_CLASSES, ApiKey
 
-from .consumer_protocol import PROTOCOL_TYPE, ConsumerProtocolError, assigned_partitions
+from .admin_client import EARLIEST, LATEST, AdminClient, AdminError, error_text
 
 
 @dataclass

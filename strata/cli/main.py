@@ -1,6 +1,6 @@
 """``strata`` command line: serve a broker, manage topics (like kafka-topics.sh), dump log segments.
 
-Only ``serve`` imports the broker runtime; ``topics`` speaks the Kafka protocol through strata.broker.admin_client, so it
+Only ``serve`` imports the broker runtime; ``topics`` speaks the Kafka protocol through strata.cli.admin_client, so it
 works against any Kafka-compatible broker, and ``dump-log`` reads segment files offline.
 """
 from __future__ import annotations
@@ -42,7 +42,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 # -- topics ----------------------------------------------------------------------------------------------------------
 def _topics_create(a, args: argparse.Namespace) -> int:
-    from strata.broker.admin_client import AdminError
+    from strata.cli.admin_client import AdminError
 
     try:
         res = a.create_topic(args.topic, args.partitions, args.replication_factor, dict(args.config or []))
@@ -61,7 +61,7 @@ def _topics_list(a, args: argparse.Namespace) -> int:
 
 
 def _non_default_configs(a, topic: str) -> str:
-    from strata.broker.admin_client import RESOURCE_TOPIC
+    from strata.cli.admin_client import RESOURCE_TOPIC
 
     shown = [c for c in a.describe_configs(RESOURCE_TOPIC, topic) if c.source != SOURCE_DEFAULT_CONFIG]
     return ",".join(f"{c.name}={'<sensitive>' if c.sensitive else c.value}" for c in shown)
@@ -76,21 +76,21 @@ def _topics_describe(a, args: argparse.Namespace) -> int:
         print(f"Topic: {t.name}\tTopicId: {t.topic_id}\tPartitionCount: {len(t.partitions)}\t"
               f"ReplicationFactor: {t.replication_factor}\tConfigs: {configs}")
         if tiered and remote_state is None:      # KIP-405 sizes come from __remote_log_metadata
-            from .remote_log_metadata_cmd import remote_log_state_or_none
+            from .remote_log_metadata import remote_log_state_or_none
             remote_state = remote_log_state_or_none(a)
         for p in t.partitions:
             line = (f"\tTopic: {t.name}\tPartition: {p.partition}\tLeader: {p.leader}\t"
                     f"Replicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}\t"
                     f"LogStartOffset: {p.log_start_offset}\tEndOffset: {p.end_offset}")
             if tiered:       # tiered topics: local/remote offsets (ListOffsets -4 v8+, -5 v9+) and remote size
-                from .remote_log_metadata_cmd import tiered_describe_fields
+                from .remote_log_metadata import tiered_describe_fields
                 line += tiered_describe_fields(t, p, remote_state)
             print(line + (f"\tError: {p.error}" if p.error else ""))
     return 0
 
 
 def _topics_delete(a, args: argparse.Namespace) -> int:
-    from strata.broker.admin_client import AdminError
+    from strata.cli.admin_client import AdminError
 
     try:
         a.delete_topic(args.topic)
@@ -109,7 +109,7 @@ def _topics_alter(a, args: argparse.Namespace) -> int:
 
 
 def _topics_alter_config(a, args: argparse.Namespace) -> int:
-    from strata.broker.admin_client import RESOURCE_TOPIC
+    from strata.cli.admin_client import RESOURCE_TOPIC
 
     if not args.set and not args.delete:
         raise _UsageError("alter-config needs at least one --set key=value or --delete key")
@@ -123,7 +123,7 @@ class _UsageError(Exception):
 
 
 def _cmd_topics(args: argparse.Namespace) -> int:
-    from strata.broker.admin_client import AdminClient, AdminError
+    from strata.cli.admin_client import AdminClient, AdminError
 
     try:
         with AdminClient(args.bootstrap_server, timeout=args.timeout) as a:
@@ -208,10 +208,10 @@ def build_parser() -> argparse.ArgumentParser:
     dl.add_argument("--deep-iteration", action="store_true", help="print every record's metadata")
     dl.set_defaults(func=_cmd_dump_log)
 
-    from .group.admin import add_groups_parser   # `strata groups` (kafka-consumer-groups.sh)
+    from .groups import add_groups_parser   # `strata groups` (kafka-consumer-groups.sh)
     add_groups_parser(sub, DEFAULT_BOOTSTRAP)
 
-    from .remote_log_metadata_cmd import add_parser as add_remote_log_metadata_parser
+    from .remote_log_metadata import add_parser as add_remote_log_metadata_parser
     add_remote_log_metadata_parser(sub, DEFAULT_BOOTSTRAP)   # `strata remote-log-metadata`
 
     from strata.pipeline.cli import add_parser as add_pipeline_parser   # `strata pipeline` (Spark jobs; pyspark imported lazily)
