@@ -7,7 +7,6 @@ Kafka-compatible broker; group requests go to the group's coordinator (FindCoord
 from __future__ import annotations
 
 import argparse
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +15,9 @@ from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import REQUEST_CLASSES, ApiKey
 
 from .admin_client import EARLIEST, LATEST, AdminClient, AdminError, error_text
+from .common import SubParsers, add_action_command, error
+
+NAME = "groups"
 
 
 @dataclass
@@ -256,9 +258,10 @@ def _groups_describe(a: GroupAdmin, args: argparse.Namespace) -> int:
         cur = committed.get(tp, -1)
         end = ends.get(tp)
         lag = str(end - cur) if end is not None and cur >= 0 else "-"
-        m = owner.get(tp)
+        holder = owner.get(tp)
         rows.append([group, tp[0], str(tp[1]), str(cur) if cur >= 0 else "-", str(end) if end is not None else "-",
-                     lag, m.member_id if m else "-", m.host if m else "-", m.client_id if m else "-"])
+                     lag, holder.member_id if holder else "-", holder.host if holder else "-",
+                     holder.client_id if holder else "-"])
     for m in desc.members:      # members without partitions still show up, as in kafka-consumer-groups.sh
         if not m.partitions():
             rows.append([group, "-", "-", "-", "-", "-", m.member_id, m.host, m.client_id])
@@ -310,36 +313,25 @@ def _groups_reset(a: GroupAdmin, args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_groups(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     try:
         with GroupAdmin(args.bootstrap_server, timeout=args.timeout) as a:
-            return args.groups_func(a, args)
+            result: int = args.action_func(a, args)
+            return result
     except AdminError as e:
-        print(f"strata groups: error: {e}", file=sys.stderr)
+        error("strata groups", str(e))
         return 1
 
 
-def add_groups_parser(sub: Any, default_bootstrap: str) -> None:
-    """Register `strata groups ...` on the CLI's subparsers."""
-    g = sub.add_parser("groups", help="list, describe, delete consumer groups or reset their offsets")
-    g.add_argument("--bootstrap-server", default=default_bootstrap, metavar="HOST:PORT",
-                   help=f"broker to talk to (default {default_bootstrap})")
-    g.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the broker (default 30)")
-    g.set_defaults(func=cmd_groups)
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--bootstrap-server", default=argparse.SUPPRESS, metavar="HOST:PORT")
-    gsub = g.add_subparsers(dest="action", required=True)
-
-    ls = gsub.add_parser("list", parents=[common], help="group ids")
+def register(sub: SubParsers) -> None:
+    action = add_action_command(sub, NAME, "list, describe, delete consumer groups or reset their offsets", run)
+    ls = action("list", _groups_list, "group ids")
     ls.add_argument("--state", help="only groups in this state (Empty, Stable, PreparingRebalance, ...)")
-    ls.set_defaults(groups_func=_groups_list)
-    d = gsub.add_parser("describe", parents=[common], help="offsets, log end offsets, lag and members")
+    d = action("describe", _groups_describe, "offsets, log end offsets, lag and members")
     d.add_argument("--group", required=True)
-    d.set_defaults(groups_func=_groups_describe)
-    x = gsub.add_parser("delete", parents=[common], help="delete empty groups and their offsets")
+    x = action("delete", _groups_delete, "delete empty groups and their offsets")
     x.add_argument("--group", required=True, action="append", help="repeatable")
-    x.set_defaults(groups_func=_groups_delete)
-    r = gsub.add_parser("reset-offsets", parents=[common], help="move an inactive group's committed offsets")
+    r = action("reset-offsets", _groups_reset, "move an inactive group's committed offsets")
     r.add_argument("--group", required=True)
     r.add_argument("--topic", required=True, help="TOPIC or TOPIC:P1,P2")
     to = r.add_mutually_exclusive_group(required=True)
@@ -348,4 +340,3 @@ def add_groups_parser(sub: Any, default_bootstrap: str) -> None:
     to.add_argument("--to-offset", type=int, metavar="N")
     r.add_argument("--execute", action="store_true", help="commit (default: print the plan only)")
     r.add_argument("--dry-run", action="store_true", help="print the plan only (the default)")
-    r.set_defaults(groups_func=_groups_reset)

@@ -22,6 +22,9 @@ from typing import Any
 from strata.protocol.registry import REQUEST_CLASSES, ApiKey
 
 from .admin_client import EARLIEST, LATEST, AdminClient, AdminError, _check
+from .common import SubParsers, add_bootstrap_option, add_timeout_option, error
+
+NAME = "remote-log-metadata"
 
 REMOTE_LOG_METADATA_TOPIC = "__remote_log_metadata"
 FETCH_MAX_VERSION = 12          # v13+ names topics by id; names keep this reader simple
@@ -195,7 +198,7 @@ def _uuid_of(kafka_id: str) -> uuid.UUID:
     return uuid.UUID(bytes=base64.urlsafe_b64decode(kafka_id + "=" * (-len(kafka_id) % 4)))
 
 
-def _cmd(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     from strata.remote.rlmm_serde import deserialize, format_record
     from strata.remote.rlmm_types import MetadataDecodeError
 
@@ -215,7 +218,7 @@ def _cmd(args: argparse.Namespace) -> int:
                 print(format_record(p, off, value))
                 n += 1
     except AdminError as e:
-        print(f"strata remote-log-metadata: error: {e}", file=sys.stderr)
+        error("strata remote-log-metadata", str(e))
         return 1
     except BrokenPipeError:     # `| head`
         return 0
@@ -223,25 +226,25 @@ def _cmd(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub: Any, default_bootstrap: str) -> None:
-    p = sub.add_parser("remote-log-metadata",
-                       help="print __remote_log_metadata like Kafka's RemoteLogMetadataFormatter")
-    p.add_argument("--bootstrap-server", default=default_bootstrap, metavar="HOST:PORT",
-                   help=f"broker to talk to (default {default_bootstrap})")
+def register(sub: SubParsers) -> None:
+    p = sub.add_parser(NAME, help="print __remote_log_metadata like Kafka's RemoteLogMetadataFormatter")
+    add_bootstrap_option(p)
     p.add_argument("--topic", help="only the records of this user topic")
-    p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the broker (default 30)")
-    p.set_defaults(func=_cmd)
+    add_timeout_option(p)
+    p.set_defaults(func=run)
 
 
 __all__ = [
+    "NAME",
     "REMOTE_LOG_METADATA_TOPIC",
     "MetadataReader",
     "RemoteLogState",
     "RemoteSegment",
-    "add_parser",
     "fold",
     "iter_metadata_records",
+    "register",
     "remote_log_state",
     "remote_log_state_or_none",
+    "run",
     "tiered_describe_fields",
 ]
