@@ -14,7 +14,7 @@ from strata.broker.group.consumer_protocol import PROTOCOL_TYPE, ConsumerProtoco
 from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import REQUEST_CLASSES, ApiKey
 
-from .admin_client import EARLIEST, LATEST, AdminClient, AdminError, error_text
+from .admin_client import EARLIEST, LATEST, AdminClient, AdminError, check_error, error_text
 from .common import SubParsers, add_action_command, error
 
 NAME = "groups"
@@ -49,11 +49,6 @@ class ListedGroup:
     group_type: str
 
 
-def _check(code: int, what: str, message: str | None = None) -> None:
-    if code:
-        raise AdminError(f"{what}{error_text(code, message)}")
-
-
 class GroupAdmin(AdminClient):
     """AdminClient plus the group APIs. Requests for a group go to its coordinator."""
 
@@ -70,17 +65,17 @@ class GroupAdmin(AdminClient):
 
     # -- plumbing --------------------------------------------------------------------------------------------
     def find_coordinator(self, group: str) -> tuple[int, str, int]:
-        v = self._version(ApiKey.FIND_COORDINATOR)
+        v = self.api_version(ApiKey.FIND_COORDINATOR)
         if v >= 4:
-            resp = self._roundtrip(ApiKey.FIND_COORDINATOR, v, key_type=0, coordinator_keys=[group])
+            resp = self.request(ApiKey.FIND_COORDINATOR, v, key_type=0, coordinator_keys=[group])
             c = resp.coordinators[0]
-            _check(c.error_code, f"FindCoordinator for group {group!r}: ", c.error_message)
+            check_error(c.error_code, c.error_message, f"FindCoordinator for group {group!r}: ")
             return c.node_id, c.host, c.port
         fields: dict[str, Any] = {"key": group}
         if v >= 1:
             fields["key_type"] = 0
-        resp = self._roundtrip(ApiKey.FIND_COORDINATOR, v, **fields)
-        _check(resp.error_code, f"FindCoordinator for group {group!r}: ", getattr(resp, "error_message", None))
+        resp = self.request(ApiKey.FIND_COORDINATOR, v, **fields)
+        check_error(resp.error_code, getattr(resp, "error_message", None), f"FindCoordinator for group {group!r}: ")
         return resp.node_id, resp.host, resp.port
 
     def _coordinator(self, group: str) -> AdminClient:
@@ -94,7 +89,7 @@ class GroupAdmin(AdminClient):
 
     # -- groups ----------------------------------------------------------------------------------------------
     def list_groups(self, states: list[str] | None = None) -> list[ListedGroup]:
-        v = self._version(ApiKey.LIST_GROUPS)
+        v = self.api_version(ApiKey.LIST_GROUPS)
         fields: dict[str, Any] = {}
         if v >= 4:
             fields["states_filter"] = list(states or [])
@@ -102,23 +97,23 @@ class GroupAdmin(AdminClient):
             raise AdminError("the broker cannot filter groups by state (ListGroups < v4)")
         if v >= 5:
             fields["types_filter"] = []
-        resp = self._roundtrip(ApiKey.LIST_GROUPS, v, **fields)
-        _check(resp.error_code, "ListGroups: ")
+        resp = self.request(ApiKey.LIST_GROUPS, v, **fields)
+        check_error(resp.error_code, what="ListGroups: ")
         return sorted((ListedGroup(g.group_id, g.protocol_type, getattr(g, "group_state", "") or "",
                                    getattr(g, "group_type", "") or "") for g in resp.groups),
                       key=lambda g: g.group_id)
 
     def describe_group(self, group: str) -> GroupDescription:
         c = self._coordinator(group)
-        v = c._version(ApiKey.DESCRIBE_GROUPS)
+        v = c.api_version(ApiKey.DESCRIBE_GROUPS)
         fields: dict[str, Any] = {"groups": [group]}
         if v >= 3:
             fields["include_authorized_operations"] = False
-        resp = c._roundtrip(ApiKey.DESCRIBE_GROUPS, v, **fields)
+        resp = c.request(ApiKey.DESCRIBE_GROUPS, v, **fields)
         g = resp.groups[0]
         if g.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
             return GroupDescription(group, "Dead", "", "")
-        _check(g.error_code, f"DescribeGroups {group!r}: ", getattr(g, "error_message", None))
+        check_error(g.error_code, getattr(g, "error_message", None), f"DescribeGroups {group!r}: ")
         members = []
         for m in g.members:
             assignment: list[tuple[str, list[int]]] = []
@@ -134,20 +129,20 @@ class GroupAdmin(AdminClient):
     def fetch_offsets(self, group: str, topics: dict[str, list[int]] | None = None) -> dict[tuple[str, int], int]:
         """Committed offsets (topics=None: every partition the group has committed). -1 = none."""
         c = self._coordinator(group)
-        v = c._version(ApiKey.OFFSET_FETCH, 8)
+        v = c.api_version(ApiKey.OFFSET_FETCH, 8)
         cls = REQUEST_CLASSES[ApiKey.OFFSET_FETCH]
         out: dict[tuple[str, int], int] = {}
         if v >= 8:
             G = cls.OffsetFetchRequestGroup
             req_topics = None if topics is None else [G.OffsetFetchRequestTopics(name=t, partition_indexes=ps)
                                                       for t, ps in topics.items()]
-            resp = c._roundtrip(ApiKey.OFFSET_FETCH, v, groups=[G(group_id=group, topics=req_topics)],
-                                require_stable=False)
+            resp = c.request(ApiKey.OFFSET_FETCH, v, groups=[G(group_id=group, topics=req_topics)],
+                             require_stable=False)
             g = resp.groups[0]
-            _check(g.error_code, f"OffsetFetch {group!r}: ")
+            check_error(g.error_code, what=f"OffsetFetch {group!r}: ")
             for t in g.topics:
                 for p in t.partitions:
-                    _check(p.error_code, f"OffsetFetch {group!r} {t.name}-{p.partition_index}: ")
+                    check_error(p.error_code, what=f"OffsetFetch {group!r} {t.name}-{p.partition_index}: ")
                     out[(t.name, p.partition_index)] = p.committed_offset
             return out
         T = cls.OffsetFetchRequestTopic
@@ -157,18 +152,18 @@ class GroupAdmin(AdminClient):
         fields: dict[str, Any] = {"group_id": group, "topics": req_topics}
         if v >= 7:
             fields["require_stable"] = False
-        resp = c._roundtrip(ApiKey.OFFSET_FETCH, v, **fields)
-        _check(getattr(resp, "error_code", 0) or 0, f"OffsetFetch {group!r}: ")
+        resp = c.request(ApiKey.OFFSET_FETCH, v, **fields)
+        check_error(getattr(resp, "error_code", 0) or 0, what=f"OffsetFetch {group!r}: ")
         for t in resp.topics:
             for p in t.partitions:
-                _check(p.error_code, f"OffsetFetch {group!r} {t.name}-{p.partition_index}: ")
+                check_error(p.error_code, what=f"OffsetFetch {group!r} {t.name}-{p.partition_index}: ")
                 out[(t.name, p.partition_index)] = p.committed_offset
         return out
 
     def commit_offsets(self, group: str, offsets: dict[tuple[str, int], int]) -> None:
         """Commit as an admin (generation -1, no member): Kafka accepts this only while the group is empty."""
         c = self._coordinator(group)
-        v = c._version(ApiKey.OFFSET_COMMIT, 9)
+        v = c.api_version(ApiKey.OFFSET_COMMIT, 9)
         cls = REQUEST_CLASSES[ApiKey.OFFSET_COMMIT]
         T = cls.OffsetCommitRequestTopic
         by_topic: dict[str, list] = {}
@@ -181,37 +176,31 @@ class GroupAdmin(AdminClient):
             fields["group_instance_id"] = None
         if 2 <= v <= 4:
             fields["retention_time_ms"] = -1
-        resp = c._roundtrip(ApiKey.OFFSET_COMMIT, v, **fields)
+        resp = c.request(ApiKey.OFFSET_COMMIT, v, **fields)
         for t in resp.topics:
             for p in t.partitions:
-                _check(p.error_code, f"OffsetCommit {group!r} {t.name}-{p.partition_index}: ")
+                check_error(p.error_code, what=f"OffsetCommit {group!r} {t.name}-{p.partition_index}: ")
 
     def delete_groups(self, groups: list[str]) -> dict[str, int]:
         """Error code per group (0 = deleted)."""
         out: dict[str, int] = {}
         for g in groups:
             c = self._coordinator(g)
-            v = c._version(ApiKey.DELETE_GROUPS)
-            resp = c._roundtrip(ApiKey.DELETE_GROUPS, v, groups_names=[g])
+            v = c.api_version(ApiKey.DELETE_GROUPS)
+            resp = c.request(ApiKey.DELETE_GROUPS, v, groups_names=[g])
             for r in resp.results:
                 out[r.group_id] = r.error_code
         return out
 
     def delete_offsets(self, group: str, topic: str, partitions: list[int]) -> dict[int, int]:
         c = self._coordinator(group)
-        v = c._version(ApiKey.OFFSET_DELETE)
+        v = c.api_version(ApiKey.OFFSET_DELETE)
         cls = REQUEST_CLASSES[ApiKey.OFFSET_DELETE]
         T = cls.OffsetDeleteRequestTopic
-        resp = c._roundtrip(ApiKey.OFFSET_DELETE, v, group_id=group, topics=[T(name=topic, partitions=[
+        resp = c.request(ApiKey.OFFSET_DELETE, v, group_id=group, topics=[T(name=topic, partitions=[
             T.OffsetDeleteRequestPartition(partition_index=p) for p in partitions])])
-        _check(resp.error_code, f"OffsetDelete {group!r}: ")
+        check_error(resp.error_code, what=f"OffsetDelete {group!r}: ")
         return {p.partition_index: p.error_code for t in resp.topics for p in t.partitions}
-
-    def topic_partitions(self, topic: str) -> list[int]:
-        resp = self._metadata([topic])
-        t = resp.topics[0]
-        _check(t.error_code, f"topic {topic!r}: ")
-        return sorted(p.partition_index for p in t.partitions)
 
 
 # =============================================================================================================
