@@ -10,7 +10,7 @@ import argparse
 from dataclasses import dataclass, field
 from typing import Any
 
-from strata.broker.group.consumer_protocol import PROTOCOL_TYPE, ConsumerProtocolError, assigned_partitions
+from strata.protocol.consumer_protocol import PROTOCOL_TYPE, ConsumerProtocolError, assigned_partitions
 from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import REQUEST_CLASSES, ApiKey
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from strata.broker.group import consumer_protocol as cp
+from strata.protocol import consumer_protocol as cp
 from strata.protocol.registry import REQUEST_CLASSES, RESPONSE_CLASSES, SUPPORTED_VERSIONS
 from tests.support import ck
 from tests.support.waiting import wait_until

@@ -1,9 +1,12 @@
 """strata.cli is a client of the Kafka protocol that the server never imports: the server packages must not depend
-on it (scanned with ast, relative imports resolved), and the CLI's registry of subcommands stays consistent."""
+on it (scanned with ast, relative imports resolved), the CLI loads none of them until `serve` runs, and its
+registry of subcommands stays consistent."""
 from __future__ import annotations
 
 import argparse
 import ast
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -64,3 +67,14 @@ def test_usage_names_every_registered_command() -> None:
         command.register(sub)
     assert list(sub.choices) == names
     build_parser().parse_args(["dump-log"])        # the real parser builds
+
+
+def test_building_the_cli_loads_no_server_package() -> None:
+    """`strata topics` must not pay for the broker, storage or remote stack; only `serve` imports them."""
+    code = ("import sys; from strata.cli.main import build_parser; build_parser(); "
+            "print(sorted(m for m in sys.modules if m.split('.')[:2] in "
+            "(['strata', 'broker'], ['strata', 'storage'], ['strata', 'remote'])))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60,
+                       check=False)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
