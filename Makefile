@@ -67,7 +67,7 @@ cluster: $(STAMP) system-deps
 
 lint: $(STAMP)
 	$(PIP) install -q ruff
-	$(VENV)/bin/ruff check broker protocol storage remote config pipeline tests bench
+	$(VENV)/bin/ruff check broker protocol storage remote config pipeline strata/cli tests bench
 
 clean:
 	rm -rf $(VENV) tests/js/node_modules

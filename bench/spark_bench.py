@@ -71,7 +71,7 @@ def _fill(bootstrap: str, partitions: int, mib: int) -> tuple[int, int]:
 def _wait_offloaded(bootstrap: str, partitions: int, timeout: float = 300) -> dict[int, tuple[int, int]]:
     """Wait until every partition's local log holds only its last (active) segment; returns {p: (local start,
     end)}."""
-    from strata.broker.admin_client import AdminClient
+    from strata.cli.admin_client import AdminClient
 
     deadline = time.monotonic() + timeout
     while True:
@@ -143,7 +143,7 @@ def measure(mib: int = 512, partitions: int = 2, reps: int = 3, storage: str = "
     spark = None
     try:
         broker.start()
-        from strata.broker.admin_client import AdminClient
+        from strata.cli.admin_client import AdminClient
 
         with AdminClient(broker.bootstrap) as a:
             a.create_topic(TOPIC, partitions, 1, {"remote.storage.enable": "true", "segment.bytes": str(8 << 20),

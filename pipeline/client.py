@@ -117,8 +117,8 @@ class Cluster:
         """Every topic name, for subscribePattern. Asked with Strata's own admin client (Metadata v12 with a null
         topic list) from the first bootstrap server that answers: librdkafka's all-topics Metadata v13 request is
         not decoded by the broker yet."""
-        from strata.broker.admin_client import AdminClient as WireAdmin
-        from strata.broker.admin_client import AdminError
+        from strata.cli.admin_client import AdminClient as WireAdmin
+        from strata.cli.admin_client import AdminError
 
         errors = []
         for server in [s.strip() for s in self.opts.bootstrap.split(",") if s.strip()]:
@@ -170,7 +170,7 @@ class Cluster:
     def local_log_starts(self, tps: list[TP]) -> dict[TP, int]:
         """The earliest offset each partition's leader still holds locally (ListOffsets -4 EARLIEST_LOCAL, KIP-405,
         v8+, asked of the leader). A broker that cannot answer it gives -1: nothing is then read directly."""
-        from strata.broker.admin_client import EARLIEST_LOCAL, AdminClient, AdminError
+        from strata.cli.admin_client import EARLIEST_LOCAL, AdminClient, AdminError
 
         by_topic: dict[str, list[int]] = {}
         for t, p in tps:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from strata.broker.cli import main
+from strata.cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -21,9 +21,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from enum import Enum
 
+from strata.protocol import consumer_protocol
 from strata.protocol.errors import ErrorCode
 
-from . import consumer_protocol
 from .records import OffsetAndMetadata
 
 

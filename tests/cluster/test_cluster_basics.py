@@ -21,9 +21,9 @@ from kafka.protocol.admin import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from strata.broker.admin_client import AdminClient
 from strata.broker.cluster.forwarding import FORWARDED_PREFIX
 from strata.broker.handlers.metadata import DEPARTED_BROKER_GRACE_S
+from strata.cli.admin_client import AdminClient
 from strata.protocol.errors import ErrorCode
 from tests.support.cluster_proc import FAST_FAILOVER, StrataCluster
 from tests.support.kafka_wire import WireClient

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from strata.broker.admin_client import AdminClient
-from strata.broker.remote_log_metadata_cmd import RemoteSegment, remote_log_state
+from strata.cli.admin_client import AdminClient
+from strata.cli.remote_log_metadata import RemoteSegment, remote_log_state
 from tests.cluster.checker import check
 from tests.cluster.tiered_support import s3_overrides
 from tests.cluster.workload import ContinuousProducer, read_all

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from strata.broker.admin_client import AdminClient
+from strata.cli.admin_client import AdminClient
 from tests.cluster.checker import encode_value
 from tests.cluster.tiered_support import (
     EARLIEST_LOCAL,

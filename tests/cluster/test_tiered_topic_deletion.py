@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from strata.broker.admin_client import AdminClient
-from strata.broker.remote_log_metadata_cmd import remote_log_state
+from strata.cli.admin_client import AdminClient
+from strata.cli.remote_log_metadata import remote_log_state
 from tests.cluster.checker import encode_value
 from tests.cluster.tiered_support import (
     TIERED_CLUSTER,

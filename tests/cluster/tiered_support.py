@@ -8,8 +8,8 @@ import urllib.request
 import uuid
 from typing import Any
 
-from strata.broker.admin_client import RESOURCE_TOPIC, AdminClient
-from strata.broker.remote_log_metadata_cmd import RemoteSegment, remote_log_state
+from strata.cli.admin_client import RESOURCE_TOPIC, AdminClient
+from strata.cli.remote_log_metadata import RemoteSegment, remote_log_state
 from strata.protocol.registry import REQUEST_CLASSES, RESPONSE_CLASSES, ApiKey
 from tests.cluster.checker import encode_value
 from tests.support.ck import produce_all

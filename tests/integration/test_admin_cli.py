@@ -81,7 +81,7 @@ def test_describe_shows_offsets_after_produce_and_delete_records(module_broker):
     _, parts = _describe_lines(ok(topics(b, "describe", "--topic", "cli-off")))
     assert parts[0].endswith("LogStartOffset: 0\tEndOffset: 5")
 
-    from strata.broker.admin_client import AdminClient
+    from strata.cli.admin_client import AdminClient
 
     with AdminClient(b.bootstrap) as a:
         assert a.delete_records("cli-off", {0: 3}) == {0: 3}

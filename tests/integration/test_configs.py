@@ -8,7 +8,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, ResourceType
 
-from strata.broker.admin_client import RESOURCE_BROKER, RESOURCE_TOPIC, AdminClient, AdminError
+from strata.cli.admin_client import RESOURCE_BROKER, RESOURCE_TOPIC, AdminClient, AdminError
 from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import REQUEST_CLASSES, ApiKey
 from tests.support import ck
@@ -32,17 +32,17 @@ def _configs(a: AdminClient, topic: str, synonyms: bool = True) -> dict:
 def _raw_alter(a: AdminClient, rtype: int, name: str, ops: list[tuple[str, int, str | None]],
                validate_only: bool = False):
     R = REQUEST_CLASSES[ApiKey.INCREMENTAL_ALTER_CONFIGS].AlterConfigsResource
-    resp = a._roundtrip(ApiKey.INCREMENTAL_ALTER_CONFIGS, a._version(ApiKey.INCREMENTAL_ALTER_CONFIGS),
-                        resources=[R(resource_type=rtype, resource_name=name, configs=[
-                            R.AlterableConfig(name=k, config_operation=op, value=v) for k, op, v in ops])],
-                        validate_only=validate_only)
+    resp = a.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, a.api_version(ApiKey.INCREMENTAL_ALTER_CONFIGS),
+                     resources=[R(resource_type=rtype, resource_name=name, configs=[
+                         R.AlterableConfig(name=k, config_operation=op, value=v) for k, op, v in ops])],
+                     validate_only=validate_only)
     return resp.responses[0]
 
 
 def _raw_describe(a: AdminClient, version: int, resources: list[tuple[int, str, list[str] | None]],
                   synonyms: bool = False, docs: bool = False):
     Req = REQUEST_CLASSES[ApiKey.DESCRIBE_CONFIGS]
-    return a._roundtrip(ApiKey.DESCRIBE_CONFIGS, version, resources=[
+    return a.request(ApiKey.DESCRIBE_CONFIGS, version, resources=[
         Req.DescribeConfigsResource(resource_type=t, resource_name=n, configuration_keys=k) for t, n, k in resources],
         include_synonyms=synonyms, include_documentation=docs).results
 

@@ -37,7 +37,7 @@ def _cli_capture(capsys):
 
 def groups(bs: str, *args: str) -> subprocess.CompletedProcess[str]:
     """`strata groups ...` in-process (the CLI is plain argparse + sockets); the result looks like a subprocess's."""
-    from strata.broker.cli import main
+    from strata.cli.main import main
 
     _capture.readouterr()
     argv = ["groups", "--bootstrap-server", bs, *args]

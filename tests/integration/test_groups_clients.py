@@ -29,7 +29,7 @@ from pathlib import Path
 if __name__ != "__main__":
     import pytest
 
-    from strata.broker.group.admin import GroupAdmin
+    from strata.cli.groups import GroupAdmin
     from tests.support import ck
     from tests.support.waiting import wait_until
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from strata.broker.group import consumer_protocol as cp
+from strata.protocol import consumer_protocol as cp
 from strata.protocol.registry import REQUEST_CLASSES, RESPONSE_CLASSES, SUPPORTED_VERSIONS
 from tests.support import ck
 from tests.support.waiting import wait_until
@@ -125,7 +125,7 @@ def test_offsets_topic_is_internal_and_compacted(bs, wire):
                     allow_auto_topic_creation=False, include_topic_authorized_operations=False)
     t = r.topics[0]
     assert (t.error_code, t.is_internal, len(t.partitions)) == (0, True, 50)
-    from strata.broker.admin_client import RESOURCE_TOPIC, AdminClient
+    from strata.cli.admin_client import RESOURCE_TOPIC, AdminClient
     with AdminClient(bs) as a:
         cfg = {c.name: c.value for c in a.describe_configs(RESOURCE_TOPIC, "__consumer_offsets")}
     assert cfg["cleanup.policy"] == "compact"

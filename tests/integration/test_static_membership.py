@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from strata.broker.group.admin import GroupAdmin
+from strata.cli.groups import GroupAdmin
 from tests.support import ck
 from tests.support.waiting import wait_until
 

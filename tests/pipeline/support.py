@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from strata.broker.admin_client import AdminClient
+from strata.cli.admin_client import AdminClient
 from tests.support.broker_proc import StrataBroker
 from tests.support.s3_servers import MotoServer
 from tests.support.waiting import wait_until

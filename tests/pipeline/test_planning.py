@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from strata.broker.admin_client import AdminClient
+from strata.cli.admin_client import AdminClient
 from strata.pipeline.client import DataLossError
 from strata.pipeline.options import OptionError, parse_source_options
 from strata.pipeline.planning import OffsetRange, assign_pieces, plan_batch, split_ranges

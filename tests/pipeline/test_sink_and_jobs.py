@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from strata.broker.cli import main as strata_main
+from strata.cli.main import main as strata_main
 from strata.pipeline.jobs.aggregate import aggregate
 from strata.pipeline.jobs.transform import transform
 from tests.pipeline.support import consume_all, create_topic, df_records, produce, wait_offloaded

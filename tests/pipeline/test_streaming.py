@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from strata.broker.admin_client import AdminClient
+from strata.cli.admin_client import AdminClient
 from tests.pipeline.support import consume_all, create_topic, produce
 
 

@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
-from strata.broker.admin_client import RESOURCE_TOPIC, AdminClient, AdminError
-from strata.broker.remote_log_metadata_cmd import RemoteLogState, RemoteSegment, remote_log_state
+from strata.cli.admin_client import RESOURCE_TOPIC, AdminClient, AdminError
+from strata.cli.remote_log_metadata import RemoteLogState, RemoteSegment, remote_log_state
 from strata.protocol.records import build_batch, iter_batches, iter_records
 from strata.protocol.uuids import kafka_uuid_str
 from tests.support.broker_proc import StrataBroker

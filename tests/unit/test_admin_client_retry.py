@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from strata.broker.admin_client import AdminClient, AdminError
+from strata.cli.admin_client import AdminClient, AdminError
 from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import RESPONSE_CLASSES, SUPPORTED_VERSIONS, ApiKey, encode_response
 

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from strata.broker import cli
 from strata.broker.handlers import configs as C
+from strata.cli.main import main as cli_main
 from strata.config import (
     BROKER_CONFIG_DEFS,
     TOPIC_CONFIG_DEFS,
@@ -318,14 +318,14 @@ def test_invalid_ops(ops, code, message):
     ("novalue", "is not of the form key=value"),
 ])
 def test_serve_config_error_exits_2_with_one_line(capsys, override, message):
-    assert cli.main(["serve", "--override", override]) == 2
+    assert cli_main(["serve", "--override", override]) == 2
     err = capsys.readouterr().err
     assert message in err
     assert err.count("\n") == 1
 
 
 def test_serve_missing_properties_file_exits_2(capsys, tmp_path):
-    assert cli.main(["serve", str(tmp_path / "nope.properties")]) == 2
+    assert cli_main(["serve", str(tmp_path / "nope.properties")]) == 2
     assert "cannot read" in capsys.readouterr().err
 
 

@@ -10,7 +10,6 @@ import time
 
 import pytest
 
-from strata.broker.group import consumer_protocol as cp
 from strata.broker.group.coordinator import JoinParams
 from strata.broker.group.group import GroupState
 from strata.broker.group.records import (
@@ -24,6 +23,7 @@ from strata.broker.group.records import (
 )
 from strata.broker.server import KafkaServer
 from strata.config import BrokerConfig
+from strata.protocol import consumer_protocol as cp
 from strata.protocol.errors import ErrorCode as E
 from strata.protocol.records import iter_batches, iter_records
 

@@ -3,7 +3,6 @@
 group -> partition mapping against Java's String.hashCode."""
 import pytest
 
-from strata.broker.group import consumer_protocol as cp
 from strata.broker.group.records import (
     GroupMetadataKey,
     GroupMetadataValue,
@@ -21,6 +20,7 @@ from strata.broker.group.records import (
     java_string_hash,
     partition_for,
 )
+from strata.protocol import consumer_protocol as cp
 
 TS = 1700000000000          # 0x0000018BCFE56800
 TS_BYTES = bytes.fromhex("0000018bcfe56800")

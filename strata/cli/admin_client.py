@@ -44,7 +44,8 @@ def error_text(code: int, message: str | None = None) -> str:
     return f"{name}: {message}" if message else name
 
 
-def _check(code: int, message: str | None = None, what: str = "") -> None:
+def check_error(code: int, message: str | None = None, what: str = "") -> None:
+    """Raise AdminError for a non-zero Kafka error code, its text prefixed with `what` (the request and subject)."""
     if code:
         raise AdminError(f"{what}{error_text(code, message)}", code)
 
@@ -166,6 +167,8 @@ class AdminClient:
         self._sock.close()
 
     # -- transport -----------------------------------------------------------------------------------------------
+    # request / api_version / call are public so that a subcommand module can speak the APIs it needs (groups,
+    # Fetch, ...) in a subclass or a helper of its own, without this class knowing every API.
     def _recv_exact(self, n: int) -> bytes:
         buf = bytearray()
         while len(buf) < n:
@@ -180,7 +183,8 @@ class AdminClient:
             buf += chunk
         return bytes(buf)
 
-    def _roundtrip(self, api_key: int, version: int, **fields: Any) -> Any:
+    def request(self, api_key: int, version: int, **fields: Any) -> Any:
+        """Send one request at exactly `version` and return the decoded response (kafka-python's object)."""
         self._corr += 1
         req = REQUEST_CLASSES[api_key](version=version, **fields)
         req.with_header(correlation_id=self._corr, client_id=CLIENT_ID)
@@ -196,14 +200,14 @@ class AdminClient:
         return RESPONSE_CLASSES[api_key].decode(payload, version=version, header=True)
 
     def _negotiate(self) -> None:
-        resp = self._roundtrip(ApiKey.API_VERSIONS, 3, client_software_name="strata-cli",
-                               client_software_version="0.1.0")
+        resp = self.request(ApiKey.API_VERSIONS, 3, client_software_name="strata-cli",
+                            client_software_version="0.1.0")
         if resp.error_code == ErrorCode.UNSUPPORTED_VERSION:
-            resp = self._roundtrip(ApiKey.API_VERSIONS, 0)
-        _check(resp.error_code, what="ApiVersions: ")
+            resp = self.request(ApiKey.API_VERSIONS, 0)
+        check_error(resp.error_code, what="ApiVersions: ")
         self.versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
 
-    def _version(self, api_key: int, ours_max: int | None = None) -> int:
+    def api_version(self, api_key: int, ours_max: int | None = None) -> int:
         """Highest version both sides speak: the broker's range and kafka-python's schema."""
         cls = REQUEST_CLASSES[api_key]
         if api_key not in self.versions:
@@ -215,20 +219,29 @@ class AdminClient:
                              f"(broker {lo}-{hi}, client up to {cls.max_version})")
         return v
 
-    def _call(self, api_key: int, ours_max: int | None = None, **fields: Any) -> tuple[int, Any]:
-        v = self._version(api_key, ours_max)
-        return v, self._roundtrip(api_key, v, **fields)
+    def call(self, api_key: int, ours_max: int | None = None, **fields: Any) -> tuple[int, Any]:
+        """(version used, response) of one request at the highest common version (at most `ours_max`)."""
+        v = self.api_version(api_key, ours_max)
+        return v, self.request(api_key, v, **fields)
 
     # -- topics --------------------------------------------------------------------------------------------------
-    def _metadata(self, topics: list[str] | None) -> Any:
+    def metadata(self, topics: list[str] | None) -> Any:
+        """The Metadata response (v12 at most) for these topics, or for all topics (None)."""
         cls = REQUEST_CLASSES[ApiKey.METADATA]
-        _, resp = self._call(ApiKey.METADATA, 12, allow_auto_topic_creation=False, topics=None if topics is None
-                             else [cls.MetadataRequestTopic(name=t, topic_id=None) for t in topics])
+        _, resp = self.call(ApiKey.METADATA, 12, allow_auto_topic_creation=False, topics=None if topics is None
+                            else [cls.MetadataRequestTopic(name=t, topic_id=None) for t in topics])
         return resp
 
     def list_topics(self, include_internal: bool = True) -> list[str]:
-        resp = self._metadata(None)
+        resp = self.metadata(None)
         return sorted(t.name for t in resp.topics if include_internal or not t.is_internal)
+
+    def topic_partitions(self, topic: str) -> list[int]:
+        """The partition ids of one topic (AdminError when it does not exist)."""
+        resp = self.metadata([topic])
+        t = resp.topics[0]
+        check_error(t.error_code, None, f"topic {topic!r}: ")
+        return sorted(p.partition_index for p in t.partitions)
 
     @_at_controller
     def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,
@@ -237,39 +250,39 @@ class AdminClient:
         topic = cls.CreatableTopic(name=name, num_partitions=partitions, replication_factor=replication_factor,
                                    assignments=[], configs=[cls.CreatableTopic.CreatableTopicConfig(name=k, value=v)
                                                             for k, v in (configs or {}).items()])
-        _, resp = self._call(ApiKey.CREATE_TOPICS, topics=[topic], timeout_ms=int(self.timeout * 1000),
-                             validate_only=validate_only)
+        _, resp = self.call(ApiKey.CREATE_TOPICS, topics=[topic], timeout_ms=int(self.timeout * 1000),
+                            validate_only=validate_only)
         res = resp.topics[0]
-        _check(res.error_code, res.error_message, f"cannot create topic {name!r}: ")
+        check_error(res.error_code, res.error_message, f"cannot create topic {name!r}: ")
         return res
 
     @_at_controller
     def delete_topic(self, name: str) -> None:
         cls = REQUEST_CLASSES[ApiKey.DELETE_TOPICS]
-        v = self._version(ApiKey.DELETE_TOPICS)
+        v = self.api_version(ApiKey.DELETE_TOPICS)
         fields: dict[str, Any] = {"timeout_ms": int(self.timeout * 1000)}
         if v >= 6:
             fields["topics"] = [cls.DeleteTopicState(name=name, topic_id=None)]
         else:
             fields["topic_names"] = [name]
-        resp = self._roundtrip(ApiKey.DELETE_TOPICS, v, **fields)
+        resp = self.request(ApiKey.DELETE_TOPICS, v, **fields)
         res = resp.responses[0]
-        _check(res.error_code, getattr(res, "error_message", None), f"cannot delete topic {name!r}: ")
+        check_error(res.error_code, getattr(res, "error_message", None), f"cannot delete topic {name!r}: ")
 
     @_at_controller
     def create_partitions(self, name: str, count: int, validate_only: bool = False) -> None:
         cls = REQUEST_CLASSES[ApiKey.CREATE_PARTITIONS]
-        _, resp = self._call(ApiKey.CREATE_PARTITIONS, topics=[cls.CreatePartitionsTopic(
+        _, resp = self.call(ApiKey.CREATE_PARTITIONS, topics=[cls.CreatePartitionsTopic(
             name=name, count=count, assignments=None)], timeout_ms=int(self.timeout * 1000),
             validate_only=validate_only)
         res = resp.results[0]
-        _check(res.error_code, res.error_message, f"cannot add partitions to {name!r}: ")
+        check_error(res.error_code, res.error_message, f"cannot add partitions to {name!r}: ")
 
-    def _by_leader(self, topic: str, partitions: Iterable[int]) -> list[tuple[AdminClient, list[int]]]:
+    def by_leader(self, topic: str, partitions: Iterable[int]) -> list[tuple[AdminClient, list[int]]]:
         """Partitions grouped by the connection to their leader (ListOffsets and DeleteRecords are answered by the
         leader only); this connection for partitions without a known leader or led by its broker."""
         parts = list(partitions)
-        resp = self._metadata([topic])
+        resp = self.metadata([topic])
         endpoints = {b.node_id: (b.host, b.port) for b in resp.brokers}
         leaders = {p.partition_index: p.leader_id for t in resp.topics if t.name == topic for p in t.partitions}
         groups: dict[tuple[str, int], list[int]] = {}
@@ -294,7 +307,7 @@ class AdminClient:
         """Offset per partition for a ListOffsets timestamp or sentinel (-2 earliest, -1 latest), from each
         partition's leader."""
         out: dict[int, int] = {}
-        for conn, ps in self._by_leader(topic, partitions):
+        for conn, ps in self.by_leader(topic, partitions):
             out.update(conn._list_offsets(topic, ps, timestamp))
         return out
 
@@ -303,21 +316,21 @@ class AdminClient:
         T = cls.ListOffsetsTopic
         parts = [T.ListOffsetsPartition(partition_index=p, current_leader_epoch=-1, timestamp=timestamp)
                  for p in partitions]
-        _, resp = self._call(ApiKey.LIST_OFFSETS, replica_id=-1, isolation_level=0,
-                             topics=[T(name=topic, partitions=parts)], timeout_ms=int(self.timeout * 1000))
+        _, resp = self.call(ApiKey.LIST_OFFSETS, replica_id=-1, isolation_level=0,
+                            topics=[T(name=topic, partitions=parts)], timeout_ms=int(self.timeout * 1000))
         out: dict[int, int] = {}
         for t in resp.topics:
             for p in t.partitions:
-                _check(p.error_code, None, f"ListOffsets {topic}-{p.partition_index}: ")
+                check_error(p.error_code, None, f"ListOffsets {topic}-{p.partition_index}: ")
                 out[p.partition_index] = p.offset
         return out
 
     def describe_topics(self, names: list[str] | None = None) -> list[TopicDescription]:
         """Metadata (leader, replicas, ISR) plus log start and end offsets of every partition."""
-        resp = self._metadata(names)
+        resp = self.metadata(names)
         out = []
         for t in sorted(resp.topics, key=lambda t: t.name or ""):
-            _check(t.error_code, None, f"topic {t.name!r}: ")
+            check_error(t.error_code, None, f"topic {t.name!r}: ")
             desc = TopicDescription(t.name, _uuid_str(getattr(t, "topic_id", None)), bool(t.is_internal))
             for p in sorted(t.partitions, key=lambda p: p.partition_index):
                 desc.partitions.append(PartitionDescription(
@@ -346,10 +359,10 @@ class AdminClient:
     def local_sizes(self, topic: str, partitions: Iterable[int]) -> dict[int, int]:
         """Bytes of each partition's local log on its leader (DescribeLogDirs), summed over the leader's log dirs."""
         out: dict[int, int] = {}
-        for conn, ps in self._by_leader(topic, partitions):
+        for conn, ps in self.by_leader(topic, partitions):
             T = REQUEST_CLASSES[ApiKey.DESCRIBE_LOG_DIRS].DescribableLogDirTopic
-            _, resp = conn._call(ApiKey.DESCRIBE_LOG_DIRS, topics=[T(topic=topic, partitions=list(ps))])
-            _check(getattr(resp, "error_code", 0), None, "DescribeLogDirs: ")
+            _, resp = conn.call(ApiKey.DESCRIBE_LOG_DIRS, topics=[T(topic=topic, partitions=list(ps))])
+            check_error(getattr(resp, "error_code", 0), None, "DescribeLogDirs: ")
             for d in resp.results:
                 if d.error_code:
                     continue          # an offline log dir holds nothing readable
@@ -363,20 +376,20 @@ class AdminClient:
         """Move log start offsets (offset -1 = the high watermark) on each partition's leader; returns the new low
         watermarks."""
         out: dict[int, int] = {}
-        for conn, ps in self._by_leader(topic, offsets):
+        for conn, ps in self.by_leader(topic, offsets):
             out.update(conn._delete_records(topic, {p: offsets[p] for p in ps}))
         return out
 
     def _delete_records(self, topic: str, offsets: dict[int, int]) -> dict[int, int]:
         cls = REQUEST_CLASSES[ApiKey.DELETE_RECORDS]
         T = cls.DeleteRecordsTopic
-        _, resp = self._call(ApiKey.DELETE_RECORDS, topics=[T(name=topic, partitions=[
+        _, resp = self.call(ApiKey.DELETE_RECORDS, topics=[T(name=topic, partitions=[
             T.DeleteRecordsPartition(partition_index=p, offset=o) for p, o in offsets.items()])],
             timeout_ms=int(self.timeout * 1000))
         out = {}
         for t in resp.topics:
             for p in t.partitions:
-                _check(p.error_code, None, f"DeleteRecords {topic}-{p.partition_index}: ")
+                check_error(p.error_code, None, f"DeleteRecords {topic}-{p.partition_index}: ")
                 out[p.partition_index] = p.low_watermark
         return out
 
@@ -385,11 +398,11 @@ class AdminClient:
                          include_synonyms: bool = False, include_documentation: bool = False
                          ) -> list[DescribedConfig]:
         cls = REQUEST_CLASSES[ApiKey.DESCRIBE_CONFIGS]
-        _, resp = self._call(ApiKey.DESCRIBE_CONFIGS, resources=[cls.DescribeConfigsResource(
+        _, resp = self.call(ApiKey.DESCRIBE_CONFIGS, resources=[cls.DescribeConfigsResource(
             resource_type=resource_type, resource_name=name, configuration_keys=keys)],
             include_synonyms=include_synonyms, include_documentation=include_documentation)
         res = resp.results[0]
-        _check(res.error_code, res.error_message, f"cannot describe configs of {name!r}: ")
+        check_error(res.error_code, res.error_message, f"cannot describe configs of {name!r}: ")
         return [DescribedConfig(c.name, c.value, c.config_source, c.read_only, c.is_sensitive,
                                 [(s.name, s.value, s.source) for s in (c.synonyms or [])],
                                 getattr(c, "config_type", 0), getattr(c, "documentation", None))
@@ -406,10 +419,10 @@ class AdminClient:
                + [R.AlterableConfig(name=k, config_operation=1, value=None) for k in delete]
                + [R.AlterableConfig(name=k, config_operation=2, value=v) for k, v in (append or {}).items()]
                + [R.AlterableConfig(name=k, config_operation=3, value=v) for k, v in (subtract or {}).items()])
-        _, resp = self._call(ApiKey.INCREMENTAL_ALTER_CONFIGS, resources=[R(resource_type=resource_type,
-                             resource_name=name, configs=ops)], validate_only=validate_only)
+        _, resp = self.call(ApiKey.INCREMENTAL_ALTER_CONFIGS, resources=[R(resource_type=resource_type,
+                            resource_name=name, configs=ops)], validate_only=validate_only)
         res = resp.responses[0]
-        _check(res.error_code, res.error_message, f"cannot alter configs of {name!r}: ")
+        check_error(res.error_code, res.error_message, f"cannot alter configs of {name!r}: ")
 
 
 def _uuid_str(u: Any) -> str | None:

@@ -1,7 +1,8 @@
 """The "consumer" embedded protocol: member subscription and assignment blobs (ConsumerProtocolSubscription /
 ConsumerProtocolAssignment). The coordinator only reads the version-0 prefix that every later version keeps
 (subscription: version int16, topics [string], ...; assignment: version int16, [topic string, [partition int32]],
-...), exactly as Kafka's coordinator does, so new client versions never break it.
+...), exactly as Kafka's coordinator does, so new client versions never break it. Sans-IO and shared by the group
+coordinator and ``strata groups`` (which shows members' assignments), hence here and not under broker/.
 """
 from __future__ import annotations
 

@@ -1,21 +1,23 @@
 """Consumer-group administration over the Kafka protocol, and the `strata groups` command (like
 kafka-consumer-groups.sh): list, describe (offsets, lag, members), delete, reset-offsets.
 
-Speaks plain Kafka wire protocol through strata.broker.admin_client.AdminClient, so it works against any
+Speaks plain Kafka wire protocol through strata.cli.admin_client.AdminClient, so it works against any
 Kafka-compatible broker; group requests go to the group's coordinator (FindCoordinator).
 """
 from __future__ import annotations
 
 import argparse
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from strata.broker.admin_client import EARLIEST, LATEST, AdminClient, AdminError, error_text
+from strata.protocol.consumer_protocol import PROTOCOL_TYPE, ConsumerProtocolError, assigned_partitions
 from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import REQUEST_CLASSES, ApiKey
 
-from .consumer_protocol import PROTOCOL_TYPE, ConsumerProtocolError, assigned_partitions
+from .admin_client import EARLIEST, LATEST, AdminClient, AdminError, check_error, error_text
+from .common import SubParsers, add_action_command, error
+
+NAME = "groups"
 
 
 @dataclass
@@ -47,11 +49,6 @@ class ListedGroup:
     group_type: str
 
 
-def _check(code: int, what: str, message: str | None = None) -> None:
-    if code:
-        raise AdminError(f"{what}{error_text(code, message)}")
-
-
 class GroupAdmin(AdminClient):
     """AdminClient plus the group APIs. Requests for a group go to its coordinator."""
 
@@ -68,17 +65,17 @@ class GroupAdmin(AdminClient):
 
     # -- plumbing --------------------------------------------------------------------------------------------
     def find_coordinator(self, group: str) -> tuple[int, str, int]:
-        v = self._version(ApiKey.FIND_COORDINATOR)
+        v = self.api_version(ApiKey.FIND_COORDINATOR)
         if v >= 4:
-            resp = self._roundtrip(ApiKey.FIND_COORDINATOR, v, key_type=0, coordinator_keys=[group])
+            resp = self.request(ApiKey.FIND_COORDINATOR, v, key_type=0, coordinator_keys=[group])
             c = resp.coordinators[0]
-            _check(c.error_code, f"FindCoordinator for group {group!r}: ", c.error_message)
+            check_error(c.error_code, c.error_message, f"FindCoordinator for group {group!r}: ")
             return c.node_id, c.host, c.port
         fields: dict[str, Any] = {"key": group}
         if v >= 1:
             fields["key_type"] = 0
-        resp = self._roundtrip(ApiKey.FIND_COORDINATOR, v, **fields)
-        _check(resp.error_code, f"FindCoordinator for group {group!r}: ", getattr(resp, "error_message", None))
+        resp = self.request(ApiKey.FIND_COORDINATOR, v, **fields)
+        check_error(resp.error_code, getattr(resp, "error_message", None), f"FindCoordinator for group {group!r}: ")
         return resp.node_id, resp.host, resp.port
 
     def _coordinator(self, group: str) -> AdminClient:
@@ -92,7 +89,7 @@ class GroupAdmin(AdminClient):
 
     # -- groups ----------------------------------------------------------------------------------------------
     def list_groups(self, states: list[str] | None = None) -> list[ListedGroup]:
-        v = self._version(ApiKey.LIST_GROUPS)
+        v = self.api_version(ApiKey.LIST_GROUPS)
         fields: dict[str, Any] = {}
         if v >= 4:
             fields["states_filter"] = list(states or [])
@@ -100,23 +97,23 @@ class GroupAdmin(AdminClient):
             raise AdminError("the broker cannot filter groups by state (ListGroups < v4)")
         if v >= 5:
             fields["types_filter"] = []
-        resp = self._roundtrip(ApiKey.LIST_GROUPS, v, **fields)
-        _check(resp.error_code, "ListGroups: ")
+        resp = self.request(ApiKey.LIST_GROUPS, v, **fields)
+        check_error(resp.error_code, what="ListGroups: ")
         return sorted((ListedGroup(g.group_id, g.protocol_type, getattr(g, "group_state", "") or "",
                                    getattr(g, "group_type", "") or "") for g in resp.groups),
                       key=lambda g: g.group_id)
 
     def describe_group(self, group: str) -> GroupDescription:
         c = self._coordinator(group)
-        v = c._version(ApiKey.DESCRIBE_GROUPS)
+        v = c.api_version(ApiKey.DESCRIBE_GROUPS)
         fields: dict[str, Any] = {"groups": [group]}
         if v >= 3:
             fields["include_authorized_operations"] = False
-        resp = c._roundtrip(ApiKey.DESCRIBE_GROUPS, v, **fields)
+        resp = c.request(ApiKey.DESCRIBE_GROUPS, v, **fields)
         g = resp.groups[0]
         if g.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
             return GroupDescription(group, "Dead", "", "")
-        _check(g.error_code, f"DescribeGroups {group!r}: ", getattr(g, "error_message", None))
+        check_error(g.error_code, getattr(g, "error_message", None), f"DescribeGroups {group!r}: ")
         members = []
         for m in g.members:
             assignment: list[tuple[str, list[int]]] = []
@@ -132,20 +129,20 @@ class GroupAdmin(AdminClient):
     def fetch_offsets(self, group: str, topics: dict[str, list[int]] | None = None) -> dict[tuple[str, int], int]:
         """Committed offsets (topics=None: every partition the group has committed). -1 = none."""
         c = self._coordinator(group)
-        v = c._version(ApiKey.OFFSET_FETCH, 8)
+        v = c.api_version(ApiKey.OFFSET_FETCH, 8)
         cls = REQUEST_CLASSES[ApiKey.OFFSET_FETCH]
         out: dict[tuple[str, int], int] = {}
         if v >= 8:
             G = cls.OffsetFetchRequestGroup
             req_topics = None if topics is None else [G.OffsetFetchRequestTopics(name=t, partition_indexes=ps)
                                                       for t, ps in topics.items()]
-            resp = c._roundtrip(ApiKey.OFFSET_FETCH, v, groups=[G(group_id=group, topics=req_topics)],
-                                require_stable=False)
+            resp = c.request(ApiKey.OFFSET_FETCH, v, groups=[G(group_id=group, topics=req_topics)],
+                             require_stable=False)
             g = resp.groups[0]
-            _check(g.error_code, f"OffsetFetch {group!r}: ")
+            check_error(g.error_code, what=f"OffsetFetch {group!r}: ")
             for t in g.topics:
                 for p in t.partitions:
-                    _check(p.error_code, f"OffsetFetch {group!r} {t.name}-{p.partition_index}: ")
+                    check_error(p.error_code, what=f"OffsetFetch {group!r} {t.name}-{p.partition_index}: ")
                     out[(t.name, p.partition_index)] = p.committed_offset
             return out
         T = cls.OffsetFetchRequestTopic
@@ -155,18 +152,18 @@ class GroupAdmin(AdminClient):
         fields: dict[str, Any] = {"group_id": group, "topics": req_topics}
         if v >= 7:
             fields["require_stable"] = False
-        resp = c._roundtrip(ApiKey.OFFSET_FETCH, v, **fields)
-        _check(getattr(resp, "error_code", 0) or 0, f"OffsetFetch {group!r}: ")
+        resp = c.request(ApiKey.OFFSET_FETCH, v, **fields)
+        check_error(getattr(resp, "error_code", 0) or 0, what=f"OffsetFetch {group!r}: ")
         for t in resp.topics:
             for p in t.partitions:
-                _check(p.error_code, f"OffsetFetch {group!r} {t.name}-{p.partition_index}: ")
+                check_error(p.error_code, what=f"OffsetFetch {group!r} {t.name}-{p.partition_index}: ")
                 out[(t.name, p.partition_index)] = p.committed_offset
         return out
 
     def commit_offsets(self, group: str, offsets: dict[tuple[str, int], int]) -> None:
         """Commit as an admin (generation -1, no member): Kafka accepts this only while the group is empty."""
         c = self._coordinator(group)
-        v = c._version(ApiKey.OFFSET_COMMIT, 9)
+        v = c.api_version(ApiKey.OFFSET_COMMIT, 9)
         cls = REQUEST_CLASSES[ApiKey.OFFSET_COMMIT]
         T = cls.OffsetCommitRequestTopic
         by_topic: dict[str, list] = {}
@@ -179,37 +176,31 @@ class GroupAdmin(AdminClient):
             fields["group_instance_id"] = None
         if 2 <= v <= 4:
             fields["retention_time_ms"] = -1
-        resp = c._roundtrip(ApiKey.OFFSET_COMMIT, v, **fields)
+        resp = c.request(ApiKey.OFFSET_COMMIT, v, **fields)
         for t in resp.topics:
             for p in t.partitions:
-                _check(p.error_code, f"OffsetCommit {group!r} {t.name}-{p.partition_index}: ")
+                check_error(p.error_code, what=f"OffsetCommit {group!r} {t.name}-{p.partition_index}: ")
 
     def delete_groups(self, groups: list[str]) -> dict[str, int]:
         """Error code per group (0 = deleted)."""
         out: dict[str, int] = {}
         for g in groups:
             c = self._coordinator(g)
-            v = c._version(ApiKey.DELETE_GROUPS)
-            resp = c._roundtrip(ApiKey.DELETE_GROUPS, v, groups_names=[g])
+            v = c.api_version(ApiKey.DELETE_GROUPS)
+            resp = c.request(ApiKey.DELETE_GROUPS, v, groups_names=[g])
             for r in resp.results:
                 out[r.group_id] = r.error_code
         return out
 
     def delete_offsets(self, group: str, topic: str, partitions: list[int]) -> dict[int, int]:
         c = self._coordinator(group)
-        v = c._version(ApiKey.OFFSET_DELETE)
+        v = c.api_version(ApiKey.OFFSET_DELETE)
         cls = REQUEST_CLASSES[ApiKey.OFFSET_DELETE]
         T = cls.OffsetDeleteRequestTopic
-        resp = c._roundtrip(ApiKey.OFFSET_DELETE, v, group_id=group, topics=[T(name=topic, partitions=[
+        resp = c.request(ApiKey.OFFSET_DELETE, v, group_id=group, topics=[T(name=topic, partitions=[
             T.OffsetDeleteRequestPartition(partition_index=p) for p in partitions])])
-        _check(resp.error_code, f"OffsetDelete {group!r}: ")
+        check_error(resp.error_code, what=f"OffsetDelete {group!r}: ")
         return {p.partition_index: p.error_code for t in resp.topics for p in t.partitions}
-
-    def topic_partitions(self, topic: str) -> list[int]:
-        resp = self._metadata([topic])
-        t = resp.topics[0]
-        _check(t.error_code, f"topic {topic!r}: ")
-        return sorted(p.partition_index for p in t.partitions)
 
 
 # =============================================================================================================
@@ -256,9 +247,10 @@ def _groups_describe(a: GroupAdmin, args: argparse.Namespace) -> int:
         cur = committed.get(tp, -1)
         end = ends.get(tp)
         lag = str(end - cur) if end is not None and cur >= 0 else "-"
-        m = owner.get(tp)
+        holder = owner.get(tp)
         rows.append([group, tp[0], str(tp[1]), str(cur) if cur >= 0 else "-", str(end) if end is not None else "-",
-                     lag, m.member_id if m else "-", m.host if m else "-", m.client_id if m else "-"])
+                     lag, holder.member_id if holder else "-", holder.host if holder else "-",
+                     holder.client_id if holder else "-"])
     for m in desc.members:      # members without partitions still show up, as in kafka-consumer-groups.sh
         if not m.partitions():
             rows.append([group, "-", "-", "-", "-", "-", m.member_id, m.host, m.client_id])
@@ -310,36 +302,25 @@ def _groups_reset(a: GroupAdmin, args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_groups(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     try:
         with GroupAdmin(args.bootstrap_server, timeout=args.timeout) as a:
-            return args.groups_func(a, args)
+            result: int = args.action_func(a, args)
+            return result
     except AdminError as e:
-        print(f"strata groups: error: {e}", file=sys.stderr)
+        error("strata groups", str(e))
         return 1
 
 
-def add_groups_parser(sub: Any, default_bootstrap: str) -> None:
-    """Register `strata groups ...` on the CLI's subparsers."""
-    g = sub.add_parser("groups", help="list, describe, delete consumer groups or reset their offsets")
-    g.add_argument("--bootstrap-server", default=default_bootstrap, metavar="HOST:PORT",
-                   help=f"broker to talk to (default {default_bootstrap})")
-    g.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the broker (default 30)")
-    g.set_defaults(func=cmd_groups)
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--bootstrap-server", default=argparse.SUPPRESS, metavar="HOST:PORT")
-    gsub = g.add_subparsers(dest="action", required=True)
-
-    ls = gsub.add_parser("list", parents=[common], help="group ids")
+def register(sub: SubParsers) -> None:
+    action = add_action_command(sub, NAME, "list, describe, delete consumer groups or reset their offsets", run)
+    ls = action("list", _groups_list, "group ids")
     ls.add_argument("--state", help="only groups in this state (Empty, Stable, PreparingRebalance, ...)")
-    ls.set_defaults(groups_func=_groups_list)
-    d = gsub.add_parser("describe", parents=[common], help="offsets, log end offsets, lag and members")
+    d = action("describe", _groups_describe, "offsets, log end offsets, lag and members")
     d.add_argument("--group", required=True)
-    d.set_defaults(groups_func=_groups_describe)
-    x = gsub.add_parser("delete", parents=[common], help="delete empty groups and their offsets")
+    x = action("delete", _groups_delete, "delete empty groups and their offsets")
     x.add_argument("--group", required=True, action="append", help="repeatable")
-    x.set_defaults(groups_func=_groups_delete)
-    r = gsub.add_parser("reset-offsets", parents=[common], help="move an inactive group's committed offsets")
+    r = action("reset-offsets", _groups_reset, "move an inactive group's committed offsets")
     r.add_argument("--group", required=True)
     r.add_argument("--topic", required=True, help="TOPIC or TOPIC:P1,P2")
     to = r.add_mutually_exclusive_group(required=True)
@@ -348,4 +329,3 @@ def add_groups_parser(sub: Any, default_bootstrap: str) -> None:
     to.add_argument("--to-offset", type=int, metavar="N")
     r.add_argument("--execute", action="store_true", help="commit (default: print the plan only)")
     r.add_argument("--dry-run", action="store_true", help="print the plan only (the default)")
-    r.set_defaults(groups_func=_groups_reset)

@@ -20,8 +20,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from strata.protocol.registry import REQUEST_CLASSES, ApiKey
+from strata.protocol.uuids import parse_kafka_uuid
 
-from .admin_client import EARLIEST, LATEST, AdminClient, AdminError, _check
+from .admin_client import (
+    EARLIEST,
+    LATEST,
+    AdminClient,
+    AdminError,
+    PartitionDescription,
+    TopicDescription,
+    check_error,
+)
+from .common import SubParsers, add_bootstrap_option, add_timeout_option, error
+
+NAME = "remote-log-metadata"
 
 REMOTE_LOG_METADATA_TOPIC = "__remote_log_metadata"
 FETCH_MAX_VERSION = 12          # v13+ names topics by id; names keep this reader simple
@@ -36,23 +48,17 @@ class MetadataReader(AdminClient):
         broker asked may only follow it)."""
         cls = REQUEST_CLASSES[ApiKey.FETCH]
         T = cls.FetchTopic
-        [(leader, _)] = self._by_leader(topic, [partition])
-        _, resp = leader._call(
+        [(leader, _)] = self.by_leader(topic, [partition])
+        _, resp = leader.call(
             ApiKey.FETCH, FETCH_MAX_VERSION, replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=max_bytes,
             isolation_level=0, session_id=0, session_epoch=-1, forgotten_topics_data=[], rack_id="",
             topics=[T(topic=topic, partitions=[T.FetchPartition(
                 partition=partition, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
                 log_start_offset=-1, partition_max_bytes=max_bytes)])])
-        _check(getattr(resp, "error_code", 0), None, f"Fetch {topic}-{partition}: ")
+        check_error(getattr(resp, "error_code", 0), None, f"Fetch {topic}-{partition}: ")
         part = resp.responses[0].partitions[0]
-        _check(part.error_code, None, f"Fetch {topic}-{partition}@{offset}: ")
+        check_error(part.error_code, None, f"Fetch {topic}-{partition}@{offset}: ")
         return part.high_watermark, bytes(part.records or b"")
-
-    def partitions_of(self, topic: str) -> list[int]:
-        resp = self._metadata([topic])
-        t = resp.topics[0]
-        _check(t.error_code, None, f"topic {topic!r}: ")
-        return sorted(p.partition_index for p in t.partitions)
 
 
 def iter_metadata_records(reader: MetadataReader, partitions: list[int] | None = None
@@ -60,7 +66,7 @@ def iter_metadata_records(reader: MetadataReader, partitions: list[int] | None =
     """(partition, offset, value) of every record of `__remote_log_metadata`, partition by partition."""
     from strata.protocol.records import iter_batches, iter_records
 
-    parts = reader.partitions_of(REMOTE_LOG_METADATA_TOPIC) if partitions is None else partitions
+    parts = reader.topic_partitions(REMOTE_LOG_METADATA_TOPIC) if partitions is None else partitions
     if not parts:
         return
     starts = reader.list_offsets(REMOTE_LOG_METADATA_TOPIC, parts, EARLIEST)
@@ -172,7 +178,8 @@ def remote_log_state_or_none(admin: AdminClient) -> RemoteLogState | None:
         return fold(iter_metadata_records(r))
 
 
-def tiered_describe_fields(topic: Any, partition: Any, state: RemoteLogState | None) -> str:
+def tiered_describe_fields(topic: TopicDescription, partition: PartitionDescription,
+                           state: RemoteLogState | None) -> str:
     """The extra `strata topics describe` columns of a tiered topic's partition: LocalLogStartOffset (-4),
     LatestTieredOffset (-5) when the broker answers them, LocalSize (DescribeLogDirs on the leader) and RemoteSize
     (bytes of its copied segments)."""
@@ -184,18 +191,12 @@ def tiered_describe_fields(topic: Any, partition: Any, state: RemoteLogState | N
     if partition.local_size is not None:
         out += f"\tLocalSize: {partition.local_size}"
     if state is not None:
-        tid = _uuid_of(topic.topic_id) if topic.topic_id else None
+        tid = parse_kafka_uuid(topic.topic_id) if topic.topic_id else None
         out += f"\tRemoteSize: {state.remote_size(topic.name, partition.partition, tid)}"
     return out
 
 
-def _uuid_of(kafka_id: str) -> uuid.UUID:
-    import base64
-
-    return uuid.UUID(bytes=base64.urlsafe_b64decode(kafka_id + "=" * (-len(kafka_id) % 4)))
-
-
-def _cmd(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     from strata.remote.rlmm_serde import deserialize, format_record
     from strata.remote.rlmm_types import MetadataDecodeError
 
@@ -215,7 +216,7 @@ def _cmd(args: argparse.Namespace) -> int:
                 print(format_record(p, off, value))
                 n += 1
     except AdminError as e:
-        print(f"strata remote-log-metadata: error: {e}", file=sys.stderr)
+        error("strata remote-log-metadata", str(e))
         return 1
     except BrokenPipeError:     # `| head`
         return 0
@@ -223,25 +224,25 @@ def _cmd(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub: Any, default_bootstrap: str) -> None:
-    p = sub.add_parser("remote-log-metadata",
-                       help="print __remote_log_metadata like Kafka's RemoteLogMetadataFormatter")
-    p.add_argument("--bootstrap-server", default=default_bootstrap, metavar="HOST:PORT",
-                   help=f"broker to talk to (default {default_bootstrap})")
+def register(sub: SubParsers) -> None:
+    p = sub.add_parser(NAME, help="print __remote_log_metadata like Kafka's RemoteLogMetadataFormatter")
+    add_bootstrap_option(p)
     p.add_argument("--topic", help="only the records of this user topic")
-    p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the broker (default 30)")
-    p.set_defaults(func=_cmd)
+    add_timeout_option(p)
+    p.set_defaults(func=run)
 
 
 __all__ = [
+    "NAME",
     "REMOTE_LOG_METADATA_TOPIC",
     "MetadataReader",
     "RemoteLogState",
     "RemoteSegment",
-    "add_parser",
     "fold",
     "iter_metadata_records",
+    "register",
     "remote_log_state",
     "remote_log_state_or_none",
+    "run",
     "tiered_describe_fields",
 ]
