@@ -62,3 +62,8 @@ def test_every_package_of_the_checkout_is_installed(installed: tuple[Path, set[s
             assert (site_packages / "strata" / rel).is_file(), f"{rel} is not in the wheel"
         assert not (site_packages / "strata" / top).is_symlink()
     assert (site_packages / "strata" / "__main__.py").is_file()
+    own = [d for d in (REPO_ROOT / "strata").iterdir() if d.is_dir() and not d.is_symlink()]    # strata/cli
+    assert own
+    for d in own:
+        for init in d.rglob("__init__.py"):
+            assert (site_packages / init.relative_to(REPO_ROOT)).is_file(), f"{init} is not in the wheel"
