@@ -11,7 +11,7 @@ parked JoinGroup/SyncGroup requests are futures resolved by state transitions. T
 a partition's groups when this broker becomes its leader (`begin_load`, `replay`, `complete_load`), drops them when
 it resigns (`unload`), and resolves a write once the records are committed, in the order the coordinator produced
 them. Each group belongs to partition `abs(hash(group)) % offsets.topic.num.partitions`; requests for groups of a
-partition still loading get COORDINATOR_LOAD_IN_PROGRESS.
+partition still loading get COORDINATOR_LOAD_IN_PROGRESS. Committed offsets (storage, expiration) are offsets.py's.
 """
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ from ..coordinator.runtime import (
     CoordinatorTopic,
 )
 from .group import GROUP_TYPE, ClassicGroup, GroupState, JoinResult, Member, SyncResult
+from .offsets import OffsetMetadataManager, map_append_error
 from .records import (
     OFFSETS_TOPIC,
     GroupMetadataKey,
@@ -46,7 +47,6 @@ from .records import (
     encode_group_metadata_key,
     encode_group_metadata_value,
     encode_offset_commit_key,
-    encode_offset_commit_value,
 )
 
 if TYPE_CHECKING:
@@ -110,20 +110,10 @@ class GroupLoad:
     groups: dict[str, ClassicGroup] = field(default_factory=dict)
 
 
-def _map_append_error(err: ErrorCode, for_offsets: bool) -> ErrorCode:
-    """Kafka's mapping of a failed __consumer_offsets append to what the client is told."""
-    if err in (E.UNKNOWN_TOPIC_OR_PARTITION, E.NOT_ENOUGH_REPLICAS, E.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-               E.REQUEST_TIMED_OUT):
-        return E.COORDINATOR_NOT_AVAILABLE
-    if err in (E.NOT_LEADER_OR_FOLLOWER, E.KAFKA_STORAGE_ERROR):
-        return E.NOT_COORDINATOR
-    if err in (E.MESSAGE_TOO_LARGE, E.RECORD_LIST_TOO_LARGE, E.INVALID_FETCH_SIZE):
-        return E.INVALID_COMMIT_OFFSET_SIZE if for_offsets else E.UNKNOWN_SERVER_ERROR
-    return err
-
-
 class GroupCoordinator:
-    """The classic group protocol and committed offsets; a `CoordinatorShard` of `self.runtime`."""
+    """The classic group protocol (JoinGroup/SyncGroup/Heartbeat/LeaveGroup) and the group admin APIs; the
+    `CoordinatorShard` of `self.runtime`. Offset requests are validated here against the protocol (member,
+    generation) and stored by `self.offsets` (offsets.py)."""
 
     def __init__(self, config: GroupConfig, replica_manager: CoordinatorReplicaManager,
                  store: CoordinatorMetadataStore, *, clock: Callable[[], int] | None = None) -> None:
@@ -132,8 +122,6 @@ class GroupCoordinator:
         self.min_session_timeout_ms: int = config.min_session_timeout_ms
         self.max_session_timeout_ms: int = config.max_session_timeout_ms
         self.max_group_size: int = config.max_group_size
-        self.offset_metadata_max_bytes: int = config.offset_metadata_max_bytes
-        self.retention_ms: int = config.retention_ms
         self.retention_check_interval_ms: int = config.retention_check_interval_ms
         self.groups: dict[str, ClassicGroup] = {}
         self._now = clock or (lambda: int(time.time() * 1000))
@@ -141,6 +129,9 @@ class GroupCoordinator:
         self._retention_task: asyncio.Task[None] | None = None
         self.runtime: CoordinatorRuntime[GroupLoad] = CoordinatorRuntime(
             config.offsets_topic, self, replica_manager, store, clock=self._now)
+        self.offsets = OffsetMetadataManager(self.groups, self.runtime,
+                                             metadata_max_bytes=config.offset_metadata_max_bytes,
+                                             retention_ms=config.retention_ms, has_timers=self._has_timers)
 
     @classmethod
     def from_broker_config(cls, cfg: BrokerConfig, replica_manager: CoordinatorReplicaManager,
@@ -217,6 +208,9 @@ class GroupCoordinator:
         h = self._timers.pop(key, None)
         if h is not None:
             h.cancel()
+
+    def _has_timers(self, group_id: str) -> bool:
+        return any(k[1] == group_id for k in self._timers)
 
     def _cancel_group_timers(self, group_id: str) -> None:
         for key in [k for k in self._timers if k[1] == group_id]:
@@ -491,7 +485,7 @@ class GroupCoordinator:
                 restored = group.replace_static_member(p.group_instance_id, new_id, old_id)
                 self._schedule_heartbeat(group, restored)
             if fut is not None and not fut.done():
-                fut.set_result(JoinResult(_map_append_error(err, False), member_id="",
+                fut.set_result(JoinResult(map_append_error(err, False), member_id="",
                                           generation_id=group.generation_id, protocol_type=group.protocol_type,
                                           protocol_name=group.protocol_name, leader=current_leader or ""))
             return
@@ -699,7 +693,7 @@ class GroupCoordinator:
         if not (group.is_in(S.COMPLETING_REBALANCE) and group.generation_id == generation):
             return   # a member joined or left meanwhile: that rebalance answers everyone
         if err:
-            self._reset_and_propagate_assignment(group, _map_append_error(err, False))
+            self._reset_and_propagate_assignment(group, map_append_error(err, False))
             self._maybe_prepare_rebalance_or_complete_join(group, f"error {err} storing the assignment")
         else:
             self._set_and_propagate_assignment(group, assignment)
@@ -812,29 +806,7 @@ class GroupCoordinator:
             err = self._validate_offset_commit(group, member_id, instance_id, generation_id)
             if err:
                 return err, {}
-        results: dict[tuple[str, int], ErrorCode] = {}
-        kvs = []
-        accepted = {}
-        for tp, om in offsets.items():
-            if om.metadata is not None and len(om.metadata.encode()) > self.offset_metadata_max_bytes:
-                results[tp] = E.OFFSET_METADATA_TOO_LARGE
-                continue
-            om.metadata = om.metadata or ""
-            version = 1 if om.expire_timestamp >= 0 else 3      # Kafka's offsetCommitValueVersion()
-            kvs.append((encode_offset_commit_key(group_id, tp[0], tp[1]), encode_offset_commit_value(om, version)))
-            accepted[tp] = om
-        if kvs:
-            werr = await self.runtime.write(self.partition_for(group_id), kvs)
-            if werr:
-                mapped = _map_append_error(werr, True)
-                for tp in accepted:
-                    results[tp] = mapped
-                return E.NONE, results
-            if self.groups.get(group_id) is group:
-                group.offsets.update(accepted)
-            for tp in accepted:
-                results[tp] = E.NONE
-        return E.NONE, results
+        return E.NONE, await self.offsets.store(group, offsets)
 
     def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None
                       ) -> tuple[ErrorCode, list[tuple[str, list[tuple[int, OffsetAndMetadata | None]]]]]:
@@ -842,14 +814,7 @@ class GroupCoordinator:
         err = self.check_group(group_id)
         if err:
             return err, []
-        group = self.groups.get(group_id)
-        offsets = group.offsets if group is not None and not group.is_in(S.DEAD) else {}
-        if topics is None:
-            by_topic: dict[str, list[tuple[int, OffsetAndMetadata | None]]] = {}
-            for (t, p), om in sorted(offsets.items()):
-                by_topic.setdefault(t, []).append((p, om))
-            return E.NONE, list(by_topic.items())
-        return E.NONE, [(t, [(p, offsets.get((t, p))) for p in parts]) for t, parts in topics]
+        return E.NONE, self.offsets.fetch(group_id, topics)
 
     # =========================================================================================================
     # admin: list / describe / delete
@@ -901,7 +866,7 @@ class GroupCoordinator:
         pending = {p: self.runtime.write(p, kvs) for p, kvs in writes.items()}    # enqueue all before awaiting
         errors = {p: await f for p, f in pending.items()}
         for gid, p in deleted:
-            results[gid] = _map_append_error(errors[p], False) if errors[p] else E.NONE
+            results[gid] = map_append_error(errors[p], False) if errors[p] else E.NONE
             if not errors[p]:
                 log.info("deleted group", group=gid)
         return results
@@ -916,24 +881,7 @@ class GroupCoordinator:
             return E.GROUP_ID_NOT_FOUND, {}
         if g.is_in(S.STABLE, S.PREPARING_REBALANCE, S.COMPLETING_REBALANCE) and not g.uses_consumer_protocol():
             return E.NON_EMPTY_GROUP, {}
-        results: dict[tuple[str, int], ErrorCode] = {}
-        kvs = []
-        gone = []
-        for t, p in partitions:
-            if g.is_subscribed_to_topic(t):
-                results[(t, p)] = E.GROUP_SUBSCRIBED_TO_TOPIC
-                continue
-            results[(t, p)] = E.NONE
-            if (t, p) in g.offsets:
-                kvs.append((encode_offset_commit_key(group_id, t, p), None))
-                gone.append((t, p))
-        if kvs:
-            werr = await self.runtime.write(self.partition_for(group_id), kvs)
-            if werr:
-                return _map_append_error(werr, True), {}
-            for tp in gone:
-                g.offsets.pop(tp, None)
-        return E.NONE, results
+        return await self.offsets.delete(g, partitions)
 
     # =========================================================================================================
     # offsets retention (offsets.retention.minutes)
@@ -951,59 +899,7 @@ class GroupCoordinator:
         """Expire offsets per Kafka's rules; delete Empty groups left without offsets. Returns (offsets, groups)."""
         if not self.active:
             return 0, 0
-        now = self._now() if now is None else now
-        writes: dict[int, list] = {}
-        plans = []
-        for gid, g in list(self.groups.items()):
-            p = self.partition_for(gid)
-            if p in self.loading or g.is_in(S.DEAD):
-                continue
-            base = self._expiration_base(g)
-            expired = []
-            if base is not None:
-                for tp, om in g.offsets.items():
-                    if g.is_subscribed_to_topic(tp[0]):
-                        continue
-                    if om.expire_timestamp >= 0:
-                        if now >= om.expire_timestamp:
-                            expired.append(tp)
-                    elif now - base(om) >= self.retention_ms:
-                        expired.append(tp)
-            all_gone = len(expired) == len(g.offsets)
-            delete_group = (all_gone and g.is_in(S.EMPTY) and not g.pending_members
-                            and not any(k[1] == gid for k in self._timers))
-            if not expired and not delete_group:
-                continue
-            kvs = writes.setdefault(p, [])
-            kvs += [(encode_offset_commit_key(gid, t, i), None) for t, i in expired]
-            if delete_group:
-                kvs.append((encode_group_metadata_key(gid), None))
-                g.transition_to(S.DEAD, now)
-                del self.groups[gid]
-            plans.append((g, p, expired, delete_group))
-        pending = {p: self.runtime.write(p, kvs) for p, kvs in writes.items()}
-        errors = {p: await f for p, f in pending.items()}
-        n_offsets = n_groups = 0
-        for g, p, expired, delete_group in plans:
-            if errors[p]:
-                continue
-            for tp in expired:
-                g.offsets.pop(tp, None)
-            n_offsets += len(expired)
-            n_groups += int(delete_group)
-        if n_offsets or n_groups:
-            log.info("expired offsets", offsets=n_offsets, groups_deleted=n_groups)
-        return n_offsets, n_groups
-
-    def _expiration_base(self, g: ClassicGroup) -> Callable[[OffsetAndMetadata], int] | None:
-        if g.protocol_type is not None:
-            if g.is_in(S.EMPTY):
-                ts = g.current_state_timestamp
-                return (lambda om: ts) if ts is not None else (lambda om: om.commit_timestamp)
-            if g.uses_consumer_protocol() and g.subscribed_topics is not None and g.is_in(S.STABLE):
-                return lambda om: om.commit_timestamp
-            return None
-        return lambda om: om.commit_timestamp
+        return await self.offsets.expire(self._now() if now is None else now)
 
 
 __all__ = ["GroupCoordinator", "JoinParams"]
