@@ -14,7 +14,12 @@ from strata.remote.rsm import RemoteResourceNotFoundError, RemoteStorageError, R
 from strata.remote.s3 import S3RemoteStorageManager
 from strata.remote.s3_client import S3Client
 from strata.remote.s3_config import S3Config
-from strata.remote.s3_manifest import SegmentManifest, compress_chunk, decompress_chunk, first_batch_is_compressed
+from strata.remote.s3_manifest import (
+    SegmentManifest,
+    compress_chunk,
+    decompress_chunk,
+    first_batch_is_compressed,
+)
 
 
 def test_uncompressed_chunk_maths():
