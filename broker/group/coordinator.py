@@ -26,6 +26,7 @@ import structlog
 from strata.protocol.errors import ErrorCode
 
 from ..coordinator.runtime import (
+    LOAD_BUFFER_DEFAULT,
     CoordinatorMetadataStore,
     CoordinatorReplicaManager,
     CoordinatorRuntime,
@@ -57,7 +58,6 @@ log = structlog.get_logger("strata.group")
 S = GroupState
 E = ErrorCode
 NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000   # Kafka's GROUP_NEW_MEMBER_JOIN_TIMEOUT_MS
-LOAD_BUFFER_DEFAULT = 5 * 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -902,4 +902,4 @@ class GroupCoordinator:
         return await self.offsets.expire(self._now() if now is None else now)
 
 
-__all__ = ["GroupCoordinator", "JoinParams"]
+__all__ = ["GroupConfig", "GroupCoordinator", "JoinParams"]
