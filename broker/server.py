@@ -76,7 +76,7 @@ class KafkaServer:
                                           is_live=lambda lg: self.log_manager.get_log(lg.topic, lg.partition) is lg)
         self.replica_manager = ReplicaManager(config, self.log_manager, self.store, self.metrics)
         self.topic_manager = TopicManager(config, self.store, self.replica_manager)
-        self.group_coordinator = GroupCoordinator(self)
+        self.group_coordinator = GroupCoordinator.from_broker_config(config, self.replica_manager, self.store)
         self.replica_manager.log_cleaner = self.log_cleaner
         self.replica_manager.leadership_listeners.append(self._on_leadership_change)
         self.apis: KafkaApis | None = None

@@ -38,31 +38,16 @@ when the first batch is already compressed), `s3.multipart.upload.part.size`, `s
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import datetime
-import email.utils
 import functools
-import json
 import os
-import random
-import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, TypeVar
 
-import aiohttp
-import botocore.utils
-import crc32c
 import structlog
-import zstandard
-from aiobotocore.config import AioConfig
-from aiobotocore.response import AioStreamingBody
-from aiobotocore.session import get_session
-from botocore.exceptions import BotoCoreError, ClientError
 
 from strata.protocol.records import BufferChain
 
@@ -74,343 +59,32 @@ from .rsm import (
     LOG_SUFFIX,
     SEGMENT_FILE_SUFFIXES,
     IndexType,
-    RemoteResourceNotFoundError,
     RemoteStorageError,
     RemoteStorageManager,
-    RemoteStorageTimeoutError,
     partition_dir_name,
     resolve_range,
     segment_file_prefix,
 )
 
 log = structlog.get_logger("strata.remote")
+from .s3_client import S3Client, S3Stats
+from .s3_config import MIB, S3Config
+from .s3_manifest import (
+    COMPRESSION_ZSTD,
+    MANIFEST_HINT,
+    MANIFEST_SUFFIX,
+    SegmentManifest,
+    compress_chunk,
+    decompress_chunk,
+    first_batch_is_compressed,
+    manifest_from_hint,
+)
+
+log = structlog.get_logger("strata.remote")
 
 T = TypeVar("T")
-MANIFEST_SUFFIX = ".rsm-manifest"
-MANIFEST_HINT = "c"             # custom metadata key: [chunk size, size] of an untransformed segment
 CUSTOM_METADATA_DEFAULT_MAX_BYTES = 128     # Kafka's remote.log.metadata.custom.metadata.max.bytes default
-MIB = 1 << 20
 RUN_MAX_BYTES = 16 * MIB      # adjacent chunks per ranged GET at most: one attempt timeout must cover one GET
-S3_MIN_PART_SIZE = 5 * MIB
-COMPRESSION_ZSTD = "zstd"
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# chunk maths and the manifest
-# ---------------------------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class SegmentManifest:
-    """How a segment's `.log` is stored: original size, chunk size, and -- when transformed -- each chunk's stored
-    size. JSON on the wire: {"version":1,"chunk_size":C,"original_size":N,"compression":null|"zstd",
-    "stored_chunk_sizes":null|[...]}."""
-
-    chunk_size: int
-    original_size: int
-    compression: str | None = None
-    stored_chunk_sizes: tuple[int, ...] | None = None
-    version: int = 1
-    _stored_offsets: tuple[int, ...] = field(default=(), repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        if self.version != 1:
-            raise ValueError(f"unsupported manifest version {self.version}")
-        if self.chunk_size <= 0 or self.original_size < 0:
-            raise ValueError(f"invalid manifest sizes: chunk {self.chunk_size}, original {self.original_size}")
-        if self.compression not in (None, COMPRESSION_ZSTD):
-            raise ValueError(f"unsupported compression {self.compression!r}")
-        if self.compression is None:
-            if self.stored_chunk_sizes is not None:
-                raise ValueError("an untransformed segment has no stored chunk sizes")
-            return
-        sizes = tuple(int(s) for s in (self.stored_chunk_sizes or ()))
-        if len(sizes) != self.chunk_count or any(s <= 0 for s in sizes):
-            raise ValueError(f"manifest lists {len(sizes)} stored chunks for {self.chunk_count} chunks")
-        offsets = [0]
-        for s in sizes:
-            offsets.append(offsets[-1] + s)
-        object.__setattr__(self, "stored_chunk_sizes", sizes)
-        object.__setattr__(self, "_stored_offsets", tuple(offsets))
-
-    @property
-    def chunk_count(self) -> int:
-        return -(-self.original_size // self.chunk_size)
-
-    @property
-    def stored_size(self) -> int:
-        return self._stored_offsets[-1] if self.compression else self.original_size
-
-    def original_chunk_range(self, i: int) -> tuple[int, int]:
-        """[start, stop) of chunk i in the original `.log`."""
-        if not 0 <= i < self.chunk_count:
-            raise IndexError(f"chunk {i} of {self.chunk_count}")
-        start = i * self.chunk_size
-        return start, min(start + self.chunk_size, self.original_size)
-
-    def stored_chunk_range(self, i: int) -> tuple[int, int]:
-        """[start, stop) of chunk i in the stored object."""
-        if not self.compression:
-            return self.original_chunk_range(i)
-        if not 0 <= i < self.chunk_count:
-            raise IndexError(f"chunk {i} of {self.chunk_count}")
-        return self._stored_offsets[i], self._stored_offsets[i + 1]
-
-    def chunks_for(self, start: int, stop: int) -> range:
-        """Indices of the chunks covering original bytes [start, stop) (empty for an empty range)."""
-        if stop <= start:
-            return range(0)
-        return range(start // self.chunk_size, (stop - 1) // self.chunk_size + 1)
-
-    def to_json(self) -> bytes:
-        return json.dumps({"version": self.version, "chunk_size": self.chunk_size,
-                           "original_size": self.original_size, "compression": self.compression,
-                           "stored_chunk_sizes": list(self.stored_chunk_sizes)
-                           if self.stored_chunk_sizes is not None else None},
-                          separators=(",", ":")).encode()
-
-    @classmethod
-    def from_json(cls, raw: bytes) -> SegmentManifest:
-        try:
-            d = json.loads(raw)
-            sizes = d.get("stored_chunk_sizes")
-            return cls(chunk_size=int(d["chunk_size"]), original_size=int(d["original_size"]),
-                       compression=d.get("compression"),
-                       stored_chunk_sizes=tuple(sizes) if sizes is not None else None,
-                       version=int(d.get("version", 1)))
-        except (ValueError, KeyError, TypeError) as e:
-            raise RemoteStorageError(f"corrupt segment manifest: {e}", retriable=False) from e
-
-
-def compress_chunk(data: bytes | memoryview, level: int = 3) -> bytes:
-    """One chunk as an independent zstd frame (with the content size, so decompression is bounded)."""
-    return zstandard.ZstdCompressor(level=level, write_content_size=True).compress(data)
-
-
-def decompress_chunk(data: bytes, expected_size: int) -> bytes:
-    try:
-        out = zstandard.ZstdDecompressor().decompress(data, max_output_size=expected_size)
-    except zstandard.ZstdError as e:
-        raise RemoteStorageError(f"corrupt compressed chunk: {e}", retriable=False) from e
-    if len(out) != expected_size:
-        raise RemoteStorageError(f"chunk decompressed to {len(out)} bytes, expected {expected_size}",
-                                 retriable=False)
-    return out
-
-
-def first_batch_is_compressed(path: Path) -> bool:
-    """Whether the first record batch of a `.log` uses a compression codec (attributes bits 0-2)."""
-    with open(path, "rb") as f:
-        head = f.read(23)
-    return len(head) >= 23 and head[16] == 2 and (int.from_bytes(head[21:23], "big") & 0x7) != 0
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# configuration
-# ---------------------------------------------------------------------------------------------------------------------
-def _bool(v: Any) -> bool:
-    if isinstance(v, bool):
-        return v
-    s = str(v).strip().lower()
-    if s in ("true", "1", "yes"):
-        return True
-    if s in ("false", "0", "no", ""):
-        return False
-    raise ValueError(f"not a boolean: {v!r}")
-
-
-@dataclass
-class S3Config:
-    bucket: str
-    region: str = "us-east-1"
-    endpoint_url: str | None = None
-    path_style: bool = False
-    key_prefix: str = ""
-    access_key_id: str | None = None
-    secret_access_key: str | None = None
-    session_token: str | None = None
-    chunk_size: int = 4 * MIB
-    compression: bool = False
-    compression_level: int = 3
-    compression_heuristic: bool = False
-    part_size: int = 16 * MIB
-    upload_concurrency: int = 4
-    api_call_timeout_s: float = 120.0
-    attempt_timeout_s: float = 30.0
-    max_attempts: int = 5
-    backoff_s: float = 0.1
-    backoff_max_s: float = 10.0
-    max_connections: int = 32
-    cache_memory_bytes: int = 64 * MIB
-    cache_disk_path: Path | None = None
-    cache_disk_bytes: int = 1 << 30
-    prefetch_bytes: int = 8 * MIB
-    manifest_cache_entries: int = 1000
-    custom_metadata_fields: tuple[str, ...] = ()
-    checksum: bool = True
-
-    _KEYS: ClassVar[dict[str, tuple[str, Callable[[Any], Any]]]] = {
-        "s3.bucket.name": ("bucket", str), "s3.region": ("region", str), "s3.endpoint.url": ("endpoint_url", str),
-        "s3.path.style.access.enabled": ("path_style", _bool), "key.prefix": ("key_prefix", str),
-        "aws.access.key.id": ("access_key_id", str), "aws.secret.access.key": ("secret_access_key", str),
-        "aws.session.token": ("session_token", str), "chunk.size": ("chunk_size", int),
-        "compression.enabled": ("compression", _bool), "compression.zstd.level": ("compression_level", int),
-        "compression.heuristic.enabled": ("compression_heuristic", _bool),
-        "s3.multipart.upload.part.size": ("part_size", int),
-        "s3.multipart.upload.concurrency": ("upload_concurrency", int),
-        "s3.api.call.timeout.ms": ("api_call_timeout_s", lambda v: int(v) / 1000),
-        "s3.api.call.attempt.timeout.ms": ("attempt_timeout_s", lambda v: int(v) / 1000),
-        "s3.retry.max.attempts": ("max_attempts", int), "s3.retry.backoff.ms": ("backoff_s", lambda v: int(v) / 1000),
-        "s3.retry.backoff.max.ms": ("backoff_max_s", lambda v: int(v) / 1000),
-        "s3.max.connections": ("max_connections", int), "fetch.chunk.cache.size": ("cache_memory_bytes", int),
-        "fetch.chunk.cache.path": ("cache_disk_path", Path), "fetch.chunk.cache.disk.size": ("cache_disk_bytes", int),
-        "fetch.chunk.cache.prefetch.max.size": ("prefetch_bytes", int),
-        "fetch.manifest.cache.size": ("manifest_cache_entries", int),
-        "s3.checksum.check.enabled": ("checksum", _bool),
-        "custom.metadata.fields.include": ("custom_metadata_fields",
-                                           lambda v: tuple(x.strip().upper() for x in str(v).split(",") if x.strip())),
-    }
-
-    @classmethod
-    def from_mapping(cls, configs: Mapping[str, Any]) -> S3Config:
-        kwargs: dict[str, Any] = {}
-        for key, raw in configs.items():
-            spec = cls._KEYS.get(key)
-            if spec is None or raw is None or (isinstance(raw, str) and raw == "" and key != "key.prefix"):
-                continue
-            name, conv = spec
-            try:
-                kwargs[name] = conv(raw)
-            except (ValueError, TypeError) as e:
-                raise ValueError(f"invalid value {raw!r} for rsm.config.{key}: {e}") from None
-        if not kwargs.get("bucket"):
-            raise ValueError("rsm.config.s3.bucket.name is required")
-        cfg = cls(**kwargs)
-        cfg.validate()
-        return cfg
-
-    def validate(self) -> None:
-        if (self.access_key_id is None) != (self.secret_access_key is None):
-            raise ValueError("set both rsm.config.aws.access.key.id and aws.secret.access.key, or neither")
-        if self.chunk_size <= 0:
-            raise ValueError("rsm.config.chunk.size must be positive")
-        if self.part_size < S3_MIN_PART_SIZE:
-            raise ValueError(f"rsm.config.s3.multipart.upload.part.size must be at least {S3_MIN_PART_SIZE}")
-        if self.attempt_timeout_s <= 0 or self.api_call_timeout_s <= 0:
-            raise ValueError("S3 call timeouts must be positive")
-        if self.max_attempts < 1 or self.upload_concurrency < 1 or self.max_connections < 1:
-            raise ValueError("retry attempts, upload concurrency and connections must be at least 1")
-        bad = set(self.custom_metadata_fields) - {"REMOTE_SIZE", "OBJECT_PREFIX", "OBJECT_KEY"}
-        if bad:
-            raise ValueError(f"unknown custom metadata fields {sorted(bad)}")
-
-
-@dataclass
-class S3Stats:
-    requests: int = 0
-    retries: int = 0
-    errors: int = 0
-    timeouts: int = 0
-    bytes_uploaded: int = 0
-    bytes_downloaded: int = 0
-    multipart_aborts: int = 0
-
-
-def _warm_botocore_loader(session: Any) -> None:
-    loader = session.get_component("data_loader")
-    for load, args in ((loader.load_service_model, ("s3", "service-2")),
-                       (loader.load_service_model, ("s3", "endpoint-rule-set-1")),
-                       (loader.load_data, ("endpoints",)), (loader.load_data, ("partitions",)),
-                       (loader.load_data, ("sdk-default-configuration",)), (loader.load_data, ("_retry",))):
-        with contextlib.suppress(Exception):
-            load(*args)
-
-
-def _manifest_from_hint(custom: Mapping[str, Any] | None, segment_size: int) -> SegmentManifest | None:
-    """The manifest of an untransformed segment from its custom metadata (written by `copy_log_segment_data`);
-    None when the metadata has no usable hint (a compressed segment, one copied before hints existed, or a hint
-    whose size is not the segment's: the manifest object decides then, instead of reads cut short or past the end)."""
-    hint = custom.get(MANIFEST_HINT) if custom else None
-    if not (isinstance(hint, list) and len(hint) == 2 and all(type(v) is int for v in hint)):
-        return None
-    if hint[1] != segment_size:
-        return None
-    try:
-        return SegmentManifest(hint[0], hint[1])
-    except ValueError:
-        return None
-
-
-def _http_timestamp(value: Any) -> datetime.datetime:
-    """botocore's timestamp parser for responses, fast for the forms S3 sends: dateutil's general parser (its
-    default) took about a tenth of a cold remote read's CPU, for Last-Modified headers nobody here reads."""
-    if isinstance(value, str):
-        with contextlib.suppress(TypeError, ValueError):
-            return email.utils.parsedate_to_datetime(value)         # RFC 7231 (HTTP headers)
-        with contextlib.suppress(ValueError):
-            return datetime.datetime.fromisoformat(value)            # ISO 8601 (XML bodies)
-    return botocore.utils.parse_timestamp(value)
-
-
-class _ShortRead(Exception):
-    """The body ended before the announced length (a dropped connection): retriable."""
-
-
-_RETRIABLE_CODES = {"InternalError", "ServiceUnavailable", "SlowDown", "RequestTimeout", "Throttling", "BadDigest",
-                    "ThrottlingException", "RequestTimeTooSkewed", "TooManyRequests", "RequestLimitExceeded",
-                    "503", "500", "502", "504"}
-_NOT_FOUND_CODES = {"NoSuchKey", "404", "NotFound", "NoSuchUpload"}
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# the RSM
-# ---------------------------------------------------------------------------------------------------------------------
-def _plain_content(body: Any) -> aiohttp.StreamReader | None:
-    """The aiohttp stream under a plain aiobotocore body, to be read block by block with `readchunk` (aiohttp's
-    `read()` joins the received blocks twice, in `readany` and again in `read`); None for any other body (a
-    checksum-validating wrapper, httpx), which reads as usual."""
-    content = getattr(getattr(body, "raw_stream", None), "content", None)
-    if type(body) is not AioStreamingBody or not isinstance(content, aiohttp.StreamReader):
-        return None
-    return content
-
-
-async def _read_body(body: Any, joined: bool = True) -> bytes | BufferChain:
-    """The whole body of a GET: one buffer, or (not `joined`) the blocks as received."""
-    content = _plain_content(body)
-    if content is None:
-        return await body.read()
-    blocks = []
-    while True:
-        block, end_of_http_chunk = await content.readchunk()
-        if block:
-            blocks.append(block)
-        elif not end_of_http_chunk:      # (b"", False): the end of the body
-            break
-    if len(blocks) == 1:
-        return blocks[0]
-    return b"".join(blocks) if joined else BufferChain(blocks)
-
-
-async def _read_body_into(body: Any, into: memoryview) -> memoryview:
-    """The body of a GET written into `into` block by block as it arrives (no joined buffer); returns the part of
-    `into` it filled. A body longer than `into` raises _ShortRead (a server that ignored the Range header): retried."""
-    content = _plain_content(body)
-    if content is None:
-        data = await body.read()
-        if len(data) > len(into):
-            raise _ShortRead(f"got {len(data)} bytes for a range of {len(into)}")
-        into[:len(data)] = data
-        return into[:len(data)]
-    at = 0
-    while True:
-        block, end_of_http_chunk = await content.readchunk()
-        if block:
-            end = at + len(block)
-            if end > len(into):
-                raise _ShortRead(f"got more than the {len(into)} bytes of the range")
-            into[at:end] = block
-            at = end
-        elif not end_of_http_chunk:      # (b"", False): the end of the body
-            return into[:at]
 
 
 class S3RemoteStorageManager(RemoteStorageManager):
@@ -418,8 +92,9 @@ class S3RemoteStorageManager(RemoteStorageManager):
                  chunk_cache: ChunkCache | None = None) -> None:
         self.config = config
         self.broker_id = broker_id
-        self.stats = S3Stats()
         self._executor = executor
+        self.s3 = S3Client(config, self._run)
+        self.stats: S3Stats = self.s3.stats
         if chunk_cache is None and (config.cache_memory_bytes > 0 or config.cache_disk_path is not None):
             chunk_cache = ChunkCache(config.cache_memory_bytes, disk_dir=config.cache_disk_path,
                                      disk_max_bytes=config.cache_disk_bytes if config.cache_disk_path else 0,
@@ -428,10 +103,6 @@ class S3RemoteStorageManager(RemoteStorageManager):
         self.chunk_cache = chunk_cache
         self._manifests: OrderedDict[str, SegmentManifest] = OrderedDict()
         self._manifest_loads: dict[str, asyncio.Future[SegmentManifest]] = {}
-        self._client: Any = None
-        self._client_lock: asyncio.Lock | None = None
-        self._stack: contextlib.AsyncExitStack | None = None
-        self._get_slots: asyncio.Semaphore | None = None
         self._closed = False
         self._read_aheads: set[asyncio.Task[None]] = set()
 
@@ -447,102 +118,9 @@ class S3RemoteStorageManager(RemoteStorageManager):
     def object_key(self, metadata: RemoteLogSegmentMetadata, suffix: str) -> str:
         return self.partition_prefix(metadata.topic_id_partition) + segment_file_prefix(metadata) + suffix
 
-    # -- client and the retry engine ---------------------------------------------------------------------------------
-    async def _get_client(self) -> Any:
-        if self._client is not None:
-            return self._client
-        if self._closed:
-            raise RemoteStorageError("the S3 remote storage manager is closed", retriable=False)
-        if self._client_lock is None:
-            self._client_lock = asyncio.Lock()
-        async with self._client_lock:
-            if self._client is None:
-                cfg = self.config
-                aio_cfg = AioConfig(
-                    region_name=cfg.region, signature_version="s3v4",
-                    # UNSIGNED-PAYLOAD as over https, on http too: SigV4's SHA-256 of every uploaded byte ran on
-                    # the event loop (~0.6 s of CPU per GiB); an x-amz-checksum-crc32c header (_checksum) guards
-                    # the bytes instead, checked by the server, for about 1/14 of the cost
-                    s3={"addressing_style": "path" if cfg.path_style else "auto", "payload_signing_enabled": False},
-                    retries={"total_max_attempts": 1, "mode": "standard"},
-                    connect_timeout=cfg.attempt_timeout_s, read_timeout=cfg.attempt_timeout_s,
-                    max_pool_connections=cfg.max_connections,
-                    # S3 clones (older MinIO, SeaweedFS, moto) differ on the new default checksums: only when needed
-                    request_checksum_calculation="when_required", response_checksum_validation="when_required")
-                kwargs: dict[str, Any] = {"config": aio_cfg, "region_name": cfg.region}
-                if cfg.endpoint_url:
-                    kwargs["endpoint_url"] = cfg.endpoint_url
-                if cfg.access_key_id is not None:
-                    kwargs.update(aws_access_key_id=cfg.access_key_id, aws_secret_access_key=cfg.secret_access_key,
-                                  aws_session_token=cfg.session_token)
-                session = get_session()
-                session.get_component("response_parser_factory").set_parser_defaults(
-                    timestamp_parser=_http_timestamp)
-                # botocore parses its big JSON models synchronously inside create_client (~0.5 s): do that in a
-                # thread first so the event loop only sees cache hits
-                await self._run(_warm_botocore_loader, session)
-                stack = contextlib.AsyncExitStack()
-                self._client = await stack.enter_async_context(session.create_client("s3", **kwargs))
-                self._stack = stack
-                self._get_slots = asyncio.Semaphore(cfg.max_connections)
-        return self._client
-
+    # -- the client (s3_client.S3Client), the executor ---------------------------------------------------------------
     async def warm_up(self) -> None:
-        """The client (botocore's models take ~0.5 s to load) at broker start, not on the first copy or read; then
-        one HeadBucket, so that the aiohttp session (its TLS context is built on the first request, even for an
-        http:// endpoint), a pooled connection and botocore's per-operation caches are ready too. That request
-        failing changes nothing: the first real request retries as usual."""
-        client = await self._get_client()
-        try:
-            async with asyncio.timeout(self.config.attempt_timeout_s):
-                await client.head_bucket(Bucket=self.config.bucket)
-        except Exception as e:  # noqa: BLE001 - a warm-up only
-            log.info("S3 warm-up request failed", bucket=self.config.bucket, error=repr(e))
-
-    async def _call(self, what: str, op: Callable[[Any], Awaitable[T]]) -> T:
-        """Run `op(client)` with a per-attempt timeout, retries with backoff + full jitter, an overall deadline."""
-        cfg = self.config
-        client = await self._get_client()
-        deadline = time.monotonic() + cfg.api_call_timeout_s
-        attempt = 0
-        while True:
-            attempt += 1
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                self.stats.timeouts += 1
-                raise RemoteStorageTimeoutError(f"{what}: no success within {cfg.api_call_timeout_s:.1f}s "
-                                                f"({attempt - 1} attempts)")
-            self.stats.requests += 1
-            try:
-                async with asyncio.timeout(min(cfg.attempt_timeout_s, remaining)):
-                    return await op(client)
-            except TimeoutError:
-                self.stats.timeouts += 1
-                err: RemoteStorageError = RemoteStorageTimeoutError(
-                    f"{what}: attempt {attempt} timed out after {min(cfg.attempt_timeout_s, remaining):.1f}s")
-            except ClientError as e:
-                code = str(e.response.get("Error", {}).get("Code", ""))
-                status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0
-                if code == "NoSuchBucket":
-                    self.stats.errors += 1
-                    raise RemoteStorageError(f"{what}: bucket {cfg.bucket!r} does not exist", retriable=False) from e
-                if code in _NOT_FOUND_CODES or status == 404:
-                    raise RemoteResourceNotFoundError(f"{what}: {code or status}") from e
-                retriable = code in _RETRIABLE_CODES or status >= 500 or status == 429
-                err = RemoteStorageError(f"{what}: {code or status}: {e}", retriable=retriable)
-                if not retriable:
-                    self.stats.errors += 1
-                    raise err from e
-            except RemoteStorageError:
-                raise
-            except (BotoCoreError, aiohttp.ClientError, _ShortRead, ConnectionError, OSError, EOFError) as e:
-                err = RemoteStorageError(f"{what}: {type(e).__name__}: {e}", retriable=True)
-            if attempt >= cfg.max_attempts:
-                self.stats.errors += 1
-                raise err
-            self.stats.retries += 1
-            backoff = min(cfg.backoff_max_s, cfg.backoff_s * (2 ** (attempt - 1)))
-            await asyncio.sleep(min(random.uniform(0, backoff), max(0.0, deadline - time.monotonic())))
+        await self.s3.warm_up()
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.blocking_executor(self._executor),
@@ -553,61 +131,6 @@ class S3RemoteStorageManager(RemoteStorageManager):
         if self.chunk_cache is not None and self._executor is None:
             self.chunk_cache.use_executor(executors.read)     # chunk loads and disk-tier I/O serve reads
 
-    # -- primitive operations ----------------------------------------------------------------------------------------
-    def _checksum(self, body: bytes | memoryview) -> dict[str, str]:
-        """The upload's CRC32C for S3 to check (BadDigest on a mismatch, retried), unless switched off for a clone
-        that rejects x-amz-checksum-* headers. Kafka's batch CRCs guard the records too, but not indexes or
-        manifests, and a bad upload is better refused than found at read time."""
-        if not self.config.checksum:
-            return {}
-        return {"ChecksumCRC32C": base64.b64encode(crc32c.crc32c(body).to_bytes(4, "big")).decode()}
-
-    async def _put(self, key: str, body: bytes) -> None:
-        checksum = self._checksum(body)          # once, not per attempt
-
-        async def op(c: Any) -> None:
-            await c.put_object(Bucket=self.config.bucket, Key=key, Body=body, **checksum)
-        await self._call(f"PUT {key}", op)
-        self.stats.bytes_uploaded += len(body)
-
-    async def _get(self, key: str, start: int | None = None, stop: int | None = None, *,
-                   joined: bool = True, into: memoryview | None = None) -> bytes | BufferChain | memoryview:
-        """The object, or its bytes [start, stop) with a ranged GET (length verified); not `joined`: possibly a
-        BufferChain of the received blocks (chunks the read path serves as they are); `into`: written into that
-        buffer as the blocks arrive (an attempt that fails part-way is retried from its start), and the part it
-        filled returned."""
-        async def op(c: Any) -> bytes | BufferChain | memoryview:
-            kw: dict[str, Any] = {"Bucket": self.config.bucket, "Key": key}
-            if start is not None:
-                kw["Range"] = f"bytes={start}-{stop - 1}"  # type: ignore[operator]
-            resp = await c.get_object(**kw)
-            body = resp["Body"]
-            try:
-                data = await (_read_body(body, joined) if into is None else _read_body_into(body, into))
-            finally:
-                body.close()
-            expected = resp.get("ContentLength")
-            if start is not None:
-                expected = stop - start  # type: ignore[operator]
-            if expected is not None and len(data) != expected:
-                raise _ShortRead(f"got {len(data)} of {expected} bytes")
-            return data
-
-        await self._get_client()
-        async with self._get_slots:  # type: ignore[union-attr]
-            data = await self._call(f"GET {key}" + (f" [{start},{stop})" if start is not None else ""), op)
-        self.stats.bytes_downloaded += len(data)
-        return data  # type: ignore[return-value]
-
-    async def _delete(self, key: str) -> None:
-        async def op(c: Any) -> None:
-            await c.delete_object(Bucket=self.config.bucket, Key=key)
-        try:
-            await self._call(f"DELETE {key}", op)
-        except RemoteResourceNotFoundError:
-            pass
-
-    # -- copy --------------------------------------------------------------------------------------------------------
     async def copy_log_segment_data(self, metadata: RemoteLogSegmentMetadata,
                                     segment_data: LogSegmentData) -> dict[str, Any] | None:
         data = segment_data
@@ -625,18 +148,18 @@ class S3RemoteStorageManager(RemoteStorageManager):
                    self._put_file(self.object_key(metadata, IndexType.TIMESTAMP.suffix), data.time_index),
                    self._put_file(self.object_key(metadata, IndexType.PRODUCER_SNAPSHOT.suffix),
                                   data.producer_snapshot_index),
-                   self._put(self.object_key(metadata, IndexType.LEADER_EPOCH.suffix), data.leader_epoch_index)]
+                   self.s3.put(self.object_key(metadata, IndexType.LEADER_EPOCH.suffix), data.leader_epoch_index)]
             if data.transaction_index is not None:
                 aux.append(self._put_file(self.object_key(metadata, IndexType.TRANSACTION.suffix),
                                           data.transaction_index))
             else:  # a retry without one must not leave an earlier attempt's
-                aux.append(self._delete(self.object_key(metadata, IndexType.TRANSACTION.suffix)))
+                aux.append(self.s3.delete(self.object_key(metadata, IndexType.TRANSACTION.suffix)))
             results = await asyncio.gather(log_task, *aux, return_exceptions=True)
             for r in results:
                 if isinstance(r, BaseException):
                     raise r
             manifest: SegmentManifest = results[0]  # type: ignore[assignment]
-            await self._put(self.object_key(metadata, MANIFEST_SUFFIX), manifest.to_json())
+            await self.s3.put(self.object_key(metadata, MANIFEST_SUFFIX), manifest.to_json())
         except Exception:
             # no orphan objects: remove what this attempt wrote. Best effort and bounded (S3 may be what failed);
             # whatever stays is an orphan the RLM deletes through DELETE_SEGMENT_STARTED later. A cancelled copy
@@ -664,7 +187,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
         return out or None
 
     async def _put_file(self, key: str, path: Path) -> None:
-        await self._put(key, await self._run(path.read_bytes))
+        await self.s3.put(key, await self._run(path.read_bytes))
 
     async def _upload_log(self, metadata: RemoteLogSegmentMetadata, path: Path) -> SegmentManifest:
         cfg = self.config
@@ -723,13 +246,13 @@ class S3RemoteStorageManager(RemoteStorageManager):
         slots = asyncio.Semaphore(cfg.upload_concurrency)
 
         async def upload_part(n: int, body: bytes) -> None:
-            checksum = self._checksum(body)      # once, not per attempt
+            checksum = self.s3.checksum(body)      # once, not per attempt
             try:
                 async def op(c: Any) -> str:
                     r = await c.upload_part(Bucket=cfg.bucket, Key=key, UploadId=upload_id, PartNumber=n, Body=body,
                                             **checksum)
                     return r["ETag"]
-                parts[n] = await self._call(f"UploadPart {key} #{n}", op)
+                parts[n] = await self.s3.call(f"UploadPart {key} #{n}", op)
                 self.stats.bytes_uploaded += len(body)
             finally:
                 slots.release()
@@ -739,7 +262,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
             if upload_id is None:
                 async def create(c: Any) -> str:
                     return (await c.create_multipart_upload(Bucket=cfg.bucket, Key=key))["UploadId"]
-                upload_id = await self._call(f"CreateMultipartUpload {key}", create)
+                upload_id = await self.s3.call(f"CreateMultipartUpload {key}", create)
             for t in [t for t in inflight if t.done()]:
                 inflight.discard(t)
                 t.result()  # surface a failed part early
@@ -764,7 +287,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
                     pending_len = len(joined) - pos
             rest = b"".join(pending)
             if upload_id is None:
-                await self._put(key, rest)
+                await self.s3.put(key, rest)
                 return
             if rest:
                 await start_part(rest)
@@ -774,7 +297,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
                 await c.complete_multipart_upload(
                     Bucket=cfg.bucket, Key=key, UploadId=upload_id,
                     MultipartUpload={"Parts": [{"ETag": parts[n], "PartNumber": n} for n in sorted(parts)]})
-            await self._call(f"CompleteMultipartUpload {key}", complete)
+            await self.s3.call(f"CompleteMultipartUpload {key}", complete)
         except BaseException:
             for t in inflight:
                 t.cancel()
@@ -787,7 +310,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
                 # bounded: a dead endpoint must not hold the caller (S3 lifecycle rules reap what stays)
                 with contextlib.suppress(Exception):
                     async with asyncio.timeout(self.config.attempt_timeout_s):
-                        await asyncio.shield(self._call(f"AbortMultipartUpload {key}", abort))
+                        await asyncio.shield(self.s3.call(f"AbortMultipartUpload {key}", abort))
             raise
         finally:
             with contextlib.suppress(Exception):
@@ -809,7 +332,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
         if m is not None:
             self._manifests.move_to_end(sid)
             return m
-        m = _manifest_from_hint(metadata.custom_metadata, metadata.segment_size_in_bytes)
+        m = manifest_from_hint(metadata.custom_metadata, metadata.segment_size_in_bytes)
         if m is not None:
             self._remember_manifest(metadata, m)
             return m
@@ -821,7 +344,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
         return await asyncio.shield(fut)
 
     async def _load_manifest(self, metadata: RemoteLogSegmentMetadata) -> SegmentManifest:
-        m = SegmentManifest.from_json(await self._get(self.object_key(metadata, MANIFEST_SUFFIX)))
+        m = SegmentManifest.from_json(await self.s3.get(self.object_key(metadata, MANIFEST_SUFFIX)))
         self._remember_manifest(metadata, m)
         return m
 
@@ -846,7 +369,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
         start, stop = resolve_range(start_position, start_position + len(buffer) - 1, manifest.original_size)
         if start == stop:
             return 0
-        return len(await self._get(self.object_key(metadata, LOG_SUFFIX), start, stop, into=buffer[:stop - start]))
+        return len(await self.s3.get(self.object_key(metadata, LOG_SUFFIX), start, stop, into=buffer[:stop - start]))
 
     async def fetch_log_segment_pieces(self, metadata: RemoteLogSegmentMetadata, start_position: int,
                                        end_position: int | None = None) -> list[memoryview]:
@@ -857,7 +380,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
             return [memoryview(b"")]
         key = self.object_key(metadata, LOG_SUFFIX)
         if self.chunk_cache is None and not manifest.compression:
-            return [memoryview(await self._get(key, start, stop))]  # no cache, no transform: exactly the range
+            return [memoryview(await self.s3.get(key, start, stop))]  # no cache, no transform: exactly the range
         indices = manifest.chunks_for(start, stop)
         loader = functools.partial(self._load_chunk, key, manifest)
         if self.chunk_cache is not None:
@@ -926,7 +449,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
             part = range(at, min(at + per_get, run.stop))
             start = manifest.original_chunk_range(part.start)[0]
             stop = manifest.original_chunk_range(part.stop - 1)[1]
-            data = await self._get(key, start, stop, joined=False)
+            data = await self.s3.get(key, start, stop, joined=False)
             whole = Pieces(data.pieces if isinstance(data, BufferChain) else [data])
             for i in part:
                 a, b = manifest.original_chunk_range(i)
@@ -941,11 +464,11 @@ class S3RemoteStorageManager(RemoteStorageManager):
         s0, s1 = manifest.stored_chunk_range(i)
         o0, o1 = manifest.original_chunk_range(i)
         if manifest.compression:
-            return await self._run(decompress_chunk, await self._get(key, s0, s1), o1 - o0)
-        return await self._get(key, s0, s1, joined=False)    # the received blocks: fetch reads serve views on them
+            return await self._run(decompress_chunk, await self.s3.get(key, s0, s1), o1 - o0)
+        return await self.s3.get(key, s0, s1, joined=False)    # the received blocks: fetch reads serve views on them
 
     async def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
-        return await self._get(self.object_key(metadata, IndexType(index_type).suffix))
+        return await self.s3.get(self.object_key(metadata, IndexType(index_type).suffix))
 
     # -- delete ------------------------------------------------------------------------------------------------------
     async def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
@@ -957,8 +480,8 @@ class S3RemoteStorageManager(RemoteStorageManager):
 
     async def _delete_objects(self, metadata: RemoteLogSegmentMetadata) -> None:
         # the manifest first: a reader racing the delete fails fast with "not found"
-        await self._delete(self.object_key(metadata, MANIFEST_SUFFIX))
-        results = await asyncio.gather(*(self._delete(self.object_key(metadata, s)) for s in SEGMENT_FILE_SUFFIXES),
+        await self.s3.delete(self.object_key(metadata, MANIFEST_SUFFIX))
+        results = await asyncio.gather(*(self.s3.delete(self.object_key(metadata, s)) for s in SEGMENT_FILE_SUFFIXES),
                                        return_exceptions=True)
         for r in results:
             if isinstance(r, BaseException):
@@ -975,7 +498,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
                 if token:
                     kw["ContinuationToken"] = token
                 return await c.list_objects_v2(**kw)
-            page = await self._call(f"LIST {prefix}", op)
+            page = await self.s3.call(f"LIST {prefix}", op)
             keys.extend(o["Key"] for o in page.get("Contents", ()))
             if not page.get("IsTruncated"):
                 return sorted(keys)
@@ -987,7 +510,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
 
         async def one(k: str) -> None:
             async with slots:
-                await self._delete(k)
+                await self.s3.delete(k)
         results = await asyncio.gather(*(one(k) for k in keys), return_exceptions=True)
         for r in results:
             if isinstance(r, BaseException):
@@ -1001,9 +524,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
         await asyncio.gather(*self._read_aheads, return_exceptions=True)
         if self.chunk_cache is not None:
             await self.chunk_cache.close()
-        stack, self._stack, self._client = self._stack, None, None
-        if stack is not None:
-            await stack.aclose()
+        await self.s3.close()
 
 
 __all__ = [

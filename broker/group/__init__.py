@@ -1,4 +1,5 @@
-"""Classic consumer groups: the group coordinator, its state machine and the `__consumer_offsets` record formats."""
+"""Classic consumer groups: the group coordinator (a state machine on strata.broker.coordinator's runtime), the
+group state machine, committed offsets and the `__consumer_offsets` record formats."""
 from .coordinator import GroupCoordinator, JoinParams
 from .records import OFFSETS_TOPIC, partition_for
 

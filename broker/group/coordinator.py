@@ -1,4 +1,5 @@
-"""GroupCoordinator: classic consumer groups and committed offsets, persisted in `__consumer_offsets`.
+"""GroupCoordinator: classic consumer groups and committed offsets, a state machine on the coordinator runtime over
+`__consumer_offsets` (strata.broker.coordinator.runtime).
 
 Semantics follow Apache Kafka's classic group coordinator (GroupMetadataManager/ClassicGroup in Kafka 3.7+/4.x):
 two-step join with MEMBER_ID_REQUIRED (JoinGroup v4+), generations starting at 1, protocol selection by votes,
@@ -6,26 +7,33 @@ two-step join with MEMBER_ID_REQUIRED (JoinGroup v4+), generations starting at 1
 static membership (`group.instance.id`) with FENCED_INSTANCE_ID, pending-sync expiry, and offset retention.
 
 Everything runs on the broker's event loop. State changes are synchronous; timers are `loop.call_later` handles;
-parked JoinGroup/SyncGroup requests are futures resolved by state transitions. Writes to `__consumer_offsets` go
-through one FIFO writer task into `ReplicaManager.append_records`, so records land in the order the coordinator
-produced them (compaction keeps the last one per key, so order is correctness). Each group belongs to partition
-`abs(hash(group)) % offsets.topic.num.partitions`; on startup every partition is replayed from its log start
-offset, and requests for groups of a partition still loading get COORDINATOR_LOAD_IN_PROGRESS.
+parked JoinGroup/SyncGroup requests are futures resolved by state transitions. The runtime owns the topic: it loads
+a partition's groups when this broker becomes its leader (`begin_load`, `replay`, `complete_load`), drops them when
+it resigns (`unload`), and resolves a write once the records are committed, in the order the coordinator produced
+them. Each group belongs to partition `abs(hash(group)) % offsets.topic.num.partitions`; requests for groups of a
+partition still loading get COORDINATOR_LOAD_IN_PROGRESS. Committed offsets (storage, expiration) are offsets.py's.
 """
 from __future__ import annotations
 
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from strata.protocol.errors import ErrorCode
-from strata.protocol.records import build_batch, iter_batches, iter_records
 
+from ..coordinator.runtime import (
+    LOAD_BUFFER_DEFAULT,
+    CoordinatorMetadataStore,
+    CoordinatorReplicaManager,
+    CoordinatorRuntime,
+    CoordinatorTopic,
+)
 from .group import GROUP_TYPE, ClassicGroup, GroupState, JoinResult, Member, SyncResult
+from .offsets import OffsetMetadataManager, map_append_error
 from .records import (
     OFFSETS_TOPIC,
     GroupMetadataKey,
@@ -40,19 +48,16 @@ from .records import (
     encode_group_metadata_key,
     encode_group_metadata_value,
     encode_offset_commit_key,
-    encode_offset_commit_value,
-    partition_for,
 )
 
 if TYPE_CHECKING:
-    from ..server import KafkaServer
+    from strata.config import BrokerConfig
 
 log = structlog.get_logger("strata.group")
 
 S = GroupState
 E = ErrorCode
 NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000   # Kafka's GROUP_NEW_MEMBER_JOIN_TIMEOUT_MS
-LOAD_BUFFER_DEFAULT = 5 * 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -69,63 +74,107 @@ class JoinParams:
     api_version: int
 
 
-def _map_append_error(err: ErrorCode, for_offsets: bool) -> ErrorCode:
-    """Kafka's mapping of a failed __consumer_offsets append to what the client is told."""
-    if err in (E.UNKNOWN_TOPIC_OR_PARTITION, E.NOT_ENOUGH_REPLICAS, E.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-               E.REQUEST_TIMED_OUT):
-        return E.COORDINATOR_NOT_AVAILABLE
-    if err in (E.NOT_LEADER_OR_FOLLOWER, E.KAFKA_STORAGE_ERROR):
-        return E.NOT_COORDINATOR
-    if err in (E.MESSAGE_TOO_LARGE, E.RECORD_LIST_TOO_LARGE, E.INVALID_FETCH_SIZE):
-        return E.INVALID_COMMIT_OFFSET_SIZE if for_offsets else E.UNKNOWN_SERVER_ERROR
-    return err
+@dataclass(frozen=True, slots=True)
+class GroupConfig:
+    """The broker settings the group coordinator uses (`group.*`, `offset*.`), read once."""
+
+    initial_rebalance_delay_ms: int
+    min_session_timeout_ms: int
+    max_session_timeout_ms: int
+    max_group_size: int
+    offset_metadata_max_bytes: int
+    retention_ms: int
+    retention_check_interval_ms: int
+    offsets_topic: CoordinatorTopic
+
+    @classmethod
+    def from_broker_config(cls, cfg: BrokerConfig) -> GroupConfig:
+        return cls(
+            initial_rebalance_delay_ms=int(cfg["group.initial.rebalance.delay.ms"]),
+            min_session_timeout_ms=int(cfg["group.min.session.timeout.ms"]),
+            max_session_timeout_ms=int(cfg["group.max.session.timeout.ms"]),
+            max_group_size=int(cfg["group.max.size"]),
+            offset_metadata_max_bytes=int(cfg["offset.metadata.max.bytes"]),
+            retention_ms=int(cfg["offsets.retention.minutes"]) * 60_000,
+            retention_check_interval_ms=int(cfg["offsets.retention.check.interval.ms"]),
+            offsets_topic=CoordinatorTopic(
+                OFFSETS_TOPIC, int(cfg["offsets.topic.num.partitions"]), int(cfg["offsets.topic.replication.factor"]),
+                int(cfg["offsets.topic.segment.bytes"]), int(cfg.get("offsets.load.buffer.size", LOAD_BUFFER_DEFAULT))))
+
+
+@dataclass(slots=True)
+class GroupLoad:
+    """The groups of one `__consumer_offsets` partition as its records replay (installed when the load ends)."""
+
+    now: int
+    groups: dict[str, ClassicGroup] = field(default_factory=dict)
 
 
 class GroupCoordinator:
-    def __init__(self, server: KafkaServer, *, clock: Callable[[], int] | None = None) -> None:
-        self.server = server
-        cfg = server.config
-        self.initial_rebalance_delay_ms: int = int(cfg["group.initial.rebalance.delay.ms"])
-        self.min_session_timeout_ms: int = int(cfg["group.min.session.timeout.ms"])
-        self.max_session_timeout_ms: int = int(cfg["group.max.session.timeout.ms"])
-        self.max_group_size: int = int(cfg["group.max.size"])
-        self.offset_metadata_max_bytes: int = int(cfg["offset.metadata.max.bytes"])
-        self.retention_ms: int = int(cfg["offsets.retention.minutes"]) * 60_000
-        self.retention_check_interval_ms: int = int(cfg["offsets.retention.check.interval.ms"])
-        self.load_buffer_size: int = int(cfg.get("offsets.load.buffer.size", LOAD_BUFFER_DEFAULT))
-        info = server.store.topic(OFFSETS_TOPIC)
-        self.num_partitions: int = info.partitions if info else int(cfg["offsets.topic.num.partitions"])
+    """The classic group protocol (JoinGroup/SyncGroup/Heartbeat/LeaveGroup) and the group admin APIs; the
+    `CoordinatorShard` of `self.runtime`. Offset requests are validated here against the protocol (member,
+    generation) and stored by `self.offsets` (offsets.py)."""
+
+    def __init__(self, config: GroupConfig, replica_manager: CoordinatorReplicaManager,
+                 store: CoordinatorMetadataStore, *, clock: Callable[[], int] | None = None) -> None:
+        self.config = config
+        self.initial_rebalance_delay_ms: int = config.initial_rebalance_delay_ms
+        self.min_session_timeout_ms: int = config.min_session_timeout_ms
+        self.max_session_timeout_ms: int = config.max_session_timeout_ms
+        self.max_group_size: int = config.max_group_size
+        self.retention_check_interval_ms: int = config.retention_check_interval_ms
         self.groups: dict[str, ClassicGroup] = {}
-        self.loading: set[int] = set()
-        # __consumer_offsets partitions this broker leads (the groups it coordinates); a load generation per
-        # partition so a load finishing after a resignation does not install stale groups.
-        self.owned: set[int] = set()
-        self._load_gen: dict[int, int] = {}
-        self.active = False
         self._now = clock or (lambda: int(time.time() * 1000))
         self._timers: dict[tuple, asyncio.TimerHandle] = {}
-        self._queue: asyncio.Queue | None = None
-        self._tasks: list[asyncio.Task] = []
-        self._spawned: set[asyncio.Task] = set()
-        self.loaded = asyncio.Event()
+        self._retention_task: asyncio.Task[None] | None = None
+        self.runtime: CoordinatorRuntime[GroupLoad] = CoordinatorRuntime(
+            config.offsets_topic, self, replica_manager, store, clock=self._now)
+        self.offsets = OffsetMetadataManager(self.groups, self.runtime,
+                                             metadata_max_bytes=config.offset_metadata_max_bytes,
+                                             retention_ms=config.retention_ms, has_timers=self._has_timers)
+
+    @classmethod
+    def from_broker_config(cls, cfg: BrokerConfig, replica_manager: CoordinatorReplicaManager,
+                           store: CoordinatorMetadataStore, *, clock: Callable[[], int] | None = None
+                           ) -> GroupCoordinator:
+        return cls(GroupConfig.from_broker_config(cfg), replica_manager, store, clock=clock)
+
+    # -- the runtime's state, as the handlers, the server and tests see it ------------------------------------------
+    @property
+    def active(self) -> bool:
+        return self.runtime.active
+
+    @property
+    def num_partitions(self) -> int:
+        return self.runtime.num_partitions
+
+    @num_partitions.setter
+    def num_partitions(self, n: int) -> None:
+        self.runtime.num_partitions = n
+
+    @property
+    def owned(self) -> set[int]:
+        """`__consumer_offsets` partitions this broker leads (the groups it coordinates)."""
+        return self.runtime.owned
+
+    @property
+    def loading(self) -> set[int]:
+        return self.runtime.loading
+
+    @property
+    def loaded(self) -> asyncio.Event:
+        return self.runtime.loaded
 
     # =========================================================================================================
     # lifecycle
     async def startup(self) -> None:
-        self._queue = asyncio.Queue()
-        self.active = True
-        self._tasks.append(asyncio.create_task(self._write_loop(), name="group-writer"))
-        if self.server.store.topic(OFFSETS_TOPIC) is not None:
-            self.loading = set(self.owned)     # the partitions this broker leads (on_become_leader)
-            self._tasks.append(asyncio.create_task(self._load_all(), name="group-loader"))
-        else:
-            self.loaded.set()
+        await self.runtime.startup()
         if self.retention_check_interval_ms > 0:
-            self._tasks.append(asyncio.create_task(self._retention_loop(), name="offsets-retention"))
+            self._retention_task = asyncio.create_task(self._retention_loop(), name="offsets-retention")
 
     async def shutdown(self, drain_timeout: float = 5.0) -> None:
         """Answer parked requests with NOT_COORDINATOR, stop timers, let queued writes finish (bounded)."""
-        self.active = False
+        self.runtime.deactivate()
         for h in self._timers.values():
             h.cancel()
         self._timers.clear()
@@ -133,24 +182,11 @@ class GroupCoordinator:
             for m in list(g.members.values()):
                 g.complete_join(m, JoinResult(E.NOT_COORDINATOR, member_id=m.member_id))
                 g.complete_sync(m, SyncResult(E.NOT_COORDINATOR))
-        if self._queue is not None:
-            deadline = time.monotonic() + drain_timeout
-            while not self._queue.empty() and time.monotonic() < deadline:
-                await asyncio.sleep(0.01)
-        for t in [*self._tasks, *self._spawned]:
-            t.cancel()
-        await asyncio.gather(*self._tasks, *self._spawned, return_exceptions=True)
-        self._tasks.clear()
-
-    def _spawn(self, coro) -> None:
-        t = asyncio.get_running_loop().create_task(coro)
-        self._spawned.add(t)
-        t.add_done_callback(self._spawn_done)
-
-    def _spawn_done(self, t: asyncio.Task) -> None:
-        self._spawned.discard(t)
-        if not t.cancelled() and t.exception() is not None:
-            log.error("group coordinator task failed", error=repr(t.exception()))
+        await self.runtime.shutdown(drain_timeout)
+        if self._retention_task is not None:
+            self._retention_task.cancel()
+            await asyncio.gather(self._retention_task, return_exceptions=True)
+            self._retention_task = None
 
     # =========================================================================================================
     # timers
@@ -173,6 +209,9 @@ class GroupCoordinator:
         if h is not None:
             h.cancel()
 
+    def _has_timers(self, group_id: str) -> bool:
+        return any(k[1] == group_id for k in self._timers)
+
     def _cancel_group_timers(self, group_id: str) -> None:
         for key in [k for k in self._timers if k[1] == group_id]:
             self._cancel(key)
@@ -183,35 +222,16 @@ class GroupCoordinator:
                        self._expire_heartbeat, group.group_id, member.member_id)
 
     # =========================================================================================================
-    # __consumer_offsets: topic, partitions, writes, loading
+    # __consumer_offsets: the runtime's topic and partitions
     def partition_for(self, group_id: str) -> int:
-        return partition_for(group_id, self.num_partitions)
+        return self.runtime.partition_for(group_id)
 
     def offsets_topic_exists(self) -> bool:
-        return self.server.store.topic(OFFSETS_TOPIC) is not None
+        return self.runtime.topic_exists()
 
     async def ensure_offsets_topic(self) -> bool:
         """Create `__consumer_offsets` on first use (compacted, internal). False if it cannot be created."""
-        store = self.server.store
-        if store.topic(OFFSETS_TOPIC) is not None:
-            return True
-        cfg = self.server.config
-        configs = {"cleanup.policy": "compact", "compression.type": "producer",
-                   "segment.bytes": str(cfg["offsets.topic.segment.bytes"])}
-        try:
-            # Capped by the live brokers (Kafka refuses instead; docs/configuration.md).
-            rf = min(cfg["offsets.topic.replication.factor"], max(1, len(store.brokers())))
-            info = await store.create_topic(OFFSETS_TOPIC, self.num_partitions, configs, internal=True,
-                                            replication_factor=rf)
-            if not store.clustered:     # in a cluster the replicas follow the partition states
-                self.server.replica_manager.ensure_partitions(info)
-        except Exception:
-            if store.topic(OFFSETS_TOPIC) is not None:      # created concurrently
-                return True
-            log.exception("cannot create the offsets topic")
-            return False
-        log.info("created the offsets topic", topic=OFFSETS_TOPIC, partitions=self.num_partitions)
-        return True
+        return await self.runtime.ensure_topic()
 
     def check_group(self, group_id: str | None) -> ErrorCode:
         """Errors that apply before any group logic: inactive, invalid id, no offsets topic, still loading."""
@@ -219,160 +239,24 @@ class GroupCoordinator:
             return E.COORDINATOR_NOT_AVAILABLE
         if not group_id:
             return E.INVALID_GROUP_ID
-        if not self.offsets_topic_exists():
-            return E.COORDINATOR_NOT_AVAILABLE
-        p = self.partition_for(group_id)
-        if p not in self.owned:
-            return E.NOT_COORDINATOR
-        if p in self.loading:
-            return E.COORDINATOR_LOAD_IN_PROGRESS
-        return E.NONE
+        return self.runtime.check(group_id)
 
     # ---- leadership of __consumer_offsets partitions (ReplicaManager.apply_partition_state) -------------------
     def on_become_leader(self, partition: int) -> None:
-        """This broker now leads `partition`: load its groups (Kafka's onElection)."""
-        gen = self._load_gen[partition] = self._load_gen.get(partition, 0) + 1
-        self.owned.add(partition)
-        if not self.active:
-            return          # startup() loads every owned partition
-        part = self.server.replica_manager.get_partition(OFFSETS_TOPIC, partition)
-        if part is None or part.log.log_end_offset <= part.log.log_start_offset:
-            return          # nothing to load
-        self.loading.add(partition)
-        self._spawn(self._load_one(partition, part.log, gen))
-
-    async def _load_one(self, partition: int, ulog, gen: int) -> None:
-        try:
-            n = await self._load_partition(partition, ulog, gen)
-            log.info("loaded groups of an offsets partition", partition=partition, records=n)
-        except Exception:
-            log.exception("failed to load offsets partition", partition=partition)
-        finally:
-            if self._load_gen.get(partition) == gen:
-                self.loading.discard(partition)
+        """This broker now leads `partition`: the runtime loads its groups (Kafka's onElection)."""
+        self.runtime.on_become_leader(partition)
 
     def on_resign(self, partition: int) -> None:
-        """This broker no longer leads `partition`: unload its groups; their members get NOT_COORDINATOR and find
-        the new coordinator (Kafka's onResignation)."""
-        self._load_gen[partition] = self._load_gen.get(partition, 0) + 1
-        self.owned.discard(partition)
-        self.loading.discard(partition)
-        now = self._now()
-        for gid, g in list(self.groups.items()):
-            if self.partition_for(gid) != partition:
-                continue
-            for m in list(g.members.values()):
-                g.complete_join(m, JoinResult(E.NOT_COORDINATOR, member_id=m.member_id))
-                g.complete_sync(m, SyncResult(E.NOT_COORDINATOR))
-            self._cancel_group_timers(gid)
-            g.transition_to(S.DEAD, now)
-            del self.groups[gid]
+        """This broker no longer leads `partition`: the runtime unloads its groups (Kafka's onResignation)."""
+        self.runtime.on_resign(partition)
 
-    def _enqueue(self, partition: int, kvs: list[tuple[bytes, bytes | None]]) -> asyncio.Future:
-        """Queue records for one partition of the offsets topic, now (so records keep the order in which the
-        coordinator produced them); the future resolves to the append's error code."""
-        fut = asyncio.get_running_loop().create_future()
-        if self._queue is None:
-            fut.set_result(E.COORDINATOR_NOT_AVAILABLE)
-        else:
-            self._queue.put_nowait((partition, kvs, fut))
-        return fut
+    # ---- the runtime's callbacks (CoordinatorShard): a partition's groups loaded from its records, unloaded ----
+    def begin_load(self, partition: int) -> GroupLoad:
+        return GroupLoad(self._now())
 
-    async def _append(self, partition: int, kvs: list[tuple[bytes, bytes | None]]) -> ErrorCode:
-        return await self._enqueue(partition, kvs)
 
-    def _append_nowait(self, partition: int, kvs: list[tuple[bytes, bytes | None]], what: str) -> None:
-        def done(fut: asyncio.Future) -> None:
-            if not fut.cancelled() and fut.result():
-                log.warning("failed to write group metadata", what=what, error=ErrorCode(fut.result()).name)
-        self._enqueue(partition, kvs).add_done_callback(done)
-
-    async def _write_loop(self) -> None:
-        assert self._queue is not None
-        rm = self.server.replica_manager
-        while True:
-            partition, kvs, fut = await self._queue.get()
-            try:
-                if not await self.ensure_offsets_topic():
-                    err = E.COORDINATOR_NOT_AVAILABLE
-                else:
-                    batch = build_batch(kvs, timestamp=self._now())
-                    res = (await rm.append_records([(OFFSETS_TOPIC, partition, batch)], internal=True))[0]
-                    err = ErrorCode(res.error)
-            except asyncio.CancelledError:
-                if not fut.done():
-                    fut.set_result(E.COORDINATOR_NOT_AVAILABLE)
-                raise
-            except Exception:
-                log.exception("offsets topic append failed", partition=partition)
-                err = E.UNKNOWN_SERVER_ERROR
-            if not fut.done():
-                fut.set_result(err)
-
-    def _group_metadata_kv(self, group: ClassicGroup, assignment: dict[str, bytes]) -> tuple[bytes, bytes]:
-        members = [MemberMetadata(m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                                  m.rebalance_timeout_ms, m.session_timeout_ms, m.metadata(group.protocol_name),
-                                  assignment.get(m.member_id, b""))
-                   for m in group.members.values()]
-        value = GroupMetadataValue(group.protocol_type or "", group.generation_id, group.protocol_name,
-                                   group.leader_id, group.state_timestamp_or_default(), members)
-        return encode_group_metadata_key(group.group_id), encode_group_metadata_value(value)
-
-    async def _load_all(self) -> None:
-        start = time.monotonic()
-        rm = self.server.replica_manager
-        total = 0
-        for p in sorted(self.loading):
-            part = rm.get_partition(OFFSETS_TOPIC, p)
-            try:
-                if part is not None:
-                    total += await self._load_partition(p, part.log, self._load_gen.get(p))
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("failed to load offsets partition", partition=p)
-            self.loading.discard(p)
-        self.loaded.set()
-        log.info("loaded groups and offsets", groups=len(self.groups), records=total,
-                 ms=round((time.monotonic() - start) * 1000))
-
-    async def _load_partition(self, partition: int, ulog, gen: int | None = None) -> int:
-        """Replay one partition from its log start offset (Kafka's coordinator load); with `gen`, the groups are
-        installed only if the partition was not resigned (or re-won) meanwhile."""
-        now = self._now()
-        loaded: dict[str, ClassicGroup] = {}
-        offset = ulog.log_start_offset
-        end = ulog.log_end_offset
-        count = 0
-        while offset < end:
-            data = ulog.read(offset, self.load_buffer_size, end, True)
-            buf = data.records
-            if not len(buf):
-                break
-            advanced = False
-            for pos, h in iter_batches(buf):
-                if h.next_offset <= offset:
-                    continue
-                advanced = True
-                offset = h.next_offset
-                if h.is_control:
-                    continue
-                for r in iter_records(buf, pos):
-                    count += 1
-                    self._replay(loaded, r.key, r.value, now)
-            if not advanced:
-                break
-            await asyncio.sleep(0)
-        if gen is not None and self._load_gen.get(partition) != gen:
-            return count
-        for gid, g in loaded.items():
-            g.subscribed_topics = g.compute_subscribed_topics()
-            self.groups[gid] = g
-            for m in g.members.values():
-                self._schedule_heartbeat(g, m)
-        return count
-
-    def _replay(self, loaded: dict[str, ClassicGroup], key: bytes | None, value: bytes | None, now: int) -> None:
+    def replay(self, state: GroupLoad, key: bytes | None, value: bytes | None) -> None:
+        loaded, now = state.groups, state.now
         if key is None:
             return
         try:
@@ -411,6 +295,36 @@ class GroupCoordinator:
                 g.previous_state = g.state
         except (RecordFormatError, UnicodeDecodeError, ValueError) as e:
             log.warning("skipping an unreadable offsets-topic record", error=str(e))
+
+    def complete_load(self, partition: int, state: GroupLoad) -> None:
+        for gid, g in state.groups.items():
+            g.subscribed_topics = g.compute_subscribed_topics()
+            self.groups[gid] = g
+            for m in g.members.values():
+                self._schedule_heartbeat(g, m)
+
+    def unload(self, partition: int) -> None:
+        """The groups of a resigned partition are gone from here: their members get NOT_COORDINATOR and find the
+        new coordinator."""
+        now = self._now()
+        for gid, g in list(self.groups.items()):
+            if self.partition_for(gid) != partition:
+                continue
+            for m in list(g.members.values()):
+                g.complete_join(m, JoinResult(E.NOT_COORDINATOR, member_id=m.member_id))
+                g.complete_sync(m, SyncResult(E.NOT_COORDINATOR))
+            self._cancel_group_timers(gid)
+            g.transition_to(S.DEAD, now)
+            del self.groups[gid]
+
+    def _group_metadata_kv(self, group: ClassicGroup, assignment: dict[str, bytes]) -> tuple[bytes, bytes]:
+        members = [MemberMetadata(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                                  m.rebalance_timeout_ms, m.session_timeout_ms, m.metadata(group.protocol_name),
+                                  assignment.get(m.member_id, b""))
+                   for m in group.members.values()]
+        value = GroupMetadataValue(group.protocol_type or "", group.generation_id, group.protocol_name,
+                                   group.leader_id, group.state_timestamp_or_default(), members)
+        return encode_group_metadata_key(group.group_id), encode_group_metadata_value(value)
 
     # =========================================================================================================
     # JoinGroup
@@ -547,9 +461,9 @@ class GroupCoordinator:
             if (group.protocol_name or "") == group.select_protocol():
                 # Same protocol: persist the new member id and hand the member its current assignment.
                 assignment = {m.member_id: m.assignment for m in group.members.values()}
-                written = self._enqueue(self.partition_for(group.group_id),
+                written = self.runtime.write(self.partition_for(group.group_id),
                                         [self._group_metadata_kv(group, assignment)])
-                self._spawn(self._finish_static_rejoin(p, group, new, old_id, new_id, current_leader,
+                self.runtime.spawn(self._finish_static_rejoin(p, group, new, old_id, new_id, current_leader,
                                                        (old_protocols, old_rt, old_st), written))
             else:
                 self._maybe_prepare_rebalance_or_complete_join(group, f"static member {new_id} changed protocols")
@@ -571,7 +485,7 @@ class GroupCoordinator:
                 restored = group.replace_static_member(p.group_instance_id, new_id, old_id)
                 self._schedule_heartbeat(group, restored)
             if fut is not None and not fut.done():
-                fut.set_result(JoinResult(_map_append_error(err, False), member_id="",
+                fut.set_result(JoinResult(map_append_error(err, False), member_id="",
                                           generation_id=group.generation_id, protocol_type=group.protocol_type,
                                           protocol_name=group.protocol_name, leader=current_leader or ""))
             return
@@ -656,7 +570,7 @@ class GroupCoordinator:
         group.init_next_generation(self._now())
         if group.is_in(S.EMPTY):
             log.info("group is empty", group=gid, generation=group.generation_id)
-            self._append_nowait(self.partition_for(gid), [self._group_metadata_kv(group, {})],
+            self.runtime.write_nowait(self.partition_for(gid), [self._group_metadata_kv(group, {})],
                                 f"empty group {gid}")
             return
         log.info("rebalance: new generation", group=gid, generation=group.generation_id,
@@ -769,8 +683,8 @@ class GroupCoordinator:
             assignment = {m: bytes(a) for m, a in assignments}
             for mid in group.members:
                 assignment.setdefault(mid, b"")
-            written = self._enqueue(self.partition_for(group_id), [self._group_metadata_kv(group, assignment)])
-            self._spawn(self._store_assignment(group, generation_id, assignment, written))
+            written = self.runtime.write(self.partition_for(group_id), [self._group_metadata_kv(group, assignment)])
+            self.runtime.spawn(self._store_assignment(group, generation_id, assignment, written))
         return await fut
 
     async def _store_assignment(self, group: ClassicGroup, generation: int, assignment: dict[str, bytes],
@@ -779,7 +693,7 @@ class GroupCoordinator:
         if not (group.is_in(S.COMPLETING_REBALANCE) and group.generation_id == generation):
             return   # a member joined or left meanwhile: that rebalance answers everyone
         if err:
-            self._reset_and_propagate_assignment(group, _map_append_error(err, False))
+            self._reset_and_propagate_assignment(group, map_append_error(err, False))
             self._maybe_prepare_rebalance_or_complete_join(group, f"error {err} storing the assignment")
         else:
             self._set_and_propagate_assignment(group, assignment)
@@ -892,29 +806,7 @@ class GroupCoordinator:
             err = self._validate_offset_commit(group, member_id, instance_id, generation_id)
             if err:
                 return err, {}
-        results: dict[tuple[str, int], ErrorCode] = {}
-        kvs = []
-        accepted = {}
-        for tp, om in offsets.items():
-            if om.metadata is not None and len(om.metadata.encode()) > self.offset_metadata_max_bytes:
-                results[tp] = E.OFFSET_METADATA_TOO_LARGE
-                continue
-            om.metadata = om.metadata or ""
-            version = 1 if om.expire_timestamp >= 0 else 3      # Kafka's offsetCommitValueVersion()
-            kvs.append((encode_offset_commit_key(group_id, tp[0], tp[1]), encode_offset_commit_value(om, version)))
-            accepted[tp] = om
-        if kvs:
-            werr = await self._append(self.partition_for(group_id), kvs)
-            if werr:
-                mapped = _map_append_error(werr, True)
-                for tp in accepted:
-                    results[tp] = mapped
-                return E.NONE, results
-            if self.groups.get(group_id) is group:
-                group.offsets.update(accepted)
-            for tp in accepted:
-                results[tp] = E.NONE
-        return E.NONE, results
+        return E.NONE, await self.offsets.store(group, offsets)
 
     def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None
                       ) -> tuple[ErrorCode, list[tuple[str, list[tuple[int, OffsetAndMetadata | None]]]]]:
@@ -922,14 +814,7 @@ class GroupCoordinator:
         err = self.check_group(group_id)
         if err:
             return err, []
-        group = self.groups.get(group_id)
-        offsets = group.offsets if group is not None and not group.is_in(S.DEAD) else {}
-        if topics is None:
-            by_topic: dict[str, list[tuple[int, OffsetAndMetadata | None]]] = {}
-            for (t, p), om in sorted(offsets.items()):
-                by_topic.setdefault(t, []).append((p, om))
-            return E.NONE, list(by_topic.items())
-        return E.NONE, [(t, [(p, offsets.get((t, p))) for p in parts]) for t, parts in topics]
+        return E.NONE, self.offsets.fetch(group_id, topics)
 
     # =========================================================================================================
     # admin: list / describe / delete
@@ -978,10 +863,10 @@ class GroupCoordinator:
                 self._cancel_group_timers(gid)
                 del self.groups[gid]
                 deleted.append((gid, p))
-        pending = {p: self._enqueue(p, kvs) for p, kvs in writes.items()}    # enqueue all before awaiting
+        pending = {p: self.runtime.write(p, kvs) for p, kvs in writes.items()}    # enqueue all before awaiting
         errors = {p: await f for p, f in pending.items()}
         for gid, p in deleted:
-            results[gid] = _map_append_error(errors[p], False) if errors[p] else E.NONE
+            results[gid] = map_append_error(errors[p], False) if errors[p] else E.NONE
             if not errors[p]:
                 log.info("deleted group", group=gid)
         return results
@@ -996,24 +881,7 @@ class GroupCoordinator:
             return E.GROUP_ID_NOT_FOUND, {}
         if g.is_in(S.STABLE, S.PREPARING_REBALANCE, S.COMPLETING_REBALANCE) and not g.uses_consumer_protocol():
             return E.NON_EMPTY_GROUP, {}
-        results: dict[tuple[str, int], ErrorCode] = {}
-        kvs = []
-        gone = []
-        for t, p in partitions:
-            if g.is_subscribed_to_topic(t):
-                results[(t, p)] = E.GROUP_SUBSCRIBED_TO_TOPIC
-                continue
-            results[(t, p)] = E.NONE
-            if (t, p) in g.offsets:
-                kvs.append((encode_offset_commit_key(group_id, t, p), None))
-                gone.append((t, p))
-        if kvs:
-            werr = await self._append(self.partition_for(group_id), kvs)
-            if werr:
-                return _map_append_error(werr, True), {}
-            for tp in gone:
-                g.offsets.pop(tp, None)
-        return E.NONE, results
+        return await self.offsets.delete(g, partitions)
 
     # =========================================================================================================
     # offsets retention (offsets.retention.minutes)
@@ -1031,59 +899,7 @@ class GroupCoordinator:
         """Expire offsets per Kafka's rules; delete Empty groups left without offsets. Returns (offsets, groups)."""
         if not self.active:
             return 0, 0
-        now = self._now() if now is None else now
-        writes: dict[int, list] = {}
-        plans = []
-        for gid, g in list(self.groups.items()):
-            p = self.partition_for(gid)
-            if p in self.loading or g.is_in(S.DEAD):
-                continue
-            base = self._expiration_base(g)
-            expired = []
-            if base is not None:
-                for tp, om in g.offsets.items():
-                    if g.is_subscribed_to_topic(tp[0]):
-                        continue
-                    if om.expire_timestamp >= 0:
-                        if now >= om.expire_timestamp:
-                            expired.append(tp)
-                    elif now - base(om) >= self.retention_ms:
-                        expired.append(tp)
-            all_gone = len(expired) == len(g.offsets)
-            delete_group = (all_gone and g.is_in(S.EMPTY) and not g.pending_members
-                            and not any(k[1] == gid for k in self._timers))
-            if not expired and not delete_group:
-                continue
-            kvs = writes.setdefault(p, [])
-            kvs += [(encode_offset_commit_key(gid, t, i), None) for t, i in expired]
-            if delete_group:
-                kvs.append((encode_group_metadata_key(gid), None))
-                g.transition_to(S.DEAD, now)
-                del self.groups[gid]
-            plans.append((g, p, expired, delete_group))
-        pending = {p: self._enqueue(p, kvs) for p, kvs in writes.items()}
-        errors = {p: await f for p, f in pending.items()}
-        n_offsets = n_groups = 0
-        for g, p, expired, delete_group in plans:
-            if errors[p]:
-                continue
-            for tp in expired:
-                g.offsets.pop(tp, None)
-            n_offsets += len(expired)
-            n_groups += int(delete_group)
-        if n_offsets or n_groups:
-            log.info("expired offsets", offsets=n_offsets, groups_deleted=n_groups)
-        return n_offsets, n_groups
-
-    def _expiration_base(self, g: ClassicGroup) -> Callable[[OffsetAndMetadata], int] | None:
-        if g.protocol_type is not None:
-            if g.is_in(S.EMPTY):
-                ts = g.current_state_timestamp
-                return (lambda om: ts) if ts is not None else (lambda om: om.commit_timestamp)
-            if g.uses_consumer_protocol() and g.subscribed_topics is not None and g.is_in(S.STABLE):
-                return lambda om: om.commit_timestamp
-            return None
-        return lambda om: om.commit_timestamp
+        return await self.offsets.expire(self._now() if now is None else now)
 
 
-__all__ = ["GroupCoordinator", "JoinParams"]
+__all__ = ["GroupConfig", "GroupCoordinator", "JoinParams"]

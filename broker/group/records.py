@@ -19,6 +19,9 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
+# group -> partition: the coordinator runtime's (any coordinator key hashes the same way)
+from ..coordinator.runtime import java_string_hash, partition_for
+
 OFFSETS_TOPIC = "__consumer_offsets"
 
 OFFSET_COMMIT_KEY_VERSION = 1
@@ -29,24 +32,6 @@ GROUP_METADATA_VALUE_VERSION = 3
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# group -> partition
-
-def java_string_hash(s: str) -> int:
-    """Java's String.hashCode: s[0]*31^(n-1) + ... over UTF-16 code units, in int32 arithmetic."""
-    data = s.encode("utf-16-be", "surrogatepass")
-    h = 0
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def partition_for(group_id: str, num_partitions: int) -> int:
-    """Kafka's `Utils.abs(groupId.hashCode()) % partitions` (Utils.abs maps Integer.MIN_VALUE to 0)."""
-    h = java_string_hash(group_id)
-    return (0 if h == -(1 << 31) else abs(h)) % num_partitions
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""strata.remote.s3 without a server: chunk maths, the manifest, zstd chunks, configuration, and the retry engine
-(error classification, backoff, per-attempt timeout, overall deadline) against a fake client."""
+"""strata.remote.s3 and its modules without a server: chunk maths, the manifest, zstd chunks (s3_manifest),
+configuration (s3_config), and the retry engine of s3_client (error classification, backoff, per-attempt timeout,
+overall deadline) against a fake client."""
 from __future__ import annotations
 
 import asyncio
@@ -10,9 +11,10 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 
 from strata.protocol.records import ZSTD, build_batch
 from strata.remote.rsm import RemoteResourceNotFoundError, RemoteStorageError, RemoteStorageTimeoutError
-from strata.remote.s3 import (
-    S3Config,
-    S3RemoteStorageManager,
+from strata.remote.s3 import S3RemoteStorageManager
+from strata.remote.s3_client import S3Client
+from strata.remote.s3_config import S3Config
+from strata.remote.s3_manifest import (
     SegmentManifest,
     compress_chunk,
     decompress_chunk,
@@ -121,12 +123,9 @@ def client_error(code: str, status: int) -> ClientError:
                        "GetObject")
 
 
-def make_rsm(**kw) -> S3RemoteStorageManager:
+def make_client(**kw) -> S3Client:
     cfg = S3Config(bucket="b", backoff_s=0.001, backoff_max_s=0.005, **kw)
-    rsm = S3RemoteStorageManager(cfg)
-    rsm._client = object()  # a fake: ops below ignore it
-    rsm._get_slots = asyncio.Semaphore(4)
-    return rsm
+    return S3Client(cfg, S3RemoteStorageManager(cfg)._run, client=object())  # a fake: ops below ignore it
 
 
 def scripted(*outcomes):
@@ -147,22 +146,22 @@ def scripted(*outcomes):
 
 def test_retriable_errors_are_retried_until_success():
     async def body():
-        rsm = make_rsm(max_attempts=5)
+        client = make_client(max_attempts=5)
         op, st = scripted(client_error("ServiceUnavailable", 503), client_error("InternalError", 500),
                           EndpointConnectionError(endpoint_url="http://x"), client_error("SlowDown", 503), "ok")
-        assert await rsm._call("GET k", op) == "ok"
-        assert st["calls"] == 5 and rsm.stats.retries == 4 and rsm.stats.errors == 0
+        assert await client.call("GET k", op) == "ok"
+        assert st["calls"] == 5 and client.stats.retries == 4 and client.stats.errors == 0
 
     asyncio.run(body())
 
 
 def test_attempts_are_bounded():
     async def body():
-        rsm = make_rsm(max_attempts=3)
+        client = make_client(max_attempts=3)
         op, st = scripted(client_error("InternalError", 500))
         with pytest.raises(RemoteStorageError) as ei:
-            await rsm._call("PUT k", op)
-        assert st["calls"] == 3 and ei.value.retriable is True and rsm.stats.errors == 1
+            await client.call("PUT k", op)
+        assert st["calls"] == 3 and ei.value.retriable is True and client.stats.errors == 1
 
     asyncio.run(body())
 
@@ -175,10 +174,10 @@ def test_attempts_are_bounded():
 ])
 def test_non_retriable_errors_fail_at_once(code, status, exc, retriable):
     async def body():
-        rsm = make_rsm(max_attempts=5)
+        client = make_client(max_attempts=5)
         op, st = scripted(client_error(code, status))
         with pytest.raises(exc) as ei:
-            await rsm._call("GET k", op)
+            await client.call("GET k", op)
         assert st["calls"] == 1 and ei.value.retriable is retriable
         if code == "NoSuchBucket":
             assert not isinstance(ei.value, RemoteResourceNotFoundError) and "does not exist" in str(ei.value)
@@ -188,22 +187,22 @@ def test_non_retriable_errors_fail_at_once(code, status, exc, retriable):
 
 def test_hanging_attempts_time_out_and_the_call_deadline_is_bounded():
     async def body():
-        rsm = make_rsm(max_attempts=100, attempt_timeout_s=0.05, api_call_timeout_s=0.3)
+        client = make_client(max_attempts=100, attempt_timeout_s=0.05, api_call_timeout_s=0.3)
         op, st = scripted("hang")
         t0 = time.monotonic()
         with pytest.raises(RemoteStorageTimeoutError) as ei:
-            await rsm._call("GET k", op)
+            await client.call("GET k", op)
         elapsed = time.monotonic() - t0
         assert 0.3 <= elapsed < 1.5 and ei.value.retriable is True
-        assert 3 <= st["calls"] < 100 and rsm.stats.timeouts >= 3
+        assert 3 <= st["calls"] < 100 and client.stats.timeouts >= 3
 
     asyncio.run(body())
 
 
 def test_slow_attempt_then_success():
     async def body():
-        rsm = make_rsm(max_attempts=3, attempt_timeout_s=0.05, api_call_timeout_s=5)
+        client = make_client(max_attempts=3, attempt_timeout_s=0.05, api_call_timeout_s=5)
         op, st = scripted("hang", "ok")
-        assert await rsm._call("GET k", op) == "ok" and st["calls"] == 2 and rsm.stats.timeouts == 1
+        assert await client.call("GET k", op) == "ok" and st["calls"] == 2 and client.stats.timeouts == 1
 
     asyncio.run(body())

@@ -69,7 +69,7 @@ def test_a_load_finishing_after_a_resignation_installs_nothing(tmp_path):
         c.on_become_leader(p)              # a load starts ...
         assert p in c.loading and c.check_group(gid) == E.COORDINATOR_LOAD_IN_PROGRESS
         c.on_resign(p)                     # ... and the partition is lost before it ends
-        await until(lambda: not c._spawned)      # the load ran to its end
+        await until(lambda: not c.runtime.background_tasks)      # the load ran to its end
         assert gid not in c.groups and p not in c.loading
         await h.close()
     run(main())
