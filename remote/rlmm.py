@@ -61,6 +61,7 @@ from .rlmm_snapshot import (
     write_committed_offsets,
     write_snapshot_file,
 )
+from .rlmm_api import RemoteLogMetadataManager
 from .rlmm_types import (
     REMOTE_LOG_METADATA_TOPIC_NAME,
     InvalidStateTransitionError,
@@ -119,7 +120,7 @@ class _MetadataPartition:
         self.inflight = 0                      # writes between append and apply
 
 
-class TopicBasedRemoteLogMetadataManager:
+class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     """See the module docstring. Lookups are synchronous (in-memory); writes are coroutines."""
 
     def __init__(self, io: MetadataTopicIO, log_dir: str | Path, configs: Mapping[str, Any] | RlmmConfig | None = None,
