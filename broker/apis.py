@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 import structlog
 
-from strata.protocol.errors import ErrorCode
 from strata.protocol.fetch_response import encode_fetch_response
 from strata.protocol.records import BufferChain
 from strata.protocol.registry import (
@@ -183,9 +182,3 @@ def join_record_chains(resp: Any) -> None:
             if isinstance(p.records, BufferChain):
                 p.records = bytes(p.records)
 
-
-def error_code_of(exc: BaseException) -> ErrorCode:
-    code = getattr(exc, "code", None)
-    if code is None:
-        code = getattr(exc, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR)
-    return ErrorCode(code)

@@ -60,9 +60,17 @@ class FetchSpec:
     fetch_offset: int
     max_bytes: int
     current_leader_epoch: int = -1
-    remote: bool = False          # set by the read pass: the offset lives in remote storage
     last_fetched_epoch: int = -1  # Fetch v12+ (KIP-320): checked against the leader's epochs
     log_start_offset: int = -1    # a follower's log start (Fetch v5+)
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteFetchInfo:
+    """What a read pass leaves to the RemoteLogReader pool: the fetch offset lives in remote storage (Kafka's
+    RemoteStorageFetchInfo in its LogReadResult)."""
+    partition: Partition
+    fetch_offset: int
+    max_bytes: int
 
 
 @dataclass(slots=True)
@@ -74,6 +82,7 @@ class FetchResult:
     records: bytes | memoryview = b""
     diverging_epoch: tuple[int, int] | None = None    # (epoch, end offset): the fetcher must truncate
     current_leader: tuple[int, int] | None = None     # (leader id, leader epoch) with NOT_LEADER / FENCED
+    remote_fetch: RemoteFetchInfo | None = None       # the read pass found the offset in remote storage
 
 
 @dataclass
@@ -558,8 +567,8 @@ class ReplicaManager:
                         # KIP-405: followers rebuild from remote metadata rather than copy tiered data.
                         res.error = ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE
                         respond = True
-                    elif self.rlm is not None:
-                        s.remote = True      # read by the RemoteLogReader pool after this pass
+                    elif self.rlm is not None:      # read by the RemoteLogReader pool after this pass
+                        res.remote_fetch = RemoteFetchInfo(p, s.fetch_offset, s.max_bytes)
                     else:
                         res.error = ErrorCode.OFFSET_OUT_OF_RANGE
                         respond = True
@@ -587,28 +596,22 @@ class ReplicaManager:
         return results, total, respond
 
     async def fetch(self, specs: list[FetchSpec], *, max_bytes: int, min_bytes: int, max_wait_ms: int,
-                    isolation: int = READ_UNCOMMITTED, replica: bool = False, replica_id: int | None = None
-                    ) -> list[FetchResult]:
+                    isolation: int = READ_UNCOMMITTED, replica_id: int = -1) -> list[FetchResult]:
         """Read now; if fewer than min.bytes are ready, park in the Fetch purgatory until appends or max.wait.
         `replica_id` >= 0 is a follower's fetch: served by the leader only, read up to the LEO, and it reports the
         follower's position (HW, ISR)."""
-        if replica_id is None:
-            replica_id = 0 if replica else -1      # (legacy callers: a replica fetch without an id)
         max_bytes = min(max_bytes, self.config["fetch.max.bytes"]) if max_bytes > 0 else 0
         deadline = time.monotonic() + max_wait_ms / 1000.0
         keys = [(s.topic, s.partition) for s in specs]
         first = True
         while True:
-            for s in specs:
-                s.remote = False
             results, total, respond = self._read_once(specs, max_bytes, isolation, replica_id, first)
             first = False
-            if any(s.remote for s in specs):
+            if self.rlm is not None and any(r.remote_fetch is not None for r in results):
                 if not self.rlm.fetch_throttled():
-                    total += await self._read_remote(specs, results, max_bytes - total, isolation)
+                    total += await self._read_remote(results, max_bytes - total, isolation)
                     break
-                for s in specs:     # throttled (KIP-956): no data for the remote partitions, wait as for any other
-                    s.remote = False
+                # throttled (KIP-956): no data for the remote partitions, wait as for any other
             remaining = deadline - time.monotonic()
             if total >= min_bytes or respond or remaining <= 0 or not specs:
                 break
@@ -638,22 +641,23 @@ class ReplicaManager:
             if nfail:
                 m.failed_fetch.labels(topic).inc(nfail)
 
-    async def _read_remote(self, specs: list[FetchSpec], results: list[FetchResult], budget: int,
-                           isolation: int) -> int:
+    async def _read_remote(self, results: list[FetchResult], budget: int, isolation: int) -> int:
         """DelayedRemoteFetch: read every remote partition of the fetch on the RemoteLogReader pool (several per
         fetch, KAFKA-14915), waiting at most remote.fetch.max.wait.ms. Unfinished reads answer empty (the client
         retries; the chunks they pulled stay cached); failures answer KAFKA_STORAGE_ERROR, which clients retry."""
         jobs: dict[int, asyncio.Task] = {}
         first = True
-        for i, s in enumerate(specs):
-            if not s.remote:
+        rlm = self.rlm
+        assert rlm is not None      # a read pass leaves reads to remote storage only with an RLM
+        for i, r in enumerate(results):
+            if (info := r.remote_fetch) is None:
                 continue
-            p = self.partitions[(s.topic, s.partition)]
-            limit = min(s.max_bytes, budget)
+            p = info.partition
+            limit = min(info.max_bytes, budget)
             if limit <= 0 and not first:
                 continue
             max_offset = p.last_stable_offset if isolation == READ_COMMITTED else p.high_watermark
-            jobs[i] = asyncio.ensure_future(self.rlm.read(p.log, s.fetch_offset, max(limit, 0), first, max_offset))
+            jobs[i] = asyncio.ensure_future(rlm.read(p.log, info.fetch_offset, max(limit, 0), first, max_offset))
             budget -= max(limit, 0)
             first = False
         if not jobs:
@@ -663,8 +667,10 @@ class ReplicaManager:
         total = 0
         for i, task in jobs.items():
             res = results[i]
+            info = res.remote_fetch
+            assert info is not None
             if task in pending:
-                self.rlm.metrics.delayed_remote_fetch_expires.labels(specs[i].topic).inc()
+                rlm.metrics.delayed_remote_fetch_expires.labels(info.partition.topic.name).inc()
                 task.add_done_callback(_consume_exception)
                 continue
             exc = task.exception()
@@ -674,8 +680,8 @@ class ReplicaManager:
             elif isinstance(exc, OffsetOutOfRangeError):
                 res.error = ErrorCode.OFFSET_OUT_OF_RANGE
             else:
-                log.warning("remote fetch failed", topic=specs[i].topic, partition=specs[i].partition,
-                            offset=specs[i].fetch_offset, error=str(exc))
+                log.warning("remote fetch failed", topic=info.partition.topic.name, partition=info.partition.index,
+                            offset=info.fetch_offset, error=str(exc))
                 res.error = ErrorCode.KAFKA_STORAGE_ERROR
         return total
 
