@@ -15,7 +15,7 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -31,6 +31,13 @@ from .metadata_store import MetadataStore, TopicInfo
 from .metrics import BrokerMetrics
 from .partition import Partition, now_ms
 from .purgatory import Purgatory
+
+if TYPE_CHECKING:
+    from strata.remote.rlm import RemoteLogManager
+    from strata.remote.rlmm_api import RemoteLogMetadataManager
+    from strata.storage.cleaner_manager import LogCleaner
+
+    from .tiered import TieredStorage
 
 log = structlog.get_logger("strata.replica_manager")
 
@@ -92,9 +99,10 @@ class ReplicaManager:
     store: MetadataStore
     metrics: BrokerMetrics
     partitions: dict[tuple[str, int], Partition] = field(default_factory=dict)
-    rlm: Any = None               # RemoteLogManager when remote.log.storage.system.enable
-    rlmm: Any = None              # its RemoteLogMetadataManager
-    log_cleaner: Any = None       # LogCleaner: follower truncation moves its checkpoint down
+    log_cleaner: LogCleaner | None = None     # follower truncation moves its checkpoint down
+    # remote.log.storage.system.enable: builds the tiered storage, whose RLMM reads and appends to this
+    # replica manager's own replicas of __remote_log_metadata (so it is given the replica manager)
+    tiered_storage_factory: Callable[[ReplicaManager], TieredStorage] | None = None
 
     def __post_init__(self) -> None:
         self.broker_id: int = self.config.broker_id
@@ -106,6 +114,21 @@ class ReplicaManager:
         self.leadership_listeners: list[LeadershipListener] = []
         self._isr_tasks: set[asyncio.Task] = set()
         self.metrics.register_replica_manager(self)
+        factory = self.tiered_storage_factory
+        self.tiered: TieredStorage | None = factory(self) if factory is not None else None
+
+    @property
+    def rlm(self) -> RemoteLogManager | None:
+        """The RemoteLogManager once tiered storage is started (start_tiered_storage), else None: leadership
+        changes and partition stops reach the RLM and RLMM only from then on."""
+        t = self.tiered
+        return t.rlm if t is not None and t.started else None
+
+    @property
+    def rlmm(self) -> RemoteLogMetadataManager | None:
+        """The RLM's RemoteLogMetadataManager, under the same condition as `rlm`."""
+        t = self.tiered
+        return t.rlmm if t is not None and t.started else None
 
     def _report_purgatory(self, name: str, size: int) -> None:
         g = self._purgatory_gauges.get(name)
@@ -117,6 +140,16 @@ class ReplicaManager:
     def start(self) -> None:
         """Start the replica fetchers (needs the running event loop)."""
         self.fetcher_manager.start()
+
+    async def start_tiered_storage(self) -> None:
+        """Start the RLM, the RLMM and the partition remover, then hand them every hosted tiered partition.
+        Called once the replicas are loaded and, in a cluster, the broker registered: the RLMM creates and
+        reads `__remote_log_metadata` through them."""
+        if self.tiered is None:
+            return
+        await self.tiered.start()
+        for info in list(self.store.topics().values()):
+            self._notify_remote(info)
 
     async def shutdown(self) -> None:
         await self.fetcher_manager.shutdown()
@@ -260,6 +293,9 @@ class ReplicaManager:
 
     def _notify_remote_partitions(self, parts: list[Partition]) -> None:
         from strata.remote.rlm import topic_id_partition
+        rlm = self.rlm
+        if rlm is None:
+            return
         leaders = [p for p in parts if p.is_leader]
         followers = [p for p in parts if not p.is_leader]
         tl = [topic_id_partition(p.log) for p in leaders if p.log.remote_log_enabled]
@@ -272,7 +308,7 @@ class ReplicaManager:
                 # itself must still be applied, and the tier state machine subscribes again when it needs to.
                 log.warning("cannot follow remote log metadata", error=str(e),
                             partitions=[str(t) for t in tl + tf])
-        self.rlm.on_leadership_change([(p.log, p.leader_epoch) for p in leaders], [p.log for p in followers])
+        rlm.on_leadership_change([(p.log, p.leader_epoch) for p in leaders], [p.log for p in followers])
 
     def remove_topic(self, info: TopicInfo) -> None:
         """Topic deleted: stop and delete every local replica (idempotent); the leader marks its remote data for the

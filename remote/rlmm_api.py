@@ -1,10 +1,11 @@
-"""RemoteLogMetadataManager: the KIP-405 plugin interface (Kafka's `RemoteLogMetadataManager`, asyncio flavour).
+"""RemoteLogMetadataManager: the KIP-405 plugin interface (Kafka's `RemoteLogMetadataManager`, asyncio
+flavour).
 
-The RemoteLogManager, the ReplicaManager and the follower's tier state machine depend on this interface, not on the
-topic-based implementation (`rlmm.py`), as they depend on `rsm.RemoteStorageManager` and not on S3 or
-LocalTieredStorage. Lookups answer from memory and are plain methods; writes go through the metadata topic and are
-coroutines that return once the event is applied (or durable, for partitions this broker does not follow).
-Semantics follow Kafka's javadoc; the readiness waits are Strata's (Kafka's RLMM blocks inside its lookups instead).
+The RemoteLogManager, the ReplicaManager and the follower's tier state machine depend on this interface, not
+on the topic-based implementation (`rlmm.py`), as they depend on `rsm.RemoteStorageManager` and not on S3 or
+LocalTieredStorage. Lookups answer from memory and are plain methods; writes go through the metadata topic and
+are coroutines that return once the event is applied (or durable, for partitions this broker does not follow).
+Semantics follow Kafka's javadoc; the readiness waits are Strata's (Kafka's RLMM blocks inside its lookups).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from .metadata import (
 class RemoteLogMetadataManager(abc.ABC):
     """Where the remote segments of the user partitions are recorded, and their states."""
 
-    # ---- writes -----------------------------------------------------------------------------------------------
+    # ---- writes ------------------------------------------------------------------------------------------
     @abc.abstractmethod
     async def add_remote_log_segment_metadata(self, metadata: RemoteLogSegmentMetadata) -> None:
         """Record a segment copy starting (state COPY_SEGMENT_STARTED)."""
@@ -35,7 +36,7 @@ class RemoteLogMetadataManager(abc.ABC):
     async def put_remote_partition_delete_metadata(self, metadata: RemotePartitionDeleteMetadata) -> None:
         """Record a step of a user partition's deletion (marked, started, finished)."""
 
-    # ---- lookups ----------------------------------------------------------------------------------------------
+    # ---- lookups -----------------------------------------------------------------------------------------
     @abc.abstractmethod
     def remote_log_segment_metadata(self, tip: TopicIdPartition, leader_epoch: int,
                                     offset: int) -> RemoteLogSegmentMetadata | None:
@@ -54,7 +55,7 @@ class RemoteLogMetadataManager(abc.ABC):
     def partition_delete_metadata(self, tip: TopicIdPartition) -> RemotePartitionDeleteMetadata | None:
         """The last recorded deletion step of the partition, if any."""
 
-    # ---- which partitions are followed ------------------------------------------------------------------------
+    # ---- which partitions are followed -------------------------------------------------------------------
     @abc.abstractmethod
     def on_partition_leadership_changes(self, leader_partitions: Iterable[TopicIdPartition],
                                         follower_partitions: Iterable[TopicIdPartition]) -> None:
@@ -78,8 +79,8 @@ class RemoteLogMetadataManager(abc.ABC):
 
     @abc.abstractmethod
     async def wait_for_catch_up(self, tip: TopicIdPartition, timeout_s: float | None = None) -> None:
-        """Wait until everything recorded for the partition *now* is applied (a new leader about to choose where
-        copying resumes); raise on timeout."""
+        """Wait until everything recorded for the partition *now* is applied (a new leader about to choose
+        where copying resumes); raise on timeout."""
 
 
 __all__ = ["RemoteLogMetadataManager"]
