@@ -171,4 +171,3 @@ def join_record_chains(resp: Any) -> None:
         for p in t.partitions:
             if isinstance(p.records, BufferChain):
                 p.records = bytes(p.records)
-

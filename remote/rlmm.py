@@ -44,6 +44,7 @@ from .metadata import (
     RemotePartitionDeleteMetadata,
     TopicIdPartition,
 )
+from .rlmm_api import RemoteLogMetadataManager
 from .rlmm_cache import (
     RemoteLogMetadataCache,
     RemotePartitionMetadataStore,
@@ -61,7 +62,6 @@ from .rlmm_snapshot import (
     write_committed_offsets,
     write_snapshot_file,
 )
-from .rlmm_api import RemoteLogMetadataManager
 from .rlmm_types import (
     REMOTE_LOG_METADATA_TOPIC_NAME,
     InvalidStateTransitionError,

@@ -475,8 +475,8 @@ def test_one_batch_shortcut_matches_the_general_validation(tmp_path):
 # producer ids
 
 def test_producer_id_blocks_are_persisted_and_never_reused(tmp_path):
-    from strata.broker.producer_ids import ProducerIdManager
     from strata.broker.metadata_store import LocalMetadataStore
+    from strata.broker.producer_ids import ProducerIdManager
 
     async def main():
         store = LocalMetadataStore(tmp_path)
