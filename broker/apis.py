@@ -6,12 +6,10 @@ else is a protocol error that closes the connection (ApiVersions excepted: it an
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 import structlog
 
-from strata.protocol.errors import ErrorCode
 from strata.protocol.fetch_response import encode_fetch_response
 from strata.protocol.records import BufferChain
 from strata.protocol.registry import (
@@ -27,9 +25,8 @@ from strata.protocol.registry import (
 
 from .cluster.forwarding import reframe
 from .network import CloseConnection, Connection
-
-if TYPE_CHECKING:
-    from .server import KafkaServer
+from .request_context import Authorizer, RequestContext
+from .services import BrokerServices
 
 log = structlog.get_logger("strata.apis")
 
@@ -40,17 +37,7 @@ _BOUNDED_APIS = frozenset({ApiKey.FETCH, ApiKey.HEARTBEAT, ApiKey.OFFSET_COMMIT,
                            ApiKey.METADATA, ApiKey.LIST_OFFSETS, ApiKey.FIND_COORDINATOR})
 
 
-@dataclass(slots=True)
-class RequestContext:
-    conn: Connection
-    api_key: int
-    api_version: int
-    correlation_id: int
-    client_id: str | None
-    received: float
-
-
-HandlerFn = Callable[["KafkaServer", RequestContext, Any], Awaitable[Any]]
+HandlerFn = Callable[[BrokerServices, RequestContext, Any], Awaitable[Any]]
 
 
 def build_handlers() -> dict[int, HandlerFn]:
@@ -103,9 +90,10 @@ def build_handlers() -> dict[int, HandlerFn]:
 
 
 class KafkaApis:
-    def __init__(self, server: "KafkaServer") -> None:
-        self.server = server
-        self.metrics = server.metrics
+    def __init__(self, services: BrokerServices, authorizer: Authorizer | None = None) -> None:
+        self.services = services
+        self.metrics = services.metrics
+        self.authorizer = authorizer
         self.handlers = build_handlers()
         missing = set(SUPPORTED_VERSIONS) - set(self.handlers)
         if missing:
@@ -142,8 +130,9 @@ class KafkaApis:
             self.metrics.request_errors.labels(name).inc()
             raise CloseConnection from None
         req = decoded.body
-        ctx = RequestContext(conn, hdr.api_key, hdr.api_version, hdr.correlation_id, decoded.client_id, received)
-        fwd = self.server.controller_channel
+        ctx = RequestContext(hdr.api_key, hdr.api_version, hdr.correlation_id, decoded.client_id, received,
+                             conn.listener, conn.peer, conn.principal, self.authorizer)
+        fwd = self.services.controller_channel
         if fwd is not None and fwd.should_forward(hdr.api_key, ctx.client_id):
             forwarded = await fwd.forward(payload, hdr.api_key, hdr.api_version, ctx.client_id, req)
             if forwarded is not None:
@@ -152,7 +141,7 @@ class KafkaApis:
         elif fwd is not None and fwd.forwarded_too_early(hdr.api_key, ctx.client_id):
             await fwd.settle_forwarded()
         try:
-            resp = await self.handlers[hdr.api_key](self.server, ctx, req)
+            resp = await self.handlers[hdr.api_key](self.services, ctx, req)
         except CloseConnection:
             self.metrics.request_errors.labels(name).inc()
             raise
@@ -182,10 +171,3 @@ def join_record_chains(resp: Any) -> None:
         for p in t.partitions:
             if isinstance(p.records, BufferChain):
                 p.records = bytes(p.records)
-
-
-def error_code_of(exc: BaseException) -> ErrorCode:
-    code = getattr(exc, "code", None)
-    if code is None:
-        code = getattr(exc, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR)
-    return ErrorCode(code)

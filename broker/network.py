@@ -20,6 +20,7 @@ import structlog
 from strata.config import Listener
 
 from .metrics import BrokerMetrics
+from .request_context import ANONYMOUS, KafkaPrincipal
 
 log = structlog.get_logger("strata.network")
 
@@ -38,6 +39,7 @@ class Connection:
     writer: asyncio.StreamWriter
     last_active: float = field(default_factory=time.monotonic)
     busy: bool = False
+    principal: KafkaPrincipal = ANONYMOUS     # who authenticated (ANONYMOUS: no SASL, no TLS client auth)
 
     def close(self) -> None:
         if not self.writer.is_closing():

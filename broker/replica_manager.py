@@ -15,7 +15,7 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -31,6 +31,13 @@ from .metadata_store import MetadataStore, TopicInfo
 from .metrics import BrokerMetrics
 from .partition import Partition, now_ms
 from .purgatory import Purgatory
+
+if TYPE_CHECKING:
+    from strata.remote.rlm import RemoteLogManager
+    from strata.remote.rlmm_api import RemoteLogMetadataManager
+    from strata.storage.cleaner_manager import LogCleaner
+
+    from .tiered import TieredStorage
 
 log = structlog.get_logger("strata.replica_manager")
 
@@ -60,9 +67,17 @@ class FetchSpec:
     fetch_offset: int
     max_bytes: int
     current_leader_epoch: int = -1
-    remote: bool = False          # set by the read pass: the offset lives in remote storage
     last_fetched_epoch: int = -1  # Fetch v12+ (KIP-320): checked against the leader's epochs
     log_start_offset: int = -1    # a follower's log start (Fetch v5+)
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteFetchInfo:
+    """What a read pass leaves to the RemoteLogReader pool: the fetch offset lives in remote storage (Kafka's
+    RemoteStorageFetchInfo in its LogReadResult)."""
+    partition: Partition
+    fetch_offset: int
+    max_bytes: int
 
 
 @dataclass(slots=True)
@@ -74,6 +89,7 @@ class FetchResult:
     records: bytes | memoryview = b""
     diverging_epoch: tuple[int, int] | None = None    # (epoch, end offset): the fetcher must truncate
     current_leader: tuple[int, int] | None = None     # (leader id, leader epoch) with NOT_LEADER / FENCED
+    remote_fetch: RemoteFetchInfo | None = None       # the read pass found the offset in remote storage
 
 
 @dataclass
@@ -83,9 +99,10 @@ class ReplicaManager:
     store: MetadataStore
     metrics: BrokerMetrics
     partitions: dict[tuple[str, int], Partition] = field(default_factory=dict)
-    rlm: Any = None               # RemoteLogManager when remote.log.storage.system.enable
-    rlmm: Any = None              # its RemoteLogMetadataManager
-    log_cleaner: Any = None       # LogCleaner: follower truncation moves its checkpoint down
+    log_cleaner: LogCleaner | None = None     # follower truncation moves its checkpoint down
+    # remote.log.storage.system.enable: builds the tiered storage, whose RLMM reads and appends to this
+    # replica manager's own replicas of __remote_log_metadata (so it is given the replica manager)
+    tiered_storage_factory: Callable[[ReplicaManager], TieredStorage] | None = None
 
     def __post_init__(self) -> None:
         self.broker_id: int = self.config.broker_id
@@ -97,6 +114,21 @@ class ReplicaManager:
         self.leadership_listeners: list[LeadershipListener] = []
         self._isr_tasks: set[asyncio.Task] = set()
         self.metrics.register_replica_manager(self)
+        factory = self.tiered_storage_factory
+        self.tiered: TieredStorage | None = factory(self) if factory is not None else None
+
+    @property
+    def rlm(self) -> RemoteLogManager | None:
+        """The RemoteLogManager once tiered storage is started (start_tiered_storage), else None: leadership
+        changes and partition stops reach the RLM and RLMM only from then on."""
+        t = self.tiered
+        return t.rlm if t is not None and t.started else None
+
+    @property
+    def rlmm(self) -> RemoteLogMetadataManager | None:
+        """The RLM's RemoteLogMetadataManager, under the same condition as `rlm`."""
+        t = self.tiered
+        return t.rlmm if t is not None and t.started else None
 
     def _report_purgatory(self, name: str, size: int) -> None:
         g = self._purgatory_gauges.get(name)
@@ -108,6 +140,16 @@ class ReplicaManager:
     def start(self) -> None:
         """Start the replica fetchers (needs the running event loop)."""
         self.fetcher_manager.start()
+
+    async def start_tiered_storage(self) -> None:
+        """Start the RLM, the RLMM and the partition remover, then hand them every hosted tiered partition.
+        Called once the replicas are loaded and, in a cluster, the broker registered: the RLMM creates and
+        reads `__remote_log_metadata` through them."""
+        if self.tiered is None:
+            return
+        await self.tiered.start()
+        for info in list(self.store.topics().values()):
+            self._notify_remote(info)
 
     async def shutdown(self) -> None:
         await self.fetcher_manager.shutdown()
@@ -251,6 +293,9 @@ class ReplicaManager:
 
     def _notify_remote_partitions(self, parts: list[Partition]) -> None:
         from strata.remote.rlm import topic_id_partition
+        rlm = self.rlm
+        if rlm is None:
+            return
         leaders = [p for p in parts if p.is_leader]
         followers = [p for p in parts if not p.is_leader]
         tl = [topic_id_partition(p.log) for p in leaders if p.log.remote_log_enabled]
@@ -263,7 +308,7 @@ class ReplicaManager:
                 # itself must still be applied, and the tier state machine subscribes again when it needs to.
                 log.warning("cannot follow remote log metadata", error=str(e),
                             partitions=[str(t) for t in tl + tf])
-        self.rlm.on_leadership_change([(p.log, p.leader_epoch) for p in leaders], [p.log for p in followers])
+        rlm.on_leadership_change([(p.log, p.leader_epoch) for p in leaders], [p.log for p in followers])
 
     def remove_topic(self, info: TopicInfo) -> None:
         """Topic deleted: stop and delete every local replica (idempotent); the leader marks its remote data for the
@@ -558,8 +603,8 @@ class ReplicaManager:
                         # KIP-405: followers rebuild from remote metadata rather than copy tiered data.
                         res.error = ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE
                         respond = True
-                    elif self.rlm is not None:
-                        s.remote = True      # read by the RemoteLogReader pool after this pass
+                    elif self.rlm is not None:      # read by the RemoteLogReader pool after this pass
+                        res.remote_fetch = RemoteFetchInfo(p, s.fetch_offset, s.max_bytes)
                     else:
                         res.error = ErrorCode.OFFSET_OUT_OF_RANGE
                         respond = True
@@ -587,28 +632,22 @@ class ReplicaManager:
         return results, total, respond
 
     async def fetch(self, specs: list[FetchSpec], *, max_bytes: int, min_bytes: int, max_wait_ms: int,
-                    isolation: int = READ_UNCOMMITTED, replica: bool = False, replica_id: int | None = None
-                    ) -> list[FetchResult]:
+                    isolation: int = READ_UNCOMMITTED, replica_id: int = -1) -> list[FetchResult]:
         """Read now; if fewer than min.bytes are ready, park in the Fetch purgatory until appends or max.wait.
         `replica_id` >= 0 is a follower's fetch: served by the leader only, read up to the LEO, and it reports the
         follower's position (HW, ISR)."""
-        if replica_id is None:
-            replica_id = 0 if replica else -1      # (legacy callers: a replica fetch without an id)
         max_bytes = min(max_bytes, self.config["fetch.max.bytes"]) if max_bytes > 0 else 0
         deadline = time.monotonic() + max_wait_ms / 1000.0
         keys = [(s.topic, s.partition) for s in specs]
         first = True
         while True:
-            for s in specs:
-                s.remote = False
             results, total, respond = self._read_once(specs, max_bytes, isolation, replica_id, first)
             first = False
-            if any(s.remote for s in specs):
+            if self.rlm is not None and any(r.remote_fetch is not None for r in results):
                 if not self.rlm.fetch_throttled():
-                    total += await self._read_remote(specs, results, max_bytes - total, isolation)
+                    total += await self._read_remote(results, max_bytes - total, isolation)
                     break
-                for s in specs:     # throttled (KIP-956): no data for the remote partitions, wait as for any other
-                    s.remote = False
+                # throttled (KIP-956): no data for the remote partitions, wait as for any other
             remaining = deadline - time.monotonic()
             if total >= min_bytes or respond or remaining <= 0 or not specs:
                 break
@@ -638,22 +677,23 @@ class ReplicaManager:
             if nfail:
                 m.failed_fetch.labels(topic).inc(nfail)
 
-    async def _read_remote(self, specs: list[FetchSpec], results: list[FetchResult], budget: int,
-                           isolation: int) -> int:
+    async def _read_remote(self, results: list[FetchResult], budget: int, isolation: int) -> int:
         """DelayedRemoteFetch: read every remote partition of the fetch on the RemoteLogReader pool (several per
         fetch, KAFKA-14915), waiting at most remote.fetch.max.wait.ms. Unfinished reads answer empty (the client
         retries; the chunks they pulled stay cached); failures answer KAFKA_STORAGE_ERROR, which clients retry."""
         jobs: dict[int, asyncio.Task] = {}
         first = True
-        for i, s in enumerate(specs):
-            if not s.remote:
+        rlm = self.rlm
+        assert rlm is not None      # a read pass leaves reads to remote storage only with an RLM
+        for i, r in enumerate(results):
+            if (info := r.remote_fetch) is None:
                 continue
-            p = self.partitions[(s.topic, s.partition)]
-            limit = min(s.max_bytes, budget)
+            p = info.partition
+            limit = min(info.max_bytes, budget)
             if limit <= 0 and not first:
                 continue
             max_offset = p.last_stable_offset if isolation == READ_COMMITTED else p.high_watermark
-            jobs[i] = asyncio.ensure_future(self.rlm.read(p.log, s.fetch_offset, max(limit, 0), first, max_offset))
+            jobs[i] = asyncio.ensure_future(rlm.read(p.log, info.fetch_offset, max(limit, 0), first, max_offset))
             budget -= max(limit, 0)
             first = False
         if not jobs:
@@ -663,8 +703,10 @@ class ReplicaManager:
         total = 0
         for i, task in jobs.items():
             res = results[i]
+            info = res.remote_fetch
+            assert info is not None
             if task in pending:
-                self.rlm.metrics.delayed_remote_fetch_expires.labels(specs[i].topic).inc()
+                rlm.metrics.delayed_remote_fetch_expires.labels(info.partition.topic.name).inc()
                 task.add_done_callback(_consume_exception)
                 continue
             exc = task.exception()
@@ -674,8 +716,8 @@ class ReplicaManager:
             elif isinstance(exc, OffsetOutOfRangeError):
                 res.error = ErrorCode.OFFSET_OUT_OF_RANGE
             else:
-                log.warning("remote fetch failed", topic=specs[i].topic, partition=specs[i].partition,
-                            offset=specs[i].fetch_offset, error=str(exc))
+                log.warning("remote fetch failed", topic=info.partition.topic.name, partition=info.partition.index,
+                            offset=info.fetch_offset, error=str(exc))
                 res.error = ErrorCode.KAFKA_STORAGE_ERROR
         return total
 

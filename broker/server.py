@@ -1,4 +1,8 @@
-"""KafkaServer: wires config, storage, replica manager, APIs and sockets; owns startup and clean shutdown."""
+"""KafkaServer: wires config, storage, replica manager, APIs and sockets; owns startup and clean shutdown.
+
+The entry point, and the only module that knows it: every subsystem is built here, in dependency order,
+and given what it needs through its constructor; the request handlers get a BrokerServices
+(broker/services.py)."""
 from __future__ import annotations
 
 import asyncio
@@ -7,6 +11,7 @@ import signal
 import sys
 import time
 import uuid
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -17,13 +22,26 @@ from strata.storage.log_manager import LogManager
 from . import diagnostics
 from .apis import KafkaApis
 from .cluster.model import BrokerInfo
+from .endpoints import BrokerEndpoints
 from .gc_pauses import GcPauses, freeze_startup_objects
 from .group import GroupCoordinator
 from .metadata_store import LocalMetadataStore, MetadataStore
 from .metrics import BrokerMetrics
 from .network import SocketServer
+from .partition import Partition
+from .producer_ids import ProducerIdManager
 from .replica_manager import ReplicaManager
+from .services import BrokerServices
 from .topic_manager import TopicManager
+
+if TYPE_CHECKING:
+    from strata.remote.metadata import TopicIdPartition
+
+    from .cluster.controller import Controller
+    from .cluster.etcd_store import EtcdMetadataStore
+    from .cluster.forwarding import ControllerChannel
+    from .cluster.liveness import PeerWatch
+    from .tiered import TieredStorage
 
 log = structlog.get_logger("strata.server")
 
@@ -55,39 +73,69 @@ class KafkaServer:
         me = BrokerInfo(self.broker_id, {a.name: (a.host, a.port) for a in config.advertised_listeners},
                         config["broker.rack"] or None, uuid.uuid4().hex)
         self.me = me
-        self.controller = None            # cluster mode: strata.broker.cluster.controller.Controller
-        self.controller_channel = None    # cluster mode: forwards admin requests to the controller
-        self.peer_watch = None            # cluster mode: cluster.liveness.PeerWatch
         self.cluster_mode = bool(config["metadata.store.connect"])
+        self._etcd_store: EtcdMetadataStore | None = None
         if self.cluster_mode:
             from .cluster.etcd_store import EtcdMetadataStore
 
             # The cluster id: configured, else the one this log dir already belongs to, else etcd's.
-            self.store: MetadataStore = EtcdMetadataStore.from_config(
+            self._etcd_store = EtcdMetadataStore.from_config(
                 config, cluster_id=config["cluster.id"] or self._meta_properties().get("cluster.id"))
+            self.store: MetadataStore = self._etcd_store
         else:
             self.store = LocalMetadataStore(self.log_dirs[0], config["cluster.id"] or None, me)
             self._write_meta_properties()
+        # Cluster mode, built at start once the broker is registered: they subscribe to the store's changes
+        # when built, after the replica manager's own subscription.
+        self.controller: Controller | None = None
+        self.peer_watch: PeerWatch | None = None
         self.log_manager = LogManager(self.log_dirs, self._log_config_for)
         cleaner_config = CleanerConfig.from_broker_config(config)
         self.log_cleaner: LogCleaner | None = None
         if cleaner_config.enable:
             self.log_cleaner = LogCleaner(cleaner_config, self.log_dirs, self.log_manager.all_logs,
                                           is_live=lambda lg: self.log_manager.get_log(lg.topic, lg.partition) is lg)
-        self.replica_manager = ReplicaManager(config, self.log_manager, self.store, self.metrics)
-        self.topic_manager = TopicManager(config, self.store, self.replica_manager)
+        self.endpoints = BrokerEndpoints(config, self.store, lambda: self.socket_server.bound)
+        tiered_storage_factory = None
+        if config["remote.log.storage.system.enable"]:
+            from .tiered import build_tiered_storage
+
+            def tiered_storage_factory(rm: ReplicaManager) -> TieredStorage:
+                return build_tiered_storage(rm, self.store, self.endpoints, self.metrics)
+        self.replica_manager = ReplicaManager(config, self.log_manager, self.store, self.metrics,
+                                              log_cleaner=self.log_cleaner,
+                                              tiered_storage_factory=tiered_storage_factory)
+        self.tiered: TieredStorage | None = self.replica_manager.tiered    # started by start_tiered_storage
+        # cluster mode: admin requests go to the controller
+        self.controller_channel: ControllerChannel | None = None
+        if self._etcd_store is not None:
+            from .cluster.forwarding import ControllerChannel
+            self.controller_channel = ControllerChannel(
+                self._etcd_store, self.endpoints, self.metrics, broker_id=self.broker_id,
+                socket_timeout_s=config["replica.socket.timeout.ms"] / 1000.0,
+                is_controller=self._is_controller)
+            self.topic_manager = TopicManager(config, self.store, self.replica_manager,
+                                              is_controller=self.controller_channel.is_controller,
+                                              auto_create=self.controller_channel.create_topic)
+        else:
+            self.topic_manager = TopicManager(config, self.store, self.replica_manager)
         self.group_coordinator = GroupCoordinator.from_broker_config(config, self.replica_manager, self.store)
-        self.replica_manager.log_cleaner = self.log_cleaner
         self.replica_manager.leadership_listeners.append(self._on_leadership_change)
-        self.apis: KafkaApis | None = None
-        self.rlm = None       # RemoteLogManager (tiered storage), built at start when enabled
-        self.partition_remover = None    # RemotePartitionRemover, with the RLM
-        self._deleted_while_down: list = []    # TopicIdPartitions of tiered topics deleted while this broker was down
-        self.rlmm = None
-        self.socket_server: SocketServer | None = None
+        self.services = BrokerServices(
+            config=config, broker_id=self.broker_id, store=self.store, endpoints=self.endpoints,
+            metrics=self.metrics, log_manager=self.log_manager, replica_manager=self.replica_manager,
+            topic_manager=self.topic_manager, group_coordinator=self.group_coordinator,
+            producer_ids=ProducerIdManager(self.store),
+            remote_log_manager=self.tiered.rlm if self.tiered is not None else None,
+            controller_channel=self.controller_channel)
+        self.apis = KafkaApis(self.services)
+        self.socket_server = SocketServer(
+            config.listeners, self.apis.handle, max_request_bytes=config["socket.request.max.bytes"],
+            idle_ms=config["connections.max.idle.ms"], metrics=self.metrics)
+        # partitions of tiered topics deleted while this broker was down
+        self._deleted_while_down: list[TopicIdPartition] = []
         self._tasks: list[asyncio.Task] = []
         self.metrics_address: tuple[str, int] | None = None
-        self._stopped = asyncio.Event()
 
     def _log_config_for(self, topic: str):
         return self.replica_manager.log_config_for(topic)
@@ -115,20 +163,9 @@ class KafkaServer:
             p.write_text(f"#\n#{time.strftime('%a %b %d %H:%M:%S UTC %Y', time.gmtime())}\n"
                          f"cluster.id={self.store.cluster_id}\nnode.id={self.broker_id}\nversion=1\n")
 
-    def inter_broker_endpoint(self, broker_id: int) -> tuple[str, int] | None:
-        """Where another broker of the cluster takes inter-broker requests (None: not registered)."""
-        b = self.store.brokers().get(broker_id)
-        return b.endpoint(self.config.inter_broker_listener_name) if b is not None else None
-
-    def advertised_endpoint(self, listener_name: str) -> tuple[str, int]:
-        adv = self.config.advertised_listeners
-        chosen = next((a for a in adv if a.name == listener_name), adv[0])
-        host, port = chosen.host, chosen.port
-        if port == 0 and self.socket_server is not None:     # ephemeral port: advertise what we bound
-            port = self.socket_server.bound.get(chosen.name, (host, port))[1]
-        if host in ("", "0.0.0.0", "::"):
-            host = "127.0.0.1"
-        return host, port
+    def _is_controller(self) -> bool:
+        """Whether this broker is the cluster's active controller now."""
+        return self.controller is not None and self.controller.active
 
     async def start(self) -> None:
         start = time.monotonic()
@@ -144,40 +181,36 @@ class KafkaServer:
         self.store.add_listener(self.on_metadata_change)     # no await before the load: no change is missed
         self.replica_manager.load_partitions()
         self.replica_manager.start()         # replica fetchers for the partitions this broker follows
-        if self.cluster_mode:
+        if self._etcd_store is not None:
             await self.store.register(self.me)
             from .cluster.controller import Controller
-            from .cluster.forwarding import ControllerChannel
-            self.controller = Controller(self.store, self.config)
-            self.controller.start()
-            self.controller_channel = ControllerChannel(self)
-            self.topic_manager.is_controller = self.controller_channel.is_controller
-            self.topic_manager.auto_create = self.controller_channel.create_topic
+            controller = self.controller = Controller(self._etcd_store, self.config)
+            controller.start()
             if self.config["broker.liveness.connection.check.enable"]:
                 from .cluster.liveness import PeerWatch
-                self.peer_watch = PeerWatch(self.store, self.broker_id,
-                                            self.config.inter_broker_listener_name,
-                                            self.controller_channel.is_controller,
-                                            lambda b: self.metrics.peers_gone.inc())
-                self.controller.role_listeners.append(self.peer_watch.wake)
-                self.metrics.peers_watched.set_function(lambda: len(self.peer_watch.connected))
-        if self.config["remote.log.storage.system.enable"]:
-            await self._start_tiered_storage()
+                peer_watch = self.peer_watch = PeerWatch(self._etcd_store, self.broker_id,
+                                                         self.config.inter_broker_listener_name,
+                                                         self._is_controller,
+                                                         lambda b: self.metrics.peers_gone.inc())
+                controller.role_listeners.append(peer_watch.wake)
+                self.metrics.peers_watched.set_function(lambda: len(peer_watch.connected))
+        if self.tiered is not None:
+            # RSM + topic-based RLMM + RemoteLogManager; then every tiered partition gets its copy/expiration
+            # tasks
+            await self.replica_manager.start_tiered_storage()
+            log.info("tiered storage enabled", rsm=type(self.tiered.rlm.rsm).__name__)
             if self._deleted_while_down:
                 # DELETE_PARTITION_MARKED again (a no-op if recorded): the broker that deleted the topic may have
                 # died before it could write the marks, and with every replica down nobody else would
-                self.rlm.start_marking_deleted(self._deleted_while_down)
+                self.tiered.rlm.start_marking_deleted(self._deleted_while_down)
         await self.group_coordinator.startup()      # loads __consumer_offsets in the background
         self.metrics.register_log_collector(self.replica_manager.all_logs)
         self.gc_pauses.install(self.metrics.registry)
         self.metrics_address = self.metrics.start_http(self.config["metrics.listener"])
-        self.apis = KafkaApis(self)
-        self.socket_server = SocketServer(
-            self.config.listeners, self.apis.handle, max_request_bytes=self.config["socket.request.max.bytes"],
-            idle_ms=self.config["connections.max.idle.ms"], metrics=self.metrics)
         await self.socket_server.start()
         if self.cluster_mode:
-            bound = {a.name: self.advertised_endpoint(a.name) for a in self.config.advertised_listeners}
+            bound = {a.name: self.endpoints.advertised_endpoint(a.name)
+                     for a in self.config.advertised_listeners}
             if bound != self.me.endpoints:        # ephemeral ports: advertise what was bound
                 self.me = BrokerInfo(self.broker_id, bound, self.me.rack, self.me.incarnation)
                 await self.store.register(self.me)
@@ -200,25 +233,6 @@ class KafkaServer:
                  topics=len(self.store.topics()), partitions=len(self.replica_manager.partitions),
                  metrics=f"http://{self.metrics_address[0]}:{self.metrics_address[1]}/metrics"
                  if self.metrics_address else None, startup_ms=round((time.monotonic() - start) * 1000))
-
-    async def _start_tiered_storage(self) -> None:
-        """RSM + topic-based RLMM + RemoteLogManager; then every tiered partition gets its copy/expiration tasks."""
-        from .tiered import build_remote_log_manager
-
-        self.rlm, self.rlmm = build_remote_log_manager(self)
-        self.replica_manager.rlm, self.replica_manager.rlmm = self.rlm, self.rlmm
-        self.rlm.start()
-        await self.rlmm.start()
-        from strata.remote.partition_remover import RemotePartitionRemover
-        io = self.rlmm.io
-        self.partition_remover = RemotePartitionRemover(
-            self.rlm, self.rlmm, io, num_partitions=self.config["remote.log.metadata.topic.num.partitions"],
-            interval_ms=self.config["remote.partition.remover.task.interval.ms"], is_leader=io.is_leader,
-            wait_for_appends=io.wait_for_appends)
-        self.partition_remover.start()
-        for info in list(self.store.topics().values()):
-            self.replica_manager._notify_remote(info)
-        log.info("tiered storage enabled", rsm=type(self.rlm.rsm).__name__)
 
     async def _periodic(self, interval_ms: int, fn) -> None:
         interval = max(interval_ms, 10) / 1000.0
@@ -282,10 +296,9 @@ class KafkaServer:
     def on_metadata_change(self, kind: str, key: object) -> None:
         """The metadata image changed (MetadataStore listener): partition states go to the replica manager."""
         rm = self.replica_manager
-        apply = getattr(rm, "apply_partition_state", None)
-        if kind == "partition" and apply is not None:
+        if kind == "partition":
             topic, partition = key
-            apply(topic, partition, self.store.partition_state(topic, partition))
+            rm.apply_partition_state(topic, partition, self.store.partition_state(topic, partition))
         elif kind == "topic" and self.store.topic(key) is None:
             old = getattr(self.store, "deleted_topic", lambda name: None)(key)
             if old is not None and any(k[0] == key for k in rm.partitions):
@@ -297,13 +310,14 @@ class KafkaServer:
             rm.fetcher_manager.on_broker_change(key)         # a leader re-registered: reconnect
             rm.on_brokers_changed()
 
-    def _on_leadership_change(self, partition, leader: bool) -> None:
+    def _on_leadership_change(self, partition: Partition, leader: bool) -> None:
         """The group coordinator follows the leadership of the __consumer_offsets partitions; the remote partition
         remover looks at a __remote_log_metadata partition as soon as it leads it."""
         from .group.records import OFFSETS_TOPIC
         from .tiered import REMOTE_LOG_METADATA_TOPIC
-        if partition.topic.name == REMOTE_LOG_METADATA_TOPIC and leader and self.partition_remover is not None:
-            self.partition_remover.wake()       # what the previous leader of this metadata partition left
+        if (partition.topic.name == REMOTE_LOG_METADATA_TOPIC and leader and self.tiered is not None
+                and self.tiered.started):
+            self.tiered.partition_remover.wake()    # what the previous leader of this metadata partition left
         if partition.topic.name == OFFSETS_TOPIC:
             if leader:
                 self.group_coordinator.on_become_leader(partition.index)
@@ -344,17 +358,12 @@ class KafkaServer:
         for t in self._tasks:
             t.cancel()
         await self.group_coordinator.shutdown()     # answers parked joins, lets queued offset writes land
-        if self.socket_server is not None:
-            await self.socket_server.stop()
+        await self.socket_server.stop()
         if self.controller_channel is not None:
             await self.controller_channel.close()
         await self.replica_manager.shutdown()        # replica fetchers stop before the logs close
-        if self.partition_remover is not None:
-            await self.partition_remover.close()
-        if self.rlm is not None:
-            await self.rlm.close()
-            await self.rlmm.close()
-            await self.rlmm.io.close()     # its connections to the leaders of metadata partitions
+        if self.tiered is not None:
+            await self.tiered.close()      # the partition remover, the RLM, the RLMM and its connections
         if self.log_cleaner is not None:
             await self.log_cleaner.shutdown()       # aborts a cleaning in progress before the logs close
         await asyncio.get_running_loop().run_in_executor(None, self.log_manager.shutdown)

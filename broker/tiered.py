@@ -9,21 +9,29 @@ import asyncio
 import time
 from collections.abc import Awaitable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import structlog
 
 from strata.protocol.errors import ErrorCode, KafkaApiError
 from strata.protocol.registry import REQUEST_CLASSES, ApiKey
 from strata.remote.executors import RemoteExecutors
+from strata.remote.partition_remover import RemotePartitionRemover
 from strata.remote.remote_metrics import RemoteMetrics
 from strata.remote.rlm import RemoteLogManager, RemoteLogManagerConfig
+from strata.remote.rlmm import TopicBasedRemoteLogMetadataManager
 from strata.remote.rsm import create_remote_storage_manager
 
 from .cluster.broker_client import BrokerConnection, BrokerConnectionError
 
 if TYPE_CHECKING:
-    from .server import KafkaServer
+    from strata.config import BrokerConfig
+
+    from .endpoints import BrokerEndpoints
+    from .metadata_store import MetadataStore
+    from .metrics import BrokerMetrics
+    from .partition import Partition
+    from .replica_manager import ReplicaManager
 
 log = structlog.get_logger("strata.tiered")
 
@@ -60,14 +68,20 @@ class BrokerMetadataTopicIO:
     """MetadataTopicIO over `__remote_log_metadata`: appends go to each partition's leader (this broker's own log,
     or a Produce to the leader, as Kafka's RLMM producer does); reads come from this broker's replicas."""
 
-    def __init__(self, server: KafkaServer) -> None:
-        self.server = server
+    def __init__(self, replicas: ReplicaManager, store: MetadataStore, endpoints: BrokerEndpoints,
+                 config: BrokerConfig) -> None:
+        """`replicas`: this broker's own replicas of the metadata partitions (read and appended to)."""
+        self.replicas = replicas
+        self.store = store
+        self.endpoints = endpoints
+        self.config = config
+        self.broker_id: int = config.broker_id
         self._leader_conns: dict[int, tuple[BrokerConnection, asyncio.Lock]] = {}
         self._reader_conns: dict[int, tuple[BrokerConnection, asyncio.Lock]] = {}
         self._remote_hw: dict[int, int] = {}      # high watermarks learnt from the leaders of partitions not hosted
 
     async def ensure_topic(self, num_partitions: int, replication_factor: int, retention_ms: int) -> None:
-        store = self.server.store
+        store = self.store
         if store.topic(REMOTE_LOG_METADATA_TOPIC) is None:
             cfg = {"retention.ms": str(retention_ms), "cleanup.policy": "delete"}
             await self._wait_for_brokers(replication_factor)
@@ -80,7 +94,7 @@ class BrokerMetadataTopicIO:
                     raise
                 return      # another broker starting at the same time created it
             if not store.clustered:     # in a cluster the replicas follow the partition states
-                self.server.replica_manager.ensure_partitions(info)
+                self.replicas.ensure_partitions(info)
             log.info("created internal topic", topic=REMOTE_LOG_METADATA_TOPIC, partitions=num_partitions)
 
     async def _wait_for_brokers(self, replication_factor: int) -> None:
@@ -88,7 +102,7 @@ class BrokerMetadataTopicIO:
         one by one), wait up to remote.log.metadata.initialization.retry.max.timeout.ms for `replication_factor`
         brokers; past it, create with those there are (Kafka fails the broker instead) and say so. Every broker
         then holds a replica of every metadata partition, which its RLMM reads."""
-        store, cfg = self.server.store, self.server.config
+        store, cfg = self.store, self.config
         if not store.clustered or len(store.brokers()) >= replication_factor:
             return
         deadline = time.monotonic() + cfg["remote.log.metadata.initialization.retry.max.timeout.ms"] / 1000.0
@@ -103,8 +117,8 @@ class BrokerMetadataTopicIO:
                 return
             await asyncio.sleep(interval)     # the registrations arrive through the store's watch
 
-    def _partition(self, partition: int):
-        p = self.server.replica_manager.get_partition(REMOTE_LOG_METADATA_TOPIC, partition)
+    def _partition(self, partition: int) -> Partition:
+        p = self.replicas.get_partition(REMOTE_LOG_METADATA_TOPIC, partition)
         if p is None:
             raise RuntimeError(f"{REMOTE_LOG_METADATA_TOPIC}-{partition} is not hosted here")
         return p
@@ -115,9 +129,9 @@ class BrokerMetadataTopicIO:
         remote data visible."""
         deadline = time.monotonic() + APPEND_TIMEOUT_S
         while True:
-            p = self.server.replica_manager.get_partition(REMOTE_LOG_METADATA_TOPIC, partition)
+            p = self.replicas.get_partition(REMOTE_LOG_METADATA_TOPIC, partition)
             if p is not None and p.is_leader:
-                [res] = await self.server.replica_manager.append_records(
+                [res] = await self.replicas.append_records(
                     [(REMOTE_LOG_METADATA_TOPIC, partition, records)], internal=True)
                 err, offset, why = res.error, res.base_offset, res.message or ""
             else:
@@ -132,10 +146,10 @@ class BrokerMetadataTopicIO:
     async def _append_at_leader(self, partition: int, records: bytes) -> tuple[ErrorCode, int, str]:
         """One Produce (acks=-1) to the leader the metadata names. Not reaching it is retriable; losing the
         connection once the request is sent is not (it may have been appended)."""
-        st = self.server.store.partition_state(REMOTE_LOG_METADATA_TOPIC, partition)
+        st = self.store.partition_state(REMOTE_LOG_METADATA_TOPIC, partition)
         if st is None:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, ""
-        if st.leader < 0 or st.leader == self.server.broker_id:
+        if st.leader < 0 or st.leader == self.broker_id:
             return ErrorCode.LEADER_NOT_AVAILABLE, -1, "(leadership not applied here yet)"
         Req = REQUEST_CLASSES[ApiKey.PRODUCE][PRODUCE_VERSION]
         T = Req.TopicProduceData
@@ -166,12 +180,12 @@ class BrokerMetadataTopicIO:
         conns = self._reader_conns if readers else self._leader_conns
         client_id = RLMM_CONSUMER_CLIENT_ID if readers else RLMM_PRODUCER_CLIENT_ID
         entry = conns.get(broker_id)
-        ep = self.server.inter_broker_endpoint(broker_id)
+        ep = self.endpoints.inter_broker_endpoint(broker_id)
         if ep is None:
             raise BrokerConnectionError(f"broker {broker_id} is not registered with an inter-broker endpoint")
         if entry is None or (entry[0].host, entry[0].port) != tuple(ep):
-            conn = BrokerConnection(ep[0], ep[1], f"{client_id}-{self.server.broker_id}",
-                                    self.server.config["replica.socket.timeout.ms"] / 1000.0)
+            conn = BrokerConnection(ep[0], ep[1], f"{client_id}-{self.broker_id}",
+                                    self.config["replica.socket.timeout.ms"] / 1000.0)
             entry = conns[broker_id] = (conn, asyncio.Lock())
         return entry
 
@@ -183,14 +197,14 @@ class BrokerMetadataTopicIO:
 
     def read(self, partition: int, offset: int, max_bytes: int) -> bytes | Awaitable[bytes]:
         """From this broker's replica when it hosts the partition, else a Fetch from its leader (an awaitable)."""
-        p = self.server.replica_manager.get_partition(REMOTE_LOG_METADATA_TOPIC, partition)
+        p = self.replicas.get_partition(REMOTE_LOG_METADATA_TOPIC, partition)
         if p is None:
             return self._read_from_leader(partition, offset, max_bytes)
         offset = max(offset, p.log.log_start_offset)
         return bytes(p.log.read(offset, max_bytes, p.high_watermark, True).records)
 
     async def _read_from_leader(self, partition: int, offset: int, max_bytes: int) -> bytes:
-        st = self.server.store.partition_state(REMOTE_LOG_METADATA_TOPIC, partition)
+        st = self.store.partition_state(REMOTE_LOG_METADATA_TOPIC, partition)
         if st is None or st.leader < 0:
             raise MetadataReadError(f"{REMOTE_LOG_METADATA_TOPIC}-{partition} has no leader")
         T = REQUEST_CLASSES[ApiKey.FETCH][FETCH_VERSION].FetchTopic
@@ -220,7 +234,7 @@ class BrokerMetadataTopicIO:
         raise MetadataReadError(f"{REMOTE_LOG_METADATA_TOPIC}-{partition}: offset {offset} out of range")
 
     def end_offset(self, partition: int) -> int | None:
-        p = self.server.replica_manager.get_partition(REMOTE_LOG_METADATA_TOPIC, partition)
+        p = self.replicas.get_partition(REMOTE_LOG_METADATA_TOPIC, partition)
         if p is None:
             return self._remote_hw.get(partition)
         return p.high_watermark
@@ -228,7 +242,7 @@ class BrokerMetadataTopicIO:
     def replicated_end_offset(self, partition: int) -> int | None:
         """This broker's replica's log end offset (records acknowledged with acks=-1 are below it when this broker
         is in the ISR), else what the leader last reported."""
-        p = self.server.replica_manager.get_partition(REMOTE_LOG_METADATA_TOPIC, partition)
+        p = self.replicas.get_partition(REMOTE_LOG_METADATA_TOPIC, partition)
         if p is None:
             return self._remote_hw.get(partition)
         return p.log.log_end_offset
@@ -237,46 +251,78 @@ class BrokerMetadataTopicIO:
         return self._partition(partition).log.log_start_offset
 
     def is_leader(self, partition: int) -> bool:
-        p = self.server.replica_manager.get_partition(REMOTE_LOG_METADATA_TOPIC, partition)
+        p = self.replicas.get_partition(REMOTE_LOG_METADATA_TOPIC, partition)
         return p is not None and p.is_leader
 
     async def wait_for_appends(self, partitions: list[int], timeout_s: float) -> bool:
         """Park until one of these metadata partitions gets records (True) or the timeout (False)."""
-        return await self.server.replica_manager.fetch_purgatory.wait(
+        return await self.replicas.fetch_purgatory.wait(
             [(REMOTE_LOG_METADATA_TOPIC, p) for p in partitions], timeout_s)
 
     async def wait_for_data(self, partition: int, offset: int, timeout_s: float) -> None:
-        if self.server.replica_manager.get_partition(REMOTE_LOG_METADATA_TOPIC, partition) is None:
+        if self.replicas.get_partition(REMOTE_LOG_METADATA_TOPIC, partition) is None:
             return                                   # read from the leader: the read itself long-polls
         if (self.end_offset(partition) or 0) > offset:
             return
-        await self.server.replica_manager.fetch_purgatory.wait([(REMOTE_LOG_METADATA_TOPIC, partition)], timeout_s)
+        await self.replicas.fetch_purgatory.wait([(REMOTE_LOG_METADATA_TOPIC, partition)], timeout_s)
 
 
-def build_remote_log_manager(server: KafkaServer) -> tuple[RemoteLogManager, Any]:
+class TieredStorage:
+    """The broker's tiered storage: the RemoteLogManager (with its RSM), the topic-based RLMM, the RLMM's I/O
+    over `__remote_log_metadata` and the RemotePartitionRemover, built together (build_tiered_storage) and
+    started together once the broker's replicas are loaded (the RLMM reads and writes them)."""
+
+    def __init__(self, rlm: RemoteLogManager, rlmm: TopicBasedRemoteLogMetadataManager,
+                 io: BrokerMetadataTopicIO, partition_remover: RemotePartitionRemover) -> None:
+        self.rlm = rlm
+        self.rlmm = rlmm
+        self.io = io
+        self.partition_remover = partition_remover
+        self.started = False
+
+    async def start(self) -> None:
+        self.started = True
+        self.rlm.start()
+        await self.rlmm.start()
+        self.partition_remover.start()
+
+    async def close(self) -> None:
+        if not self.started:
+            return
+        await self.partition_remover.close()
+        await self.rlm.close()
+        await self.rlmm.close()
+        await self.io.close()     # its connections to the leaders of metadata partitions
+
+
+def build_tiered_storage(replicas: ReplicaManager, store: MetadataStore, endpoints: BrokerEndpoints,
+                         metrics: BrokerMetrics) -> TieredStorage:
     """RSM from `remote.log.storage.manager.class.name` + `rsm.config.*`; topic-based RLMM; the RLM."""
-    from strata.remote.rlmm import TopicBasedRemoteLogMetadataManager
-
-    cfg = server.config
-    data_dir = server.log_dirs[0]
+    cfg = replicas.config
+    data_dir = cfg.log_dirs[0]
     # LocalTieredStorage puts its root at `<rsm.config.dir>/kafka-tiered-storage` (as Kafka's); the default dir is
     # the first log dir, so the data lands in `<log.dir>/kafka-tiered-storage`.
     rsm = create_remote_storage_manager(cfg["remote.log.storage.manager.class.name"], cfg.prefixed("rsm.config."),
-                                        broker_id=server.broker_id, default_dir=data_dir)
+                                        broker_id=cfg.broker_id, default_dir=data_dir)
     rlmm_cfg = {k: cfg[k] for k in ("remote.log.metadata.topic.num.partitions",
                                     "remote.log.metadata.topic.replication.factor",
                                     "remote.log.metadata.topic.retention.ms",
                                     "remote.log.metadata.consume.wait.ms")}
     rlmm_cfg.update(cfg.prefixed("rlmm.config."))
     # The metadata topic's replication factor is capped by the live brokers when it is created (ensure_topic).
-    rlmm = TopicBasedRemoteLogMetadataManager(BrokerMetadataTopicIO(server), Path(data_dir) / "remote-log-metadata",
-                                              rlmm_cfg, broker_id=server.broker_id)
-    metrics = RemoteMetrics(server.metrics.registry)
-    rlm = RemoteLogManager(RemoteLogManagerConfig.from_broker(cfg.values), rsm, rlmm, broker_id=server.broker_id,
-                           index_cache_dir=Path(data_dir) / "remote-log-index-cache", metrics=metrics)
+    io = BrokerMetadataTopicIO(replicas, store, endpoints, cfg)
+    rlmm = TopicBasedRemoteLogMetadataManager(io, Path(data_dir) / "remote-log-metadata", rlmm_cfg,
+                                              broker_id=cfg.broker_id)
+    remote_metrics = RemoteMetrics(metrics.registry)
+    rlm = RemoteLogManager(RemoteLogManagerConfig.from_broker(cfg.values), rsm, rlmm, broker_id=cfg.broker_id,
+                           index_cache_dir=Path(data_dir) / "remote-log-index-cache", metrics=remote_metrics)
     rlm_cfg = rlm.config        # Kafka's three pools, kept apart (remote/executors.py)
     rsm.use_executors(RemoteExecutors.create(rlm_cfg.copier_pool_size, rlm_cfg.expiration_pool_size,
                                              rlm_cfg.reader_threads))
-    metrics.register_storage_stats(lambda: rlm.rsm, lambda: rlm.index_cache)   # strata_rsm_s3_*, *_cache_*
-    return rlm, rlmm
-
+    # strata_rsm_s3_*, *_cache_*
+    remote_metrics.register_storage_stats(lambda: rlm.rsm, lambda: rlm.index_cache)
+    remover = RemotePartitionRemover(
+        rlm, rlmm, io, num_partitions=cfg["remote.log.metadata.topic.num.partitions"],
+        interval_ms=cfg["remote.partition.remover.task.interval.ms"], is_leader=io.is_leader,
+        wait_for_appends=io.wait_for_appends)
+    return TieredStorage(rlm, rlmm, io, remover)

@@ -51,6 +51,7 @@ from .metadata import (
 from .pieces import Pieces
 from .quota import UNLIMITED, RateQuota
 from .remote_metrics import RemoteMetrics
+from .rlmm_api import RemoteLogMetadataManager
 from .rlmm_types import InvalidStateTransitionError
 from .rsm import RemoteStorageError, RemoteStorageManager, RemoteStorageTimeoutError
 
@@ -170,7 +171,8 @@ class _PartitionTasks:
 
 
 class RemoteLogManager:
-    def __init__(self, config: RemoteLogManagerConfig, rsm: RemoteStorageManager, rlmm: Any, *, broker_id: int,
+    def __init__(self, config: RemoteLogManagerConfig, rsm: RemoteStorageManager, rlmm: RemoteLogMetadataManager, *,
+                 broker_id: int,
                  index_cache_dir: Path, metrics: RemoteMetrics | None = None) -> None:
         self.config = config
         self.rsm = rsm
@@ -298,10 +300,9 @@ class RemoteLogManager:
 
     async def _wait_ready(self, tip: TopicIdPartition) -> None:
         """The RLMM must have caught up on this partition before we decide what is (not) copied."""
-        wait = getattr(self.rlmm, "wait_until_ready", None)
-        while wait is not None and not self._closed:
+        while not self._closed:
             try:
-                await wait(tip, 30.0)
+                await self.rlmm.wait_until_ready(tip, 30.0)
                 return
             except asyncio.CancelledError:
                 raise
@@ -312,11 +313,8 @@ class RemoteLogManager:
     async def _catch_up_as_new_leader(self, tip: TopicIdPartition) -> None:
         """Before choosing where copying resumes: apply what the metadata partition holds now, including the previous
         leader's last COPY_SEGMENT_FINISHED (bounded: a replica whose tail is truncated away never gets there)."""
-        catch_up = getattr(self.rlmm, "wait_for_catch_up", None)
-        if catch_up is None:
-            return
         try:
-            await catch_up(tip, NEW_LEADER_CATCH_UP_S)
+            await self.rlmm.wait_for_catch_up(tip, NEW_LEADER_CATCH_UP_S)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - copying resumes from what is known, as before
@@ -400,7 +398,7 @@ class RemoteLogManager:
         if not cache.entries:
             return None
         for entry in reversed(cache.entries):
-            h = await _maybe_await(self.rlmm.highest_offset_for_epoch(tip, entry.epoch))
+            h = self.rlmm.highest_offset_for_epoch(tip, entry.epoch)
             if h is not None and h >= 0:
                 _, epoch_end = cache.end_offset_for(entry.epoch, ulog.log_end_offset)
                 return min(h, epoch_end - 1)
@@ -463,7 +461,7 @@ class RemoteLogManager:
         if st is not None:
             st.copying.add(seg_id.id)
         try:
-            await _maybe_await(self.rlmm.add_remote_log_segment_metadata(meta))
+            await self.rlmm.add_remote_log_segment_metadata(meta)
             data = LogSegmentData(seg.log_path, seg.offset_index.path, seg.time_index.path, None, snapshot,
                                   checkpoint)
             self.metrics.copy_requests.labels(ulog.topic).inc()
@@ -472,8 +470,8 @@ class RemoteLogManager:
             except Exception:
                 self.metrics.copy_errors.labels(ulog.topic).inc()
                 raise
-            await _maybe_await(self.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
-                seg_id, _now_ms(), custom, COPY_FINISHED, self.broker_id)))
+            await self.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
+                seg_id, _now_ms(), custom, COPY_FINISHED, self.broker_id))
         finally:
             if st is not None:
                 st.copying.discard(seg_id.id)
@@ -486,8 +484,7 @@ class RemoteLogManager:
         """The producer snapshot taken at the segment's end (Kafka ships one with every copied segment). When the
         log has none for that offset (segments written before producer state existed), an empty snapshot is made
         outside the partition directory, so log recovery never mistakes it for real producer state."""
-        pstate = getattr(ulog, "producer_state", None)
-        path = pstate.snapshot_file(offset) if pstate is not None else None
+        path = ulog.producer_state.snapshot_file(offset)
         if path is not None and path.exists():
             return path
         empty = self._empty_snapshot_dir / f"{offset:020d}.snapshot"
@@ -505,8 +502,8 @@ class RemoteLogManager:
         self.metrics.copy_lag_bytes.labels(*labels).set(sum(s.size for s, _ in cands))
 
     # ---- expiration -------------------------------------------------------------------------------------------
-    async def _segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
-        return list(await _maybe_await(self.rlmm.list_remote_log_segments(tip)))
+    def _segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
+        return list(self.rlmm.list_remote_log_segments(tip))
 
     async def expire_remote_segments(self, ulog: UnifiedLog, st: _PartitionTasks | None = None,
                                      now_ms: int | None = None) -> int:
@@ -515,7 +512,7 @@ class RemoteLogManager:
         now = _now_ms() if now_ms is None else now_ms
         cfg = ulog.config
         listed = time.perf_counter()
-        all_segs = await self._segments(tip)
+        all_segs = self._segments(tip)
         finished = sorted((s for s in all_segs if s.state == COPY_FINISHED), key=lambda s: s.start_offset)
         lineage = {e.epoch for e in ulog.leader_epoch_cache.entries}
         copying = st.copying if st is not None else set()
@@ -573,14 +570,14 @@ class RemoteLogManager:
         self.metrics.delete_requests.labels(topic).inc()
         try:
             if s.state != RemoteLogSegmentState.DELETE_SEGMENT_STARTED:     # a retry does not record it again
-                await _maybe_await(self.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
+                await self.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
                     s.remote_log_segment_id, _now_ms(), None, RemoteLogSegmentState.DELETE_SEGMENT_STARTED,
-                    self.broker_id)))
+                    self.broker_id))
             await self.rsm.delete_log_segment_data(s)
             self.index_cache.remove(s.segment_id)
-            await _maybe_await(self.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
+            await self.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
                 s.remote_log_segment_id, _now_ms(), None, RemoteLogSegmentState.DELETE_SEGMENT_FINISHED,
-                self.broker_id)))
+                self.broker_id))
         except Exception as e:
             self.metrics.delete_errors.labels(topic).inc()
             log.warning("remote segment deletion failed", segment=str(s.remote_log_segment_id), error=str(e))
@@ -654,15 +651,14 @@ class RemoteLogManager:
                 await asyncio.sleep(delay)
 
     def _delete_state(self, tip: TopicIdPartition) -> RemotePartitionDeleteState | None:
-        get = getattr(self.rlmm, "partition_delete_metadata", None)
-        if get is None or not getattr(self.rlmm, "is_ready", lambda _t: False)(tip):
+        if not self.rlmm.is_ready(tip):
             return None
-        m = get(tip)
+        m = self.rlmm.partition_delete_metadata(tip)
         return None if m is None else m.state
 
     async def _mark(self, tip: TopicIdPartition, state: RemotePartitionDeleteState) -> None:
-        await _maybe_await(self.rlmm.put_remote_partition_delete_metadata(
-            RemotePartitionDeleteMetadata(tip, state, _now_ms(), self.broker_id)))
+        await self.rlmm.put_remote_partition_delete_metadata(
+            RemotePartitionDeleteMetadata(tip, state, _now_ms(), self.broker_id))
 
     async def _delete_partition(self, tip: TopicIdPartition) -> int:
         current = self._delete_state(tip)
@@ -675,7 +671,7 @@ class RemoteLogManager:
         n = failures = 0
         while True:
             left = 0
-            for s in await self._segments(tip):
+            for s in self._segments(tip):
                 if s.state != RemoteLogSegmentState.DELETE_SEGMENT_FINISHED:
                     if await self._delete_segment(tip.topic, s):
                         n += 1
@@ -774,9 +770,9 @@ class RemoteLogManager:
         epoch = ulog.epoch_for_offset(offset)
         if epoch is not None:
             # Only a segment of this lineage: remote storage may hold another lineage's records at the same offsets.
-            return await _maybe_await(self.rlmm.remote_log_segment_metadata(tip, epoch, offset))
+            return self.rlmm.remote_log_segment_metadata(tip, epoch, offset)
         # No epoch known for this offset (epoch cache trimmed): fall back to any copied segment covering it.
-        for s in await self._segments(tip):
+        for s in self._segments(tip):
             if s.state == COPY_FINISHED and s.start_offset <= offset <= s.end_offset:
                 return s
         return None
@@ -850,7 +846,7 @@ class RemoteLogManager:
 
     async def _find_offset_by_timestamp(self, ulog: UnifiedLog, timestamp: int) -> TimestampAndOffset | None:
         tip = topic_id_partition(ulog)
-        for s in sorted(await self._segments(tip), key=lambda m: m.start_offset):
+        for s in sorted(self._segments(tip), key=lambda m: m.start_offset):
             if s.state != COPY_FINISHED or s.max_timestamp_ms < timestamp or s.end_offset < ulog.log_start_offset:
                 continue
             start = max(s.start_offset, ulog.log_start_offset)
@@ -879,14 +875,8 @@ class RemoteLogManager:
         return None
 
     async def remote_log_start_offset(self, ulog: UnifiedLog) -> int | None:
-        segs = [s for s in await self._segments(topic_id_partition(ulog)) if s.state == COPY_FINISHED]
+        segs = [s for s in self._segments(topic_id_partition(ulog)) if s.state == COPY_FINISHED]
         return min((s.start_offset for s in segs), default=None)
-
-
-async def _maybe_await(v: Any) -> Any:
-    if asyncio.iscoroutine(v) or isinstance(v, asyncio.Future):
-        return await v
-    return v
 
 
 def _now_ms() -> int:

@@ -44,6 +44,7 @@ from .metadata import (
     RemotePartitionDeleteMetadata,
     TopicIdPartition,
 )
+from .rlmm_api import RemoteLogMetadataManager
 from .rlmm_cache import (
     RemoteLogMetadataCache,
     RemotePartitionMetadataStore,
@@ -119,7 +120,7 @@ class _MetadataPartition:
         self.inflight = 0                      # writes between append and apply
 
 
-class TopicBasedRemoteLogMetadataManager:
+class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     """See the module docstring. Lookups are synchronous (in-memory); writes are coroutines."""
 
     def __init__(self, io: MetadataTopicIO, log_dir: str | Path, configs: Mapping[str, Any] | RlmmConfig | None = None,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import struct
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -24,8 +25,10 @@ from strata.protocol.registry import REQUEST_CLASSES, ApiKey, api_name
 from .broker_client import BrokerConnection, BrokerConnectionError
 
 if TYPE_CHECKING:
-    from ..metadata_store import TopicInfo
-    from ..server import KafkaServer
+    from ..endpoints import BrokerEndpoints
+    from ..metadata_store import MetadataStore, TopicInfo
+    from ..metrics import BrokerMetrics
+    from .etcd_store import EtcdMetadataStore
 
 log = structlog.get_logger("strata.forwarding")
 
@@ -49,7 +52,7 @@ def forwarded_client_id(broker_id: int, client_id: str | None) -> str:
     return f"{FORWARDED_PREFIX}{broker_id}:{client_id or ''}"
 
 
-def topics_named(api_key: int, version: int, req: Any, server: KafkaServer) -> list[str]:
+def topics_named(api_key: int, version: int, req: Any, store: MetadataStore) -> list[str]:
     """The topics a controller request changes (read back from etcd after it)."""
     if api_key == ApiKey.CREATE_TOPICS or api_key == ApiKey.CREATE_PARTITIONS:
         return [t.name for t in req.topics]
@@ -58,7 +61,7 @@ def topics_named(api_key: int, version: int, req: Any, server: KafkaServer) -> l
             return list(req.topic_names)
         names = []
         for t in req.topics:
-            info = server.store.topic_by_id(t.topic_id) if t.name is None and t.topic_id is not None else None
+            info = store.topic_by_id(t.topic_id) if t.name is None and t.topic_id is not None else None
             names.append(info.name if info is not None else t.name)
         return [n for n in names if n]
     if api_key == ApiKey.INCREMENTAL_ALTER_CONFIGS:
@@ -73,14 +76,20 @@ def topics_named(api_key: int, version: int, req: Any, server: KafkaServer) -> l
 class ControllerChannel:
     """This broker's connection to the controller, used one request at a time (admin requests are rare)."""
 
-    def __init__(self, server: KafkaServer) -> None:
-        self.server = server
+    def __init__(self, store: EtcdMetadataStore, endpoints: BrokerEndpoints, metrics: BrokerMetrics, *,
+                 broker_id: int, socket_timeout_s: float, is_controller: Callable[[], bool]) -> None:
+        """`is_controller`: whether this broker is the active controller now (it then answers itself)."""
+        self.store = store
+        self.endpoints = endpoints
+        self.metrics = metrics
+        self.broker_id = broker_id
+        self.socket_timeout_s = socket_timeout_s
+        self._is_controller = is_controller
         self._conn: tuple[int, BrokerConnection] | None = None
         self._lock = asyncio.Lock()
 
     def is_controller(self) -> bool:
-        c = self.server.controller
-        return c is not None and c.active
+        return self._is_controller()
 
     def should_forward(self, api_key: int, client_id: str | None) -> bool:
         return api_key in CONTROLLER_APIS and not is_forwarded(client_id) and not self.is_controller()
@@ -96,7 +105,7 @@ class ControllerChannel:
         deadline = time.monotonic() + FORWARDED_SETTLE_S
         while not self.is_controller() and (left := deadline - time.monotonic()) > 0:
             # polled too: taking office sets the controller's epoch, which is no image change
-            await self.server.store.wait_for(self.is_controller, min(left, 0.05))
+            await self.store.wait_for(self.is_controller, min(left, 0.05))
 
     async def forward(self, payload: bytes | memoryview, api_key: int, version: int, client_id: str | None,
                       req: Any) -> bytes | None:
@@ -104,12 +113,12 @@ class ControllerChannel:
         correlation id), or None if this broker should answer itself: it has become the controller, or no
         controller answered in time (then its own handler answers NOT_CONTROLLER)."""
         timeout_s = getattr(req, "timeout_ms", 0) / 1000 or DEFAULT_TIMEOUT_S
-        fwd_id = forwarded_client_id(self.server.broker_id, client_id)
+        fwd_id = forwarded_client_id(self.broker_id, client_id)
         resp = await self._send(lambda conn, left: conn.forward(payload, fwd_id, left), timeout_s)
         if resp is None:
             return None
-        self.server.metrics.forwarded_requests.labels(api_name(api_key)).inc()
-        await self._read_back(topics_named(api_key, version, req, self.server))
+        self.metrics.forwarded_requests.labels(api_name(api_key)).inc()
+        await self._read_back(topics_named(api_key, version, req, self.store))
         return resp
 
     async def create_topic(self, name: str) -> TopicInfo | None:
@@ -122,21 +131,21 @@ class ControllerChannel:
             validate_only=False), DEFAULT_TIMEOUT_S)
         if resp is None:
             raise KafkaApiError(ErrorCode.LEADER_NOT_AVAILABLE, "no controller to create the topic")
-        self.server.metrics.forwarded_requests.labels(api_name(ApiKey.CREATE_TOPICS)).inc()
+        self.metrics.forwarded_requests.labels(api_name(ApiKey.CREATE_TOPICS)).inc()
         res = resp.topics[0]
         if res.error_code not in (0, ErrorCode.TOPIC_ALREADY_EXISTS):
             raise KafkaApiError(ErrorCode(res.error_code), res.error_message)
         await self._read_back([name])
-        return self.server.store.topic(name)
+        return self.store.topic(name)
 
-    async def _send(self, call, timeout_s: float) -> Any:
-        store = self.server.store
+    async def _send(self, call: Callable[[BrokerConnection, float], Awaitable[Any]], timeout_s: float) -> Any:
+        store = self.store
         deadline = time.monotonic() + timeout_s
         while (left := deadline - time.monotonic()) > 0:
             if self.is_controller():
                 return None
             c = store.image.controller
-            if c is None or c.broker_id == self.server.broker_id:     # none yet, or ours not yet taken up
+            if c is None or c.broker_id == self.broker_id:     # none yet, or ours not yet taken up
                 await store.wait_for(lambda c=c: store.image.controller != c or self.is_controller(), min(left, 1.0))
                 continue
             try:
@@ -149,21 +158,21 @@ class ControllerChannel:
         return None
 
     def _connection(self, broker_id: int) -> BrokerConnection:
-        ep = self.server.inter_broker_endpoint(broker_id)
+        ep = self.endpoints.inter_broker_endpoint(broker_id)
         if ep is None:
             raise BrokerConnectionError(f"controller {broker_id} has no endpoint")
         if self._conn is None or self._conn[0] != broker_id or (self._conn[1].host, self._conn[1].port) != tuple(ep):
             if self._conn is not None:
                 asyncio.ensure_future(self._conn[1].close())
-            self._conn = (broker_id, BrokerConnection(ep[0], ep[1], f"broker-{self.server.broker_id}-forwarding",
-                                                      self.server.config["replica.socket.timeout.ms"] / 1000.0))
+            self._conn = (broker_id, BrokerConnection(ep[0], ep[1], f"broker-{self.broker_id}-forwarding",
+                                                      self.socket_timeout_s))
         return self._conn[1]
 
     async def _read_back(self, names: list[str]) -> None:
         if not names:
             return
         try:
-            await self.server.store.refresh_topics(names)
+            await self.store.refresh_topics(names)
         except Exception as e:  # noqa: BLE001 - the controller has answered; the watch brings the change anyway
             log.warning("could not read back forwarded changes", topics=names, error=repr(e))
 

@@ -2,10 +2,14 @@
 DescribeCluster. Config APIs live in configs.py. Per-topic failures are answered per topic, never per request."""
 from __future__ import annotations
 
+from typing import Any
+
 from strata.protocol.errors import ErrorCode, KafkaApiError
 from strata.protocol.registry import ApiKey, response_class
 from strata.storage.errors import StorageError
 
+from ..request_context import RequestContext
+from ..services import BrokerServices
 from . import configs as config_handlers
 
 
@@ -13,7 +17,7 @@ def _err(e: KafkaApiError) -> tuple[int, str | None]:
     return int(e.code), e.message
 
 
-async def create_topics(server, ctx, req):
+async def create_topics(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
     Resp = response_class(ApiKey.CREATE_TOPICS)
     Result = Resp.CreatableTopicResult
     v = ctx.api_version
@@ -42,11 +46,12 @@ async def create_topics(server, ctx, req):
                 partitions, rf = len(assignments), len(assignments[0])
             else:
                 partitions, rf = t.num_partitions, t.replication_factor
-            rf = rf if rf != -1 else server.config["default.replication.factor"]
+            rf = rf if rf != -1 else services.config["default.replication.factor"]
             cfg = {c.name: c.value for c in (t.configs or [])}
-            info = await server.topic_manager.create_topic(t.name, partitions, rf, cfg, validate_only, assignments)
+            info = await services.topic_manager.create_topic(t.name, partitions, rf, cfg, validate_only,
+                                                             assignments)
             if info is None:      # validate_only
-                partitions = partitions if partitions != -1 else server.config["num.partitions"]
+                partitions = partitions if partitions != -1 else services.config["num.partitions"]
                 res.num_partitions, res.replication_factor = partitions, rf
             else:
                 res.topic_id = info.topic_id
@@ -54,14 +59,14 @@ async def create_topics(server, ctx, req):
             if v >= 5:
                 res.configs = [Result.CreatableTopicConfigs(name=e.name, value=e.value, read_only=e.read_only,
                                                             config_source=e.source, is_sensitive=e.sensitive)
-                               for e in config_handlers.topic_config_entries(server, cfg)]
+                               for e in config_handlers.topic_config_entries(services, cfg)]
         except KafkaApiError as e:
             res.error_code, res.error_message = _err(e)
         results.append(res)
     return Resp(version=v, throttle_time_ms=0, topics=results)
 
 
-async def delete_topics(server, ctx, req):
+async def delete_topics(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
     Resp = response_class(ApiKey.DELETE_TOPICS)
     Result = Resp.DeletableTopicResult
     v = ctx.api_version
@@ -71,11 +76,11 @@ async def delete_topics(server, ctx, req):
         res = Result(name=name, topic_id=tid, error_code=0, error_message=None)
         try:
             if name is None:
-                info = server.store.topic_by_id(tid) if tid is not None else None
+                info = services.store.topic_by_id(tid) if tid is not None else None
                 if info is None:
                     raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_ID, "Topic id does not exist.")
                 name = res.name = info.name
-            info = await server.topic_manager.delete_topic(name)
+            info = await services.topic_manager.delete_topic(name)
             res.topic_id = info.topic_id
         except KafkaApiError as e:
             res.error_code, res.error_message = _err(e)
@@ -83,7 +88,7 @@ async def delete_topics(server, ctx, req):
     return Resp(version=v, throttle_time_ms=0, responses=results)
 
 
-async def create_partitions(server, ctx, req):
+async def create_partitions(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
     Resp = response_class(ApiKey.CREATE_PARTITIONS)
     Result = Resp.CreatePartitionsTopicResult
     results = []
@@ -91,14 +96,15 @@ async def create_partitions(server, ctx, req):
         res = Result(name=t.name, error_code=0, error_message=None)
         try:
             assignments = [list(a.broker_ids) for a in t.assignments] if t.assignments else None
-            await server.topic_manager.create_partitions(t.name, t.count, bool(req.validate_only), assignments)
+            await services.topic_manager.create_partitions(t.name, t.count, bool(req.validate_only),
+                                                           assignments)
         except KafkaApiError as e:
             res.error_code, res.error_message = _err(e)
         results.append(res)
     return Resp(version=ctx.api_version, throttle_time_ms=0, results=results)
 
 
-async def delete_records(server, ctx, req):
+async def delete_records(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
     """Move the log start offset; -1 means 'up to the high watermark' as in Kafka."""
     Resp = response_class(ApiKey.DELETE_RECORDS)
     TopicRes = Resp.DeleteRecordsTopicResult
@@ -107,11 +113,11 @@ async def delete_records(server, ctx, req):
     for t in req.topics:
         parts = []
         for p in t.partitions:
-            partition = server.replica_manager.get_partition(t.name, p.partition_index)
+            partition = services.replica_manager.get_partition(t.name, p.partition_index)
             if partition is None or not partition.is_leader:
                 # only the leader moves the log start; followers follow it through their fetches
                 code = (ErrorCode.NOT_LEADER_OR_FOLLOWER if partition is not None
-                        else server.replica_manager.not_hosted_error(t.name, p.partition_index))
+                        else services.replica_manager.not_hosted_error(t.name, p.partition_index))
                 parts.append(PartRes(partition_index=p.partition_index, low_watermark=-1, error_code=code))
                 continue
             offset = partition.high_watermark if p.offset == -1 else p.offset
@@ -119,7 +125,7 @@ async def delete_records(server, ctx, req):
                 if offset < 0:
                     raise KafkaApiError(ErrorCode.OFFSET_OUT_OF_RANGE)
                 low = partition.log.delete_records(offset)
-                server.log_manager.checkpoint_log_start_offsets()
+                services.log_manager.checkpoint_log_start_offsets()
                 parts.append(PartRes(partition_index=p.partition_index, low_watermark=low, error_code=0))
             except StorageError as e:
                 parts.append(PartRes(partition_index=p.partition_index, low_watermark=-1,
@@ -130,37 +136,39 @@ async def delete_records(server, ctx, req):
     return Resp(version=ctx.api_version, throttle_time_ms=0, topics=topics)
 
 
-async def describe_cluster(server, ctx, req):
+async def describe_cluster(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
     Resp = response_class(ApiKey.DESCRIBE_CLUSTER)
     v = ctx.api_version
     endpoint_type = getattr(req, "endpoint_type", 1) if v >= 1 else 1
     if endpoint_type != 1:   # 1 = brokers; 2 = controllers, which a combined single node does not expose
         return Resp(version=v, throttle_time_ms=0, error_code=ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
                     error_message="Only broker endpoints are available.", endpoint_type=endpoint_type,
-                    cluster_id=server.store.cluster_id, controller_id=-1, brokers=[])
+                    cluster_id=services.store.cluster_id, controller_id=-1, brokers=[])
     brokers = [Resp.DescribeClusterBroker(broker_id=b, host=host, port=port, rack=rack, is_fenced=False)
-               for b, (host, port), rack in live_brokers(server, ctx.conn.listener)]
+               for b, (host, port), rack in live_brokers(services, ctx.listener)]
     return Resp(version=v, throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=endpoint_type,
-                cluster_id=server.store.cluster_id, controller_id=server.store.controller_id, brokers=brokers,
+                cluster_id=services.store.cluster_id, controller_id=services.store.controller_id,
+                brokers=brokers,
                 authorized_operations=None)
 
 
-def live_brokers(server, listener: str, departed_within_s: float = 0.0
+def live_brokers(services: BrokerServices, listener: str, departed_within_s: float = 0.0
                  ) -> list[tuple[int, tuple[str, int], str | None]]:
     """(id, endpoint of `listener`, rack) of every live broker, sorted by id; this broker's own endpoint is what it
     bound (ephemeral ports), the others' what they registered. With `departed_within_s`, brokers whose lease ended
     that recently are listed too (see handlers/metadata.py)."""
     out = []
-    brokers = server.store.brokers()
+    me = services.endpoints.advertised_endpoint(listener), services.config["broker.rack"] or None
+    brokers = services.store.brokers()
     if departed_within_s > 0:
-        brokers = {**server.store.departed_brokers(departed_within_s), **brokers}
+        brokers = {**services.store.departed_brokers(departed_within_s), **brokers}
     for b, info in sorted(brokers.items()):
-        if b == server.broker_id:
-            out.append((b, server.advertised_endpoint(listener), server.config["broker.rack"] or None))
+        if b == services.broker_id:
+            out.append((b, *me))
         else:
             ep = info.endpoint(listener)
             if ep is not None:
                 out.append((b, ep, info.rack))
-    if not any(b == server.broker_id for b, _, _ in out) and not server.store.clustered:
-        out.insert(0, (server.broker_id, server.advertised_endpoint(listener), server.config["broker.rack"] or None))
+    if not any(b == services.broker_id for b, _, _ in out) and not services.store.clustered:
+        out.insert(0, (services.broker_id, *me))
     return out

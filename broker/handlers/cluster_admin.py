@@ -4,6 +4,8 @@ broker/cluster/forwarding.py): they compare-and-set partition states in the meta
 passes complete reassignments (broker/cluster/controller.py)."""
 from __future__ import annotations
 
+from typing import Any
+
 from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import ApiKey, response_class
 
@@ -16,15 +18,17 @@ from ..cluster.controller import (
 from ..cluster.controller import (
     elect_leaders as do_elect,
 )
+from ..request_context import RequestContext
+from ..services import BrokerServices
 
 _NOT_CONTROLLER = "This is not the correct controller for this cluster."
 
 
-def _is_controller(server) -> bool:
-    return server.topic_manager.is_controller()
+def _is_controller(services: BrokerServices) -> bool:
+    return services.topic_manager.is_controller()
 
 
-async def elect_leaders(server, ctx, req):
+async def elect_leaders(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
     Resp = response_class(ApiKey.ELECT_LEADERS)
     TopicRes = Resp.ReplicaElectionResult
     PartRes = TopicRes.PartitionResult
@@ -36,14 +40,14 @@ async def elect_leaders(server, ctx, req):
     wanted = None
     if req.topic_partitions is not None:
         wanted = [(t.topic, p) for t in req.topic_partitions for p in t.partitions]
-    if not _is_controller(server):
+    if not _is_controller(services):
         if v == 0:      # no top-level error code: every partition asked for gets it
             results = {tp: (ErrorCode.NOT_CONTROLLER, _NOT_CONTROLLER) for tp in wanted or []}
         else:
             return Resp(version=v, throttle_time_ms=0, error_code=ErrorCode.NOT_CONTROLLER,
                         replica_election_results=[])
     else:
-        results = await do_elect(server.store, election_type, wanted)
+        results = await do_elect(services.store, election_type, wanted)
     by_topic: dict[str, list] = {}
     for (t, p), (err, msg) in results.items():
         by_topic.setdefault(t, []).append(PartRes(partition_id=p, error_code=err, error_message=msg))
@@ -51,12 +55,12 @@ async def elect_leaders(server, ctx, req):
     return Resp(version=v, throttle_time_ms=0, error_code=0, replica_election_results=topics)
 
 
-async def alter_partition_reassignments(server, ctx, req):
+async def alter_partition_reassignments(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
     Resp = response_class(ApiKey.ALTER_PARTITION_REASSIGNMENTS)
     TopicRes = Resp.ReassignableTopicResponse
     PartRes = TopicRes.ReassignablePartitionResponse
     allow_rf_change = bool(getattr(req, "allow_replication_factor_change", True)) if ctx.api_version >= 1 else True
-    if not _is_controller(server):
+    if not _is_controller(services):
         return Resp(version=ctx.api_version, throttle_time_ms=0, allow_replication_factor_change=allow_rf_change,
                     error_code=ErrorCode.NOT_CONTROLLER, error_message=_NOT_CONTROLLER, responses=[])
     topics = []
@@ -64,24 +68,25 @@ async def alter_partition_reassignments(server, ctx, req):
         parts = []
         for p in t.partitions:
             target = list(p.replicas) if p.replicas is not None else None
-            err, msg = await alter_reassignment(server.store, t.name, p.partition_index, target, allow_rf_change)
+            err, msg = await alter_reassignment(services.store, t.name, p.partition_index, target,
+                                                allow_rf_change)
             parts.append(PartRes(partition_index=p.partition_index, error_code=err, error_message=msg))
         topics.append(TopicRes(name=t.name, partitions=parts))
     return Resp(version=ctx.api_version, throttle_time_ms=0, allow_replication_factor_change=allow_rf_change,
                 error_code=0, error_message=None, responses=topics)
 
 
-async def list_partition_reassignments(server, ctx, req):
+async def list_partition_reassignments(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
     Resp = response_class(ApiKey.LIST_PARTITION_REASSIGNMENTS)
     TopicRes = Resp.OngoingTopicReassignment
     PartRes = TopicRes.OngoingPartitionReassignment
     wanted = None
     if req.topics is not None:
         wanted = [(t.name, list(t.partition_indexes)) for t in req.topics]
-    if not _is_controller(server):
+    if not _is_controller(services):
         return Resp(version=ctx.api_version, throttle_time_ms=0, error_code=ErrorCode.NOT_CONTROLLER,
                     error_message=_NOT_CONTROLLER, topics=[])
-    ongoing = list_reassignments(server.store, wanted)
+    ongoing = list_reassignments(services.store, wanted)
     topics = [TopicRes(name=t, partitions=[PartRes(partition_index=p, replicas=list(s.replicas),
                                                    adding_replicas=list(s.adding), removing_replicas=list(s.removing))
                                            for p, s in parts])

@@ -12,10 +12,20 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from strata.config import BROKER_CONFIG_DEFS, TOPIC_CONFIG_DEFS, ConfigError, ConfigType, LogConfig, format_value
+from strata.config import (
+    BROKER_CONFIG_DEFS,
+    TOPIC_CONFIG_DEFS,
+    ConfigError,
+    ConfigType,
+    LogConfig,
+    format_value,
+)
 from strata.config.topic_config import TOPIC_TO_BROKER_SYNONYM, validate_topic_overrides
 from strata.protocol.errors import ErrorCode, KafkaApiError
 from strata.protocol.registry import ApiKey, response_class
+
+from ..request_context import RequestContext
+from ..services import BrokerServices
 
 # ConfigResource.Type ids.
 RESOURCE_TOPIC = 2
@@ -100,10 +110,11 @@ def _parsed_overrides(overrides: dict[str, str]) -> dict[str, Any]:
     return out
 
 
-def topic_config_entries(server, overrides: dict[str, str], keys: Iterable[str] | None = None,
-                         include_synonyms: bool = True, include_documentation: bool = False) -> list[ConfigEntry]:
+def topic_config_entries(services: BrokerServices, overrides: dict[str, str],
+                         keys: Iterable[str] | None = None, include_synonyms: bool = True,
+                         include_documentation: bool = False) -> list[ConfigEntry]:
     """Every topic config with its effective value and source, as Kafka describes a topic."""
-    config = server.config
+    config = services.config
     parsed = _parsed_overrides(overrides)
     effective = LogConfig.from_defaults(config.topic_defaults(), parsed).values
     wanted = set(keys) if keys else None
@@ -127,10 +138,11 @@ def topic_config_entries(server, overrides: dict[str, str], keys: Iterable[str] 
     return entries
 
 
-def broker_config_entries(server, keys: Iterable[str] | None = None, include_synonyms: bool = True,
+def broker_config_entries(services: BrokerServices, keys: Iterable[str] | None = None,
+                          include_synonyms: bool = True,
                           include_documentation: bool = False) -> list[ConfigEntry]:
     """This broker's known keys; all read-only because Strata has no dynamic broker configs."""
-    config = server.config
+    config = services.config
     wanted = set(keys) if keys else None
     entries = []
     for name, d in BROKER_CONFIG_DEFS.items():
@@ -149,7 +161,7 @@ def broker_config_entries(server, keys: Iterable[str] | None = None, include_syn
     return entries
 
 
-def _check_broker_id(server, name: str | None) -> bool:
+def _check_broker_id(services: BrokerServices, name: str | None) -> bool:
     """True for this broker's id, False for the empty name (cluster-wide dynamic defaults: none here)."""
     if not name:
         return False
@@ -157,23 +169,24 @@ def _check_broker_id(server, name: str | None) -> bool:
         bid = int(name)
     except ValueError:
         raise KafkaApiError(ErrorCode.INVALID_REQUEST, f"Broker id must be an integer, but it is: {name}") from None
-    if bid != server.broker_id:
+    if bid != services.broker_id:
         raise KafkaApiError(ErrorCode.INVALID_REQUEST,
-                            f"Unexpected broker id, expected {server.broker_id} or empty string, but received {name}")
+                            f"Unexpected broker id, expected {services.broker_id} or empty string, "
+                            f"but received {name}")
     return True
 
 
-def _existing_topic(server, name: str | None):
+def _existing_topic(services: BrokerServices, name: str | None):
     from strata.broker.metadata_store import validate_topic_name
 
     validate_topic_name(name)
-    info = server.store.topic(name)
+    info = services.store.topic(name)
     if info is None:
         raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
     return info
 
 
-async def describe_configs(server, ctx, req):
+async def describe_configs(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
     Resp = response_class(ApiKey.DESCRIBE_CONFIGS)
     Result = Resp.DescribeConfigsResult
     Entry = Result.DescribeConfigsResourceResult
@@ -188,11 +201,11 @@ async def describe_configs(server, ctx, req):
         keys = r.configuration_keys or None
         try:
             if r.resource_type == RESOURCE_TOPIC:
-                info = _existing_topic(server, r.resource_name)
-                entries = topic_config_entries(server, info.configs, keys, include_synonyms, include_doc)
+                info = _existing_topic(services, r.resource_name)
+                entries = topic_config_entries(services, info.configs, keys, include_synonyms, include_doc)
             elif r.resource_type == RESOURCE_BROKER:
-                entries = (broker_config_entries(server, keys, include_synonyms, include_doc)
-                           if _check_broker_id(server, r.resource_name) else [])
+                entries = (broker_config_entries(services, keys, include_synonyms, include_doc)
+                           if _check_broker_id(services, r.resource_name) else [])
             elif r.resource_type == RESOURCE_BROKER_LOGGER:
                 raise KafkaApiError(ErrorCode.INVALID_REQUEST,
                                     "BROKER_LOGGER resources are not supported: Strata's log level is the "
@@ -251,7 +264,7 @@ def apply_incremental_ops(current: dict[str, str], ops: Iterable[tuple[str, int,
     return new
 
 
-async def incremental_alter_configs(server, ctx, req):
+async def incremental_alter_configs(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
     Resp = response_class(ApiKey.INCREMENTAL_ALTER_CONFIGS)
     Result = Resp.AlterConfigsResourceResponse
     validate_only = bool(req.validate_only)
@@ -269,9 +282,9 @@ async def incremental_alter_configs(server, ctx, req):
             if dups:
                 raise KafkaApiError(ErrorCode.INVALID_REQUEST, f"Error due to duplicate config keys: {dups}")
             if r.resource_type == RESOURCE_TOPIC:
-                info = _existing_topic(server, r.resource_name)
+                info = _existing_topic(services, r.resource_name)
                 new = apply_incremental_ops(info.configs, [(c.name, c.config_operation, c.value) for c in r.configs])
-                await server.topic_manager.set_topic_configs(r.resource_name, new, validate_only)
+                await services.topic_manager.set_topic_configs(r.resource_name, new, validate_only)
             elif r.resource_type in (RESOURCE_BROKER, RESOURCE_BROKER_LOGGER):
                 raise KafkaApiError(ErrorCode.INVALID_REQUEST,
                                     "dynamic broker configs are not supported; set them in server.properties")

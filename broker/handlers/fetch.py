@@ -1,19 +1,23 @@
 """Fetch: sessionless (answers session id 0), by name (< v13) or topic id (v13+), parked in the Fetch purgatory."""
 from __future__ import annotations
 
+from typing import Any
+
 from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import ApiKey, response_class
 
 from ..replica_manager import READ_UNCOMMITTED, FetchResult, FetchSpec
+from ..request_context import RequestContext
+from ..services import BrokerServices
 from .leadership import leader_endpoints
 
 
-async def handle(server, ctx, req):
+async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
     Resp = response_class(ApiKey.FETCH)
     TopicResp = Resp.FetchableTopicResponse
     PartData = TopicResp.PartitionData
     v = ctx.api_version
-    store = server.store
+    store = services.store
 
     if v >= 7 and req.session_id != 0:
         # We never create sessions, so a client that names one is out of sync: make it start over.
@@ -45,7 +49,7 @@ async def handle(server, ctx, req):
         layout.append((ft, name, plist))
 
     max_bytes = req.max_bytes if v >= 3 else 0x7FFFFFFF
-    results = await server.replica_manager.fetch(
+    results = await services.replica_manager.fetch(
         specs, max_bytes=max_bytes, min_bytes=req.min_bytes, max_wait_ms=req.max_wait_ms,
         isolation=isolation, replica_id=replica_id)
 
@@ -75,5 +79,5 @@ async def handle(server, ctx, req):
     resp = Resp(version=v, throttle_time_ms=0, error_code=0, session_id=0, responses=responses)
     if v >= 16 and leaders:
         resp.node_endpoints = [Resp.NodeEndpoint(node_id=b, host=h, port=p, rack=rack)
-                               for b, h, p, rack in leader_endpoints(server, ctx.conn.listener, leaders)]
+                               for b, h, p, rack in leader_endpoints(services, ctx.listener, leaders)]
     return resp

@@ -4,6 +4,7 @@ ListGroups, DescribeGroups, DeleteGroups, OffsetDelete. Wire <-> strata.broker.g
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import ApiKey, response_class
@@ -12,6 +13,8 @@ from ..group import OFFSETS_TOPIC
 from ..group.coordinator import JoinParams
 from ..group.group import GROUP_TYPE, GroupState
 from ..group.records import OffsetAndMetadata
+from ..request_context import RequestContext
+from ..services import BrokerServices
 
 E = ErrorCode
 KEY_TYPE_GROUP = 0
@@ -20,9 +23,9 @@ KEY_TYPE_TRANSACTION = 1
 GROUP_AUTHORIZED_OPERATIONS = {3, 6, 8}
 
 
-def _client_host(ctx) -> str:
+def _client_host(ctx: RequestContext) -> str:
     """Kafka reports member hosts as InetAddress.toString(): '/<ip>'."""
-    peer = ctx.conn.peer
+    peer = ctx.client_address
     host = peer.rpartition(":")[0] if ":" in peer else peer
     return "/" + host.strip("[]")
 
@@ -32,12 +35,12 @@ def req_key_type(req, version: int) -> int:
 
 
 # -- FindCoordinator ------------------------------------------------------------------------------------------------
-async def find_coordinator(server, ctx, req):
+async def find_coordinator(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
     Resp = response_class(ApiKey.FIND_COORDINATOR)
     v = ctx.api_version
-    listener = ctx.conn.listener
-    coord = server.group_coordinator
-    store = server.store
+    listener = ctx.listener
+    coord = services.group_coordinator
+    store = services.store
 
     if req_key_type(req, v) == KEY_TYPE_GROUP and coord.active:
         await coord.ensure_offsets_topic()     # Kafka creates the offsets topic on the first FindCoordinator
@@ -49,8 +52,8 @@ async def find_coordinator(server, ctx, req):
                 return E.COORDINATOR_NOT_AVAILABLE, "The coordinator is not available.", -1, "", -1
             state = store.partition_state(OFFSETS_TOPIC, coord.partition_for(key))
             leader = state.leader if state is not None else -1
-            if leader == server.broker_id:
-                host, port = server.advertised_endpoint(listener)
+            if leader == services.broker_id:
+                host, port = services.endpoints.advertised_endpoint(listener)
                 return E.NONE, None, leader, host, port
             info = store.brokers().get(leader) if leader >= 0 else None
             ep = info.endpoint(listener) if info is not None else None
@@ -74,7 +77,7 @@ async def find_coordinator(server, ctx, req):
 
 
 # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup -----------------------------------------------------------------
-async def join_group(server, ctx, req):
+async def join_group(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
     Resp = response_class(ApiKey.JOIN_GROUP)
     v = ctx.api_version
     session = req.session_timeout_ms
@@ -87,7 +90,7 @@ async def join_group(server, ctx, req):
         client_host=_client_host(ctx), session_timeout_ms=session, rebalance_timeout_ms=rebalance,
         protocol_type=req.protocol_type, protocols=[(p.name, bytes(p.metadata or b"")) for p in req.protocols],
         api_version=v)
-    res = await server.group_coordinator.join_group(params)
+    res = await services.group_coordinator.join_group(params)
     members = [Resp.JoinGroupResponseMember(member_id=m, group_instance_id=i, metadata=md)
                for m, i, md in res.members]
     return Resp(version=v, throttle_time_ms=0, error_code=res.error, generation_id=res.generation_id,
@@ -96,10 +99,10 @@ async def join_group(server, ctx, req):
                 leader=res.leader, skip_assignment=res.skip_assignment, member_id=res.member_id, members=members)
 
 
-async def sync_group(server, ctx, req):
+async def sync_group(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
     Resp = response_class(ApiKey.SYNC_GROUP)
     v = ctx.api_version
-    res = await server.group_coordinator.sync_group(
+    res = await services.group_coordinator.sync_group(
         req.group_id, req.generation_id, req.member_id, req.group_instance_id if v >= 3 else None,
         req.protocol_type if v >= 5 else None, req.protocol_name if v >= 5 else None,
         [(a.member_id, bytes(a.assignment or b"")) for a in req.assignments])
@@ -107,22 +110,22 @@ async def sync_group(server, ctx, req):
                 protocol_name=res.protocol_name, assignment=res.assignment)
 
 
-async def heartbeat(server, ctx, req):
+async def heartbeat(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
     Resp = response_class(ApiKey.HEARTBEAT)
     v = ctx.api_version
-    err = server.group_coordinator.heartbeat(req.group_id, req.member_id,
+    err = services.group_coordinator.heartbeat(req.group_id, req.member_id,
                                              req.group_instance_id if v >= 3 else None, req.generation_id)
     return Resp(version=v, throttle_time_ms=0, error_code=err)
 
 
-async def leave_group(server, ctx, req):
+async def leave_group(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
     Resp = response_class(ApiKey.LEAVE_GROUP)
     v = ctx.api_version
     if v < 3:
         members = [(req.member_id, None)]
     else:
         members = [(m.member_id, m.group_instance_id) for m in req.members]
-    top, results = server.group_coordinator.leave_group(req.group_id, members)
+    top, results = services.group_coordinator.leave_group(req.group_id, members)
     if v < 3:
         err = top or (results[0][2] if results else E.NONE)
         return Resp(version=v, throttle_time_ms=0, error_code=err)
@@ -131,13 +134,13 @@ async def leave_group(server, ctx, req):
 
 
 # -- OffsetCommit / OffsetFetch / OffsetDelete ----------------------------------------------------------------------
-async def offset_commit(server, ctx, req):
+async def offset_commit(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
     Resp = response_class(ApiKey.OFFSET_COMMIT)
     T = Resp.OffsetCommitResponseTopic
     P = T.OffsetCommitResponsePartition
     v = ctx.api_version
     now = int(time.time() * 1000)
-    store = server.store
+    store = services.store
     pre: dict[tuple[str, int], ErrorCode] = {}
     offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
     order: list[tuple[str, list[int]]] = []
@@ -159,7 +162,7 @@ async def offset_commit(server, ctx, req):
         order.append((name, parts, getattr(t, "topic_id", None)))
     top, results = E.NONE, {}
     if offsets:
-        top, results = await server.group_coordinator.commit_offsets(
+        top, results = await services.group_coordinator.commit_offsets(
             req.group_id, req.generation_id_or_member_epoch, req.member_id or "",
             req.group_instance_id if v >= 7 else None, offsets, v)
     elif not req.group_id:
@@ -191,10 +194,10 @@ def _fetched_partition(cls, pi: int, om: OffsetAndMetadata | None, err: ErrorCod
                metadata=om.metadata, error_code=err)
 
 
-async def offset_fetch(server, ctx, req):
+async def offset_fetch(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
     Resp = response_class(ApiKey.OFFSET_FETCH)
     v = ctx.api_version
-    coord = server.group_coordinator
+    coord = services.group_coordinator
     if v >= 8:
         G = Resp.OffsetFetchResponseGroup
         T = G.OffsetFetchResponseTopics
@@ -202,7 +205,7 @@ async def offset_fetch(server, ctx, req):
         groups = []
         for g in req.groups:
             if v >= 10:
-                groups.append(_fetch_group_by_topic_id(server.store, coord, G, g))
+                groups.append(_fetch_group_by_topic_id(services.store, coord, G, g))
                 continue
             topics = None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in g.topics]
             err, data = coord.fetch_offsets(g.group_id, topics)
@@ -251,11 +254,11 @@ def _fetch_group_by_topic_id(store, coord, G, g):
     return G(group_id=g.group_id, topics=tops + unknown, error_code=E.NONE)
 
 
-async def offset_delete(server, ctx, req):
+async def offset_delete(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
     Resp = response_class(ApiKey.OFFSET_DELETE)
     T = Resp.OffsetDeleteResponseTopic
     P = T.OffsetDeleteResponsePartition
-    store = server.store
+    store = services.store
     pre: dict[tuple[str, int], ErrorCode] = {}
     wanted = []
     order = []
@@ -267,7 +270,7 @@ async def offset_delete(server, ctx, req):
                 pre[(t.name, pi)] = E.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 wanted.append((t.name, pi))
-    err, results = await server.group_coordinator.delete_offsets(req.group_id, wanted)
+    err, results = await services.group_coordinator.delete_offsets(req.group_id, wanted)
     if err:
         return Resp(version=ctx.api_version, error_code=err, throttle_time_ms=0, topics=[])
     topics = [T(name=name, partitions=[P(partition_index=pi, error_code=pre.get((name, pi))
@@ -277,18 +280,18 @@ async def offset_delete(server, ctx, req):
 
 
 # -- ListGroups / DescribeGroups / DeleteGroups ---------------------------------------------------------------------
-async def list_groups(server, ctx, req):
+async def list_groups(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
     Resp = response_class(ApiKey.LIST_GROUPS)
     v = ctx.api_version
     states = list(req.states_filter or []) if v >= 4 else None
     types = list(req.types_filter or []) if v >= 5 else None
-    err, groups = server.group_coordinator.list_groups(states, types)
+    err, groups = services.group_coordinator.list_groups(states, types)
     listed = [Resp.ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type or "", group_state=g.state.value,
                                group_type=GROUP_TYPE) for g in groups]
     return Resp(version=v, throttle_time_ms=0, error_code=err, groups=listed)
 
 
-async def describe_groups(server, ctx, req):
+async def describe_groups(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
     Resp = response_class(ApiKey.DESCRIBE_GROUPS)
     D = Resp.DescribedGroup
     M = D.DescribedGroupMember
@@ -296,7 +299,7 @@ async def describe_groups(server, ctx, req):
     ops = GROUP_AUTHORIZED_OPERATIONS if v >= 3 and req.include_authorized_operations else None
     out = []
     for gid in req.groups:
-        err, g = server.group_coordinator.describe_group(gid)
+        err, g = services.group_coordinator.describe_group(gid)
         if err == E.GROUP_ID_NOT_FOUND:
             if v >= 6:
                 out.append(D(error_code=err, error_message=f"Group {gid} not found.", group_id=gid,
@@ -320,8 +323,8 @@ async def describe_groups(server, ctx, req):
     return Resp(version=v, throttle_time_ms=0, groups=out)
 
 
-async def delete_groups(server, ctx, req):
+async def delete_groups(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
     Resp = response_class(ApiKey.DELETE_GROUPS)
-    results = await server.group_coordinator.delete_groups(list(req.groups_names))
+    results = await services.group_coordinator.delete_groups(list(req.groups_names))
     return Resp(version=ctx.api_version, throttle_time_ms=0,
                 results=[Resp.DeletableGroupResult(group_id=g, error_code=results[g]) for g in req.groups_names])

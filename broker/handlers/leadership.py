@@ -5,17 +5,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ..services import BrokerServices
 
-def leader_endpoints(server, listener: str, leader_ids: Iterable[int]) -> list[tuple[int, str, int, str | None]]:
+
+def leader_endpoints(services: BrokerServices, listener: str,
+                     leader_ids: Iterable[int]) -> list[tuple[int, str, int, str | None]]:
     """(id, host, port, rack) of each known leader on the request's listener, sorted by id."""
     out = []
-    brokers = server.store.brokers()
+    brokers = services.store.brokers()
     for b in sorted(set(leader_ids)):
         if b < 0:
             continue
-        if b == server.broker_id:
-            host, port = server.advertised_endpoint(listener)
-            out.append((b, host, port, server.config["broker.rack"] or None))
+        if b == services.broker_id:
+            host, port = services.endpoints.advertised_endpoint(listener)
+            out.append((b, host, port, services.config["broker.rack"] or None))
             continue
         info = brokers.get(b)
         ep = info.endpoint(listener) if info is not None else None

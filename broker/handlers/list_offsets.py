@@ -6,17 +6,21 @@ Kafka's ReplicaManager does.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import ApiKey, response_class
 
 from ..replica_manager import READ_COMMITTED
+from ..request_context import RequestContext
+from ..services import BrokerServices
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5, -6
 CONSUMER_REPLICA_ID, DEBUG_REPLICA_ID = -1, -2
 _MIN_VERSION = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9, EARLIEST_PENDING_UPLOAD: 11}
 
 
-async def lookup(server, partition, ts: int, isolation: int, from_replica: bool = False
+async def lookup(services: BrokerServices, partition, ts: int, isolation: int, from_replica: bool = False
                  ) -> tuple[int, int, int]:
     """(timestamp, offset, leader_epoch) for one partition; -1s when nothing matches. Followers and debug tools
     (`from_replica`) get the log end offset for LATEST, consumers the HW (or LSO)."""
@@ -31,7 +35,8 @@ async def lookup(server, partition, ts: int, isolation: int, from_replica: bool 
         return -1, ulog.log_start_offset, _epoch(ulog, ulog.log_start_offset)
     if ts == EARLIEST_LOCAL:
         return -1, ulog.local_log_start_offset, _epoch(ulog, ulog.local_log_start_offset)
-    tiered = ulog.remote_log_enabled and server.replica_manager.rlm is not None
+    rlm = services.remote_log_manager
+    tiered = ulog.remote_log_enabled and rlm is not None
     if ts == LATEST_TIERED:
         # KIP-1005: the highest offset in remote storage, -1 when nothing (or no remote storage) is there.
         off = ulog.highest_offset_in_remote_storage if tiered else -1
@@ -44,8 +49,8 @@ async def lookup(server, partition, ts: int, isolation: int, from_replica: bool 
         return -1, off, _epoch(ulog, off)
     # A real timestamp (>= 0) is looked up in the remote time indexes first; MAX_TIMESTAMP (-3) is not a time to
     # search for (the remote lookup would answer the first record with a timestamp >= -3, i.e. the log start).
-    if ts >= 0 and tiered and ulog.log_start_offset < ulog.local_log_start_offset:
-        found = await server.replica_manager.rlm.find_offset_by_timestamp(ulog, ts)   # remote time indexes first
+    if ts >= 0 and rlm is not None and tiered and ulog.log_start_offset < ulog.local_log_start_offset:
+        found = await rlm.find_offset_by_timestamp(ulog, ts)   # remote time indexes first
         if found is not None:
             epoch = found.leader_epoch if found.leader_epoch is not None else -1
             return found.timestamp, found.offset, epoch
@@ -63,14 +68,14 @@ def _epoch(ulog, offset: int) -> int:
     return -1 if e is None else e
 
 
-async def handle(server, ctx, req):
+async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
     Resp = response_class(ApiKey.LIST_OFFSETS)
     TopicResp = Resp.ListOffsetsTopicResponse
     PartResp = TopicResp.ListOffsetsPartitionResponse
     v = ctx.api_version
     isolation = req.isolation_level if v >= 2 else 0
     replica_id = req.replica_id      # -1 consumer, -2 debug (may read a follower), >= 0 a follower
-    rm = server.replica_manager
+    rm = services.replica_manager
     topics = []
     for t in req.topics:
         parts = []
@@ -94,7 +99,8 @@ async def handle(server, ctx, req):
                 code = ErrorCode.OFFSET_NOT_AVAILABLE
             else:
                 try:
-                    out = await lookup(server, partition, ts, isolation, from_replica=replica_id != CONSUMER_REPLICA_ID)
+                    out = await lookup(services, partition, ts, isolation,
+                                       from_replica=replica_id != CONSUMER_REPLICA_ID)
                 except Exception as e:        # remote storage unreachable for a timestamp lookup
                     code = ErrorCode(getattr(e, "error_code", ErrorCode.KAFKA_STORAGE_ERROR))
             timestamp, offset, epoch = out

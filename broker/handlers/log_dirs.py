@@ -6,11 +6,15 @@ from __future__ import annotations
 import shutil
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 from strata.protocol.registry import ApiKey, response_class
 
+from ..request_context import RequestContext
+from ..services import BrokerServices
 
-async def describe_log_dirs(server, ctx, req):
+
+async def describe_log_dirs(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
     Resp = response_class(ApiKey.DESCRIBE_LOG_DIRS)
     Result = Resp.DescribeLogDirsResult
     Topic, Partition = Result.DescribeLogDirsTopic, Result.DescribeLogDirsTopic.DescribeLogDirsPartition
@@ -20,7 +24,7 @@ async def describe_log_dirs(server, ctx, req):
         wanted = {}
         for t in req.topics:
             wanted.setdefault(t.topic, set()).update(t.partitions)
-    lm = server.log_manager
+    lm = services.log_manager
     by_dir: dict[Path, dict[str, list]] = {d.resolve(): defaultdict(list) for d in lm.log_dirs}
     for ulog in lm.all_logs():
         if wanted is not None and ulog.partition not in wanted.get(ulog.topic, ()):

@@ -1,9 +1,13 @@
 """Metadata: brokers, topics with ids (v10+), and topic auto-creation when both broker and client allow it."""
 from __future__ import annotations
 
+from typing import Any
+
 from strata.protocol.errors import ErrorCode, KafkaApiError
 from strata.protocol.registry import ApiKey, response_class
 
+from ..request_context import RequestContext
+from ..services import BrokerServices
 from .admin import live_brokers
 
 # A broker whose lease just expired while it led partitions stays in the Metadata broker list this long. The
@@ -15,17 +19,12 @@ from .admin import live_brokers
 DEPARTED_BROKER_GRACE_S = 3.0      # > librdkafka's 1 s re-query of unavailable leaders
 
 
-def advertised_broker(server, ctx):
-    """The advertised endpoint of the listener the request came in on (Kafka's per-listener metadata)."""
-    return server.advertised_endpoint(ctx.conn.listener)
-
-
-async def handle(server, ctx, req):
+async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
     Resp = response_class(ApiKey.METADATA)
     Topic = Resp.MetadataResponseTopic
     Part = Topic.MetadataResponsePartition
     v = ctx.api_version
-    store = server.store
+    store = services.store
     allow_auto = v < 4 or bool(req.allow_auto_topic_creation)
 
     if req.topics is None:
@@ -43,9 +42,9 @@ async def handle(server, ctx, req):
     topics = []
     for name, tid in wanted:
         info = store.topic(name) if name is not None else None
-        if info is None and name is not None and allow_auto and server.config["auto.create.topics.enable"]:
+        if info is None and name is not None and allow_auto and services.config["auto.create.topics.enable"]:
             try:
-                info = await server.topic_manager.auto_create_topic(name)
+                info = await services.topic_manager.auto_create_topic(name)
             except KafkaApiError as e:
                 topics.append(Topic(error_code=e.code, name=name, topic_id=None, is_internal=False, partitions=[]))
                 continue
@@ -68,6 +67,6 @@ async def handle(server, ctx, req):
         topics.append(Topic(error_code=0, name=info.name, topic_id=info.topic_id, is_internal=info.internal,
                             partitions=parts))
     brokers = [Resp.MetadataResponseBroker(node_id=b, host=host, port=port, rack=rack)
-               for b, (host, port), rack in live_brokers(server, ctx.conn.listener, DEPARTED_BROKER_GRACE_S)]
+               for b, (host, port), rack in live_brokers(services, ctx.listener, DEPARTED_BROKER_GRACE_S)]
     return Resp(version=v, throttle_time_ms=0, brokers=brokers, cluster_id=store.cluster_id,
                 controller_id=store.controller_id, topics=topics, error_code=0)

@@ -7,15 +7,20 @@ both -1 when the requested epoch is unknown. `current_leader_epoch` fences stale
 """
 from __future__ import annotations
 
+from typing import Any
+
 from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import ApiKey, response_class
 
+from ..request_context import RequestContext
+from ..services import BrokerServices
 
-async def handle(server, ctx, req):
+
+async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
     Resp = response_class(ApiKey.OFFSET_FOR_LEADER_EPOCH)
     TopicRes = Resp.OffsetForLeaderTopicResult
     PartRes = TopicRes.EpochEndOffset
-    rm = server.replica_manager
+    rm = services.replica_manager
     topics = []
     for t in req.topics:
         parts = []

@@ -1,20 +1,24 @@
 """Produce: validate acks, append each partition's batches, answer per partition (or not at all for acks=0)."""
 from __future__ import annotations
 
+from typing import Any
+
 from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import ApiKey, response_class
 
 from ..network import CloseConnection
+from ..request_context import RequestContext
+from ..services import BrokerServices
 from ..tiered import REMOTE_LOG_METADATA_TOPIC, RLMM_PRODUCER_CLIENT_ID
 from .leadership import leader_endpoints
 
 
-async def handle(server, ctx, req):
+async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
     Resp = response_class(ApiKey.PRODUCE)
     TopicResp = Resp.TopicProduceResponse
     PartResp = TopicResp.PartitionProduceResponse
     v = ctx.api_version
-    store = server.store
+    store = services.store
 
     # Resolve topic names first (v13+ addresses topics by id).
     topics: list[tuple[object, str | None, object]] = []
@@ -47,7 +51,7 @@ async def handle(server, ctx, req):
     # another broker's RLMM writing to a metadata partition led here (see RLMM_PRODUCER_CLIENT_ID)
     internal = bool(entries) and (ctx.client_id or "").startswith(RLMM_PRODUCER_CLIENT_ID) and all(
         name == REMOTE_LOG_METADATA_TOPIC for name, _, _ in entries)
-    results = iter(await server.replica_manager.append_records(
+    results = iter(await services.replica_manager.append_records(
         entries, internal=internal, required_acks=req.acks, timeout_ms=req.timeout_ms)) if entries else iter(())
 
     responses = []
@@ -82,5 +86,5 @@ async def handle(server, ctx, req):
     resp = Resp(version=v, responses=responses, throttle_time_ms=0)
     if leaders:
         resp.node_endpoints = [Resp.NodeEndpoint(node_id=b, host=h, port=p, rack=rack)
-                               for b, h, p, rack in leader_endpoints(server, ctx.conn.listener, leaders)]
+                               for b, h, p, rack in leader_endpoints(services, ctx.listener, leaders)]
     return resp

@@ -475,8 +475,8 @@ def test_one_batch_shortcut_matches_the_general_validation(tmp_path):
 # producer ids
 
 def test_producer_id_blocks_are_persisted_and_never_reused(tmp_path):
-    from strata.broker.handlers.producer import ProducerIdManager
     from strata.broker.metadata_store import LocalMetadataStore
+    from strata.broker.producer_ids import ProducerIdManager
 
     async def main():
         store = LocalMetadataStore(tmp_path)
@@ -490,14 +490,14 @@ def test_producer_id_blocks_are_persisted_and_never_reused(tmp_path):
     asyncio.run(main())
 
 
-def _init_producer_id(server, version: int, transactional_id: str | None):
+def _init_producer_id(services, version: int, transactional_id: str | None):
     from strata.broker.handlers.producer import init_producer_id
     from strata.protocol.registry import REQUEST_CLASSES, ApiKey, encode_response
 
     req = REQUEST_CLASSES[ApiKey.INIT_PRODUCER_ID](version=version, transactional_id=transactional_id,
                                                    transaction_timeout_ms=60000)
     ctx = SimpleNamespace(api_version=version, client_id="t")
-    resp = asyncio.run(init_producer_id(server, ctx, req))
+    resp = asyncio.run(init_producer_id(services, ctx, req))
     frame = encode_response(resp, 5)                                       # encodes at every version
     assert len(frame) > 8
     return resp
@@ -505,13 +505,14 @@ def _init_producer_id(server, version: int, transactional_id: str | None):
 
 def test_init_producer_id_handler(tmp_path):
     from strata.broker.metadata_store import LocalMetadataStore
+    from strata.broker.producer_ids import ProducerIdManager
 
-    server = SimpleNamespace(store=LocalMetadataStore(tmp_path))
-    got = [_init_producer_id(server, v, None) for v in range(6)]
+    services = SimpleNamespace(producer_ids=ProducerIdManager(LocalMetadataStore(tmp_path)))
+    got = [_init_producer_id(services, v, None) for v in range(6)]
     assert [(r.error_code, r.producer_id, r.producer_epoch) for r in got] == [(0, i, 0) for i in range(6)]
-    r = _init_producer_id(server, 4, "my-txn")
+    r = _init_producer_id(services, 4, "my-txn")
     assert (r.error_code, r.producer_id, r.producer_epoch) == (53, -1, -1)  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    assert _init_producer_id(server, 4, "").error_code == 42                # INVALID_REQUEST, as Kafka
+    assert _init_producer_id(services, 4, "").error_code == 42                # INVALID_REQUEST, as Kafka
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 
 from strata.config import default_log_config
@@ -18,25 +19,70 @@ from strata.remote.metadata import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
+    RemotePartitionDeleteMetadata,
     TopicIdPartition,
 )
 from strata.remote.metadata import RemoteLogSegmentState as S
 from strata.remote.rlm import RemoteLogManager, RemoteLogManagerConfig, lineage_end_in_segment, topic_id_partition
+from strata.remote.rlmm_api import RemoteLogMetadataManager
 from strata.remote.rlmm_cache import RemoteLogMetadataCache
 from strata.storage.log import UnifiedLog
 
 NOW = int(time.time() * 1000)
 
 
-class CacheRLMM:
-    """The RLMM's lookups over one partition's real RemoteLogMetadataCache (no topic, no consumer)."""
+class CacheRLMM(RemoteLogMetadataManager):
+    """An RLMM over one partition's real RemoteLogMetadataCache (no topic, no consumer): writes apply at once."""
 
     def __init__(self) -> None:
         self.cache = RemoteLogMetadataCache()
         self.cache.mark_initialized()
+        self.followed: set[TopicIdPartition] = set()
+        self.delete_state: RemotePartitionDeleteMetadata | None = None
+
+    async def add_remote_log_segment_metadata(self, metadata: RemoteLogSegmentMetadata) -> None:
+        self.cache.add_copy_in_progress_segment(metadata)
+
+    async def update_remote_log_segment_metadata(self, update: RemoteLogSegmentMetadataUpdate) -> None:
+        self.cache.update_remote_log_segment_metadata(update)
+
+    async def put_remote_partition_delete_metadata(self, metadata: RemotePartitionDeleteMetadata) -> None:
+        self.delete_state = metadata
+
+    def remote_log_segment_metadata(self, tip: TopicIdPartition, leader_epoch: int,
+                                    offset: int) -> RemoteLogSegmentMetadata | None:
+        return self.cache.remote_log_segment_metadata(leader_epoch, offset)
 
     def highest_offset_for_epoch(self, tip: TopicIdPartition, epoch: int) -> int | None:
         return self.cache.highest_offset_for_epoch(epoch)
+
+    def list_remote_log_segments(self, tip: TopicIdPartition,
+                                 leader_epoch: int | None = None) -> list[RemoteLogSegmentMetadata]:
+        if leader_epoch is None:
+            return self.cache.list_all_remote_log_segments()
+        return self.cache.list_remote_log_segments(leader_epoch)
+
+    def partition_delete_metadata(self, tip: TopicIdPartition) -> RemotePartitionDeleteMetadata | None:
+        return self.delete_state
+
+    def on_partition_leadership_changes(self, leader_partitions: Iterable[TopicIdPartition],
+                                        follower_partitions: Iterable[TopicIdPartition]) -> None:
+        self.followed |= set(leader_partitions) | set(follower_partitions)
+
+    def on_stop_partitions(self, partitions: Iterable[TopicIdPartition]) -> None:
+        self.followed -= set(partitions)
+
+    def followed_partitions(self) -> set[TopicIdPartition]:
+        return set(self.followed)
+
+    def is_ready(self, tip: TopicIdPartition) -> bool:
+        return True
+
+    async def wait_until_ready(self, tip: TopicIdPartition, timeout_s: float | None = None) -> None:
+        return None
+
+    async def wait_for_catch_up(self, tip: TopicIdPartition, timeout_s: float | None = None) -> None:
+        return None
 
     def copied(self, tip: TopicIdPartition, start: int, end: int, epochs: dict[int, int]) -> None:
         m = RemoteLogSegmentMetadata(RemoteLogSegmentId(tip, uuid.uuid4()), start, end, NOW, 1, NOW, 100, epochs,

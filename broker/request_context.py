@@ -1,0 +1,49 @@
+"""What a handler knows about the request it answers besides its body: the API and version, the connection's
+listener and client address, the authenticated principal, and the authorizer that will decide what it may do.
+
+Security (TLS, SASL, ACLs) is not implemented yet: every connection is User:ANONYMOUS and there is no
+authorizer (everything is allowed). The fields are here so that handlers are written against them from the
+start.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaPrincipal:
+    """Kafka's KafkaPrincipal: a type ("User") and a name; printed as Kafka prints it, `User:alice`."""
+
+    principal_type: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.principal_type}:{self.name}"
+
+
+ANONYMOUS = KafkaPrincipal("User", "ANONYMOUS")     # a PLAINTEXT connection's principal, as in Kafka
+
+
+class Authorizer(Protocol):
+    """Kafka's Authorizer, reduced to one decision: may `principal` connecting from `host` perform `operation`
+    (an AclOperation code) on the resource (a ResourceType code and a name)?"""
+
+    def authorize(self, principal: KafkaPrincipal, host: str, operation: int, resource_type: int,
+                  resource_name: str) -> bool: ...
+
+
+@dataclass(slots=True)
+class RequestContext:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    received: float                   # time.perf_counter() when the frame was read
+    listener: str                     # the name of the listener the connection came in on
+    client_address: str               # the client's "host:port"
+    principal: KafkaPrincipal = ANONYMOUS
+    authorizer: Authorizer | None = None     # None: no authorizer configured, every operation is allowed
+
+
+__all__ = ["ANONYMOUS", "Authorizer", "KafkaPrincipal", "RequestContext"]
