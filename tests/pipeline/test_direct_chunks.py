@@ -73,7 +73,7 @@ def stored(tmp_path_factory):
 
 def _expected(data: bytes, lo: int, hi: int) -> list[tuple]:
     out = []
-    for pos, h in iter_batches(data):
+    for pos, _h in iter_batches(data):
         for r in iter_records(data, pos):
             if lo <= r.offset < hi:
                 out.append((r.key, r.value, r.offset, r.timestamp, [tuple(x) for x in r.headers] or None))

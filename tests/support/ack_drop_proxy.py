@@ -70,7 +70,7 @@ class AckDropProxy:
         return f"127.0.0.1:{self.port}"
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
-    def start(self, upstream_port: int | None = None) -> "AckDropProxy":
+    def start(self, upstream_port: int | None = None) -> AckDropProxy:
         if upstream_port is not None:
             self.upstream = (self.upstream[0], upstream_port)
         assert self.upstream[1], "upstream port unknown"
@@ -107,7 +107,7 @@ class AckDropProxy:
             self._thread.join(10)
         self._loop = None
 
-    def __enter__(self) -> "AckDropProxy":
+    def __enter__(self) -> AckDropProxy:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -172,7 +172,7 @@ class AckDropProxy:
             for w in (c_writer, b_writer):
                 try:
                     w.transport.abort()
-                except Exception:  # noqa: BLE001
+                except Exception:  # noqa: BLE001, S110 - closing both ends whatever state either is in
                     pass
 
         try:

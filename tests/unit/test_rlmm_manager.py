@@ -327,7 +327,7 @@ def test_undecodable_and_foreign_records_are_skipped(tmp_path: Path) -> None:
         await rlmm.start()
         rlmm.on_partition_leadership_changes({U1}, set())
         await rlmm.wait_until_ready(U1)
-        assert [x for x in rlmm.list_remote_log_segments(U1)] == [good]
+        assert list(rlmm.list_remote_log_segments(U1)) == [good]
         await rlmm.close()
     run(main)
 
