@@ -2,10 +2,10 @@
 
 * Broker pieces: confluent-kafka consumer, assigned (no group membership), from ``start`` until ``end``.
 * Remote pieces (``read.mode=direct``): the executor builds the RemoteStorageManager the options describe (the same
-  classes the broker uses: ``strata.remote.s3``, ``strata.remote.local_tiered``), finds the start position in the segment's
-  offset index, streams the ``.log`` in fixed-size chunks into buffers the worker process reuses (the next chunks
-  are fetched while the current one is decoded) and decodes the batches with ``strata.pipeline.decode`` (CRC checked,
-  decompressed, control batches skipped); a batch cut by a chunk's end is completed from the next chunk.
+  classes the broker uses: ``strata.remote.s3``, ``strata.remote.local_tiered``), finds the start position in the
+  segment's offset index, streams the ``.log`` in fixed-size chunks into buffers the worker process reuses (the next
+  chunks are fetched while the current one is decoded) and decodes the batches with ``strata.pipeline.decode`` (CRC
+  checked, decompressed, control batches skipped); a batch cut by a chunk's end is completed from the next chunk.
 
 Data loss (offsets deleted between planning and reading) raises DataLossError, or with failOnDataLoss=false skips
 what is gone.
