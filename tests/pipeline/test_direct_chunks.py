@@ -1,6 +1,6 @@
-"""Direct mode's chunked reads of one remote segment (strata.pipeline.reading) against LocalTieredStorage, without Spark:
-batches cut by chunk ends (inside a batch's length field too, and batches longer than a chunk), compressed batches,
-[lo, hi) windows, read buffers reused from chunk to chunk while earlier record batches are still held, and
+"""Direct mode's chunked reads of one remote segment (strata.pipeline.reading) against LocalTieredStorage, without
+Spark: batches cut by chunk ends (inside a batch's length field too, and batches longer than a chunk), compressed
+batches, [lo, hi) windows, read buffers reused from chunk to chunk while earlier record batches are still held, and
 segments that end inside a batch."""
 from __future__ import annotations
 

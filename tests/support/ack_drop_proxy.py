@@ -4,8 +4,8 @@ Every client connection gets its own upstream connection; frames are forwarded u
 cuts remain, the proxy forwards a Produce request (acks != 0) whose batches carry a producer id, waits for the broker's
 response to it -- so the broker has certainly written the batch -- then drops that response and closes both
 connections: the client sees its connection die with the request in flight, exactly the "written but not
-acknowledged" case an idempotent producer must retry without duplicating. A request made only of retries of cut batches is
-let through, so each cut also loses new data.
+acknowledged" case an idempotent producer must retry without duplicating. A request made only of retries of cut
+batches is let through, so each cut also loses new data.
 
 Start the broker with ``advertised.listeners`` pointing at the proxy so clients reconnect through it. The proxy runs an
 asyncio loop in a daemon thread; ``produce_batches`` records (producer id, epoch, base sequence) of every batch of
