@@ -6,7 +6,7 @@ PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.installed
 BASE_STAMP := $(VENV)/.installed-base
 
-.PHONY: run test bench cluster lint venv system-deps node-deps clean
+.PHONY: run test test-unit bench cluster lint typecheck fmt venv system-deps node-deps clean
 
 # `make run` needs only the broker's own dependencies; tests, bench and Spark add their extras on top.
 # A fresh Debian has python3 without venv/ensurepip (package python3-venv): installed first when missing (root).
@@ -20,7 +20,7 @@ $(BASE_STAMP): pyproject.toml
 	touch $(BASE_STAMP)
 
 $(STAMP): $(BASE_STAMP)
-	$(PIP) install -q -e '.[test,bench,spark]'
+	$(PIP) install -q -e '.[test,bench,spark,dev]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -55,8 +55,13 @@ tests/js/node_modules/.installed: tests/js/package.json
 # stay together (--dist loadfile) and share their brokers.
 TEST_WORKERS ?= 2
 
-test: $(STAMP) system-deps node-deps
+# Lint and type check first: CI (.ci/run = `make test`) fails on a finding before the suite's long run.
+test: $(STAMP) lint system-deps node-deps
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
+
+# The fast in-process unit tests only (seconds): no brokers, no Spark, no system packages.
+test-unit: $(STAMP)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) tests/unit
 
 bench: $(STAMP)
 	$(PY) -m bench.run
@@ -65,9 +70,20 @@ bench: $(STAMP)
 cluster: $(STAMP) system-deps
 	$(PY) scripts/cluster.py
 
+# ruff and mypy are the versions pinned in the dev extra; their settings are in pyproject.toml. ruff walks the
+# whole checkout (.venv and node_modules excluded); mypy checks the strata package (the links in strata/).
 lint: $(STAMP)
-	$(PIP) install -q ruff
-	$(VENV)/bin/ruff check broker protocol storage remote config pipeline strata/cli tests bench
+	$(VENV)/bin/ruff check
+	$(VENV)/bin/ruff format --check
+	$(PY) -m mypy
+
+typecheck: $(STAMP)
+	$(PY) -m mypy
+
+# Rewrites the code: the lint findings that ruff fixes itself (import order, pyupgrade, ...), then the formatting.
+fmt: $(STAMP)
+	$(VENV)/bin/ruff check --fix --exit-zero
+	$(VENV)/bin/ruff format
 
 clean:
 	rm -rf $(VENV) tests/js/node_modules

@@ -87,7 +87,7 @@ def shared_cluster(size: int = 3) -> Any:
     from tests.support.cluster_proc import StrataCluster
 
     c = _Shared.cluster
-    if c is None or len(c.live_ids()) < size and not _restart_dead(c):
+    if c is None or (len(c.live_ids()) < size and not _restart_dead(c)):
         _Shared.tmp = tempfile.TemporaryDirectory(prefix="strata-cluster-bench-")
         c = StrataCluster(_Shared.tmp.name, size=size, defaults=CLUSTER_SETTINGS, start_timeout=90)
         c.start()

@@ -131,7 +131,8 @@ def table(r: dict[str, Any]) -> str:
             ("of which broker start-up: launched -> registered (s)", u["startup_s"], t["startup_s"]),
             ("leader's local log (MiB)", u["leader_local_mib"], t["leader_local_mib"]),
             ("follower's local log after rejoining (MiB)", u["follower_local_mib"], t["follower_local_mib"]),
-            ("local tail, % of the topic", 100 * u["leader_local_mib"] / u["mib"], 100 * t["leader_local_mib"] / t["mib"]),
+            ("local tail, % of the topic", 100 * u["leader_local_mib"] / u["mib"],
+             100 * t["leader_local_mib"] / t["mib"]),
             ("produce, acks=all (s)", u["produce_s"], t["produce_s"])]
     intro = (f"Topic of {u['mib']} MiB ({u['records']:,} records of {RECORD} B), 2 brokers, RF=2; tiered keeps "
              f"about {LOCAL_SHARE:.0%} locally. Rejoin ratio untiered/tiered: **{r['ratio']:.1f}x** "

@@ -86,7 +86,8 @@ def cpu_table(results: dict) -> str:
     out = ["| scenario | Strata | Tansu | ratio Strata/Tansu |", "|---|---:|---:|---:|"]
     rows = cpu_rows(results)
     for r in rows:
-        out.append(f"| {r['scenario']} | {_fmt(r['strata'])} | {_fmt(r['tansu'])} | {_ratio(r['strata'], r['tansu'])} |")
+        out.append(f"| {r['scenario']} | {_fmt(r['strata'])} | {_fmt(r['tansu'])} "
+                   f"| {_ratio(r['strata'], r['tansu'])} |")
     return "\n".join(out) if rows else "(no CPU samples)"
 
 

@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
-from .defs import ConfigDef, ConfigError, ConfigType as T, at_least, retention_value
+from .defs import ConfigDef, ConfigError, at_least, retention_value
+from .defs import ConfigType as T
 from .topic_config import TOPIC_CONFIG_DEFS, TOPIC_TO_BROKER_SYNONYM, LogConfig
 
 _BROKER_DEFS: list[ConfigDef] = [
@@ -208,7 +210,7 @@ class Listener:
     port: int
 
     @classmethod
-    def parse(cls, spec: str) -> "Listener":
+    def parse(cls, spec: str) -> Listener:
         try:
             name, rest = spec.split("://", 1)
             host, port = rest.rsplit(":", 1)
@@ -225,7 +227,7 @@ class BrokerConfig:
     originals: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, path: str | os.PathLike | None = None, overrides: Iterable[str] = ()) -> "BrokerConfig":
+    def load(cls, path: str | os.PathLike | None = None, overrides: Iterable[str] = ()) -> BrokerConfig:
         raw: dict[str, str] = {}
         if path is not None:
             try:
@@ -240,7 +242,7 @@ class BrokerConfig:
         return cls.from_dict(raw)
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> "BrokerConfig":
+    def from_dict(cls, raw: Mapping[str, Any]) -> BrokerConfig:
         values = {name: d.default for name, d in BROKER_CONFIG_DEFS.items()}
         originals: dict[str, str] = {}
         for key, v in raw.items():

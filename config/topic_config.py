@@ -1,19 +1,20 @@
 """Per-topic log configuration (Kafka's LogConfig): topic key -> broker synonym -> default."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from .defs import (
     LONG_MAX,
     ConfigDef,
     ConfigError,
-    ConfigType as T,
     at_least,
     between,
     local_retention_value,
     retention_value,
 )
+from .defs import ConfigType as T
 
 # (topic key, broker synonym or None, definition)
 _TOPIC_DEFS: list[tuple[str, str | None, ConfigDef]] = [
@@ -174,7 +175,7 @@ class LogConfig:
 
     @classmethod
     def from_defaults(cls, broker_defaults: Mapping[str, Any], overrides: Mapping[str, Any] | None = None
-                      ) -> "LogConfig":
+                      ) -> LogConfig:
         """broker_defaults maps topic keys to the broker-level values (see BrokerConfig.topic_defaults)."""
         overrides = validate_topic_overrides(overrides or {})
         values = {k: d.default for k, d in TOPIC_CONFIG_DEFS.items()}

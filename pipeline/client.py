@@ -8,7 +8,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any, Self, cast
 
 from .options import SourceOptions, Subscription
 
@@ -92,13 +92,13 @@ class Cluster:
                     if parts:
                         out[t] = parts
         else:
-            for t, parts in sub.assignment:
+            for t, wanted in sub.assignment:
                 existing = self.partitions_of(t)
-                missing = sorted(set(parts) - set(existing))
+                missing = sorted(set(wanted) - set(existing))
                 if missing:
                     raise RuntimeError(f"assign: partitions {missing} of topic {t!r} do not exist "
                                        f"(it has {existing})")
-                out[t] = list(parts)
+                out[t] = list(wanted)
         return out
 
     def partitions_of(self, topic: str) -> list[int]:
@@ -265,7 +265,8 @@ def consume_range(conf: dict[str, Any], topic: str, partition: int, start: int, 
                 if err is not None:
                     code = err.code()
                     if code == KafkaError._PARTITION_EOF:
-                        if m.offset() >= end:      # everything below `end` has been delivered
+                        # the stubs type offset() Optional; an EOF event carries the partition's end offset
+                        if cast(int, m.offset()) >= end:      # everything below `end` has been delivered
                             done = True
                         continue
                     if code in (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET):
@@ -274,7 +275,7 @@ def consume_range(conf: dict[str, Any], topic: str, partition: int, start: int, 
                     if err.retriable() or code in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
                         continue
                     raise KafkaException(err)
-                off = m.offset()
+                off = cast(int, m.offset())           # a record's offset is never None
                 if off >= end:
                     done = True
                     break

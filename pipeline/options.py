@@ -270,7 +270,8 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: bool) -> Sour
         poll_timeout_s=(poll_ms if poll_ms is not None else 120_000) / 1000.0,
         kafka_conf=kafka_conf,
         isolation_level=isolation,
-        direct_chunk_bytes=_int("direct.chunkBytes", opts.get("direct.chunkbytes"), minimum=64 << 10) or DIRECT_CHUNK_BYTES,
+        direct_chunk_bytes=_int("direct.chunkBytes", opts.get("direct.chunkbytes"),
+                                minimum=64 << 10) or DIRECT_CHUNK_BYTES,
         direct_fetch_concurrency=_int("direct.fetchConcurrency", opts.get("direct.fetchconcurrency"),
                                       minimum=1) or DIRECT_FETCH_CONCURRENCY,
     )

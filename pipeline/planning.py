@@ -191,7 +191,7 @@ def plan_ranges(cluster: Cluster, opts: SourceOptions, starts: Mapping[TP, int],
     if opts.read_mode != "direct" or not ranges:
         return [r.with_pieces((Piece(r.start, r.end, None),)) for r in ranges]
     ids = dict(topic_ids) if topic_ids is not None else cluster.topic_ids(sorted({r.topic for r in ranges}))
-    wanted = {r.tp: ids[r.topic] for r in ranges if ids.get(r.topic) is not None}
+    wanted = {r.tp: tid for r in ranges if (tid := ids.get(r.topic)) is not None}
     segments = cluster.remote_segments(wanted)
     local = cluster.local_log_starts(sorted({r.tp for r in ranges}))
     return [assign_pieces(r, segments.get(r.tp, []), local.get(r.tp, -1)) for r in ranges]

@@ -2,10 +2,10 @@
 
 * Broker pieces: confluent-kafka consumer, assigned (no group membership), from ``start`` until ``end``.
 * Remote pieces (``read.mode=direct``): the executor builds the RemoteStorageManager the options describe (the same
-  classes the broker uses: ``strata.remote.s3``, ``strata.remote.local_tiered``), finds the start position in the segment's
-  offset index, streams the ``.log`` in fixed-size chunks into buffers the worker process reuses (the next chunks
-  are fetched while the current one is decoded) and decodes the batches with ``strata.pipeline.decode`` (CRC checked,
-  decompressed, control batches skipped); a batch cut by a chunk's end is completed from the next chunk.
+  classes the broker uses: ``strata.remote.s3``, ``strata.remote.local_tiered``), finds the start position in the
+  segment's offset index, streams the ``.log`` in fixed-size chunks into buffers the worker process reuses (the next
+  chunks are fetched while the current one is decoded) and decodes the batches with ``strata.pipeline.decode`` (CRC
+  checked, decompressed, control batches skipped); a batch cut by a chunk's end is completed from the next chunk.
 
 Data loss (offsets deleted between planning and reading) raises DataLossError, or with failOnDataLoss=false skips
 what is gone.
@@ -209,7 +209,8 @@ def _close_shared() -> None:
 def index_positions(index: bytes, base_offset: int) -> tuple[list[int], list[int]]:
     """A Kafka offset index (entries of relative offset int32, position int32) as absolute offsets, positions."""
     n = len(index) // _INDEX_ENTRY.size
-    offsets, positions = [], []
+    offsets: list[int] = []
+    positions: list[int] = []
     for rel, pos in _INDEX_ENTRY.iter_unpack(index[:n * _INDEX_ENTRY.size]):
         if offsets and (rel + base_offset <= offsets[-1] or pos <= positions[-1]):
             break                                   # zero-filled preallocated tail
@@ -300,7 +301,7 @@ def read_remote_piece(storage: RemoteStorage, opts: SourceOptions, r: OffsetRang
     lo, hi = piece.start, piece.end
     where = f"{r.topic}-{r.partition}: remote segment {seg.remote_log_segment_id.id_str}"
 
-    def decode(buf: bytes | memoryview) -> Generator[Any, None, tuple[int, bool]]:
+    def decode(buf: bytes | bytearray | memoryview) -> Generator[Any, None, tuple[int, bool]]:
         """Record batches of the complete Kafka batches at the start of ``buf``; returns (the bytes those batches
         take, whether one at or past ``hi`` was reached)."""
         consumed = 0

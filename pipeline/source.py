@@ -11,7 +11,7 @@ its offset range (and, in direct mode, the remote segments covering it) to an ex
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from pyspark.sql.datasource import (
@@ -92,7 +92,7 @@ def _read(opts: Any, schema: StructType, partition: InputPartition) -> Iterator[
 
 # -- batch ----------------------------------------------------------------------------------------------------------
 class StrataBatchReader(DataSourceReader):
-    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self.opts = parse_source_options(options, streaming=False)
         self.schema = schema
 
@@ -143,7 +143,7 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     nothing is committed to the broker. Partitions and topics that appear later are read from their earliest
     offset."""
 
-    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self.opts = parse_source_options(options, streaming=True)
         if self.opts.max_offsets_per_trigger and ReadMaxRows is None:
             import pyspark
@@ -243,7 +243,7 @@ class StrataCommitMessage(WriterCommitMessage):
 
 
 class StrataBatchWriter(DataSourceWriter):
-    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self.opts = parse_sink_options(options)
         self.fields = schema.fieldNames()
         check_sink_schema(self.fields, self.opts)
@@ -259,7 +259,7 @@ class StrataBatchWriter(DataSourceWriter):
 
 
 class StrataStreamWriter(DataSourceStreamWriter):
-    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self.opts = parse_sink_options(options)
         self.fields = schema.fieldNames()
         check_sink_schema(self.fields, self.opts)

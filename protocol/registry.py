@@ -15,13 +15,13 @@ import kafka.protocol as _kp
 from kafka.protocol.api_message import ApiMessage
 
 
-def _load_all() -> tuple[dict[int, type], dict[int, type]]:
+def _load_all() -> tuple[dict[int, type[ApiMessage]], dict[int, type[ApiMessage]]]:
     for mod in pkgutil.walk_packages(_kp.__path__, "kafka.protocol."):
         if ".old" in mod.name or "generate_stubs" in mod.name:
             continue
         importlib.import_module(mod.name)
-    requests: dict[int, type] = {}
-    responses: dict[int, type] = {}
+    requests: dict[int, type[ApiMessage]] = {}
+    responses: dict[int, type[ApiMessage]] = {}
     stack = list(ApiMessage.__subclasses__())
     while stack:
         cls = stack.pop()

@@ -92,9 +92,10 @@ def test_leader_failover_under_load_leaves_one_gapless_remote_chain(
         except ScenarioError:
             return False
         return True
-    wait_until(settled, timeout=90, interval=0.3,
-               message=lambda: f"offsets {_offsets(c)}, chain "
-                               f"{[(s.start_offset, s.end_offset) for s in sorted(_finished(c), key=lambda s: s.start_offset)]}")
+
+    def chain() -> list[tuple[int, int]]:
+        return [(s.start_offset, s.end_offset) for s in sorted(_finished(c), key=lambda s: s.start_offset)]
+    wait_until(settled, timeout=90, interval=0.3, message=lambda: f"offsets {_offsets(c)}, chain {chain()}")
     end = _offsets(c)["latest-tiered"]
     assert end > before, (end, before)
     check_remote_chain(_finished(c), 0, end)

@@ -39,7 +39,7 @@ def fails(r: subprocess.CompletedProcess[str], code: int = 1) -> str:
 
 def _describe_lines(out: str) -> tuple[str, list[str]]:
     lines = out.strip().splitlines()
-    return lines[0], [l.strip() for l in lines[1:]]
+    return lines[0], [line.strip() for line in lines[1:]]
 
 
 def test_topic_lifecycle(module_broker):
@@ -143,10 +143,10 @@ def test_dump_log_on_a_produced_segment(module_broker):
     lines = out.splitlines()
     assert lines[0] == f"Dumping {seg}"
     assert lines[1] == "Log starting offset: 0"
-    batches = [l for l in lines if l.startswith("baseOffset:")]
-    assert [re.search(r"baseOffset: (\d+) lastOffset: (\d+)", l).groups() for l in batches] == [("0", "0"),
+    batches = [line for line in lines if line.startswith("baseOffset:")]
+    assert [re.search(r"baseOffset: (\d+) lastOffset: (\d+)", b).groups() for b in batches] == [("0", "0"),
                                                                                                  ("1", "1")]
-    assert all("isvalid: true" in l for l in batches)
+    assert all("isvalid: true" in b for b in batches)
     assert "payload:" not in out
 
     data = ok(strata("dump-log", "--print-data-log", str(seg)))

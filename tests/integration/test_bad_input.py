@@ -106,7 +106,8 @@ def test_frame_larger_than_socket_request_max_bytes_is_refused(bs):
     # a legitimate request close to the limit is served: a Produce of one ~900 KB record
     big = os.urandom(900 * 1024)
     with WireClient.connect(bs) as c:
-        err, _ = produce_error(c.produce("bad-input", 0, build_batch([(b"big", big, [])]), version=c.pick_version(0, 7)))
+        err, _ = produce_error(c.produce("bad-input", 0, build_batch([(b"big", big, [])]),
+                                         version=c.pick_version(0, 7)))
         assert err == 0
     assert_serves(bs)
 

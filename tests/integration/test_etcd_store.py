@@ -63,7 +63,7 @@ class Node:
         self.events: list[tuple[str, object]] = []
         self.store.add_listener(lambda k, key: self.events.append((k, key)))
 
-    async def start(self) -> "Node":
+    async def start(self) -> Node:
         await self.store.start()
         await self.store.register(self.info)
         if self.controller is not None:
@@ -96,7 +96,7 @@ async def close_all(nodes):
     for x in nodes:
         try:
             await x.stop()
-        except Exception:
+        except Exception:  # noqa: BLE001, S110 - teardown: stop the others whatever this one raised
             pass
 
 

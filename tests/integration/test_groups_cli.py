@@ -59,13 +59,13 @@ def fails(r: subprocess.CompletedProcess[str]) -> str:
 
 
 def table(out: str) -> list[list[str]]:
-    lines = [l for l in out.splitlines() if l.strip()]
-    start = next(i for i, l in enumerate(lines) if l.split()[:2] == ["GROUP", "TOPIC"])
+    lines = [line for line in out.splitlines() if line.strip()]
+    start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["GROUP", "TOPIC"])
     rows = []
-    for l in lines[start + 1:]:
-        if l.startswith(("State:", "(")):
+    for line in lines[start + 1:]:
+        if line.startswith(("State:", "(")):
             break
-        rows.append(l.split())
+        rows.append(line.split())
     return rows
 
 
@@ -107,7 +107,7 @@ def test_list_describe_reset_delete(bs):
 
     assert group in ok(groups(bs, "list")).split()
     stable = ok(groups(bs, "list", "--state", "Stable"))
-    assert any(l.split() == [group, "Stable"] for l in stable.splitlines())
+    assert any(line.split() == [group, "Stable"] for line in stable.splitlines())
 
     # describe with an active member: per partition current offset, log end offset, lag, owner
     out = ok(groups(bs, "describe", "--group", group))
@@ -128,7 +128,7 @@ def test_list_describe_reset_delete(bs):
 
     # reset: dry run changes nothing, --execute commits (clamped into the log for --to-offset)
     out = ok(groups(bs, "reset-offsets", "--group", group, "--topic", TOPIC, "--to-earliest"))
-    assert [r for r in table(out)] == [[group, TOPIC, "0", "0"], [group, TOPIC, "1", "0"]] and "dry run" in out
+    assert list(table(out)) == [[group, TOPIC, "0", "0"], [group, TOPIC, "1", "0"]] and "dry run" in out
     assert [r[3] for r in table(ok(groups(bs, "describe", "--group", group)))] == ["7", "10"]
     ok(groups(bs, "reset-offsets", "--group", group, "--topic", TOPIC, "--to-earliest", "--execute"))
     assert [r[3:6] for r in table(ok(groups(bs, "describe", "--group", group)))] == [["0", "10", "10"]] * 2

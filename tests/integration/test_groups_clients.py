@@ -183,9 +183,9 @@ class Member:
             self.proc.send_signal(signal.SIGTERM)
         try:
             rc = self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
+        except subprocess.TimeoutExpired as e:
             self.kill()
-            raise AssertionError(f"{self.name} did not exit within {timeout}s of SIGTERM:\n{self.stderr_tail()}")
+            raise AssertionError(f"{self.name} did not exit within {timeout}s of SIGTERM:\n{self.stderr_tail()}") from e
         self._closed()
         return rc
 
@@ -314,11 +314,11 @@ def check_exactly_once(new: dict[str, list[tuple[int, int, str]]], expected: dic
                        owned: dict[str, set[int]]) -> None:
     seen: dict[tuple[int, int], str] = {}
     for name, recs in new.items():
-        for p, o, v in recs:
+        for p, o, _v in recs:
             assert (p, o) not in seen, f"({p}, {o}) delivered twice ({seen[(p, o)]} and {name})"
             seen[(p, o)] = name
             assert p in owned[name], f"{name} consumed partition {p} it does not own ({sorted(owned[name])})"
-    assert {k: v for k, v in ((k, expected.get(k)) for k in seen)} == {k: expected[k] for k in seen}
+    assert {k: expected.get(k) for k in seen} == {k: expected[k] for k in seen}
     assert set(seen) == set(expected), f"unexpected records {sorted(set(seen) - set(expected))[:10]}"
 
 

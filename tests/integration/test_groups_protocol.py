@@ -1,8 +1,8 @@
 """Group APIs on the wire, every advertised version, against a real broker process (raw sockets, kafka-python's
 codec): FindCoordinator 0-6 (single and batched keys, transaction keys), JoinGroup 0-9 / SyncGroup 0-5 /
 Heartbeat 0-4 / LeaveGroup 0-5 (two-step join from v4, generations from 1, rebalance via REBALANCE_IN_PROGRESS),
-OffsetCommit 2-9 x OffsetFetch 1-9 (all-partitions and multi-group forms), v10 of both by topic id, ListGroups 0-5 filters,
-DescribeGroups 0-6, DeleteGroups 0-2, OffsetDelete 0, and offsets + group state across kill -9 and restart.
+OffsetCommit 2-9 x OffsetFetch 1-9 (all-partitions and multi-group forms), v10 of both by topic id, ListGroups 0-5
+filters, DescribeGroups 0-6, DeleteGroups 0-2, OffsetDelete 0, and offsets + group state across kill -9 and restart.
 """
 from __future__ import annotations
 

@@ -50,7 +50,10 @@ def kafkajs_read(bs: str, topic: str, group: str, starts: dict[int, int], ends: 
                           cwd=JS_DIR, capture_output=True, timeout=120, check=False)
     assert proc.returncode == 0, f"node exited {proc.returncode}: {proc.stderr.decode(errors='replace')[-4000:]}"
     raw = json.loads(proc.stdout.decode().strip().splitlines()[-1])
-    unb64 = (lambda x: None if x is None else base64.b64decode(x))
+
+    def unb64(x: str | None) -> bytes | None:
+        return None if x is None else base64.b64decode(x)
+
     return {int(p): [Rec(partition=int(p), key=unb64(k), value=unb64(v), headers=tuple((hk, unb64(hv)) for hk, hv in h),
                          timestamp=ts, offset=off) for off, k, v, h, ts in recs] for p, recs in raw.items()}
 

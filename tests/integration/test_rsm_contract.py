@@ -172,7 +172,8 @@ def test_fetches_into_a_reused_buffer(backend, seg):
             # readers sharing nothing but the store, concurrently
             bufs = [bytearray(CHUNK + 3) for _ in range(6)]
             starts = [i * (CHUNK - 11) for i in range(6)]
-            got = await asyncio.gather(*(rsm.fetch_log_segment_into(md, s, memoryview(b)) for s, b in zip(starts, bufs)))
+            got = await asyncio.gather(*(rsm.fetch_log_segment_into(md, s, memoryview(b))
+                                         for s, b in zip(starts, bufs)))
             assert got == [CHUNK + 3] * 6
             assert [bytes(b) for b in bufs] == [data[s:s + CHUNK + 3] for s in starts]
 

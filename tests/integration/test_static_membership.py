@@ -60,8 +60,8 @@ def test_static_member_rejoins_without_a_rebalance(broker) -> None:
         a2 = Member(bs, "static-a")
         a2.start()
         try:
-            after = wait_until(lambda: (d := describe(bs)).state == "Stable" and any(
-                m.group_instance_id == "static-a" and m.partitions() for m in d.members) and d or None,
+            after = wait_until(lambda: ((d := describe(bs)).state == "Stable" and any(
+                m.group_instance_id == "static-a" and m.partitions() for m in d.members) and d) or None,
                 timeout=30, message="static-a back in the group")
             a_after = next(m for m in after.members if m.group_instance_id == "static-a")
             b_after = next(m for m in after.members if m.group_instance_id == "static-b")

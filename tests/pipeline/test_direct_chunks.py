@@ -1,6 +1,6 @@
-"""Direct mode's chunked reads of one remote segment (strata.pipeline.reading) against LocalTieredStorage, without Spark:
-batches cut by chunk ends (inside a batch's length field too, and batches longer than a chunk), compressed batches,
-[lo, hi) windows, read buffers reused from chunk to chunk while earlier record batches are still held, and
+"""Direct mode's chunked reads of one remote segment (strata.pipeline.reading) against LocalTieredStorage, without
+Spark: batches cut by chunk ends (inside a batch's length field too, and batches longer than a chunk), compressed
+batches, [lo, hi) windows, read buffers reused from chunk to chunk while earlier record batches are still held, and
 segments that end inside a batch."""
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def stored(tmp_path_factory):
 
 def _expected(data: bytes, lo: int, hi: int) -> list[tuple]:
     out = []
-    for pos, h in iter_batches(data):
+    for pos, _h in iter_batches(data):
         for r in iter_records(data, pos):
             if lo <= r.offset < hi:
                 out.append((r.key, r.value, r.offset, r.timestamp, [tuple(x) for x in r.headers] or None))

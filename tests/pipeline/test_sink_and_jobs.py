@@ -54,7 +54,7 @@ def test_rejected_records_fail_the_job(spark, tiered):
     bs = tiered.bootstrap
     create_topic(bs, "one-part", 1)
     df = spark.createDataFrame([("ok", 0), ("no such partition", 5)], "value string, partition int")
-    with pytest.raises(Exception, match="(?i)unknown partition|broker rejected"):
+    with pytest.raises(Exception, match=r"(?i)unknown partition|broker rejected"):
         df.write.format("strata").option("kafka.bootstrap.servers", bs).option("topic", "one-part") \
             .mode("append").save()
     with pytest.raises(Exception, match="acks=all"):

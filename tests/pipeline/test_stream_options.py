@@ -10,7 +10,7 @@ from strata.pipeline import source
 def test_max_offsets_per_trigger_without_admission_control_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(source, "ReadMaxRows", None)       # what Spark 4.0/4.1 lack
     opts = {"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t", "maxOffsetsPerTrigger": "100"}
-    with pytest.raises(ValueError, match="maxOffsetsPerTrigger needs Spark 4.2"):
+    with pytest.raises(ValueError, match=r"maxOffsetsPerTrigger needs Spark 4.2"):
         source.StrataStreamReader(opts, source.StrataDataSource(opts).schema())
     del opts["maxOffsetsPerTrigger"]
     assert source.StrataStreamReader(opts, source.StrataDataSource(opts).schema()).opts.max_offsets_per_trigger \

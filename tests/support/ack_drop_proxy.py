@@ -4,8 +4,8 @@ Every client connection gets its own upstream connection; frames are forwarded u
 cuts remain, the proxy forwards a Produce request (acks != 0) whose batches carry a producer id, waits for the broker's
 response to it -- so the broker has certainly written the batch -- then drops that response and closes both
 connections: the client sees its connection die with the request in flight, exactly the "written but not
-acknowledged" case an idempotent producer must retry without duplicating. A request made only of retries of cut batches is
-let through, so each cut also loses new data.
+acknowledged" case an idempotent producer must retry without duplicating. A request made only of retries of cut
+batches is let through, so each cut also loses new data.
 
 Start the broker with ``advertised.listeners`` pointing at the proxy so clients reconnect through it. The proxy runs an
 asyncio loop in a daemon thread; ``produce_batches`` records (producer id, epoch, base sequence) of every batch of
@@ -70,7 +70,7 @@ class AckDropProxy:
         return f"127.0.0.1:{self.port}"
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
-    def start(self, upstream_port: int | None = None) -> "AckDropProxy":
+    def start(self, upstream_port: int | None = None) -> AckDropProxy:
         if upstream_port is not None:
             self.upstream = (self.upstream[0], upstream_port)
         assert self.upstream[1], "upstream port unknown"
@@ -107,7 +107,7 @@ class AckDropProxy:
             self._thread.join(10)
         self._loop = None
 
-    def __enter__(self) -> "AckDropProxy":
+    def __enter__(self) -> AckDropProxy:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -172,7 +172,7 @@ class AckDropProxy:
             for w in (c_writer, b_writer):
                 try:
                     w.transport.abort()
-                except Exception:  # noqa: BLE001
+                except Exception:  # noqa: BLE001, S110 - closing both ends whatever state either is in
                     pass
 
         try:

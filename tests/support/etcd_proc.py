@@ -50,7 +50,7 @@ class EtcdStartError(AssertionError):
 class EtcdProcess:
     """One single-member etcd cluster on loopback."""
 
-    live: ClassVar[set["EtcdProcess"]] = set()
+    live: ClassVar[set[EtcdProcess]] = set()
 
     def __init__(self, tmp_dir: Path | str, name: str = "etcd") -> None:
         self.tmp_dir = Path(tmp_dir)
@@ -107,7 +107,7 @@ class EtcdProcess:
         except (OSError, ValueError):
             return False
 
-    def start(self, timeout: float = START_TIMEOUT) -> "EtcdProcess":
+    def start(self, timeout: float = START_TIMEOUT) -> EtcdProcess:
         for attempt in range(3):
             try:
                 return self._start_once(timeout)
@@ -119,9 +119,9 @@ class EtcdProcess:
 
     _started_before = False
 
-    def _start_once(self, timeout: float) -> "EtcdProcess":
+    def _start_once(self, timeout: float) -> EtcdProcess:
         assert not self.is_running(), "already running"
-        self._out = open(self.output_path, "ab")
+        self._out = open(self.output_path, "ab")  # noqa: SIM115 - lives as long as the process
         self.proc = subprocess.Popen(self.command(), stdout=self._out, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
         EtcdProcess.live.add(self)
@@ -138,7 +138,7 @@ class EtcdProcess:
         self._started_before = True
         return self
 
-    def restart(self, timeout: float = START_TIMEOUT) -> "EtcdProcess":
+    def restart(self, timeout: float = START_TIMEOUT) -> EtcdProcess:
         if self.is_running():
             self.stop()
         return self._start_once(timeout)

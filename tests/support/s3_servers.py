@@ -525,7 +525,7 @@ def write_segment(dir: Path, base_offset: int = 0, *, batches: int = 50, records
     out_batches = []
     max_ts = -1
     words = [b"alpha", b"beta", b"gamma", b"delta", b"epsilon", b"zeta", b"eta", b"theta"]
-    for b in range(batches):
+    for _b in range(batches):
         recs = []
         for r in range(records_per_batch):
             if compressible:

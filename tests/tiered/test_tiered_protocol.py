@@ -218,7 +218,8 @@ def test_remote_log_metadata_tool_prints_like_kafkas_formatter(prepared: Harness
                      r"state=COPY_SEGMENT_STARTED, txnIdxEmpty=(true|false)\}$")
     upd = re.compile(r"^partition: (\d+), offset: (\d+), value: RemoteLogSegmentMetadataUpdate\{remoteLogSegmentId="
                      r"RemoteLogSegmentId\{topicIdPartition=" + re.escape(tid) + r":tp-(\d), id=([A-Za-z0-9_-]{22})\}, "
-                     r"customMetadata=" + CUSTOM + r", state=COPY_SEGMENT_FINISHED, eventTimestampMs=\d+, brokerId=0\}$")
+                     r"customMetadata=" + CUSTOM
+                     + r", state=COPY_SEGMENT_FINISHED, eventTimestampMs=\d+, brokerId=0\}$")
     started, finished = {}, set()
     for ln in lines:
         m = seg.match(ln) or upd.match(ln)

@@ -32,8 +32,8 @@ A longer soak is run by hand through the environment (durations in seconds or ms
     STRATA_OUTAGE_ATTEMPT_TIMEOUT_MS=30000 .venv/bin/python -m pytest tests/tiered_s3/test_outage.py -k outage
 
 (`STRATA_OUTAGE_*`: SECONDS, RATE (batches/s), TASK_INTERVAL_MS, BACKOFF_MS, BACKOFF_MAX_MS, FETCH_WAIT_MS,
-ATTEMPT_TIMEOUT_MS, API_TIMEOUT_MS, RETRY_ATTEMPTS, LIST_OFFSETS_TIMEOUT_MS, FETCH_MARGIN_S, CLIENT_BOUND_S, and OVERRIDES="key=value;key=value" for any
-other broker property.) The pytest timeout grows with the outage.
+ATTEMPT_TIMEOUT_MS, API_TIMEOUT_MS, RETRY_ATTEMPTS, LIST_OFFSETS_TIMEOUT_MS, FETCH_MARGIN_S, CLIENT_BOUND_S, and
+OVERRIDES="key=value;key=value" for any other broker property.) The pytest timeout grows with the outage.
 """
 from __future__ import annotations
 
@@ -634,7 +634,8 @@ def fault_harness(moto: MotoServer, proxy: ProxyThread, tmp_path, request, name:
     """A broker on moto behind the fault proxy, with short RLM backoffs and S3 deadlines so faults resolve fast."""
     overrides = {"remote.log.manager.task.retry.backoff.ms": 100,
                  "remote.log.manager.task.retry.backoff.max.ms": 1000,
-                 "rsm.config.s3.api.call.attempt.timeout.ms": 2000, "rsm.config.s3.api.call.timeout.ms": call_timeout_ms,
+                 "rsm.config.s3.api.call.attempt.timeout.ms": 2000,
+                 "rsm.config.s3.api.call.timeout.ms": call_timeout_ms,
                  "rsm.config.s3.retry.max.attempts": max_attempts, "rsm.config.s3.retry.backoff.max.ms": 200}
     h = Harness(tmp_path / "broker", S3Backend(moto, key_prefix(request), endpoint=proxy.endpoint), overrides,
                 name=name)
@@ -694,7 +695,8 @@ def test_flaky_s3(moto: MotoServer, s3_proxy: ProxyThread, tmp_path, request) ->
     assert copied == {str(b) for b in segment_bases(end)}, sorted(copied, key=int)
     assert "Traceback" not in out and "never retrieved" not in out, "unexpected exceptions in the broker log"
     print(f"\nflaky S3: faults injected {injected}; S3 requests {metric(m, 'strata_rsm_s3_requests_total'):.0f}, "
-          f"retries {metric(m, 'strata_rsm_s3_retries_total'):.0f}, given up {metric(m, 'strata_rsm_s3_errors_total'):.0f}; "
+          f"retries {metric(m, 'strata_rsm_s3_retries_total'):.0f}, "
+          f"given up {metric(m, 'strata_rsm_s3_errors_total'):.0f}; "
           f"copy errors {metric(m, 'strata_remote_copy_errors_total', topic=topic):.0f}; consumer saw "
           f"{errors} storage errors and {empties} empty remote answers")
 

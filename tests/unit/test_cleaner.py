@@ -109,7 +109,8 @@ def test_offset_map_put_get_latest_and_full():
             tight.put(b"t%d" % i, i)
     assert tight.size == 3 and tight.get(b"absent") == -1
     sized = OffsetMap(1 << 30, expected_entries=100)  # memory follows the job, bounded by the configured size
-    assert sized.slots < 1000 and len(sized._digests) + sized._offsets.itemsize * len(sized._offsets) == sized.slots * 24
+    assert sized.slots < 1000
+    assert len(sized._digests) + sized._offsets.itemsize * len(sized._offsets) == sized.slots * 24
 
 
 def test_keeps_latest_value_per_key_with_offsets_unchanged(tmp_path):

@@ -94,7 +94,7 @@ def test_invalid_broker_values_name_the_key(raw, message):
 
 
 def test_load_errors_are_readable(tmp_path):
-    with pytest.raises(ConfigError, match="cannot read .*missing.properties"):
+    with pytest.raises(ConfigError, match=r"cannot read .*missing.properties"):
         BrokerConfig.load(tmp_path / "missing.properties")
     with pytest.raises(ConfigError, match="is not of the form key=value"):
         BrokerConfig.load(None, ["novalue"])
@@ -331,7 +331,7 @@ def test_serve_missing_properties_file_exits_2(capsys, tmp_path):
 
 def test_example_server_properties_loads():
     cfg = BrokerConfig.load(REPO / "config" / "server.properties")
-    assert [str(l.port) for l in cfg.listeners] == ["9092"]
+    assert [str(listener.port) for listener in cfg.listeners] == ["9092"]
     assert cfg["log.dirs"] == ["./strata-data"]
 
 

@@ -1,5 +1,5 @@
-"""The hand-written FetchResponse encoder (strata.protocol.fetch_response) against kafka-python's codec: byte-for-byte equal
-for every Fetch version the broker advertises, records passed through without copies, codec fallback otherwise."""
+"""The hand-written FetchResponse encoder (strata.protocol.fetch_response) against kafka-python's codec: byte-for-byte
+equal for every Fetch version the broker advertises, records passed through without copies, codec fallback otherwise."""
 from __future__ import annotations
 
 import os

@@ -15,7 +15,7 @@ def _batch(n: int = 3, **kw) -> bytearray:
 
 def test_header_fields_match_hand_decoded_layout():
     b = _batch(3, base_offset=42, producer_id=7, producer_epoch=2, base_sequence=10, partition_leader_epoch=4)
-    base, length, ple, magic, crc, attrs, lod, bts, mts, pid, pep, bseq, cnt = struct.unpack_from(
+    base, length, ple, magic, crc, attrs, lod, bts, mts, pid, pep, bseq, cnt = struct.unpack_from(  # noqa: RUF059 - the header's layout
         ">qiibIhiqqqhii", b, 0)
     h = R.BatchHeader(b)
     assert (h.base_offset, h.batch_length, h.size) == (42, length, length + 12) and h.size == len(b)

@@ -101,7 +101,8 @@ def test_segment_copied_without_transactions_skips_the_txn_index_fetch(tmp_path)
         cache = RemoteIndexCache(rsm, tmp_path / "cache")
         assert await cache.lookup_offset(md, md.start_offset) == 0
         assert sorted(t.name for t in rsm.index_fetches) == ["OFFSET", "TIMESTAMP"]
-        assert not (await cache.collect_aborted_transactions(md, md.start_offset, md.end_offset + 1)).aborted_transactions
+        aborted = await cache.collect_aborted_transactions(md, md.start_offset, md.end_offset + 1)
+        assert not aborted.aborted_transactions
         await cache.close()
 
     asyncio.run(body())

@@ -39,8 +39,8 @@ class GatedStorage(LocalTieredStorage):
 
 def test_a_copy_in_flight_when_leadership_moves_away_finishes_and_no_other_starts(tmp_path: Path) -> None:
     async def scenario() -> None:
-        log = UnifiedLog.open(tmp_path / "t-0", uuid.UUID(int=9), default_log_config(segment_bytes=1024, remote_storage_enable=True),
-                              needs_recovery=False)
+        log = UnifiedLog.open(tmp_path / "t-0", uuid.UUID(int=9),
+                              default_log_config(segment_bytes=1024, remote_storage_enable=True), needs_recovery=False)
         for _ in range(40):
             log.append_as_leader(build_batch([b"x" * 100], timestamp=NOW), leader_epoch=0, now_ms=NOW)
         log.update_high_watermark(log.log_end_offset)

@@ -53,7 +53,7 @@ def new_cache() -> RemoteLogMetadataCache:
     return c
 
 
-# -- state machine --------------------------------------------------------------------------------------------------------
+# -- state machine -----------------------------------------------------------------------------------------------------
 
 def test_full_lifecycle_and_visibility_per_state() -> None:
     c = new_cache()
@@ -142,7 +142,7 @@ def test_update_of_unknown_segment_is_dropped_while_catching_up() -> None:
         c.update_remote_log_segment_metadata(upd(seg(0, 9, {0: 0}), S.COPY_SEGMENT_FINISHED))
 
 
-# -- lookups ------------------------------------------------------------------------------------------------------------
+# -- lookups -----------------------------------------------------------------------------------------------------------
 
 def test_lookup_by_epoch_and_offset_respects_epoch_boundaries_inside_segments() -> None:
     c = new_cache()
@@ -231,7 +231,7 @@ def test_sizes_counts_and_txn_index_walk() -> None:
     assert c.copied_size_bytes() == 300
 
 
-# -- store ----------------------------------------------------------------------------------------------------------------
+# -- store -------------------------------------------------------------------------------------------------------------
 
 def test_store_readiness_not_found_and_partition_deletion() -> None:
     store = RemotePartitionMetadataStore()

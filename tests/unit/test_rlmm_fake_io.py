@@ -90,7 +90,7 @@ class InMemoryMetadataTopicIO:
         except TimeoutError:
             pass
 
-    # -- test controls --------------------------------------------------------------------------------------------------
+    # -- test controls -------------------------------------------------------------------------------------------------
     def hold_hw(self, partition: int) -> None:
         self.held.add(partition)
 
@@ -145,7 +145,7 @@ class InMemoryMetadataTopicIO:
         self._changed[partition] = asyncio.Event()
 
 
-# -- tests of the fake: it must behave like a log, or the RLMM tests prove nothing ---------------------------------------
+# -- tests of the fake: it must behave like a log, or the RLMM tests prove nothing -------------------------------------
 
 def test_append_assigns_offsets_and_read_returns_whole_batches_from_the_holding_one() -> None:
     async def main() -> None:

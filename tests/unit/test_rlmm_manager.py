@@ -203,7 +203,7 @@ def test_a_write_that_loses_a_race_raises_the_apply_error(tmp_path: Path) -> Non
     run(main)
 
 
-# -- readiness ----------------------------------------------------------------------------------------------------------
+# -- readiness ---------------------------------------------------------------------------------------------------------
 
 def test_not_ready_until_caught_up_with_the_end_as_of_following(tmp_path: Path) -> None:
     async def main() -> None:
@@ -327,7 +327,7 @@ def test_undecodable_and_foreign_records_are_skipped(tmp_path: Path) -> None:
         await rlmm.start()
         rlmm.on_partition_leadership_changes({U1}, set())
         await rlmm.wait_until_ready(U1)
-        assert [x for x in rlmm.list_remote_log_segments(U1)] == [good]
+        assert list(rlmm.list_remote_log_segments(U1)) == [good]
         await rlmm.close()
     run(main)
 
@@ -350,7 +350,7 @@ def test_consume_wait_timeout_gives_a_retriable_error(tmp_path: Path) -> None:
     run(main)
 
 
-# -- stop, delete, restart ------------------------------------------------------------------------------------------------
+# -- stop, delete, restart ---------------------------------------------------------------------------------------------
 
 def test_stop_partitions_drops_the_cache_and_refollowing_restores_it(tmp_path: Path) -> None:
     async def main() -> None:

@@ -57,7 +57,8 @@ def test_metadata_partition_golden_values() -> None:
 
 def test_topic_name_plays_no_part_and_partitions_spread() -> None:
     tid = uuid.UUID("5d6bd7a5-33d2-4a59-9d3b-6c5b2f5a1e0f")
-    assert metadata_partition(TopicIdPartition(tid, "a", 4), 50) == metadata_partition(TopicIdPartition(tid, "b", 4), 50)
+    assert (metadata_partition(TopicIdPartition(tid, "a", 4), 50)
+            == metadata_partition(TopicIdPartition(tid, "b", 4), 50))
     spread = {metadata_partition(TopicIdPartition(uuid.UUID(int=i * 7919 + 1), "t", i % 5), 50) for i in range(500)}
     assert len(spread) > 40
     with pytest.raises(ValueError):

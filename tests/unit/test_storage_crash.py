@@ -1,7 +1,6 @@
 """kill -9 right after append loses nothing: appends go straight to the fd (no user-space buffer)."""
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -11,7 +10,6 @@ from pathlib import Path
 
 from strata.config import default_log_config
 from strata.protocol.records import iter_batches
-from strata.storage.log import UnifiedLog
 
 ROOT = Path(__file__).resolve().parents[2]
 

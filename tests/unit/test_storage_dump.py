@@ -45,8 +45,8 @@ def test_dump_log_batches_and_records(tmp_path):
     assert lines[3] == ("| offset: 0 CreateTime: 1000 keySize: 2 valueSize: 5 sequence: 0 headerKeys: [h1,h2] "
                         "key: k1 payload: hello")
     assert lines[4] == "| offset: 1 CreateTime: 1005 keySize: -1 valueSize: 5 sequence: 1 headerKeys: [] payload: world"
-    assert lines[5].startswith(f"baseOffset: 2 lastOffset: 2 count: 1 baseSequence: -1 lastSequence: -1 "
-                               f"producerId: -1 producerEpoch: -1 partitionLeaderEpoch: 3 ")
+    assert lines[5].startswith("baseOffset: 2 lastOffset: 2 count: 1 baseSequence: -1 lastSequence: -1 "
+                               "producerId: -1 producerEpoch: -1 partitionLeaderEpoch: 3 ")
     assert f"position: {h.size} CreateTime: 2000 " in lines[5]
     assert len(lines) == 2 + 3 + 2 * 3 and err == ""
     shallow, _ = _dump(seg.log_path)

@@ -69,7 +69,7 @@ def test_append_assigns_offsets_epoch_and_reads_back_across_rolls(tmp_path):
     assert log.log_end_offset == 180
     assert log.num_segments >= 3
     assert all(s.size <= 4096 for s in log.segments)
-    assert [s.base_offset for s in log.segments][0] == 0
+    assert log.segments[0].base_offset == 0
     assert read_all(log) == list(range(180))
     r = log.read(0, 10**6, None, True)
     for _, h in iter_batches(r.records):

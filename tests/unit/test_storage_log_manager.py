@@ -85,7 +85,7 @@ def test_logs_spread_over_log_dirs(tmp_path):
     lm = manager(tmp_path, dirs=("a", "b"))
     lm.startup()
     logs = [lm.get_or_create_log("t", p, uuid.uuid4(), CFG) for p in range(4)]
-    assert sorted(l.dir.parent.name for l in logs) == ["a", "a", "b", "b"]
+    assert sorted(log.dir.parent.name for log in logs) == ["a", "a", "b", "b"]
     lm.shutdown()
     assert (tmp_path / "a" / ".kafka_cleanshutdown").exists() and (tmp_path / "b" / ".kafka_cleanshutdown").exists()
 

@@ -34,7 +34,7 @@ def test_index_entries_are_last_offset_to_batch_start(tmp_path):
     # Kafka's rule: first batch is never indexed (0 bytes since last entry), later ones when > interval bytes
     assert entries[0][1] > 0
     ts_entries = [seg.time_index.entry(i) for i in range(seg.time_index.entries)]
-    assert all(o in dict((lo, p) for p, lo in layout) for _, o in ts_entries)
+    assert all(o in {lo: p for p, lo in layout} for _, o in ts_entries)
     assert seg.next_offset == 112 and seg.max_timestamp_so_far == NOW + 5
     seg.close()
 
