@@ -6,7 +6,8 @@ else is a protocol error that closes the connection (ApiVersions excepted: it an
 from __future__ import annotations
 
 import time
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import structlog
 

@@ -5,7 +5,7 @@ gauges that describe logs are computed at scrape time from plain attribute reads
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 from urllib.parse import urlparse
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server

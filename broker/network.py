@@ -12,8 +12,8 @@ import itertools
 import socket
 import struct
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable
 
 import structlog
 
@@ -96,7 +96,7 @@ class SocketServer:
         for srv in self.servers:
             try:
                 await asyncio.wait_for(srv.wait_closed(), 5)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     async def _sweep_idle(self) -> None:
