@@ -6,7 +6,8 @@ else is a protocol error that closes the connection (ApiVersions excepted: it an
 from __future__ import annotations
 
 import time
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import structlog
 
@@ -124,7 +125,7 @@ class KafkaApis:
         name = api_name(hdr.api_key)
         try:
             decoded = decode_request(payload, hdr.api_key, hdr.api_version)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - whatever the codec raises on a bad body: close this connection only
             log.warning("closing connection: undecodable request", conn=conn.id, peer=conn.peer, api=name,
                         version=hdr.api_version, error=repr(e), head=bytes(payload[:48]).hex())
             self.metrics.request_errors.labels(name).inc()

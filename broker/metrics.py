@@ -5,11 +5,16 @@ gauges that describe logs are computed at scrape time from plain attribute reads
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
+from functools import partial
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -61,7 +66,7 @@ class BrokerMetrics:
         # kafka.log:type=LogFlushStats
         self.log_flush = Histogram("strata_log_flush_time_seconds", "fsync of a log", buckets=_LATENCY_BUCKETS,
                                    registry=r)
-        self._server = None
+        self._server: WSGIServer | None = None
 
     def register_log_collector(self, logs: Callable[[], Iterable]) -> None:
         self.registry.register(_LogCollector(logs))
@@ -99,7 +104,7 @@ class BrokerMetrics:
                  "max_compaction_delay_secs"),
                 ("strata_log_cleaner_uncleanable_partitions_count", "Partitions the cleaner gave up on",
                  "uncleanable_partitions_count")):
-            Gauge(name, doc, registry=r).set_function(lambda a=attr: getattr(cleaner, a))
+            Gauge(name, doc, registry=r).set_function(partial(getattr, cleaner, attr))
 
     def start_http(self, url: str) -> tuple[str, int] | None:
         """Serve /metrics on the address of `metrics.listener` (empty disables it)."""
@@ -180,6 +185,6 @@ class _LogCollector:
                 end.add_metric(labels, log.log_end_offset)
                 hw.add_metric(labels, log.high_watermark)
                 segs.add_metric(labels, log.num_segments)
-            except Exception:   # a log being deleted while scraped
+            except Exception:  # noqa: BLE001, S112 - a log being deleted while scraped: skip it, keep the scrape
                 continue
         yield from (size, start, end, hw, segs)

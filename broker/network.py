@@ -12,8 +12,9 @@ import itertools
 import socket
 import struct
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable
+from functools import partial
 
 import structlog
 
@@ -69,14 +70,14 @@ class SocketServer:
     async def start(self) -> None:
         for lst in self.listeners:
             srv = await asyncio.start_server(
-                lambda r, w, name=lst.name: self._serve(r, w, name), lst.host or None, lst.port,
+                partial(self._serve, listener=lst.name), lst.host or None, lst.port,
                 reuse_address=True, limit=1 << 20, backlog=1024)
             self.servers.append(srv)
             sock = srv.sockets[0]
             self.bound[lst.name] = sock.getsockname()[:2]
             log.info("listening", listener=lst.name, address=f"{lst.host}:{self.bound[lst.name][1]}")
         if self.idle_s:
-            self._sweeper = asyncio.create_task(self._sweep_idle())
+            self._sweeper = asyncio.create_task(self._sweep_idle(self.idle_s))
 
     async def stop(self) -> None:
         """Stop accepting, then close every connection (in-flight responses are abandoned as in Kafka)."""
@@ -96,16 +97,16 @@ class SocketServer:
         for srv in self.servers:
             try:
                 await asyncio.wait_for(srv.wait_closed(), 5)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
-    async def _sweep_idle(self) -> None:
-        period = max(0.05, min(self.idle_s / 4, 5.0))
+    async def _sweep_idle(self, idle_s: float) -> None:
+        period = max(0.05, min(idle_s / 4, 5.0))
         while True:
             await asyncio.sleep(period)
             now = time.monotonic()
             for conn in list(self.connections.values()):
-                if not conn.busy and now - conn.last_active > self.idle_s:
+                if not conn.busy and now - conn.last_active > idle_s:
                     log.info("closing idle connection", conn=conn.id, peer=conn.peer)
                     conn.close()
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from typing import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 
 
 class Purgatory:
@@ -46,7 +46,7 @@ class Purgatory:
         try:
             await asyncio.wait_for(fut, timeout_s)
             return True
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
         finally:
             self._parked -= 1

@@ -11,7 +11,7 @@ import signal
 import sys
 import time
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -176,8 +176,8 @@ class KafkaServer:
             if (offsets := self.store.topic(OFFSETS_TOPIC)) is not None:
                 self.group_coordinator.num_partitions = offsets.partitions
         await asyncio.get_running_loop().run_in_executor(None, self.log_manager.startup)
-        if self.cluster_mode:
-            self._delete_stray_logs()
+        if self._etcd_store is not None:        # (cluster mode)
+            self._delete_stray_logs(self._etcd_store)
         self.store.add_listener(self.on_metadata_change)     # no await before the load: no change is missed
         self.replica_manager.load_partitions()
         self.replica_manager.start()         # replica fetchers for the partitions this broker follows
@@ -263,20 +263,25 @@ class KafkaServer:
 
     async def _checkpoint(self) -> None:
         lm = self.log_manager
-        await asyncio.get_running_loop().run_in_executor(None, lambda: (
-            lm.checkpoint_recovery_points(), lm.checkpoint_log_start_offsets(), lm.checkpoint_high_watermarks()))
 
-    def _delete_stray_logs(self) -> None:
+        def checkpoint() -> None:
+            lm.checkpoint_recovery_points()
+            lm.checkpoint_log_start_offsets()
+            lm.checkpoint_high_watermarks()
+
+        await asyncio.get_running_loop().run_in_executor(None, checkpoint)
+
+    def _delete_stray_logs(self, store: EtcdMetadataStore) -> None:
         """Cluster startup: delete local logs the metadata says this broker no longer hosts -- the topic was re-created
         (another topic id) or the replica was moved away while the broker was down. Logs of topics absent from the
         metadata are kept (and not served): an emptied etcd must not wipe the brokers' data."""
         for ulog in list(self.log_manager.all_logs()):
-            info = self.store.topic(ulog.topic)
+            info = store.topic(ulog.topic)
             if info is None:
-                if self.store.deleted_topic_id(ulog.topic) == ulog.topic_id:
+                if store.deleted_topic_id(ulog.topic) == ulog.topic_id:
                     log.info("deleting the log of a topic deleted while this broker was down", topic=ulog.topic,
                              partition=ulog.partition)
-                    if self.store.deleted_topic_was_tiered(ulog.topic):
+                    if store.deleted_topic_was_tiered(ulog.topic):
                         from strata.remote.rlm import topic_id_partition
                         self._deleted_while_down.append(topic_id_partition(ulog))
                     self.log_manager.delete_log(ulog.topic, ulog.partition)
@@ -284,7 +289,7 @@ class KafkaServer:
                     log.warning("log of a topic unknown to the cluster metadata; kept, not served",
                                 topic=ulog.topic, partition=ulog.partition)
                 continue
-            state = self.store.partition_state(ulog.topic, ulog.partition)
+            state = store.partition_state(ulog.topic, ulog.partition)
             stale_id = ulog.topic_id.int != 0 and ulog.topic_id != info.topic_id
             moved = ulog.partition >= info.partitions or (
                 state is not None and self.broker_id not in state.replicas and self.broker_id not in state.adding)
@@ -293,19 +298,21 @@ class KafkaServer:
                          reason="topic re-created" if stale_id else "not a replica")
                 self.log_manager.delete_log(ulog.topic, ulog.partition)
 
-    def on_metadata_change(self, kind: str, key: object) -> None:
+    def on_metadata_change(self, kind: str, key: Any) -> None:     # key: (topic, partition), topic or broker id
         """The metadata image changed (MetadataStore listener): partition states go to the replica manager."""
         rm = self.replica_manager
         if kind == "partition":
             topic, partition = key
             rm.apply_partition_state(topic, partition, self.store.partition_state(topic, partition))
-        elif kind == "topic" and self.store.topic(key) is None:
-            old = getattr(self.store, "deleted_topic", lambda name: None)(key)
-            if old is not None and any(k[0] == key for k in rm.partitions):
-                rm.remove_topic(old)
-                log.info("deleted topic", topic=key, topic_id=str(old.topic_id))
         elif kind == "topic":
-            rm.on_topic_change(self.store.topic(key))        # config changes made through another broker
+            info = self.store.topic(key)
+            if info is None:
+                old = getattr(self.store, "deleted_topic", lambda name: None)(key)
+                if old is not None and any(k[0] == key for k in rm.partitions):
+                    rm.remove_topic(old)
+                    log.info("deleted topic", topic=key, topic_id=str(old.topic_id))
+            else:
+                rm.on_topic_change(info)        # config changes made through another broker
         elif kind == "broker":
             rm.fetcher_manager.on_broker_change(key)         # a leader re-registered: reconnect
             rm.on_brokers_changed()
@@ -338,7 +345,7 @@ class KafkaServer:
                 if await self.store.controlled_shutdown(cfg["broker.session.timeout.ms"] / 1000.0):
                     log.info("controlled shutdown complete", ms=round((time.monotonic() - started) * 1000))
                     return
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - any failure: retried, then the broker stops anyway
                 log.warning("controlled shutdown attempt failed", attempt=attempt + 1, error=repr(e))
             if attempt + 1 < attempts:
                 await asyncio.sleep(cfg["controlled.shutdown.retry.backoff.ms"] / 1000.0)
@@ -351,8 +358,8 @@ class KafkaServer:
             await self._controlled_shutdown()
         if self.peer_watch is not None:
             await self.peer_watch.stop()
-        if self.cluster_mode:
-            self.store.stopping()       # peers may now revoke our lease (listener closed): do not renew it
+        if self._etcd_store is not None:        # (cluster mode)
+            self._etcd_store.stopping()       # peers may now revoke our lease (listener closed): do not renew it
         if self.controller is not None:
             await self.controller.stop()
         for t in self._tasks:

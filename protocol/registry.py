@@ -209,7 +209,7 @@ def decode_request(payload: bytes | memoryview, api_key: int, version: int) -> D
     return DecodedRequest(client_id, body)
 
 
-def response_class(api_key: int) -> type:
+def response_class(api_key: int) -> Any:  # kafka-python builds the nested message classes at import: untyped
     return RESPONSE_CLASSES[api_key]
 
 

@@ -37,7 +37,8 @@ async def elect_leaders(services: BrokerServices, ctx: RequestContext, req: Any)
     if election_type not in (ELECTION_PREFERRED, ELECTION_UNCLEAN):
         return Resp(version=v, throttle_time_ms=0, error_code=ErrorCode.INVALID_REQUEST,
                     replica_election_results=[])
-    wanted = None
+    wanted: list[tuple[str, int]] | None = None
+    results: dict[tuple[str, int], tuple[ErrorCode, str | None]]
     if req.topic_partitions is not None:
         wanted = [(t.topic, p) for t in req.topic_partitions for p in t.partitions]
     if not _is_controller(services):

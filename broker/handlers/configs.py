@@ -180,6 +180,7 @@ def _existing_topic(services: BrokerServices, name: str | None):
     from strata.broker.metadata_store import validate_topic_name
 
     validate_topic_name(name)
+    assert name is not None     # validate_topic_name refuses None
     info = services.store.topic(name)
     if info is None:
         raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")

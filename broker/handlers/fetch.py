@@ -29,14 +29,14 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
     isolation = req.isolation_level if v >= 4 else READ_UNCOMMITTED
 
     specs: list[FetchSpec] = []
-    layout: list[tuple[object, str | None, list[tuple[int, int | None]]]] = []
+    layout: list[tuple[Any, str | None, list[tuple[int, int | None]]]] = []    # (topic, name, [(partition, slot)])
     for ft in req.topics:
         if v >= 13:
             info = store.topic_by_id(ft.topic_id)
             name = info.name if info else None
         else:
             name = ft.topic
-        plist = []
+        plist: list[tuple[int, int | None]] = []
         for fp in ft.partitions:
             if name is None:
                 plist.append((fp.partition, None))
@@ -54,7 +54,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
         isolation=isolation, replica_id=replica_id)
 
     responses = []
-    aborted = [] if isolation != READ_UNCOMMITTED else None
+    aborted: list[Any] | None = [] if isolation != READ_UNCOMMITTED else None
     leaders: set[int] = set()
     for ft, name, plist in layout:
         parts = []

@@ -4,6 +4,7 @@ ListGroups, DescribeGroups, DeleteGroups, OffsetDelete. Wire <-> strata.broker.g
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 from strata.protocol.errors import ErrorCode
@@ -121,6 +122,7 @@ async def heartbeat(services: BrokerServices, ctx: RequestContext, req: Any) -> 
 async def leave_group(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
     Resp = response_class(ApiKey.LEAVE_GROUP)
     v = ctx.api_version
+    members: list[tuple[str, str | None]]
     if v < 3:
         members = [(req.member_id, None)]
     else:
@@ -143,7 +145,7 @@ async def offset_commit(services: BrokerServices, ctx: RequestContext, req: Any)
     store = services.store
     pre: dict[tuple[str, int], ErrorCode] = {}
     offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
-    order: list[tuple[str, list[int]]] = []
+    order: list[tuple[str, list[int], uuid.UUID | None]] = []
     retention = req.retention_time_ms if 2 <= v <= 4 else None
     for t in req.topics:
         parts = []
@@ -160,7 +162,8 @@ async def offset_commit(services: BrokerServices, ctx: RequestContext, req: Any)
             offsets[tp] = OffsetAndMetadata(p.committed_offset, -1 if epoch is None else epoch,
                                             p.committed_metadata, now, expire)
         order.append((name, parts, getattr(t, "topic_id", None)))
-    top, results = E.NONE, {}
+    top = E.NONE
+    results: dict[tuple[str, int], ErrorCode] = {}
     if offsets:
         top, results = await services.group_coordinator.commit_offsets(
             req.group_id, req.generation_id_or_member_epoch, req.member_id or "",
@@ -309,7 +312,7 @@ async def describe_groups(services: BrokerServices, ctx: RequestContext, req: An
                 out.append(D(error_code=E.NONE, group_id=gid, group_state=GroupState.DEAD.value, protocol_type="",
                              protocol_data="", members=[], authorized_operations=ops))
             continue
-        if err:
+        if err or g is None:     # (g is None only with an error)
             out.append(D(error_code=err, group_id=gid, group_state="", protocol_type="", protocol_data="",
                          members=[], authorized_operations=ops))
             continue

@@ -21,7 +21,9 @@ def leader_endpoints(services: BrokerServices, listener: str,
             out.append((b, host, port, services.config["broker.rack"] or None))
             continue
         info = brokers.get(b)
-        ep = info.endpoint(listener) if info is not None else None
+        if info is None:
+            continue
+        ep = info.endpoint(listener)
         if ep is not None:
             out.append((b, ep[0], ep[1], info.rack))
     return out

@@ -101,7 +101,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
                 try:
                     out = await lookup(services, partition, ts, isolation,
                                        from_replica=replica_id != CONSUMER_REPLICA_ID)
-                except Exception as e:        # remote storage unreachable for a timestamp lookup
+                except Exception as e:  # noqa: BLE001 - remote storage unreachable for a timestamp lookup
                     code = ErrorCode(getattr(e, "error_code", ErrorCode.KAFKA_STORAGE_ERROR))
             timestamp, offset, epoch = out
             if v == 0:

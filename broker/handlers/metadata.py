@@ -1,6 +1,7 @@
 """Metadata: brokers, topics with ids (v10+), and topic auto-creation when both broker and client allow it."""
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from strata.protocol.errors import ErrorCode, KafkaApiError
@@ -27,6 +28,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
     store = services.store
     allow_auto = v < 4 or bool(req.allow_auto_topic_creation)
 
+    wanted: list[tuple[str | None, uuid.UUID | None]]     # (name, topic id asked for)
     if req.topics is None:
         wanted = [(t.name, None) for t in store.topics().values()]
     else:

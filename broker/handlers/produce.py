@@ -1,6 +1,7 @@
 """Produce: validate acks, append each partition's batches, answer per partition (or not at all for acks=0)."""
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from strata.protocol.errors import ErrorCode
@@ -21,7 +22,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
     store = services.store
 
     # Resolve topic names first (v13+ addresses topics by id).
-    topics: list[tuple[object, str | None, object]] = []
+    topics: list[tuple[Any, str | None, uuid.UUID | None]] = []     # (request entry, name, topic id)
     for td in req.topic_data:
         if v >= 13:
             info = store.topic_by_id(td.topic_id)
@@ -35,17 +36,18 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
     elif req.acks not in (0, 1, -1):
         fixed_error = ErrorCode.INVALID_REQUIRED_ACKS
 
-    entries = []
+    entries: list[tuple[str, int, bytes | memoryview]] = []
     slots: list[tuple[int, int, ErrorCode | None]] = []   # (topic idx, partition idx, pre-append error)
     for ti, (td, name, _tid) in enumerate(topics):
         for pd in td.partition_data:
             err = fixed_error
-            if err is None and name is None:
-                err = ErrorCode.UNKNOWN_TOPIC_ID
-            elif err is None and pd.records is None:
-                err = ErrorCode.INVALID_RECORD
             if err is None:
-                entries.append((name, pd.index, pd.records))
+                if name is None:
+                    err = ErrorCode.UNKNOWN_TOPIC_ID
+                elif pd.records is None:
+                    err = ErrorCode.INVALID_RECORD
+                else:
+                    entries.append((name, pd.index, pd.records))
             slots.append((ti, pd.index, err))
 
     # another broker's RLMM writing to a metadata partition led here (see RLMM_PRODUCER_CLIENT_ID)
@@ -74,7 +76,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
                 leaders.add(r.current_leader[0])
         any_error |= err != ErrorCode.NONE
         by_topic.setdefault(ti, []).append(pr)
-    for ti, (td, name, tid) in enumerate(topics):
+    for ti, (_td, name, tid) in enumerate(topics):
         responses.append(TopicResp(name=name if v < 13 else None, topic_id=tid,
                                    partition_responses=by_topic.get(ti, [])))
 
