@@ -16,6 +16,8 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from strata.protocol.wire import WireFormatError
+
 from .metadata import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
 from .rsm import RemoteStorageError
 
@@ -38,7 +40,7 @@ class InvalidStateTransitionError(ValueError):
     COPY_SEGMENT_STARTED, an update to COPY_SEGMENT_STARTED)."""
 
 
-class MetadataDecodeError(ValueError):
+class MetadataDecodeError(WireFormatError):
     """Bytes that are not a KIP-405 remote log metadata value."""
 
 
