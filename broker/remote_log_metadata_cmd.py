@@ -19,11 +19,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from strata.protocol.constants import REMOTE_LOG_METADATA_TOPIC
 from strata.protocol.registry import REQUEST_CLASSES, ApiKey
 
 from .admin_client import EARLIEST, LATEST, AdminClient, AdminError, _check
 
-REMOTE_LOG_METADATA_TOPIC = "__remote_log_metadata"
 FETCH_MAX_VERSION = 12          # v13+ names topics by id; names keep this reader simple
 FETCH_MAX_BYTES = 4 << 20
 

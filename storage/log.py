@@ -16,6 +16,12 @@ from pathlib import Path
 from typing import Callable
 
 from strata.config import LogConfig
+from strata.protocol.constants import (  # ListOffsets sentinels, re-exported for storage's callers
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+)
 from strata.protocol.records import (
     CONTROL_MASK,
     TRANSACTIONAL_MASK,
@@ -45,12 +51,6 @@ from .errors import (
 )
 from .producer_state import ProducerStateManager, end_marker_coordinator_epoch
 from .segment import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
-
-# ListOffsets sentinels (Kafka's ListOffsetsRequest)
-LATEST_TIMESTAMP = -1
-EARLIEST_TIMESTAMP = -2
-MAX_TIMESTAMP = -3
-EARLIEST_LOCAL_TIMESTAMP = -4
 
 _TEMP_SUFFIXES = (DELETED_SUFFIX, ".tmp", ".cleaned", ".swap")
 

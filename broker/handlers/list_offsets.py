@@ -6,14 +6,21 @@ Kafka's ReplicaManager does.
 """
 from __future__ import annotations
 
+from strata.protocol.constants import (
+    CONSUMER_REPLICA_ID,
+    DEBUG_REPLICA_ID,
+    EARLIEST_LOCAL_TIMESTAMP as EARLIEST_LOCAL,
+    EARLIEST_PENDING_UPLOAD_TIMESTAMP as EARLIEST_PENDING_UPLOAD,
+    EARLIEST_TIMESTAMP as EARLIEST,
+    LATEST_TIERED_TIMESTAMP as LATEST_TIERED,
+    LATEST_TIMESTAMP as LATEST,
+    LIST_OFFSETS_SENTINEL_MIN_VERSION as _MIN_VERSION,
+    MAX_TIMESTAMP,
+)
 from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import ApiKey, response_class
 
 from ..replica_manager import READ_COMMITTED
-
-LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5, -6
-CONSUMER_REPLICA_ID, DEBUG_REPLICA_ID = -1, -2
-_MIN_VERSION = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9, EARLIEST_PENDING_UPLOAD: 11}
 
 
 async def lookup(server, partition, ts: int, isolation: int, from_replica: bool = False
