@@ -185,7 +185,4 @@ def join_record_chains(resp: Any) -> None:
 
 
 def error_code_of(exc: BaseException) -> ErrorCode:
-    code = getattr(exc, "code", None)
-    if code is None:
-        code = getattr(exc, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR)
-    return ErrorCode(code)
+    return ErrorCode(getattr(exc, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR))

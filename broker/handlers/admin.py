@@ -10,7 +10,7 @@ from . import configs as config_handlers
 
 
 def _err(e: KafkaApiError) -> tuple[int, str | None]:
-    return int(e.code), e.message
+    return int(e.error_code), e.message
 
 
 async def create_topics(server, ctx, req):
@@ -125,7 +125,7 @@ async def delete_records(server, ctx, req):
                 parts.append(PartRes(partition_index=p.partition_index, low_watermark=-1,
                                      error_code=e.error_code))
             except KafkaApiError as e:
-                parts.append(PartRes(partition_index=p.partition_index, low_watermark=-1, error_code=e.code))
+                parts.append(PartRes(partition_index=p.partition_index, low_watermark=-1, error_code=e.error_code))
         topics.append(TopicRes(name=t.name, partitions=parts))
     return Resp(version=ctx.api_version, throttle_time_ms=0, topics=topics)
 
