@@ -64,6 +64,7 @@ from aiobotocore.response import AioStreamingBody
 from aiobotocore.session import get_session
 from botocore.exceptions import BotoCoreError, ClientError
 
+from strata.config import parse_bool
 from strata.protocol.records import BufferChain
 
 from .chunk_cache import ChunkCache, ChunkKey
@@ -207,14 +208,7 @@ def first_batch_is_compressed(path: Path) -> bool:
 # configuration
 # ---------------------------------------------------------------------------------------------------------------------
 def _bool(v: Any) -> bool:
-    if isinstance(v, bool):
-        return v
-    s = str(v).strip().lower()
-    if s in ("true", "1", "yes"):
-        return True
-    if s in ("false", "0", "no", ""):
-        return False
-    raise ValueError(f"not a boolean: {v!r}")
+    return parse_bool(v, empty=False)
 
 
 @dataclass
