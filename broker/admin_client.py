@@ -13,12 +13,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, Self, TypeVar
 
-from strata.protocol.constants import (
-    EARLIEST_LOCAL_TIMESTAMP as EARLIEST_LOCAL,
-    EARLIEST_TIMESTAMP as EARLIEST,
-    LATEST_TIERED_TIMESTAMP as LATEST_TIERED,
-    LATEST_TIMESTAMP as LATEST,
-)
+from strata.protocol.constants import EARLIEST_LOCAL_TIMESTAMP as EARLIEST_LOCAL
+from strata.protocol.constants import EARLIEST_TIMESTAMP as EARLIEST
+from strata.protocol.constants import LATEST_TIERED_TIMESTAMP as LATEST_TIERED
+from strata.protocol.constants import LATEST_TIMESTAMP as LATEST
 from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import REQUEST_CLASSES, RESPONSE_CLASSES, ApiKey
 from strata.protocol.uuids import kafka_uuid_str

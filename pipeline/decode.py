@@ -83,9 +83,9 @@ class Decoded:
 def _record_starts(data: bytes, pos: int, end: int, count: int, base_offset: int, delta: int, starts: list[int],
                    ends: list[int]) -> None:
     """Follow the length prefixes of ``count`` records in ``data[pos:end]``: the body start and end of each, plus
-    ``delta`` (where ``data[0]`` lands in the chunk's joined records sections). The varint is decoded inline, with
-    the bounds of ``strata.protocol.wire.read_varint`` (5 bytes): a call of it per record made this loop 2-3x
-    slower (5,000 records of 1-300 bytes: 2.7-4.2 ms inline, 8.2 ms calling read_varint; 2026-11 timeit)."""
+    ``delta`` (where ``data[0]`` lands in the chunk's joined records sections). The varint is decoded inline,
+    with the bounds of ``strata.protocol.wire.read_varint`` (5 bytes): a call of it per record made this loop
+    2-3x slower (5,000 records of 1-300 bytes: 2.7-4.2 ms inline, 8.2 ms calling read_varint; timeit)."""
     for _ in range(count):
         if pos >= end:
             raise CorruptSegmentError(f"batch at offset {base_offset}: records section is truncated")
@@ -195,8 +195,8 @@ def _locate(np: Any, data: bytes, a: Any, pos: int, end: int, count: int, base_o
 def _varints(np: Any, a: Any, pos: Any) -> tuple[Any, Any]:
     """Zigzag varints at positions ``pos`` of the uint8 array ``a``: (values int64, positions after them).
 
-    The vectorised form of ``strata.protocol.wire.read_varlong`` (10 bytes at most) over every record of a chunk at
-    once; a scalar call per field is what this module exists to avoid."""
+    The vectorised form of ``strata.protocol.wire.read_varlong`` (10 bytes at most) over every record of a
+    chunk at once; a scalar call per field is what this module exists to avoid."""
     b = a[pos]
     value = (b & 0x7F).astype(np.uint64)
     more = np.flatnonzero(b & 0x80)

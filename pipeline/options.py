@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from strata.config import ConfigError, parse_bool
-from strata.protocol.constants import EARLIEST_TIMESTAMP as EARLIEST, LATEST_TIMESTAMP as LATEST
+from strata.protocol.constants import EARLIEST_TIMESTAMP as EARLIEST
+from strata.protocol.constants import LATEST_TIMESTAMP as LATEST
 
 # Direct mode reads a segment in ranged GETs of this size, this many in flight per task (a task holds one buffer more
 # than that). Each GET costs 1-2 ms of CPU in botocore and aiohttp: an executor reading 256 MiB from SeaweedFS spent

@@ -1,13 +1,14 @@
 """Record-batch compression codecs by Kafka's codec id (the low 3 bits of a batch's attributes), in one place.
 
-0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd. The codecs are kafka-python's (`kafka.codec`), the ones its producer and
-consumer use, so what we write any Kafka client reads: snappy in the xerial framing of the Java client (plain
-snappy is read too), lz4 as an LZ4 frame with independent blocks, zstd frames read across frame boundaries.
+0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd. The codecs are kafka-python's (`kafka.codec`), the ones its producer
+and consumer use, so what we write any Kafka client reads: snappy in the xerial framing of the Java client
+(plain snappy is read too), lz4 as an LZ4 frame with independent blocks, zstd frames read across frame
+boundaries.
 `kafka.codec` is imported on first use: it is heavy and the broker's hot paths never decompress.
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from .records import COMPRESSION_NAMES, GZIP, LZ4, NONE, SNAPPY, ZSTD
 from .wire import Buffer, WireFormatError
@@ -47,8 +48,8 @@ def _as_bytes(data: Buffer) -> bytes:
 
 
 def decompress(codec: int, data: Buffer) -> bytes:
-    """The records section `data` of a batch with codec `codec`, decompressed. Each library raises its own errors
-    on corrupt input; an unknown codec raises UnsupportedCodecError."""
+    """The records section `data` of a batch with codec `codec`, decompressed. Each library raises its own
+    errors on corrupt input; an unknown codec raises UnsupportedCodecError."""
     if codec == NONE:
         return _as_bytes(data)
     return bytes(_pair(codec)[1](_as_bytes(data)))      # bytes() of a bytes result is that object, no copy

@@ -1,7 +1,8 @@
-"""Wire-level constants shared by the broker, its storage and its clients (admin CLI, Spark source), defined once.
+"""Wire-level constants shared by the broker, its storage and its clients (admin CLI, Spark source), defined
+once.
 
-Names follow Kafka's (ListOffsetsRequest, FetchRequest, TopicBasedRemoteLogMetadataManagerConfig); modules that used
-shorter local names import these under those names.
+Names follow Kafka's (ListOffsetsRequest, FetchRequest); modules that used shorter local names import these
+under those names (rlmm_types as Kafka's REMOTE_LOG_METADATA_TOPIC_NAME).
 """
 from __future__ import annotations
 
@@ -26,11 +27,15 @@ EARLIEST_LOCAL_TIMESTAMP = -4           # v8+, KIP-405
 LATEST_TIERED_TIMESTAMP = -5            # v9+, KIP-1005
 EARLIEST_PENDING_UPLOAD_TIMESTAMP = -6  # v11+, KIP-1023
 
-# The first ListOffsets version that may ask each sentinel; below it the partition is answered UNSUPPORTED_VERSION.
-LIST_OFFSETS_SENTINEL_MIN_VERSION = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL_TIMESTAMP: 8, LATEST_TIERED_TIMESTAMP: 9,
-                                     EARLIEST_PENDING_UPLOAD_TIMESTAMP: 11}
+# The first ListOffsets version that may ask each sentinel; below it the partition gets UNSUPPORTED_VERSION.
+LIST_OFFSETS_SENTINEL_MIN_VERSION = {
+    MAX_TIMESTAMP: 7,
+    EARLIEST_LOCAL_TIMESTAMP: 8,
+    LATEST_TIERED_TIMESTAMP: 9,
+    EARLIEST_PENDING_UPLOAD_TIMESTAMP: 11,
+}
 
-# replica_id of ListOffsets/Fetch requests that do not come from a follower (FetchRequest.CONSUMER_REPLICA_ID ...)
+# replica_id of ListOffsets/Fetch requests that do not come from a follower (FetchRequest.CONSUMER_REPLICA_ID)
 CONSUMER_REPLICA_ID = -1
 DEBUG_REPLICA_ID = -2
 

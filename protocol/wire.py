@@ -1,25 +1,26 @@
-"""Kafka's primitive wire types in one place: varints, compact strings/bytes/arrays, tagged fields, a byte reader.
+"""Kafka's primitive wire types in one place: varints, compact strings/bytes, tagged fields, a byte reader.
 
-Every encoder and decoder of Strata that is not a kafka-python schema (request header skipping, the hand-written
-Fetch response, `__consumer_offsets` and `__remote_log_metadata` records, record parsing in the cleaner and the
-Spark reader) uses these helpers, so the bounds are the same everywhere. They follow Kafka's ByteUtils:
+Every encoder and decoder of Strata that is not a kafka-python schema (request header skipping, the
+hand-written Fetch response, `__consumer_offsets` and `__remote_log_metadata` records, record parsing in the
+cleaner and the Spark reader) uses these helpers, so the bounds are the same everywhere. They follow Kafka's
+ByteUtils:
 
 * UNSIGNED_VARINT: at most 5 bytes, value < 2**32.
 * VARINT (zigzag int32): at most 5 bytes; VARLONG (zigzag int64): at most 10 bytes.
-* A varint whose last allowed byte still has the continuation bit, or whose value does not fit its type, raises
-  `WireFormatError`, as does any read past the end of the input. Java silently drops the bits above the type's
-  width; we refuse them instead, since only a corrupt or hostile input has them.
+* A varint whose last allowed byte still has the continuation bit, or whose value does not fit its type,
+  raises `WireFormatError`, as does any read past the end of the input. Java silently drops the bits above
+  the type's width; we refuse them instead, since only a corrupt or hostile input has them.
 
-`WireFormatError` is a ValueError; decoders with a domain error of their own (a corrupt segment, an undecodable
-metadata record) subclass it and give it to `ByteReader` as its `error`, so callers catch one type either way.
-Sans-IO, no imports outside the standard library.
+`WireFormatError` is a ValueError; decoders with a domain error of their own (a corrupt segment, an
+undecodable metadata record) subclass it and give it to `ByteReader` as its `error`, so callers catch one
+type either way. Sans-IO, no imports outside the standard library.
 """
 from __future__ import annotations
 
 import struct
 import uuid
 from collections.abc import Callable, Iterable
-from typing import ClassVar, Union
+from typing import ClassVar
 
 __all__ = [
     "MAX_STRING_LENGTH",
@@ -39,7 +40,7 @@ __all__ = [
     "write_varlong",
 ]
 
-Buffer = Union[bytes, bytearray, memoryview]
+Buffer = bytes | bytearray | memoryview
 
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
@@ -47,17 +48,18 @@ _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _U32_MAX = (1 << 32) - 1
 _U64_MAX = (1 << 64) - 1
-MAX_STRING_LENGTH = 0x7FFF      # Kafka's Short.MAX_VALUE: the longest STRING / COMPACT_STRING it writes or reads
+MAX_STRING_LENGTH = 0x7FFF      # Kafka's Short.MAX_VALUE: its longest STRING / COMPACT_STRING
 
 
 class WireFormatError(ValueError):
     """Input that is not a valid encoding: truncated, a too-long varint, a value out of its type's range."""
 
 
-# -- varints ------------------------------------------------------------------------------------------------------
+# -- varints -------------------------------------------------------------------------------------------------
 
 def _read_raw(buf: Buffer, pos: int, max_bytes: int, limit: int, kind: str) -> tuple[int, int]:
-    """The unsigned value of the varint at `buf[pos]` (at most `max_bytes`, at most `limit`) and the next position."""
+    """The unsigned value of the varint at `buf[pos]` (at most `max_bytes` long, at most `limit`) and the
+    position after it."""
     start = pos
     value = shift = 0
     end = len(buf)
@@ -139,7 +141,7 @@ def write_varlong(out: bytearray, v: int) -> None:
     out.append(v)
 
 
-# -- strings, bytes, tagged fields ----------------------------------------------------------------------------------
+# -- strings, bytes, tagged fields ---------------------------------------------------------------------------
 
 def _encode_string(s: str) -> bytes:
     b = s.encode("utf-8")
@@ -178,8 +180,9 @@ def write_compact_bytes(out: bytearray, b: Buffer | None) -> None:
 
 
 def write_tagged_fields(out: bytearray, fields: Iterable[tuple[int, bytes]]) -> None:
-    """Append a tagged-field section: count, then (tag, size, payload) in ascending tag order, as Kafka requires.
-    Callers pass only fields that differ from their default (old clients fail on defaults written out)."""
+    """Append a tagged-field section: count, then (tag, size, payload) in ascending tag order, as Kafka
+    requires. Callers pass only fields that differ from their default (old clients fail on defaults written
+    out)."""
     ordered = sorted(fields)
     write_uvarint(out, len(ordered))
     for tag, payload in ordered:
@@ -200,14 +203,14 @@ def skip_tagged_fields(buf: Buffer, pos: int) -> int:
     return pos
 
 
-# -- reader ---------------------------------------------------------------------------------------------------------
+# -- reader --------------------------------------------------------------------------------------------------
 
 class ByteReader:
     """A position in a buffer and bounds-checked reads of Kafka's types from it.
 
-    Every failure raises `self.error` (a `WireFormatError` subclass; set it on a subclass to get a domain error),
-    never IndexError or struct.error, so a decoder needs one `except`. `take` returns a slice of the buffer's own
-    type (bytes for bytes, a view for a memoryview)."""
+    Every failure raises `self.error` (a `WireFormatError` subclass; set it on a subclass to get a domain
+    error), never IndexError or struct.error, so a decoder needs one `except`. `take` returns a slice of the
+    buffer's own type (bytes for bytes, a view for a memoryview)."""
 
     __slots__ = ("buf", "pos")
     error: ClassVar[type[WireFormatError]] = WireFormatError
@@ -231,7 +234,8 @@ class ByteReader:
     def _unpack(self, st: struct.Struct) -> int:
         pos = self.pos
         if pos + st.size > len(self.buf):
-            raise self.error(f"truncated input: need {st.size} bytes at position {pos}, have {len(self.buf) - pos}")
+            raise self.error(f"truncated input: need {st.size} bytes at position {pos}, "
+                             f"have {len(self.buf) - pos}")
         self.pos = pos + st.size
         return st.unpack_from(self.buf, pos)[0]  # type: ignore[no-any-return]
 

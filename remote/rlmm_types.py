@@ -17,13 +17,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from strata.config import broker_default
-from strata.protocol.constants import REMOTE_LOG_METADATA_TOPIC as REMOTE_LOG_METADATA_TOPIC_NAME  # Kafka's name
+from strata.protocol.constants import REMOTE_LOG_METADATA_TOPIC as REMOTE_LOG_METADATA_TOPIC_NAME
 from strata.protocol.errors import ErrorCode
 from strata.protocol.wire import WireFormatError
 
 from .metadata import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
 from .rsm import RemoteStorageError
-
 
 
 class RemoteStorageNotReadyError(RemoteStorageError):

@@ -38,7 +38,7 @@ from crc32c import crc32c
 
 from strata.config import broker_default
 from strata.protocol.errors import ErrorCode
-from strata.protocol.records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
+from strata.protocol.records import NO_PRODUCER_EPOCH, NO_SEQUENCE
 
 from .errors import StorageError
 

@@ -411,7 +411,8 @@ class ReplicaFetcher:
                 self._delay(st, self.rm.config["replica.fetch.backoff.ms"] / 1000.0)
         except _LeaderError as e:
             self._delay(st, self.rm.config["replica.fetch.backoff.ms"] / 1000.0)
-            log.info("out-of-range handling failed", topic=st.topic, partition=st.partition, error=_name(e.error_code))
+            log.info("out-of-range handling failed", topic=st.topic, partition=st.partition,
+                     error=_name(e.error_code))
 
     async def build_remote_log_aux_state(self, p: Partition, st: PartitionFetchState) -> None:
         """KIP-405 hook for a follower whose fetch offset is below the leader's local log start (error 109).

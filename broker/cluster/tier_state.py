@@ -21,10 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from strata.protocol.constants import (
-    EARLIEST_LOCAL_TIMESTAMP as EARLIEST_LOCAL,
-    LATEST_TIERED_TIMESTAMP as LATEST_TIERED,
-)
+from strata.protocol.constants import EARLIEST_LOCAL_TIMESTAMP as EARLIEST_LOCAL
+from strata.protocol.constants import LATEST_TIERED_TIMESTAMP as LATEST_TIERED
 from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import ApiKey
 from strata.storage.epoch_cache import EpochEntry

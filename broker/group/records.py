@@ -159,7 +159,8 @@ class RecordFormatError(WireFormatError):
 
 
 class _Reader(ByteReader):
-    """Kafka's classic encoding (int16/int32 lengths) or, with `flexible`, the compact one (varint length + 1)."""
+    """Kafka's classic encoding (int16/int32 lengths) or, with `flexible`, the compact one (uvarint
+    length + 1) with tagged fields."""
 
     __slots__ = ("flexible",)
     error = RecordFormatError

@@ -125,7 +125,8 @@ async def delete_records(server, ctx, req):
                 parts.append(PartRes(partition_index=p.partition_index, low_watermark=-1,
                                      error_code=e.error_code))
             except KafkaApiError as e:
-                parts.append(PartRes(partition_index=p.partition_index, low_watermark=-1, error_code=e.error_code))
+                parts.append(PartRes(partition_index=p.partition_index, low_watermark=-1,
+                                     error_code=e.error_code))
         topics.append(TopicRes(name=t.name, partitions=parts))
     return Resp(version=ctx.api_version, throttle_time_ms=0, topics=topics)
 

@@ -6,17 +6,13 @@ Kafka's ReplicaManager does.
 """
 from __future__ import annotations
 
-from strata.protocol.constants import (
-    CONSUMER_REPLICA_ID,
-    DEBUG_REPLICA_ID,
-    EARLIEST_LOCAL_TIMESTAMP as EARLIEST_LOCAL,
-    EARLIEST_PENDING_UPLOAD_TIMESTAMP as EARLIEST_PENDING_UPLOAD,
-    EARLIEST_TIMESTAMP as EARLIEST,
-    LATEST_TIERED_TIMESTAMP as LATEST_TIERED,
-    LATEST_TIMESTAMP as LATEST,
-    LIST_OFFSETS_SENTINEL_MIN_VERSION as _MIN_VERSION,
-    MAX_TIMESTAMP,
-)
+from strata.protocol.constants import CONSUMER_REPLICA_ID, DEBUG_REPLICA_ID
+from strata.protocol.constants import EARLIEST_LOCAL_TIMESTAMP as EARLIEST_LOCAL
+from strata.protocol.constants import EARLIEST_PENDING_UPLOAD_TIMESTAMP as EARLIEST_PENDING_UPLOAD
+from strata.protocol.constants import EARLIEST_TIMESTAMP as EARLIEST
+from strata.protocol.constants import LATEST_TIERED_TIMESTAMP as LATEST_TIERED
+from strata.protocol.constants import LATEST_TIMESTAMP as LATEST
+from strata.protocol.constants import LIST_OFFSETS_SENTINEL_MIN_VERSION as _MIN_VERSION
 from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import ApiKey, response_class
 

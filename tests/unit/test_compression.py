@@ -1,5 +1,5 @@
-"""strata.protocol.compression: each Kafka codec id round-trips, reads what kafka-python's producer writes (xerial
-snappy included), and an unknown codec id raises UnsupportedCodecError (a WireFormatError)."""
+"""strata.protocol.compression: each Kafka codec id round-trips, reads what kafka-python's producer writes
+(xerial snappy included), and an unknown codec id raises UnsupportedCodecError (a WireFormatError)."""
 from __future__ import annotations
 
 import pytest
@@ -8,7 +8,8 @@ from strata.protocol.compression import CODEC_IDS, UnsupportedCodecError, compre
 from strata.protocol.records import GZIP, LZ4, NONE, SNAPPY, ZSTD, build_batch, iter_batches, iter_records
 from strata.protocol.wire import WireFormatError
 
-PAYLOAD = b"".join(b"record %d of a compressible payload; " % i for i in range(5000))   # > one 32 KiB xerial block
+# more than one 32 KiB xerial block
+PAYLOAD = b"".join(b"record %d of a compressible payload; " % i for i in range(5000))
 
 
 def test_codec_ids_are_kafkas():
@@ -19,7 +20,8 @@ def test_codec_ids_are_kafkas():
 @pytest.mark.parametrize("data", [b"", b"x", PAYLOAD])
 def test_round_trip(codec, data):
     if codec == SNAPPY and not data:
-        pytest.skip("kafka.codec writes a bare xerial header for b'' and cannot read it back; batches are never empty")
+        pytest.skip("kafka.codec writes a bare xerial header for b'' and cannot read it back; "
+                    "a compressed records section is never empty")
     packed = compress(codec, data)
     if len(data) > 1000:
         assert len(packed) < len(data)
@@ -62,5 +64,5 @@ def test_unknown_codec_ids_raise(codec):
 
 @pytest.mark.parametrize("codec", [GZIP, SNAPPY, LZ4, ZSTD])
 def test_corrupt_input_raises(codec):
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017 - each codec library raises its own type
         decompress(codec, b"\x00definitely not compressed data\xff" * 3)
