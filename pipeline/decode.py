@@ -215,10 +215,14 @@ def _varints(np: Any, a: Any, pos: Any) -> tuple[Any, Any]:
 
 
 def _headers(data: bytes | memoryview, pos: int, end: int) -> list[tuple[str, bytes | None]] | None:
-    """The headers of one record, parsed from ``data[pos:end]`` (the header count varint included)."""
+    """The headers of one record, parsed from ``data[pos:end]`` (the header count varint included).
+
+    Varints of one byte (header counts and short keys/values) are decoded inline before falling back on
+    ``strata.protocol.wire.read_varint``. Per record of two headers (timeit, process time): 2.07 us calling
+    read_varint for each varint, 1.85 us with the former hand-written loop, 1.65 us with this fast path."""
     def varint() -> int:
         nonlocal pos
-        if pos < end:                   # one-byte fast path: calling read_varint for it cost _headers 12%
+        if pos < end:
             v = data[pos]
             if v < 0x80:
                 pos += 1
