@@ -63,6 +63,22 @@ def test_varlong_round_trip_and_max_length(v):
         assert len(enc) == 10
 
 
+def test_random_round_trips_match_the_zigzag_definition():
+    import random
+
+    rnd = random.Random(405)
+    for bits, writer, reader in ((32, write_varint, read_varint), (64, write_varlong, read_varlong)):
+        lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+        values = [rnd.randint(lo, hi) for _ in range(2000)] + [rnd.randint(-20000, 20000) for _ in range(500)]
+        for v in values + [lo, hi, lo + 1, hi - 1, -8192, 8191, -8193, 8192]:
+            enc = _enc(writer, v)
+            zz = 2 * v if v >= 0 else -2 * v - 1
+            assert len(enc) == max(1, -(-zz.bit_length() // 7))     # 7 bits a byte, minimal
+            if bits == 32:
+                assert enc == _enc(write_uvarint, zz)
+            assert reader(enc + b"\xff", 0) == (v, len(enc))
+
+
 def test_varint_and_varlong_agree_on_int32_values():
     for v in (0, -1, 300, -300, I32_MAX, I32_MIN):
         assert _enc(write_varint, v) == _enc(write_varlong, v)
