@@ -98,36 +98,28 @@ def read_uvarint(buf: Buffer, pos: int) -> tuple[int, int]:
     return _read_raw(buf, pos, 5, _U32_MAX, "unsigned varint")
 
 
-def read_varint(buf: Buffer, pos: int) -> tuple[int, int]:
-    """Kafka's VARINT (zigzag int32) at `buf[pos]`: (value, position after it)."""
-    try:
-        b = buf[pos]
-        if b < 0x80:
-            return (b >> 1) ^ -(b & 1), pos + 1
-        c = buf[pos + 1]
-        if c < 0x80:
-            v = (b & 0x7F) | (c << 7)
-            return (v >> 1) ^ -(v & 1), pos + 2
-    except IndexError:
-        pass
-    v, pos = _read_raw(buf, pos, 5, _U32_MAX, "varint")
-    return (v >> 1) ^ -(v & 1), pos
+def _zigzag_reader(max_bytes: int, limit: int, kind: str) -> Callable[[Buffer, int], tuple[int, int]]:
+    """A reader of zigzag varints of at most `max_bytes` (the bounds are used only off the fast path)."""
+    def read(buf: Buffer, pos: int) -> tuple[int, int]:
+        try:
+            b = buf[pos]
+            if b < 0x80:
+                return (b >> 1) ^ -(b & 1), pos + 1
+            c = buf[pos + 1]
+            if c < 0x80:
+                v = (b & 0x7F) | (c << 7)
+                return (v >> 1) ^ -(v & 1), pos + 2
+        except IndexError:
+            pass
+        v, pos = _read_raw(buf, pos, max_bytes, limit, kind)
+        return (v >> 1) ^ -(v & 1), pos
+    return read
 
 
-def read_varlong(buf: Buffer, pos: int) -> tuple[int, int]:
-    """Kafka's VARLONG (zigzag int64) at `buf[pos]`: (value, position after it)."""
-    try:
-        b = buf[pos]
-        if b < 0x80:
-            return (b >> 1) ^ -(b & 1), pos + 1
-        c = buf[pos + 1]
-        if c < 0x80:
-            v = (b & 0x7F) | (c << 7)
-            return (v >> 1) ^ -(v & 1), pos + 2
-    except IndexError:
-        pass
-    v, pos = _read_raw(buf, pos, 10, _U64_MAX, "varlong")
-    return (v >> 1) ^ -(v & 1), pos
+read_varint = _zigzag_reader(5, _U32_MAX, "varint")
+"""Kafka's VARINT (zigzag int32) at `buf[pos]`: (value, position after it)."""
+read_varlong = _zigzag_reader(10, _U64_MAX, "varlong")
+"""Kafka's VARLONG (zigzag int64) at `buf[pos]`: (value, position after it)."""
 
 
 def write_uvarint(out: bytearray, v: int) -> None:
