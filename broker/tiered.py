@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from strata.protocol.constants import REMOTE_LOG_METADATA_TOPIC
 from strata.protocol.errors import ErrorCode, KafkaApiError
 from strata.protocol.registry import REQUEST_CLASSES, ApiKey
 from strata.remote.executors import RemoteExecutors
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("strata.tiered")
 
-REMOTE_LOG_METADATA_TOPIC = "__remote_log_metadata"
 # Kafka's RLMM writes its records with a producer, which sends them to each metadata partition's leader. Strata's
 # brokers do the same over the inter-broker listener with this client id; like Kafka's "__admin_client" for internal
 # topics, it is what lets a Produce write `__remote_log_metadata`, an internal topic that other clients cannot write.
@@ -90,7 +90,7 @@ class BrokerMetadataTopicIO:
                 info = await store.create_topic(REMOTE_LOG_METADATA_TOPIC, num_partitions, cfg, internal=True,
                                                 replication_factor=rf)
             except KafkaApiError as e:
-                if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                if e.error_code != ErrorCode.TOPIC_ALREADY_EXISTS:
                     raise
                 return      # another broker starting at the same time created it
             if not store.clustered:     # in a cluster the replicas follow the partition states

@@ -182,6 +182,12 @@ _BROKER_DEFS: list[ConfigDef] = [
 BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in _BROKER_DEFS}
 
 
+def broker_default(key: str) -> Any:
+    """The default of broker property `key`, from its ConfigDef: components that take plain mappings (or build
+    their config objects in tests) read defaults here, so each default is written once."""
+    return BROKER_CONFIG_DEFS[key].default
+
+
 def parse_properties(text: str) -> dict[str, str]:
     """Java .properties subset: key=value or key: value, # and ! comments, trailing-backslash continuation."""
     out: dict[str, str] = {}

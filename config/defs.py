@@ -31,10 +31,14 @@ class ConfigError(ValueError):
     """A config key or value that Kafka would reject (InvalidConfigurationException)."""
 
 
-def _parse_bool(v: Any) -> bool:
+def parse_bool(v: Any, empty: bool | None = None) -> bool:
+    """The one boolean parser of Strata's configuration (broker, topic, RSM and Spark options): a bool, or
+    true/false, 1/0, yes/no in any case. `empty`, when given, is the value of an empty string."""
     if isinstance(v, bool):
         return v
     s = str(v).strip().lower()
+    if empty is not None and s == "":
+        return empty
     if s in ("true", "1", "yes"):
         return True
     if s in ("false", "0", "no"):
@@ -65,7 +69,7 @@ def _parse_list(v: Any) -> list[str]:
 
 
 PARSERS: dict[ConfigType, Callable[[Any], Any]] = {
-    ConfigType.BOOLEAN: _parse_bool,
+    ConfigType.BOOLEAN: parse_bool,
     ConfigType.STRING: lambda v: str(v).strip(),
     ConfigType.INT: _parse_int,
     ConfigType.SHORT: _parse_int,

@@ -10,9 +10,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Self, cast
 
+from strata.protocol.constants import REMOTE_LOG_METADATA_TOPIC
+
 from .options import SourceOptions, Subscription
 
-REMOTE_LOG_METADATA_TOPIC = "__remote_log_metadata"
 TP = tuple[str, int]
 
 

@@ -5,7 +5,7 @@ loop only follows each record's length prefix (the one field that cannot be foun
 every other field is decoded with NumPy over all records of the chunk together, and keys and values become Arrow
 binary arrays gathered by ``pyarrow.compute.take`` straight from the chunk's bytes: no Python object per record
 (headers, when asked for, are the exception). Batch framing comes from Strata's ``strata.protocol.records``; compressed
-records sections are decompressed with the codecs of ``kafka.codec``, as everywhere else in Strata.
+records sections are decompressed by ``strata.protocol.compression``, as everywhere else in Strata.
 
 Semantics match what a Kafka consumer at READ_UNCOMMITTED returns: control batches (transaction markers) are
 skipped, records keep their offsets (base offset + offset delta), and a LogAppendTime batch gives every record the
@@ -17,37 +17,21 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from strata.protocol.compression import UnsupportedCodecError, decompress
 from strata.protocol.records import (
     CONTROL_MASK,
-    GZIP,
     HEADER_SIZE,
     LOG_APPEND_TIME,
-    LZ4,
     NONE,
-    SNAPPY,
     TIMESTAMP_TYPE_MASK,
-    ZSTD,
     BatchHeader,
     iter_batches,
 )
+from strata.protocol.wire import WireFormatError, read_varint
 
 
-class CorruptSegmentError(ValueError):
+class CorruptSegmentError(WireFormatError):
     """A batch in remote storage does not decode (wrong magic, truncated records section, bad codec)."""
-
-
-def _decompress(codec: int, payload: bytes) -> bytes:
-    from kafka import codec as c
-
-    if codec == GZIP:
-        return c.gzip_decode(payload)
-    if codec == SNAPPY:
-        return c.snappy_decode(payload)
-    if codec == LZ4:
-        return c.lz4_decode(payload)
-    if codec == ZSTD:
-        return c.zstd_decode(payload)
-    raise CorruptSegmentError(f"unknown compression codec {codec}")
 
 
 class Columns:
@@ -99,8 +83,9 @@ class Decoded:
 def _record_starts(data: bytes, pos: int, end: int, count: int, base_offset: int, delta: int, starts: list[int],
                    ends: list[int]) -> None:
     """Follow the length prefixes of ``count`` records in ``data[pos:end]``: the body start and end of each, plus
-    ``delta`` (where ``data[0]`` lands in the chunk's joined records sections). The varint is decoded inline
-    (``_length_prefix`` does the same): a call per record would cost this loop about a third more."""
+    ``delta`` (where ``data[0]`` lands in the chunk's joined records sections). The varint is decoded inline,
+    with the bounds of ``strata.protocol.wire.read_varint`` (5 bytes): a call of it per record made this loop
+    2-3x slower (5,000 records of 1-300 bytes: 2.7-4.2 ms inline, 8.2 ms calling read_varint; timeit)."""
     for _ in range(count):
         if pos >= end:
             raise CorruptSegmentError(f"batch at offset {base_offset}: records section is truncated")
@@ -137,20 +122,15 @@ _SHORT_RUN = 8                  # runs this short twice in a row: the sizes vary
 
 def _length_prefix(data: bytes, pos: int, end: int, base_offset: int) -> tuple[int, int]:
     """(record length, size of its varint) at ``data[pos]``."""
-    v = shift = size = 0
-    while True:
-        if pos + size >= end or size == 5:
-            raise CorruptSegmentError(f"batch at offset {base_offset}: bad record length")
-        b = data[pos + size]
-        v |= (b & 0x7F) << shift
-        size += 1
-        if b < 0x80:
-            break
-        shift += 7
-    length = (v >> 1) ^ -(v & 1)
+    try:
+        length, after = read_varint(data, pos)
+    except WireFormatError:
+        raise CorruptSegmentError(f"batch at offset {base_offset}: bad record length") from None
+    if after > end:
+        raise CorruptSegmentError(f"batch at offset {base_offset}: bad record length")
     if length < 0:
         raise CorruptSegmentError(f"batch at offset {base_offset}: negative record length")
-    return length, size
+    return length, after - pos
 
 
 def _locate(np: Any, data: bytes, a: Any, pos: int, end: int, count: int, base_offset: int,
@@ -213,7 +193,10 @@ def _locate(np: Any, data: bytes, a: Any, pos: int, end: int, count: int, base_o
 
 
 def _varints(np: Any, a: Any, pos: Any) -> tuple[Any, Any]:
-    """Zigzag varints at positions ``pos`` of the uint8 array ``a``: (values int64, positions after them)."""
+    """Zigzag varints at positions ``pos`` of the uint8 array ``a``: (values int64, positions after them).
+
+    The vectorised form of ``strata.protocol.wire.read_varlong`` (10 bytes at most) over every record of a
+    chunk at once; a scalar call per field is what this module exists to avoid."""
     b = a[pos]
     value = (b & 0x7F).astype(np.uint64)
     more = np.flatnonzero(b & 0x80)
@@ -232,23 +215,31 @@ def _varints(np: Any, a: Any, pos: Any) -> tuple[Any, Any]:
 
 
 def _headers(data: bytes | memoryview, pos: int, end: int) -> list[tuple[str, bytes | None]] | None:
-    """The headers of one record, parsed from ``data[pos:end]`` (the header count varint included)."""
+    """The headers of one record, parsed from ``data[pos:end]`` (the header count varint included).
+
+    Varints of one byte (header counts and short keys/values) are decoded inline before falling back on
+    ``strata.protocol.wire.read_varint``. Per record of two headers (timeit, process time): 2.07 us calling
+    read_varint for each varint, 1.85 us with the former hand-written loop, 1.65 us with this fast path."""
     def varint() -> int:
         nonlocal pos
-        v = shift = 0
-        while True:
-            if pos >= end:
-                raise CorruptSegmentError("record headers run past the record")
-            b = data[pos]
-            pos += 1
-            v |= (b & 0x7F) << shift
-            if b < 0x80:
+        if pos < end:
+            v = data[pos]
+            if v < 0x80:
+                pos += 1
                 return (v >> 1) ^ -(v & 1)
-            shift += 7
+        try:
+            v, pos = read_varint(data, pos)
+        except WireFormatError:
+            raise CorruptSegmentError("record headers run past the record") from None
+        if pos > end:
+            raise CorruptSegmentError("record headers run past the record")
+        return v
 
     out: list[tuple[str, bytes | None]] = []
     for _ in range(varint()):
         n = varint()
+        if n < 0:                                       # Kafka: "Invalid negative header key size"
+            raise CorruptSegmentError("a record header has a negative key length")
         key = str(data[pos:pos + n], "utf-8")
         pos += n
         n = varint()
@@ -295,9 +286,9 @@ def decode_batches(buf: bytes | memoryview, batches: Sequence[tuple[int, BatchHe
                             base - pos - HEADER_SIZE if joined else 0)
         else:
             try:
-                section = bytes(_decompress(codec, bytes(mv[pos + HEADER_SIZE:end])))
-            except CorruptSegmentError:
-                raise
+                section = decompress(codec, mv[pos + HEADER_SIZE:end])
+            except UnsupportedCodecError as e:
+                raise CorruptSegmentError(str(e)) from None
             except Exception as e:  # noqa: BLE001 - each codec library raises its own errors
                 raise CorruptSegmentError(f"batch at offset {h.base_offset}: records section does not "
                                           f"decompress: {e!r}") from None

@@ -34,8 +34,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-EARLIEST = -2
-LATEST = -1
+from strata.config import ConfigError, parse_bool
+from strata.protocol.constants import EARLIEST_TIMESTAMP as EARLIEST
+from strata.protocol.constants import LATEST_TIMESTAMP as LATEST
+
 # Direct mode reads a segment in ranged GETs of this size, this many in flight per task (a task holds one buffer more
 # than that). Each GET costs 1-2 ms of CPU in botocore and aiohttp: an executor reading 256 MiB from SeaweedFS spent
 # 0.31-0.34 CPU-s with 4 MiB ranges and 0.26-0.28 s with 8 MiB (16 MiB saves little more); S3's guidance for ranged
@@ -60,12 +62,10 @@ def _lower(options: Mapping[str, Any]) -> dict[str, str]:
 def _bool(name: str, raw: str | None, default: bool) -> bool:
     if raw is None or raw == "":
         return default
-    v = raw.strip().lower()
-    if v in ("true", "1", "yes"):
-        return True
-    if v in ("false", "0", "no"):
-        return False
-    raise OptionError(f"option {name} must be true or false, not {raw!r}")
+    try:
+        return parse_bool(raw)
+    except ConfigError:
+        raise OptionError(f"option {name} must be true or false, not {raw!r}") from None
 
 
 def _int(name: str, raw: str | None, *, minimum: int | None = None) -> int | None:

@@ -126,9 +126,13 @@ class ErrorCode(IntEnum):
 
 
 class KafkaApiError(Exception):
-    """Raised inside a handler to answer with a Kafka error code and a message."""
+    """Raised inside a handler to answer with a Kafka error code and a message.
+
+    Every Strata exception that maps to a Kafka error carries it as `error_code` (this one, StorageError and
+    its subclasses, RecordBatchError): the name of the response field it ends up in, and one attribute for
+    the dispatcher to read."""
 
     def __init__(self, code: ErrorCode, message: str | None = None) -> None:
         super().__init__(message or code.name)
-        self.code = code
+        self.error_code = code
         self.message = message

@@ -17,13 +17,13 @@ import struct
 from typing import Any
 
 from .records import BufferChain
+from .wire import write_compact_string, write_string, write_uvarint
 
 __all__ = ["INLINE_RECORDS_MAX", "encode_fetch_response"]
 
 # Records up to this size are copied into the surrounding header buffer (cheaper than another writev entry).
 INLINE_RECORDS_MAX = 4096
 
-_I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _PART_V4 = struct.Struct(">ihqq")    # partition, error, high watermark, last stable offset
 _PART_V5 = struct.Struct(">ihqqq")   # ... log start offset (v5+)
@@ -33,31 +33,6 @@ _ZERO_UUID = bytes(16)
 
 MIN_VERSION = 4
 MAX_VERSION = 18
-
-
-def _uvarint(buf: bytearray, n: int) -> None:
-    while n & ~0x7F:
-        buf.append((n & 0x7F) | 0x80)
-        n >>= 7
-    buf.append(n)
-
-
-def _compact_string(buf: bytearray, s: str | None) -> None:
-    if s is None:
-        buf.append(0)
-        return
-    b = s.encode("utf-8")
-    _uvarint(buf, len(b) + 1)
-    buf += b
-
-
-def _string(buf: bytearray, s: str | None) -> None:
-    if s is None:
-        buf += b"\xff\xff"
-        return
-    b = s.encode("utf-8")
-    buf += _I16.pack(len(b))
-    buf += b
 
 
 def _uuid_bytes(u: Any) -> bytes:
@@ -89,7 +64,7 @@ def encode_fetch_response(resp: Any, version: int, correlation_id: int) -> list 
         cur += _I32.pack(resp.throttle_time_ms)
     topics = resp.responses
     if flexible:
-        _uvarint(cur, len(topics) + 1)
+        write_uvarint(cur, len(topics) + 1)
     else:
         cur += _I32.pack(len(topics))
     part_struct = _PART_V5 if version >= 5 else _PART_V4
@@ -99,12 +74,12 @@ def encode_fetch_response(resp: Any, version: int, correlation_id: int) -> list 
         if version >= 13:
             cur += _uuid_bytes(t.topic_id)
         elif flexible:
-            _compact_string(cur, t.topic)
+            write_compact_string(cur, t.topic)
         else:
-            _string(cur, t.topic)
+            write_string(cur, t.topic)
         parts = t.partitions
         if flexible:
-            _uvarint(cur, len(parts) + 1)
+            write_uvarint(cur, len(parts) + 1)
         else:
             cur += _I32.pack(len(parts))
         for p in parts:
@@ -121,7 +96,7 @@ def encode_fetch_response(resp: Any, version: int, correlation_id: int) -> list 
                 cur += b"\0" if flexible else b"\xff\xff\xff\xff"
             else:
                 if flexible:
-                    _uvarint(cur, len(aborted) + 1)
+                    write_uvarint(cur, len(aborted) + 1)
                 else:
                     cur += _I32.pack(len(aborted))
                 for a in aborted:
@@ -138,7 +113,7 @@ def encode_fetch_response(resp: Any, version: int, correlation_id: int) -> list 
                     records = records.encode()
                 n = len(records)
                 if flexible:
-                    _uvarint(cur, n + 1)
+                    write_uvarint(cur, n + 1)
                 else:
                     cur += _I32.pack(n)
                 if n <= INLINE_RECORDS_MAX:

@@ -19,6 +19,8 @@ from typing import Iterator, NamedTuple, Sequence
 
 from crc32c import crc32c
 
+from .errors import ErrorCode
+
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: the part of a batch not counted by batchLength
@@ -45,6 +47,7 @@ COMPRESSION_NAMES = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", Z
 CREATE_TIME, LOG_APPEND_TIME = 0, 1
 NO_TIMESTAMP = -1
 NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
 NO_PARTITION_LEADER_EPOCH = -1
 
@@ -80,7 +83,7 @@ class BufferChain:
 class RecordBatchError(ValueError):
     """A batch a Produce must reject; `error_code` is the Kafka error (storage maps it to its own exceptions)."""
 
-    error_code = 87  # INVALID_RECORD
+    error_code: int = ErrorCode.INVALID_RECORD
 
     def __init__(self, message: str, error_code: int | None = None) -> None:
         super().__init__(message)

@@ -14,6 +14,8 @@ from typing import Any
 import kafka.protocol as _kp
 from kafka.protocol.api_message import ApiMessage
 
+from .wire import skip_tagged_fields
+
 
 def _load_all() -> tuple[dict[int, type[ApiMessage]], dict[int, type[ApiMessage]]]:
     for mod in pkgutil.walk_packages(_kp.__path__, "kafka.protocol."):
@@ -152,30 +154,6 @@ def is_supported(api_key: int, version: int) -> bool:
     return rng is not None and rng[0] <= version <= rng[1]
 
 
-def _skip_tagged_fields(data: memoryview, pos: int) -> int:
-    count, pos = _read_uvarint(data, pos)
-    for _ in range(count):
-        _tag, pos = _read_uvarint(data, pos)
-        size, pos = _read_uvarint(data, pos)
-        pos += size
-    if pos > len(data):
-        raise ValueError("tagged fields run past the end of the request")
-    return pos
-
-
-def _read_uvarint(data: memoryview, pos: int) -> tuple[int, int]:
-    shift = value = 0
-    while True:
-        if pos >= len(data) or shift > 28:
-            raise ValueError("malformed unsigned varint")
-        b = data[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-        shift += 7
-
-
 @dataclass(slots=True)
 class DecodedRequest:
     client_id: str | None
@@ -198,7 +176,7 @@ def decode_request(payload: bytes | memoryview, api_key: int, version: int) -> D
         pos += client_id_len
     flexible = cls.flexible_version_q(version)
     if flexible:
-        pos = _skip_tagged_fields(data, pos)
+        pos = skip_tagged_fields(data, pos)
     fast_decode = cls._struct.compiled_decode_from(version, compact=flexible, tagged=flexible, data_class=cls)
     body, end = fast_decode(data, pos)
     if end != len(data) and bytes(body.encode()) != bytes(data[pos:end]):

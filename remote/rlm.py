@@ -31,6 +31,7 @@ from typing import Any, Mapping
 import crc32c
 import structlog
 
+from strata.config import broker_default
 from strata.protocol.errors import ErrorCode
 from strata.protocol.records import BufferChain, iter_batches, iter_records
 from strata.storage.errors import OffsetOutOfRangeError
@@ -49,7 +50,7 @@ from .metadata import (
     TopicIdPartition,
 )
 from .pieces import Pieces
-from .quota import UNLIMITED, RateQuota
+from .quota import RateQuota
 from .remote_metrics import RemoteMetrics
 from .rlmm_api import RemoteLogMetadataManager
 from .rlmm_types import InvalidStateTransitionError
@@ -75,43 +76,43 @@ class RemoteListOffsetsTimeoutError(RemoteStorageTimeoutError):
 
 @dataclass
 class RemoteLogManagerConfig:
-    task_interval_ms: int = 30_000
-    retry_backoff_ms: int = 500
-    retry_backoff_max_ms: int = 30_000
-    copier_pool_size: int = 10
-    expiration_pool_size: int = 10
-    reader_threads: int = 10
-    reader_max_pending_tasks: int = 100
-    index_cache_bytes: int = 1024**3
-    copy_max_bytes_per_second: int = UNLIMITED
-    fetch_max_bytes_per_second: int = UNLIMITED
-    copy_quota_window_num: int = 11
-    copy_quota_window_size_s: int = 1
-    fetch_quota_window_num: int = 11
-    fetch_quota_window_size_s: int = 1
-    list_offsets_timeout_ms: int = 30_000
+    task_interval_ms: int = broker_default("remote.log.manager.task.interval.ms")
+    retry_backoff_ms: int = broker_default("remote.log.manager.task.retry.backoff.ms")
+    retry_backoff_max_ms: int = broker_default("remote.log.manager.task.retry.backoff.max.ms")
+    copier_pool_size: int = broker_default("remote.log.manager.copier.thread.pool.size")
+    expiration_pool_size: int = broker_default("remote.log.manager.expiration.thread.pool.size")
+    reader_threads: int = broker_default("remote.log.reader.threads")
+    reader_max_pending_tasks: int = broker_default("remote.log.reader.max.pending.tasks")
+    index_cache_bytes: int = broker_default("remote.log.index.file.cache.total.size.bytes")
+    copy_max_bytes_per_second: int = broker_default("remote.log.manager.copy.max.bytes.per.second")
+    fetch_max_bytes_per_second: int = broker_default("remote.log.manager.fetch.max.bytes.per.second")
+    copy_quota_window_num: int = broker_default("remote.log.manager.copy.quota.window.num")
+    copy_quota_window_size_s: int = broker_default("remote.log.manager.copy.quota.window.size.seconds")
+    fetch_quota_window_num: int = broker_default("remote.log.manager.fetch.quota.window.num")
+    fetch_quota_window_size_s: int = broker_default("remote.log.manager.fetch.quota.window.size.seconds")
+    list_offsets_timeout_ms: int = broker_default("remote.list.offsets.request.timeout.ms")
 
     @classmethod
     def from_broker(cls, v: Mapping[str, Any]) -> "RemoteLogManagerConfig":
-        def g(key: str, default: int) -> int:
+        def g(key: str) -> int:
             val = v.get(key)
-            return default if val is None else int(val)
+            return int(broker_default(key) if val is None else val)
         return cls(
-            task_interval_ms=g("remote.log.manager.task.interval.ms", 30_000),
-            retry_backoff_ms=g("remote.log.manager.task.retry.backoff.ms", 500),
-            retry_backoff_max_ms=g("remote.log.manager.task.retry.backoff.max.ms", 30_000),
-            copier_pool_size=g("remote.log.manager.copier.thread.pool.size", 10),
-            expiration_pool_size=g("remote.log.manager.expiration.thread.pool.size", 10),
-            reader_threads=g("remote.log.reader.threads", 10),
-            reader_max_pending_tasks=g("remote.log.reader.max.pending.tasks", 100),
-            index_cache_bytes=g("remote.log.index.file.cache.total.size.bytes", 1024**3),
-            copy_max_bytes_per_second=g("remote.log.manager.copy.max.bytes.per.second", UNLIMITED),
-            fetch_max_bytes_per_second=g("remote.log.manager.fetch.max.bytes.per.second", UNLIMITED),
-            copy_quota_window_num=g("remote.log.manager.copy.quota.window.num", 11),
-            copy_quota_window_size_s=g("remote.log.manager.copy.quota.window.size.seconds", 1),
-            fetch_quota_window_num=g("remote.log.manager.fetch.quota.window.num", 11),
-            fetch_quota_window_size_s=g("remote.log.manager.fetch.quota.window.size.seconds", 1),
-            list_offsets_timeout_ms=g("remote.list.offsets.request.timeout.ms", 30_000),
+            task_interval_ms=g("remote.log.manager.task.interval.ms"),
+            retry_backoff_ms=g("remote.log.manager.task.retry.backoff.ms"),
+            retry_backoff_max_ms=g("remote.log.manager.task.retry.backoff.max.ms"),
+            copier_pool_size=g("remote.log.manager.copier.thread.pool.size"),
+            expiration_pool_size=g("remote.log.manager.expiration.thread.pool.size"),
+            reader_threads=g("remote.log.reader.threads"),
+            reader_max_pending_tasks=g("remote.log.reader.max.pending.tasks"),
+            index_cache_bytes=g("remote.log.index.file.cache.total.size.bytes"),
+            copy_max_bytes_per_second=g("remote.log.manager.copy.max.bytes.per.second"),
+            fetch_max_bytes_per_second=g("remote.log.manager.fetch.max.bytes.per.second"),
+            copy_quota_window_num=g("remote.log.manager.copy.quota.window.num"),
+            copy_quota_window_size_s=g("remote.log.manager.copy.quota.window.size.seconds"),
+            fetch_quota_window_num=g("remote.log.manager.fetch.quota.window.num"),
+            fetch_quota_window_size_s=g("remote.log.manager.fetch.quota.window.size.seconds"),
+            list_offsets_timeout_ms=g("remote.list.offsets.request.timeout.ms"),
         )
 
 

@@ -39,10 +39,18 @@ import base64
 import json
 import struct
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from strata.protocol.uuids import kafka_uuid_str
+from strata.protocol.wire import (
+    Buffer,
+    ByteReader,
+    write_compact_bytes,
+    write_compact_string,
+    write_tagged_fields,
+    write_uvarint,
+)
 
 from .metadata import (
     RemoteLogSegmentId,
@@ -97,41 +105,8 @@ def custom_metadata_from_bytes(raw: bytes | None) -> dict[str, Any] | None:
 
 # -- primitives -----------------------------------------------------------------------------------------------------
 
-def _uvarint(out: bytearray, v: int) -> None:
-    if v < 0:
-        raise ValueError(f"unsigned varint of negative value {v}")
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-
-
 def _uuid(out: bytearray, u: uuid.UUID) -> None:
     out += u.bytes
-
-
-def _compact_string(out: bytearray, s: str) -> None:
-    b = s.encode()
-    if len(b) > 0x7FFF:
-        raise ValueError(f"string of {len(b)} bytes is longer than Kafka's 32767")
-    _uvarint(out, len(b) + 1)
-    out += b
-
-
-def _compact_nullable_bytes(out: bytearray, b: bytes | None) -> None:
-    if b is None:
-        _uvarint(out, 0)
-        return
-    _uvarint(out, len(b) + 1)
-    out += b
-
-
-def _tagged(out: bytearray, fields: list[tuple[int, bytes]]) -> None:
-    _uvarint(out, len(fields))
-    for tag, payload in sorted(fields):
-        _uvarint(out, tag)
-        _uvarint(out, len(payload))
-        out += payload
 
 
 def _i32(v: int) -> bytes:
@@ -142,85 +117,21 @@ def _i64(v: int) -> bytes:
     return _I64.pack(v)
 
 
-class _Reader:
-    __slots__ = ("buf", "pos")
-
-    def __init__(self, buf: bytes) -> None:
-        self.buf = buf
-        self.pos = 0
-
-    def _take(self, n: int) -> bytes:
-        end = self.pos + n
-        if n < 0 or end > len(self.buf):
-            raise MetadataDecodeError(f"truncated value: need {n} bytes at {self.pos}, have {len(self.buf) - self.pos}")
-        b = self.buf[self.pos:end]
-        self.pos = end
-        return b
-
-    def uvarint(self) -> int:
-        shift = 0
-        v = 0
-        while True:
-            if self.pos >= len(self.buf):
-                raise MetadataDecodeError("truncated varint")
-            byte = self.buf[self.pos]
-            self.pos += 1
-            v |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return v
-            shift += 7
-            if shift > 28:
-                raise MetadataDecodeError("varint longer than 5 bytes")
-
-    def i8(self) -> int:
-        return _I8.unpack(self._take(1))[0]
-
-    def i32(self) -> int:
-        return _I32.unpack(self._take(4))[0]
-
-    def i64(self) -> int:
-        return _I64.unpack(self._take(8))[0]
-
-    def boolean(self) -> bool:
-        return self._take(1) != b"\x00"
-
-    def uuid(self) -> uuid.UUID:
-        return uuid.UUID(bytes=self._take(16))
-
-    def compact_string(self) -> str:
-        n = self.uvarint()
-        if n == 0:
-            raise MetadataDecodeError("null string in a non-nullable field")
-        return self._take(n - 1).decode()
+class _Reader(ByteReader):
+    __slots__ = ()
+    error = MetadataDecodeError
 
     def compact_nullable_bytes(self) -> bytes | None:
-        n = self.uvarint()
-        return None if n == 0 else self._take(n - 1)
-
-    def compact_array_len(self) -> int:
-        n = self.uvarint()
-        if n == 0:
-            raise MetadataDecodeError("null array in a non-nullable field")
-        return n - 1
-
-    def tagged(self) -> dict[int, bytes]:
-        fields: dict[int, bytes] = {}
-        for _ in range(self.uvarint()):
-            tag = self.uvarint()
-            fields[tag] = self._take(self.uvarint())
-        return fields
-
-    def done(self) -> None:
-        if self.pos != len(self.buf):
-            raise MetadataDecodeError(f"{len(self.buf) - self.pos} byte(s) of garbage after the record")
+        b = super().compact_nullable_bytes()
+        return None if b is None else bytes(b)
 
 
-def _tag_bool(fields: dict[int, bytes], tag: int, default: bool = False) -> bool:
+def _tag_bool(fields: Mapping[int, Buffer], tag: int, default: bool = False) -> bool:
     v = fields.get(tag)
     return default if v is None else v != b"\x00"
 
 
-def _tag_int(fields: dict[int, bytes], tag: int, st: struct.Struct, default: int) -> int:
+def _tag_int(fields: Mapping[int, Buffer], tag: int, st: struct.Struct, default: int) -> int:
     v = fields.get(tag)
     if v is None:
         return default
@@ -232,46 +143,46 @@ def _tag_int(fields: dict[int, bytes], tag: int, st: struct.Struct, default: int
 # -- structs --------------------------------------------------------------------------------------------------------
 
 def _write_tip(out: bytearray, tip: TopicIdPartition) -> None:
-    _compact_string(out, tip.topic)
+    write_compact_string(out, tip.topic)
     _uuid(out, tip.topic_id)
     out += _i32(tip.partition)
-    _uvarint(out, 0)
+    write_uvarint(out, 0)
 
 
 def _read_tip(r: _Reader) -> TopicIdPartition:
     name = r.compact_string()
     topic_id = r.uuid()
-    partition = r.i32()
-    r.tagged()
+    partition = r.int32()
+    r.tagged_fields()
     return TopicIdPartition(topic_id, name, partition)
 
 
 def _write_segment_id(out: bytearray, sid: RemoteLogSegmentId) -> None:
     _write_tip(out, sid.topic_id_partition)
     _uuid(out, sid.id)
-    _uvarint(out, 0)
+    write_uvarint(out, 0)
 
 
 def _read_segment_id(r: _Reader) -> RemoteLogSegmentId:
     tip = _read_tip(r)
     sid = r.uuid()
-    r.tagged()
+    r.tagged_fields()
     return RemoteLogSegmentId(tip, sid)
 
 
 def _write_epochs(out: bytearray, epochs: dict[int, int]) -> None:
-    _uvarint(out, len(epochs) + 1)
+    write_uvarint(out, len(epochs) + 1)
     for epoch, offset in sorted(epochs.items()):
         out += _EPOCH_ENTRY.pack(epoch, offset)
-        _uvarint(out, 0)
+        write_uvarint(out, 0)
 
 
 def _read_epochs(r: _Reader) -> dict[int, int]:
     epochs: dict[int, int] = {}
     for _ in range(r.compact_array_len()):
-        epoch = r.i32()
-        offset = r.i64()
-        r.tagged()
+        epoch = r.int32()
+        offset = r.int64()
+        r.tagged_fields()
         epochs[epoch] = offset
     return epochs
 
@@ -291,9 +202,9 @@ def _txn_tag(txn_idx_empty: bool) -> list[tuple[int, bytes]]:
 
 def _header(api_key: int, version: int = WRITE_VERSION) -> bytearray:
     out = bytearray()
-    _uvarint(out, FRAME_VERSION)
-    _uvarint(out, api_key)
-    _uvarint(out, version)
+    write_uvarint(out, FRAME_VERSION)
+    write_uvarint(out, api_key)
+    write_uvarint(out, version)
     return out
 
 
@@ -304,9 +215,9 @@ def _serialize_segment(m: RemoteLogSegmentMetadata) -> bytes:
     out += _I64.pack(m.max_timestamp_ms) + _I64.pack(m.event_timestamp_ms)
     _write_epochs(out, m.segment_leader_epochs)
     out += _I32.pack(m.segment_size_in_bytes)
-    _compact_nullable_bytes(out, custom_metadata_to_bytes(m.custom_metadata))
+    write_compact_bytes(out, custom_metadata_to_bytes(m.custom_metadata))
     out += _I8.pack(int(m.state))
-    _tagged(out, _txn_tag(m.txn_idx_empty))
+    write_tagged_fields(out, _txn_tag(m.txn_idx_empty))
     return bytes(out)
 
 
@@ -314,9 +225,9 @@ def _serialize_update(u: RemoteLogSegmentMetadataUpdate) -> bytes:
     out = _header(SEGMENT_METADATA_UPDATE_API_KEY)
     _write_segment_id(out, u.remote_log_segment_id)
     out += _I32.pack(u.broker_id) + _I64.pack(u.event_timestamp_ms)
-    _compact_nullable_bytes(out, custom_metadata_to_bytes(u.custom_metadata))
+    write_compact_bytes(out, custom_metadata_to_bytes(u.custom_metadata))
     out += _I8.pack(int(u.state))
-    _tagged(out, [])
+    write_tagged_fields(out, [])
     return bytes(out)
 
 
@@ -324,7 +235,7 @@ def _serialize_delete(d: RemotePartitionDeleteMetadata) -> bytes:
     out = _header(PARTITION_DELETE_API_KEY)
     _write_tip(out, d.topic_id_partition)
     out += _I32.pack(d.broker_id) + _I64.pack(d.event_timestamp_ms) + _I8.pack(int(d.state))
-    _tagged(out, [])
+    write_tagged_fields(out, [])
     return bytes(out)
 
 
@@ -335,9 +246,9 @@ def _serialize_snapshot(s: RemoteLogSegmentMetadataSnapshot) -> bytes:
     out += _I64.pack(s.max_timestamp_ms) + _I64.pack(s.event_timestamp_ms)
     _write_epochs(out, s.segment_leader_epochs)
     out += _I32.pack(s.segment_size_in_bytes)
-    _compact_nullable_bytes(out, s.custom_metadata)
+    write_compact_bytes(out, s.custom_metadata)
     out += _I8.pack(int(s.state))
-    _tagged(out, _txn_tag(s.txn_idx_empty))
+    write_tagged_fields(out, _txn_tag(s.txn_idx_empty))
     return bytes(out)
 
 
@@ -356,13 +267,13 @@ def serialize(metadata: RemoteLogMetadata) -> bytes:
 
 def _read_segment(r: _Reader, version: int) -> RemoteLogSegmentMetadata:
     sid = _read_segment_id(r)
-    start, end, broker = r.i64(), r.i64(), r.i32()
-    max_ts, event_ts = r.i64(), r.i64()
+    start, end, broker = r.int64(), r.int64(), r.int32()
+    max_ts, event_ts = r.int64(), r.int64()
     epochs = _read_epochs(r)
-    size = r.i32()
+    size = r.int32()
     custom = r.compact_nullable_bytes()
-    state = _segment_state(r.i8())
-    tags = r.tagged()
+    state = _segment_state(r.int8())
+    tags = r.tagged_fields()
     try:
         return RemoteLogSegmentMetadata(sid, start, end, max_ts, broker, event_ts, size, epochs, state,
                                         custom_metadata_from_bytes(custom), _tag_bool(tags, 0))
@@ -372,10 +283,10 @@ def _read_segment(r: _Reader, version: int) -> RemoteLogSegmentMetadata:
 
 def _read_update(r: _Reader, version: int) -> RemoteLogSegmentMetadataUpdate:
     sid = _read_segment_id(r)
-    broker, event_ts = r.i32(), r.i64()
+    broker, event_ts = r.int32(), r.int64()
     custom = r.compact_nullable_bytes()
-    state = _segment_state(r.i8())
-    r.tagged()  # v1: BrokerLeaderEpoch (0), EndOffset (1) -- not part of the pre-4.3 model
+    state = _segment_state(r.int8())
+    r.tagged_fields()  # v1: BrokerLeaderEpoch (0), EndOffset (1) -- not part of the pre-4.3 model
     try:
         return RemoteLogSegmentMetadataUpdate(sid, event_ts, custom_metadata_from_bytes(custom), state, broker)
     except ValueError as e:
@@ -384,8 +295,8 @@ def _read_update(r: _Reader, version: int) -> RemoteLogSegmentMetadataUpdate:
 
 def _read_delete(r: _Reader, version: int) -> RemotePartitionDeleteMetadata:
     tip = _read_tip(r)
-    broker, event_ts, state_id = r.i32(), r.i64(), r.i8()
-    r.tagged()
+    broker, event_ts, state_id = r.int32(), r.int64(), r.int8()
+    r.tagged_fields()
     try:
         state = RemotePartitionDeleteState(state_id)
     except ValueError:
@@ -395,13 +306,13 @@ def _read_delete(r: _Reader, version: int) -> RemotePartitionDeleteMetadata:
 
 def _read_snapshot(r: _Reader, version: int) -> RemoteLogSegmentMetadataSnapshot:
     sid = r.uuid()
-    start, end, broker = r.i64(), r.i64(), r.i32()
-    max_ts, event_ts = r.i64(), r.i64()
+    start, end, broker = r.int64(), r.int64(), r.int32()
+    max_ts, event_ts = r.int64(), r.int64()
     epochs = _read_epochs(r)
-    size = r.i32()
+    size = r.int32()
     custom = r.compact_nullable_bytes()
-    state = _segment_state(r.i8())
-    tags = r.tagged()
+    state = _segment_state(r.int8())
+    tags = r.tagged_fields()
     return RemoteLogSegmentMetadataSnapshot(sid, start, end, max_ts, broker, event_ts, size, epochs, state, custom,
                                             _tag_bool(tags, 0))
 

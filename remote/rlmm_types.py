@@ -16,10 +16,13 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from strata.config import broker_default
+from strata.protocol.constants import REMOTE_LOG_METADATA_TOPIC as REMOTE_LOG_METADATA_TOPIC_NAME
+from strata.protocol.errors import ErrorCode
+from strata.protocol.wire import WireFormatError
+
 from .metadata import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
 from .rsm import RemoteStorageError
-
-REMOTE_LOG_METADATA_TOPIC_NAME = "__remote_log_metadata"
 
 
 class RemoteStorageNotReadyError(RemoteStorageError):
@@ -29,7 +32,7 @@ class RemoteStorageNotReadyError(RemoteStorageError):
     exception existed, so the error code handed to clients is REPLICA_NOT_AVAILABLE (9).
     """
 
-    error_code = 9
+    error_code = ErrorCode.REPLICA_NOT_AVAILABLE
     retriable = True
 
 
@@ -38,7 +41,7 @@ class InvalidStateTransitionError(ValueError):
     COPY_SEGMENT_STARTED, an update to COPY_SEGMENT_STARTED)."""
 
 
-class MetadataDecodeError(ValueError):
+class MetadataDecodeError(WireFormatError):
     """Bytes that are not a KIP-405 remote log metadata value."""
 
 
@@ -123,10 +126,10 @@ REMOTE_LOG_METADATA_CONSUME_WAIT_MS_PROP = "remote.log.metadata.consume.wait.ms"
 class RlmmConfig:
     """TopicBasedRemoteLogMetadataManagerConfig's settings (defaults as in Kafka)."""
 
-    num_partitions: int = 50
-    replication_factor: int = 3
-    retention_ms: int = -1
-    consume_wait_ms: int = 120_000
+    num_partitions: int = broker_default(REMOTE_LOG_METADATA_TOPIC_PARTITIONS_PROP)
+    replication_factor: int = broker_default(REMOTE_LOG_METADATA_TOPIC_REPLICATION_FACTOR_PROP)
+    retention_ms: int = broker_default(REMOTE_LOG_METADATA_TOPIC_RETENTION_MS_PROP)
+    consume_wait_ms: int = broker_default(REMOTE_LOG_METADATA_CONSUME_WAIT_MS_PROP)
 
     def __post_init__(self) -> None:
         if self.num_partitions <= 0:

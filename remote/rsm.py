@@ -37,6 +37,7 @@ from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any, Self
 
+from strata.protocol.errors import ErrorCode
 from strata.protocol.uuids import kafka_uuid_str
 from strata.storage.errors import StorageError
 
@@ -44,13 +45,12 @@ from .executors import RemoteExecutors
 from .metadata import LogSegmentData, RemoteLogSegmentMetadata, TopicIdPartition
 
 RSM_CONFIG_PREFIX = "rsm.config."
-KAFKA_STORAGE_ERROR = 56
 
 
 class RemoteStorageError(StorageError):
     """A remote storage operation failed. `retriable` tells the caller whether trying again may succeed."""
 
-    error_code = KAFKA_STORAGE_ERROR  # retriable for clients; the broker may map it otherwise
+    error_code = ErrorCode.KAFKA_STORAGE_ERROR  # retriable for clients; the broker may map it otherwise
     retriable = True
 
     def __init__(self, message: str = "", *, retriable: bool | None = None) -> None:

@@ -6,19 +6,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from strata.config import parse_bool
+
 MIB = 1 << 20
 S3_MIN_PART_SIZE = 5 * MIB
 
 
 def _bool(v: Any) -> bool:
-    if isinstance(v, bool):
-        return v
-    s = str(v).strip().lower()
-    if s in ("true", "1", "yes"):
-        return True
-    if s in ("false", "0", "no", ""):
-        return False
-    raise ValueError(f"not a boolean: {v!r}")
+    return parse_bool(v, empty=False)
 
 
 @dataclass

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from strata.config import broker_default
 from strata.protocol.records import HEADER_SIZE, BatchHeader
 
 from .checkpoints import CheckpointFormatError, OffsetCheckpointFile
@@ -45,28 +46,29 @@ TopicPartition = tuple[str, int]
 class CleanerConfig:
     """Kafka's CleanerConfig (broker keys log.cleaner.*)."""
 
-    enable: bool = True
-    num_threads: int = 1
-    dedupe_buffer_size: int = 128 * 1024 * 1024
-    io_buffer_size: int = 512 * 1024
-    io_buffer_load_factor: float = 0.9
+    enable: bool = broker_default("log.cleaner.enable")
+    num_threads: int = broker_default("log.cleaner.threads")
+    dedupe_buffer_size: int = broker_default("log.cleaner.dedupe.buffer.size")
+    io_buffer_size: int = broker_default("log.cleaner.io.buffer.size")
+    io_buffer_load_factor: float = broker_default("log.cleaner.io.buffer.load.factor")
     max_io_bytes_per_second: float = math.inf
-    backoff_ms: int = 15_000
-    producer_id_expiration_ms: int = 86_400_000
+    backoff_ms: int = broker_default("log.cleaner.backoff.ms")
+    producer_id_expiration_ms: int = broker_default("producer.id.expiration.ms")
 
     @classmethod
     def from_broker_config(cls, cfg: Any) -> CleanerConfig:
         get = cfg.get
         rate = get("log.cleaner.io.max.bytes.per.second", math.inf)
         return cls(
-            enable=bool(get("log.cleaner.enable", True)),
-            num_threads=int(get("log.cleaner.threads", 1)),
+            enable=bool(get("log.cleaner.enable", cls.enable)),
+            num_threads=int(get("log.cleaner.threads", cls.num_threads)),
             dedupe_buffer_size=int(get("log.cleaner.dedupe.buffer.size", cls.dedupe_buffer_size)),
             io_buffer_size=int(get("log.cleaner.io.buffer.size", cls.io_buffer_size)),
-            io_buffer_load_factor=float(get("log.cleaner.io.buffer.load.factor", 0.9)),
+            io_buffer_load_factor=float(get("log.cleaner.io.buffer.load.factor", cls.io_buffer_load_factor)),
             max_io_bytes_per_second=float(rate) if rate is not None else math.inf,
-            backoff_ms=int(get("log.cleaner.backoff.ms", 15_000)),
-            producer_id_expiration_ms=int(get("producer.id.expiration.ms", 86_400_000) or 86_400_000),
+            backoff_ms=int(get("log.cleaner.backoff.ms", cls.backoff_ms)),
+            producer_id_expiration_ms=int(get("producer.id.expiration.ms", cls.producer_id_expiration_ms)
+                                          or cls.producer_id_expiration_ms),
         )
 
 

@@ -16,6 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from strata.config import LogConfig
+from strata.protocol.constants import (  # ListOffsets sentinels, re-exported for storage's callers
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+)
 from strata.protocol.records import (
     CONTROL_MASK,
     TRANSACTIONAL_MASK,
@@ -46,12 +52,6 @@ from .producer_state import ProducerStateEntry, ProducerStateManager, end_marker
 from .record_codec import check_keys_present
 from .segment import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
 from .segment_swap import CLEANED_SUFFIX, SWAP_SUFFIX, complete_interrupted_swaps, swap_in_cleaned_files
-
-# ListOffsets sentinels (Kafka's ListOffsetsRequest)
-LATEST_TIMESTAMP = -1
-EARLIEST_TIMESTAMP = -2
-MAX_TIMESTAMP = -3
-EARLIEST_LOCAL_TIMESTAMP = -4
 
 _TEMP_SUFFIXES = (DELETED_SUFFIX, ".tmp", CLEANED_SUFFIX, SWAP_SUFFIX)
 

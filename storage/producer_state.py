@@ -36,16 +36,17 @@ from typing import Iterable, NamedTuple
 
 from crc32c import crc32c
 
+from strata.config import broker_default
+from strata.protocol.errors import ErrorCode
+from strata.protocol.records import NO_PRODUCER_EPOCH, NO_SEQUENCE
+
 from .errors import StorageError
 
 NUM_BATCHES_TO_RETAIN = 5
 SNAPSHOT_SUFFIX = ".snapshot"
 SNAPSHOT_VERSION = 1
-NO_PRODUCER_ID = -1
-NO_PRODUCER_EPOCH = -1
-NO_SEQUENCE = -1
 INT32_MAX = 2**31 - 1
-DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
+DEFAULT_PRODUCER_ID_EXPIRATION_MS: int = broker_default("producer.id.expiration.ms")
 
 _VERSION_CRC = struct.Struct(">hI")
 _COUNT = struct.Struct(">i")
@@ -54,19 +55,19 @@ _ENTRIES_OFFSET = _VERSION_CRC.size  # 6: the CRC covers the file from here
 
 
 class OutOfOrderSequenceError(StorageError):
-    error_code = 45  # OUT_OF_ORDER_SEQUENCE_NUMBER
+    error_code = ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
 
 
 class InvalidProducerEpochError(StorageError):
-    error_code = 47  # INVALID_PRODUCER_EPOCH
+    error_code = ErrorCode.INVALID_PRODUCER_EPOCH
 
 
 class InvalidTxnStateError(StorageError):
-    error_code = 48  # INVALID_TXN_STATE
+    error_code = ErrorCode.INVALID_TXN_STATE
 
 
 class TransactionCoordinatorFencedError(StorageError):
-    error_code = 52  # TRANSACTION_COORDINATOR_FENCED
+    error_code = ErrorCode.TRANSACTION_COORDINATOR_FENCED
 
 
 class CorruptSnapshotError(ValueError):

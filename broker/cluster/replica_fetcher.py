@@ -411,7 +411,8 @@ class ReplicaFetcher:
                 self._delay(st, self.rm.config["replica.fetch.backoff.ms"] / 1000.0)
         except _LeaderError as e:
             self._delay(st, self.rm.config["replica.fetch.backoff.ms"] / 1000.0)
-            log.info("out-of-range handling failed", topic=st.topic, partition=st.partition, error=_name(e.code))
+            log.info("out-of-range handling failed", topic=st.topic, partition=st.partition,
+                     error=_name(e.error_code))
 
     async def build_remote_log_aux_state(self, p: Partition, st: PartitionFetchState) -> None:
         """KIP-405 hook for a follower whose fetch offset is below the leader's local log start (error 109).
@@ -432,7 +433,7 @@ class ReplicaFetcher:
         except _LeaderError as e:
             self._delay(st, self.rm.config["replica.fetch.backoff.ms"] / 1000.0)
             log.info("ListOffsets for the tiered rebuild failed", topic=st.topic, partition=st.partition,
-                     error=_name(e.code))
+                     error=_name(e.error_code))
             return
         if self._current(st) is not p:
             return
@@ -445,7 +446,7 @@ class ReplicaFetcher:
 class _LeaderError(Exception):
     def __init__(self, code: int) -> None:
         super().__init__(_name(code))
-        self.code = code
+        self.error_code = code
 
 
 def _name(code: int) -> str:

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from strata.protocol.constants import EARLIEST_LOCAL_TIMESTAMP as EARLIEST_LOCAL
+from strata.protocol.constants import LATEST_TIERED_TIMESTAMP as LATEST_TIERED
 from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import ApiKey
 from strata.storage.checkpoints import CheckpointFormatError
@@ -37,8 +39,6 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("strata.replica_fetcher_tier_state")
 
-EARLIEST_LOCAL = -4
-LATEST_TIERED = -5
 MAX_BACKOFF_S = 5.0
 RLMM_WAIT_S = 1.0                  # one attempt waits at most this long for the RLMM to load the partition
 

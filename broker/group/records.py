@@ -19,6 +19,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
+from strata.protocol.wire import ByteReader, WireFormatError, write_string
 # group -> partition: the coordinator runtime's (any coordinator key hashes the same way)
 from ..coordinator.runtime import java_string_hash, partition_for
 
@@ -83,13 +84,13 @@ class GroupMetadataValue:
 # ---------------------------------------------------------------------------------------------------------------
 # encoding (classic, non-flexible versions only: that is all we write)
 
-def _str(s: str) -> bytes:
-    b = s.encode("utf-8")
-    return _I16.pack(len(b)) + b
-
-
 def _nstr(s: str | None) -> bytes:
-    return _I16.pack(-1) if s is None else _str(s)
+    out = bytearray()
+    write_string(out, s)
+    return bytes(out)
+
+
+_str = _nstr
 
 
 def _bytes(b: bytes | None) -> bytes:
@@ -137,44 +138,20 @@ def encode_group_metadata_value(v: GroupMetadataValue, version: int = GROUP_META
 # ---------------------------------------------------------------------------------------------------------------
 # decoding (all versions Kafka has written, flexible v4 included, so a log written by Kafka loads too)
 
-class RecordFormatError(ValueError):
-    pass
+class RecordFormatError(WireFormatError):
+    """A `__consumer_offsets` key or value that does not decode."""
 
 
-class _Reader:
-    __slots__ = ("buf", "flexible", "pos")
+class _Reader(ByteReader):
+    """Kafka's classic encoding (int16/int32 lengths) or, with `flexible`, the compact one (uvarint
+    length + 1) with tagged fields."""
+
+    __slots__ = ("flexible",)
+    error = RecordFormatError
 
     def __init__(self, buf: bytes, pos: int = 0, flexible: bool = False) -> None:
-        self.buf = buf
-        self.pos = pos
+        super().__init__(buf, pos)
         self.flexible = flexible
-
-    def _take(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.buf):
-            raise RecordFormatError("record is truncated")
-        b = self.buf[self.pos:self.pos + n]
-        self.pos += n
-        return b
-
-    def int16(self) -> int:
-        return _I16.unpack(self._take(2))[0]
-
-    def int32(self) -> int:
-        return _I32.unpack(self._take(4))[0]
-
-    def int64(self) -> int:
-        return _I64.unpack(self._take(8))[0]
-
-    def uvarint(self) -> int:
-        shift = value = 0
-        while True:
-            b = self._take(1)[0]
-            value |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return value
-            shift += 7
-            if shift > 35:
-                raise RecordFormatError("malformed varint")
 
     def _len(self, wide: bool) -> int:
         if self.flexible:
@@ -183,7 +160,7 @@ class _Reader:
 
     def nstring(self) -> str | None:
         n = self._len(False)
-        return None if n < 0 else self._take(n).decode("utf-8")
+        return None if n < 0 else self._decode(self.take(n))
 
     def string(self) -> str:
         s = self.nstring()
@@ -193,16 +170,15 @@ class _Reader:
 
     def nbytes(self) -> bytes | None:
         n = self._len(True)
-        return None if n < 0 else bytes(self._take(n))
+        return None if n < 0 else bytes(self.take(n))
 
     def array_len(self) -> int:
         return self._len(True)
 
-    def tagged_fields(self) -> None:
+    def end_struct(self) -> None:
+        """Skip the struct's tagged fields (flexible versions only have them)."""
         if self.flexible:
-            for _ in range(self.uvarint()):
-                self.uvarint()
-                self._take(self.uvarint())
+            self.skip_tagged_fields()
 
 
 def decode_key(key: bytes) -> OffsetCommitKey | GroupMetadataKey | None:
@@ -227,7 +203,7 @@ def decode_offset_commit_value(value: bytes) -> OffsetAndMetadata:
     metadata = r.string()
     commit_ts = r.int64()
     expire_ts = r.int64() if version == 1 else -1
-    r.tagged_fields()
+    r.end_struct()
     return OffsetAndMetadata(offset, epoch, metadata, commit_ts, expire_ts)
 
 
@@ -252,12 +228,12 @@ def decode_group_metadata_value(value: bytes) -> GroupMetadataValue:
         session_timeout = r.int32()
         subscription = r.nbytes() or b""
         assignment = r.nbytes() or b""
-        r.tagged_fields()
+        r.end_struct()
         if rebalance_timeout < 0:
             rebalance_timeout = session_timeout
         members.append(MemberMetadata(member_id, instance_id, client_id, client_host, rebalance_timeout,
                                       session_timeout, subscription, assignment))
-    r.tagged_fields()
+    r.end_struct()
     return GroupMetadataValue(protocol_type, generation, protocol, leader, ts, members)
 
 

@@ -14,7 +14,7 @@ from . import configs as config_handlers
 
 
 def _err(e: KafkaApiError) -> tuple[int, str | None]:
-    return int(e.code), e.message
+    return int(e.error_code), e.message
 
 
 async def create_topics(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
@@ -131,7 +131,8 @@ async def delete_records(services: BrokerServices, ctx: RequestContext, req: Any
                 parts.append(PartRes(partition_index=p.partition_index, low_watermark=-1,
                                      error_code=e.error_code))
             except KafkaApiError as e:
-                parts.append(PartRes(partition_index=p.partition_index, low_watermark=-1, error_code=e.code))
+                parts.append(PartRes(partition_index=p.partition_index, low_watermark=-1,
+                                     error_code=e.error_code))
         topics.append(TopicRes(name=t.name, partitions=parts))
     return Resp(version=ctx.api_version, throttle_time_ms=0, topics=topics)
 

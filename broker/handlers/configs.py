@@ -219,7 +219,7 @@ async def describe_configs(services: BrokerServices, ctx: RequestContext, req: A
                                  config_type=e.type, documentation=e.doc)
                            for e in entries]
         except KafkaApiError as e:
-            res.error_code, res.error_message = int(e.code), e.message
+            res.error_code, res.error_message = int(e.error_code), e.message
         results.append(res)
     return Resp(version=v, throttle_time_ms=0, results=results)
 
@@ -292,6 +292,6 @@ async def incremental_alter_configs(services: BrokerServices, ctx: RequestContex
             else:
                 raise KafkaApiError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {r.resource_type}")
         except KafkaApiError as e:
-            res.error_code, res.error_message = int(e.code), e.message
+            res.error_code, res.error_message = int(e.error_code), e.message
         results.append(res)
     return Resp(version=ctx.api_version, throttle_time_ms=0, responses=results)

@@ -8,16 +8,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from strata.protocol.constants import CONSUMER_REPLICA_ID, DEBUG_REPLICA_ID
+from strata.protocol.constants import EARLIEST_LOCAL_TIMESTAMP as EARLIEST_LOCAL
+from strata.protocol.constants import EARLIEST_PENDING_UPLOAD_TIMESTAMP as EARLIEST_PENDING_UPLOAD
+from strata.protocol.constants import EARLIEST_TIMESTAMP as EARLIEST
+from strata.protocol.constants import LATEST_TIERED_TIMESTAMP as LATEST_TIERED
+from strata.protocol.constants import LATEST_TIMESTAMP as LATEST
+from strata.protocol.constants import LIST_OFFSETS_SENTINEL_MIN_VERSION as _MIN_VERSION
 from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import ApiKey, response_class
 
 from ..replica_manager import READ_COMMITTED
 from ..request_context import RequestContext
 from ..services import BrokerServices
-
-LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5, -6
-CONSUMER_REPLICA_ID, DEBUG_REPLICA_ID = -1, -2
-_MIN_VERSION = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9, EARLIEST_PENDING_UPLOAD: 11}
 
 
 async def lookup(services: BrokerServices, partition, ts: int, isolation: int, from_replica: bool = False

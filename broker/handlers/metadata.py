@@ -48,7 +48,8 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
             try:
                 info = await services.topic_manager.auto_create_topic(name)
             except KafkaApiError as e:
-                topics.append(Topic(error_code=e.code, name=name, topic_id=None, is_internal=False, partitions=[]))
+                topics.append(Topic(error_code=e.error_code, name=name, topic_id=None, is_internal=False,
+                                    partitions=[]))
                 continue
         if info is None:
             code = ErrorCode.UNKNOWN_TOPIC_ID if name is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

@@ -13,6 +13,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, Self, TypeVar
 
+from strata.protocol.constants import EARLIEST_LOCAL_TIMESTAMP as EARLIEST_LOCAL
+from strata.protocol.constants import EARLIEST_TIMESTAMP as EARLIEST
+from strata.protocol.constants import LATEST_TIERED_TIMESTAMP as LATEST_TIERED
+from strata.protocol.constants import LATEST_TIMESTAMP as LATEST
 from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import REQUEST_CLASSES, RESPONSE_CLASSES, ApiKey
 from strata.protocol.uuids import kafka_uuid_str
@@ -20,8 +24,6 @@ from strata.protocol.uuids import kafka_uuid_str
 CLIENT_ID = "strata-cli"
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
-EARLIEST, LATEST = -2, -1
-EARLIEST_LOCAL, LATEST_TIERED = -4, -5      # KIP-405 sentinels: ListOffsets v8+ and v9+
 
 
 P = ParamSpec("P")

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from strata.protocol.constants import REMOTE_LOG_METADATA_TOPIC
 from strata.protocol.registry import REQUEST_CLASSES, ApiKey
 from strata.protocol.uuids import parse_kafka_uuid
 
@@ -35,7 +36,6 @@ from .common import SubParsers, add_bootstrap_option, add_timeout_option, error
 
 NAME = "remote-log-metadata"
 
-REMOTE_LOG_METADATA_TOPIC = "__remote_log_metadata"
 FETCH_MAX_VERSION = 12          # v13+ names topics by id; names keep this reader simple
 FETCH_MAX_BYTES = 4 << 20
 

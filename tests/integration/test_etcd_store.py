@@ -183,10 +183,10 @@ def test_watch_drives_the_image_and_topic_lifecycle(etcd):
         assert ("topic", "t1") in b.events and ("partition", ("t1", 2)) in b.events
         with pytest.raises(KafkaApiError) as ex:
             await b.store.create_topic("t1", 1, {}, replication_factor=1)
-        assert ex.value.code == ErrorCode.TOPIC_ALREADY_EXISTS
+        assert ex.value.error_code == ErrorCode.TOPIC_ALREADY_EXISTS
         with pytest.raises(KafkaApiError) as ex:
             await b.store.create_topic("t3", 1, {}, replication_factor=3)
-        assert ex.value.code == ErrorCode.INVALID_REPLICATION_FACTOR
+        assert ex.value.error_code == ErrorCode.INVALID_REPLICATION_FACTOR
         await b.store.set_topic_configs("t1", {"retention.ms": "5"})
         await until(lambda: a.store.topic("t1").configs == {"retention.ms": "5"})
         grown = await a.store.set_partition_count("t1", 5)

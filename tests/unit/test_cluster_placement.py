@@ -72,6 +72,6 @@ def test_added_partitions_continue_the_leader_round_robin():
 def test_replication_factor_larger_than_brokers_is_refused():
     with pytest.raises(KafkaApiError) as e:
         assign_replicas({1: None, 2: None}, 1, 3)
-    assert e.value.code == ErrorCode.INVALID_REPLICATION_FACTOR
+    assert e.value.error_code == ErrorCode.INVALID_REPLICATION_FACTOR
     with pytest.raises(KafkaApiError):
         assign_replicas({1: None}, 1, 0)

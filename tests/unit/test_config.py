@@ -307,7 +307,7 @@ def test_set_delete_append_subtract():
 def test_invalid_ops(ops, code, message):
     with pytest.raises(KafkaApiError) as ei:
         C.apply_incremental_ops({}, ops)
-    assert ei.value.code == code
+    assert ei.value.error_code == code
     assert message in ei.value.message
 
 
