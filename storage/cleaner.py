@@ -36,6 +36,7 @@ from functools import partial
 from pathlib import Path
 from typing import Protocol, TypeVar
 
+from strata.config import broker_default
 from strata.protocol.records import HEADER_SIZE, BatchHeader
 
 from .index import INT32_MAX, OffsetIndex, TimeIndex
@@ -341,9 +342,11 @@ class Cleaner:
     """Cleans one log at a time. `clean` does the heavy work on the calling (worker) thread; each group's swap runs
     through `swap` (default: inline) so a broker can execute it on its event loop."""
 
-    def __init__(self, dedupe_buffer_size: int = 128 * 1024 * 1024, load_factor: float = 0.9,
-                 io_buffer_size: int = 512 * 1024, max_io_bytes_per_second: float = math.inf,
-                 producer_id_expiration_ms: int = 86_400_000) -> None:
+    def __init__(self, dedupe_buffer_size: int = broker_default("log.cleaner.dedupe.buffer.size"),
+                 load_factor: float = broker_default("log.cleaner.io.buffer.load.factor"),
+                 io_buffer_size: int = broker_default("log.cleaner.io.buffer.size"),
+                 max_io_bytes_per_second: float = math.inf,
+                 producer_id_expiration_ms: int = broker_default("producer.id.expiration.ms")) -> None:
         self.dedupe_buffer_size = dedupe_buffer_size
         self.load_factor = load_factor
         self.io_buffer_size = io_buffer_size
