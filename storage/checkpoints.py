@@ -15,7 +15,8 @@ REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
 CHECKPOINT_VERSION = 0
 
 
-def fsync_dir(path: Path) -> None:
+def fsync_path(path: Path) -> None:
+    """fsync a file, or a directory (which makes the creations, renames and deletions of its entries durable)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -23,8 +24,9 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace `path` durably: write `<path>.tmp`, fsync it, rename over `path`, fsync the directory."""
+def atomic_write(path: Path, data: bytes, sync: bool = True) -> None:
+    """Replace `path`: write `<path>.tmp` and rename it over `path`, so a crash leaves the old file or the new one,
+    never a torn one. `sync`: durably (fsync the file before the rename, the directory after it)."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -32,11 +34,13 @@ def atomic_write(path: Path, data: bytes) -> None:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    if sync:
+        fsync_path(path.parent)
 
 
 class CheckpointFormatError(ValueError):
@@ -96,6 +100,6 @@ class OffsetCheckpointFile:
         return out
 
 
-__all__ = ["OffsetCheckpointFile", "atomic_write", "fsync_dir", "parse_checkpoint_lines",
+__all__ = ["OffsetCheckpointFile", "atomic_write", "fsync_path", "parse_checkpoint_lines",
            "read_checkpoint_lines", "write_checkpoint_lines", "CheckpointFormatError", "RECOVERY_POINT_CHECKPOINT",
            "LOG_START_OFFSET_CHECKPOINT", "REPLICATION_OFFSET_CHECKPOINT"]

@@ -37,7 +37,7 @@ from strata.protocol.records import (
     validate_replicated_batch,
 )
 
-from .checkpoints import fsync_dir
+from .checkpoints import fsync_path
 from .epoch_cache import LEADER_EPOCH_CHECKPOINT, EpochEntry, LeaderEpochFileCache
 from .errors import (
     InvalidRecordError,
@@ -195,7 +195,7 @@ class UnifiedLog:
         if recovered:
             for seg in self._segments[first_to_recover:]:
                 seg.flush()
-            fsync_dir(self.dir)
+            fsync_path(self.dir)
             self.recovery_point = leo
         else:
             self.recovery_point = min(max(recovery_point, self.log_start_offset), leo)
@@ -590,7 +590,7 @@ class UnifiedLog:
                     except OSError as e:
                         raise KafkaStorageError(f"fsync of {seg.log_path} failed: {e}") from e
             if created != self._segments_created_synced:
-                fsync_dir(self.dir)
+                fsync_path(self.dir)
                 self._segments_created_synced = created
             if target > self.recovery_point:
                 self.recovery_point = target

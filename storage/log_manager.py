@@ -23,7 +23,7 @@ from .checkpoints import (
     CheckpointFormatError,
     OffsetCheckpointFile,
     atomic_write,
-    fsync_dir,
+    fsync_path,
 )
 from .log import UnifiedLog, parse_topic_partition
 
@@ -89,7 +89,7 @@ class LogManager:
                 self._log_dir_of[tp] = log_dir
             marker.unlink(missing_ok=True)
             if clean:
-                fsync_dir(log_dir)
+                fsync_path(log_dir)
 
     @staticmethod
     def _read_checkpoint(path: Path) -> dict[TopicPartition, int]:
@@ -139,7 +139,7 @@ class LogManager:
         d.mkdir(parents=True, exist_ok=True)
         write_partition_metadata(d, topic_id)
         log = UnifiedLog.open(d, topic_id, config, needs_recovery=False)
-        fsync_dir(log_dir)
+        fsync_path(log_dir)
         self._logs[tp] = log
         self._log_dir_of[tp] = log_dir
         return log
@@ -154,7 +154,7 @@ class LogManager:
         log.close(take_snapshot=False)      # no producer snapshot for a log about to be removed
         tomb = log_dir / f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
         log.dir.rename(tomb)
-        fsync_dir(log_dir)
+        fsync_path(log_dir)
         shutil.rmtree(tomb, ignore_errors=True)
         self.checkpoint_recovery_points()
         self.checkpoint_log_start_offsets()

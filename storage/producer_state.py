@@ -40,6 +40,7 @@ from strata.config import broker_default
 from strata.protocol.errors import ErrorCode
 from strata.protocol.records import NO_PRODUCER_EPOCH, NO_SEQUENCE
 
+from .checkpoints import atomic_write, fsync_path
 from .errors import StorageError
 
 NUM_BATCHES_TO_RETAIN = 5
@@ -299,27 +300,9 @@ def read_snapshot(path: Path) -> list[ProducerStateEntry]:
 
 
 def write_snapshot(path: Path, entries: Iterable[ProducerStateEntry], sync: bool) -> None:
-    """Write `<path>.tmp` then rename it over `path` (a crash leaves the old file or none, never a torn one)."""
-    data = encode_snapshot(entries)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        if sync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-
-
-def _fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    """Write `<path>.tmp` then rename it over `path` (a crash leaves the old file or none, never a torn one);
+    `sync`: durably, directory included."""
+    atomic_write(path, encode_snapshot(entries), sync=sync)
 
 
 def end_marker_coordinator_epoch(batch: bytes | bytearray | memoryview, pos: int) -> int | None:
@@ -408,9 +391,7 @@ class ProducerStateManager:
             return None
         path = self.dir / snapshot_file_name(self.map_end_offset)
         write_snapshot(path, self.producers.values(), sync)
-        if sync:
-            _fsync_path(self.dir)
-        else:
+        if not sync:
             self._unflushed.append(path)
         self._snapshots[self.map_end_offset] = path
         self.last_snap_offset = self.map_end_offset
@@ -425,7 +406,7 @@ class ProducerStateManager:
     def fsync_snapshots(paths: Iterable[Path]) -> None:
         for p in paths:
             try:
-                _fsync_path(p)
+                fsync_path(p)
             except FileNotFoundError:
                 pass  # deleted meanwhile (retention, truncation)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from strata.protocol.records import HEADER_SIZE, BatchHeader
 
-from .checkpoints import fsync_dir
+from .checkpoints import fsync_path
 from .segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -54,7 +54,7 @@ def swap_in_cleaned_files(dir: Path, base: int, old: list[LogSegment]) -> None:
     _rename_suffix(dir, base, _INDEX_FILE_SUFFIXES, CLEANED_SUFFIX, SWAP_SUFFIX)
     _step("swap-indexes-renamed")
     _rename_suffix(dir, base, (LOG_SUFFIX,), CLEANED_SUFFIX, SWAP_SUFFIX)
-    fsync_dir(dir)
+    fsync_path(dir)
     _step("swap-committed")
     for k, s in enumerate(old):
         s.delete()
@@ -63,7 +63,7 @@ def swap_in_cleaned_files(dir: Path, base: int, old: list[LogSegment]) -> None:
     _rename_suffix(dir, base, _INDEX_FILE_SUFFIXES, SWAP_SUFFIX, "")
     _step("final-indexes-renamed")
     _rename_suffix(dir, base, (LOG_SUFFIX,), SWAP_SUFFIX, "")
-    fsync_dir(dir)
+    fsync_path(dir)
     _step("swapped")
 
 
@@ -133,7 +133,7 @@ def complete_interrupted_swaps(dir: Path) -> list[int]:
     for base, _ in ranges:
         _rename_suffix(dir, base, _INDEX_FILE_SUFFIXES, SWAP_SUFFIX, "")
         _rename_suffix(dir, base, (LOG_SUFFIX,), SWAP_SUFFIX, "")
-    fsync_dir(dir)
+    fsync_path(dir)
     return [b for b, _ in ranges]
 
 
