@@ -10,9 +10,9 @@ import os
 import re
 import uuid
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from strata.protocol.errors import ErrorCode, KafkaApiError
 from strata.protocol.uuids import kafka_uuid_str
@@ -57,7 +57,7 @@ class TopicInfo:
                 "configs": self.configs, "internal": self.internal, "assignments": self.assignments}
 
     @classmethod
-    def from_json(cls, d: dict) -> "TopicInfo":
+    def from_json(cls, d: dict) -> TopicInfo:
         assignments = [list(map(int, a)) for a in d.get("assignments", [])]
         partitions = int(d["partitions"]) if "partitions" in d else len(assignments)
         return cls(d["name"], uuid.UUID(d["topic_id"]), partitions, dict(d.get("configs", {})),

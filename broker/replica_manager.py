@@ -643,11 +643,11 @@ class ReplicaManager:
         while True:
             results, total, respond = self._read_once(specs, max_bytes, isolation, replica_id, first)
             first = False
-            if self.rlm is not None and any(r.remote_fetch is not None for r in results):
-                if not self.rlm.fetch_throttled():
-                    total += await self._read_remote(results, max_bytes - total, isolation)
-                    break
-                # throttled (KIP-956): no data for the remote partitions, wait as for any other
+            # throttled (KIP-956): no data for the remote partitions, wait as for any other
+            if (self.rlm is not None and any(r.remote_fetch is not None for r in results)
+                    and not self.rlm.fetch_throttled()):
+                total += await self._read_remote(results, max_bytes - total, isolation)
+                break
             remaining = deadline - time.monotonic()
             if total >= min_bytes or respond or remaining <= 0 or not specs:
                 break

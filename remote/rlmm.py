@@ -416,7 +416,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 if counted.inflight == 0:
                     counted.errors.clear()
 
-    # -- lookups (Kafka's RemoteLogMetadataManager read API) ------------------------------------------------------------
+    # -- lookups (Kafka's RemoteLogMetadataManager read API) -----------------------------------------------------------
     def _lookup_cache(self, tip: TopicIdPartition) -> RemoteLogMetadataCache:
         self._ensure_started()
         return self.store.cache_for(tip)
@@ -457,7 +457,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     def followed_partitions(self) -> set[TopicIdPartition]:
         return {tip for mp in self._partitions.values() for tip in mp.users}
 
-    # -- apply loop -----------------------------------------------------------------------------------------------------
+    # -- apply loop ----------------------------------------------------------------------------------------------------
     async def _apply_loop(self, mp: _MetadataPartition) -> None:
         p = mp.partition
         backoff = _ERROR_BACKOFF_S[0]
@@ -567,7 +567,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 fut.set_exception(error)
                 fut.exception()  # mark retrieved: nobody may be awaiting any more
 
-    # -- snapshots ------------------------------------------------------------------------------------------------------
+    # -- snapshots -----------------------------------------------------------------------------------------------------
     def _encode_user(self, mp: _MetadataPartition, up: _UserPartition) -> bytes | None:
         cache = self.store.caches.get(up.tip)
         if cache is None:

@@ -65,8 +65,6 @@ from .rsm import (
     resolve_range,
     segment_file_prefix,
 )
-
-log = structlog.get_logger("strata.remote")
 from .s3_client import S3Client, S3Stats
 from .s3_config import MIB, S3Config
 from .s3_manifest import (

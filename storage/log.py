@@ -18,10 +18,10 @@ from pathlib import Path
 from strata.config import LogConfig
 from strata.protocol.records import (
     CONTROL_MASK,
-    TRANSACTIONAL_MASK,
     HEADER_SIZE,
     LOG_APPEND_TIME,
     LOG_OVERHEAD,
+    TRANSACTIONAL_MASK,
     BatchHeader,
     RecordBatchError,
     iter_records,
@@ -143,7 +143,7 @@ class UnifiedLog:
     # loading
     @classmethod
     def open(cls, dir: Path, topic_id: uuid.UUID, config: LogConfig, *, recovery_point: int = 0,
-             log_start_offset: int = 0, high_watermark: int = 0, needs_recovery: bool) -> "UnifiedLog":
+             log_start_offset: int = 0, high_watermark: int = 0, needs_recovery: bool) -> UnifiedLog:
         """Load (or create) the log in `dir`.
 
         needs_recovery (no clean-shutdown marker): every segment from the one holding `recovery_point` onward is
