@@ -101,8 +101,8 @@ class _Entry:
 
     def _mapped(self) -> tuple[Any, Any, Any]:
         if self._maps is None:
-            self._maps = tuple(_map(p)[0] for p in self.paths)  # type: ignore[assignment]
-        return self._maps  # type: ignore[return-value]
+            self._maps = tuple(_map(p)[0] for p in self.paths)
+        return self._maps
 
     def lookup_offset(self, offset: int) -> OffsetPosition:
         buf = self._mapped()[0]

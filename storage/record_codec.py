@@ -66,7 +66,7 @@ def _put_varint(out: bytearray, v: int) -> None:
 def decompress(codec: int, data: bytes) -> bytes:
     if codec == NONE:
         return data
-    from kafka import codec as kc  # type: ignore[import-untyped]  # lazy: heavy import, off the hot path
+    from kafka import codec as kc  # lazy: heavy import, off the hot path
     if codec == GZIP:
         return kc.gzip_decode(data)
     if codec == SNAPPY:
@@ -81,7 +81,7 @@ def decompress(codec: int, data: bytes) -> bytes:
 def compress(codec: int, data: bytes) -> bytes:
     if codec == NONE:
         return data
-    from kafka import codec as kc  # type: ignore[import-untyped]
+    from kafka import codec as kc
     if codec == GZIP:
         return kc.gzip_encode(data)
     if codec == SNAPPY:
