@@ -72,6 +72,7 @@ class MetadataStore(ABC):
     """
 
     cluster_id: str
+    _listeners: list[Callable[[str, object], None]]     # set up by each store's constructor (add_listener)
     clustered = False       # True for a multi-broker store: replicas follow partition states, not topic creation
 
     async def start(self) -> None:
@@ -109,7 +110,8 @@ class MetadataStore(ABC):
     async def delete_topic(self, name: str) -> TopicInfo: ...
 
     @abstractmethod
-    async def set_partition_count(self, name: str, partitions: int) -> TopicInfo: ...
+    async def set_partition_count(self, name: str, partitions: int,
+                                  assignments: list[list[int]] | None = None) -> TopicInfo: ...
 
     @abstractmethod
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicInfo: ...

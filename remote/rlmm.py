@@ -53,6 +53,7 @@ from .rlmm_cache import (
 from .rlmm_partitioner import RemoteLogMetadataTopicPartitioner
 from .rlmm_serde import RemoteLogMetadata, deserialize, serialize
 from .rlmm_snapshot import (
+    PartitionSnapshot,
     SnapshotFormatError,
     decode_snapshot,
     delete_snapshot_file,
@@ -246,6 +247,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     def _restore(self, tip: TopicIdPartition, p: int, end: int | None) -> int:
         """Load the user partition's cache from its snapshot; return the position to apply from."""
         data = self._pending_snapshots.get(tip)
+        snap: PartitionSnapshot | None
         try:
             if data is not None:
                 snap = decode_snapshot(data, tip)

@@ -556,7 +556,7 @@ class ProducerStateManager:
                     raise OutOfOrderSequenceError(
                         f"producer {pid} at offset {base_offset}: new epoch {epoch} starts at sequence {base_seq}, "
                         f"not 0 (current epoch {cur_epoch})")
-            elif cur_epoch != NO_PRODUCER_EPOCH:
+            elif cur is not None and cur_epoch != NO_PRODUCER_EPOCH:
                 last = cur.last_seq
                 if not (base_seq == last + 1 or (base_seq == 0 and last == INT32_MAX)):
                     raise OutOfOrderSequenceError(
