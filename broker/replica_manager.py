@@ -334,7 +334,7 @@ class ReplicaManager:
             if p is None:
                 continue
             p.log.advance_log_start_offset(p.log.local_log_start_offset)
-            p.log.highest_offset_in_remote_storage = -1
+            p.log.reset_highest_offset_in_remote_storage(-1)
             if self.rlm is not None and p.is_leader:
                 from strata.remote.rlm import topic_id_partition
                 self.rlm.start_marking_deleted([topic_id_partition(p.log)])

@@ -410,7 +410,7 @@ class RemoteLogManager:
         re-copying, never skipping) and up to where a replica's local retention may delete."""
         highest = await self.find_highest_remote_offset(ulog)
         if highest is not None:
-            ulog.highest_offset_in_remote_storage = highest
+            ulog.reset_highest_offset_in_remote_storage(highest)
         return ulog.highest_offset_in_remote_storage
 
     def copy_candidates(self, ulog: UnifiedLog) -> list[tuple[Any, int]]:
@@ -477,7 +477,7 @@ class RemoteLogManager:
             if st is not None:
                 st.copying.discard(seg_id.id)
         self.metrics.copy_bytes.labels(ulog.topic).inc(seg.size)
-        ulog.highest_offset_in_remote_storage = max(ulog.highest_offset_in_remote_storage, end)
+        ulog.update_highest_offset_in_remote_storage(end)
         log.info("copied segment to remote storage", partition=str(tip), base_offset=base, end_offset=end,
                  bytes=seg.size, segment_id=seg_id.id_str)
 

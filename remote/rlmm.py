@@ -312,8 +312,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         and a new leader that missed its predecessor's last COPY_SEGMENT_FINISHED would copy that segment again."""
         self._ensure_started()
         mp = self.metadata_partition(tip)
-        replicated = getattr(self.io, "replicated_end_offset", None)
-        target = max(self.io.end_offset(mp) or 0, (replicated(mp) or 0) if replicated is not None else 0)
+        target = max(self.io.end_offset(mp) or 0, self.io.replicated_end_offset(mp) or 0)
         await self._wait_until(tip, lambda up: up.applied_upto >= target and self.is_ready(tip), timeout_s)
 
     async def _wait_until(self, tip: TopicIdPartition, done: Any, timeout_s: float | None) -> None:

@@ -282,6 +282,12 @@ class UnifiedLog:
         truncation lowers it)."""
         self.highest_offset_in_remote_storage = max(self.highest_offset_in_remote_storage, offset)
 
+    def reset_highest_offset_in_remote_storage(self, offset: int) -> None:
+        """Set the highest offset in remote storage, lower too: as the RLMM reports it for this log's lineage (a
+        new leader after an unclean election may find less there), or -1 once the remote data no longer counts as
+        this log's (remote storage disabled for the topic)."""
+        self.highest_offset_in_remote_storage = offset
+
     # ------------------------------------------------------------------------------------------------------
     # append
     def append_as_leader(self, records: bytes | bytearray | memoryview, leader_epoch: int,
