@@ -10,9 +10,9 @@ import os
 import re
 import uuid
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from strata.protocol.errors import ErrorCode, KafkaApiError
 from strata.protocol.uuids import kafka_uuid_str
@@ -57,7 +57,7 @@ class TopicInfo:
                 "configs": self.configs, "internal": self.internal, "assignments": self.assignments}
 
     @classmethod
-    def from_json(cls, d: dict) -> "TopicInfo":
+    def from_json(cls, d: dict) -> TopicInfo:
         assignments = [list(map(int, a)) for a in d.get("assignments", [])]
         partitions = int(d["partitions"]) if "partitions" in d else len(assignments)
         return cls(d["name"], uuid.UUID(d["topic_id"]), partitions, dict(d.get("configs", {})),
@@ -72,6 +72,7 @@ class MetadataStore(ABC):
     """
 
     cluster_id: str
+    _listeners: list[Callable[[str, object], None]]     # set up by each store's constructor (add_listener)
     clustered = False       # True for a multi-broker store: replicas follow partition states, not topic creation
 
     async def start(self) -> None:
@@ -109,7 +110,8 @@ class MetadataStore(ABC):
     async def delete_topic(self, name: str) -> TopicInfo: ...
 
     @abstractmethod
-    async def set_partition_count(self, name: str, partitions: int) -> TopicInfo: ...
+    async def set_partition_count(self, name: str, partitions: int,
+                                  assignments: list[list[int]] | None = None) -> TopicInfo: ...
 
     @abstractmethod
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicInfo: ...

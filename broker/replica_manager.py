@@ -207,7 +207,7 @@ class ReplicaManager:
         if p is None:
             ulog = self.log_manager.get_or_create_log(topic, index, info.topic_id, self.config.log_config(info.configs))
             p = self.partitions[key] = Partition(info, index, ulog, self.broker_id, self.max_lag_ms)
-            p.ineligible = self._ineligible_brokers
+            p.ineligible = self._ineligible_brokers  # type: ignore[assignment]  # `in` only: a Container
         else:
             p.topic = info
             if not p.is_newer_or_same(state):
@@ -334,7 +334,7 @@ class ReplicaManager:
             if p is None:
                 continue
             p.log.advance_log_start_offset(p.log.local_log_start_offset)
-            p.log.highest_offset_in_remote_storage = -1
+            p.log.reset_highest_offset_in_remote_storage(-1)
             if self.rlm is not None and p.is_leader:
                 from strata.remote.rlm import topic_id_partition
                 self.rlm.start_marking_deleted([topic_id_partition(p.log)])
@@ -643,11 +643,11 @@ class ReplicaManager:
         while True:
             results, total, respond = self._read_once(specs, max_bytes, isolation, replica_id, first)
             first = False
-            if self.rlm is not None and any(r.remote_fetch is not None for r in results):
-                if not self.rlm.fetch_throttled():
-                    total += await self._read_remote(results, max_bytes - total, isolation)
-                    break
-                # throttled (KIP-956): no data for the remote partitions, wait as for any other
+            # throttled (KIP-956): no data for the remote partitions, wait as for any other
+            if (self.rlm is not None and any(r.remote_fetch is not None for r in results)
+                    and not self.rlm.fetch_throttled()):
+                total += await self._read_remote(results, max_bytes - total, isolation)
+                break
             remaining = deadline - time.monotonic()
             if total >= min_bytes or respond or remaining <= 0 or not specs:
                 break

@@ -301,7 +301,7 @@ def read_remote_piece(storage: RemoteStorage, opts: SourceOptions, r: OffsetRang
     lo, hi = piece.start, piece.end
     where = f"{r.topic}-{r.partition}: remote segment {seg.remote_log_segment_id.id_str}"
 
-    def decode(buf: bytes | bytearray | memoryview) -> Generator[Any, None, tuple[int, bool]]:
+    def decode(buf: memoryview) -> Generator[Any, None, tuple[int, bool]]:
         """Record batches of the complete Kafka batches at the start of ``buf``; returns (the bytes those batches
         take, whether one at or past ``hi`` was reached)."""
         consumed = 0
@@ -371,7 +371,7 @@ def read_remote_piece(storage: RemoteStorage, opts: SourceOptions, r: OffsetRang
                     view, whole = complete_straddler(carry, view)
                     check_cut()
                     if whole:
-                        _used, finished = yield from decode(carry)
+                        _used, finished = yield from decode(memoryview(carry))   # (carry is replaced, not resized)
                         carry = bytearray()
                 if not carry and not finished:
                     used, finished = yield from decode(view)

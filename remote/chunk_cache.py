@@ -1,11 +1,11 @@
 """A bounded, two-tier LRU cache of segment chunks with in-flight sharing and prefetch.
 
-Chunks are keyed by `ChunkKey(segment, index)`: `segment` is the unique id of the stored object (the remote log
+Chunks are keyed by `ChunkKey(segment, chunk)`: `segment` is the unique id of the stored object (the remote log
 segment id in Kafka's base64url text form -- file-name safe, and unique per copy attempt, so cached data never goes
-stale), `index` the chunk number within the segment. Values are the *original* (decompressed) chunk bytes.
+stale), `chunk` the chunk number within the segment. Values are the *original* (decompressed) chunk bytes.
 
 * Memory tier: an LRU of at most `memory_max_bytes` (0 disables it).
-* Disk tier (optional): files `<disk_dir>/<segment>-<index>.chunk`, an LRU of at most `disk_max_bytes`, filled
+* Disk tier (optional): files `<disk_dir>/<segment>-<chunk>.chunk`, an LRU of at most `disk_max_bytes`, filled
   write-through in the background (tmp file + rename, so a crash never leaves a torn chunk) and reused after a
   restart. A disk hit is promoted to memory.
 * In-flight sharing: concurrent requests for the same chunk wait on one load. The load runs in its own task, so a
@@ -34,13 +34,15 @@ from typing import Any, NamedTuple
 from strata.protocol.records import BufferChain
 
 _SUFFIX = ".chunk"
+# a chunk's bytes: one buffer, or the blocks as received (served as views, never joined)
+Chunk = bytes | BufferChain
 # loads adjacent chunks [run.start, run.stop) together: one bytes/BufferChain per chunk, in order
 RunLoader = Callable[[range], Awaitable[list[Any]]]
 
 
 class ChunkKey(NamedTuple):
     segment: str
-    index: int
+    chunk: int      # not `index`: that would shadow tuple.index
 
 
 @dataclass
@@ -57,7 +59,7 @@ class ChunkCacheStats:
 
 
 def chunk_file_name(key: ChunkKey) -> str:
-    return f"{key.segment}-{key.index}{_SUFFIX}"
+    return f"{key.segment}-{key.chunk}{_SUFFIX}"
 
 
 def _parse_chunk_file_name(name: str) -> ChunkKey | None:
@@ -81,12 +83,12 @@ class ChunkCache:
         self.max_run_chunks = max(1, max_run_chunks)   # chunks per run load (one GET, one attempt timeout)
         self.stats = ChunkCacheStats()
         self._executor = executor
-        self._mem: OrderedDict[ChunkKey, bytes] = OrderedDict()
+        self._mem: OrderedDict[ChunkKey, Chunk] = OrderedDict()
         self._mem_bytes = 0
         self._disk: OrderedDict[ChunkKey, int] = OrderedDict()
         self._disk_bytes = 0
         self._disk_pending: set[ChunkKey] = set()
-        self._inflight: dict[ChunkKey, asyncio.Future[bytes]] = {}
+        self._inflight: dict[ChunkKey, asyncio.Future[Chunk]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closed = False
         if self.disk_dir is not None and self.disk_max_bytes > 0:
@@ -111,7 +113,7 @@ class ChunkCache:
         return key in self._disk
 
     # -- public API ----------------------------------------------------------------------------------------------
-    async def get(self, key: ChunkKey, loader: Callable[[], Awaitable[bytes]]) -> bytes:
+    async def get(self, key: ChunkKey, loader: Callable[[], Awaitable[Chunk]]) -> Chunk:
         """The chunk's bytes: from memory, else disk, else `loader()` (one load shared by concurrent callers)."""
         data = self._mem.get(key)
         if data is not None:
@@ -125,8 +127,8 @@ class ChunkCache:
             fut = self._start_load(key, loader, prefetch=False)
         return await asyncio.shield(fut)
 
-    async def get_chunks(self, segment: str, indices: range, loader: Callable[[int], Awaitable[bytes]], *,
-                         chunk_count: int | None = None, run_loader: RunLoader | None = None) -> list[bytes]:
+    async def get_chunks(self, segment: str, indices: range, loader: Callable[[int], Awaitable[Chunk]], *,
+                         chunk_count: int | None = None, run_loader: RunLoader | None = None) -> list[Chunk]:
         """Chunks `indices` of `segment`, loaded concurrently; then prefetch the next chunks (below
         `chunk_count`, the number of chunks in the segment, when known)."""
         if run_loader is not None:
@@ -169,14 +171,14 @@ class ChunkCache:
         loop = asyncio.get_running_loop()
         futs = {}
         for i in run:
-            fut: asyncio.Future[bytes] = loop.create_future()
+            fut: asyncio.Future[Chunk] = loop.create_future()
             self._inflight[ChunkKey(segment, i)] = futs[i] = fut
         if prefetch:
             self.stats.prefetches += len(run)
         self._spawn(self._load_run(segment, run, run_loader, futs))
 
     async def _load_run(self, segment: str, run: range, run_loader: RunLoader,
-                        futs: dict[int, asyncio.Future[bytes]]) -> None:
+                        futs: dict[int, asyncio.Future[Chunk]]) -> None:
         try:
             self.stats.misses += len(run)
             chunks = await run_loader(run)
@@ -203,7 +205,7 @@ class ChunkCache:
         """Blocking disk I/O from now on runs in `executor` (the RLM's reader pool)."""
         self._executor = executor
 
-    def prefetch(self, key: ChunkKey, loader: Callable[[], Awaitable[bytes]]) -> None:
+    def prefetch(self, key: ChunkKey, loader: Callable[[], Awaitable[Chunk]]) -> None:
         """Start loading `key` in the background unless it is cached or already loading."""
         if self._closed or key in self._mem or key in self._disk or key in self._inflight:
             return
@@ -236,18 +238,18 @@ class ChunkCache:
         self._inflight.clear()
 
     # -- loading -------------------------------------------------------------------------------------------------
-    def _start_load(self, key: ChunkKey, loader: Callable[[], Awaitable[bytes]], *,
-                    prefetch: bool) -> asyncio.Future[bytes]:
+    def _start_load(self, key: ChunkKey, loader: Callable[[], Awaitable[Chunk]], *,
+                    prefetch: bool) -> asyncio.Future[Chunk]:
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[bytes] = loop.create_future()
+        fut: asyncio.Future[Chunk] = loop.create_future()
         self._inflight[key] = fut
         self._spawn(self._load(key, loader, fut))
         return fut
 
-    async def _load(self, key: ChunkKey, loader: Callable[[], Awaitable[bytes]],
-                    fut: asyncio.Future[bytes]) -> None:
+    async def _load(self, key: ChunkKey, loader: Callable[[], Awaitable[Chunk]],
+                    fut: asyncio.Future[Chunk]) -> None:
         try:
-            data = None
+            data: Chunk | None = None
             if key in self._disk:
                 data = await self._read_disk(key)
             if data is None:
@@ -266,7 +268,7 @@ class ChunkCache:
             if self._inflight.get(key) is fut:
                 del self._inflight[key]
 
-    def _fail(self, futs: Iterable[asyncio.Future[bytes]], e: BaseException) -> None:
+    def _fail(self, futs: Iterable[asyncio.Future[Chunk]], e: BaseException) -> None:
         """A load ended with `e`: its waiters get it (cancelled with the load when it was cancelled)."""
         if isinstance(e, Exception):
             self.stats.load_errors += 1
@@ -287,7 +289,7 @@ class ChunkCache:
         return await asyncio.get_running_loop().run_in_executor(self._executor, functools.partial(fn, *args))
 
     # -- memory tier ---------------------------------------------------------------------------------------------
-    def _put_memory(self, key: ChunkKey, data: bytes) -> None:
+    def _put_memory(self, key: ChunkKey, data: Chunk) -> None:
         if len(data) > self.memory_max_bytes or self._closed:
             return
         old = self._mem.pop(key, None)
@@ -337,14 +339,14 @@ class ChunkCache:
         self.stats.disk_hits += 1
         return data
 
-    def _put_disk(self, key: ChunkKey, data: bytes) -> None:
+    def _put_disk(self, key: ChunkKey, data: Chunk) -> None:
         if (self.disk_dir is None or len(data) > self.disk_max_bytes or key in self._disk
                 or key in self._disk_pending or self._closed):
             return
         self._disk_pending.add(key)
         self._spawn(self._write_disk(key, data))
 
-    async def _write_disk(self, key: ChunkKey, data: bytes) -> None:
+    async def _write_disk(self, key: ChunkKey, data: Chunk) -> None:
         try:
             await self._run(self._write_file, self._path(key), data)
         except OSError:
@@ -368,7 +370,7 @@ class ChunkCache:
         return doomed
 
     @staticmethod
-    def _write_file(path: Path, data: bytes | BufferChain) -> None:
+    def _write_file(path: Path, data: Chunk) -> None:
         tmp = path.with_name(path.name + ".tmp")
         with open(tmp, "wb") as f:
             if isinstance(data, BufferChain):

@@ -101,8 +101,8 @@ class _Entry:
 
     def _mapped(self) -> tuple[Any, Any, Any]:
         if self._maps is None:
-            self._maps = tuple(_map(p)[0] for p in self.paths)  # type: ignore[assignment]
-        return self._maps  # type: ignore[return-value]
+            self._maps = tuple(_map(p)[0] for p in self.paths)
+        return self._maps
 
     def lookup_offset(self, offset: int) -> OffsetPosition:
         buf = self._mapped()[0]
@@ -333,7 +333,8 @@ class RemoteIndexCache:
         task.add_done_callback(self._tasks.discard)
 
     async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        executor = self._executor if self._executor is not None else self.rsm.blocking_executor()   # the RLM path's pool
+        # the RLM path's pool unless one was given
+        executor = self._executor if self._executor is not None else self.rsm.blocking_executor()
         return await asyncio.get_running_loop().run_in_executor(executor, functools.partial(fn, *args))
 
     @staticmethod

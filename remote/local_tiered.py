@@ -47,7 +47,7 @@ def _fsync_path(path: Path, directory: bool = False) -> None:
         os.close(fd)
 
 
-def _install_file(dst: Path, write: Callable[[Path], None]) -> None:
+def _install_file(dst: Path, write: Callable[[Path], object]) -> None:
     tmp = dst.with_name(dst.name + ".tmp")
     write(tmp)
     _fsync_path(tmp)

@@ -26,6 +26,7 @@ import structlog
 from strata.protocol.records import iter_batches, iter_records
 
 from .metadata import RemotePartitionDeleteMetadata, RemotePartitionDeleteState, TopicIdPartition
+from .rlmm_api import RemoteLogMetadataManager
 from .rlmm_serde import deserialize
 from .rlmm_types import MetadataDecodeError
 
@@ -37,7 +38,7 @@ RETRY_BACKOFF_S = 1.0      # after a failed removal, doubling up to the task int
 
 
 class RemotePartitionRemover:
-    def __init__(self, rlm: Any, rlmm: Any, io: Any, *, num_partitions: int, interval_ms: int,
+    def __init__(self, rlm: Any, rlmm: RemoteLogMetadataManager, io: Any, *, num_partitions: int, interval_ms: int,
                  is_leader: Callable[[int], bool],
                  wait_for_appends: Callable[[list[int], float], Awaitable[Any]]) -> None:
         self.rlm = rlm

@@ -18,15 +18,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import random
 import struct
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import crc32c
 import structlog
@@ -93,7 +94,7 @@ class RemoteLogManagerConfig:
     list_offsets_timeout_ms: int = broker_default("remote.list.offsets.request.timeout.ms")
 
     @classmethod
-    def from_broker(cls, v: Mapping[str, Any]) -> "RemoteLogManagerConfig":
+    def from_broker(cls, v: Mapping[str, Any]) -> RemoteLogManagerConfig:
         def g(key: str) -> int:
             val = v.get(key)
             return int(broker_default(key) if val is None else val)
@@ -307,7 +308,7 @@ class RemoteLogManager:
                 return
             except asyncio.CancelledError:
                 raise
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - not ready yet (or the RLMM failing): wait and ask again
                 log.info("waiting for remote log metadata", partition=str(tip), reason=str(e))
                 await asyncio.sleep(self._backoff_s(2))
 
@@ -334,7 +335,7 @@ class RemoteLogManager:
                 st.failures = 0
             except asyncio.CancelledError:
                 raise
-            except Exception as e:       # remote outage: back off and retry, never give up on the partition
+            except Exception as e:  # noqa: BLE001 - remote outage: back off and retry, never give up on the partition
                 st.failures += 1
                 delay = max(delay, self._backoff_s(st.failures)) if st.failures > 1 else self._backoff_s(1)
                 log.warning("remote copy failed", partition=str(st.tip), error=str(e), retry_in_s=round(delay, 2))
@@ -364,7 +365,7 @@ class RemoteLogManager:
                 failures = 0
             except asyncio.CancelledError:
                 raise
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - the follower task must not die: back off and retry
                 failures += 1
                 delay = max(delay, self._backoff_s(failures))
                 log.warning("remote follower task failed", partition=str(tip), error=str(e))
@@ -380,7 +381,7 @@ class RemoteLogManager:
                     await self.expire_remote_segments(st.ulog, st)
             except asyncio.CancelledError:
                 raise
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - the expiration task must not die: retried after a backoff
                 delay = self._backoff_s(2)
                 log.warning("remote expiration failed", partition=str(st.tip), error=str(e))
             await asyncio.sleep(delay)
@@ -410,7 +411,7 @@ class RemoteLogManager:
         re-copying, never skipping) and up to where a replica's local retention may delete."""
         highest = await self.find_highest_remote_offset(ulog)
         if highest is not None:
-            ulog.highest_offset_in_remote_storage = highest
+            ulog.reset_highest_offset_in_remote_storage(highest)
         return ulog.highest_offset_in_remote_storage
 
     def copy_candidates(self, ulog: UnifiedLog) -> list[tuple[Any, int]]:
@@ -419,7 +420,7 @@ class RemoteLogManager:
         out = []
         upper = ulog.high_watermark            # LSO == HW until transactions exist
         highest = ulog.highest_offset_in_remote_storage
-        for seg, nxt in zip(segs, segs[1:]):
+        for seg, nxt in itertools.pairwise(segs):
             end = nxt.base_offset - 1
             if end <= highest or seg.base_offset < ulog.local_log_start_offset:
                 continue
@@ -477,7 +478,7 @@ class RemoteLogManager:
             if st is not None:
                 st.copying.discard(seg_id.id)
         self.metrics.copy_bytes.labels(ulog.topic).inc(seg.size)
-        ulog.highest_offset_in_remote_storage = max(ulog.highest_offset_in_remote_storage, end)
+        ulog.update_highest_offset_in_remote_storage(end)
         log.info("copied segment to remote storage", partition=str(tip), base_offset=base, end_offset=end,
                  bytes=seg.size, segment_id=seg_id.id_str)
 
@@ -515,24 +516,21 @@ class RemoteLogManager:
         listed = time.perf_counter()
         all_segs = self._segments(tip)
         finished = sorted((s for s in all_segs if s.state == COPY_FINISHED), key=lambda s: s.start_offset)
-        lineage = {e.epoch for e in ulog.leader_epoch_cache.entries}
         copying = st.copying if st is not None else set()
         doomed: list[RemoteLogSegmentMetadata] = []
         # orphans: failed/abandoned copies, and segments none of whose epochs are in our lineage
         for s in all_segs:
             if s.state == RemoteLogSegmentState.DELETE_SEGMENT_STARTED:
                 doomed.append(s)     # a deletion that failed (remote storage down): retried until done, as Kafka does
-            elif s.state == COPY_STARTED and s.segment_id not in copying and s.end_offset <= \
-                    ulog.highest_offset_in_remote_storage:
-                doomed.append(s)
-            elif s.state == COPY_STARTED and s.segment_id not in copying and s.broker_id == self.broker_id \
-                    and now - s.event_timestamp_ms > max(self.config.task_interval_ms * 4, 60_000):
+            elif s.state == COPY_STARTED and s.segment_id not in copying and (
+                    s.end_offset <= ulog.highest_offset_in_remote_storage
+                    or (s.broker_id == self.broker_id
+                        and now - s.event_timestamp_ms > max(self.config.task_interval_ms * 4, 60_000))):
                 doomed.append(s)
         kept = []
         for s in finished:
-            if lineage and not (set(s.segment_leader_epochs) & lineage) and s.end_offset < ulog.log_start_offset:
-                doomed.append(s)
-            elif s.end_offset < ulog.log_start_offset:
+            # (a segment outside our lineage is dropped here too, but only once below the log start offset)
+            if s.end_offset < ulog.log_start_offset:
                 doomed.append(s)
             else:
                 kept.append(s)
@@ -579,7 +577,7 @@ class RemoteLogManager:
             await self.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
                 s.remote_log_segment_id, _now_ms(), None, RemoteLogSegmentState.DELETE_SEGMENT_FINISHED,
                 self.broker_id))
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - remote storage failing: counted, and retried by the next pass
             self.metrics.delete_errors.labels(topic).inc()
             log.warning("remote segment deletion failed", segment=str(s.remote_log_segment_id), error=str(e))
             return False
@@ -598,8 +596,9 @@ class RemoteLogManager:
 
     async def delete_partition(self, tip: TopicIdPartition) -> int:
         """Delete a partition's remote data (the RemotePartitionRemover runs it): from where the RLMM says it is,
-        DELETE_PARTITION_MARKED -> STARTED -> delete every segment -> FINISHED. While remote storage fails, what is left is retried with the task backoff (remote.log.manager.task.retry.backoff.*) until
-        it is gone or the RLM closes; the partition stays DELETE_PARTITION_STARTED meanwhile."""
+        DELETE_PARTITION_MARKED -> STARTED -> delete every segment -> FINISHED. While remote storage fails, what is
+        left is retried with the task backoff (remote.log.manager.task.retry.backoff.*) until it is gone or the RLM
+        closes; the partition stays DELETE_PARTITION_STARTED meanwhile."""
         self.stop_replica(tip)
         task = asyncio.current_task()
         if task is not None:

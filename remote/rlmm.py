@@ -53,6 +53,7 @@ from .rlmm_cache import (
 from .rlmm_partitioner import RemoteLogMetadataTopicPartitioner
 from .rlmm_serde import RemoteLogMetadata, deserialize, serialize
 from .rlmm_snapshot import (
+    PartitionSnapshot,
     SnapshotFormatError,
     decode_snapshot,
     delete_snapshot_file,
@@ -246,6 +247,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     def _restore(self, tip: TopicIdPartition, p: int, end: int | None) -> int:
         """Load the user partition's cache from its snapshot; return the position to apply from."""
         data = self._pending_snapshots.get(tip)
+        snap: PartitionSnapshot | None
         try:
             if data is not None:
                 snap = decode_snapshot(data, tip)
@@ -310,8 +312,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         and a new leader that missed its predecessor's last COPY_SEGMENT_FINISHED would copy that segment again."""
         self._ensure_started()
         mp = self.metadata_partition(tip)
-        replicated = getattr(self.io, "replicated_end_offset", None)
-        target = max(self.io.end_offset(mp) or 0, (replicated(mp) or 0) if replicated is not None else 0)
+        target = max(self.io.end_offset(mp) or 0, self.io.replicated_end_offset(mp) or 0)
         await self._wait_until(tip, lambda up: up.applied_upto >= target and self.is_ready(tip), timeout_s)
 
     async def _wait_until(self, tip: TopicIdPartition, done: Any, timeout_s: float | None) -> None:
@@ -416,7 +417,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 if counted.inflight == 0:
                     counted.errors.clear()
 
-    # -- lookups (Kafka's RemoteLogMetadataManager read API) ------------------------------------------------------------
+    # -- lookups (Kafka's RemoteLogMetadataManager read API) -----------------------------------------------------------
     def _lookup_cache(self, tip: TopicIdPartition) -> RemoteLogMetadataCache:
         self._ensure_started()
         return self.store.cache_for(tip)
@@ -457,7 +458,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     def followed_partitions(self) -> set[TopicIdPartition]:
         return {tip for mp in self._partitions.values() for tip in mp.users}
 
-    # -- apply loop -----------------------------------------------------------------------------------------------------
+    # -- apply loop ----------------------------------------------------------------------------------------------------
     async def _apply_loop(self, mp: _MetadataPartition) -> None:
         p = mp.partition
         backoff = _ERROR_BACKOFF_S[0]
@@ -567,7 +568,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 fut.set_exception(error)
                 fut.exception()  # mark retrieved: nobody may be awaiting any more
 
-    # -- snapshots ------------------------------------------------------------------------------------------------------
+    # -- snapshots -----------------------------------------------------------------------------------------------------
     def _encode_user(self, mp: _MetadataPartition, up: _UserPartition) -> bytes | None:
         cache = self.store.caches.get(up.tip)
         if cache is None:

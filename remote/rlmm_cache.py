@@ -222,11 +222,11 @@ class RemoteLogMetadataCache:
     def check_transition(self, sid: RemoteLogSegmentId, target: RemoteLogSegmentState) -> None:
         """Raise InvalidStateTransitionError if `target` is not a valid next state of the segment's metadata."""
         existing = self.id_to_segment.get(sid)
-        src = existing.state if existing is not None else None
         if target == S.COPY_SEGMENT_STARTED and existing is None:
             return
         if existing is None:
             raise RemoteResourceNotFoundError(f"No remote log segment metadata found for :{sid}")
+        src = existing.state
         if not is_valid_segment_transition(src, target):
             raise InvalidStateTransitionError(
                 f"Current state: {src.name} can not be transitioned to target state: {target.name}, segmentId: {sid}")
@@ -238,7 +238,8 @@ class RemoteLogMetadataCache:
                 f"state as: {m.state.name}")
         sid = m.remote_log_segment_id
         existing = self.id_to_segment.get(sid)
-        if not is_valid_segment_transition(existing.state if existing else None, m.state):
+        if existing is not None and not is_valid_segment_transition(existing.state, m.state):
+            # (no metadata yet: m's COPY_SEGMENT_STARTED is the one valid first state)
             raise InvalidStateTransitionError(
                 f"Current state: {existing.state.name} can not be transitioned to target state: "
                 f"{m.state.name}, segmentId: {sid}")

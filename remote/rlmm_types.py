@@ -97,6 +97,9 @@ class MetadataTopicIO(Protocol):
       may wait a little for data).
     * `end_offset(partition)` is the high watermark: the next offset to be made visible to readers; None while it
       is not known yet (a partition read from its leader before its first read).
+    * `replicated_end_offset(partition)` is the end of this broker's replica of the partition (its log end offset,
+      above the high watermark while followers catch up; see RemoteLogMetadataManager.wait_for_catch_up); None
+      while it is not known.
     * `wait_for_data(partition, offset, timeout_s)` returns when `end_offset(partition) > offset` may hold, or at
       the timeout, whichever is first (spurious wake-ups are allowed).
     """
@@ -109,9 +112,7 @@ class MetadataTopicIO(Protocol):
 
     def end_offset(self, partition: int) -> int | None: ...
 
-    # optional: the end of this broker's replica of the partition (its log end offset), see
-    # RemoteLogMetadataManager.wait_for_catch_up
-    # def replicated_end_offset(self, partition: int) -> int | None: ...
+    def replicated_end_offset(self, partition: int) -> int | None: ...
 
     async def wait_for_data(self, partition: int, offset: int, timeout_s: float) -> None: ...
 

@@ -51,7 +51,7 @@ import structlog
 
 from strata.protocol.records import BufferChain
 
-from .chunk_cache import ChunkCache, ChunkKey
+from .chunk_cache import Chunk, ChunkCache, ChunkKey
 from .executors import RemoteExecutors
 from .metadata import LogSegmentData, RemoteLogSegmentMetadata, TopicIdPartition, encode_custom_metadata
 from .pieces import Pieces
@@ -65,8 +65,6 @@ from .rsm import (
     resolve_range,
     segment_file_prefix,
 )
-
-log = structlog.get_logger("strata.remote")
 from .s3_client import S3Client, S3Stats
 from .s3_config import MIB, S3Config
 from .s3_manifest import (
@@ -352,11 +350,12 @@ class S3RemoteStorageManager(RemoteStorageManager):
                                 end_position: int | None = None) -> bytes:
         pieces = await self.fetch_log_segment_pieces(metadata, start_position, end_position)
         if len(pieces) == 1:
-            return pieces[0].obj if len(pieces[0]) == len(pieces[0].obj) else bytes(pieces[0])
+            whole = pieces[0].obj
+            return whole if isinstance(whole, bytes) and len(whole) == len(pieces[0]) else bytes(pieces[0])
         out = bytearray()
         for piece in pieces:
             out += piece
-        return out  # type: ignore[return-value] - a bytearray: one copy fewer of up to a fetch's max.bytes
+        return out  # type: ignore[return-value]  # a bytearray: one copy fewer of up to a fetch's max.bytes
 
     async def fetch_log_segment_into(self, metadata: RemoteLogSegmentMetadata, start_position: int,
                                      buffer: memoryview) -> int:
@@ -456,11 +455,11 @@ class S3RemoteStorageManager(RemoteStorageManager):
                 # views on the received blocks, no copy, except where a block is shared with the next or previous
                 # chunk: that part is copied, so that a cached chunk holds exactly its own bytes (the cache counts
                 # them)
-                out.append(BufferChain([v if len(v) == len(v.obj) else bytes(v)
+                out.append(BufferChain([v if isinstance(v.obj, bytes) and len(v) == len(v.obj) else bytes(v)
                                         for v in whole.views(a - start, b - start)]))
         return out
 
-    async def _load_chunk(self, key: str, manifest: SegmentManifest, i: int) -> bytes:
+    async def _load_chunk(self, key: str, manifest: SegmentManifest, i: int) -> Chunk:
         s0, s1 = manifest.stored_chunk_range(i)
         o0, o1 = manifest.original_chunk_range(i)
         if manifest.compression:

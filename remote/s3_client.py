@@ -16,7 +16,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 import aiohttp
 import botocore.utils
@@ -257,6 +257,16 @@ class S3Client:
         await self.call(f"PUT {key}", op)
         self.stats.bytes_uploaded += len(body)
 
+    @overload
+    async def get(self, key: str, start: int | None = None, stop: int | None = None, *,
+                  joined: Literal[True] = True, into: None = None) -> bytes: ...
+    @overload
+    async def get(self, key: str, start: int | None = None, stop: int | None = None, *,
+                  joined: bool, into: None = None) -> bytes | BufferChain: ...
+    @overload
+    async def get(self, key: str, start: int | None = None, stop: int | None = None, *,
+                  joined: bool = True, into: memoryview) -> memoryview: ...
+
     async def get(self, key: str, start: int | None = None, stop: int | None = None, *,
                    joined: bool = True, into: memoryview | None = None) -> bytes | BufferChain | memoryview:
         """The object, or its bytes [start, stop) with a ranged GET (length verified); not `joined`: possibly a
@@ -284,7 +294,7 @@ class S3Client:
         async with self._get_slots:  # type: ignore[union-attr]
             data = await self.call(f"GET {key}" + (f" [{start},{stop})" if start is not None else ""), op)
         self.stats.bytes_downloaded += len(data)
-        return data  # type: ignore[return-value]
+        return data
 
     async def delete(self, key: str) -> None:
         async def op(c: Any) -> None:

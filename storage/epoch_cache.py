@@ -54,7 +54,7 @@ class LeaderEpochFileCache:
         self._entries: list[EpochEntry] = list(entries or [])
 
     @classmethod
-    def load(cls, path: Path) -> "LeaderEpochFileCache":
+    def load(cls, path: Path) -> LeaderEpochFileCache:
         """Read the checkpoint; a missing or malformed file yields an empty cache (rebuilt by later appends)."""
         try:
             entries = _parse_entries(read_checkpoint_lines(path) or [])

@@ -24,10 +24,10 @@ from strata.protocol.constants import (  # ListOffsets sentinels, re-exported fo
 )
 from strata.protocol.records import (
     CONTROL_MASK,
-    TRANSACTIONAL_MASK,
     HEADER_SIZE,
     LOG_APPEND_TIME,
     LOG_OVERHEAD,
+    TRANSACTIONAL_MASK,
     BatchHeader,
     RecordBatchError,
     iter_records,
@@ -143,7 +143,7 @@ class UnifiedLog:
     # loading
     @classmethod
     def open(cls, dir: Path, topic_id: uuid.UUID, config: LogConfig, *, recovery_point: int = 0,
-             log_start_offset: int = 0, high_watermark: int = 0, needs_recovery: bool) -> "UnifiedLog":
+             log_start_offset: int = 0, high_watermark: int = 0, needs_recovery: bool) -> UnifiedLog:
         """Load (or create) the log in `dir`.
 
         needs_recovery (no clean-shutdown marker): every segment from the one holding `recovery_point` onward is
@@ -281,6 +281,12 @@ class UnifiedLog:
         """KIP-405: `offset` is known to be in remote storage; the highest such offset never moves down here (only
         truncation lowers it)."""
         self.highest_offset_in_remote_storage = max(self.highest_offset_in_remote_storage, offset)
+
+    def reset_highest_offset_in_remote_storage(self, offset: int) -> None:
+        """Set the highest offset in remote storage, lower too: as the RLMM reports it for this log's lineage (a
+        new leader after an unclean election may find less there), or -1 once the remote data no longer counts as
+        this log's (remote storage disabled for the topic)."""
+        self.highest_offset_in_remote_storage = offset
 
     # ------------------------------------------------------------------------------------------------------
     # append

@@ -10,8 +10,8 @@ import shutil
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from strata.config import LogConfig
 from strata.protocol.uuids import kafka_uuid_str, parse_kafka_uuid

@@ -30,9 +30,10 @@ from __future__ import annotations
 import os
 import struct
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, NamedTuple
+from typing import NamedTuple
 
 from crc32c import crc32c
 
@@ -139,7 +140,7 @@ class ProducerStateEntry:
     def last_offset_delta(self) -> int:
         return self.batches[-1].offset_delta if self.batches else 0
 
-    def copy_without_batches(self) -> "ProducerStateEntry":
+    def copy_without_batches(self) -> ProducerStateEntry:
         return ProducerStateEntry(self.producer_id, self.producer_epoch, self.coordinator_epoch,
                                   self.last_timestamp, self.current_txn_first_offset)
 
@@ -153,7 +154,7 @@ class ProducerStateEntry:
         self.batches.append(BatchMetadata(last_seq, last_offset, offset_delta, timestamp))
         self.last_timestamp = timestamp
 
-    def update(self, nxt: "ProducerStateEntry") -> None:
+    def update(self, nxt: ProducerStateEntry) -> None:
         """Merge the result of an append (Kafka's ProducerStateEntry.update)."""
         self.maybe_update_epoch(nxt.producer_epoch)
         self.batches.extend(nxt.batches)
@@ -537,7 +538,7 @@ class ProducerStateManager:
                     raise OutOfOrderSequenceError(
                         f"producer {pid} at offset {base_offset}: new epoch {epoch} starts at sequence {base_seq}, "
                         f"not 0 (current epoch {cur_epoch})")
-            elif cur_epoch != NO_PRODUCER_EPOCH:
+            elif cur is not None and cur_epoch != NO_PRODUCER_EPOCH:
                 last = cur.last_seq
                 if not (base_seq == last + 1 or (base_seq == 0 and last == INT32_MAX)):
                     raise OutOfOrderSequenceError(

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 import time
 import weakref
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from strata.protocol.records import HEADER_SIZE, LOG_APPEND_TIME, BatchHeader, compute_crc, iter_records
 
@@ -82,7 +82,7 @@ class LogSegment:
     # -- loading ---------------------------------------------------------------------------------------------
     @classmethod
     def open(cls, dir: Path, base_offset: int, index_interval_bytes: int, max_index_size: int, *,
-             recover: bool = False) -> tuple["LogSegment", int]:
+             recover: bool = False) -> tuple[LogSegment, int]:
         """Open an existing segment. Returns (segment, bytes truncated by recovery).
 
         `recover` validates every batch and rebuilds the indexes; otherwise the files are trusted but an index that

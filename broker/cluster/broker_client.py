@@ -36,11 +36,11 @@ class BrokerConnection:
 
     async def connect(self) -> None:
         try:
-            self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port), self.timeout_s)
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), self.timeout_s)
         except (TimeoutError, OSError) as e:
             raise BrokerConnectionError(f"cannot connect to {self.host}:{self.port}: {e!r}") from None
-        sock = self._writer.get_extra_info("socket")
+        self._reader, self._writer = reader, writer
+        sock = writer.get_extra_info("socket")
         if sock is not None:
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)    # small fetch requests go at once

@@ -57,7 +57,7 @@ def squash(orig: PartitionState, final: PartitionState) -> PartitionState:
                    leader_epoch=orig.leader_epoch + (1 if final.leader != orig.leader else 0))
 
 
-def unclean_enabled(config: "BrokerConfig", topic_configs: dict[str, str] | None) -> bool:
+def unclean_enabled(config: BrokerConfig, topic_configs: dict[str, str] | None) -> bool:
     v = (topic_configs or {}).get("unclean.leader.election.enable")
     if v is not None:
         return str(v).strip().lower() == "true"
@@ -65,7 +65,7 @@ def unclean_enabled(config: "BrokerConfig", topic_configs: dict[str, str] | None
 
 
 class Controller:
-    def __init__(self, store: "EtcdMetadataStore", config: "BrokerConfig") -> None:
+    def __init__(self, store: EtcdMetadataStore, config: BrokerConfig) -> None:
         self.store = store
         self.config = config
         self.broker_id = store.broker_id
@@ -91,10 +91,10 @@ class Controller:
             self._task.cancel()     # the flag also ends the loop: asyncio.wait_for can swallow a cancellation
             await asyncio.wait([self._task], timeout=5.0)
             self._task = None
-        if self.active:
+        if self.epoch is not None and self.active:
             try:
                 await self.store.resign_controller(self.epoch)
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - stopping anyway: the controller key goes with the lease
                 log.warning("could not resign as controller", error=repr(e))
         self.epoch = None
 
@@ -129,7 +129,7 @@ class Controller:
                 await asyncio.sleep(0.5)
             try:
                 await asyncio.wait_for(self._wake.wait(), PASS_INTERVAL_S)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     async def _try_elect(self) -> None:
@@ -221,11 +221,11 @@ class Controller:
 
 
 # ---- admin operations (any broker, any store) -------------------------------------------------------------------
-def broker_view(store: "MetadataStore") -> BrokerView:
+def broker_view(store: MetadataStore) -> BrokerView:
     return BrokerView(frozenset(store.brokers()), frozenset(store.shutting_down()))
 
 
-async def _cas(store: "MetadataStore", topic: str, p: int, compute, attempts: int = 5
+async def _cas(store: MetadataStore, topic: str, p: int, compute, attempts: int = 5
                ) -> tuple[ErrorCode, str | None]:
     """Apply `compute(state, view) -> (error, new state | None)` with compare-and-set, re-reading on conflicts.
     With an error, `compute` may give the error message in place of the state."""
@@ -248,7 +248,7 @@ ELECTION_PREFERRED = 0
 ELECTION_UNCLEAN = 1
 
 
-async def elect_leaders(store: "MetadataStore", election_type: int, partitions: list[tuple[str, int]] | None
+async def elect_leaders(store: MetadataStore, election_type: int, partitions: list[tuple[str, int]] | None
                         ) -> dict[tuple[str, int], tuple[ErrorCode, str | None]]:
     """ElectLeaders: `partitions` None means every partition (then only elections that did something or failed
     for another reason than ELECTION_NOT_NEEDED are reported, as Kafka does)."""
@@ -281,7 +281,7 @@ _ELECTION_MESSAGES = {
 }
 
 
-async def alter_reassignment(store: "MetadataStore", topic: str, p: int, target: list[int] | None,
+async def alter_reassignment(store: MetadataStore, topic: str, p: int, target: list[int] | None,
                              allow_replication_factor_change: bool = True) -> tuple[ErrorCode, str | None]:
     """Start (target) or cancel (None) the reassignment of one partition; the controller completes it.
     KIP-860: without `allow_replication_factor_change` a target of another size than the partition's replica set
@@ -316,7 +316,7 @@ async def alter_reassignment(store: "MetadataStore", topic: str, p: int, target:
     return await _cas(store, topic, p, compute)
 
 
-def list_reassignments(store: "MetadataStore", wanted: list[tuple[str, list[int]]] | None
+def list_reassignments(store: MetadataStore, wanted: list[tuple[str, list[int]]] | None
                        ) -> dict[str, list[tuple[int, PartitionState]]]:
     """Ongoing reassignments: topic -> [(partition, state)], only partitions with adding/removing replicas."""
     if wanted is None:

@@ -135,7 +135,7 @@ class EtcdMetadataStore(MetadataStore):
         self._image_changed = asyncio.Event()   # set on every image change; waiters clear it themselves
 
     @classmethod
-    def from_config(cls, config, cluster_id: str | None = None) -> "EtcdMetadataStore":
+    def from_config(cls, config, cluster_id: str | None = None) -> EtcdMetadataStore:
         return cls(parse_connect(config["metadata.store.connect"]), broker_id=config.broker_id,
                    prefix=config["metadata.store.prefix"], cluster_id=cluster_id or config["cluster.id"] or None,
                    session_timeout_ms=config["broker.session.timeout.ms"],
@@ -161,7 +161,7 @@ class EtcdMetadataStore(MetadataStore):
         if old is not None:
             try:
                 await asyncio.wait_for(old.close(), 2.0)
-            except (Exception, asyncio.TimeoutError):
+            except Exception:  # noqa: BLE001, S110 - a failed endpoint's client: closing it is best effort
                 pass
 
     async def _rpc(self, fn):
@@ -248,7 +248,7 @@ class EtcdMetadataStore(MetadataStore):
                 raise ConnectionError("watch stream ended")
             except asyncio.CancelledError:
                 raise
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - the watch task must not die: re-read and watch again
                 if self._closed:
                     return
                 log.warning("metadata watch failed; re-reading", error=repr(e))
@@ -256,7 +256,7 @@ class EtcdMetadataStore(MetadataStore):
                 if watch is not None:      # bounded: aetcd's cancel blocks on a full request queue of a dead stream
                     try:
                         await asyncio.wait_for(watch.cancel(), 1.0)
-                    except (Exception, asyncio.CancelledError):
+                    except (Exception, asyncio.CancelledError):  # noqa: BLE001, S110 - a dead stream: best effort
                         pass
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 2.0)
@@ -266,7 +266,7 @@ class EtcdMetadataStore(MetadataStore):
                 await self._reload()
             except asyncio.CancelledError:
                 raise
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - retried by the next round of the watch loop
                 log.warning("metadata re-read failed", error=repr(e))
 
     def _apply(self, rel: str, value: bytes | None, revision: int) -> None:
@@ -294,7 +294,7 @@ class EtcdMetadataStore(MetadataStore):
                 return True
             try:
                 await asyncio.wait_for(self._image_changed.wait(), remaining)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return bool(predicate())
         return True
 
@@ -308,13 +308,13 @@ class EtcdMetadataStore(MetadataStore):
         if self.lease_id:
             try:    # deregister at once (and drop controller / shutdown keys on this lease)
                 await asyncio.wait_for(self.client.revoke_lease(self.lease_id), self.request_timeout_s)
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - the lease then runs out on its own
                 log.warning("could not revoke the broker lease", error=repr(e))
             self.lease_id = 0
         if self._client is not None:
             try:
                 await asyncio.wait_for(self._client.close(), 2.0)
-            except (Exception, asyncio.TimeoutError):
+            except Exception:  # noqa: BLE001, S110 - closing: best effort
                 pass
             self._client = None
 
@@ -395,7 +395,7 @@ class EtcdMetadataStore(MetadataStore):
                     last_ok = time.monotonic()
             except asyncio.CancelledError:
                 raise
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - the keep-alive task must not die: retried, re-registering if needed
                 log.warning("lease keep-alive failed", error=repr(e), registered=registered)
                 if registered and time.monotonic() - last_ok > self.session_timeout_ms / 1000.0:
                     registered = False

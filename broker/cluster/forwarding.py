@@ -45,7 +45,7 @@ _CORR = struct.Struct(">i")
 
 
 def is_forwarded(client_id: str | None) -> bool:
-    return bool(client_id) and client_id.startswith(FORWARDED_PREFIX)
+    return client_id is not None and client_id.startswith(FORWARDED_PREFIX)
 
 
 def forwarded_client_id(broker_id: int, client_id: str | None) -> str:
@@ -87,6 +87,7 @@ class ControllerChannel:
         self._is_controller = is_controller
         self._conn: tuple[int, BrokerConnection] | None = None
         self._lock = asyncio.Lock()
+        self._closing: set[asyncio.Task[None]] = set()    # connections to a former controller, closing
 
     def is_controller(self) -> bool:
         return self._is_controller()
@@ -163,7 +164,9 @@ class ControllerChannel:
             raise BrokerConnectionError(f"controller {broker_id} has no endpoint")
         if self._conn is None or self._conn[0] != broker_id or (self._conn[1].host, self._conn[1].port) != tuple(ep):
             if self._conn is not None:
-                asyncio.ensure_future(self._conn[1].close())
+                t = asyncio.ensure_future(self._conn[1].close())
+                self._closing.add(t)
+                t.add_done_callback(self._closing.discard)
             self._conn = (broker_id, BrokerConnection(ep[0], ep[1], f"broker-{self.broker_id}-forwarding",
                                                       self.socket_timeout_s))
         return self._conn[1]
@@ -180,6 +183,8 @@ class ControllerChannel:
         if self._conn is not None:
             conn, self._conn = self._conn[1], None
             await conn.close()
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
 
 
 def reframe(response: bytes, correlation_id: int) -> bytes:

@@ -125,14 +125,14 @@ class MetadataImage:
         return []
 
     @classmethod
-    def from_kvs(cls, kvs: list[tuple[str, bytes, int]], revision: int) -> "MetadataImage":
+    def from_kvs(cls, kvs: list[tuple[str, bytes, int]], revision: int) -> MetadataImage:
         img = cls()
         for key, value, mod in kvs:
             img.apply(key, value, mod)
         img.revision = max(img.revision, revision)
         return img
 
-    def diff(self, old: "MetadataImage") -> list[Change]:
+    def diff(self, old: MetadataImage) -> list[Change]:
         """Notifications that turn `old` into this image (after a full re-read)."""
         out: list[Change] = []
         for bid in sorted(set(old.brokers) | set(self.brokers) | set(old.shutdown) | set(self.shutdown)):

@@ -67,7 +67,7 @@ class PeerWatch:
         for b in ids:
             info = img.brokers.get(b)
             ep = info.endpoint(self.listener) if info is not None else None
-            if ep is not None:
+            if info is not None and ep is not None:
                 out.add((b, info.incarnation, ep[0], ep[1]))
         return out
 

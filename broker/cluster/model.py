@@ -20,7 +20,7 @@ class BrokerInfo:
                 "endpoints": {k: [h, p] for k, (h, p) in self.endpoints.items()}}
 
     @classmethod
-    def from_json(cls, d: dict) -> "BrokerInfo":
+    def from_json(cls, d: dict) -> BrokerInfo:
         return cls(int(d["id"]), {k: (v[0], int(v[1])) for k, v in d.get("endpoints", {}).items()},
                    d.get("rack"), d.get("incarnation", ""))
 
@@ -38,7 +38,7 @@ class PartitionState:
     adding: tuple[int, ...] = field(default_factory=tuple)
     removing: tuple[int, ...] = field(default_factory=tuple)
 
-    def with_changes(self, **kw) -> "PartitionState":
+    def with_changes(self, **kw) -> PartitionState:
         """A successor state: partition_epoch + 1, leader_epoch + 1 when the leader changes."""
         new = replace(self, **kw)
         bump_leader = new.leader != self.leader
@@ -51,7 +51,7 @@ class PartitionState:
                 "adding": list(self.adding), "removing": list(self.removing)}
 
     @classmethod
-    def from_json(cls, d: dict) -> "PartitionState":
+    def from_json(cls, d: dict) -> PartitionState:
         return cls(int(d["leader"]), int(d["leader_epoch"]), tuple(d["isr"]), tuple(d["replicas"]),
                    int(d.get("partition_epoch", 0)), tuple(d.get("adding", ())), tuple(d.get("removing", ())))
 

@@ -460,7 +460,8 @@ def _is_epoch_race(code: int) -> bool:
     return code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.FENCED_LEADER_EPOCH)
 
 
-def _request_class(api_key: int) -> type:
+def _request_class(api_key: int) -> type[Any]:
+    """type[Any]: kafka-python generates the nested field classes (FetchTopic ...) at import."""
     return REQUEST_CLASSES[api_key]
 
 

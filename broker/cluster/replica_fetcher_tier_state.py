@@ -171,7 +171,7 @@ async def build_remote_log_aux_state(f: ReplicaFetcher, p: Partition, st: Partit
         metrics.build_aux_state_requests.labels(st.topic).inc()
     try:
         done = await _rebuild(f, p, st)
-    except Exception as e:  # every failure is retried
+    except Exception as e:  # noqa: BLE001 - every failure is retried (with backoff)
         n = _attempts.get(st, 0) + 1
         _attempts[st] = n
         delay = backoff_s(f.rm.config["replica.fetch.backoff.ms"] / 1000.0, n)

@@ -159,6 +159,7 @@ class CoordinatorRuntime(Generic[L]):
         self.active = False
         self.loaded = asyncio.Event()      # the partitions led at startup are loaded
         self._queue: asyncio.Queue[tuple[int, Sequence[Record], asyncio.Future[ErrorCode]]] | None = None
+        self._queue_taken = asyncio.Event()    # set when the writer takes the last queued write (shutdown's drain)
         self._tasks: list[asyncio.Task[None]] = []
         self._spawned: set[asyncio.Task[Any]] = set()
 
@@ -181,10 +182,12 @@ class CoordinatorRuntime(Generic[L]):
     async def shutdown(self, drain_timeout: float = 5.0) -> None:
         """Let queued writes finish (bounded), then stop the writer, the loads and spawned tasks."""
         self.active = False
-        if self._queue is not None:
-            deadline = time.monotonic() + drain_timeout
-            while not self._queue.empty() and time.monotonic() < deadline:
-                await asyncio.sleep(0.01)
+        if self._queue is not None and not self._queue.empty():
+            self._queue_taken.clear()
+            try:
+                await asyncio.wait_for(self._queue_taken.wait(), drain_timeout)
+            except TimeoutError:
+                pass
         for t in [*self._tasks, *self._spawned]:
             t.cancel()
         await asyncio.gather(*self._tasks, *self._spawned, return_exceptions=True)
@@ -353,6 +356,8 @@ class CoordinatorRuntime(Generic[L]):
         rm = self.replica_manager
         while True:
             partition, records, fut = await self._queue.get()
+            if self._queue.empty():
+                self._queue_taken.set()
             try:
                 if not await self.ensure_topic():
                     err = E.COORDINATOR_NOT_AVAILABLE

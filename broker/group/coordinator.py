@@ -376,7 +376,7 @@ class GroupCoordinator:
             if existing is not None:
                 log.info("static member rejoins with a new member id", group=group.group_id,
                          instance=p.group_instance_id, old=existing, new=new_id)
-                self._update_static_member(p, group, existing, new_id, fut)
+                self._update_static_member(p, group, p.group_instance_id, existing, new_id, fut)
             else:
                 self._add_member_and_rebalance(p, group, new_id, fut)
         elif p.api_version >= 4:
@@ -449,11 +449,11 @@ class GroupCoordinator:
         group.update_member(member, p.protocols, p.rebalance_timeout_ms, p.session_timeout_ms, fut)
         self._maybe_prepare_rebalance_or_complete_join(group, f"member {member.member_id} (re)joining")
 
-    def _update_static_member(self, p: JoinParams, group: ClassicGroup, old_id: str, new_id: str,
+    def _update_static_member(self, p: JoinParams, group: ClassicGroup, instance_id: str, old_id: str, new_id: str,
                               fut: asyncio.Future) -> None:
         current_leader = group.leader_id
         self._cancel(("hb", group.group_id, old_id))
-        new = group.replace_static_member(p.group_instance_id, old_id, new_id)
+        new = group.replace_static_member(instance_id, old_id, new_id)
         self._schedule_heartbeat(group, new)
         old_protocols, old_rt, old_st = new.protocols, new.rebalance_timeout_ms, new.session_timeout_ms
         group.update_member(new, p.protocols, p.rebalance_timeout_ms, p.session_timeout_ms, fut)

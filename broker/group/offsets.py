@@ -59,7 +59,8 @@ class OffsetMetadataManager:
         kvs = []
         accepted = {}
         for tp, om in offsets.items():
-            if om.metadata is not None and len(om.metadata.encode()) > self.metadata_max_bytes:
+            # (metadata is a nullable string on the wire: None from a client, though typed str)
+            if om.metadata and len(om.metadata.encode()) > self.metadata_max_bytes:
                 results[tp] = E.OFFSET_METADATA_TOO_LARGE
                 continue
             om.metadata = om.metadata or ""
