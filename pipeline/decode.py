@@ -25,6 +25,7 @@ from strata.protocol.records import (
     NONE,
     TIMESTAMP_TYPE_MASK,
     BatchHeader,
+    Buffer,
     iter_batches,
 )
 from strata.protocol.wire import WireFormatError, read_varint
@@ -80,7 +81,7 @@ class Decoded:
         return len(self.offsets)
 
 
-def _record_starts(data: bytes, pos: int, end: int, count: int, base_offset: int, delta: int, starts: list[int],
+def _record_starts(data: Buffer, pos: int, end: int, count: int, base_offset: int, delta: int, starts: list[int],
                    ends: list[int]) -> None:
     """Follow the length prefixes of ``count`` records in ``data[pos:end]``: the body start and end of each, plus
     ``delta`` (where ``data[0]`` lands in the chunk's joined records sections). The varint is decoded inline,
@@ -120,7 +121,7 @@ _RUN_WINDOW = (64, 4096)        # records checked at once for a run of equal siz
 _SHORT_RUN = 8                  # runs this short twice in a row: the sizes vary, follow the prefixes one by one
 
 
-def _length_prefix(data: bytes, pos: int, end: int, base_offset: int) -> tuple[int, int]:
+def _length_prefix(data: Buffer, pos: int, end: int, base_offset: int) -> tuple[int, int]:
     """(record length, size of its varint) at ``data[pos]``."""
     try:
         length, after = read_varint(data, pos)
@@ -133,7 +134,7 @@ def _length_prefix(data: bytes, pos: int, end: int, base_offset: int) -> tuple[i
     return length, after - pos
 
 
-def _locate(np: Any, data: bytes, a: Any, pos: int, end: int, count: int, base_offset: int,
+def _locate(np: Any, data: Buffer, a: Any, pos: int, end: int, count: int, base_offset: int,
             delta: int) -> tuple[Any, Any]:
     """Body start and end (plus ``delta``) of the ``count`` records in ``data[pos:end]``; ``a`` views ``data``.
 
@@ -214,7 +215,7 @@ def _varints(np: Any, a: Any, pos: Any) -> tuple[Any, Any]:
     return signed, pos + size
 
 
-def _headers(data: bytes | memoryview, pos: int, end: int) -> list[tuple[str, bytes | None]] | None:
+def _headers(data: Buffer, pos: int, end: int) -> list[tuple[str, bytes | None]] | None:
     """The headers of one record, parsed from ``data[pos:end]`` (the header count varint included).
 
     Varints of one byte (header counts and short keys/values) are decoded inline before falling back on
@@ -251,7 +252,7 @@ def _headers(data: bytes | memoryview, pos: int, end: int) -> list[tuple[str, by
     return out or None
 
 
-def decode_batches(buf: bytes | memoryview, batches: Sequence[tuple[int, BatchHeader]], lo: int, hi: int,
+def decode_batches(buf: Buffer, batches: Sequence[tuple[int, BatchHeader]], lo: int, hi: int,
                    with_headers: bool) -> Decoded | None:
     """Decode the records of ``batches`` (positions and headers of complete batches in ``buf``) whose offsets are
     in [lo, hi); None when there are none. CRCs are the caller's to check. The result holds no reference to
@@ -357,7 +358,7 @@ def decode_batches(buf: bytes | memoryview, batches: Sequence[tuple[int, BatchHe
     keys = pc.take(slots, pa.array(np.arange(0, 4 * n, 4, dtype=np.int64)))
     values = pc.take(slots, pa.array(np.arange(2, 4 * n, 4, dtype=np.int64)))
 
-    headers = None
+    headers: list[list[tuple[str, bytes | None]] | None] | None = None
     if with_headers:
         header_count, _p = _varints(np, a, value_end)      # in bounds: value_end < end was checked
         headers = [None] * n

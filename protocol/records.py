@@ -15,7 +15,8 @@ from `attributes` to the end: baseOffset and partitionLeaderEpoch can be rewritt
 from __future__ import annotations
 
 import struct
-from typing import Iterator, NamedTuple, Sequence
+from collections.abc import Iterator, Sequence
+from typing import NamedTuple
 
 from crc32c import crc32c
 
@@ -100,7 +101,7 @@ class BatchHeader:
         self._f = HEADER.unpack_from(buf, pos)
 
     @classmethod
-    def from_fields(cls, fields: tuple) -> "BatchHeader":
+    def from_fields(cls, fields: tuple) -> BatchHeader:
         h = cls.__new__(cls)
         h._f = fields
         return h

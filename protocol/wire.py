@@ -258,7 +258,7 @@ class ByteReader:
             raise self.error(f"truncated input: need {st.size} bytes at position {pos}, "
                              f"have {len(self.buf) - pos}")
         self.pos = pos + st.size
-        return st.unpack_from(self.buf, pos)[0]  # type: ignore[no-any-return]
+        return st.unpack_from(self.buf, pos)[0]
 
     def int8(self) -> int:
         return self._unpack(_I8)

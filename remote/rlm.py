@@ -833,8 +833,9 @@ class RemoteLogManager:
         (KIP-1075): an unreachable remote store must not hold the request for the S3 client's own deadlines."""
         limit = (timeout_ms if timeout_ms and timeout_ms > 0 else self.config.list_offsets_timeout_ms) / 1000.0
         pool = POOL.set(READ)
+        cm = asyncio.timeout(limit)
         try:
-            async with asyncio.timeout(limit) as cm:
+            async with cm:
                 return await self._find_offset_by_timestamp(ulog, timestamp)
         except TimeoutError:
             if not cm.expired():

@@ -346,15 +346,20 @@ class LogSegment:
 
     def flush(self) -> None:
         """fsync the log and both indexes (safe from a worker thread; no-op once closed)."""
-        if not self._finalizer.alive:
+        if self.is_closed():
             return
         try:
             os.fsync(self._fd)
             self.offset_index.flush()
             self.time_index.flush()
         except OSError:
-            if self._finalizer.alive and not self.deleted:
+            if not self.is_closed() and not self.deleted:
                 raise  # a real I/O error; EBADF after a concurrent close/delete is not one
+
+    def is_closed(self) -> bool:
+        """Closed (or deleted): its file descriptor is gone. Another thread may close it at any time (a method, not
+        a property, so that a type checker does not carry an earlier answer past the fsync)."""
+        return not self._finalizer.alive
 
     def close(self) -> None:
         self.offset_index.mark_closed()

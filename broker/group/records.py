@@ -20,6 +20,7 @@ import struct
 from dataclasses import dataclass, field
 
 from strata.protocol.wire import ByteReader, WireFormatError, write_string
+
 # group -> partition: the coordinator runtime's (any coordinator key hashes the same way)
 from ..coordinator.runtime import java_string_hash, partition_for
 

@@ -3,9 +3,9 @@
 Kafka's way to look at the topic is ``kafka-console-consumer.sh --topic __remote_log_metadata --from-beginning
 --formatter org.apache.kafka.tools.consumer.RemoteLogMetadataFormatter``; this command does the same over the Kafka
 protocol (Metadata, ListOffsets, Fetch -- no broker runtime, no group): it reads every partition of the topic from
-its log start to its high watermark, decodes each record with ``strata.remote.rlmm_serde`` and prints one line per record,
-``partition: P, offset: O, value: <Kafka's toString() of the metadata>``. ``--topic T`` keeps only the records of
-user topic T.
+its log start to its high watermark, decodes each record with ``strata.remote.rlmm_serde`` and prints one line per
+record, ``partition: P, offset: O, value: <Kafka's toString() of the metadata>``. ``--topic T`` keeps only the
+records of user topic T.
 
 The same reader backs ``strata topics describe``'s remote size of a tiered topic (`remote_log_state`), and the
 tiered-storage test harness's view of the RLMM.

@@ -34,7 +34,8 @@ def test_component_configs_default_to_the_config_defs():
     from strata.storage.cleaner_manager import CleanerConfig
 
     values = BrokerConfig.from_dict({}).values
-    assert RemoteLogManagerConfig() == RemoteLogManagerConfig.from_broker(values) == RemoteLogManagerConfig.from_broker({})
+    assert RemoteLogManagerConfig() == RemoteLogManagerConfig.from_broker(values) \
+        == RemoteLogManagerConfig.from_broker({})
     assert RemoteLogManagerConfig().task_interval_ms == broker_default("remote.log.manager.task.interval.ms") == 30_000
     assert CleanerConfig().backoff_ms == CleanerConfig.from_broker_config(values).backoff_ms == 15_000
     assert CleanerConfig.from_broker_config({}) == CleanerConfig()
