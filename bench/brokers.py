@@ -108,8 +108,14 @@ def metadata_roundtrip(bootstrap: str, timeout: float, topic: str | None = None)
     {'brokers': n, 'topics': [...]}."""
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": int(timeout * 1000),
-                         "log_level": 3, "log.connection.close": False})
+    admin = AdminClient(
+        {
+            "bootstrap.servers": bootstrap,
+            "socket.timeout.ms": int(timeout * 1000),
+            "log_level": 3,
+            "log.connection.close": False,
+        }
+    )
     md = admin.list_topics(topic=topic, timeout=timeout)
     return {"brokers": len(md.brokers), "topics": sorted(md.topics)}
 
@@ -156,8 +162,13 @@ class Broker:
         t0 = time.monotonic()
         with open(self.log_path, "ab" if self.startup_s is not None else "wb") as log:  # a restart appends
             self.proc = subprocess.Popen(
-                self.cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=self.env, cwd=self.cwd, start_new_session=True,
+                self.cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env,
+                cwd=self.cwd,
+                start_new_session=True,
             )
         deadline = t0 + self.startup_timeout
         try:
@@ -180,12 +191,14 @@ class Broker:
                 if time.monotonic() - port_open > 5.0 and _single_topic_metadata_ok(self.bootstrap, budget):
                     self.notes.append(
                         f"Metadata for all topics failed for 5 s ({last!r}) while Metadata for one topic works; "
-                        f"the run continued. Broker log at that time:\n{self.log_tail(6)}")
+                        f"the run continued. Broker log at that time:\n{self.log_tail(6)}"
+                    )
                     break
                 time.sleep(0.2)  # retry interval of a condition wait
             else:
-                raise BrokerError(f"port open but no Metadata round trip (librdkafka AdminClient.list_topics) "
-                                  f"within 20 s: {last!r}")
+                raise BrokerError(
+                    f"port open but no Metadata round trip (librdkafka AdminClient.list_topics) within 20 s: {last!r}"
+                )
         except BrokerError as e:
             tail = self.log_tail()
             self.stop()
@@ -291,14 +304,17 @@ class Broker:
 
     # Topic management -------------------------------------------------------------------------------------------
 
-    def create_topic(self, topic: str, partitions: int, timeout: float = 30.0,
-                     configs: dict[str, str] | None = None) -> None:
+    def create_topic(
+        self, topic: str, partitions: int, timeout: float = 30.0, configs: dict[str, str] | None = None
+    ) -> None:
         from confluent_kafka.admin import AdminClient, NewTopic
 
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        fut = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1,
-                                            config=dict(configs or {}))],
-                                  operation_timeout=timeout, request_timeout=timeout)[topic]
+        fut = admin.create_topics(
+            [NewTopic(topic, num_partitions=partitions, replication_factor=1, config=dict(configs or {}))],
+            operation_timeout=timeout,
+            request_timeout=timeout,
+        )[topic]
         try:
             fut.result(timeout=timeout)
         except Exception as e:  # noqa: BLE001
@@ -332,8 +348,11 @@ class Broker:
             try:
                 md = admin.list_topics(topic=topic, timeout=5)
                 t = md.topics.get(topic)
-                if t is not None and t.error is None and len(t.partitions) == partitions and all(
-                    p.leader >= 0 for p in t.partitions.values()
+                if (
+                    t is not None
+                    and t.error is None
+                    and len(t.partitions) == partitions
+                    and all(p.leader >= 0 for p in t.partitions.values())
                 ):
                     return
                 last = f"topic={t and (t.error, len(t.partitions))}"
@@ -356,9 +375,20 @@ def tansu_binary() -> Path:
 class TansuBroker(Broker):
     def _create_topic_fallback(self, topic: str, partitions: int, err: Exception) -> bool:
         r = subprocess.run(
-            [str(tansu_binary()), "topic", "create", topic, "--broker", f"tcp://{self.bootstrap}",
-             "--partitions", str(partitions)],
-            check=False, capture_output=True, text=True, timeout=30,
+            [
+                str(tansu_binary()),
+                "topic",
+                "create",
+                topic,
+                "--broker",
+                f"tcp://{self.bootstrap}",
+                "--partitions",
+                str(partitions),
+            ],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
         if r.returncode != 0:
             self.notes.append(f"tansu topic create failed: {r.stderr.strip()[-300:]}")
@@ -369,16 +399,34 @@ class TansuBroker(Broker):
 def make_tansu(log_dir: Path, startup_timeout: float = 30.0) -> TansuBroker:
     port = free_port()
     url = f"tcp://127.0.0.1:{port}"
-    env = {k: v for k, v in os.environ.items()
-           if k not in {"CLUSTER_ID", "LISTENER_URL", "ADVERTISED_LISTENER_URL", "STORAGE_ENGINE", "RUST_LOG"}}
-    cmd = [str(tansu_binary()), "broker", "--listener-url", url, "--advertised-listener-url", url,
-           "--storage-engine", "memory://tansu/"]
-    return TansuBroker(name="tansu", cmd=cmd, port=port, log_path=log_dir / "tansu.log", env=env,
-                       startup_timeout=startup_timeout)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"CLUSTER_ID", "LISTENER_URL", "ADVERTISED_LISTENER_URL", "STORAGE_ENGINE", "RUST_LOG"}
+    }
+    cmd = [
+        str(tansu_binary()),
+        "broker",
+        "--listener-url",
+        url,
+        "--advertised-listener-url",
+        url,
+        "--storage-engine",
+        "memory://tansu/",
+    ]
+    return TansuBroker(
+        name="tansu", cmd=cmd, port=port, log_path=log_dir / "tansu.log", env=env, startup_timeout=startup_timeout
+    )
 
 
-def make_strata(log_dir: Path, startup_timeout: float = 60.0, extra_overrides: list[str] | None = None,
-                launcher: list[str] | None = None, source_dir: Path | None = None, name: str = "strata") -> Broker:
+def make_strata(
+    log_dir: Path,
+    startup_timeout: float = 60.0,
+    extra_overrides: list[str] | None = None,
+    launcher: list[str] | None = None,
+    source_dir: Path | None = None,
+    name: str = "strata",
+) -> Broker:
     """``launcher`` replaces ``python -m strata`` (e.g. a profiler wrapper); ``serve --override ...`` follows.
     ``source_dir`` runs the broker from another checkout of the repository (its working directory, which comes
     first on ``sys.path``), e.g. to compare a change against ``git archive HEAD``."""
@@ -389,14 +437,21 @@ def make_strata(log_dir: Path, startup_timeout: float = 60.0, extra_overrides: l
         f"log.dirs={workdir / 'logs'}",
         "metrics.listener=",
         "num.partitions=1",
-        "group.initial.rebalance.delay.ms=0",   # issue 3: join -> first record < 1 s measured with this
+        "group.initial.rebalance.delay.ms=0",  # issue 3: join -> first record < 1 s measured with this
         *(extra_overrides or []),
     ]
     cmd = [*(launcher or [sys.executable, "-m", "strata"]), "serve"]
     for o in overrides:
         cmd += ["--override", o]
-    return Broker(name=name, cmd=cmd, port=port, log_path=log_dir / f"{name}.log", cwd=source_dir or REPO_ROOT,
-                  workdir=workdir, startup_timeout=startup_timeout)
+    return Broker(
+        name=name,
+        cmd=cmd,
+        port=port,
+        log_path=log_dir / f"{name}.log",
+        cwd=source_dir or REPO_ROOT,
+        workdir=workdir,
+        startup_timeout=startup_timeout,
+    )
 
 
 FACTORIES = {"strata": make_strata, "tansu": make_tansu}

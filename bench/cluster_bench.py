@@ -13,6 +13,7 @@ cluster, started on first use and stopped by PID when the process exits. Standal
 
     python -m bench.cluster_bench [--quick] [--latency-rate MIB_S] [--kills N] [--out DIR]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -127,9 +128,10 @@ class ClusterScenario(Scenario):
 
     def __init__(self, inner: Scenario, **settings: Any) -> None:
         self.inner = inner
-        self.settings = settings          # Settings fields replaced for this scenario (e.g. latency_rate_mib)
-        self.name = f"cluster-rf3-{inner.name}" + "".join(f"-{v:g}mib" for k, v in settings.items()
-                                                          if k == "latency_rate_mib")
+        self.settings = settings  # Settings fields replaced for this scenario (e.g. latency_rate_mib)
+        self.name = f"cluster-rf3-{inner.name}" + "".join(
+            f"-{v:g}mib" for k, v in settings.items() if k == "latency_rate_mib"
+        )
         self.kind = inner.kind
         self.repeatable = inner.repeatable
         self.headline = inner.headline
@@ -171,11 +173,14 @@ class LeaderFailover(Scenario):
         return {"kills": self.kills, "brokers": 3, "replication_factor": 3, **TOPIC_CONFIG}
 
     def metrics(self) -> list[Metric]:
-        return [Metric("failover_ms", "leader fail-over: kill -9 to first acked produce, median (ms)", "ms", False,
-                       "latency"),
-                Metric("failover_max_ms", "leader fail-over, worst (ms)", "ms", False),
-                Metric("election_ms", "kill -9 to new leader in Metadata, median (ms)", "ms", False),
-                Metric("session_ms", "broker lease TTL, broker.session.timeout.ms (ms)", "ms", False)]
+        return [
+            Metric(
+                "failover_ms", "leader fail-over: kill -9 to first acked produce, median (ms)", "ms", False, "latency"
+            ),
+            Metric("failover_max_ms", "leader fail-over, worst (ms)", "ms", False),
+            Metric("election_ms", "kill -9 to new leader in Metadata, median (ms)", "ms", False),
+            Metric("session_ms", "broker lease TTL, broker.session.timeout.ms (ms)", "ms", False),
+        ]
 
     def run(self, broker: Broker | None, ctx: RunContext) -> dict:
         from confluent_kafka import Producer
@@ -187,10 +192,20 @@ class LeaderFailover(Scenario):
         target = ClusterTarget(c)
         topic = self.topic(broker, ctx)  # type: ignore[arg-type]
         target.create_topic(topic, 1, ctx.settings.topic_timeout)
-        p = Producer({"bootstrap.servers": c.bootstrap, "acks": "all", "linger.ms": 0, "message.timeout.ms": 60000,
-                      "retry.backoff.ms": 20, "retry.backoff.max.ms": 100, "reconnect.backoff.ms": 20,
-                      "reconnect.backoff.max.ms": 100, "log_level": 2})
-        acked: list[tuple[float | None, str | None]] = []   # (latency from produce() to acknowledgement, error)
+        p = Producer(
+            {
+                "bootstrap.servers": c.bootstrap,
+                "acks": "all",
+                "linger.ms": 0,
+                "message.timeout.ms": 60000,
+                "retry.backoff.ms": 20,
+                "retry.backoff.max.ms": 100,
+                "reconnect.backoff.ms": 20,
+                "reconnect.backoff.max.ms": 100,
+                "log_level": 2,
+            }
+        )
+        acked: list[tuple[float | None, str | None]] = []  # (latency from produce() to acknowledgement, error)
 
         def on_delivery(err: Any, msg: Any) -> None:
             acked.append((msg.latency(), str(err) if err else None))
@@ -208,7 +223,7 @@ class LeaderFailover(Scenario):
         runs: list[dict] = []
         errors: list[str] = []
         for _ in range(self.kills):
-            _, _, err = produce_one()                     # warm: connections and metadata in place
+            _, _, err = produce_one()  # warm: connections and metadata in place
             if err:
                 errors.append(f"warm-up produce failed: {err}")
                 break
@@ -224,8 +239,15 @@ class LeaderFailover(Scenario):
             elected = c.wait_leader(topic, 0, not_in=[victim], via=survivors[0], timeout=60)
             if election_s is None:
                 err = err or "no new leader in Metadata within 60 s"
-            runs.append({"victim": victim, "new_leader": elected, "failover_ms": acked_s * 1000,
-                         "election_ms": (election_s or 0.0) * 1000, "error": err})
+            runs.append(
+                {
+                    "victim": victim,
+                    "new_leader": elected,
+                    "failover_ms": acked_s * 1000,
+                    "election_ms": (election_s or 0.0) * 1000,
+                    "error": err,
+                }
+            )
             if err:
                 errors.append(f"probe record failed after killing broker {victim}: {err}")
             c.start(victim)
@@ -235,12 +257,17 @@ class LeaderFailover(Scenario):
         ok = [r for r in runs if not r["error"]]
         if ok:
             session = int(c.brokers[c.ids[0]].overrides.get("broker.session.timeout.ms", 9000))
-            out["metrics"] = {"failover_ms": statistics.median(r["failover_ms"] for r in ok),
-                              "failover_max_ms": max(r["failover_ms"] for r in ok),
-                              "election_ms": statistics.median(r["election_ms"] for r in ok),
-                              "session_ms": session}
-            out["summary"] = {"kills": len(runs), "aim": f"fail-over under the lease TTL + 1 s = {session + 1000} ms",
-                              "aim_met": max(r["failover_ms"] for r in ok) < session + 1000}
+            out["metrics"] = {
+                "failover_ms": statistics.median(r["failover_ms"] for r in ok),
+                "failover_max_ms": max(r["failover_ms"] for r in ok),
+                "election_ms": statistics.median(r["election_ms"] for r in ok),
+                "session_ms": session,
+            }
+            out["summary"] = {
+                "kills": len(runs),
+                "aim": f"fail-over under the lease TTL + 1 s = {session + 1000} ms",
+                "aim_met": max(r["failover_ms"] for r in ok) < session + 1000,
+            }
         return out
 
 
@@ -272,39 +299,60 @@ class _ElectionWatch(threading.Thread):
 
 def cluster_scenarios() -> list[Scenario]:
     """The cluster scenarios, in run order, for bench.run.build_scenarios."""
-    return [ClusterScenario(ProduceThroughput(partitions=8, acks=-1)),
-            ClusterScenario(ProduceLatency(partitions=1, acks=-1), latency_rate_mib=5.0),
-            ClusterScenario(ProduceLatency(partitions=1, acks=-1), latency_rate_mib=20.0),
-            LeaderFailover()]
+    return [
+        ClusterScenario(ProduceThroughput(partitions=8, acks=-1)),
+        ClusterScenario(ProduceLatency(partitions=1, acks=-1), latency_rate_mib=5.0),
+        ClusterScenario(ProduceLatency(partitions=1, acks=-1), latency_rate_mib=20.0),
+        LeaderFailover(),
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.cluster_bench", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.cluster_bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--latency-rate", type=float, nargs="+", default=[5.0, 20.0],
-                    help="MiB/s of the latency scenarios (default: 5 and 20)")
+    ap.add_argument(
+        "--latency-rate",
+        type=float,
+        nargs="+",
+        default=[5.0, 20.0],
+        help="MiB/s of the latency scenarios (default: 5 and 20)",
+    )
     ap.add_argument("--kills", type=int, default=3)
     ap.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / "cluster")
     args = ap.parse_args(argv)
     settings = Settings.quick() if args.quick else Settings()
     ctx = RunContext(settings=settings, run_id=time.strftime("%H%M%S"))
-    scenarios: list[Scenario] = [ClusterScenario(ProduceThroughput(partitions=8, acks=-1)),
-                                 *(ClusterScenario(ProduceLatency(partitions=1, acks=-1), latency_rate_mib=rate)
-                                   for rate in args.latency_rate),
-                                 LeaderFailover(kills=1 if args.quick else args.kills)]
+    scenarios: list[Scenario] = [
+        ClusterScenario(ProduceThroughput(partitions=8, acks=-1)),
+        *(ClusterScenario(ProduceLatency(partitions=1, acks=-1), latency_rate_mib=rate) for rate in args.latency_rate),
+        LeaderFailover(kills=1 if args.quick else args.kills),
+    ]
     results = []
     try:
         for sc in scenarios:
             t0 = time.monotonic()
             r = sc.run(None, ctx)
             r["wall_s"] = time.monotonic() - t0
-            results.append({"name": sc.name, "params": sc.params(), "result": {k: v for k, v in r.items()
-                                                                               if k != "raw"}, "raw": r.get("raw")})
+            results.append(
+                {
+                    "name": sc.name,
+                    "params": sc.params(),
+                    "result": {k: v for k, v in r.items() if k != "raw"},
+                    "raw": r.get("raw"),
+                }
+            )
             mt = ", ".join(f"{k}={v:.1f}" for k, v in (r.get("metrics") or {}).items())
-            print(f"{sc.name}: {mt or 'no result'} ({r['wall_s']:.0f}s)"
-                  + (f" PROBLEMS: {(r.get('errors') or [r.get('error')])[0]}" if r.get("errors") or r.get("error")
-                     else ""), flush=True)
+            print(
+                f"{sc.name}: {mt or 'no result'} ({r['wall_s']:.0f}s)"
+                + (
+                    f" PROBLEMS: {(r.get('errors') or [r.get('error')])[0]}"
+                    if r.get("errors") or r.get("error")
+                    else ""
+                ),
+                flush=True,
+            )
     finally:
         stop_shared_cluster()
     args.out.mkdir(parents=True, exist_ok=True)

@@ -66,8 +66,13 @@ def produce_worker(cfg: dict, barrier, out) -> None:
 
     res: dict[str, Any] = {"worker": cfg["worker"]}
     try:
-        conf = {"bootstrap.servers": cfg["bootstrap"], "acks": str(cfg["acks"]),
-                "client.id": f"bench-p{cfg['worker']}", **PRODUCER_DEFAULTS, **cfg.get("producer_conf", {})}
+        conf = {
+            "bootstrap.servers": cfg["bootstrap"],
+            "acks": str(cfg["acks"]),
+            "client.id": f"bench-p{cfg['worker']}",
+            **PRODUCER_DEFAULTS,
+            **cfg.get("producer_conf", {}),
+        }
         p = Producer(conf)
         p.list_topics(topic=cfg["topic"], timeout=15)  # connect + metadata before the clock starts
         value = os.urandom(cfg["record_size"])
@@ -122,9 +127,19 @@ def produce_worker(cfg: dict, barrier, out) -> None:
             p.purge()
             p.flush(1)
         end = st["last"] or time.monotonic()
-        res.update(start=start, end=end, sent=sent, delivered=st["ok"], bytes=st["bytes"], errors=st["err"],
-                   first_error=st["first_err"], undelivered=left, capped=capped, per_partition=per_part,
-                   latency_ms=_percentiles([x * 1000 for x in lat]))
+        res.update(
+            start=start,
+            end=end,
+            sent=sent,
+            delivered=st["ok"],
+            bytes=st["bytes"],
+            errors=st["err"],
+            first_error=st["first_err"],
+            undelivered=left,
+            capped=capped,
+            per_partition=per_part,
+            latency_ms=_percentiles([x * 1000 for x in lat]),
+        )
     except BrokenBarrierError:
         res["error"] = "barrier broken (another worker failed)"
     except Exception:  # noqa: BLE001
@@ -140,8 +155,13 @@ def latency_worker(cfg: dict, barrier, out) -> None:
 
     res: dict[str, Any] = {"worker": cfg["worker"]}
     try:
-        conf = {"bootstrap.servers": cfg["bootstrap"], "acks": str(cfg["acks"]),
-                "client.id": f"bench-l{cfg['worker']}", **PRODUCER_DEFAULTS, **cfg.get("producer_conf", {})}
+        conf = {
+            "bootstrap.servers": cfg["bootstrap"],
+            "acks": str(cfg["acks"]),
+            "client.id": f"bench-l{cfg['worker']}",
+            **PRODUCER_DEFAULTS,
+            **cfg.get("producer_conf", {}),
+        }
         p = Producer(conf)
         p.list_topics(topic=cfg["topic"], timeout=15)
         value = os.urandom(cfg["record_size"])
@@ -181,11 +201,19 @@ def latency_worker(cfg: dict, barrier, out) -> None:
         if left:
             p.purge()
             p.flush(1)
-        res.update(start=start, end=st["last"] or time.monotonic(), sent=sent, delivered=st["ok"],
-                   errors=st["err"], first_error=st["first_err"], undelivered=left,
-                   bytes=st["ok"] * cfg["record_size"], produced_for=produced_for,
-                   achieved_rate_mbs=sent * cfg["record_size"] / MiB / max(produced_for, 1e-9),
-                   latencies_ms=[x * 1000 for x in lat])
+        res.update(
+            start=start,
+            end=st["last"] or time.monotonic(),
+            sent=sent,
+            delivered=st["ok"],
+            errors=st["err"],
+            first_error=st["first_err"],
+            undelivered=left,
+            bytes=st["ok"] * cfg["record_size"],
+            produced_for=produced_for,
+            achieved_rate_mbs=sent * cfg["record_size"] / MiB / max(produced_for, 1e-9),
+            latencies_ms=[x * 1000 for x in lat],
+        )
     except BrokenBarrierError:
         res["error"] = "barrier broken (another worker failed)"
     except Exception:  # noqa: BLE001
@@ -204,8 +232,12 @@ def consume_worker(cfg: dict, barrier, out) -> None:
 
     res: dict[str, Any] = {"worker": cfg["worker"]}
     try:
-        conf = {"bootstrap.servers": cfg["bootstrap"], "client.id": f"bench-c{cfg['worker']}",
-                **CONSUMER_DEFAULTS, **cfg.get("consumer_conf", {})}
+        conf = {
+            "bootstrap.servers": cfg["bootstrap"],
+            "client.id": f"bench-c{cfg['worker']}",
+            **CONSUMER_DEFAULTS,
+            **cfg.get("consumer_conf", {}),
+        }
         c = Consumer(conf)
         topic = cfg["topic"]
         c.list_topics(topic=topic, timeout=15)
@@ -254,8 +286,19 @@ def consume_worker(cfg: dict, barrier, out) -> None:
             if end - start >= min_seconds:
                 break
         c.close()
-        res.update(start=start, end=end, records=n, bytes=nbytes, expected=expected, errors=errs, passes=passes,
-                   first_error=first_err, capped=capped, last_pass_per_partition=got, watermarks=watermarks)
+        res.update(
+            start=start,
+            end=end,
+            records=n,
+            bytes=nbytes,
+            expected=expected,
+            errors=errs,
+            passes=passes,
+            first_error=first_err,
+            capped=capped,
+            last_pass_per_partition=got,
+            watermarks=watermarks,
+        )
     except BrokenBarrierError:
         res["error"] = "barrier broken (another worker failed)"
     except Exception:  # noqa: BLE001
@@ -282,8 +325,9 @@ class WorkerRun:
         return [r for r in self.results if "error" not in r]
 
 
-def run_workers(target: Callable, cfgs: list[dict], hard_timeout: float,
-                probe: Callable[[], Any] | None = None) -> WorkerRun:
+def run_workers(
+    target: Callable, cfgs: list[dict], hard_timeout: float, probe: Callable[[], Any] | None = None
+) -> WorkerRun:
     """Run ``target(cfg, barrier, queue)`` in one spawned process per cfg; ``probe`` is sampled at the barrier and
     after the last result arrives (used for the broker's CPU time). Processes still alive at the end are stopped by
     PID (SIGTERM, then SIGKILL)."""
@@ -344,10 +388,10 @@ def split(n: int, k: int) -> list[int]:
 # --------------------------------------------------------------------------------------------------------------
 
 GROUP_CONSUMER_CONF = {
-    "session.timeout.ms": 10_000,     # Tansu holds a JoinGroup for about session.timeout/2 (5 s here, 23 s at 45 s)
+    "session.timeout.ms": 10_000,  # Tansu holds a JoinGroup for about session.timeout/2 (5 s here, 23 s at 45 s)
     "heartbeat.interval.ms": 1_000,
     "auto.offset.reset": "earliest",
-    "enable.auto.commit": True,       # a realistic group member: positions committed every 5 s
+    "enable.auto.commit": True,  # a realistic group member: positions committed every 5 s
     "enable.auto.offset.store": True,
 }
 
@@ -366,8 +410,13 @@ def group_consume_worker(cfg: dict, barrier, out) -> None:
     status, go, stop = cfg["status"], cfg["go"], cfg["stop"]
     c = None
     try:
-        conf = {"bootstrap.servers": cfg["bootstrap"], "client.id": f"bench-g{cfg['worker']}",
-                **CONSUMER_DEFAULTS, **GROUP_CONSUMER_CONF, "group.id": cfg["group"]}
+        conf = {
+            "bootstrap.servers": cfg["bootstrap"],
+            "client.id": f"bench-g{cfg['worker']}",
+            **CONSUMER_DEFAULTS,
+            **GROUP_CONSUMER_CONF,
+            "group.id": cfg["group"],
+        }
         c = Consumer(conf)
         topic = cfg["topic"]
         c.list_topics(topic=topic, timeout=15)
@@ -435,9 +484,20 @@ def group_consume_worker(cfg: dict, barrier, out) -> None:
                 break
             for p in assigned:  # another pass over the same partitions
                 c.seek(TopicPartition(topic, p, OFFSET_BEGINNING))
-        res.update(start=start, end=end, records=n, bytes=nbytes, errors=errs, first_error=first_err,
-                   passes=passes, capped=capped, assigned=assigned, t_subscribe=t_subscribe,
-                   first_assign=st["first_assign"], rebalances_after_go=st["rebalances_after_go"])
+        res.update(
+            start=start,
+            end=end,
+            records=n,
+            bytes=nbytes,
+            errors=errs,
+            first_error=first_err,
+            passes=passes,
+            capped=capped,
+            assigned=assigned,
+            t_subscribe=t_subscribe,
+            first_assign=st["first_assign"],
+            rebalances_after_go=st["rebalances_after_go"],
+        )
         out.put(res)
         res = None
         with contextlib.suppress(Exception):
@@ -462,8 +522,9 @@ class GroupRun(WorkerRun):
     join: dict | None = None
 
 
-def run_group_workers(cfgs: list[dict], partitions: int, hard_timeout: float, join_timeout: float,
-                      probe: Callable[[], Any] | None = None) -> GroupRun:
+def run_group_workers(
+    cfgs: list[dict], partitions: int, hard_timeout: float, join_timeout: float, probe: Callable[[], Any] | None = None
+) -> GroupRun:
     """Start ``group_consume_worker`` processes, wait until the group is stable (the members' latest assignments
     are disjoint, cover all ``partitions`` and differ by at most one partition), then start the measured phase.
     ``run.join`` has the join timings (first subscribe -> stable, per member subscribe -> first assignment)."""
@@ -496,14 +557,21 @@ def run_group_workers(cfgs: list[dict], partitions: int, hard_timeout: float, jo
                 pass
             owned = [p for ps in latest.values() for p in ps]
             sizes = [len(latest.get(i, [])) for i in range(len(cfgs))]
-            if (len(owned) == partitions and len(set(owned)) == partitions and min(sizes) >= 1
-                    and max(sizes) - min(sizes) <= 1):
+            if (
+                len(owned) == partitions
+                and len(set(owned)) == partitions
+                and min(sizes) >= 1
+                and max(sizes) - min(sizes) <= 1
+            ):
                 stable_at = time.monotonic()
                 break
             if not out.empty() or all(not pr.is_alive() for pr in procs):
                 break  # a worker failed during the join
-        run.join = {"stable_s": None if stable_at is None else stable_at - t_sub, "assignment_events": assignments,
-                    "assignments": {str(k): v for k, v in sorted(latest.items())}}
+        run.join = {
+            "stable_s": None if stable_at is None else stable_at - t_sub,
+            "assignment_events": assignments,
+            "assignments": {str(k): v for k, v in sorted(latest.items())},
+        }
         if stable_at is None:
             run.errors.append(f"group not stable within {join_timeout:.0f}s: {latest}")
         else:
@@ -550,8 +618,14 @@ def join_worker(cfg: dict, barrier, out) -> None:
         barrier.wait(timeout=120)
         res["start"] = time.monotonic()
         for i in range(cfg["runs"]):
-            conf = {"bootstrap.servers": cfg["bootstrap"], "client.id": f"bench-j{i}", **CONSUMER_DEFAULTS,
-                    **GROUP_CONSUMER_CONF, "group.id": f"{cfg['group_prefix']}-{i}", "enable.auto.commit": False}
+            conf = {
+                "bootstrap.servers": cfg["bootstrap"],
+                "client.id": f"bench-j{i}",
+                **CONSUMER_DEFAULTS,
+                **GROUP_CONSUMER_CONF,
+                "group.id": f"{cfg['group_prefix']}-{i}",
+                "enable.auto.commit": False,
+            }
             c = Consumer(conf)
             try:
                 c.list_topics(topic=cfg["topic"], timeout=15)
@@ -569,8 +643,12 @@ def join_worker(cfg: dict, barrier, out) -> None:
                     if m is not None and m.error() is None:
                         first = time.monotonic()
                         break
-                res["runs"].append({"assign_s": None if st["assign"] is None else st["assign"] - t0,
-                                    "first_record_s": None if first is None else first - t0})
+                res["runs"].append(
+                    {
+                        "assign_s": None if st["assign"] is None else st["assign"] - t0,
+                        "first_record_s": None if first is None else first - t0,
+                    }
+                )
             finally:
                 c.close()
             if time.monotonic() - res["start"] > cfg["time_cap"]:

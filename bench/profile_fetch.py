@@ -42,17 +42,34 @@ def main(argv: list[str] | None = None) -> int:
         prod = ProduceThroughput(args.partitions, -1)
         r = prod.run(b, ctx)
         print(f"produce: {r.get('metrics')} {r.get('errors') or ''}", flush=True)
-        sc = (RawFetchThroughput(prod, procs=args.procs) if args.mode == "raw" else ConsumeThroughput(prod))
+        sc = RawFetchThroughput(prod, procs=args.procs) if args.mode == "raw" else ConsumeThroughput(prod)
         for i in range(args.repeat):
             b.wait_quiet()
             spy = None
             if args.py_spy and i == 0:
                 exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-                spy = subprocess.Popen([exe, "record", "-o", args.py_spy, "--pid", str(b.pid), "-d",
-                                        str(int(args.seconds)), "-r", "250", "-f", args.format, "--nonblocking"])
+                spy = subprocess.Popen(
+                    [
+                        exe,
+                        "record",
+                        "-o",
+                        args.py_spy,
+                        "--pid",
+                        str(b.pid),
+                        "-d",
+                        str(int(args.seconds)),
+                        "-r",
+                        "250",
+                        "-f",
+                        args.format,
+                        "--nonblocking",
+                    ]
+                )
             r = sc.run(b, ctx)
-            print(f"{sc.name}: {r.get('metrics')} cpu_s_per_gib={r.get('broker_cpu_s_per_gib')} "
-                  f"{r.get('errors') or ''}", flush=True)
+            print(
+                f"{sc.name}: {r.get('metrics')} cpu_s_per_gib={r.get('broker_cpu_s_per_gib')} {r.get('errors') or ''}",
+                flush=True,
+            )
             if spy is not None:
                 spy.wait(timeout=args.seconds + 60)
     finally:

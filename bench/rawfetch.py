@@ -24,22 +24,48 @@ FETCH_VERSION = 11
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _PART = struct.Struct(">ihqqq")  # partition, error, high watermark, last stable offset, log start offset
-_BATCH = struct.Struct(">qi")    # base offset, batch length (bytes after this field)
+_BATCH = struct.Struct(">qi")  # base offset, batch length (bytes after this field)
 
 
-def encode_fetch(topic: str, offsets: dict[int, int], correlation_id: int, max_bytes: int,
-                 partition_max_bytes: int, max_wait_ms: int = 100) -> bytes:
+def encode_fetch(
+    topic: str,
+    offsets: dict[int, int],
+    correlation_id: int,
+    max_bytes: int,
+    partition_max_bytes: int,
+    max_wait_ms: int = 100,
+) -> bytes:
     from kafka.protocol.consumer.fetch import FetchRequest
 
     T = FetchRequest.FetchTopic
     P = T.FetchPartition
     req = FetchRequest(
-        version=FETCH_VERSION, replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=max_bytes,
-        isolation_level=0, session_id=0, session_epoch=-1,
-        topics=[T(topic=topic, partitions=[
-            P(partition=p, current_leader_epoch=-1, fetch_offset=o, log_start_offset=-1,
-              partition_max_bytes=partition_max_bytes) for p, o in offsets.items()])],
-        forgotten_topics_data=[], rack_id="")
+        version=FETCH_VERSION,
+        replica_id=-1,
+        max_wait_ms=max_wait_ms,
+        min_bytes=1,
+        max_bytes=max_bytes,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[
+            T(
+                topic=topic,
+                partitions=[
+                    P(
+                        partition=p,
+                        current_leader_epoch=-1,
+                        fetch_offset=o,
+                        log_start_offset=-1,
+                        partition_max_bytes=partition_max_bytes,
+                    )
+                    for p, o in offsets.items()
+                ],
+            )
+        ],
+        forgotten_topics_data=[],
+        rack_id="",
+    )
     req.with_header(correlation_id=correlation_id, client_id="bench-rawfetch")
     return bytes(req.encode(header=True, framed=True))
 
@@ -155,8 +181,17 @@ def raw_fetch_worker(cfg: dict, barrier, out) -> None:
             passes += 1
             if end - start >= min_seconds:
                 break
-        res.update(start=start, end=end, passes=passes, requests=requests, bytes=record_bytes,
-                   frame_bytes=frame_bytes, errors=errors, first_error=first_error, capped=capped)
+        res.update(
+            start=start,
+            end=end,
+            passes=passes,
+            requests=requests,
+            bytes=record_bytes,
+            frame_bytes=frame_bytes,
+            errors=errors,
+            first_error=first_error,
+            capped=capped,
+        )
     except Exception:  # noqa: BLE001
         res["error"] = traceback.format_exc(limit=3)
         with contextlib.suppress(Exception):
@@ -167,16 +202,21 @@ def raw_fetch_worker(cfg: dict, barrier, out) -> None:
     out.put(res)
 
 
-def list_offset(bootstrap: str, topic: str, partition: int, timestamp: int, version: int = 9,
-                timeout: float = 10.0) -> tuple[int, int]:
+def list_offset(
+    bootstrap: str, topic: str, partition: int, timestamp: int, version: int = 9, timeout: float = 10.0
+) -> tuple[int, int]:
     """One ListOffsets request (kafka-python's codec) -> (error code, offset). Sentinels: -1 latest, -2 earliest,
     -4 earliest local (v8+), -5 latest tiered (v9+)."""
     from kafka.protocol.consumer.offsets import ListOffsetsRequest, ListOffsetsResponse
 
     T = ListOffsetsRequest.ListOffsetsTopic
     P = T.ListOffsetsPartition
-    req = ListOffsetsRequest(version=version, replica_id=-1, isolation_level=0, topics=[
-        T(name=topic, partitions=[P(partition_index=partition, current_leader_epoch=-1, timestamp=timestamp)])])
+    req = ListOffsetsRequest(
+        version=version,
+        replica_id=-1,
+        isolation_level=0,
+        topics=[T(name=topic, partitions=[P(partition_index=partition, current_leader_epoch=-1, timestamp=timestamp)])],
+    )
     req.with_header(correlation_id=1, client_id="bench-listoffsets")
     host, port = bootstrap.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=timeout) as sock:

@@ -13,6 +13,7 @@ only the local tail. The ratio untiered/tiered is from the same run.
 
 Standalone: ``python -m bench.rejoin_bench [--mib N] [--out DIR]``; ``make bench`` runs it as the "rejoin" group.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,15 +51,24 @@ def _produce(bootstrap: str, mib: int) -> int:
     from confluent_kafka import Producer
 
     n = mib * (1 << 20) // RECORD
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "batch.size": 1 << 20,
-                  "queue.buffering.max.kbytes": 256 << 10, "log_level": 3})
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "linger.ms": 5,
+            "batch.size": 1 << 20,
+            "queue.buffering.max.kbytes": 256 << 10,
+            "log_level": 3,
+        }
+    )
     value = b"v" * RECORD
     errors: list[Any] = []
     for i in range(n):
         while True:
             try:
-                p.produce(TOPIC, value=value, partition=0,
-                          on_delivery=lambda err, _m: errors.append(err) if err else None)
+                p.produce(
+                    TOPIC, value=value, partition=0, on_delivery=lambda err, _m: errors.append(err) if err else None
+                )
                 break
             except BufferError:
                 p.poll(0.05)
@@ -82,35 +92,50 @@ def _wait(cond: Any, timeout: float, what: str) -> None:
 def run_mode(tiered: bool, mib: int, work: Path) -> dict[str, Any]:
     from tests.support.cluster_proc import StrataCluster
 
-    c = StrataCluster(work / ("tiered" if tiered else "untiered"), size=2,
-                      overrides={**SETTINGS, "rsm.config.dir": str(work / "rsm")}, start_timeout=90)
+    c = StrataCluster(
+        work / ("tiered" if tiered else "untiered"),
+        size=2,
+        overrides={**SETTINGS, "rsm.config.dir": str(work / "rsm")},
+        start_timeout=90,
+    )
     c.start()
     try:
         total = mib << 20
         config: dict[str, object] = {"segment.bytes": SEGMENT_BYTES, "min.insync.replicas": 1}
         if tiered:
             # retention keeps closed segments up to one segment past the limit, and the active segment comes on top
-            config.update({"remote.storage.enable": True,
-                           "local.retention.bytes": int(total * LOCAL_SHARE) - SEGMENT_BYTES})
+            config.update(
+                {"remote.storage.enable": True, "local.retention.bytes": int(total * LOCAL_SHARE) - SEGMENT_BYTES}
+            )
         c.create_topic(TOPIC, replica_assignment=[[1, 2]], config=config)
         t0 = time.monotonic()
         records = _produce(c.bootstrap, mib)
         produce_s = time.monotonic() - t0
         c.wait_isr(TOPIC, 0, {1, 2}, timeout=120)
-        if tiered:   # the leader keeps only the tail: everything older is in remote storage
-            _wait(lambda: _local_bytes(c, 1) <= total * LOCAL_SHARE + 2 * SEGMENT_BYTES, 300,
-                  "the leader's local log shrank to its local retention")
+        if tiered:  # the leader keeps only the tail: everything older is in remote storage
+            _wait(
+                lambda: _local_bytes(c, 1) <= total * LOCAL_SHARE + 2 * SEGMENT_BYTES,
+                300,
+                "the leader's local log shrank to its local retention",
+            )
         leader_local = _local_bytes(c, 1)
         c.stop(2)
         shutil.rmtree(c.partition_dir(2, TOPIC, 0))
-        t1 = time.monotonic()     # from the broker's launch: it fetches as soon as it is up
+        t1 = time.monotonic()  # from the broker's launch: it fetches as soon as it is up
         c.start(2)
-        startup_s = time.monotonic() - t1     # launched -> serving and registered (it may be fetching already)
+        startup_s = time.monotonic() - t1  # launched -> serving and registered (it may be fetching already)
         c.wait_isr(TOPIC, 0, {1, 2}, timeout=600)
         rejoin_s = time.monotonic() - t1
-        return {"tiered": tiered, "mib": mib, "records": records, "produce_s": produce_s, "rejoin_s": rejoin_s,
-                "startup_s": startup_s,
-                "leader_local_mib": leader_local / (1 << 20), "follower_local_mib": _local_bytes(c, 2) / (1 << 20)}
+        return {
+            "tiered": tiered,
+            "mib": mib,
+            "records": records,
+            "produce_s": produce_s,
+            "rejoin_s": rejoin_s,
+            "startup_s": startup_s,
+            "leader_local_mib": leader_local / (1 << 20),
+            "follower_local_mib": _local_bytes(c, 2) / (1 << 20),
+        }
     finally:
         c.close()
 
@@ -120,23 +145,30 @@ def measure(mib: int) -> dict[str, Any]:
         untiered = run_mode(False, mib, Path(tmp))
         tiered = run_mode(True, mib, Path(tmp))
     net = [m["rejoin_s"] - m["startup_s"] for m in (untiered, tiered)]
-    return {"untiered": untiered, "tiered": tiered, "ratio": untiered["rejoin_s"] / max(tiered["rejoin_s"], 1e-6),
-            "ratio_after_startup": net[0] / net[1] if min(net) > 0 else None}
+    return {
+        "untiered": untiered,
+        "tiered": tiered,
+        "ratio": untiered["rejoin_s"] / max(tiered["rejoin_s"], 1e-6),
+        "ratio_after_startup": net[0] / net[1] if min(net) > 0 else None,
+    }
 
 
 def table(r: dict[str, Any]) -> str:
     u, t = r["untiered"], r["tiered"]
     after = f"{r['ratio_after_startup']:.1f}x" if r.get("ratio_after_startup") else "n/a"
-    rows = [("wiped follower: broker launched -> in the ISR (s)", u["rejoin_s"], t["rejoin_s"]),
-            ("of which broker start-up: launched -> registered (s)", u["startup_s"], t["startup_s"]),
-            ("leader's local log (MiB)", u["leader_local_mib"], t["leader_local_mib"]),
-            ("follower's local log after rejoining (MiB)", u["follower_local_mib"], t["follower_local_mib"]),
-            ("local tail, % of the topic", 100 * u["leader_local_mib"] / u["mib"],
-             100 * t["leader_local_mib"] / t["mib"]),
-            ("produce, acks=all (s)", u["produce_s"], t["produce_s"])]
-    intro = (f"Topic of {u['mib']} MiB ({u['records']:,} records of {RECORD} B), 2 brokers, RF=2; tiered keeps "
-             f"about {LOCAL_SHARE:.0%} locally. Rejoin ratio untiered/tiered: **{r['ratio']:.1f}x** "
-             f"({after} after the broker's start-up).")
+    rows = [
+        ("wiped follower: broker launched -> in the ISR (s)", u["rejoin_s"], t["rejoin_s"]),
+        ("of which broker start-up: launched -> registered (s)", u["startup_s"], t["startup_s"]),
+        ("leader's local log (MiB)", u["leader_local_mib"], t["leader_local_mib"]),
+        ("follower's local log after rejoining (MiB)", u["follower_local_mib"], t["follower_local_mib"]),
+        ("local tail, % of the topic", 100 * u["leader_local_mib"] / u["mib"], 100 * t["leader_local_mib"] / t["mib"]),
+        ("produce, acks=all (s)", u["produce_s"], t["produce_s"]),
+    ]
+    intro = (
+        f"Topic of {u['mib']} MiB ({u['records']:,} records of {RECORD} B), 2 brokers, RF=2; tiered keeps "
+        f"about {LOCAL_SHARE:.0%} locally. Rejoin ratio untiered/tiered: **{r['ratio']:.1f}x** "
+        f"({after} after the broker's start-up)."
+    )
     lines = [intro, "", "| | untiered | tiered |", "|---|---:|---:|"]
     lines += [f"| {name} | {a:.2f} | {b:.2f} |" for name, a, b in rows]
     return "\n".join(lines)
@@ -147,11 +179,18 @@ def run(results: dict, mib: int | None = None) -> None:
     quick = bool(results.get("bench", {}).get("quick"))
     r = measure(mib or (256 if quick else 1024))
     results["rejoin"] = r
-    results["sections"].append({
-        "name": "rejoin", "title": "Wiped follower rejoining the ISR, tiered vs untiered (bench/rejoin_bench.py)",
-        "markdown": table(r), "raw": r,
-        "plot": {"title": "wiped follower rejoin (s)",
-                 "bars": [("untiered", r["untiered"]["rejoin_s"]), ("tiered", r["tiered"]["rejoin_s"])]}})
+    results["sections"].append(
+        {
+            "name": "rejoin",
+            "title": "Wiped follower rejoining the ISR, tiered vs untiered (bench/rejoin_bench.py)",
+            "markdown": table(r),
+            "raw": r,
+            "plot": {
+                "title": "wiped follower rejoin (s)",
+                "bars": [("untiered", r["untiered"]["rejoin_s"]), ("tiered", r["tiered"]["rejoin_s"])],
+            },
+        }
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

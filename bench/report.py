@@ -54,14 +54,25 @@ def table_rows(results: dict) -> list[dict]:
                 else:
                     vals[b] = "FAILED" if r.get("errors") or r.get("error") else None
             label = m["label"] if counts[m["label"]] == 1 else f"{m['label']} [{sc['name']}]"
-            rows.append({"scenario": label, "plot": m.get("plot"), "higher_is_better": m["higher_is_better"],
-                         "scenario_name": sc["name"], "key": m["key"], **vals})
-    for key, label in (("idle_rss_mib", "broker RSS idle after startup (MiB)"),
-                       ("after_rss_mib", "broker RSS after the run (MiB)"),
-                       ("peak_rss_mib", "broker peak RSS, VmHWM (MiB)")):
+            rows.append(
+                {
+                    "scenario": label,
+                    "plot": m.get("plot"),
+                    "higher_is_better": m["higher_is_better"],
+                    "scenario_name": sc["name"],
+                    "key": m["key"],
+                    **vals,
+                }
+            )
+    for key, label in (
+        ("idle_rss_mib", "broker RSS idle after startup (MiB)"),
+        ("after_rss_mib", "broker RSS after the run (MiB)"),
+        ("peak_rss_mib", "broker peak RSS, VmHWM (MiB)"),
+    ):
         vals = {b: results["brokers"].get(b, {}).get(key) for b in BROKERS}
-        rows.append({"scenario": label, "plot": "rss", "higher_is_better": False, "scenario_name": "rss",
-                     "key": key, **vals})
+        rows.append(
+            {"scenario": label, "plot": "rss", "higher_is_better": False, "scenario_name": "rss", "key": key, **vals}
+        )
     return rows
 
 
@@ -77,8 +88,10 @@ def cpu_rows(results: dict) -> list[dict]:
 def markdown_table(rows: list[dict]) -> str:
     out = ["| scenario | Strata | Tansu | ratio Strata/Tansu | better |", "|---|---:|---:|---:|:---:|"]
     for r in rows:
-        out.append(f"| {r['scenario']} | {_fmt(r['strata'])} | {_fmt(r['tansu'])} | {_ratio(r['strata'], r['tansu'])} "
-                   f"| {'higher' if r['higher_is_better'] else 'lower'} |")
+        out.append(
+            f"| {r['scenario']} | {_fmt(r['strata'])} | {_fmt(r['tansu'])} | {_ratio(r['strata'], r['tansu'])} "
+            f"| {'higher' if r['higher_is_better'] else 'lower'} |"
+        )
     return "\n".join(out)
 
 
@@ -86,8 +99,9 @@ def cpu_table(results: dict) -> str:
     out = ["| scenario | Strata | Tansu | ratio Strata/Tansu |", "|---|---:|---:|---:|"]
     rows = cpu_rows(results)
     for r in rows:
-        out.append(f"| {r['scenario']} | {_fmt(r['strata'])} | {_fmt(r['tansu'])} "
-                   f"| {_ratio(r['strata'], r['tansu'])} |")
+        out.append(
+            f"| {r['scenario']} | {_fmt(r['strata'])} | {_fmt(r['tansu'])} | {_ratio(r['strata'], r['tansu'])} |"
+        )
     return "\n".join(out) if rows else "(no CPU samples)"
 
 
@@ -160,8 +174,7 @@ def problems(results: dict) -> list[str]:
                 out.append(f"{sc['name']} on {b}: {r['error']}")
             summ = r.get("summary") or {}
             if summ.get("capped"):
-                out.append(f"{sc['name']} on {b}: hit its time cap (partial amount: "
-                           f"{summ.get('records')} records)")
+                out.append(f"{sc['name']} on {b}: hit its time cap (partial amount: {summ.get('records')} records)")
     return out
 
 
@@ -174,15 +187,21 @@ def render_markdown(results: dict) -> str:
         "",
         f"- date: {m['date']}  ",
         f"- machine: nproc={m['nproc']}, {m['cpu_model']}, {m['mem_total_gib']:.1f} GiB RAM, {m['kernel']}  ",
-        (f"- python {m['python']}, confluent-kafka {m['confluent_kafka']} (librdkafka {m['librdkafka']}), "
-         f"tansu {m.get('tansu_version', '?')}, strata git {m.get('git_rev', '?')}  "),
-        (f"- mode: {results['mode']}; records of {st['record_size']} B; {st['producer_procs']} producer processes, "
-         f"{st['produce_records']} records per produce scenario (cap {st['produce_time_cap']} s, up to "
-         f"{st['max_reps']} repetitions); latency at {st['latency_rate_mib']} MiB/s for {st['latency_duration']} s; "
-         f"total wall time {results.get('wall_s', 0):.0f} s"),
+        (
+            f"- python {m['python']}, confluent-kafka {m['confluent_kafka']} (librdkafka {m['librdkafka']}), "
+            f"tansu {m.get('tansu_version', '?')}, strata git {m.get('git_rev', '?')}  "
+        ),
+        (
+            f"- mode: {results['mode']}; records of {st['record_size']} B; {st['producer_procs']} producer processes, "
+            f"{st['produce_records']} records per produce scenario (cap {st['produce_time_cap']} s, up to "
+            f"{st['max_reps']} repetitions); latency at {st['latency_rate_mib']} MiB/s for {st['latency_duration']} s; "
+            f"total wall time {results.get('wall_s', 0):.0f} s"
+        ),
         "",
-        ("Ratios are Strata/Tansu from the same run. For MiB/s and rec/s higher is better (ratio > 1: Strata "
-         "faster); for latency, RSS and CPU lower is better (ratio < 1: Strata better)."),
+        (
+            "Ratios are Strata/Tansu from the same run. For MiB/s and rec/s higher is better (ratio > 1: Strata "
+            "faster); for latency, RSS and CPU lower is better (ratio < 1: Strata better)."
+        ),
         "",
         markdown_table(rows),
         "",
@@ -220,24 +239,32 @@ def plot(results: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     rows = table_rows(results) + cpu_rows(results)
-    panels = [("throughput", "throughput (MiB/s, higher is better)"),
-              ("cpu", "broker CPU seconds per GiB moved (lower is better)"),
-              ("latency", "produce latency (ms, lower is better)"),
-              ("rss", "broker RSS (MiB, lower is better)")]
+    panels = [
+        ("throughput", "throughput (MiB/s, higher is better)"),
+        ("cpu", "broker CPU seconds per GiB moved (lower is better)"),
+        ("latency", "produce latency (ms, lower is better)"),
+        ("rss", "broker RSS (MiB, lower is better)"),
+    ]
     present = [(k, t) for k, t in panels if any(r["plot"] == k for r in rows)]
     extra = [sec for sec in results.get("sections", []) if (sec.get("plot") or {}).get("bars")]
     n = len(present) + len(extra)
     if n == 0:
         return
     fig, axes = plt.subplots(n, 1, figsize=(11, 3.6 * n), squeeze=False)
-    for ax, sec in zip(axes[len(present):, 0], extra):
+    for ax, sec in zip(axes[len(present) :, 0], extra):
         bars = [(lbl, v) for lbl, v in sec["plot"]["bars"]]
         vals = [v if isinstance(v, (int, float)) else 0.0 for _, v in bars]
         drawn = ax.bar(range(len(bars)), vals, 0.6, color="#3b6fb6")
         for bar, (_, v) in zip(drawn, bars):
-            ax.annotate(_fmt(v) if isinstance(v, (int, float)) else "n/a",
-                        (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
-                        fontsize=7, xytext=(0, 1), textcoords="offset points")
+            ax.annotate(
+                _fmt(v) if isinstance(v, (int, float)) else "n/a",
+                (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                ha="center",
+                va="bottom",
+                fontsize=7,
+                xytext=(0, 1),
+                textcoords="offset points",
+            )
         ax.set_xticks(list(range(len(bars))))
         ax.set_xticklabels([lbl for lbl, _ in bars], rotation=15, ha="right", fontsize=8)
         ax.set_title(sec["plot"].get("title") or sec.get("title") or sec.get("name"), fontsize=10)
@@ -254,8 +281,15 @@ def plot(results: dict, path: Path) -> None:
             for bar, r in zip(bars, sel):
                 v = r[b]
                 txt = _fmt(v) if isinstance(v, (int, float)) else ("failed" if v == "FAILED" else "n/a")
-                ax.annotate(txt, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
-                            fontsize=7, xytext=(0, 1), textcoords="offset points")
+                ax.annotate(
+                    txt,
+                    (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                    ha="center",
+                    va="bottom",
+                    fontsize=7,
+                    xytext=(0, 1),
+                    textcoords="offset points",
+                )
         if key == "latency":
             pos = [r[b] for r in sel for b in BROKERS if isinstance(r[b], (int, float)) and r[b] > 0]
             if pos and max(pos) / max(min(pos), 1e-9) > 50:

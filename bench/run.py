@@ -49,7 +49,10 @@ def build_scenarios() -> list[Scenario]:
     p8all = ProduceThroughput(partitions=8, acks=-1)
     group = GroupConsumeThroughput(partitions=6, members=3)
     return [
-        p1, p1all, p8, p8all,
+        p1,
+        p1all,
+        p8,
+        p8all,
         ConsumeThroughput(source=p1all),
         ConsumeThroughput(source=p8all),
         RawFetchThroughput(source=p8all),
@@ -79,38 +82,65 @@ def machine_info() -> dict:
         "librdkafka": confluent_kafka.libversion()[0],
     }
     with contextlib.suppress(Exception):
-        info["tansu_version"] = subprocess.run([str(tansu_binary()), "--version"], check=False,
-                                               capture_output=True, text=True, timeout=10).stdout.strip().split()[-1]
+        info["tansu_version"] = (
+            subprocess.run([str(tansu_binary()), "--version"], check=False, capture_output=True, text=True, timeout=10)
+            .stdout.strip()
+            .split()[-1]
+        )
     with contextlib.suppress(Exception):
-        info["git_rev"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], check=False, capture_output=True,
-                                         text=True, cwd=BENCH_DIR.parent, timeout=10).stdout.strip()
+        info["git_rev"] = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            check=False,
+            capture_output=True,
+            text=True,
+            cwd=BENCH_DIR.parent,
+            timeout=10,
+        ).stdout.strip()
     return info
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
     ap.add_argument("--quick", action="store_true", help="small amounts and short caps (smoke test, ~1 min)")
-    ap.add_argument("--only", action="append", choices=sorted(FACTORIES),
-                    help="run only this broker (repeatable); default: all")
-    ap.add_argument("--scenarios", default="",
-                    help="comma-separated substrings; run only scenarios whose name contains one of them "
-                         "(consume scenarios pull in the produce scenario they read)")
+    ap.add_argument(
+        "--only", action="append", choices=sorted(FACTORIES), help="run only this broker (repeatable); default: all"
+    )
+    ap.add_argument(
+        "--scenarios",
+        default="",
+        help="comma-separated substrings; run only scenarios whose name contains one of them "
+        "(consume scenarios pull in the produce scenario they read)",
+    )
     ap.add_argument("--procs", type=int, help="producer processes per produce scenario")
     ap.add_argument("--records", type=int, help="records per produce scenario (split across processes)")
     ap.add_argument("--latency-rate", type=float, help="latency scenario rate, MiB/s")
     ap.add_argument("--reps", type=int, help="max repetitions of a produce scenario (1 = no repetition)")
     ap.add_argument("--out", type=Path, default=BENCH_DIR / "results", help="output directory")
     ap.add_argument("--strata-startup-timeout", type=float, default=60.0)
-    ap.add_argument("--strata-override", action="append", default=[],
-                    help="extra --override KEY=VALUE passed to Strata (repeatable)")
-    ap.add_argument("--strata-launcher", default=None,
-                    help="command replacing 'python -m strata' (shell-split), e.g. a profiler wrapper")
-    ap.add_argument("--groups", default=None,
-                    help="optional scenario groups to run after the side-by-side scenarios, comma-separated "
-                         f"({', '.join(g for g, _ in OPTIONAL_GROUPS)}, all, none); default: all, or with "
-                         "--scenarios only the groups it names")
-    ap.add_argument("--strata-dir", type=Path, default=None,
-                    help="run Strata from another checkout (e.g. `git archive HEAD` unpacked) for before/after runs")
+    ap.add_argument(
+        "--strata-override",
+        action="append",
+        default=[],
+        help="extra --override KEY=VALUE passed to Strata (repeatable)",
+    )
+    ap.add_argument(
+        "--strata-launcher",
+        default=None,
+        help="command replacing 'python -m strata' (shell-split), e.g. a profiler wrapper",
+    )
+    ap.add_argument(
+        "--groups",
+        default=None,
+        help="optional scenario groups to run after the side-by-side scenarios, comma-separated "
+        f"({', '.join(g for g, _ in OPTIONAL_GROUPS)}, all, none); default: all, or with "
+        "--scenarios only the groups it names",
+    )
+    ap.add_argument(
+        "--strata-dir",
+        type=Path,
+        default=None,
+        help="run Strata from another checkout (e.g. `git archive HEAD` unpacked) for before/after runs",
+    )
     return ap.parse_args(argv)
 
 
@@ -130,8 +160,9 @@ def log(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def run_one(sc: Scenario, name: str, b: Broker | None, ctx: RunContext, rep: int,
-            others: list[Broker] | None = None) -> dict:
+def run_one(
+    sc: Scenario, name: str, b: Broker | None, ctx: RunContext, rep: int, others: list[Broker] | None = None
+) -> dict:
     """One repetition of one scenario on one broker; never raises. It starts once every broker of the run is
     quiet: on 2 cores the other broker's leftover work (a deleted topic's files, freed memory) would run during
     this measurement and slow it down."""
@@ -152,12 +183,15 @@ def run_one(sc: Scenario, name: str, b: Broker | None, ctx: RunContext, rep: int
     r["waited_for_others_quiet_s"] = others_quiet_s
     if not b.alive():
         r.setdefault("errors", []).append(
-            f"broker exited with code {b.proc.returncode} during the scenario; log tail:\n{b.log_tail(20)}")
+            f"broker exited with code {b.proc.returncode} during the scenario; log tail:\n{b.log_tail(20)}"
+        )
     mt = r.get("metrics") or {}
     shown = ", ".join(f"{k}={report._fmt(v)}" for k, v in mt.items())
     errs = (r.get("errors") or ([r["error"]] if r.get("error") else [])) + (r.get("notes") or [])
-    log(f"{sc.name}{f' rep {rep + 1}' if rep else ''} on {name}: {shown or 'no result'} ({r['wall_s']:.1f}s)"
-        + (f" PROBLEMS: {errs[0][:300]}" if errs else ""))
+    log(
+        f"{sc.name}{f' rep {rep + 1}' if rep else ''} on {name}: {shown or 'no result'} ({r['wall_s']:.1f}s)"
+        + (f" PROBLEMS: {errs[0][:300]}" if errs else "")
+    )
     return r
 
 
@@ -173,9 +207,9 @@ def run_one(sc: Scenario, name: str, b: Broker | None, ctx: RunContext, rep: int
 #     with its ``table()``). ``results["bench"]`` carries the run's context (quick mode, log dir, Strata overrides).
 OPTIONAL_GROUPS: list[tuple[str, str]] = [
     ("cluster", "bench.cluster_bench"),  # replication: RF=3 produce, latency, leader fail-over (3-broker cluster)
-    ("tiered", "bench.tiered"),          # issue 4: remote reads on SeaweedFS vs raw GET, produce tiering on/off
-    ("spark", "bench.spark_bench"),      # the PySpark data source: direct vs broker vs consumer reads
-    ("rejoin", "bench.rejoin_bench"),    # issue 6: wiped follower rejoining the ISR, tiered vs untiered
+    ("tiered", "bench.tiered"),  # issue 4: remote reads on SeaweedFS vs raw GET, produce tiering on/off
+    ("spark", "bench.spark_bench"),  # the PySpark data source: direct vs broker vs consumer reads
+    ("rejoin", "bench.rejoin_bench"),  # issue 6: wiped follower rejoining the ISR, tiered vs untiered
 ]
 
 
@@ -235,9 +269,14 @@ def _spark_section(results: dict, mod: Any) -> None:
     runs = [results[k] for k in sorted(results) if k == "spark_read" or k.startswith("spark_read_")]
     if not runs or not hasattr(mod, "table"):
         return
-    results["sections"].append({"name": "spark", "title": "Spark data source (bench/spark_bench.py)",
-                                "markdown": "\n\n".join(mod.table(r) for r in runs),
-                                "raw": runs[0] if len(runs) == 1 else runs})
+    results["sections"].append(
+        {
+            "name": "spark",
+            "title": "Spark data source (bench/spark_bench.py)",
+            "markdown": "\n\n".join(mod.table(r) for r in runs),
+            "raw": runs[0] if len(runs) == 1 else runs,
+        }
+    )
 
 
 SECTION_ADAPTERS: dict[str, Callable[[dict, Any], None]] = {"spark": _spark_section}
@@ -293,9 +332,15 @@ def main(argv: list[str] | None = None) -> int:
         "mode": "quick" if args.quick else "full",
         "machine": machine_info(),
         "settings": vars(settings),
-        "bench": {"quick": args.quick, "run_id": ctx.run_id, "out_dir": str(out_dir), "log_dir": str(log_dir),
-                  "strata_dir": str(args.strata_dir) if args.strata_dir else None,
-                  "strata_overrides": list(args.strata_override), "only": names},
+        "bench": {
+            "quick": args.quick,
+            "run_id": ctx.run_id,
+            "out_dir": str(out_dir),
+            "log_dir": str(log_dir),
+            "strata_dir": str(args.strata_dir) if args.strata_dir else None,
+            "strata_overrides": list(args.strata_override),
+            "only": names,
+        },
         "brokers": {},
         "scenarios": [],
         "sections": [],
@@ -309,10 +354,13 @@ def main(argv: list[str] | None = None) -> int:
             for name in names:
                 info = results["brokers"].setdefault(name, {"notes": []})
                 if name == "strata":
-                    b = FACTORIES[name](log_dir, startup_timeout=args.strata_startup_timeout,
-                                        extra_overrides=args.strata_override,
-                                        launcher=shlex.split(args.strata_launcher) if args.strata_launcher else None,
-                                        source_dir=args.strata_dir)
+                    b = FACTORIES[name](
+                        log_dir,
+                        startup_timeout=args.strata_startup_timeout,
+                        extra_overrides=args.strata_override,
+                        launcher=shlex.split(args.strata_launcher) if args.strata_launcher else None,
+                        source_dir=args.strata_dir,
+                    )
                 else:
                     b = FACTORIES[name](log_dir)
                 info["cmd"] = b.cmd
@@ -327,12 +375,19 @@ def main(argv: list[str] | None = None) -> int:
                 info["pid"] = b.pid
                 info["startup_s"] = b.startup_s
                 info["idle_rss_mib"] = b.measure_idle_rss()
-                log(f"{name} up on {b.bootstrap} (pid {b.pid}) in {b.startup_s:.2f}s, idle RSS "
-                    f"{info['idle_rss_mib']:.1f} MiB")
+                log(
+                    f"{name} up on {b.bootstrap} (pid {b.pid}) in {b.startup_s:.2f}s, idle RSS "
+                    f"{info['idle_rss_mib']:.1f} MiB"
+                )
 
         for i, sc in enumerate(scenarios):
-            entry = {"name": sc.name, "kind": sc.kind, "params": sc.params(),
-                     "metric_specs": [vars(m) for m in sc.metrics()], "results": {}}
+            entry = {
+                "name": sc.name,
+                "kind": sc.kind,
+                "params": sc.params(),
+                "metric_specs": [vars(m) for m in sc.metrics()],
+                "results": {},
+            }
             results["scenarios"].append(entry)
             order = names if i % 2 == 0 else list(reversed(names))
             reps: dict[str, list[dict]] = {name: [] for name in names}

@@ -30,12 +30,12 @@ class Settings:
     """Knobs shared by all scenarios (``--quick`` shrinks them)."""
 
     record_size: int = 1024
-    produce_records: int = 200_000          # per scenario, split across producer processes
+    produce_records: int = 200_000  # per scenario, split across producer processes
     producer_procs: int = 2
     produce_time_cap: float = 20.0
     drain_grace: float = 10.0
     consume_time_cap: float = 15.0
-    consume_min_seconds: float = 4.0       # re-read the data set while a pass takes less than this
+    consume_min_seconds: float = 4.0  # re-read the data set while a pass takes less than this
     consume_max_passes: int = 10
     max_consumer_procs: int = 1
     # A produce scenario is repeated (fresh topic each time, brokers interleaved) while its measured time summed
@@ -45,18 +45,29 @@ class Settings:
     latency_rate_mib: float = 8.0
     latency_duration: float = 10.0
     topic_timeout: float = 30.0
-    group_join_timeout: float = 60.0        # subscribe -> stable group (Tansu needs ~session.timeout/2 per join)
-    group_join_time_cap: float = 20.0       # join-latency runs stop starting new runs after this
-    tiered_produce_reps: int = 5            # tiering on/off produce repetitions (alternating)
-    tiered_read_reps: int = 3               # cold read / raw GET repetitions (interleaved, medians compared)
+    group_join_timeout: float = 60.0  # subscribe -> stable group (Tansu needs ~session.timeout/2 per join)
+    group_join_time_cap: float = 20.0  # join-latency runs stop starting new runs after this
+    tiered_produce_reps: int = 5  # tiering on/off produce repetitions (alternating)
+    tiered_read_reps: int = 3  # cold read / raw GET repetitions (interleaved, medians compared)
     tiered_offload_timeout: float = 120.0
     tiered_read_time_cap: float = 60.0
 
     @classmethod
     def quick(cls) -> Settings:
-        return cls(produce_records=30_000, produce_time_cap=8.0, drain_grace=5.0, consume_time_cap=8.0,
-                   consume_min_seconds=1.0, latency_duration=4.0, max_reps=1, group_join_time_cap=8.0,
-                   tiered_produce_reps=1, tiered_read_reps=1, tiered_offload_timeout=60.0, tiered_read_time_cap=30.0)
+        return cls(
+            produce_records=30_000,
+            produce_time_cap=8.0,
+            drain_grace=5.0,
+            consume_time_cap=8.0,
+            consume_min_seconds=1.0,
+            latency_duration=4.0,
+            max_reps=1,
+            group_join_time_cap=8.0,
+            tiered_produce_reps=1,
+            tiered_read_reps=1,
+            tiered_offload_timeout=60.0,
+            tiered_read_time_cap=30.0,
+        )
 
 
 @dataclass
@@ -128,18 +139,31 @@ class ProduceThroughput(Scenario):
 
     def metrics(self) -> list[Metric]:
         t = f"produce {self.partitions}p acks={self.acks}"
-        return [Metric("mib_s", f"{t} (MiB/s)", "MiB/s", True, "throughput"),
-                Metric("rec_s", f"{t} (rec/s)", "rec/s", True)]
+        return [
+            Metric("mib_s", f"{t} (MiB/s)", "MiB/s", True, "throughput"),
+            Metric("rec_s", f"{t} (rec/s)", "rec/s", True),
+        ]
 
     def run(self, broker: Broker, ctx: RunContext) -> dict:
         s = ctx.settings
         topic = self.topic(broker, ctx)
         broker.create_topic(topic, self.partitions, s.topic_timeout)
-        cfgs = [{"worker": i, "bootstrap": broker.bootstrap, "topic": topic, "acks": self.acks, "count": n,
-                 "record_size": s.record_size, "time_cap": s.produce_time_cap, "drain_grace": s.drain_grace}
-                for i, n in enumerate(load.split(s.produce_records, s.producer_procs))]
-        wr = load.run_workers(load.produce_worker, cfgs, s.produce_time_cap + s.drain_grace + 60,
-                              probe=_cpu_probe(broker))
+        cfgs = [
+            {
+                "worker": i,
+                "bootstrap": broker.bootstrap,
+                "topic": topic,
+                "acks": self.acks,
+                "count": n,
+                "record_size": s.record_size,
+                "time_cap": s.produce_time_cap,
+                "drain_grace": s.drain_grace,
+            }
+            for i, n in enumerate(load.split(s.produce_records, s.producer_procs))
+        ]
+        wr = load.run_workers(
+            load.produce_worker, cfgs, s.produce_time_cap + s.drain_grace + 60, probe=_cpu_probe(broker)
+        )
         ok = wr.ok
         out: dict[str, Any] = {"raw": wr.results, "errors": list(wr.errors), "topic": topic}
         if not ok:
@@ -161,8 +185,14 @@ class ProduceThroughput(Scenario):
         else:
             broker.delete_topic(topic)
         out["metrics"] = {"mib_s": nbytes / MiB / secs, "rec_s": nrec / secs}
-        out["summary"] = {"seconds": secs, "bytes": nbytes, "records": nrec, "requested": s.produce_records,
-                          "capped": any(r["capped"] for r in ok), "delivery_errors": errs}
+        out["summary"] = {
+            "seconds": secs,
+            "bytes": nbytes,
+            "records": nrec,
+            "requested": s.produce_records,
+            "capped": any(r["capped"] for r in ok),
+            "delivery_errors": errs,
+        }
         _add_cpu(out, wr, nbytes)
         return out
 
@@ -181,8 +211,10 @@ class ConsumeThroughput(Scenario):
 
     def metrics(self) -> list[Metric]:
         t = f"consume {self.partitions}p"
-        return [Metric("mib_s", f"{t} (MiB/s)", "MiB/s", True, "throughput"),
-                Metric("rec_s", f"{t} (rec/s)", "rec/s", True)]
+        return [
+            Metric("mib_s", f"{t} (MiB/s)", "MiB/s", True, "throughput"),
+            Metric("rec_s", f"{t} (rec/s)", "rec/s", True),
+        ]
 
     def run(self, broker: Broker, ctx: RunContext) -> dict:
         s = ctx.settings
@@ -192,10 +224,18 @@ class ConsumeThroughput(Scenario):
             raise BrokerError(f"no data: scenario {self.source.name} wrote nothing on {broker.name}")
         nproc = min(s.max_consumer_procs, self.partitions)
         parts = list(range(self.partitions))
-        cfgs = [{"worker": i, "bootstrap": broker.bootstrap, "topic": topic,
-                 "targets": {p: written.get(p, 0) for p in parts[i::nproc]}, "time_cap": s.consume_time_cap,
-                 "min_seconds": s.consume_min_seconds, "max_passes": s.consume_max_passes}
-                for i in range(nproc)]
+        cfgs = [
+            {
+                "worker": i,
+                "bootstrap": broker.bootstrap,
+                "topic": topic,
+                "targets": {p: written.get(p, 0) for p in parts[i::nproc]},
+                "time_cap": s.consume_time_cap,
+                "min_seconds": s.consume_min_seconds,
+                "max_passes": s.consume_max_passes,
+            }
+            for i in range(nproc)
+        ]
         wr = load.run_workers(load.consume_worker, cfgs, s.consume_time_cap + 60, probe=_cpu_probe(broker))
         ok = wr.ok
         out: dict[str, Any] = {"raw": wr.results, "errors": list(wr.errors), "topic": topic}
@@ -212,11 +252,19 @@ class ConsumeThroughput(Scenario):
         hw = {int(p): w for r in ok for p, w in r["watermarks"].items()}
         bad_hw = {p: (hw[p][1], written[p]) for p in hw if hw[p][1] - hw[p][0] != written.get(p, 0)}
         if bad_hw:  # a finding about the broker, not a failed measurement
-            out["notes"] = ["check failed: ListOffsets high watermark != acknowledged records "
-                            "{partition: (hw, acked)}: " + str(dict(sorted(bad_hw.items())))]
+            out["notes"] = [
+                "check failed: ListOffsets high watermark != acknowledged records "
+                "{partition: (hw, acked)}: " + str(dict(sorted(bad_hw.items())))
+            ]
         out["metrics"] = {"mib_s": nbytes / MiB / secs, "rec_s": nrec / secs}
-        out["summary"] = {"seconds": secs, "bytes": nbytes, "records": nrec, "records_per_pass": expected,
-                          "passes": passes, "capped": passes == 0}
+        out["summary"] = {
+            "seconds": secs,
+            "bytes": nbytes,
+            "records": nrec,
+            "records_per_pass": expected,
+            "passes": passes,
+            "capped": passes == 0,
+        }
         _add_cpu(out, wr, nbytes)
         return out
 
@@ -234,22 +282,34 @@ class ProduceLatency(Scenario):
 
     def metrics(self) -> list[Metric]:
         t = f"latency {self.partitions}p acks={self.acks}"
-        return [Metric("p50", f"{t} p50 (ms)", "ms", False, "latency"),
-                Metric("p95", f"{t} p95 (ms)", "ms", False, "latency"),
-                Metric("p99", f"{t} p99 (ms)", "ms", False, "latency"),
-                Metric("max", f"{t} max (ms)", "ms", False, "latency"),
-                Metric("achieved_mib_s", f"{t} achieved rate (MiB/s)", "MiB/s", True)]
+        return [
+            Metric("p50", f"{t} p50 (ms)", "ms", False, "latency"),
+            Metric("p95", f"{t} p95 (ms)", "ms", False, "latency"),
+            Metric("p99", f"{t} p99 (ms)", "ms", False, "latency"),
+            Metric("max", f"{t} max (ms)", "ms", False, "latency"),
+            Metric("achieved_mib_s", f"{t} achieved rate (MiB/s)", "MiB/s", True),
+        ]
 
     def run(self, broker: Broker, ctx: RunContext) -> dict:
         s = ctx.settings
         topic = self.topic(broker, ctx)
         broker.create_topic(topic, self.partitions, s.topic_timeout)
         ctx.topics[(broker.name, self.name)] = topic
-        cfgs = [{"worker": 0, "bootstrap": broker.bootstrap, "topic": topic, "acks": self.acks,
-                 "record_size": s.record_size, "rate_bytes": s.latency_rate_mib * MiB,
-                 "duration": s.latency_duration, "drain_grace": s.drain_grace}]
-        wr = load.run_workers(load.latency_worker, cfgs, s.latency_duration + s.drain_grace + 60,
-                              probe=_cpu_probe(broker))
+        cfgs = [
+            {
+                "worker": 0,
+                "bootstrap": broker.bootstrap,
+                "topic": topic,
+                "acks": self.acks,
+                "record_size": s.record_size,
+                "rate_bytes": s.latency_rate_mib * MiB,
+                "duration": s.latency_duration,
+                "drain_grace": s.drain_grace,
+            }
+        ]
+        wr = load.run_workers(
+            load.latency_worker, cfgs, s.latency_duration + s.drain_grace + 60, probe=_cpu_probe(broker)
+        )
         ok = wr.ok
         out: dict[str, Any] = {"errors": list(wr.errors), "topic": topic}
         if not ok:
@@ -260,12 +320,20 @@ class ProduceLatency(Scenario):
         out["raw"] = [r]
         pct = load._percentiles(lats)
         if r["errors"] or r["undelivered"]:
-            out["errors"].append(f"{r['errors']} delivery errors, {r['undelivered']} undelivered "
-                                 f"(first: {r['first_error']})")
-        out["metrics"] = {**{k: pct.get(k) for k in ("p50", "p95", "p99", "max")},
-                          "achieved_mib_s": r["delivered"] * s.record_size / MiB / max(r["produced_for"], 1e-9)}
-        out["summary"] = {"target_mib_s": s.latency_rate_mib, "duration_s": s.latency_duration,
-                          "sent": r["sent"], "delivered": r["delivered"], "latency_ms": pct}
+            out["errors"].append(
+                f"{r['errors']} delivery errors, {r['undelivered']} undelivered (first: {r['first_error']})"
+            )
+        out["metrics"] = {
+            **{k: pct.get(k) for k in ("p50", "p95", "p99", "max")},
+            "achieved_mib_s": r["delivered"] * s.record_size / MiB / max(r["produced_for"], 1e-9),
+        }
+        out["summary"] = {
+            "target_mib_s": s.latency_rate_mib,
+            "duration_s": s.latency_duration,
+            "sent": r["sent"],
+            "delivered": r["delivered"],
+            "latency_ms": pct,
+        }
         _add_cpu(out, wr, r["bytes"])
         return out
 
@@ -285,8 +353,9 @@ class RawFetchThroughput(Scenario):
     kind = "fetch"
     repeatable = True
 
-    def __init__(self, source: ProduceThroughput, procs: int = 3, max_bytes: int = 64 * MiB,
-                 partition_max_bytes: int = 16 * MiB):
+    def __init__(
+        self, source: ProduceThroughput, procs: int = 3, max_bytes: int = 64 * MiB, partition_max_bytes: int = 16 * MiB
+    ):
         self.source = source
         self.partitions = source.partitions
         self.procs = procs
@@ -295,14 +364,21 @@ class RawFetchThroughput(Scenario):
         self.name = f"fetch-raw-{source.partitions}p"
 
     def params(self) -> dict:
-        return {"partitions": self.partitions, "reads_topic_of": self.source.name, "procs": self.procs,
-                "max_bytes": self.max_bytes, "partition_max_bytes": self.partition_max_bytes,
-                "fetch_version": 11}
+        return {
+            "partitions": self.partitions,
+            "reads_topic_of": self.source.name,
+            "procs": self.procs,
+            "max_bytes": self.max_bytes,
+            "partition_max_bytes": self.partition_max_bytes,
+            "fetch_version": 11,
+        }
 
     def metrics(self) -> list[Metric]:
         t = f"raw Fetch {self.partitions}p, {self.procs} procs"
-        return [Metric("mib_s", f"{t} (MiB/s)", "MiB/s", True, "throughput"),
-                Metric("req_s", f"{t} (requests/s)", "req/s", True)]
+        return [
+            Metric("mib_s", f"{t} (MiB/s)", "MiB/s", True, "throughput"),
+            Metric("req_s", f"{t} (requests/s)", "req/s", True),
+        ]
 
     def run(self, broker: Broker, ctx: RunContext) -> dict:
         from . import rawfetch
@@ -312,11 +388,20 @@ class RawFetchThroughput(Scenario):
         written = ctx.written.get((broker.name, self.source.name))
         if topic is None or not written:
             raise BrokerError(f"no data: scenario {self.source.name} wrote nothing on {broker.name}")
-        cfgs = [{"worker": i, "bootstrap": broker.bootstrap, "topic": topic, "targets": dict(written),
-                 "max_bytes": self.max_bytes, "partition_max_bytes": self.partition_max_bytes,
-                 "time_cap": s.consume_time_cap, "min_seconds": s.consume_min_seconds,
-                 "max_passes": s.consume_max_passes}
-                for i in range(self.procs)]
+        cfgs = [
+            {
+                "worker": i,
+                "bootstrap": broker.bootstrap,
+                "topic": topic,
+                "targets": dict(written),
+                "max_bytes": self.max_bytes,
+                "partition_max_bytes": self.partition_max_bytes,
+                "time_cap": s.consume_time_cap,
+                "min_seconds": s.consume_min_seconds,
+                "max_passes": s.consume_max_passes,
+            }
+            for i in range(self.procs)
+        ]
         wr = load.run_workers(rawfetch.raw_fetch_worker, cfgs, s.consume_time_cap + 60, probe=_cpu_probe(broker))
         ok = wr.ok
         out: dict[str, Any] = {"raw": wr.results, "errors": list(wr.errors), "topic": topic}
@@ -331,8 +416,14 @@ class RawFetchThroughput(Scenario):
         if errs:
             out["errors"].append(f"{errs} partition errors, first: {next(r['first_error'] for r in ok if r['errors'])}")
         out["metrics"] = {"mib_s": nbytes / MiB / secs, "req_s": nreq / secs}
-        out["summary"] = {"seconds": secs, "bytes": nbytes, "requests": nreq, "passes": passes,
-                          "capped": passes == 0, "records": None}
+        out["summary"] = {
+            "seconds": secs,
+            "bytes": nbytes,
+            "requests": nreq,
+            "passes": passes,
+            "capped": passes == 0,
+            "records": None,
+        }
         _add_cpu(out, wr, nbytes)
         return out
 
@@ -362,17 +453,29 @@ class GroupConsumeThroughput(Scenario):
 
     def metrics(self) -> list[Metric]:
         t = f"group consume {self.partitions}p, {self.members} members"
-        return [Metric("mib_s", f"{t} (MiB/s)", "MiB/s", True, "throughput"),
-                Metric("rec_s", f"{t} (rec/s)", "rec/s", True),
-                Metric("join_s", f"{t}: subscribe -> group stable (s)", "s", False)]
+        return [
+            Metric("mib_s", f"{t} (MiB/s)", "MiB/s", True, "throughput"),
+            Metric("rec_s", f"{t} (rec/s)", "rec/s", True),
+            Metric("join_s", f"{t}: subscribe -> group stable (s)", "s", False),
+        ]
 
     def run(self, broker: Broker, ctx: RunContext) -> dict:
         s = ctx.settings
         topic = self.topic(broker, ctx)
         broker.create_topic(topic, self.partitions, s.topic_timeout)
-        pcfgs = [{"worker": i, "bootstrap": broker.bootstrap, "topic": topic, "acks": 1, "count": n,
-                  "record_size": s.record_size, "time_cap": s.produce_time_cap, "drain_grace": s.drain_grace}
-                 for i, n in enumerate(load.split(s.produce_records, s.producer_procs))]
+        pcfgs = [
+            {
+                "worker": i,
+                "bootstrap": broker.bootstrap,
+                "topic": topic,
+                "acks": 1,
+                "count": n,
+                "record_size": s.record_size,
+                "time_cap": s.produce_time_cap,
+                "drain_grace": s.drain_grace,
+            }
+            for i, n in enumerate(load.split(s.produce_records, s.producer_procs))
+        ]
         pw = load.run_workers(load.produce_worker, pcfgs, s.produce_time_cap + s.drain_grace + 60)
         out: dict[str, Any] = {"errors": list(pw.errors), "topic": topic}
         written: dict[int, int] = {}
@@ -385,12 +488,23 @@ class GroupConsumeThroughput(Scenario):
         ctx.topics[(broker.name, self.name)] = topic
         ctx.written[(broker.name, self.name)] = written
         group = f"bench-group-{ctx.run_id}-{uuid.uuid4().hex[:6]}"
-        cfgs = [{"worker": i, "bootstrap": broker.bootstrap, "topic": topic, "group": group, "targets": written,
-                 "time_cap": s.consume_time_cap, "min_seconds": s.consume_min_seconds,
-                 "max_passes": s.consume_max_passes} for i in range(self.members)]
+        cfgs = [
+            {
+                "worker": i,
+                "bootstrap": broker.bootstrap,
+                "topic": topic,
+                "group": group,
+                "targets": written,
+                "time_cap": s.consume_time_cap,
+                "min_seconds": s.consume_min_seconds,
+                "max_passes": s.consume_max_passes,
+            }
+            for i in range(self.members)
+        ]
         broker.wait_quiet()
-        wr = load.run_group_workers(cfgs, self.partitions, s.consume_time_cap + 60, s.group_join_timeout,
-                                    probe=_cpu_probe(broker))
+        wr = load.run_group_workers(
+            cfgs, self.partitions, s.consume_time_cap + 60, s.group_join_timeout, probe=_cpu_probe(broker)
+        )
         out["errors"] += wr.errors
         out["raw"] = wr.results
         out["join"] = wr.join
@@ -408,9 +522,16 @@ class GroupConsumeThroughput(Scenario):
             out["errors"].append(f"read {nrec} records before the {s.consume_time_cap}s cap")
         first_assign = [r["first_assign"] - r["t_subscribe"] for r in ok if r.get("first_assign")]
         out["metrics"] = {"mib_s": nbytes / MiB / secs, "rec_s": nrec / secs, "join_s": wr.join["stable_s"]}
-        out["summary"] = {"seconds": secs, "bytes": nbytes, "records": nrec, "passes": passes,
-                          "capped": passes == 0, "member_first_assignment_s": first_assign,
-                          "assignments": {str(r["worker"]): r["assigned"] for r in ok}, "join": wr.join}
+        out["summary"] = {
+            "seconds": secs,
+            "bytes": nbytes,
+            "records": nrec,
+            "passes": passes,
+            "capped": passes == 0,
+            "member_first_assignment_s": first_assign,
+            "assignments": {str(r["worker"]): r["assigned"] for r in ok},
+            "join": wr.join,
+        }
         _add_cpu(out, wr, nbytes)
         return out
 
@@ -431,18 +552,26 @@ class GroupJoinLatency(Scenario):
         return {"runs": self.runs, "reads_topic_of": self.source.name, **load.GROUP_CONSUMER_CONF}
 
     def metrics(self) -> list[Metric]:
-        return [Metric("first_record_ms", "group join: subscribe -> first record, median (ms)", "ms", False),
-                Metric("assign_ms", "group join: subscribe -> assignment, median (ms)", "ms", False),
-                Metric("first_record_max_ms", "group join: subscribe -> first record, worst run (ms)", "ms", False)]
+        return [
+            Metric("first_record_ms", "group join: subscribe -> first record, median (ms)", "ms", False),
+            Metric("assign_ms", "group join: subscribe -> assignment, median (ms)", "ms", False),
+            Metric("first_record_max_ms", "group join: subscribe -> first record, worst run (ms)", "ms", False),
+        ]
 
     def run(self, broker: Broker, ctx: RunContext) -> dict:
         s = ctx.settings
         topic = ctx.topics.get((broker.name, self.source.name))
         if topic is None:
             raise BrokerError(f"no data: scenario {self.source.name} wrote nothing on {broker.name}")
-        cfg = {"worker": 0, "bootstrap": broker.bootstrap, "topic": topic, "runs": self.runs,
-               "group_prefix": f"bench-join-{ctx.run_id}-{uuid.uuid4().hex[:4]}", "run_cap": s.group_join_timeout,
-               "time_cap": s.group_join_time_cap}
+        cfg = {
+            "worker": 0,
+            "bootstrap": broker.bootstrap,
+            "topic": topic,
+            "runs": self.runs,
+            "group_prefix": f"bench-join-{ctx.run_id}-{uuid.uuid4().hex[:4]}",
+            "run_cap": s.group_join_timeout,
+            "time_cap": s.group_join_time_cap,
+        }
         wr = load.run_workers(load.join_worker, [cfg], s.group_join_time_cap + s.group_join_timeout + 60)
         out: dict[str, Any] = {"errors": list(wr.errors), "raw": wr.results}
         if not wr.ok:
@@ -450,15 +579,17 @@ class GroupJoinLatency(Scenario):
         runs = wr.ok[0]["runs"]
         firsts = [r["first_record_s"] for r in runs]
         if any(x is None for x in firsts):
-            out["errors"].append(f"{sum(x is None for x in firsts)} of {len(runs)} runs got no record within "
-                                 f"{s.group_join_timeout}s")
+            out["errors"].append(
+                f"{sum(x is None for x in firsts)} of {len(runs)} runs got no record within {s.group_join_timeout}s"
+            )
         good = [x for x in firsts if x is not None]
         if not good:
             return out
         med = _median(good)
-        out["metrics"] = {"first_record_ms": med * 1000,
-                          "assign_ms": (_median([r["assign_s"] for r in runs]) or 0.0) * 1000,
-                          "first_record_max_ms": max(good) * 1000}
-        out["summary"] = {"runs": len(runs), "first_record_s": firsts,
-                          "assign_s": [r["assign_s"] for r in runs]}
+        out["metrics"] = {
+            "first_record_ms": med * 1000,
+            "assign_ms": (_median([r["assign_s"] for r in runs]) or 0.0) * 1000,
+            "first_record_max_ms": max(good) * 1000,
+        }
+        out["summary"] = {"runs": len(runs), "first_record_s": firsts, "assign_s": [r["assign_s"] for r in runs]}
         return out

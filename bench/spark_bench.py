@@ -21,6 +21,7 @@ only serves the local tail and Metadata/ListOffsets/``__remote_log_metadata`` to
 repetitions is kept for each reader. ``--storage local`` runs the same with LocalTieredStorage (a directory), which
 takes the object-store server's CPU out of the comparison on a small machine.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,16 +51,30 @@ def _fill(bootstrap: str, partitions: int, mib: int) -> tuple[int, int]:
     from confluent_kafka import Producer
 
     n = mib * 1024 * 1024 // VALUE_BYTES
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5,
-                  "batch.size": 1 << 20, "compression.type": "none", "log_level": 3})
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "batch.size": 1 << 20,
+            "compression.type": "none",
+            "log_level": 3,
+        }
+    )
     payload = os.urandom(VALUE_BYTES * 64)
     failed: list[Any] = []
     for i in range(n):
         off = (i * 37) % (len(payload) - VALUE_BYTES)
         while True:
             try:
-                p.produce(TOPIC, payload[off:off + VALUE_BYTES], key=b"%08d" % i, partition=i % partitions,
-                          on_delivery=lambda err, _m: failed.append(err) if err else None)
+                p.produce(
+                    TOPIC,
+                    payload[off : off + VALUE_BYTES],
+                    key=b"%08d" % i,
+                    partition=i % partitions,
+                    on_delivery=lambda err, _m: failed.append(err) if err else None,
+                )
                 break
             except BufferError:
                 p.poll(0.05)
@@ -79,19 +94,27 @@ def _wait_offloaded(bootstrap: str, partitions: int, timeout: float = 300) -> di
             local = a.list_offsets(TOPIC, range(partitions), -4)
             end = a.list_offsets(TOPIC, range(partitions), -1)
         state = {p: (local[p], end[p]) for p in range(partitions)}
-        if all(end[p] - local[p] <= 9 * 1024 for p in state):     # at most ~one 8 MiB segment left locally
+        if all(end[p] - local[p] <= 9 * 1024 for p in state):  # at most ~one 8 MiB segment left locally
             return state
         if time.monotonic() > deadline:
             raise RuntimeError(f"tiering did not catch up within {timeout}s: {state}")
-        time.sleep(0.5)   # polling interval of a bounded condition wait
+        time.sleep(0.5)  # polling interval of a bounded condition wait
 
 
 def _consumer_read(bootstrap: str, partitions: int, expected: int) -> tuple[float, int, int]:
     from confluent_kafka import Consumer, TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:8]}",
-                  "enable.auto.commit": False, "fetch.max.bytes": 64 << 20, "max.partition.fetch.bytes": 16 << 20,
-                  "queued.max.messages.kbytes": 128 << 10, "log_level": 3})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 64 << 20,
+            "max.partition.fetch.bytes": 16 << 20,
+            "queued.max.messages.kbytes": 128 << 10,
+            "log_level": 3,
+        }
+    )
     try:
         t0 = time.monotonic()
         c.assign([TopicPartition(TOPIC, p, -2) for p in range(partitions)])
@@ -111,8 +134,13 @@ def _consumer_read(bootstrap: str, partitions: int, expected: int) -> tuple[floa
 
 def _spark_read(spark: Any, options: dict[str, str]) -> tuple[float, int, int]:
     t0 = time.monotonic()
-    row = (spark.read.format("strata").options(**options).load()
-           .selectExpr("count(*) AS n", "sum(length(value)) + sum(length(key)) AS b").collect()[0])
+    row = (
+        spark.read.format("strata")
+        .options(**options)
+        .load()
+        .selectExpr("count(*) AS n", "sum(length(value)) + sum(length(key)) AS b")
+        .collect()[0]
+    )
     return time.monotonic() - t0, int(row["n"]), int(row["b"] or 0)
 
 
@@ -127,13 +155,16 @@ def measure(mib: int = 512, partitions: int = 2, reps: int = 3, storage: str = "
         s3 = (SeaweedServer if storage == "seaweedfs" else MotoServer)(work / storage)
         s3.start()
         rsm = s3.rsm_config(**{"key.prefix": f"bench-{uuid.uuid4().hex[:8]}/"})
-    else:                                   # LocalTieredStorage: no object-store server competing for the CPU
+    else:  # LocalTieredStorage: no object-store server competing for the CPU
         rsm = {"dir": str(work / "tiered")}
     rsm_class = "local" if storage == "local" else "s3"
     overrides: dict[str, object] = {
-        "remote.log.storage.system.enable": "true", "remote.log.storage.manager.class.name": rsm_class,
-        "remote.log.manager.task.interval.ms": 300, "remote.log.metadata.topic.num.partitions": 5,
-        "log.retention.check.interval.ms": 300, "log.segment.delete.delay.ms": 0,
+        "remote.log.storage.system.enable": "true",
+        "remote.log.storage.manager.class.name": rsm_class,
+        "remote.log.manager.task.interval.ms": 300,
+        "remote.log.metadata.topic.num.partitions": 5,
+        "log.retention.check.interval.ms": 300,
+        "log.segment.delete.delay.ms": 0,
         **{f"rsm.config.{k}": v for k, v in rsm.items()},
         # history much larger than the broker's chunk cache, as in production: repeated reads are not served
         # from the broker's memory
@@ -146,23 +177,38 @@ def measure(mib: int = 512, partitions: int = 2, reps: int = 3, storage: str = "
         from strata.cli.admin_client import AdminClient
 
         with AdminClient(broker.bootstrap) as a:
-            a.create_topic(TOPIC, partitions, 1, {"remote.storage.enable": "true", "segment.bytes": str(8 << 20),
-                                                  "local.retention.bytes": "1", "retention.ms": "-1"})
+            a.create_topic(
+                TOPIC,
+                partitions,
+                1,
+                {
+                    "remote.storage.enable": "true",
+                    "segment.bytes": str(8 << 20),
+                    "local.retention.bytes": "1",
+                    "retention.ms": "-1",
+                },
+            )
         records, _ = _fill(broker.bootstrap, partitions, mib)
         state = _wait_offloaded(broker.bootstrap, partitions)
         remote_records = sum(local for local, _end in state.values())
 
         spark = get_spark("strata-spark-bench")
         base = {"kafka.bootstrap.servers": broker.bootstrap, "subscribe": TOPIC}
-        direct = {**base, "read.mode": "direct", "rsm.class.name": rsm_class,
-                  **{f"rsm.config.{k}": str(v) for k, v in rsm.items()}}
+        direct = {
+            **base,
+            "read.mode": "direct",
+            "rsm.class.name": rsm_class,
+            **{f"rsm.config.{k}": str(v) for k, v in rsm.items()},
+        }
         warm = {"endingOffsets": json.dumps({TOPIC: {str(p): 2000 for p in range(partitions)}})}
         _spark_read(spark, {**base, **warm})
         _spark_read(spark, {**direct, **warm})
         # Spark's cost per query (planning in its Python workers, scheduling, task start), the same in both
         # modes: the best of a few reads of 2000 records per partition
-        overhead = {mode: min(_spark_read(spark, {**o, **warm})[0] for _ in range(3))
-                    for mode, o in (("broker", base), ("direct", direct))}
+        overhead = {
+            mode: min(_spark_read(spark, {**o, **warm})[0] for _ in range(3))
+            for mode, o in (("broker", base), ("direct", direct))
+        }
 
         def timed(name: str, fn: Any) -> dict[str, Any]:
             best: dict[str, Any] | None = None
@@ -172,9 +218,14 @@ def measure(mib: int = 512, partitions: int = 2, reps: int = 3, storage: str = "
                 cpu = _cpu_seconds(broker.pid) - cpu0
                 if n != records:
                     raise RuntimeError(f"{name}: read {n} records, expected {records}")
-                run = {"seconds": round(seconds, 3), "records": n, "bytes": nbytes,
-                       "mb_per_s": round(nbytes / seconds / 1e6, 1), "broker_cpu_s": round(cpu, 2),
-                       "broker_cpu_share": round(cpu / seconds, 2)}
+                run = {
+                    "seconds": round(seconds, 3),
+                    "records": n,
+                    "bytes": nbytes,
+                    "mb_per_s": round(nbytes / seconds / 1e6, 1),
+                    "broker_cpu_s": round(cpu, 2),
+                    "broker_cpu_share": round(cpu / seconds, 2),
+                }
                 if best is None or run["seconds"] < best["seconds"]:
                     best = run
             assert best is not None
@@ -182,7 +233,9 @@ def measure(mib: int = 512, partitions: int = 2, reps: int = 3, storage: str = "
 
         out = {
             "storage": STORAGE_NAMES[storage],
-            "topic_mib": mib, "partitions": partitions, "records": records,
+            "topic_mib": mib,
+            "partitions": partitions,
+            "records": records,
             "remote_fraction": round(remote_records / records, 3),
             "query_overhead_s": {k: round(v, 3) for k, v in overhead.items()},
             "consumer": timed("consumer", lambda: _consumer_read(broker.bootstrap, partitions, records)),
@@ -201,19 +254,32 @@ def measure(mib: int = 512, partitions: int = 2, reps: int = 3, storage: str = "
 
 
 def table(r: dict[str, Any]) -> str:
-    lines = [(f"Spark batch read of a tiered topic ({r['topic_mib']} MiB, {r['partitions']} partitions, "
-             f"{r['remote_fraction']:.0%} only in {r['storage']})"), "",
-             "| reader | MB/s | seconds | broker CPU s | broker CPU share |", "|---|---:|---:|---:|---:|"]
-    for key, label in (("consumer", "one confluent-kafka consumer"), ("spark_broker", "Spark read.mode=broker"),
-                       ("spark_direct", "Spark read.mode=direct")):
+    lines = [
+        (
+            f"Spark batch read of a tiered topic ({r['topic_mib']} MiB, {r['partitions']} partitions, "
+            f"{r['remote_fraction']:.0%} only in {r['storage']})"
+        ),
+        "",
+        "| reader | MB/s | seconds | broker CPU s | broker CPU share |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for key, label in (
+        ("consumer", "one confluent-kafka consumer"),
+        ("spark_broker", "Spark read.mode=broker"),
+        ("spark_direct", "Spark read.mode=direct"),
+    ):
         m = r[key]
-        lines.append(f"| {label} | {m['mb_per_s']} | {m['seconds']} | {m['broker_cpu_s']} | "
-                     f"{m['broker_cpu_share']} |")
+        lines.append(f"| {label} | {m['mb_per_s']} | {m['seconds']} | {m['broker_cpu_s']} | {m['broker_cpu_share']} |")
     lines += ["", f"direct / broker: {r['direct_vs_broker']}x; direct / consumer: {r['direct_vs_consumer']}x"]
     if "query_overhead_s" in r:
         o = r["query_overhead_s"]
-        lines += ["", (f"Spark's cost per query, in both modes (a read of 2000 records per partition): "
-                       f"{o['broker']} s broker, {o['direct']} s direct")]
+        lines += [
+            "",
+            (
+                f"Spark's cost per query, in both modes (a read of 2000 records per partition): "
+                f"{o['broker']} s broker, {o['direct']} s direct"
+            ),
+        ]
     return "\n".join(lines)
 
 
@@ -222,8 +288,9 @@ def table(r: dict[str, Any]) -> str:
 RUNS: tuple[tuple[str, int], ...] = (("seaweedfs", 512), ("local", 512), ("seaweedfs", 128))
 
 
-def run(results: dict, *, partitions: int = 2, reps: int = 3,
-        runs: tuple[tuple[str, int], ...] = RUNS) -> dict[str, Any]:
+def run(
+    results: dict, *, partitions: int = 2, reps: int = 3, runs: tuple[tuple[str, int], ...] = RUNS
+) -> dict[str, Any]:
     """Hook for bench.run: measures each (storage, size) and stores the numbers under ``results["spark_read"]``
     (the first) and ``results["spark_read_<storage>_<MiB>"]`` (the others); returns the first."""
     first: dict[str, Any] = {}
@@ -239,14 +306,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mib", type=int, default=512, help="topic size in MiB (default 512)")
     ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--storage", choices=("seaweedfs", "s3", "local", "both"), default="both",
-                    help="remote storage: S3 on SeaweedFS, S3 on a moto server, LocalTieredStorage, or both "
-                         "SeaweedFS and LocalTieredStorage (default, as `make bench`)")
+    ap.add_argument(
+        "--storage",
+        choices=("seaweedfs", "s3", "local", "both"),
+        default="both",
+        help="remote storage: S3 on SeaweedFS, S3 on a moto server, LocalTieredStorage, or both "
+        "SeaweedFS and LocalTieredStorage (default, as `make bench`)",
+    )
     ap.add_argument("--json", type=Path, default=None, help="also write the numbers here")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(REPO_ROOT))
     results: dict[str, Any] = {}
-    for storage in (("seaweedfs", "local") if args.storage == "both" else (args.storage,)):
+    for storage in ("seaweedfs", "local") if args.storage == "both" else (args.storage,):
         r = measure(mib=args.mib, partitions=args.partitions, reps=args.reps, storage=storage)
         results[f"spark_read_{storage}"] = r
         print(table(r) + "\n")

@@ -72,8 +72,12 @@ def scrape_metric(url: str, name: str, labels: dict[str, str]) -> float | None:
     return None
 
 
-REMOTE_READ_METRICS = ("strata_remote_fetch_requests_total", "strata_remote_fetch_bytes_total",
-                       "strata_delayed_remote_fetch_expires_total", "strata_remote_fetch_errors_total")
+REMOTE_READ_METRICS = (
+    "strata_remote_fetch_requests_total",
+    "strata_remote_fetch_bytes_total",
+    "strata_delayed_remote_fetch_expires_total",
+    "strata_remote_fetch_errors_total",
+)
 
 
 def remote_counters(url: str, topic: str) -> dict[str, float | None]:
@@ -81,8 +85,10 @@ def remote_counters(url: str, topic: str) -> dict[str, float | None]:
 
 
 def _delta(a: dict, b: dict) -> dict:
-    return {k.removeprefix("strata_").removesuffix("_total"): (b[k] - (a.get(k) or 0.0)) if b.get(k) is not None
-            else None for k in b}
+    return {
+        k.removeprefix("strata_").removesuffix("_total"): (b[k] - (a.get(k) or 0.0)) if b.get(k) is not None else None
+        for k in b
+    }
 
 
 def _py_spy(pid: int, out: Path, seconds: float):
@@ -95,8 +101,25 @@ def _py_spy(pid: int, out: Path, seconds: float):
     if not os.environ.get("BENCH_TIERED_PYSPY") or not Path(exe).exists():
         return None
     out.parent.mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen([exe, "record", "-o", str(out), "--pid", str(pid), "-d", str(int(seconds)), "-r", "200",
-                             "-f", "raw", "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [
+            exe,
+            "record",
+            "-o",
+            str(out),
+            "--pid",
+            str(pid),
+            "-d",
+            str(int(seconds)),
+            "-r",
+            "200",
+            "-f",
+            "raw",
+            "--nonblocking",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def _produce(broker: Broker, topic: str, s, configs: dict[str, str], label: str) -> dict:
@@ -105,9 +128,19 @@ def _produce(broker: Broker, topic: str, s, configs: dict[str, str], label: str)
     broker.create_topic(topic, 1, s.topic_timeout, configs=configs)
     broker.wait_quiet()
     spy = _py_spy(broker.pid, Path(os.environ.get("BENCH_TIERED_PYSPY", ".")) / f"{label}.txt", 12)
-    cfgs = [{"worker": i, "bootstrap": broker.bootstrap, "topic": topic, "acks": -1, "count": n,
-             "record_size": s.record_size, "time_cap": s.produce_time_cap, "drain_grace": s.drain_grace}
-            for i, n in enumerate(load.split(s.produce_records, s.producer_procs))]
+    cfgs = [
+        {
+            "worker": i,
+            "bootstrap": broker.bootstrap,
+            "topic": topic,
+            "acks": -1,
+            "count": n,
+            "record_size": s.record_size,
+            "time_cap": s.produce_time_cap,
+            "drain_grace": s.drain_grace,
+        }
+        for i, n in enumerate(load.split(s.produce_records, s.producer_procs))
+    ]
     wr = load.run_workers(load.produce_worker, cfgs, s.produce_time_cap + s.drain_grace + 60, probe=broker.cpu)
     out: dict[str, Any] = {"topic": topic, "errors": list(wr.errors)}
     if spy is not None:
@@ -123,8 +156,7 @@ def _produce(broker: Broker, topic: str, s, configs: dict[str, str], label: str)
         out["errors"].append(f"{errs} delivery errors")
     if any(r["capped"] for r in ok):
         out["errors"].append("produce hit its time cap")
-    out.update(mib_s=nbytes / MiB / secs, seconds=secs, bytes=nbytes, end=t1,
-               records=sum(r["delivered"] for r in ok))
+    out.update(mib_s=nbytes / MiB / secs, seconds=secs, bytes=nbytes, end=t1, records=sum(r["delivered"] for r in ok))
     if wr.probe_start is not None and wr.probe_end is not None and nbytes:
         out["cpu_s_per_gib"] = (wr.probe_end - wr.probe_start) / (nbytes / (1024 * MiB))
     return out
@@ -136,9 +168,18 @@ def _raw_read(broker: Broker, topic: str, end_offset: int, s, metrics_url: str, 
 
     before = remote_counters(metrics_url, topic)
     spy = _py_spy(broker.pid, Path(os.environ.get("BENCH_TIERED_PYSPY", ".")) / f"{label}.txt", 15)
-    cfg = {"worker": 0, "bootstrap": broker.bootstrap, "topic": topic, "targets": {0: end_offset},
-           "warmup_offsets": {0: end_offset}, "max_bytes": 64 * MiB, "partition_max_bytes": 16 * MiB,
-           "time_cap": s.tiered_read_time_cap, "min_seconds": 0.0, "max_passes": 1}
+    cfg = {
+        "worker": 0,
+        "bootstrap": broker.bootstrap,
+        "topic": topic,
+        "targets": {0: end_offset},
+        "warmup_offsets": {0: end_offset},
+        "max_bytes": 64 * MiB,
+        "partition_max_bytes": 16 * MiB,
+        "time_cap": s.tiered_read_time_cap,
+        "min_seconds": 0.0,
+        "max_passes": 1,
+    }
     wr = load.run_workers(rawfetch.raw_fetch_worker, [cfg], s.tiered_read_time_cap + 60, probe=broker.cpu)
     out: dict[str, Any] = {"errors": list(wr.errors)}
     out["remote_metrics"] = _delta(before, remote_counters(metrics_url, topic))
@@ -148,8 +189,9 @@ def _raw_read(broker: Broker, topic: str, end_offset: int, s, metrics_url: str, 
         return out
     r = wr.ok[0]
     secs = max(r["end"] - r["start"], 1e-9)
-    out.update(mib_s=r["bytes"] / MiB / secs, seconds=secs, bytes=r["bytes"], requests=r["requests"],
-               passes=r["passes"])
+    out.update(
+        mib_s=r["bytes"] / MiB / secs, seconds=secs, bytes=r["bytes"], requests=r["requests"], passes=r["passes"]
+    )
     if r["capped"]:
         out["errors"].append(f"read hit its {s.tiered_read_time_cap}s cap after {r['bytes'] / MiB:.0f} MiB")
     if r["errors"]:
@@ -164,12 +206,24 @@ async def _raw_get(endpoint: str, bucket: str, keys: list[str]) -> dict:
     from aiobotocore.config import AioConfig
     from aiobotocore.session import get_session
 
-    cfg = AioConfig(region_name=REGION, signature_version="s3v4", s3={"addressing_style": "path"},
-                    retries={"total_max_attempts": 1, "mode": "standard"}, connect_timeout=30, read_timeout=30,
-                    request_checksum_calculation="when_required", response_checksum_validation="when_required")
-    async with get_session().create_client("s3", endpoint_url=endpoint, region_name=REGION, config=cfg,
-                                           aws_access_key_id=ACCESS_KEY,
-                                           aws_secret_access_key=SECRET_KEY) as client:
+    cfg = AioConfig(
+        region_name=REGION,
+        signature_version="s3v4",
+        s3={"addressing_style": "path"},
+        retries={"total_max_attempts": 1, "mode": "standard"},
+        connect_timeout=30,
+        read_timeout=30,
+        request_checksum_calculation="when_required",
+        response_checksum_validation="when_required",
+    )
+    async with get_session().create_client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name=REGION,
+        config=cfg,
+        aws_access_key_id=ACCESS_KEY,
+        aws_secret_access_key=SECRET_KEY,
+    ) as client:
         # one small request first so connection setup and botocore's model loading are not timed
         await client.head_bucket(Bucket=bucket)
         t0 = time.monotonic()
@@ -195,8 +249,7 @@ def _wait_offloaded(broker: Broker, topic: str, metrics_url: str, timeout: float
         state = {"earliest_local": local, "latest_tiered": tiered, "log_end": leo, "copy_lag_segments": lag}
         if local != last_local:
             last_local, since = local, time.monotonic()
-        if (local > 0 and tiered >= local - 1 and (lag is None or lag == 0)
-                and time.monotonic() - since >= 2.0):
+        if local > 0 and tiered >= local - 1 and (lag is None or lag == 0) and time.monotonic() - since >= 2.0:
             state["seconds"] = time.monotonic() - t0
             return state
         time.sleep(0.5)  # polling interval of a condition wait
@@ -226,12 +279,19 @@ def run(results: dict) -> None:
     s = Settings(**results["settings"]) if "settings" in results else Settings()
     out_dir = Path(ctx.get("log_dir") or "bench/results/logs")
     section: dict[str, Any] = {
-        "name": "tiered", "title": "Tiered storage (KIP-405) on SeaweedFS, Strata only",
-        "intro": ("One Strata broker with `remote.log.storage.manager.class.name=s3` on a local SeaweedFS "
-                  "(`weed mini`), a 1-partition topic with `segment.bytes`=8 MiB and `local.retention.bytes`=8 MiB. "
-                  "Ratios compare Strata with the reference in the same run (higher is better)."),
+        "name": "tiered",
+        "title": "Tiered storage (KIP-405) on SeaweedFS, Strata only",
+        "intro": (
+            "One Strata broker with `remote.log.storage.manager.class.name=s3` on a local SeaweedFS "
+            "(`weed mini`), a 1-partition topic with `segment.bytes`=8 MiB and `local.retention.bytes`=8 MiB. "
+            "Ratios compare Strata with the reference in the same run (higher is better)."
+        ),
         "columns": ["measurement", "Strata", "reference", "ratio", "aim"],
-        "rows": [], "errors": [], "notes": [], "raw": {}}
+        "rows": [],
+        "errors": [],
+        "notes": [],
+        "raw": {},
+    }
     results.setdefault("sections", []).append(section)
     raw = section["raw"]
     work = Path(tempfile.mkdtemp(prefix="strata-bench-tiered-"))
@@ -247,15 +307,23 @@ def run(results: dict) -> None:
         mport = free_port()
         metrics_url = f"http://127.0.0.1:{mport}/metrics"
         overrides = [
-            "remote.log.storage.system.enable=true", "remote.log.storage.manager.class.name=s3",
+            "remote.log.storage.system.enable=true",
+            "remote.log.storage.manager.class.name=s3",
             *(f"rsm.config.{k}={v}" for k, v in s3.rsm_config(**{"key.prefix": KEY_PREFIX}).items()),
             f"rsm.config.fetch.chunk.cache.size={CHUNK_CACHE_BYTES}",
-            "remote.log.manager.task.interval.ms=500", "log.retention.check.interval.ms=500",
-            "log.segment.delete.delay.ms=0", "remote.log.metadata.topic.num.partitions=5",
-            f"metrics.listener={metrics_url}", *ctx.get("strata_overrides", []),
+            "remote.log.manager.task.interval.ms=500",
+            "log.retention.check.interval.ms=500",
+            "log.segment.delete.delay.ms=0",
+            "remote.log.metadata.topic.num.partitions=5",
+            f"metrics.listener={metrics_url}",
+            *ctx.get("strata_overrides", []),
         ]
-        broker = make_strata(out_dir, extra_overrides=overrides, name="strata-tiered",
-                             source_dir=Path(ctx["strata_dir"]) if ctx.get("strata_dir") else None)
+        broker = make_strata(
+            out_dir,
+            extra_overrides=overrides,
+            name="strata-tiered",
+            source_dir=Path(ctx["strata_dir"]) if ctx.get("strata_dir") else None,
+        )
         raw["cmd"] = broker.cmd
         broker.start()
         log(f"Strata up on {broker.bootstrap} (S3 at {s3.endpoint})")
@@ -264,16 +332,18 @@ def run(results: dict) -> None:
         # 1. produce with tiering on / off, alternating; the last "on" topic is the read data set
         prod: dict[str, list[dict]] = {"on": [], "off": []}
         reps = max(1, s.tiered_produce_reps)
-        data_topics: list[str] = []        # the last two "on" topics: the read data sets
+        data_topics: list[str] = []  # the last two "on" topics: the read data sets
         for rep in range(reps):
-            for mode in (("off", "on") if rep % 2 == 0 else ("on", "off")):
+            for mode in ("off", "on") if rep % 2 == 0 else ("on", "off"):
                 topic = f"bench-tiered-{mode}-{uuid.uuid4().hex[:6]}"
                 cfg = {**base_cfg, "remote.storage.enable": "true" if mode == "on" else "false"}
                 r = _produce(broker, topic, s, cfg, f"produce-{mode}-{rep}")
                 r["rep"] = rep
                 prod[mode].append(r)
-                log(f"produce tiering {mode} rep {rep + 1}: {r.get('mib_s', 0):.1f} MiB/s "
-                    f"{'; '.join(r['errors']) if r['errors'] else ''}")
+                log(
+                    f"produce tiering {mode} rep {rep + 1}: {r.get('mib_s', 0):.1f} MiB/s "
+                    f"{'; '.join(r['errors']) if r['errors'] else ''}"
+                )
                 section["errors"] += [f"produce tiering {mode}: {e}" for e in r["errors"]]
                 if mode == "on":
                     data_topics.append(topic)
@@ -293,7 +363,7 @@ def run(results: dict) -> None:
         if not data_topics or not prod["on"] or "mib_s" not in prod["on"][-1]:
             section["errors"].append("no tiered data set was produced; remote reads skipped")
             return
-        if len(data_topics) < 2:          # one repetition (--quick): data set B is produced for the reads only
+        if len(data_topics) < 2:  # one repetition (--quick): data set B is produced for the reads only
             topic = f"bench-tiered-on-{uuid.uuid4().hex[:6]}"
             extra = _produce(broker, topic, s, {**base_cfg, "remote.storage.enable": "true"}, "produce-b")
             section["errors"] += [f"produce of data set B: {e}" for e in extra["errors"]]
@@ -316,7 +386,8 @@ def run(results: dict) -> None:
         section["notes"].append(
             f"data sets: the last two tiering-on topics, {prod['on'][-1]['records']} records "
             f"({prod['on'][-1]['bytes'] / MiB:.0f} MiB of values) each; offsets [0, {ends[0]}) and [0, {ends[1]}) "
-            f"only in S3 after offload ({off_state['seconds']:.1f}s after the last produce)")
+            f"only in S3 after offload ({off_state['seconds']:.1f}s after the last produce)"
+        )
 
         def objects(topic: str, end: int) -> list[str]:
             out = []
@@ -336,19 +407,23 @@ def run(results: dict) -> None:
         for rep in range(max(1, s.tiered_read_reps)):
             restart_s = broker.restart()
             deadline = time.monotonic() + 60
-            for topic, end in zip(data_topics, ends):   # remote metadata loaded again (ListOffsets -5, the RLMM)
+            for topic, end in zip(data_topics, ends):  # remote metadata loaded again (ListOffsets -5, the RLMM)
                 while time.monotonic() < deadline:
                     err, tiered = rawfetch.list_offset(broker.bootstrap, topic, 0, -5)
                     if err == 0 and tiered >= end - 1:
                         break
                     time.sleep(0.2)  # polling interval of a condition wait
             broker.wait_quiet()
-            for kind, topic, end, keys, raw_kind in (("restart", data_topics[0], ends[0], objs[0], "raw_a"),
-                                                      ("running", data_topics[1], ends[1], objs[1], "raw_b")):
+            for kind, topic, end, keys, raw_kind in (
+                ("restart", data_topics[0], ends[0], objs[0], "raw_a"),
+                ("running", data_topics[1], ends[1], objs[1], "raw_b"),
+            ):
                 cold = _raw_read(broker, topic, end, s, metrics_url, f"cold-{kind}-{rep}")
                 runs[kind].append(cold)
-                log(f"cold remote read ({kind}) rep {rep + 1}: {cold.get('mib_s', 0):.1f} MiB/s "
-                    f"{cold['remote_metrics']} {cold['errors'] or ''}")
+                log(
+                    f"cold remote read ({kind}) rep {rep + 1}: {cold.get('mib_s', 0):.1f} MiB/s "
+                    f"{cold['remote_metrics']} {cold['errors'] or ''}"
+                )
                 section["errors"] += [f"cold read ({kind}): {e}" for e in cold["errors"]]
                 rawget = asyncio.run(_raw_get(s3.endpoint, s3.bucket, keys)) if keys else {"errors": ["no objects"]}
                 runs[raw_kind].append(rawget)
@@ -369,17 +444,31 @@ def run(results: dict) -> None:
         section["errors"] += [f"warm read: {e}" for e in warm["errors"]]
 
         section["rows"] += [
-            ["cold remote read (MiB/s) vs raw aiobotocore GET of the same objects", cold_mib_s, g,
-             _ratio(cold_mib_s, g), ">= 0.80"],
-            ["cold remote read, first read after a broker restart (MiB/s) vs raw GET", restart_mib_s, g_a,
-             _ratio(restart_mib_s, g_a), "—"],
-            ["warm remote read, chunk cache (MiB/s) vs raw GET", warm.get("mib_s"), g,
-             _ratio(warm.get("mib_s"), g), "—"],
+            [
+                "cold remote read (MiB/s) vs raw aiobotocore GET of the same objects",
+                cold_mib_s,
+                g,
+                _ratio(cold_mib_s, g),
+                ">= 0.80",
+            ],
+            [
+                "cold remote read, first read after a broker restart (MiB/s) vs raw GET",
+                restart_mib_s,
+                g_a,
+                _ratio(restart_mib_s, g_a),
+                "—",
+            ],
+            [
+                "warm remote read, chunk cache (MiB/s) vs raw GET",
+                warm.get("mib_s"),
+                g,
+                _ratio(warm.get("mib_s"), g),
+                "—",
+            ],
             ["cold remote read, broker CPU s/GiB", cold_cpu, None, None, "—"],
             ["cold remote read after a restart, broker CPU s/GiB", restart_cpu, None, None, "—"],
             ["warm remote read, broker CPU s/GiB", warm.get("cpu_s_per_gib"), None, None, "—"],
-            ["offload: last produce -> copied and local retention done (s)", off_state.get("seconds"), None, None,
-             "—"],
+            ["offload: last produce -> copied and local retention done (s)", off_state.get("seconds"), None, None, "—"],
         ]
         section["notes"].append(
             f"reads: one raw Fetch client (no record decoding, Fetch v11, 16 MiB per partition per request) over "
@@ -388,10 +477,18 @@ def run(results: dict) -> None:
             f"by a raw GET of the same `.log` objects ({len(objs[1])}), whole, sequentially, with aiobotocore; "
             f"{len(runs['running'])} repetitions, medians compared (MiB/s cold: {_each(runs['running'])}; raw GET: "
             f"{_each(runs['raw_b'])}; after a restart: {_each(runs['restart'])}; raw GET: {_each(runs['raw_a'])}); "
-            f"warm = data set B again")
-        section["plot"] = {"title": "tiered storage (MiB/s, higher is better)", "bars": [
-            ("produce, tiering off", off), ("produce, tiering on", on), ("raw S3 GET", g),
-            ("cold remote read", cold_mib_s), ("warm remote read", warm.get("mib_s"))]}
+            f"warm = data set B again"
+        )
+        section["plot"] = {
+            "title": "tiered storage (MiB/s, higher is better)",
+            "bars": [
+                ("produce, tiering off", off),
+                ("produce, tiering on", on),
+                ("raw S3 GET", g),
+                ("cold remote read", cold_mib_s),
+                ("warm remote read", warm.get("mib_s")),
+            ],
+        }
     except Exception as e:  # noqa: BLE001 - a failure here must not lose the rest of the run
         section["errors"].append(f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=5)}")
         if broker is not None:

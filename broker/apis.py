@@ -3,6 +3,7 @@
 Every advertised (api_key, version) in strata.protocol.registry.SUPPORTED_VERSIONS must have a handler here; anything
 else is a protocol error that closes the connection (ApiVersions excepted: it answers error 35 in a v0 body).
 """
+
 from __future__ import annotations
 
 import time
@@ -34,8 +35,17 @@ log = structlog.get_logger("strata.apis")
 # Requests that must not take long beyond what they ask to wait (a Fetch's max_wait_ms): answered later than that by
 # SLOW_REQUEST_S, they are logged, since a client's next requests on the connection wait behind them.
 SLOW_REQUEST_S = 2.0
-_BOUNDED_APIS = frozenset({ApiKey.FETCH, ApiKey.HEARTBEAT, ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH,
-                           ApiKey.METADATA, ApiKey.LIST_OFFSETS, ApiKey.FIND_COORDINATOR})
+_BOUNDED_APIS = frozenset(
+    {
+        ApiKey.FETCH,
+        ApiKey.HEARTBEAT,
+        ApiKey.OFFSET_COMMIT,
+        ApiKey.OFFSET_FETCH,
+        ApiKey.METADATA,
+        ApiKey.LIST_OFFSETS,
+        ApiKey.FIND_COORDINATOR,
+    }
+)
 
 
 HandlerFn = Callable[[BrokerServices, RequestContext, Any], Awaitable[Any]]
@@ -118,21 +128,43 @@ class KafkaApis:
             if hdr.api_key == ApiKey.API_VERSIONS:
                 self.metrics.request_errors.labels("ApiVersions").inc()
                 return unsupported_api_versions_response(hdr.correlation_id)
-            log.warning("closing connection: unsupported api or version", conn=conn.id, peer=conn.peer,
-                        api_key=hdr.api_key, api=api_name(hdr.api_key), version=hdr.api_version)
+            log.warning(
+                "closing connection: unsupported api or version",
+                conn=conn.id,
+                peer=conn.peer,
+                api_key=hdr.api_key,
+                api=api_name(hdr.api_key),
+                version=hdr.api_version,
+            )
             self.metrics.request_errors.labels(api_name(hdr.api_key)).inc()
             raise CloseConnection
         name = api_name(hdr.api_key)
         try:
             decoded = decode_request(payload, hdr.api_key, hdr.api_version)
         except Exception as e:  # noqa: BLE001 - whatever the codec raises on a bad body: close this connection only
-            log.warning("closing connection: undecodable request", conn=conn.id, peer=conn.peer, api=name,
-                        version=hdr.api_version, error=repr(e), head=bytes(payload[:48]).hex())
+            log.warning(
+                "closing connection: undecodable request",
+                conn=conn.id,
+                peer=conn.peer,
+                api=name,
+                version=hdr.api_version,
+                error=repr(e),
+                head=bytes(payload[:48]).hex(),
+            )
             self.metrics.request_errors.labels(name).inc()
             raise CloseConnection from None
         req = decoded.body
-        ctx = RequestContext(hdr.api_key, hdr.api_version, hdr.correlation_id, decoded.client_id, received,
-                             conn.listener, conn.peer, conn.principal, self.authorizer)
+        ctx = RequestContext(
+            hdr.api_key,
+            hdr.api_version,
+            hdr.correlation_id,
+            decoded.client_id,
+            received,
+            conn.listener,
+            conn.peer,
+            conn.principal,
+            self.authorizer,
+        )
         fwd = self.services.controller_channel
         if fwd is not None and fwd.should_forward(hdr.api_key, ctx.client_id):
             forwarded = await fwd.forward(payload, hdr.api_key, hdr.api_version, ctx.client_id, req)
@@ -153,8 +185,15 @@ class KafkaApis:
         elapsed = self._completed(name, received)
         if hdr.api_key in _BOUNDED_APIS and elapsed > getattr(req, "max_wait_ms", 0) / 1000 + SLOW_REQUEST_S:
             # A client waits for this answer before anything else it sent on the connection (heartbeats included).
-            log.warning("slow request", api=name, version=hdr.api_version, client_id=ctx.client_id, conn=conn.id,
-                        correlation_id=hdr.correlation_id, elapsed_s=round(elapsed, 3))
+            log.warning(
+                "slow request",
+                api=name,
+                version=hdr.api_version,
+                client_id=ctx.client_id,
+                conn=conn.id,
+                correlation_id=hdr.correlation_id,
+                elapsed_s=round(elapsed, 3),
+            )
         if resp is None:
             return None
         if hdr.api_key == ApiKey.FETCH:
@@ -162,7 +201,7 @@ class KafkaApis:
             parts = encode_fetch_response(resp, hdr.api_version, hdr.correlation_id)
             if parts is not None:
                 return parts
-            join_record_chains(resp)    # the codec takes one buffer per partition
+            join_record_chains(resp)  # the codec takes one buffer per partition
         return encode_response(resp, hdr.correlation_id)
 
 

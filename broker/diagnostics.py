@@ -1,5 +1,6 @@
 """`kill -USR1 <pid>` prints every asyncio task's await chain to stderr: the broker's answer to Java's `kill -3`
 thread dump, for finding which await a stuck request is parked on (py-spy sees only an idle event loop)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -20,8 +21,7 @@ def await_chain(coro: Any) -> list[FrameType]:
         frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None) or getattr(coro, "ag_frame", None)
         if frame is not None:
             frames.append(frame)
-        coro = (getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
-                or getattr(coro, "ag_await", None))
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None) or getattr(coro, "ag_await", None)
     return frames
 
 
@@ -45,4 +45,4 @@ def dump_tasks(loop: asyncio.AbstractEventLoop, out: TextIO | None = None) -> in
 
 def install(loop: asyncio.AbstractEventLoop) -> None:
     if hasattr(signal, "SIGUSR1"):
-        loop.add_signal_handler(signal.SIGUSR1, dump_tasks, loop)     # a loop callback: no task is mid-step
+        loop.add_signal_handler(signal.SIGUSR1, dump_tasks, loop)  # a loop callback: no task is mid-step

@@ -1,5 +1,6 @@
 """Where brokers are reached: this broker's advertised endpoint per listener (what it bound, for ephemeral
 ports) and other brokers' inter-broker endpoints as they registered them."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
@@ -10,8 +11,9 @@ from .metadata_store import MetadataStore
 
 
 class BrokerEndpoints:
-    def __init__(self, config: BrokerConfig, store: MetadataStore,
-                 bound: Callable[[], Mapping[str, tuple[str, int]]]) -> None:
+    def __init__(
+        self, config: BrokerConfig, store: MetadataStore, bound: Callable[[], Mapping[str, tuple[str, int]]]
+    ) -> None:
         """`bound`: the (host, port) each listener is bound to once the socket server listens (else empty)."""
         self.config = config
         self.store = store
@@ -26,7 +28,7 @@ class BrokerEndpoints:
         adv = self.config.advertised_listeners
         chosen = next((a for a in adv if a.name == listener_name), adv[0])
         host, port = chosen.host, chosen.port
-        if port == 0:       # ephemeral port: advertise what we bound
+        if port == 0:  # ephemeral port: advertise what we bound
             port = self._bound().get(chosen.name, (host, port))[1]
         if host in ("", "0.0.0.0", "::"):
             host = "127.0.0.1"

@@ -5,6 +5,7 @@ the event loop and every request with it: the broker's counterpart of the JVM's 
 callback only bumps plain counters (no locks: it may run inside any code, including the metrics thread's own), and
 the collector turns them into a histogram at scrape time.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -48,8 +49,9 @@ class GcPauses:
             self._installed = False
 
     def collect(self) -> Iterator[HistogramMetricFamily]:
-        fam = HistogramMetricFamily("strata_gc_pause_seconds", "Garbage collector pauses (the event loop stops)",
-                                    labels=["generation"])
+        fam = HistogramMetricFamily(
+            "strata_gc_pause_seconds", "Garbage collector pauses (the event loop stops)", labels=["generation"]
+        )
         for gen in range(GENERATIONS):
             counts = list(self._counts[gen])
             cumulative, buckets = 0, []

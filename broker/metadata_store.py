@@ -3,6 +3,7 @@
 `MetadataStore` is the interface; `LocalMetadataStore` keeps it in one JSON file for a single broker. The etcd-backed
 store of a cluster implements the same interface, so the rest of the broker never knows which it has.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,12 +31,14 @@ def validate_topic_name(name: str | None) -> None:
     if name in (".", ".."):
         raise KafkaApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name cannot be '.' or '..'")
     if len(name) > MAX_TOPIC_NAME:
-        raise KafkaApiError(ErrorCode.INVALID_TOPIC_EXCEPTION,
-                            f"Topic name is longer than the maximum of {MAX_TOPIC_NAME} characters")
+        raise KafkaApiError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION, f"Topic name is longer than the maximum of {MAX_TOPIC_NAME} characters"
+        )
     if not _LEGAL.match(name):
-        raise KafkaApiError(ErrorCode.INVALID_TOPIC_EXCEPTION,
-                            f"Topic name {name!r} is illegal, it contains a character other than "
-                            "ASCII alphanumerics, '.', '_' and '-'")
+        raise KafkaApiError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            f"Topic name {name!r} is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'",
+        )
 
 
 @dataclass
@@ -43,7 +46,7 @@ class TopicInfo:
     name: str
     topic_id: uuid.UUID
     partitions: int
-    configs: dict[str, str] = field(default_factory=dict)   # topic-level overrides, as strings
+    configs: dict[str, str] = field(default_factory=dict)  # topic-level overrides, as strings
     internal: bool = False
     # Replica assignment per partition (index = partition), as the topic was created/reassigned; the live replica
     # set of a partition is its PartitionState.replicas. Empty means "not recorded" (old local files: [self]).
@@ -53,15 +56,27 @@ class TopicInfo:
         return list(self.assignments[partition]) if 0 <= partition < len(self.assignments) else []
 
     def to_json(self) -> dict:
-        return {"name": self.name, "topic_id": str(self.topic_id), "partitions": self.partitions,
-                "configs": self.configs, "internal": self.internal, "assignments": self.assignments}
+        return {
+            "name": self.name,
+            "topic_id": str(self.topic_id),
+            "partitions": self.partitions,
+            "configs": self.configs,
+            "internal": self.internal,
+            "assignments": self.assignments,
+        }
 
     @classmethod
     def from_json(cls, d: dict) -> TopicInfo:
         assignments = [list(map(int, a)) for a in d.get("assignments", [])]
         partitions = int(d["partitions"]) if "partitions" in d else len(assignments)
-        return cls(d["name"], uuid.UUID(d["topic_id"]), partitions, dict(d.get("configs", {})),
-                   bool(d.get("internal", False)), assignments)
+        return cls(
+            d["name"],
+            uuid.UUID(d["topic_id"]),
+            partitions,
+            dict(d.get("configs", {})),
+            bool(d.get("internal", False)),
+            assignments,
+        )
 
 
 class MetadataStore(ABC):
@@ -72,8 +87,8 @@ class MetadataStore(ABC):
     """
 
     cluster_id: str
-    _listeners: list[Callable[[str, object], None]]     # set up by each store's constructor (add_listener)
-    clustered = False       # True for a multi-broker store: replicas follow partition states, not topic creation
+    _listeners: list[Callable[[str, object], None]]  # set up by each store's constructor (add_listener)
+    clustered = False  # True for a multi-broker store: replicas follow partition states, not topic creation
 
     async def start(self) -> None:
         """Connect/register; the image is complete when this returns."""
@@ -102,16 +117,23 @@ class MetadataStore(ABC):
 
     # ---- mutations ----------------------------------------------------------------------------------------------
     @abstractmethod
-    async def create_topic(self, name: str, partitions: int, configs: dict[str, str], internal: bool = False,
-                           replication_factor: int = 1, assignments: list[list[int]] | None = None
-                           ) -> TopicInfo: ...
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        configs: dict[str, str],
+        internal: bool = False,
+        replication_factor: int = 1,
+        assignments: list[list[int]] | None = None,
+    ) -> TopicInfo: ...
 
     @abstractmethod
     async def delete_topic(self, name: str) -> TopicInfo: ...
 
     @abstractmethod
-    async def set_partition_count(self, name: str, partitions: int,
-                                  assignments: list[list[int]] | None = None) -> TopicInfo: ...
+    async def set_partition_count(
+        self, name: str, partitions: int, assignments: list[list[int]] | None = None
+    ) -> TopicInfo: ...
 
     @abstractmethod
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicInfo: ...
@@ -173,7 +195,7 @@ class LocalMetadataStore(MetadataStore):
             self.cluster_id = data.get("cluster_id") or self.cluster_id
             self._next_producer_id = int(data.get("next_producer_id_block", 0))
             self._topics = {t["name"]: TopicInfo.from_json(t) for t in data.get("topics", [])}
-            for t in self._topics.values():      # files written before assignments were recorded
+            for t in self._topics.values():  # files written before assignments were recorded
                 if len(t.assignments) != t.partitions:
                     t.assignments = [[self.broker.broker_id] for _ in range(t.partitions)]
         if not self.cluster_id:
@@ -182,9 +204,12 @@ class LocalMetadataStore(MetadataStore):
         self._save()
 
     def _save(self) -> None:
-        data = {"version": 1, "cluster_id": self.cluster_id,
-                "topics": [t.to_json() for t in sorted(self._topics.values(), key=lambda t: t.name)],
-                "next_producer_id_block": self._next_producer_id}
+        data = {
+            "version": 1,
+            "cluster_id": self.cluster_id,
+            "topics": [t.to_json() for t in sorted(self._topics.values(), key=lambda t: t.name)],
+            "next_producer_id_block": self._next_producer_id,
+        }
         tmp = self.path.with_suffix(".tmp")
         with open(tmp, "w") as f:
             json.dump(data, f, indent=1)
@@ -220,9 +245,15 @@ class LocalMetadataStore(MetadataStore):
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
         return self._by_id.get(topic_id)
 
-    async def create_topic(self, name: str, partitions: int, configs: dict[str, str], internal: bool = False,
-                           replication_factor: int = 1, assignments: list[list[int]] | None = None
-                           ) -> TopicInfo:
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        configs: dict[str, str],
+        internal: bool = False,
+        replication_factor: int = 1,
+        assignments: list[list[int]] | None = None,
+    ) -> TopicInfo:
         if name in self._topics:
             raise KafkaApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
         me = self.broker.broker_id
@@ -242,8 +273,9 @@ class LocalMetadataStore(MetadataStore):
         self._notify("topic", name)
         return info
 
-    async def set_partition_count(self, name: str, partitions: int,
-                                  assignments: list[list[int]] | None = None) -> TopicInfo:
+    async def set_partition_count(
+        self, name: str, partitions: int, assignments: list[list[int]] | None = None
+    ) -> TopicInfo:
         info = self._require(name)
         info.partitions = partitions
         info.assignments = [[self.broker.broker_id] for _ in range(partitions)]
@@ -265,7 +297,7 @@ class LocalMetadataStore(MetadataStore):
         if start > 2**63 - 1 - size:
             raise KafkaApiError(ErrorCode.UNKNOWN_SERVER_ERROR, "all producer ids are exhausted")
         self._next_producer_id = start + size
-        self._save()      # durable before any id of the block is handed out
+        self._save()  # durable before any id of the block is handed out
         return start
 
     def _require(self, name: str) -> TopicInfo:

@@ -3,6 +3,7 @@
 prometheus-client's HTTP server runs in its own daemon thread, so a scrape never waits on the broker's event loop;
 gauges that describe logs are computed at scrape time from plain attribute reads.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
@@ -26,46 +27,70 @@ class BrokerMetrics:
         self.bytes_in = Counter("strata_broker_topic_bytes_in", "Bytes appended by producers", ["topic"], registry=r)
         self.bytes_out = Counter("strata_broker_topic_bytes_out", "Bytes sent to consumers", ["topic"], registry=r)
         self.messages_in = Counter("strata_broker_topic_messages_in", "Records appended", ["topic"], registry=r)
-        self.bytes_rejected = Counter("strata_broker_topic_bytes_rejected", "Bytes refused on produce", ["topic"],
-                                      registry=r)
-        self.produce_requests = Counter("strata_broker_topic_produce_requests",
-                                        "Produce requests per topic", ["topic"], registry=r)
-        self.fetch_requests = Counter("strata_broker_topic_fetch_requests", "Fetch requests per topic", ["topic"],
-                                      registry=r)
-        self.failed_produce = Counter("strata_broker_topic_failed_produce_requests",
-                                      "Produce partitions answered with an error", ["topic"], registry=r)
-        self.failed_fetch = Counter("strata_broker_topic_failed_fetch_requests",
-                                    "Fetch partitions answered with an error", ["topic"], registry=r)
+        self.bytes_rejected = Counter(
+            "strata_broker_topic_bytes_rejected", "Bytes refused on produce", ["topic"], registry=r
+        )
+        self.produce_requests = Counter(
+            "strata_broker_topic_produce_requests", "Produce requests per topic", ["topic"], registry=r
+        )
+        self.fetch_requests = Counter(
+            "strata_broker_topic_fetch_requests", "Fetch requests per topic", ["topic"], registry=r
+        )
+        self.failed_produce = Counter(
+            "strata_broker_topic_failed_produce_requests",
+            "Produce partitions answered with an error",
+            ["topic"],
+            registry=r,
+        )
+        self.failed_fetch = Counter(
+            "strata_broker_topic_failed_fetch_requests",
+            "Fetch partitions answered with an error",
+            ["topic"],
+            registry=r,
+        )
         # kafka.network:type=RequestMetrics
         self.requests = Counter("strata_network_requests", "Requests handled", ["api"], registry=r)
-        self.request_errors = Counter("strata_network_request_errors", "Requests that failed or were refused",
-                                      ["api"], registry=r)
-        self.request_latency = Histogram("strata_network_request_total_time_seconds",
-                                         "Time from a request's arrival to its response", ["api"],
-                                         buckets=_LATENCY_BUCKETS, registry=r)
+        self.request_errors = Counter(
+            "strata_network_request_errors", "Requests that failed or were refused", ["api"], registry=r
+        )
+        self.request_latency = Histogram(
+            "strata_network_request_total_time_seconds",
+            "Time from a request's arrival to its response",
+            ["api"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         # kafka.server:type=ForwardingManager: admin requests this broker handed to the controller
-        self.forwarded_requests = Counter("strata_forwarding_requests", "Requests forwarded to the controller",
-                                          ["api"], registry=r)
+        self.forwarded_requests = Counter(
+            "strata_forwarding_requests", "Requests forwarded to the controller", ["api"], registry=r
+        )
         # Strata only (Kafka fences a broker at its session timeout): peers found gone by connection evidence
-        self.peers_gone = Counter("strata_cluster_peer_brokers_gone", "Brokers whose lease this broker revoked "
-                                  "because their connection closed and their listener refused", registry=r)
-        self.peers_watched = Gauge("strata_cluster_peer_brokers_watched",
-                                   "Brokers this broker holds a liveness connection to", registry=r)
+        self.peers_gone = Counter(
+            "strata_cluster_peer_brokers_gone",
+            "Brokers whose lease this broker revoked because their connection closed and their listener refused",
+            registry=r,
+        )
+        self.peers_watched = Gauge(
+            "strata_cluster_peer_brokers_watched", "Brokers this broker holds a liveness connection to", registry=r
+        )
         # kafka.server:type=socket-server-metrics
         self.connections = Gauge("strata_network_connections", "Open client connections", registry=r)
-        self.connections_created = Counter("strata_network_connections_created", "Connections accepted",
-                                           registry=r)
+        self.connections_created = Counter("strata_network_connections_created", "Connections accepted", registry=r)
         # kafka.server:type=DelayedOperationPurgatory
-        self.purgatory_size = Gauge("strata_purgatory_size", "Operations waiting in a purgatory", ["purgatory"],
-                                    registry=r)
+        self.purgatory_size = Gauge(
+            "strata_purgatory_size", "Operations waiting in a purgatory", ["purgatory"], registry=r
+        )
         # kafka.server:type=ReplicaManager,name=IsrShrinksPerSec / IsrExpandsPerSec
-        self.isr_shrinks = Counter("strata_replica_manager_isr_shrinks", "ISR shrinks committed by this leader",
-                                   registry=r)
-        self.isr_expands = Counter("strata_replica_manager_isr_expands", "ISR expansions committed by this leader",
-                                   registry=r)
+        self.isr_shrinks = Counter(
+            "strata_replica_manager_isr_shrinks", "ISR shrinks committed by this leader", registry=r
+        )
+        self.isr_expands = Counter(
+            "strata_replica_manager_isr_expands", "ISR expansions committed by this leader", registry=r
+        )
         # kafka.log:type=LogFlushStats
-        self.log_flush = Histogram("strata_log_flush_time_seconds", "fsync of a log", buckets=_LATENCY_BUCKETS,
-                                   registry=r)
+        self.log_flush = Histogram(
+            "strata_log_flush_time_seconds", "fsync of a log", buckets=_LATENCY_BUCKETS, registry=r
+        )
         self._server: WSGIServer | None = None
 
     def register_log_collector(self, logs: Callable[[], Iterable]) -> None:
@@ -75,14 +100,19 @@ class BrokerMetrics:
         """kafka.server:type=ReplicaManager gauges and the ReplicaFetcherManager's MaxLag, read at scrape time."""
         r = self.registry
         for name, doc, fn in (
-                ("strata_replica_manager_under_replicated_partitions",
-                 "Partitions led here whose ISR is smaller than their replica set",
-                 lambda: rm.under_replicated_count),
-                ("strata_replica_manager_leader_count", "Partitions led by this broker", lambda: rm.leader_count),
-                ("strata_replica_manager_partition_count", "Partitions hosted by this broker",
-                 lambda: rm.partition_count),
-                ("strata_replica_fetcher_max_lag", "Largest follower lag (leader HW - own LEO) in records",
-                 lambda: rm.fetcher_manager.max_lag)):
+            (
+                "strata_replica_manager_under_replicated_partitions",
+                "Partitions led here whose ISR is smaller than their replica set",
+                lambda: rm.under_replicated_count,
+            ),
+            ("strata_replica_manager_leader_count", "Partitions led by this broker", lambda: rm.leader_count),
+            ("strata_replica_manager_partition_count", "Partitions hosted by this broker", lambda: rm.partition_count),
+            (
+                "strata_replica_fetcher_max_lag",
+                "Largest follower lag (leader HW - own LEO) in records",
+                lambda: rm.fetcher_manager.max_lag,
+            ),
+        ):
             Gauge(name, doc, registry=r).set_function(_safe(fn))
         r.register(_PartitionCollector(lambda: rm.partitions.values()))
 
@@ -90,20 +120,38 @@ class BrokerMetrics:
         """kafka.log:type=LogCleanerManager / LogCleaner gauges, read from the cleaner at scrape time."""
         r = self.registry
         for name, doc, attr in (
-                ("strata_log_cleaner_max_dirty_percent", "Dirty ratio of the dirtiest compacted log, in percent",
-                 "max_dirty_percent"),
-                ("strata_log_cleaner_time_since_last_run_ms", "Time since the cleaner last chose a log",
-                 "time_since_last_run_ms"),
-                ("strata_log_cleaner_recopy_percent", "Bytes written over bytes read by the last cleanings",
-                 "recopy_percent"),
-                ("strata_log_cleaner_max_clean_time_secs", "Duration of the longest last cleaning",
-                 "max_clean_time_secs"),
-                ("strata_log_cleaner_max_buffer_utilization_percent", "Fill of the dedupe map in the last cleanings",
-                 "max_buffer_utilization_percent"),
-                ("strata_log_cleaner_max_compaction_delay_secs", "How far past max.compaction.lag.ms a log is",
-                 "max_compaction_delay_secs"),
-                ("strata_log_cleaner_uncleanable_partitions_count", "Partitions the cleaner gave up on",
-                 "uncleanable_partitions_count")):
+            (
+                "strata_log_cleaner_max_dirty_percent",
+                "Dirty ratio of the dirtiest compacted log, in percent",
+                "max_dirty_percent",
+            ),
+            (
+                "strata_log_cleaner_time_since_last_run_ms",
+                "Time since the cleaner last chose a log",
+                "time_since_last_run_ms",
+            ),
+            (
+                "strata_log_cleaner_recopy_percent",
+                "Bytes written over bytes read by the last cleanings",
+                "recopy_percent",
+            ),
+            ("strata_log_cleaner_max_clean_time_secs", "Duration of the longest last cleaning", "max_clean_time_secs"),
+            (
+                "strata_log_cleaner_max_buffer_utilization_percent",
+                "Fill of the dedupe map in the last cleanings",
+                "max_buffer_utilization_percent",
+            ),
+            (
+                "strata_log_cleaner_max_compaction_delay_secs",
+                "How far past max.compaction.lag.ms a log is",
+                "max_compaction_delay_secs",
+            ),
+            (
+                "strata_log_cleaner_uncleanable_partitions_count",
+                "Partitions the cleaner gave up on",
+                "uncleanable_partitions_count",
+            ),
+        ):
             Gauge(name, doc, registry=r).set_function(partial(getattr, cleaner, attr))
 
     def start_http(self, url: str) -> tuple[str, int] | None:
@@ -124,13 +172,15 @@ class BrokerMetrics:
 
 def _safe(fn: Callable[[], float]) -> Callable[[], float]:
     """A gauge callback read from the metrics thread while the event loop mutates what it reads."""
+
     def read() -> float:
         for _ in range(3):
             try:
                 return fn()
-            except RuntimeError:      # a dict changed size during iteration: read again
+            except RuntimeError:  # a dict changed size during iteration: read again
                 continue
         return 0
+
     return read
 
 
@@ -143,13 +193,15 @@ class _PartitionCollector:
 
     def collect(self):
         labels = ["topic", "partition"]
-        isr = GaugeMetricFamily("strata_partition_in_sync_replicas_count", "ISR size of a partition led here",
-                                labels=labels)
+        isr = GaugeMetricFamily(
+            "strata_partition_in_sync_replicas_count", "ISR size of a partition led here", labels=labels
+        )
         reps = GaugeMetricFamily("strata_partition_replicas_count", "Replicas of a partition led here", labels=labels)
-        under = GaugeMetricFamily("strata_partition_under_min_isr", "1 when the ISR is below min.insync.replicas",
-                                  labels=labels)
+        under = GaugeMetricFamily(
+            "strata_partition_under_min_isr", "1 when the ISR is below min.insync.replicas", labels=labels
+        )
         n_under = 0
-        for p in list(self._partitions()):      # (the scrape runs off the loop: a copy, plain attribute reads)
+        for p in list(self._partitions()):  # (the scrape runs off the loop: a copy, plain attribute reads)
             if not p.is_leader:
                 continue
             key = [p.key[0], str(p.key[1])]
@@ -158,8 +210,10 @@ class _PartitionCollector:
             reps.add_metric(key, len(p.replicas))
             under.add_metric(key, 1 if below else 0)
             n_under += below
-        total = GaugeMetricFamily("strata_replica_manager_under_min_isr_partitions",
-                                  "Partitions led here whose ISR is below min.insync.replicas")
+        total = GaugeMetricFamily(
+            "strata_replica_manager_under_min_isr_partitions",
+            "Partitions led here whose ISR is below min.insync.replicas",
+        )
         total.add_metric([], n_under)
         yield from (isr, reps, under, total)
 
@@ -171,8 +225,9 @@ class _LogCollector:
         self._logs = logs
 
     def collect(self):
-        size = GaugeMetricFamily("strata_log_size_bytes", "Bytes of a partition's local log",
-                                 labels=["topic", "partition"])
+        size = GaugeMetricFamily(
+            "strata_log_size_bytes", "Bytes of a partition's local log", labels=["topic", "partition"]
+        )
         start = GaugeMetricFamily("strata_log_start_offset", "Log start offset", labels=["topic", "partition"])
         end = GaugeMetricFamily("strata_log_end_offset", "Log end offset (LEO)", labels=["topic", "partition"])
         hw = GaugeMetricFamily("strata_log_high_watermark", "High watermark", labels=["topic", "partition"])

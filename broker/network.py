@@ -5,6 +5,7 @@ response is queued, so responses leave in request order, while connections are s
 than `socket.request.max.bytes` and undecodable requests close that connection only; idle connections are closed
 after `connections.max.idle.ms` by a sweeper rather than a per-read timer (cheaper on the hot path).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -40,7 +41,7 @@ class Connection:
     writer: asyncio.StreamWriter
     last_active: float = field(default_factory=time.monotonic)
     busy: bool = False
-    principal: KafkaPrincipal = ANONYMOUS     # who authenticated (ANONYMOUS: no SASL, no TLS client auth)
+    principal: KafkaPrincipal = ANONYMOUS  # who authenticated (ANONYMOUS: no SASL, no TLS client auth)
 
     def close(self) -> None:
         if not self.writer.is_closing():
@@ -53,8 +54,15 @@ Handler = Callable[[Connection, bytes], Awaitable[bytes | list | None]]
 
 
 class SocketServer:
-    def __init__(self, listeners: list[Listener], handler: Handler, *, max_request_bytes: int,
-                 idle_ms: int, metrics: BrokerMetrics) -> None:
+    def __init__(
+        self,
+        listeners: list[Listener],
+        handler: Handler,
+        *,
+        max_request_bytes: int,
+        idle_ms: int,
+        metrics: BrokerMetrics,
+    ) -> None:
         self.listeners = listeners
         self.handler = handler
         self.max_request_bytes = max_request_bytes
@@ -70,8 +78,13 @@ class SocketServer:
     async def start(self) -> None:
         for lst in self.listeners:
             srv = await asyncio.start_server(
-                partial(self._serve, listener=lst.name), lst.host or None, lst.port,
-                reuse_address=True, limit=1 << 20, backlog=1024)
+                partial(self._serve, listener=lst.name),
+                lst.host or None,
+                lst.port,
+                reuse_address=True,
+                limit=1 << 20,
+                backlog=1024,
+            )
             self.servers.append(srv)
             sock = srv.sockets[0]
             self.bound[lst.name] = sock.getsockname()[:2]
@@ -130,8 +143,13 @@ class SocketServer:
                 head = await reader.readexactly(4)
                 (size,) = _SIZE.unpack(head)
                 if size < 0 or size > self.max_request_bytes:
-                    log.warning("closing connection: request size out of bounds", conn=conn.id, peer=conn.peer,
-                                size=size, max=self.max_request_bytes)
+                    log.warning(
+                        "closing connection: request size out of bounds",
+                        conn=conn.id,
+                        peer=conn.peer,
+                        size=size,
+                        max=self.max_request_bytes,
+                    )
                     return
                 payload = await reader.readexactly(size)
                 conn.busy = True

@@ -4,6 +4,7 @@ fetch positions and the high watermark (Kafka's `kafka.cluster.Partition`, reduc
 Everything here is synchronous and runs on the event loop; the ReplicaManager drives it (AlterPartition writes to the
 metadata store, purgatories, the fetcher). Times are monotonic milliseconds.
 """
+
 from __future__ import annotations
 
 import time
@@ -16,7 +17,7 @@ from strata.storage.log import LogAppendInfo, UnifiedLog
 from .cluster.model import PartitionState
 from .metadata_store import TopicInfo
 
-NEVER = -1e18        # "never caught up / never fetched" (monotonic clocks may start near 0)
+NEVER = -1e18  # "never caught up / never fetched" (monotonic clocks may start near 0)
 
 
 def now_ms() -> float:
@@ -65,13 +66,14 @@ class Partition:
     """A hosted partition; `log` is the local UnifiedLog. Until a state is applied it is neither leader nor
     follower (leader_id -1)."""
 
-    def __init__(self, topic: TopicInfo, index: int, log: UnifiedLog, local_broker_id: int = 0,
-                 max_lag_ms: float = 30000) -> None:
+    def __init__(
+        self, topic: TopicInfo, index: int, log: UnifiedLog, local_broker_id: int = 0, max_lag_ms: float = 30000
+    ) -> None:
         self.topic = topic
         self.index = index
         self.log = log
         self.local_broker_id = local_broker_id
-        self.max_lag_ms = max_lag_ms         # replica.lag.time.max.ms
+        self.max_lag_ms = max_lag_ms  # replica.lag.time.max.ms
         # brokers that may not join the ISR now (controlled shutdown: MetadataStore.shutting_down)
         self.ineligible: Callable[[], Collection[int]] = frozenset
         self.leader_id = -1
@@ -81,15 +83,17 @@ class Partition:
         self.replicas: tuple[int, ...] = ()
         self.followers: dict[int, FollowerState] = {}
         self.leader_epoch_start_offset = -1
-        self.pending_isr: tuple[int, ...] | None = None   # an AlterPartition in flight (Kafka's PendingIsrChange)
+        self.pending_isr: tuple[int, ...] | None = None  # an AlterPartition in flight (Kafka's PendingIsrChange)
 
     @property
     def key(self) -> tuple[str, int]:
         return (self.topic.name, self.index)
 
     def __repr__(self) -> str:
-        return (f"Partition({self.topic.name}-{self.index}, leader={self.leader_id}, epoch={self.leader_epoch}, "
-                f"isr={list(self.isr)}, replicas={list(self.replicas)})")
+        return (
+            f"Partition({self.topic.name}-{self.index}, leader={self.leader_id}, epoch={self.leader_epoch}, "
+            f"isr={list(self.isr)}, replicas={list(self.replicas)})"
+        )
 
     # ---- state --------------------------------------------------------------------------------------------------
     @property
@@ -102,7 +106,7 @@ class Partition:
 
     @property
     def last_stable_offset(self) -> int:
-        return self.log.high_watermark     # no transactions yet: LSO == HW
+        return self.log.high_watermark  # no transactions yet: LSO == HW
 
     @property
     def maximal_isr(self) -> set[int]:
@@ -140,8 +144,11 @@ class Partition:
     def check_epoch(self, current_leader_epoch: int, require_leader: bool = True) -> ErrorCode:
         """Kafka's getLocalLog checks: a request's current_leader_epoch (-1: not given) first, then leadership."""
         if current_leader_epoch >= 0 and current_leader_epoch != self.leader_epoch:
-            return (ErrorCode.FENCED_LEADER_EPOCH if current_leader_epoch < self.leader_epoch
-                    else ErrorCode.UNKNOWN_LEADER_EPOCH)
+            return (
+                ErrorCode.FENCED_LEADER_EPOCH
+                if current_leader_epoch < self.leader_epoch
+                else ErrorCode.UNKNOWN_LEADER_EPOCH
+            )
         if require_leader and not self.is_leader:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         return ErrorCode.NONE
@@ -203,15 +210,16 @@ class Partition:
                 elif fs.log_end_offset >= 0 and fs.is_caught_up(log.log_end_offset, at_ms, self.max_lag_ms):
                     if ineligible is None:
                         ineligible = self.ineligible()
-                    if rid not in ineligible:       # Kafka's shouldWaitForReplicaToJoinIsr
+                    if rid not in ineligible:  # Kafka's shouldWaitForReplicaToJoinIsr
                         new_hw = fs.log_end_offset
         if new_hw > log.high_watermark:
             log.update_high_watermark(new_hw)
             return True
         return False
 
-    def update_follower_fetch_state(self, replica_id: int, fetch_offset: int, log_start_offset: int,
-                                    at_ms: float) -> bool:
+    def update_follower_fetch_state(
+        self, replica_id: int, fetch_offset: int, log_start_offset: int, at_ms: float
+    ) -> bool:
         """A follower fetch arrived; returns whether the HW moved. False (and no change) for a non-replica."""
         fs = self.followers.get(replica_id)
         if fs is None:
@@ -223,14 +231,23 @@ class Partition:
     def is_follower_in_sync(self, replica_id: int) -> bool:
         """Kafka's isFollowerInSync: caught up to the HW and into this leader's epoch."""
         fs = self.followers.get(replica_id)
-        return (fs is not None and fs.log_end_offset >= self.log.high_watermark
-                and self.leader_epoch_start_offset >= 0 and fs.log_end_offset >= self.leader_epoch_start_offset)
+        return (
+            fs is not None
+            and fs.log_end_offset >= self.log.high_watermark
+            and self.leader_epoch_start_offset >= 0
+            and fs.log_end_offset >= self.leader_epoch_start_offset
+        )
 
     def isr_to_expand(self, replica_id: int) -> tuple[int, ...] | None:
         """The ISR with `replica_id` added, when it qualifies and no change is in flight."""
-        if (not self.is_leader or self.pending_isr is not None or replica_id in self.isr
-                or replica_id not in self.replicas or not self.is_follower_in_sync(replica_id)
-                or replica_id in self.ineligible()):
+        if (
+            not self.is_leader
+            or self.pending_isr is not None
+            or replica_id in self.isr
+            or replica_id not in self.replicas
+            or not self.is_follower_in_sync(replica_id)
+            or replica_id in self.ineligible()
+        ):
             return None
         return (*self.isr, replica_id)
 

@@ -1,5 +1,6 @@
 """Kafka's ProducerIdManager: producer ids handed out from blocks of PRODUCER_ID_BLOCK_SIZE reserved durably
 in the MetadataStore, so an id is never handed out twice, not even after a crash."""
+
 from __future__ import annotations
 
 import structlog

@@ -3,6 +3,7 @@
 Kafka keys its purgatories by TopicPartition and checks `tryComplete` on every watched-key event; here each parked
 request awaits one future that any append to a watched partition resolves, then re-checks its own condition.
 """
+
 from __future__ import annotations
 
 import asyncio

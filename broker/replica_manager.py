@@ -9,6 +9,7 @@ Leader side (Kafka's Partition/ReplicaManager): followers' fetch offsets and cau
 ISR, ISR shrink/expand by compare-and-set in the store (`replica.lag.time.max.ms`), acks=-1 in the Produce purgatory
 (DelayedProduce), min.insync.replicas. Follower side: strata.broker.cluster.replica_fetcher.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -43,7 +44,7 @@ log = structlog.get_logger("strata.replica_manager")
 
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
-INTERNAL_APPEND_TIMEOUT_MS = 5000     # Kafka's offsets.commit.timeout.ms: the broker's own acks=-1 writes
+INTERNAL_APPEND_TIMEOUT_MS = 5000  # Kafka's offsets.commit.timeout.ms: the broker's own acks=-1 writes
 
 # Leadership listeners: callback(partition, is_leader) after a partition became leader (True) or stopped being
 # leader (False: follower or no longer hosted). The group coordinator follows __consumer_offsets with it.
@@ -57,7 +58,7 @@ class ProduceResult:
     log_append_time: int = -1
     log_start_offset: int = -1
     message: str | None = None
-    current_leader: tuple[int, int] | None = None     # (leader id, leader epoch) with NOT_LEADER_OR_FOLLOWER
+    current_leader: tuple[int, int] | None = None  # (leader id, leader epoch) with NOT_LEADER_OR_FOLLOWER
 
 
 @dataclass(slots=True)
@@ -68,13 +69,14 @@ class FetchSpec:
     max_bytes: int
     current_leader_epoch: int = -1
     last_fetched_epoch: int = -1  # Fetch v12+ (KIP-320): checked against the leader's epochs
-    log_start_offset: int = -1    # a follower's log start (Fetch v5+)
+    log_start_offset: int = -1  # a follower's log start (Fetch v5+)
 
 
 @dataclass(frozen=True, slots=True)
 class RemoteFetchInfo:
     """What a read pass leaves to the RemoteLogReader pool: the fetch offset lives in remote storage (Kafka's
     RemoteStorageFetchInfo in its LogReadResult)."""
+
     partition: Partition
     fetch_offset: int
     max_bytes: int
@@ -87,9 +89,9 @@ class FetchResult:
     last_stable_offset: int = -1
     log_start_offset: int = -1
     records: bytes | memoryview = b""
-    diverging_epoch: tuple[int, int] | None = None    # (epoch, end offset): the fetcher must truncate
-    current_leader: tuple[int, int] | None = None     # (leader id, leader epoch) with NOT_LEADER / FENCED
-    remote_fetch: RemoteFetchInfo | None = None       # the read pass found the offset in remote storage
+    diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset): the fetcher must truncate
+    current_leader: tuple[int, int] | None = None  # (leader id, leader epoch) with NOT_LEADER / FENCED
+    remote_fetch: RemoteFetchInfo | None = None  # the read pass found the offset in remote storage
 
 
 @dataclass
@@ -99,7 +101,7 @@ class ReplicaManager:
     store: MetadataStore
     metrics: BrokerMetrics
     partitions: dict[tuple[str, int], Partition] = field(default_factory=dict)
-    log_cleaner: LogCleaner | None = None     # follower truncation moves its checkpoint down
+    log_cleaner: LogCleaner | None = None  # follower truncation moves its checkpoint down
     # remote.log.storage.system.enable: builds the tiered storage, whose RLMM reads and appends to this
     # replica manager's own replicas of __remote_log_metadata (so it is given the replica manager)
     tiered_storage_factory: Callable[[ReplicaManager], TieredStorage] | None = None
@@ -211,8 +213,13 @@ class ReplicaManager:
         else:
             p.topic = info
             if not p.is_newer_or_same(state):
-                log.debug("ignoring an older partition state", topic=topic, partition=index,
-                          epoch=state.leader_epoch, current=p.leader_epoch)
+                log.debug(
+                    "ignoring an older partition state",
+                    topic=topic,
+                    partition=index,
+                    epoch=state.leader_epoch,
+                    current=p.leader_epoch,
+                )
                 return
         if state.leader == self.broker_id:
             self._make_leader(p, state)
@@ -225,8 +232,15 @@ class ReplicaManager:
         if new_epoch:
             self.fetcher_manager.remove_partition(p.key)
             if state.leader_epoch > 0 or len(state.replicas) > 1:
-                log.info("became leader", topic=p.topic.name, partition=p.index, leader_epoch=state.leader_epoch,
-                         isr=list(state.isr), leo=p.log.log_end_offset, hw=p.log.high_watermark)
+                log.info(
+                    "became leader",
+                    topic=p.topic.name,
+                    partition=p.index,
+                    leader_epoch=state.leader_epoch,
+                    isr=list(state.isr),
+                    leo=p.log.log_end_offset,
+                    hw=p.log.high_watermark,
+                )
         self._maybe_hw_moved(p)
         # ISR changes and new epochs may settle parked acks=-1 produces (or fail them).
         self.produce_purgatory.check_and_complete(p.key)
@@ -239,9 +253,16 @@ class ReplicaManager:
         was_leader = p.is_leader
         first = p.leader_epoch < 0
         if p.make_follower(state) or first:
-            log.info("became follower", topic=p.topic.name, partition=p.index, leader=state.leader,
-                     leader_epoch=state.leader_epoch, leo=p.log.log_end_offset, hw=p.log.high_watermark)
-            self.fetcher_manager.add_partition(p)      # Truncating first (OffsetForLeaderEpoch)
+            log.info(
+                "became follower",
+                topic=p.topic.name,
+                partition=p.index,
+                leader=state.leader,
+                leader_epoch=state.leader_epoch,
+                leo=p.log.log_end_offset,
+                hw=p.log.high_watermark,
+            )
+            self.fetcher_manager.add_partition(p)  # Truncating first (OffsetForLeaderEpoch)
             # Parked produces and consumer fetches answer NOT_LEADER_OR_FOLLOWER now.
             self.produce_purgatory.check_and_complete(p.key)
             self.fetch_purgatory.check_and_complete(p.key)
@@ -258,6 +279,7 @@ class ReplicaManager:
         p.leader_id = -1
         if self.rlm is not None and p.log.remote_log_enabled:
             from strata.remote.rlm import topic_id_partition
+
             tip = topic_id_partition(p.log)
             if delete_remote:
                 self.rlm.start_marking_deleted([tip])
@@ -288,11 +310,13 @@ class ReplicaManager:
         metadata of every hosted tiered partition."""
         if self.rlm is None:
             return
-        self._notify_remote_partitions([p for i in range(info.partitions)
-                                        if (p := self.partitions.get((info.name, i))) is not None])
+        self._notify_remote_partitions(
+            [p for i in range(info.partitions) if (p := self.partitions.get((info.name, i))) is not None]
+        )
 
     def _notify_remote_partitions(self, parts: list[Partition]) -> None:
         from strata.remote.rlm import topic_id_partition
+
         rlm = self.rlm
         if rlm is None:
             return
@@ -306,8 +330,7 @@ class ReplicaManager:
             except (RuntimeError, StorageError) as e:
                 # The RLMM could not follow (it is closing, or the metadata topic is not there yet); leadership
                 # itself must still be applied, and the tier state machine subscribes again when it needs to.
-                log.warning("cannot follow remote log metadata", error=str(e),
-                            partitions=[str(t) for t in tl + tf])
+                log.warning("cannot follow remote log metadata", error=str(e), partitions=[str(t) for t in tl + tf])
         rlm.on_leadership_change([(p.log, p.leader_epoch) for p in leaders], [p.log for p in followers])
 
     def remove_topic(self, info: TopicInfo) -> None:
@@ -337,6 +360,7 @@ class ReplicaManager:
             p.log.reset_highest_offset_in_remote_storage(-1)
             if self.rlm is not None and p.is_leader:
                 from strata.remote.rlm import topic_id_partition
+
                 self.rlm.start_marking_deleted([topic_id_partition(p.log)])
 
     def update_topic_config(self, info: TopicInfo) -> None:
@@ -416,14 +440,25 @@ class ReplicaManager:
         ISRs; a lost CAS means the controller changed the partition: re-read and re-apply."""
         topic, index = p.key
         cur = self.store.partition_state(topic, index)
-        if (cur is None or cur.leader != self.broker_id or cur.leader_epoch != p.leader_epoch
-                or cur.partition_epoch != p.partition_epoch):
-            self.apply_partition_state(topic, index, cur)       # our view is behind the image: catch up first
+        if (
+            cur is None
+            or cur.leader != self.broker_id
+            or cur.leader_epoch != p.leader_epoch
+            or cur.partition_epoch != p.partition_epoch
+        ):
+            self.apply_partition_state(topic, index, cur)  # our view is behind the image: catch up first
             return
         proposed = cur.with_changes(isr=tuple(new_isr))
         p.pending_isr = tuple(new_isr)
-        log.info("expanding ISR" if expand else "shrinking ISR", topic=topic, partition=index,
-                 isr=list(cur.isr), new_isr=list(new_isr), leo=p.log.log_end_offset, hw=p.log.high_watermark)
+        log.info(
+            "expanding ISR" if expand else "shrinking ISR",
+            topic=topic,
+            partition=index,
+            isr=list(cur.isr),
+            new_isr=list(new_isr),
+            leo=p.log.log_end_offset,
+            hw=p.log.high_watermark,
+        )
         task = asyncio.get_running_loop().create_task(self._submit_alter(p, proposed, expand))
         self._isr_tasks.add(task)
         task.add_done_callback(self._isr_tasks.discard)
@@ -448,13 +483,17 @@ class ReplicaManager:
             if committed is not None:
                 self.apply_partition_state(topic, index, committed)
             if p.is_leader:
-                self._maybe_hw_moved(p)         # the maximal ISR may have narrowed
+                self._maybe_hw_moved(p)  # the maximal ISR may have narrowed
             self.produce_purgatory.check_and_complete(p.key)
 
     # ---- produce ---------------------------------------------------------------------------------------------
-    async def append_records(self, entries: list[tuple[str, int, bytes | memoryview]], internal: bool = False,
-                             required_acks: int | None = None, timeout_ms: int | None = None
-                             ) -> list[ProduceResult]:
+    async def append_records(
+        self,
+        entries: list[tuple[str, int, bytes | memoryview]],
+        internal: bool = False,
+        required_acks: int | None = None,
+        timeout_ms: int | None = None,
+    ) -> list[ProduceResult]:
         """Append to leaders. `internal` is the broker's own writers (coordinators, RLMM): they may write internal
         topics (clients get INVALID_TOPIC_EXCEPTION) and default to acks=-1. acks=-1 refuses to append below
         min.insync.replicas (NOT_ENOUGH_REPLICAS) and waits in the Produce purgatory until the ISR has the records
@@ -464,13 +503,14 @@ class ReplicaManager:
             timeout_ms = INTERNAL_APPEND_TIMEOUT_MS
         results: list[ProduceResult] = []
         to_flush: dict[int, UnifiedLog] = {}
-        waits: list[tuple[int, Partition, int, int]] = []      # (result index, partition, required offset, epoch)
+        waits: list[tuple[int, Partition, int, int]] = []  # (result index, partition, required offset, epoch)
         for topic, index, records in entries:
             p = self.partitions.get((topic, index))
             info = p.topic if p is not None else self.store.topic(topic)
             if info is not None and info.internal and not internal:
-                results.append(ProduceResult(ErrorCode.INVALID_TOPIC_EXCEPTION,
-                                             message=f"Cannot append to internal topic {topic}"))
+                results.append(
+                    ProduceResult(ErrorCode.INVALID_TOPIC_EXCEPTION, message=f"Cannot append to internal topic {topic}")
+                )
                 self.metrics.failed_produce.labels(topic).inc()
                 continue
             if p is None or not p.is_leader:
@@ -481,10 +521,13 @@ class ReplicaManager:
                 continue
             self.metrics.produce_requests.labels(topic).inc()
             if acks == -1 and len(p.isr) < p.effective_min_isr():
-                results.append(ProduceResult(
-                    ErrorCode.NOT_ENOUGH_REPLICAS,
-                    message=f"The size of the current ISR {list(p.isr)} is insufficient to satisfy the min.isr "
-                            f"requirement of {p.effective_min_isr()} for partition {topic}-{index}"))
+                results.append(
+                    ProduceResult(
+                        ErrorCode.NOT_ENOUGH_REPLICAS,
+                        message=f"The size of the current ISR {list(p.isr)} is insufficient to satisfy the min.isr "
+                        f"requirement of {p.effective_min_isr()} for partition {topic}-{index}",
+                    )
+                )
                 self.metrics.failed_produce.labels(topic).inc()
                 continue
             try:
@@ -496,13 +539,14 @@ class ReplicaManager:
                 continue
             self.metrics.bytes_in.labels(topic).inc(len(records))
             self.metrics.messages_in.labels(topic).inc(info_.record_count)
-            results.append(ProduceResult(ErrorCode.NONE, info_.first_offset, info_.log_append_time,
-                                         p.log.log_start_offset))
+            results.append(
+                ProduceResult(ErrorCode.NONE, info_.first_offset, info_.log_append_time, p.log.log_start_offset)
+            )
             if acks == -1:
                 waits.append((len(results) - 1, p, info_.last_offset + 1, p.leader_epoch))
             if p.log.unflushed_messages >= p.log.config.flush_messages:
                 to_flush[id(p.log)] = p.log
-            self.fetch_purgatory.check_and_complete((topic, index))     # followers and consumers
+            self.fetch_purgatory.check_and_complete((topic, index))  # followers and consumers
         if to_flush:
             # flush.messages: fsync before the response, so an acknowledged record survives a power loss.
             await asyncio.gather(*(self.flush_log(lg) for lg in to_flush.values()))
@@ -510,8 +554,9 @@ class ReplicaManager:
             await self._await_replication(results, waits, timeout_ms)
         return results
 
-    async def _await_replication(self, results: list[ProduceResult], waits: list[tuple[int, Partition, int, int]],
-                                 timeout_ms: int) -> None:
+    async def _await_replication(
+        self, results: list[ProduceResult], waits: list[tuple[int, Partition, int, int]], timeout_ms: int
+    ) -> None:
         """DelayedProduce: re-check each waiting partition on every event of its key (HW, ISR, leadership)."""
         deadline = time.monotonic() + max(timeout_ms, 0) / 1000.0
         pending = waits
@@ -545,8 +590,9 @@ class ReplicaManager:
         self.metrics.log_flush.observe(time.perf_counter() - start)
 
     # ---- fetch -----------------------------------------------------------------------------------------------
-    def _read_once(self, specs: list[FetchSpec], max_bytes: int, isolation: int, replica_id: int, first: bool
-                   ) -> tuple[list[FetchResult], int, bool]:
+    def _read_once(
+        self, specs: list[FetchSpec], max_bytes: int, isolation: int, replica_id: int, first: bool
+    ) -> tuple[list[FetchResult], int, bool]:
         """One read pass; returns (results, bytes, answer now). A follower's fetch position is recorded on the
         first pass, once its request passed the checks (Kafka's updateFollowerFetchState)."""
         results: list[FetchResult] = []
@@ -558,14 +604,21 @@ class ReplicaManager:
             p = self.partitions.get((s.topic, s.partition))
             if p is None:
                 err = self.not_hosted_error(s.topic, s.partition)
-                results.append(FetchResult(err, current_leader=self.leader_hint(s.topic, s.partition)
-                                           if err == ErrorCode.NOT_LEADER_OR_FOLLOWER else None))
+                results.append(
+                    FetchResult(
+                        err,
+                        current_leader=self.leader_hint(s.topic, s.partition)
+                        if err == ErrorCode.NOT_LEADER_OR_FOLLOWER
+                        else None,
+                    )
+                )
                 respond = True
                 continue
             ulog = p.log
             hw = ulog.high_watermark
-            res = FetchResult(high_watermark=hw, last_stable_offset=p.last_stable_offset,
-                              log_start_offset=ulog.log_start_offset)
+            res = FetchResult(
+                high_watermark=hw, last_stable_offset=p.last_stable_offset, log_start_offset=ulog.log_start_offset
+            )
             err = p.check_epoch(s.current_leader_epoch)
             if err:
                 res.error = err
@@ -590,7 +643,7 @@ class ReplicaManager:
             limit = min(s.max_bytes, max_bytes - total)
             if limit <= 0 and not min_one:
                 if replica and first and ulog.local_log_start_offset <= s.fetch_offset <= ulog.log_end_offset:
-                    self._record_follower_fetch(p, replica_id, s)     # no room for data, but the position counts
+                    self._record_follower_fetch(p, replica_id, s)  # no room for data, but the position counts
                     res.high_watermark = ulog.high_watermark
                 results.append(res)
                 continue
@@ -603,7 +656,7 @@ class ReplicaManager:
                         # KIP-405: followers rebuild from remote metadata rather than copy tiered data.
                         res.error = ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE
                         respond = True
-                    elif self.rlm is not None:      # read by the RemoteLogReader pool after this pass
+                    elif self.rlm is not None:  # read by the RemoteLogReader pool after this pass
                         res.remote_fetch = RemoteFetchInfo(p, s.fetch_offset, s.max_bytes)
                     else:
                         res.error = ErrorCode.OFFSET_OUT_OF_RANGE
@@ -631,8 +684,16 @@ class ReplicaManager:
             results.append(res)
         return results, total, respond
 
-    async def fetch(self, specs: list[FetchSpec], *, max_bytes: int, min_bytes: int, max_wait_ms: int,
-                    isolation: int = READ_UNCOMMITTED, replica_id: int = -1) -> list[FetchResult]:
+    async def fetch(
+        self,
+        specs: list[FetchSpec],
+        *,
+        max_bytes: int,
+        min_bytes: int,
+        max_wait_ms: int,
+        isolation: int = READ_UNCOMMITTED,
+        replica_id: int = -1,
+    ) -> list[FetchResult]:
         """Read now; if fewer than min.bytes are ready, park in the Fetch purgatory until appends or max.wait.
         `replica_id` >= 0 is a follower's fetch: served by the leader only, read up to the LEO, and it reports the
         follower's position (HW, ISR)."""
@@ -644,8 +705,11 @@ class ReplicaManager:
             results, total, respond = self._read_once(specs, max_bytes, isolation, replica_id, first)
             first = False
             # throttled (KIP-956): no data for the remote partitions, wait as for any other
-            if (self.rlm is not None and any(r.remote_fetch is not None for r in results)
-                    and not self.rlm.fetch_throttled()):
+            if (
+                self.rlm is not None
+                and any(r.remote_fetch is not None for r in results)
+                and not self.rlm.fetch_throttled()
+            ):
                 total += await self._read_remote(results, max_bytes - total, isolation)
                 break
             remaining = deadline - time.monotonic()
@@ -671,7 +735,7 @@ class ReplicaManager:
                 c[2] += 1
         m = self.metrics
         for topic, (nbytes, nreq, nfail) in per_topic.items():
-            if nbytes and replica_id < 0:     # Kafka counts replication apart (ReplicationBytesOutPerSec)
+            if nbytes and replica_id < 0:  # Kafka counts replication apart (ReplicationBytesOutPerSec)
                 m.bytes_out.labels(topic).inc(nbytes)
             m.fetch_requests.labels(topic).inc(nreq)
             if nfail:
@@ -684,7 +748,7 @@ class ReplicaManager:
         jobs: dict[int, asyncio.Task] = {}
         first = True
         rlm = self.rlm
-        assert rlm is not None      # a read pass leaves reads to remote storage only with an RLM
+        assert rlm is not None  # a read pass leaves reads to remote storage only with an RLM
         for i, r in enumerate(results):
             if (info := r.remote_fetch) is None:
                 continue
@@ -716,8 +780,13 @@ class ReplicaManager:
             elif isinstance(exc, OffsetOutOfRangeError):
                 res.error = ErrorCode.OFFSET_OUT_OF_RANGE
             else:
-                log.warning("remote fetch failed", topic=info.partition.topic.name, partition=info.partition.index,
-                            offset=info.fetch_offset, error=str(exc))
+                log.warning(
+                    "remote fetch failed",
+                    topic=info.partition.topic.name,
+                    partition=info.partition.index,
+                    offset=info.fetch_offset,
+                    error=str(exc),
+                )
                 res.error = ErrorCode.KAFKA_STORAGE_ERROR
         return total
 

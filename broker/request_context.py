@@ -5,6 +5,7 @@ Security (TLS, SASL, ACLs) is not implemented yet: every connection is User:ANON
 authorizer (everything is allowed). The fields are here so that handlers are written against them from the
 start.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,15 +23,16 @@ class KafkaPrincipal:
         return f"{self.principal_type}:{self.name}"
 
 
-ANONYMOUS = KafkaPrincipal("User", "ANONYMOUS")     # a PLAINTEXT connection's principal, as in Kafka
+ANONYMOUS = KafkaPrincipal("User", "ANONYMOUS")  # a PLAINTEXT connection's principal, as in Kafka
 
 
 class Authorizer(Protocol):
     """Kafka's Authorizer, reduced to one decision: may `principal` connecting from `host` perform `operation`
     (an AclOperation code) on the resource (a ResourceType code and a name)?"""
 
-    def authorize(self, principal: KafkaPrincipal, host: str, operation: int, resource_type: int,
-                  resource_name: str) -> bool: ...
+    def authorize(
+        self, principal: KafkaPrincipal, host: str, operation: int, resource_type: int, resource_name: str
+    ) -> bool: ...
 
 
 @dataclass(slots=True)
@@ -39,11 +41,11 @@ class RequestContext:
     api_version: int
     correlation_id: int
     client_id: str | None
-    received: float                   # time.perf_counter() when the frame was read
-    listener: str                     # the name of the listener the connection came in on
-    client_address: str               # the client's "host:port"
+    received: float  # time.perf_counter() when the frame was read
+    listener: str  # the name of the listener the connection came in on
+    client_address: str  # the client's "host:port"
     principal: KafkaPrincipal = ANONYMOUS
-    authorizer: Authorizer | None = None     # None: no authorizer configured, every operation is allowed
+    authorizer: Authorizer | None = None  # None: no authorizer configured, every operation is allowed
 
 
 __all__ = ["ANONYMOUS", "Authorizer", "KafkaPrincipal", "RequestContext"]

@@ -3,6 +3,7 @@
 The entry point, and the only module that knows it: every subsystem is built here, in dependency order,
 and given what it needs through its constructor; the request handlers get a BrokerServices
 (broker/services.py)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -49,12 +50,19 @@ log = structlog.get_logger("strata.server")
 def configure_logging(fmt: str = "console", level: str = "INFO") -> None:
     """structlog to stderr: console renderer by default, one JSON object per line with log.format=json."""
     lvl = getattr(logging, level.upper(), logging.INFO)
-    renderer = (structlog.processors.JSONRenderer() if fmt == "json"
-                else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()))
+    renderer = (
+        structlog.processors.JSONRenderer()
+        if fmt == "json"
+        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+    )
     structlog.configure(
-        processors=[structlog.contextvars.merge_contextvars, structlog.processors.add_log_level,
-                    structlog.processors.TimeStamper(fmt="iso", utc=True),
-                    structlog.processors.format_exc_info, renderer],
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
         wrapper_class=structlog.make_filtering_bound_logger(lvl),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
@@ -70,8 +78,12 @@ class KafkaServer:
         self.log_dirs = config.log_dirs
         for d in self.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
-        me = BrokerInfo(self.broker_id, {a.name: (a.host, a.port) for a in config.advertised_listeners},
-                        config["broker.rack"] or None, uuid.uuid4().hex)
+        me = BrokerInfo(
+            self.broker_id,
+            {a.name: (a.host, a.port) for a in config.advertised_listeners},
+            config["broker.rack"] or None,
+            uuid.uuid4().hex,
+        )
         self.me = me
         self.cluster_mode = bool(config["metadata.store.connect"])
         self._etcd_store: EtcdMetadataStore | None = None
@@ -80,7 +92,8 @@ class KafkaServer:
 
             # The cluster id: configured, else the one this log dir already belongs to, else etcd's.
             self._etcd_store = EtcdMetadataStore.from_config(
-                config, cluster_id=config["cluster.id"] or self._meta_properties().get("cluster.id"))
+                config, cluster_id=config["cluster.id"] or self._meta_properties().get("cluster.id")
+            )
             self.store: MetadataStore = self._etcd_store
         else:
             self.store = LocalMetadataStore(self.log_dirs[0], config["cluster.id"] or None, me)
@@ -93,8 +106,12 @@ class KafkaServer:
         cleaner_config = CleanerConfig.from_broker_config(config)
         self.log_cleaner: LogCleaner | None = None
         if cleaner_config.enable:
-            self.log_cleaner = LogCleaner(cleaner_config, self.log_dirs, self.log_manager.all_logs,
-                                          is_live=lambda lg: self.log_manager.get_log(lg.topic, lg.partition) is lg)
+            self.log_cleaner = LogCleaner(
+                cleaner_config,
+                self.log_dirs,
+                self.log_manager.all_logs,
+                is_live=lambda lg: self.log_manager.get_log(lg.topic, lg.partition) is lg,
+            )
         self.endpoints = BrokerEndpoints(config, self.store, lambda: self.socket_server.bound)
         tiered_storage_factory = None
         if config["remote.log.storage.system.enable"]:
@@ -102,36 +119,62 @@ class KafkaServer:
 
             def tiered_storage_factory(rm: ReplicaManager) -> TieredStorage:
                 return build_tiered_storage(rm, self.store, self.endpoints, self.metrics)
-        self.replica_manager = ReplicaManager(config, self.log_manager, self.store, self.metrics,
-                                              log_cleaner=self.log_cleaner,
-                                              tiered_storage_factory=tiered_storage_factory)
-        self.tiered: TieredStorage | None = self.replica_manager.tiered    # started by start_tiered_storage
+
+        self.replica_manager = ReplicaManager(
+            config,
+            self.log_manager,
+            self.store,
+            self.metrics,
+            log_cleaner=self.log_cleaner,
+            tiered_storage_factory=tiered_storage_factory,
+        )
+        self.tiered: TieredStorage | None = self.replica_manager.tiered  # started by start_tiered_storage
         # cluster mode: admin requests go to the controller
         self.controller_channel: ControllerChannel | None = None
         if self._etcd_store is not None:
             from .cluster.forwarding import ControllerChannel
+
             self.controller_channel = ControllerChannel(
-                self._etcd_store, self.endpoints, self.metrics, broker_id=self.broker_id,
+                self._etcd_store,
+                self.endpoints,
+                self.metrics,
+                broker_id=self.broker_id,
                 socket_timeout_s=config["replica.socket.timeout.ms"] / 1000.0,
-                is_controller=self._is_controller)
-            self.topic_manager = TopicManager(config, self.store, self.replica_manager,
-                                              is_controller=self.controller_channel.is_controller,
-                                              auto_create=self.controller_channel.create_topic)
+                is_controller=self._is_controller,
+            )
+            self.topic_manager = TopicManager(
+                config,
+                self.store,
+                self.replica_manager,
+                is_controller=self.controller_channel.is_controller,
+                auto_create=self.controller_channel.create_topic,
+            )
         else:
             self.topic_manager = TopicManager(config, self.store, self.replica_manager)
         self.group_coordinator = GroupCoordinator.from_broker_config(config, self.replica_manager, self.store)
         self.replica_manager.leadership_listeners.append(self._on_leadership_change)
         self.services = BrokerServices(
-            config=config, broker_id=self.broker_id, store=self.store, endpoints=self.endpoints,
-            metrics=self.metrics, log_manager=self.log_manager, replica_manager=self.replica_manager,
-            topic_manager=self.topic_manager, group_coordinator=self.group_coordinator,
+            config=config,
+            broker_id=self.broker_id,
+            store=self.store,
+            endpoints=self.endpoints,
+            metrics=self.metrics,
+            log_manager=self.log_manager,
+            replica_manager=self.replica_manager,
+            topic_manager=self.topic_manager,
+            group_coordinator=self.group_coordinator,
             producer_ids=ProducerIdManager(self.store),
             remote_log_manager=self.tiered.rlm if self.tiered is not None else None,
-            controller_channel=self.controller_channel)
+            controller_channel=self.controller_channel,
+        )
         self.apis = KafkaApis(self.services)
         self.socket_server = SocketServer(
-            config.listeners, self.apis.handle, max_request_bytes=config["socket.request.max.bytes"],
-            idle_ms=config["connections.max.idle.ms"], metrics=self.metrics)
+            config.listeners,
+            self.apis.handle,
+            max_request_bytes=config["socket.request.max.bytes"],
+            idle_ms=config["connections.max.idle.ms"],
+            metrics=self.metrics,
+        )
         # partitions of tiered topics deleted while this broker was down
         self._deleted_while_down: list[TopicIdPartition] = []
         self._tasks: list[asyncio.Task] = []
@@ -144,24 +187,31 @@ class KafkaServer:
         p = self.log_dirs[0] / "meta.properties"
         if not p.exists():
             return {}
-        return dict(line.split("=", 1) for line in p.read_text().splitlines()
-                    if "=" in line and not line.startswith("#"))
+        return dict(
+            line.split("=", 1) for line in p.read_text().splitlines() if "=" in line and not line.startswith("#")
+        )
 
     def _write_meta_properties(self) -> None:
         """meta.properties as Kafka writes it, so a log dir is never mounted under another cluster by mistake."""
         for d in self.log_dirs:
             p = d / "meta.properties"
             if p.exists():
-                props = dict(line.split("=", 1) for line in p.read_text().splitlines()
-                             if "=" in line and not line.startswith("#"))
+                props = dict(
+                    line.split("=", 1)
+                    for line in p.read_text().splitlines()
+                    if "=" in line and not line.startswith("#")
+                )
                 if props.get("cluster.id") and props["cluster.id"] != self.store.cluster_id:
-                    raise SystemExit(f"log dir {d} belongs to cluster {props['cluster.id']}, "
-                                     f"not {self.store.cluster_id}")
+                    raise SystemExit(
+                        f"log dir {d} belongs to cluster {props['cluster.id']}, not {self.store.cluster_id}"
+                    )
                 if props.get("node.id") and int(props["node.id"]) != self.broker_id:
                     raise SystemExit(f"log dir {d} belongs to node {props['node.id']}, not {self.broker_id}")
                 continue
-            p.write_text(f"#\n#{time.strftime('%a %b %d %H:%M:%S UTC %Y', time.gmtime())}\n"
-                         f"cluster.id={self.store.cluster_id}\nnode.id={self.broker_id}\nversion=1\n")
+            p.write_text(
+                f"#\n#{time.strftime('%a %b %d %H:%M:%S UTC %Y', time.gmtime())}\n"
+                f"cluster.id={self.store.cluster_id}\nnode.id={self.broker_id}\nversion=1\n"
+            )
 
     def _is_controller(self) -> bool:
         """Whether this broker is the cluster's active controller now."""
@@ -170,28 +220,34 @@ class KafkaServer:
     async def start(self) -> None:
         start = time.monotonic()
         if self.cluster_mode:
-            await self.store.start()         # cluster id and the metadata image
+            await self.store.start()  # cluster id and the metadata image
             self._write_meta_properties()
             from .group.records import OFFSETS_TOPIC
+
             if (offsets := self.store.topic(OFFSETS_TOPIC)) is not None:
                 self.group_coordinator.num_partitions = offsets.partitions
         await asyncio.get_running_loop().run_in_executor(None, self.log_manager.startup)
-        if self._etcd_store is not None:        # (cluster mode)
+        if self._etcd_store is not None:  # (cluster mode)
             self._delete_stray_logs(self._etcd_store)
-        self.store.add_listener(self.on_metadata_change)     # no await before the load: no change is missed
+        self.store.add_listener(self.on_metadata_change)  # no await before the load: no change is missed
         self.replica_manager.load_partitions()
-        self.replica_manager.start()         # replica fetchers for the partitions this broker follows
+        self.replica_manager.start()  # replica fetchers for the partitions this broker follows
         if self._etcd_store is not None:
             await self.store.register(self.me)
             from .cluster.controller import Controller
+
             controller = self.controller = Controller(self._etcd_store, self.config)
             controller.start()
             if self.config["broker.liveness.connection.check.enable"]:
                 from .cluster.liveness import PeerWatch
-                peer_watch = self.peer_watch = PeerWatch(self._etcd_store, self.broker_id,
-                                                         self.config.inter_broker_listener_name,
-                                                         self._is_controller,
-                                                         lambda b: self.metrics.peers_gone.inc())
+
+                peer_watch = self.peer_watch = PeerWatch(
+                    self._etcd_store,
+                    self.broker_id,
+                    self.config.inter_broker_listener_name,
+                    self._is_controller,
+                    lambda b: self.metrics.peers_gone.inc(),
+                )
                 controller.role_listeners.append(peer_watch.wake)
                 self.metrics.peers_watched.set_function(lambda: len(peer_watch.connected))
         if self.tiered is not None:
@@ -203,36 +259,54 @@ class KafkaServer:
                 # DELETE_PARTITION_MARKED again (a no-op if recorded): the broker that deleted the topic may have
                 # died before it could write the marks, and with every replica down nobody else would
                 self.tiered.rlm.start_marking_deleted(self._deleted_while_down)
-        await self.group_coordinator.startup()      # loads __consumer_offsets in the background
+        await self.group_coordinator.startup()  # loads __consumer_offsets in the background
         self.metrics.register_log_collector(self.replica_manager.all_logs)
         self.gc_pauses.install(self.metrics.registry)
         self.metrics_address = self.metrics.start_http(self.config["metrics.listener"])
         await self.socket_server.start()
         if self.cluster_mode:
-            bound = {a.name: self.endpoints.advertised_endpoint(a.name)
-                     for a in self.config.advertised_listeners}
-            if bound != self.me.endpoints:        # ephemeral ports: advertise what was bound
+            bound = {a.name: self.endpoints.advertised_endpoint(a.name) for a in self.config.advertised_listeners}
+            if bound != self.me.endpoints:  # ephemeral ports: advertise what was bound
                 self.me = BrokerInfo(self.broker_id, bound, self.me.rack, self.me.incarnation)
                 await self.store.register(self.me)
             if self.peer_watch is not None:
                 self.peer_watch.start()
-        if self.log_cleaner is not None:    # compaction; its swaps run on this loop
+        if self.log_cleaner is not None:  # compaction; its swaps run on this loop
             self.metrics.register_log_cleaner(self.log_cleaner)
             await self.log_cleaner.start()
-        self._tasks.append(asyncio.create_task(self._periodic(
-            self.config["log.retention.check.interval.ms"], self._retention)))
+        self._tasks.append(
+            asyncio.create_task(self._periodic(self.config["log.retention.check.interval.ms"], self._retention))
+        )
         self._tasks.append(asyncio.create_task(self._periodic(1000, self._time_based_flush)))
-        self._tasks.append(asyncio.create_task(self._periodic(
-            self.config["log.flush.offset.checkpoint.interval.ms"], self._checkpoint)))
-        self._tasks.append(asyncio.create_task(self._periodic(
-            self.config["producer.id.expiration.check.interval.ms"], self._expire_producer_ids)))
-        self._tasks.append(asyncio.create_task(self._periodic(     # Kafka's isr-expiration task
-            self.config["replica.lag.time.max.ms"] // 2, self._isr_expiration)))
+        self._tasks.append(
+            asyncio.create_task(
+                self._periodic(self.config["log.flush.offset.checkpoint.interval.ms"], self._checkpoint)
+            )
+        )
+        self._tasks.append(
+            asyncio.create_task(
+                self._periodic(self.config["producer.id.expiration.check.interval.ms"], self._expire_producer_ids)
+            )
+        )
+        self._tasks.append(
+            asyncio.create_task(
+                self._periodic(  # Kafka's isr-expiration task
+                    self.config["replica.lag.time.max.ms"] // 2, self._isr_expiration
+                )
+            )
+        )
         freeze_startup_objects()
-        log.info("started", broker_id=self.broker_id, cluster_id=self.store.cluster_id,
-                 topics=len(self.store.topics()), partitions=len(self.replica_manager.partitions),
-                 metrics=f"http://{self.metrics_address[0]}:{self.metrics_address[1]}/metrics"
-                 if self.metrics_address else None, startup_ms=round((time.monotonic() - start) * 1000))
+        log.info(
+            "started",
+            broker_id=self.broker_id,
+            cluster_id=self.store.cluster_id,
+            topics=len(self.store.topics()),
+            partitions=len(self.replica_manager.partitions),
+            metrics=f"http://{self.metrics_address[0]}:{self.metrics_address[1]}/metrics"
+            if self.metrics_address
+            else None,
+            startup_ms=round((time.monotonic() - start) * 1000),
+        )
 
     async def _periodic(self, interval_ms: int, fn) -> None:
         interval = max(interval_ms, 10) / 1000.0
@@ -279,26 +353,38 @@ class KafkaServer:
             info = store.topic(ulog.topic)
             if info is None:
                 if store.deleted_topic_id(ulog.topic) == ulog.topic_id:
-                    log.info("deleting the log of a topic deleted while this broker was down", topic=ulog.topic,
-                             partition=ulog.partition)
+                    log.info(
+                        "deleting the log of a topic deleted while this broker was down",
+                        topic=ulog.topic,
+                        partition=ulog.partition,
+                    )
                     if store.deleted_topic_was_tiered(ulog.topic):
                         from strata.remote.rlm import topic_id_partition
+
                         self._deleted_while_down.append(topic_id_partition(ulog))
                     self.log_manager.delete_log(ulog.topic, ulog.partition)
                 else:
-                    log.warning("log of a topic unknown to the cluster metadata; kept, not served",
-                                topic=ulog.topic, partition=ulog.partition)
+                    log.warning(
+                        "log of a topic unknown to the cluster metadata; kept, not served",
+                        topic=ulog.topic,
+                        partition=ulog.partition,
+                    )
                 continue
             state = store.partition_state(ulog.topic, ulog.partition)
             stale_id = ulog.topic_id.int != 0 and ulog.topic_id != info.topic_id
             moved = ulog.partition >= info.partitions or (
-                state is not None and self.broker_id not in state.replicas and self.broker_id not in state.adding)
+                state is not None and self.broker_id not in state.replicas and self.broker_id not in state.adding
+            )
             if stale_id or moved:
-                log.info("deleting stray log", topic=ulog.topic, partition=ulog.partition,
-                         reason="topic re-created" if stale_id else "not a replica")
+                log.info(
+                    "deleting stray log",
+                    topic=ulog.topic,
+                    partition=ulog.partition,
+                    reason="topic re-created" if stale_id else "not a replica",
+                )
                 self.log_manager.delete_log(ulog.topic, ulog.partition)
 
-    def on_metadata_change(self, kind: str, key: Any) -> None:     # key: (topic, partition), topic or broker id
+    def on_metadata_change(self, kind: str, key: Any) -> None:  # key: (topic, partition), topic or broker id
         """The metadata image changed (MetadataStore listener): partition states go to the replica manager."""
         rm = self.replica_manager
         if kind == "partition":
@@ -312,9 +398,9 @@ class KafkaServer:
                     rm.remove_topic(old)
                     log.info("deleted topic", topic=key, topic_id=str(old.topic_id))
             else:
-                rm.on_topic_change(info)        # config changes made through another broker
+                rm.on_topic_change(info)  # config changes made through another broker
         elif kind == "broker":
-            rm.fetcher_manager.on_broker_change(key)         # a leader re-registered: reconnect
+            rm.fetcher_manager.on_broker_change(key)  # a leader re-registered: reconnect
             rm.on_brokers_changed()
 
     def _on_leadership_change(self, partition: Partition, leader: bool) -> None:
@@ -322,9 +408,14 @@ class KafkaServer:
         remover looks at a __remote_log_metadata partition as soon as it leads it."""
         from .group.records import OFFSETS_TOPIC
         from .tiered import REMOTE_LOG_METADATA_TOPIC
-        if (partition.topic.name == REMOTE_LOG_METADATA_TOPIC and leader and self.tiered is not None
-                and self.tiered.started):
-            self.tiered.partition_remover.wake()    # what the previous leader of this metadata partition left
+
+        if (
+            partition.topic.name == REMOTE_LOG_METADATA_TOPIC
+            and leader
+            and self.tiered is not None
+            and self.tiered.started
+        ):
+            self.tiered.partition_remover.wake()  # what the previous leader of this metadata partition left
         if partition.topic.name == OFFSETS_TOPIC:
             if leader:
                 self.group_coordinator.on_become_leader(partition.index)
@@ -358,23 +449,23 @@ class KafkaServer:
             await self._controlled_shutdown()
         if self.peer_watch is not None:
             await self.peer_watch.stop()
-        if self._etcd_store is not None:        # (cluster mode)
-            self._etcd_store.stopping()       # peers may now revoke our lease (listener closed): do not renew it
+        if self._etcd_store is not None:  # (cluster mode)
+            self._etcd_store.stopping()  # peers may now revoke our lease (listener closed): do not renew it
         if self.controller is not None:
             await self.controller.stop()
         for t in self._tasks:
             t.cancel()
-        await self.group_coordinator.shutdown()     # answers parked joins, lets queued offset writes land
+        await self.group_coordinator.shutdown()  # answers parked joins, lets queued offset writes land
         await self.socket_server.stop()
         if self.controller_channel is not None:
             await self.controller_channel.close()
-        await self.replica_manager.shutdown()        # replica fetchers stop before the logs close
+        await self.replica_manager.shutdown()  # replica fetchers stop before the logs close
         if self.tiered is not None:
-            await self.tiered.close()      # the partition remover, the RLM, the RLMM and its connections
+            await self.tiered.close()  # the partition remover, the RLM, the RLMM and its connections
         if self.log_cleaner is not None:
-            await self.log_cleaner.shutdown()       # aborts a cleaning in progress before the logs close
+            await self.log_cleaner.shutdown()  # aborts a cleaning in progress before the logs close
         await asyncio.get_running_loop().run_in_executor(None, self.log_manager.shutdown)
-        await self.store.close()          # cluster: revokes the lease (deregisters now, not after the session)
+        await self.store.close()  # cluster: revokes the lease (deregisters now, not after the session)
         self.metrics.stop_http()
         self.gc_pauses.uninstall()
         log.info("shut down cleanly")
@@ -385,8 +476,9 @@ def run(config: BrokerConfig) -> int:
     configure_logging(config["log.format"], config["log.level"])
     try:
         import uvloop
+
         uvloop.install()
-    except ImportError:      # uvloop is a declared dependency; this only keeps odd platforms usable
+    except ImportError:  # uvloop is a declared dependency; this only keeps odd platforms usable
         log.warning("uvloop not available, using the default asyncio loop")
 
     async def main() -> int:

@@ -5,6 +5,7 @@ One typed, immutable object rather than the server: handlers see the broker's se
 handler module: the handler modules share most of their needs (the store, the config, the replica manager, the
 endpoints), and the dispatcher calls every handler the same way.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -39,8 +40,8 @@ class BrokerServices:
     topic_manager: TopicManager
     group_coordinator: GroupCoordinator
     producer_ids: ProducerIdManager
-    remote_log_manager: RemoteLogManager | None       # tiered storage (remote.log.storage.system.enable)
-    controller_channel: ControllerChannel | None      # a cluster: admin requests go to the controller
+    remote_log_manager: RemoteLogManager | None  # tiered storage (remote.log.storage.system.enable)
+    controller_channel: ControllerChannel | None  # a cluster: admin requests go to the controller
 
 
 __all__ = ["BrokerServices"]

@@ -3,6 +3,7 @@ its `__remote_log_metadata` topic through the broker's own logs and, for what th
 partitions' leaders (the RLMM lives in `remote`, which must not know the broker, so it receives this I/O object
 instead of a Kafka producer/consumer).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -45,15 +46,19 @@ PRODUCE_VERSION = 9
 # fetches (as a consumer, READ_UNCOMMITTED up to the HW) only the partitions it does not host.
 RLMM_CONSUMER_CLIENT_ID = "__remote_log_metadata_consumer"
 FETCH_VERSION = 12
-READ_WAIT_MS = 500                 # a remote read long-polls this long for new records
+READ_WAIT_MS = 500  # a remote read long-polls this long for new records
 # The RLMM producer's bounds (Kafka's producer defaults: request.timeout.ms 30 s, retry.backoff.ms 100 ms).
 APPEND_TIMEOUT_S = 30.0
 APPEND_RETRY_BACKOFF_S = 0.1
 # Retried here: only errors that say nothing was appended. After an ambiguous one (REQUEST_TIMED_OUT,
 # NOT_ENOUGH_REPLICAS_AFTER_APPEND, a connection lost mid-request) the record may be in the log, so the error goes up
 # and the RemoteLogManager retries the whole copy under a fresh segment id instead of writing the record twice.
-_RETRIABLE_APPEND_ERRORS = {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE,
-                            ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+_RETRIABLE_APPEND_ERRORS = {
+    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    ErrorCode.LEADER_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+}
 
 
 class MetadataAppendError(RuntimeError):
@@ -68,8 +73,9 @@ class BrokerMetadataTopicIO:
     """MetadataTopicIO over `__remote_log_metadata`: appends go to each partition's leader (this broker's own log,
     or a Produce to the leader, as Kafka's RLMM producer does); reads come from this broker's replicas."""
 
-    def __init__(self, replicas: ReplicaManager, store: MetadataStore, endpoints: BrokerEndpoints,
-                 config: BrokerConfig) -> None:
+    def __init__(
+        self, replicas: ReplicaManager, store: MetadataStore, endpoints: BrokerEndpoints, config: BrokerConfig
+    ) -> None:
         """`replicas`: this broker's own replicas of the metadata partitions (read and appended to)."""
         self.replicas = replicas
         self.store = store
@@ -78,22 +84,23 @@ class BrokerMetadataTopicIO:
         self.broker_id: int = config.broker_id
         self._leader_conns: dict[int, tuple[BrokerConnection, asyncio.Lock]] = {}
         self._reader_conns: dict[int, tuple[BrokerConnection, asyncio.Lock]] = {}
-        self._remote_hw: dict[int, int] = {}      # high watermarks learnt from the leaders of partitions not hosted
+        self._remote_hw: dict[int, int] = {}  # high watermarks learnt from the leaders of partitions not hosted
 
     async def ensure_topic(self, num_partitions: int, replication_factor: int, retention_ms: int) -> None:
         store = self.store
         if store.topic(REMOTE_LOG_METADATA_TOPIC) is None:
             cfg = {"retention.ms": str(retention_ms), "cleanup.policy": "delete"}
             await self._wait_for_brokers(replication_factor)
-            rf = min(replication_factor, max(1, len(store.brokers())))     # capped by the live brokers
+            rf = min(replication_factor, max(1, len(store.brokers())))  # capped by the live brokers
             try:
-                info = await store.create_topic(REMOTE_LOG_METADATA_TOPIC, num_partitions, cfg, internal=True,
-                                                replication_factor=rf)
+                info = await store.create_topic(
+                    REMOTE_LOG_METADATA_TOPIC, num_partitions, cfg, internal=True, replication_factor=rf
+                )
             except KafkaApiError as e:
                 if e.error_code != ErrorCode.TOPIC_ALREADY_EXISTS:
                     raise
-                return      # another broker starting at the same time created it
-            if not store.clustered:     # in a cluster the replicas follow the partition states
+                return  # another broker starting at the same time created it
+            if not store.clustered:  # in a cluster the replicas follow the partition states
                 self.replicas.ensure_partitions(info)
             log.info("created internal topic", topic=REMOTE_LOG_METADATA_TOPIC, partitions=num_partitions)
 
@@ -107,15 +114,22 @@ class BrokerMetadataTopicIO:
             return
         deadline = time.monotonic() + cfg["remote.log.metadata.initialization.retry.max.timeout.ms"] / 1000.0
         interval = cfg["remote.log.metadata.initialization.retry.interval.ms"] / 1000.0
-        log.info("waiting for brokers to create the remote log metadata topic", topic=REMOTE_LOG_METADATA_TOPIC,
-                 replication_factor=replication_factor, registered=sorted(store.brokers()))
+        log.info(
+            "waiting for brokers to create the remote log metadata topic",
+            topic=REMOTE_LOG_METADATA_TOPIC,
+            replication_factor=replication_factor,
+            registered=sorted(store.brokers()),
+        )
         while len(store.brokers()) < replication_factor and store.topic(REMOTE_LOG_METADATA_TOPIC) is None:
             if time.monotonic() >= deadline:
-                log.warning("creating the remote log metadata topic with fewer replicas than configured",
-                            topic=REMOTE_LOG_METADATA_TOPIC, replication_factor=replication_factor,
-                            registered=sorted(store.brokers()))
+                log.warning(
+                    "creating the remote log metadata topic with fewer replicas than configured",
+                    topic=REMOTE_LOG_METADATA_TOPIC,
+                    replication_factor=replication_factor,
+                    registered=sorted(store.brokers()),
+                )
                 return
-            await asyncio.sleep(interval)     # the registrations arrive through the store's watch
+            await asyncio.sleep(interval)  # the registrations arrive through the store's watch
 
     def _partition(self, partition: int) -> Partition:
         p = self.replicas.get_partition(REMOTE_LOG_METADATA_TOPIC, partition)
@@ -132,16 +146,18 @@ class BrokerMetadataTopicIO:
             p = self.replicas.get_partition(REMOTE_LOG_METADATA_TOPIC, partition)
             if p is not None and p.is_leader:
                 [res] = await self.replicas.append_records(
-                    [(REMOTE_LOG_METADATA_TOPIC, partition, records)], internal=True)
+                    [(REMOTE_LOG_METADATA_TOPIC, partition, records)], internal=True
+                )
                 err, offset, why = res.error, res.base_offset, res.message or ""
             else:
                 err, offset, why = await self._append_at_leader(partition, records)
             if err == ErrorCode.NONE:
                 return offset
             if err not in _RETRIABLE_APPEND_ERRORS or time.monotonic() + APPEND_RETRY_BACKOFF_S > deadline:
-                raise MetadataAppendError(f"append to {REMOTE_LOG_METADATA_TOPIC}-{partition} failed: "
-                                          f"{err.name} {why}".rstrip())
-            await asyncio.sleep(APPEND_RETRY_BACKOFF_S)     # retry.backoff.ms, then ask the metadata again
+                raise MetadataAppendError(
+                    f"append to {REMOTE_LOG_METADATA_TOPIC}-{partition} failed: {err.name} {why}".rstrip()
+                )
+            await asyncio.sleep(APPEND_RETRY_BACKOFF_S)  # retry.backoff.ms, then ask the metadata again
 
     async def _append_at_leader(self, partition: int, records: bytes) -> tuple[ErrorCode, int, str]:
         """One Produce (acks=-1) to the leader the metadata names. Not reaching it is retriable; losing the
@@ -166,9 +182,19 @@ class BrokerMetadataTopicIO:
                 return ErrorCode.LEADER_NOT_AVAILABLE, -1, f"(broker {st.leader}: {e})"
             try:
                 resp = await conn.request(
-                    ApiKey.PRODUCE, PRODUCE_VERSION, APPEND_TIMEOUT_S + 5, transactional_id=None, acks=-1,
-                    timeout_ms=timeout_ms, topic_data=[T(name=REMOTE_LOG_METADATA_TOPIC, partition_data=[
-                        T.PartitionProduceData(index=partition, records=records)])])
+                    ApiKey.PRODUCE,
+                    PRODUCE_VERSION,
+                    APPEND_TIMEOUT_S + 5,
+                    transactional_id=None,
+                    acks=-1,
+                    timeout_ms=timeout_ms,
+                    topic_data=[
+                        T(
+                            name=REMOTE_LOG_METADATA_TOPIC,
+                            partition_data=[T.PartitionProduceData(index=partition, records=records)],
+                        )
+                    ],
+                )
             except BrokerConnectionError as e:
                 return ErrorCode.NETWORK_EXCEPTION, -1, f"(broker {st.leader}: {e})"
         pr = resp.responses[0].partition_responses[0]
@@ -184,8 +210,9 @@ class BrokerMetadataTopicIO:
         if ep is None:
             raise BrokerConnectionError(f"broker {broker_id} is not registered with an inter-broker endpoint")
         if entry is None or (entry[0].host, entry[0].port) != tuple(ep):
-            conn = BrokerConnection(ep[0], ep[1], f"{client_id}-{self.broker_id}",
-                                    self.config["replica.socket.timeout.ms"] / 1000.0)
+            conn = BrokerConnection(
+                ep[0], ep[1], f"{client_id}-{self.broker_id}", self.config["replica.socket.timeout.ms"] / 1000.0
+            )
             entry = conns[broker_id] = (conn, asyncio.Lock())
         return entry
 
@@ -209,26 +236,50 @@ class BrokerMetadataTopicIO:
             raise MetadataReadError(f"{REMOTE_LOG_METADATA_TOPIC}-{partition} has no leader")
         T = REQUEST_CLASSES[ApiKey.FETCH][FETCH_VERSION].FetchTopic
         conn, lock = self._leader_connection(st.leader, readers=True)
-        for _ in range(2):     # once more from the log start when `offset` is below it (retention)
+        for _ in range(2):  # once more from the log start when `offset` is below it (retention)
             async with lock:
                 try:
                     resp = await conn.request(
-                        ApiKey.FETCH, FETCH_VERSION, READ_WAIT_MS / 1000 + 10, replica_id=-1,
-                        max_wait_ms=READ_WAIT_MS, min_bytes=1, max_bytes=max_bytes, isolation_level=0, session_id=0,
-                        session_epoch=-1, topics=[T(topic=REMOTE_LOG_METADATA_TOPIC, partitions=[T.FetchPartition(
-                            partition=partition, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
-                            log_start_offset=-1, partition_max_bytes=max_bytes)])],
-                        forgotten_topics_data=[], rack_id="")
+                        ApiKey.FETCH,
+                        FETCH_VERSION,
+                        READ_WAIT_MS / 1000 + 10,
+                        replica_id=-1,
+                        max_wait_ms=READ_WAIT_MS,
+                        min_bytes=1,
+                        max_bytes=max_bytes,
+                        isolation_level=0,
+                        session_id=0,
+                        session_epoch=-1,
+                        topics=[
+                            T(
+                                topic=REMOTE_LOG_METADATA_TOPIC,
+                                partitions=[
+                                    T.FetchPartition(
+                                        partition=partition,
+                                        current_leader_epoch=-1,
+                                        fetch_offset=offset,
+                                        last_fetched_epoch=-1,
+                                        log_start_offset=-1,
+                                        partition_max_bytes=max_bytes,
+                                    )
+                                ],
+                            )
+                        ],
+                        forgotten_topics_data=[],
+                        rack_id="",
+                    )
                 except BrokerConnectionError as e:
-                    raise MetadataReadError(f"{REMOTE_LOG_METADATA_TOPIC}-{partition} from broker {st.leader}: "
-                                            f"{e}") from e
+                    raise MetadataReadError(
+                        f"{REMOTE_LOG_METADATA_TOPIC}-{partition} from broker {st.leader}: {e}"
+                    ) from e
             pd = resp.responses[0].partitions[0]
             if pd.error_code == ErrorCode.OFFSET_OUT_OF_RANGE and 0 <= offset < pd.log_start_offset:
                 offset = pd.log_start_offset
                 continue
             if pd.error_code != ErrorCode.NONE:
-                raise MetadataReadError(f"{REMOTE_LOG_METADATA_TOPIC}-{partition} from broker {st.leader}: "
-                                        f"{ErrorCode(pd.error_code).name}")
+                raise MetadataReadError(
+                    f"{REMOTE_LOG_METADATA_TOPIC}-{partition} from broker {st.leader}: {ErrorCode(pd.error_code).name}"
+                )
             self._remote_hw[partition] = pd.high_watermark
             return bytes(pd.records or b"")
         raise MetadataReadError(f"{REMOTE_LOG_METADATA_TOPIC}-{partition}: offset {offset} out of range")
@@ -256,12 +307,11 @@ class BrokerMetadataTopicIO:
 
     async def wait_for_appends(self, partitions: list[int], timeout_s: float) -> bool:
         """Park until one of these metadata partitions gets records (True) or the timeout (False)."""
-        return await self.replicas.fetch_purgatory.wait(
-            [(REMOTE_LOG_METADATA_TOPIC, p) for p in partitions], timeout_s)
+        return await self.replicas.fetch_purgatory.wait([(REMOTE_LOG_METADATA_TOPIC, p) for p in partitions], timeout_s)
 
     async def wait_for_data(self, partition: int, offset: int, timeout_s: float) -> None:
         if self.replicas.get_partition(REMOTE_LOG_METADATA_TOPIC, partition) is None:
-            return                                   # read from the leader: the read itself long-polls
+            return  # read from the leader: the read itself long-polls
         if (self.end_offset(partition) or 0) > offset:
             return
         await self.replicas.fetch_purgatory.wait([(REMOTE_LOG_METADATA_TOPIC, partition)], timeout_s)
@@ -272,8 +322,13 @@ class TieredStorage:
     over `__remote_log_metadata` and the RemotePartitionRemover, built together (build_tiered_storage) and
     started together once the broker's replicas are loaded (the RLMM reads and writes them)."""
 
-    def __init__(self, rlm: RemoteLogManager, rlmm: TopicBasedRemoteLogMetadataManager,
-                 io: BrokerMetadataTopicIO, partition_remover: RemotePartitionRemover) -> None:
+    def __init__(
+        self,
+        rlm: RemoteLogManager,
+        rlmm: TopicBasedRemoteLogMetadataManager,
+        io: BrokerMetadataTopicIO,
+        partition_remover: RemotePartitionRemover,
+    ) -> None:
         self.rlm = rlm
         self.rlmm = rlmm
         self.io = io
@@ -292,37 +347,60 @@ class TieredStorage:
         await self.partition_remover.close()
         await self.rlm.close()
         await self.rlmm.close()
-        await self.io.close()     # its connections to the leaders of metadata partitions
+        await self.io.close()  # its connections to the leaders of metadata partitions
 
 
-def build_tiered_storage(replicas: ReplicaManager, store: MetadataStore, endpoints: BrokerEndpoints,
-                         metrics: BrokerMetrics) -> TieredStorage:
+def build_tiered_storage(
+    replicas: ReplicaManager, store: MetadataStore, endpoints: BrokerEndpoints, metrics: BrokerMetrics
+) -> TieredStorage:
     """RSM from `remote.log.storage.manager.class.name` + `rsm.config.*`; topic-based RLMM; the RLM."""
     cfg = replicas.config
     data_dir = cfg.log_dirs[0]
     # LocalTieredStorage puts its root at `<rsm.config.dir>/kafka-tiered-storage` (as Kafka's); the default dir is
     # the first log dir, so the data lands in `<log.dir>/kafka-tiered-storage`.
-    rsm = create_remote_storage_manager(cfg["remote.log.storage.manager.class.name"], cfg.prefixed("rsm.config."),
-                                        broker_id=cfg.broker_id, default_dir=data_dir)
-    rlmm_cfg = {k: cfg[k] for k in ("remote.log.metadata.topic.num.partitions",
-                                    "remote.log.metadata.topic.replication.factor",
-                                    "remote.log.metadata.topic.retention.ms",
-                                    "remote.log.metadata.consume.wait.ms")}
+    rsm = create_remote_storage_manager(
+        cfg["remote.log.storage.manager.class.name"],
+        cfg.prefixed("rsm.config."),
+        broker_id=cfg.broker_id,
+        default_dir=data_dir,
+    )
+    rlmm_cfg = {
+        k: cfg[k]
+        for k in (
+            "remote.log.metadata.topic.num.partitions",
+            "remote.log.metadata.topic.replication.factor",
+            "remote.log.metadata.topic.retention.ms",
+            "remote.log.metadata.consume.wait.ms",
+        )
+    }
     rlmm_cfg.update(cfg.prefixed("rlmm.config."))
     # The metadata topic's replication factor is capped by the live brokers when it is created (ensure_topic).
     io = BrokerMetadataTopicIO(replicas, store, endpoints, cfg)
-    rlmm = TopicBasedRemoteLogMetadataManager(io, Path(data_dir) / "remote-log-metadata", rlmm_cfg,
-                                              broker_id=cfg.broker_id)
+    rlmm = TopicBasedRemoteLogMetadataManager(
+        io, Path(data_dir) / "remote-log-metadata", rlmm_cfg, broker_id=cfg.broker_id
+    )
     remote_metrics = RemoteMetrics(metrics.registry)
-    rlm = RemoteLogManager(RemoteLogManagerConfig.from_broker(cfg.values), rsm, rlmm, broker_id=cfg.broker_id,
-                           index_cache_dir=Path(data_dir) / "remote-log-index-cache", metrics=remote_metrics)
-    rlm_cfg = rlm.config        # Kafka's three pools, kept apart (remote/executors.py)
-    rsm.use_executors(RemoteExecutors.create(rlm_cfg.copier_pool_size, rlm_cfg.expiration_pool_size,
-                                             rlm_cfg.reader_threads))
+    rlm = RemoteLogManager(
+        RemoteLogManagerConfig.from_broker(cfg.values),
+        rsm,
+        rlmm,
+        broker_id=cfg.broker_id,
+        index_cache_dir=Path(data_dir) / "remote-log-index-cache",
+        metrics=remote_metrics,
+    )
+    rlm_cfg = rlm.config  # Kafka's three pools, kept apart (remote/executors.py)
+    rsm.use_executors(
+        RemoteExecutors.create(rlm_cfg.copier_pool_size, rlm_cfg.expiration_pool_size, rlm_cfg.reader_threads)
+    )
     # strata_rsm_s3_*, *_cache_*
     remote_metrics.register_storage_stats(lambda: rlm.rsm, lambda: rlm.index_cache)
     remover = RemotePartitionRemover(
-        rlm, rlmm, io, num_partitions=cfg["remote.log.metadata.topic.num.partitions"],
-        interval_ms=cfg["remote.partition.remover.task.interval.ms"], is_leader=io.is_leader,
-        wait_for_appends=io.wait_for_appends)
+        rlm,
+        rlmm,
+        io,
+        num_partitions=cfg["remote.log.metadata.topic.num.partitions"],
+        interval_ms=cfg["remote.partition.remover.task.interval.ms"],
+        is_leader=io.is_leader,
+        wait_for_appends=io.wait_for_appends,
+    )
     return TieredStorage(rlm, rlmm, io, remover)

@@ -4,6 +4,7 @@ Metadata auto-creation and the admin APIs both go through here, so validation (n
 values) is identical on every path. In a cluster only the controller applies changes: other brokers forward the
 admin requests to it (broker/cluster/forwarding.py) and answer NOT_CONTROLLER if one reaches them anyway.
 """
+
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
@@ -45,24 +46,29 @@ class TopicManager:
             return await self.auto_create(name)
         return await self.create_topic(name)
 
-    def validate_new_topic(self, name: str, partitions: int, replication_factor: int,
-                           configs: dict[str, str]) -> tuple[int, dict[str, str]]:
+    def validate_new_topic(
+        self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]
+    ) -> tuple[int, dict[str, str]]:
         validate_topic_name(name)
         if name in self.store.topics():
             raise KafkaApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
         if partitions == -1:
             partitions = self.config["num.partitions"]
         if partitions <= 0 or partitions > MAX_PARTITIONS:
-            raise KafkaApiError(ErrorCode.INVALID_PARTITIONS,
-                                f"Number of partitions must be between 1 and {MAX_PARTITIONS}, got {partitions}.")
+            raise KafkaApiError(
+                ErrorCode.INVALID_PARTITIONS,
+                f"Number of partitions must be between 1 and {MAX_PARTITIONS}, got {partitions}.",
+            )
         if replication_factor == -1:
             replication_factor = self.config["default.replication.factor"]
         if replication_factor <= 0:
             raise KafkaApiError(ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")
         live = len(self.store.brokers())
         if replication_factor > live:
-            raise KafkaApiError(ErrorCode.INVALID_REPLICATION_FACTOR,
-                                f"Replication factor: {replication_factor} larger than available brokers: {live}.")
+            raise KafkaApiError(
+                ErrorCode.INVALID_REPLICATION_FACTOR,
+                f"Replication factor: {replication_factor} larger than available brokers: {live}.",
+            )
         self._validate_configs(configs, None)
         return partitions, configs
 
@@ -72,18 +78,23 @@ class TopicManager:
         brokers = self.store.brokers()
         for i, a in enumerate(assignments):
             if not a:
-                raise KafkaApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                                    f"The manual partition assignment of partition {i} is empty.")
+                raise KafkaApiError(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"The manual partition assignment of partition {i} is empty."
+                )
             if len(set(a)) != len(a):
-                raise KafkaApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                                    f"The manual partition assignment {list(a)} contains duplicate broker ids.")
+                raise KafkaApiError(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    f"The manual partition assignment {list(a)} contains duplicate broker ids.",
+                )
             if len(a) != len(assignments[0]):
-                raise KafkaApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                                    "All partitions should have the same number of replicas.")
+                raise KafkaApiError(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT, "All partitions should have the same number of replicas."
+                )
             unknown = [b for b in a if b not in brokers]
             if unknown:
-                raise KafkaApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                                    f"Unknown broker ids in assignment {list(a)}.")
+                raise KafkaApiError(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Unknown broker ids in assignment {list(a)}."
+                )
 
     def _validate_configs(self, configs: dict[str, str], old: dict[str, str] | None) -> None:
         """Value checks, then Kafka's tiered-storage rules (LogConfig.validate, KIP-950)."""
@@ -94,39 +105,60 @@ class TopicManager:
             raise KafkaApiError(ErrorCode.INVALID_CONFIG, str(e)) from None
         remote = new_cfg["remote.storage.enable"]
         if remote and not self.config["remote.log.storage.system.enable"]:
-            raise KafkaApiError(ErrorCode.INVALID_CONFIG,
-                                "Tiered Storage functionality is disabled in the broker. Topic cannot be configured "
-                                "with remote log storage.")
+            raise KafkaApiError(
+                ErrorCode.INVALID_CONFIG,
+                "Tiered Storage functionality is disabled in the broker. Topic cannot be configured "
+                "with remote log storage.",
+            )
         if remote and new_cfg.compact:
-            raise KafkaApiError(ErrorCode.INVALID_CONFIG,
-                                "Remote log storage only supports topics with cleanup.policy=delete")
+            raise KafkaApiError(
+                ErrorCode.INVALID_CONFIG, "Remote log storage only supports topics with cleanup.policy=delete"
+            )
         if remote:
             # LogConfig.validateRemoteStorageRetentionTime/Size: the local part cannot outlive the whole
-            for local_key, total_key in (("local.retention.ms", "retention.ms"),
-                                         ("local.retention.bytes", "retention.bytes")):
+            for local_key, total_key in (
+                ("local.retention.ms", "retention.ms"),
+                ("local.retention.bytes", "retention.bytes"),
+            ):
                 local_v, total_v = new_cfg[local_key], new_cfg[total_key]
                 if total_v == -1 or local_v == -2:
                     continue
                 if local_v == -1:
-                    raise KafkaApiError(ErrorCode.INVALID_CONFIG,
-                                        f"Invalid value -1 for configuration {local_key}: Value must not be -1 as "
-                                        f"{total_key} value is set as {total_v}.")
+                    raise KafkaApiError(
+                        ErrorCode.INVALID_CONFIG,
+                        f"Invalid value -1 for configuration {local_key}: Value must not be -1 as "
+                        f"{total_key} value is set as {total_v}.",
+                    )
                 if local_v > total_v:
-                    raise KafkaApiError(ErrorCode.INVALID_CONFIG,
-                                        f"Invalid value {local_v} for configuration {local_key}: Value must not be "
-                                        f"more than {total_key} property value: {total_v}")
-        if old_cfg is not None and old_cfg["remote.storage.enable"] and not remote \
-                and not new_cfg["remote.log.delete.on.disable"]:
-            raise KafkaApiError(ErrorCode.INVALID_CONFIG,
-                                "It is invalid to disable remote storage without deleting remote data. If you want "
-                                "to keep the remote data and turn to read only, please set `remote.storage.enable="
-                                "true,remote.log.copy.disable=true`. If you want to disable remote storage and "
-                                "delete all remote data, please set `remote.storage.enable=false,"
-                                "remote.log.delete.on.disable=true`.")
+                    raise KafkaApiError(
+                        ErrorCode.INVALID_CONFIG,
+                        f"Invalid value {local_v} for configuration {local_key}: Value must not be "
+                        f"more than {total_key} property value: {total_v}",
+                    )
+        if (
+            old_cfg is not None
+            and old_cfg["remote.storage.enable"]
+            and not remote
+            and not new_cfg["remote.log.delete.on.disable"]
+        ):
+            raise KafkaApiError(
+                ErrorCode.INVALID_CONFIG,
+                "It is invalid to disable remote storage without deleting remote data. If you want "
+                "to keep the remote data and turn to read only, please set `remote.storage.enable="
+                "true,remote.log.copy.disable=true`. If you want to disable remote storage and "
+                "delete all remote data, please set `remote.storage.enable=false,"
+                "remote.log.delete.on.disable=true`.",
+            )
 
-    async def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,
-                           configs: dict[str, str] | None = None, validate_only: bool = False,
-                           assignments: list[list[int]] | None = None) -> TopicInfo | None:
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int = -1,
+        replication_factor: int = -1,
+        configs: dict[str, str] | None = None,
+        validate_only: bool = False,
+        assignments: list[list[int]] | None = None,
+    ) -> TopicInfo | None:
         if assignments:
             self.validate_assignments(assignments)
             partitions, replication_factor = len(assignments), len(assignments[0])
@@ -136,9 +168,10 @@ class TopicManager:
         if validate_only:
             return None
         self._require_controller()
-        info = await self.store.create_topic(name, partitions, configs, replication_factor=replication_factor,
-                                             assignments=assignments or None)
-        if not self.store.clustered:        # in a cluster, replicas follow the partition states (watch)
+        info = await self.store.create_topic(
+            name, partitions, configs, replication_factor=replication_factor, assignments=assignments or None
+        )
+        if not self.store.clustered:  # in a cluster, replicas follow the partition states (watch)
             self.replica_manager.ensure_partitions(info)
         log.info("created topic", topic=name, partitions=partitions, topic_id=str(info.topic_id), configs=configs)
         return info
@@ -148,7 +181,7 @@ class TopicManager:
             raise KafkaApiError(ErrorCode.TOPIC_DELETION_DISABLED, "Topic deletion is disabled.")
         self._require_controller()
         info = await self.store.delete_topic(name)
-        self.replica_manager.remove_topic(info)      # idempotent: the watch may have done it already
+        self.replica_manager.remove_topic(info)  # idempotent: the watch may have done it already
         log.info("deleted topic", topic=name, topic_id=str(info.topic_id))
         await self._mark_remote_partitions_deleted(info)
         return info
@@ -160,28 +193,35 @@ class TopicManager:
         if rlm is None or not self.config.log_config(info.configs).values.get("remote.storage.enable"):
             return
         from strata.remote.metadata import TopicIdPartition
+
         tips = [TopicIdPartition(info.topic_id, info.name, i) for i in range(info.partitions)]
         pending = await rlm.mark_partitions_deleted(tips, MARK_DELETED_WAIT_S)
-        if pending:     # the topic is deleted all the same; the marks keep being retried
-            log.info("remote partitions of a deleted topic are still being marked deleted", topic=info.name,
-                     pending=pending)
+        if pending:  # the topic is deleted all the same; the marks keep being retried
+            log.info(
+                "remote partitions of a deleted topic are still being marked deleted", topic=info.name, pending=pending
+            )
 
-    async def create_partitions(self, name: str, count: int, validate_only: bool = False,
-                                assignments: list[list[int]] | None = None) -> TopicInfo:
+    async def create_partitions(
+        self, name: str, count: int, validate_only: bool = False, assignments: list[list[int]] | None = None
+    ) -> TopicInfo:
         info = self.store.topic(name)
         if info is None:
             raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
         if count <= info.partitions:
-            raise KafkaApiError(ErrorCode.INVALID_PARTITIONS,
-                                f"Topic currently has {info.partitions} partitions, which is higher than or equal "
-                                f"to the requested {count}.")
+            raise KafkaApiError(
+                ErrorCode.INVALID_PARTITIONS,
+                f"Topic currently has {info.partitions} partitions, which is higher than or equal "
+                f"to the requested {count}.",
+            )
         if count > MAX_PARTITIONS:
             raise KafkaApiError(ErrorCode.INVALID_PARTITIONS, f"At most {MAX_PARTITIONS} partitions are allowed.")
         if assignments:
             if len(assignments) != count - info.partitions:
-                raise KafkaApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                                    f"Increasing the number of partitions by {count - info.partitions} but "
-                                    f"{len(assignments)} assignments provided.")
+                raise KafkaApiError(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    f"Increasing the number of partitions by {count - info.partitions} but "
+                    f"{len(assignments)} assignments provided.",
+                )
             self.validate_assignments(assignments)
         if validate_only:
             return info

@@ -1,4 +1,5 @@
 """Broker configuration: a server.properties file plus ``--override key=value``, with Kafka's property names."""
+
 from __future__ import annotations
 
 import os
@@ -52,19 +53,33 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("log.cleaner.enable", T.BOOLEAN, True, "run the log cleaner (compaction of cleanup.policy=compact)"),
     ConfigDef("log.cleaner.threads", T.INT, 1, "log cleaner threads", at_least(0)),
     ConfigDef("log.cleaner.backoff.ms", T.LONG, 15000, "sleep when no log needs cleaning", at_least(0)),
-    ConfigDef("log.cleaner.dedupe.buffer.size", T.LONG, 128 * 1024 * 1024,
-              "memory of the cleaners' key -> offset maps, shared by the threads", at_least(0)),
+    ConfigDef(
+        "log.cleaner.dedupe.buffer.size",
+        T.LONG,
+        128 * 1024 * 1024,
+        "memory of the cleaners' key -> offset maps, shared by the threads",
+        at_least(0),
+    ),
     ConfigDef("log.cleaner.io.buffer.size", T.INT, 512 * 1024, "cleaner read/write buffer", at_least(0)),
     ConfigDef("log.cleaner.io.buffer.load.factor", T.DOUBLE, 0.9, "fill ratio of the dedupe map"),
-    ConfigDef("log.cleaner.io.max.bytes.per.second", T.DOUBLE, 1.7976931348623157e308,
-              "cleaner I/O throttle (read + written bytes)"),
+    ConfigDef(
+        "log.cleaner.io.max.bytes.per.second",
+        T.DOUBLE,
+        1.7976931348623157e308,
+        "cleaner I/O throttle (read + written bytes)",
+    ),
     ConfigDef("log.preallocate", T.BOOLEAN, False, ""),
     ConfigDef("log.local.retention.ms", T.LONG, -2, ""),
     ConfigDef("log.local.retention.bytes", T.LONG, -2, ""),
     ConfigDef("message.max.bytes", T.INT, 1024 * 1024 + 12, "largest record batch a topic accepts", at_least(0)),
     ConfigDef("min.insync.replicas", T.INT, 1, "", at_least(1)),
-    ConfigDef("compression.type", T.STRING, "producer", "",
-              choices=("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")),
+    ConfigDef(
+        "compression.type",
+        T.STRING,
+        "producer",
+        "",
+        choices=("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
+    ),
     ConfigDef("unclean.leader.election.enable", T.BOOLEAN, False, ""),
     ConfigDef("socket.request.max.bytes", T.INT, 100 * 1024 * 1024, "largest request frame", at_least(1)),
     ConfigDef("socket.send.buffer.bytes", T.INT, 102400, ""),
@@ -73,72 +88,132 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("queued.max.requests", T.INT, 500, "", at_least(1)),
     ConfigDef("fetch.max.bytes", T.INT, 55 * 1024 * 1024, "broker cap on a fetch response", at_least(0)),
     # replication (Kafka's ReplicationConfigs)
-    ConfigDef("replica.lag.time.max.ms", T.LONG, 30000,
-              "a follower that has not caught up for this long is removed from the ISR", at_least(1)),
-    ConfigDef("replica.fetch.max.bytes", T.INT, 1024 * 1024, "bytes per partition a follower fetch asks for",
-              at_least(0)),
-    ConfigDef("replica.fetch.response.max.bytes", T.INT, 10 * 1024 * 1024, "bytes per follower fetch response",
-              at_least(0)),
+    ConfigDef(
+        "replica.lag.time.max.ms",
+        T.LONG,
+        30000,
+        "a follower that has not caught up for this long is removed from the ISR",
+        at_least(1),
+    ),
+    ConfigDef(
+        "replica.fetch.max.bytes", T.INT, 1024 * 1024, "bytes per partition a follower fetch asks for", at_least(0)
+    ),
+    ConfigDef(
+        "replica.fetch.response.max.bytes", T.INT, 10 * 1024 * 1024, "bytes per follower fetch response", at_least(0)
+    ),
     ConfigDef("replica.fetch.wait.max.ms", T.INT, 500, "long-poll time of a follower fetch", at_least(0)),
     ConfigDef("replica.fetch.min.bytes", T.INT, 1, "bytes a follower fetch waits for", at_least(1)),
     ConfigDef("replica.fetch.backoff.ms", T.INT, 1000, "pause after a follower fetch error", at_least(0)),
     ConfigDef("replica.socket.timeout.ms", T.INT, 30000, "socket timeout of follower requests", at_least(1)),
     # cluster: metadata store (etcd), liveness, controller (docs/cluster.md)
-    ConfigDef("metadata.store.connect", T.STRING, "",
-              "etcd://host:port[,host:port] selects the etcd metadata store; empty: one broker, local file store"),
+    ConfigDef(
+        "metadata.store.connect",
+        T.STRING,
+        "",
+        "etcd://host:port[,host:port] selects the etcd metadata store; empty: one broker, local file store",
+    ),
     ConfigDef("metadata.store.prefix", T.STRING, "/strata", "etcd key prefix; keys live under <prefix>/<cluster.id>/"),
-    ConfigDef("broker.session.timeout.ms", T.INT, 9000,
-              "TTL of the broker's etcd lease: a broker is declared dead this long after its last keep-alive",
-              at_least(1)),
-    ConfigDef("broker.heartbeat.interval.ms", T.INT, 2000, "how often the broker keeps its lease alive",
-              at_least(1)),
-    ConfigDef("broker.liveness.connection.check.enable", T.BOOLEAN, True,
-              "revoke a peer's lease at once when its connection closes and its listener refuses connections "
-              "(a killed process), instead of waiting for broker.session.timeout.ms (docs/cluster.md)"),
-    ConfigDef("controlled.shutdown.enable", T.BOOLEAN, True,
-              "on SIGTERM, ask the controller to move leadership away before stopping"),
-    ConfigDef("controlled.shutdown.max.retries", T.INT, 3, "controlled-shutdown attempts before stopping anyway",
-              at_least(0)),
-    ConfigDef("controlled.shutdown.retry.backoff.ms", T.LONG, 5000, "pause between controlled-shutdown attempts",
-              at_least(0)),
-    ConfigDef("auto.leader.rebalance.enable", T.BOOLEAN, True,
-              "the controller moves leadership back to preferred replicas when brokers are imbalanced"),
-    ConfigDef("leader.imbalance.check.interval.seconds", T.LONG, 300, "how often the controller checks the balance",
-              at_least(1)),
-    ConfigDef("leader.imbalance.per.broker.percentage", T.INT, 10,
-              "share of a broker's preferred partitions it may not lead before a rebalance", at_least(0)),
-    ConfigDef("listener.security.protocol.map", T.LIST,
-              ["PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT", "SASL_SSL:SASL_SSL"],
-              "listener name -> security protocol (only PLAINTEXT is implemented)"),
-    ConfigDef("inter.broker.listener.name", T.STRING, "",
-              "listener other brokers use to reach this one (default: the first listener)"),
+    ConfigDef(
+        "broker.session.timeout.ms",
+        T.INT,
+        9000,
+        "TTL of the broker's etcd lease: a broker is declared dead this long after its last keep-alive",
+        at_least(1),
+    ),
+    ConfigDef("broker.heartbeat.interval.ms", T.INT, 2000, "how often the broker keeps its lease alive", at_least(1)),
+    ConfigDef(
+        "broker.liveness.connection.check.enable",
+        T.BOOLEAN,
+        True,
+        "revoke a peer's lease at once when its connection closes and its listener refuses connections "
+        "(a killed process), instead of waiting for broker.session.timeout.ms (docs/cluster.md)",
+    ),
+    ConfigDef(
+        "controlled.shutdown.enable",
+        T.BOOLEAN,
+        True,
+        "on SIGTERM, ask the controller to move leadership away before stopping",
+    ),
+    ConfigDef(
+        "controlled.shutdown.max.retries", T.INT, 3, "controlled-shutdown attempts before stopping anyway", at_least(0)
+    ),
+    ConfigDef(
+        "controlled.shutdown.retry.backoff.ms", T.LONG, 5000, "pause between controlled-shutdown attempts", at_least(0)
+    ),
+    ConfigDef(
+        "auto.leader.rebalance.enable",
+        T.BOOLEAN,
+        True,
+        "the controller moves leadership back to preferred replicas when brokers are imbalanced",
+    ),
+    ConfigDef(
+        "leader.imbalance.check.interval.seconds",
+        T.LONG,
+        300,
+        "how often the controller checks the balance",
+        at_least(1),
+    ),
+    ConfigDef(
+        "leader.imbalance.per.broker.percentage",
+        T.INT,
+        10,
+        "share of a broker's preferred partitions it may not lead before a rebalance",
+        at_least(0),
+    ),
+    ConfigDef(
+        "listener.security.protocol.map",
+        T.LIST,
+        ["PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT", "SASL_SSL:SASL_SSL"],
+        "listener name -> security protocol (only PLAINTEXT is implemented)",
+    ),
+    ConfigDef(
+        "inter.broker.listener.name",
+        T.STRING,
+        "",
+        "listener other brokers use to reach this one (default: the first listener)",
+    ),
     # group coordinator (classic protocol) and __consumer_offsets
-    ConfigDef("group.initial.rebalance.delay.ms", T.INT, 3000, "wait for more members before the first rebalance "
-              "of an empty group", at_least(0)),
-    ConfigDef("group.min.session.timeout.ms", T.INT, 6000, "smallest session timeout a member may ask for",
-              at_least(0)),
-    ConfigDef("group.max.session.timeout.ms", T.INT, 1800000, "largest session timeout a member may ask for",
-              at_least(0)),
+    ConfigDef(
+        "group.initial.rebalance.delay.ms",
+        T.INT,
+        3000,
+        "wait for more members before the first rebalance of an empty group",
+        at_least(0),
+    ),
+    ConfigDef(
+        "group.min.session.timeout.ms", T.INT, 6000, "smallest session timeout a member may ask for", at_least(0)
+    ),
+    ConfigDef(
+        "group.max.session.timeout.ms", T.INT, 1800000, "largest session timeout a member may ask for", at_least(0)
+    ),
     ConfigDef("group.max.size", T.INT, 2**31 - 1, "members per group", at_least(1)),
-    ConfigDef("offsets.topic.num.partitions", T.INT, 50, "partitions of __consumer_offsets (set once)",
-              at_least(1)),
-    ConfigDef("offsets.topic.replication.factor", T.SHORT, 1, "replication factor of __consumer_offsets",
-              at_least(1)),
-    ConfigDef("offsets.topic.segment.bytes", T.INT, 100 * 1024 * 1024, "segment size of __consumer_offsets",
-              at_least(1)),
+    ConfigDef("offsets.topic.num.partitions", T.INT, 50, "partitions of __consumer_offsets (set once)", at_least(1)),
+    ConfigDef("offsets.topic.replication.factor", T.SHORT, 1, "replication factor of __consumer_offsets", at_least(1)),
+    ConfigDef(
+        "offsets.topic.segment.bytes", T.INT, 100 * 1024 * 1024, "segment size of __consumer_offsets", at_least(1)
+    ),
     ConfigDef("offsets.load.buffer.size", T.INT, 5 * 1024 * 1024, "read size when loading groups", at_least(1)),
-    ConfigDef("offsets.retention.minutes", T.INT, 10080, "committed offsets of empty groups expire after this",
-              at_least(1)),
-    ConfigDef("offsets.retention.check.interval.ms", T.LONG, 600000, "how often offsets are checked for expiry",
-              at_least(1)),
+    ConfigDef(
+        "offsets.retention.minutes", T.INT, 10080, "committed offsets of empty groups expire after this", at_least(1)
+    ),
+    ConfigDef(
+        "offsets.retention.check.interval.ms", T.LONG, 600000, "how often offsets are checked for expiry", at_least(1)
+    ),
     ConfigDef("offset.metadata.max.bytes", T.INT, 4096, "largest metadata string of a committed offset"),
     # KIP-405 tiered storage (names and defaults from Kafka's RemoteLogManagerConfig)
     ConfigDef("remote.log.storage.system.enable", T.BOOLEAN, False, "enable tiered storage on this broker"),
-    ConfigDef("remote.log.storage.manager.class.name", T.STRING, "local",
-              "RemoteStorageManager: local (LocalTieredStorage), s3, or module:Class"),
-    ConfigDef("remote.log.metadata.manager.class.name", T.STRING,
-              "org.apache.kafka.server.log.remote.metadata.storage.TopicBasedRemoteLogMetadataManager",
-              "only the topic-based RLMM is implemented"),
+    ConfigDef(
+        "remote.log.storage.manager.class.name",
+        T.STRING,
+        "local",
+        "RemoteStorageManager: local (LocalTieredStorage), s3, or module:Class",
+    ),
+    ConfigDef(
+        "remote.log.metadata.manager.class.name",
+        T.STRING,
+        "org.apache.kafka.server.log.remote.metadata.storage.TopicBasedRemoteLogMetadataManager",
+        "only the topic-based RLMM is implemented",
+    ),
     ConfigDef("remote.log.metadata.manager.listener.name", T.STRING, "", ""),
     ConfigDef("remote.log.manager.task.interval.ms", T.LONG, 30000, "", at_least(1)),
     ConfigDef("remote.partition.remover.task.interval.ms", T.LONG, 3600000, "", at_least(1)),
@@ -162,19 +237,37 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("remote.log.metadata.topic.replication.factor", T.SHORT, 3, "", at_least(1)),
     ConfigDef("remote.log.metadata.topic.retention.ms", T.LONG, -1, ""),
     ConfigDef("remote.log.metadata.consume.wait.ms", T.LONG, 120000, "", at_least(0)),
-    ConfigDef("remote.log.metadata.initialization.retry.max.timeout.ms", T.LONG, 120000,
-              "how long a broker creating __remote_log_metadata waits for enough brokers for its replication factor",
-              at_least(0)),
+    ConfigDef(
+        "remote.log.metadata.initialization.retry.max.timeout.ms",
+        T.LONG,
+        120000,
+        "how long a broker creating __remote_log_metadata waits for enough brokers for its replication factor",
+        at_least(0),
+    ),
     ConfigDef("remote.log.metadata.initialization.retry.interval.ms", T.LONG, 100, "", at_least(1)),
     ConfigDef("follower.fetch.last.tiered.offset.enable", T.BOOLEAN, False, "KIP-1023"),
-    ConfigDef("producer.id.expiration.ms", T.INT, 86400000,
-              "forget an idle producer id's state after this long (idempotent-producer dedupe)", at_least(1)),
-    ConfigDef("producer.id.expiration.check.interval.ms", T.INT, 600000,
-              "how often idle producer ids are expired", at_least(1)),
-    ConfigDef("transactional.id.expiration.ms", T.INT, 604800000,
-              "expire a transactional id idle this long (kept for Kafka parity: no transactions yet)", at_least(1)),
-    ConfigDef("metrics.listener", T.STRING, "http://127.0.0.1:9464/metrics",
-              "Prometheus endpoint; empty disables it"),
+    ConfigDef(
+        "producer.id.expiration.ms",
+        T.INT,
+        86400000,
+        "forget an idle producer id's state after this long (idempotent-producer dedupe)",
+        at_least(1),
+    ),
+    ConfigDef(
+        "producer.id.expiration.check.interval.ms",
+        T.INT,
+        600000,
+        "how often idle producer ids are expired",
+        at_least(1),
+    ),
+    ConfigDef(
+        "transactional.id.expiration.ms",
+        T.INT,
+        604800000,
+        "expire a transactional id idle this long (kept for Kafka parity: no transactions yet)",
+        at_least(1),
+    ),
+    ConfigDef("metrics.listener", T.STRING, "http://127.0.0.1:9464/metrics", "Prometheus endpoint; empty disables it"),
     ConfigDef("log.format", T.STRING, "console", "console or json", choices=("console", "json")),
     ConfigDef("log.level", T.STRING, "INFO", "", choices=("DEBUG", "INFO", "WARNING", "ERROR")),
 ]
@@ -202,7 +295,7 @@ def parse_properties(text: str) -> dict[str, str]:
         line, pending = pending + line, ""
         for i, ch in enumerate(line):
             if ch in "=:":
-                out[line[:i].strip()] = line[i + 1:].strip()
+                out[line[:i].strip()] = line[i + 1 :].strip()
                 break
         else:
             out[line] = ""
@@ -344,7 +437,7 @@ class BrokerConfig:
         return LogConfig.from_defaults(self.topic_defaults(), overrides)
 
     def prefixed(self, prefix: str) -> dict[str, Any]:
-        return {k[len(prefix):]: v for k, v in self.values.items() if k.startswith(prefix)}
+        return {k[len(prefix) :]: v for k, v in self.values.items() if k.startswith(prefix)}
 
 
 __all__ = ["BrokerConfig", "BROKER_CONFIG_DEFS", "TOPIC_CONFIG_DEFS", "Listener", "parse_properties", "ConfigError"]

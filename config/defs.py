@@ -3,6 +3,7 @@
 A topic-level key (e.g. ``retention.ms``) takes its default from a broker-level synonym (``log.retention.ms``),
 exactly as Kafka's LogConfig does, so one table describes both levels.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -106,6 +107,7 @@ def at_least(n: float) -> Callable[[Any], None]:
     def check(v: Any) -> None:
         if v < n:
             raise ConfigError(f"value {v} must be at least {n}")
+
     return check
 
 
@@ -113,6 +115,7 @@ def between(lo: float, hi: float) -> Callable[[Any], None]:
     def check(v: Any) -> None:
         if not lo <= v <= hi:
             raise ConfigError(f"value {v} must be between {lo} and {hi}")
+
     return check
 
 

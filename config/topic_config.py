@@ -1,4 +1,5 @@
 """Per-topic log configuration (Kafka's LogConfig): topic key -> broker synonym -> default."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -18,63 +19,144 @@ from .defs import ConfigType as T
 
 # (topic key, broker synonym or None, definition)
 _TOPIC_DEFS: list[tuple[str, str | None, ConfigDef]] = [
-    ("cleanup.policy", "log.cleanup.policy",
-     ConfigDef("cleanup.policy", T.LIST, ["delete"], "delete and/or compact", choices=("delete", "compact"))),
-    ("retention.ms", "log.retention.ms",
-     ConfigDef("retention.ms", T.LONG, 7 * 24 * 3600 * 1000, "max age of a closed segment", retention_value)),
-    ("retention.bytes", "log.retention.bytes",
-     ConfigDef("retention.bytes", T.LONG, -1, "max partition size before old segments go", retention_value)),
-    ("segment.bytes", "log.segment.bytes",
-     ConfigDef("segment.bytes", T.INT, 1024**3, "segment file size", at_least(14))),
-    ("segment.ms", "log.roll.ms",
-     ConfigDef("segment.ms", T.LONG, 7 * 24 * 3600 * 1000, "roll a segment after this age", at_least(1))),
-    ("segment.jitter.ms", "log.roll.jitter.ms",
-     ConfigDef("segment.jitter.ms", T.LONG, 0, "", at_least(0))),
-    ("segment.index.bytes", "log.index.size.max.bytes",
-     ConfigDef("segment.index.bytes", T.INT, 10 * 1024 * 1024, "max index size", at_least(4))),
-    ("index.interval.bytes", "log.index.interval.bytes",
-     ConfigDef("index.interval.bytes", T.INT, 4096, "bytes between index entries", at_least(0))),
-    ("flush.messages", "log.flush.interval.messages",
-     ConfigDef("flush.messages", T.LONG, LONG_MAX, "fsync after this many messages", at_least(1))),
-    ("flush.ms", "log.flush.interval.ms",
-     ConfigDef("flush.ms", T.LONG, LONG_MAX, "fsync after this many ms", at_least(0))),
-    ("max.message.bytes", "message.max.bytes",
-     ConfigDef("max.message.bytes", T.INT, 1024 * 1024 + 12, "largest record batch", at_least(0))),
-    ("message.timestamp.type", "log.message.timestamp.type",
-     ConfigDef("message.timestamp.type", T.STRING, "CreateTime", "",
-               choices=("CreateTime", "LogAppendTime"))),
-    ("message.timestamp.before.max.ms", "log.message.timestamp.before.max.ms",
-     ConfigDef("message.timestamp.before.max.ms", T.LONG, LONG_MAX, "", at_least(0))),
-    ("message.timestamp.after.max.ms", "log.message.timestamp.after.max.ms",
-     ConfigDef("message.timestamp.after.max.ms", T.LONG, 3600 * 1000, "", at_least(0))),
-    ("min.insync.replicas", "min.insync.replicas",
-     ConfigDef("min.insync.replicas", T.INT, 1, "", at_least(1))),
-    ("file.delete.delay.ms", "log.segment.delete.delay.ms",
-     ConfigDef("file.delete.delay.ms", T.LONG, 60000, "", at_least(0))),
-    ("delete.retention.ms", "log.cleaner.delete.retention.ms",
-     ConfigDef("delete.retention.ms", T.LONG, 24 * 3600 * 1000, "", at_least(0))),
-    ("min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms",
-     ConfigDef("min.compaction.lag.ms", T.LONG, 0, "", at_least(0))),
-    ("max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms",
-     ConfigDef("max.compaction.lag.ms", T.LONG, LONG_MAX, "", at_least(1))),
-    ("min.cleanable.dirty.ratio", "log.cleaner.min.cleanable.ratio",
-     ConfigDef("min.cleanable.dirty.ratio", T.DOUBLE, 0.5, "", between(0, 1))),
-    ("compression.type", "compression.type",
-     ConfigDef("compression.type", T.STRING, "producer", "",
-               choices=("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"))),
-    ("unclean.leader.election.enable", "unclean.leader.election.enable",
-     ConfigDef("unclean.leader.election.enable", T.BOOLEAN, False, "")),
+    (
+        "cleanup.policy",
+        "log.cleanup.policy",
+        ConfigDef("cleanup.policy", T.LIST, ["delete"], "delete and/or compact", choices=("delete", "compact")),
+    ),
+    (
+        "retention.ms",
+        "log.retention.ms",
+        ConfigDef("retention.ms", T.LONG, 7 * 24 * 3600 * 1000, "max age of a closed segment", retention_value),
+    ),
+    (
+        "retention.bytes",
+        "log.retention.bytes",
+        ConfigDef("retention.bytes", T.LONG, -1, "max partition size before old segments go", retention_value),
+    ),
+    (
+        "segment.bytes",
+        "log.segment.bytes",
+        ConfigDef("segment.bytes", T.INT, 1024**3, "segment file size", at_least(14)),
+    ),
+    (
+        "segment.ms",
+        "log.roll.ms",
+        ConfigDef("segment.ms", T.LONG, 7 * 24 * 3600 * 1000, "roll a segment after this age", at_least(1)),
+    ),
+    ("segment.jitter.ms", "log.roll.jitter.ms", ConfigDef("segment.jitter.ms", T.LONG, 0, "", at_least(0))),
+    (
+        "segment.index.bytes",
+        "log.index.size.max.bytes",
+        ConfigDef("segment.index.bytes", T.INT, 10 * 1024 * 1024, "max index size", at_least(4)),
+    ),
+    (
+        "index.interval.bytes",
+        "log.index.interval.bytes",
+        ConfigDef("index.interval.bytes", T.INT, 4096, "bytes between index entries", at_least(0)),
+    ),
+    (
+        "flush.messages",
+        "log.flush.interval.messages",
+        ConfigDef("flush.messages", T.LONG, LONG_MAX, "fsync after this many messages", at_least(1)),
+    ),
+    (
+        "flush.ms",
+        "log.flush.interval.ms",
+        ConfigDef("flush.ms", T.LONG, LONG_MAX, "fsync after this many ms", at_least(0)),
+    ),
+    (
+        "max.message.bytes",
+        "message.max.bytes",
+        ConfigDef("max.message.bytes", T.INT, 1024 * 1024 + 12, "largest record batch", at_least(0)),
+    ),
+    (
+        "message.timestamp.type",
+        "log.message.timestamp.type",
+        ConfigDef("message.timestamp.type", T.STRING, "CreateTime", "", choices=("CreateTime", "LogAppendTime")),
+    ),
+    (
+        "message.timestamp.before.max.ms",
+        "log.message.timestamp.before.max.ms",
+        ConfigDef("message.timestamp.before.max.ms", T.LONG, LONG_MAX, "", at_least(0)),
+    ),
+    (
+        "message.timestamp.after.max.ms",
+        "log.message.timestamp.after.max.ms",
+        ConfigDef("message.timestamp.after.max.ms", T.LONG, 3600 * 1000, "", at_least(0)),
+    ),
+    ("min.insync.replicas", "min.insync.replicas", ConfigDef("min.insync.replicas", T.INT, 1, "", at_least(1))),
+    (
+        "file.delete.delay.ms",
+        "log.segment.delete.delay.ms",
+        ConfigDef("file.delete.delay.ms", T.LONG, 60000, "", at_least(0)),
+    ),
+    (
+        "delete.retention.ms",
+        "log.cleaner.delete.retention.ms",
+        ConfigDef("delete.retention.ms", T.LONG, 24 * 3600 * 1000, "", at_least(0)),
+    ),
+    (
+        "min.compaction.lag.ms",
+        "log.cleaner.min.compaction.lag.ms",
+        ConfigDef("min.compaction.lag.ms", T.LONG, 0, "", at_least(0)),
+    ),
+    (
+        "max.compaction.lag.ms",
+        "log.cleaner.max.compaction.lag.ms",
+        ConfigDef("max.compaction.lag.ms", T.LONG, LONG_MAX, "", at_least(1)),
+    ),
+    (
+        "min.cleanable.dirty.ratio",
+        "log.cleaner.min.cleanable.ratio",
+        ConfigDef("min.cleanable.dirty.ratio", T.DOUBLE, 0.5, "", between(0, 1)),
+    ),
+    (
+        "compression.type",
+        "compression.type",
+        ConfigDef(
+            "compression.type",
+            T.STRING,
+            "producer",
+            "",
+            choices=("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
+        ),
+    ),
+    (
+        "unclean.leader.election.enable",
+        "unclean.leader.election.enable",
+        ConfigDef("unclean.leader.election.enable", T.BOOLEAN, False, ""),
+    ),
     ("preallocate", "log.preallocate", ConfigDef("preallocate", T.BOOLEAN, False, "")),
-    ("local.retention.ms", "log.local.retention.ms",
-     ConfigDef("local.retention.ms", T.LONG, -2, "", local_retention_value)),
-    ("local.retention.bytes", "log.local.retention.bytes",
-     ConfigDef("local.retention.bytes", T.LONG, -2, "", local_retention_value)),
-    ("remote.storage.enable", None, ConfigDef("remote.storage.enable", T.BOOLEAN, False,
-                                              "tier closed segments to remote storage (KIP-405)")),
-    ("remote.log.copy.disable", None, ConfigDef("remote.log.copy.disable", T.BOOLEAN, False,
-                                                "stop copying new segments; remote reads continue (KIP-950)")),
-    ("remote.log.delete.on.disable", None, ConfigDef("remote.log.delete.on.disable", T.BOOLEAN, False,
-                                                     "allow turning remote storage off, deleting remote data")),
+    (
+        "local.retention.ms",
+        "log.local.retention.ms",
+        ConfigDef("local.retention.ms", T.LONG, -2, "", local_retention_value),
+    ),
+    (
+        "local.retention.bytes",
+        "log.local.retention.bytes",
+        ConfigDef("local.retention.bytes", T.LONG, -2, "", local_retention_value),
+    ),
+    (
+        "remote.storage.enable",
+        None,
+        ConfigDef("remote.storage.enable", T.BOOLEAN, False, "tier closed segments to remote storage (KIP-405)"),
+    ),
+    (
+        "remote.log.copy.disable",
+        None,
+        ConfigDef(
+            "remote.log.copy.disable", T.BOOLEAN, False, "stop copying new segments; remote reads continue (KIP-950)"
+        ),
+    ),
+    (
+        "remote.log.delete.on.disable",
+        None,
+        ConfigDef(
+            "remote.log.delete.on.disable", T.BOOLEAN, False, "allow turning remote storage off, deleting remote data"
+        ),
+    ),
 ]
 
 TOPIC_CONFIG_DEFS: dict[str, ConfigDef] = {k: d for k, _, d in _TOPIC_DEFS}
@@ -174,8 +256,7 @@ class LogConfig:
         return self.values["min.insync.replicas"]
 
     @classmethod
-    def from_defaults(cls, broker_defaults: Mapping[str, Any], overrides: Mapping[str, Any] | None = None
-                      ) -> LogConfig:
+    def from_defaults(cls, broker_defaults: Mapping[str, Any], overrides: Mapping[str, Any] | None = None) -> LogConfig:
         """broker_defaults maps topic keys to the broker-level values (see BrokerConfig.topic_defaults)."""
         overrides = validate_topic_overrides(overrides or {})
         values = {k: d.default for k, d in TOPIC_CONFIG_DEFS.items()}
@@ -189,5 +270,12 @@ def default_log_config(**overrides: Any) -> LogConfig:
     return LogConfig.from_defaults({}, validate_topic_overrides({k.replace("_", "."): v for k, v in overrides.items()}))
 
 
-__all__ = ["LogConfig", "TOPIC_CONFIG_DEFS", "TOPIC_TO_BROKER_SYNONYM", "validate_topic_overrides", "format_value",
-           "default_log_config", "ConfigError"]
+__all__ = [
+    "LogConfig",
+    "TOPIC_CONFIG_DEFS",
+    "TOPIC_TO_BROKER_SYNONYM",
+    "validate_topic_overrides",
+    "format_value",
+    "default_log_config",
+    "ConfigError",
+]

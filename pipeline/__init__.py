@@ -8,6 +8,7 @@ Source API, plus example jobs (``strata.pipeline.jobs``) and the ``strata pipeli
 
 Importing this package does not import pyspark; ``get_spark``/``register`` do.
 """
+
 from __future__ import annotations
 
 from typing import Any

@@ -9,6 +9,7 @@ Common options: ``--bootstrap-server``, ``--master`` (default ``local[*]``, or `
 broker's ``rsm.config.*`` keys), ``--option KEY=VALUE`` (any source option), ``--conf KEY=VALUE`` (Spark conf).
 Nothing here imports pyspark until a job runs, so ``strata --help`` works without the spark extra.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,23 +38,46 @@ def _job_module(name: str) -> Any:
 
 
 def _common(p: argparse.ArgumentParser, default_bootstrap: str) -> None:
-    p.add_argument("--bootstrap-server", default=default_bootstrap, metavar="HOST:PORT",
-                   help=f"cluster to read (default {default_bootstrap})")
+    p.add_argument(
+        "--bootstrap-server",
+        default=default_bootstrap,
+        metavar="HOST:PORT",
+        help=f"cluster to read (default {default_bootstrap})",
+    )
     p.add_argument("--master", default=None, help="Spark master (default local[*] or $STRATA_SPARK_MASTER)")
-    p.add_argument("--read-mode", default="broker", choices=("broker", "direct"),
-                   help="direct: executors read tiered segments straight from the object store")
+    p.add_argument(
+        "--read-mode",
+        default="broker",
+        choices=("broker", "direct"),
+        help="direct: executors read tiered segments straight from the object store",
+    )
     p.add_argument("--rsm-class", default=None, help="remote storage for direct mode: s3 (default) or local")
-    p.add_argument("--rsm-config", type=_key_value, action="append", metavar="KEY=VALUE",
-                   help="object store settings for direct mode, the broker's rsm.config.* keys (repeatable)")
-    p.add_argument("--option", type=_key_value, action="append", metavar="KEY=VALUE",
-                   help="extra source option, e.g. minPartitions=8 (repeatable)")
-    p.add_argument("--conf", type=_key_value, action="append", metavar="KEY=VALUE",
-                   help="Spark configuration (repeatable)")
+    p.add_argument(
+        "--rsm-config",
+        type=_key_value,
+        action="append",
+        metavar="KEY=VALUE",
+        help="object store settings for direct mode, the broker's rsm.config.* keys (repeatable)",
+    )
+    p.add_argument(
+        "--option",
+        type=_key_value,
+        action="append",
+        metavar="KEY=VALUE",
+        help="extra source option, e.g. minPartitions=8 (repeatable)",
+    )
+    p.add_argument(
+        "--conf", type=_key_value, action="append", metavar="KEY=VALUE", help="Spark configuration (repeatable)"
+    )
 
 
 def _add_job(sub: Any, name: str, default_bootstrap: str) -> None:
-    jp = sub.add_parser(name, help=JOBS[name], description=(_job_module(name).__doc__ or "").strip(),
-                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    jp = sub.add_parser(
+        name,
+        help=JOBS[name],
+        description=(_job_module(name).__doc__ or "").strip(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     _common(jp, default_bootstrap)
     _job_module(name).add_arguments(jp)
     jp.set_defaults(func=_cmd_job, job=name)
@@ -61,8 +85,12 @@ def _add_job(sub: Any, name: str, default_bootstrap: str) -> None:
 
 def add_parser(sub: Any, default_bootstrap: str = DEFAULT_BOOTSTRAP) -> argparse.ArgumentParser:
     """Register ``pipeline`` on the ``strata`` command's subparsers."""
-    p = sub.add_parser("pipeline", help="run Spark jobs over topics (export, aggregate, transform)",
-                       description=__doc__.strip(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "pipeline",
+        help="run Spark jobs over topics (export, aggregate, transform)",
+        description=__doc__.strip(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     jobs = p.add_subparsers(dest="job", required=True, metavar="{" + ",".join(JOBS) + "}")
     for name in JOBS:
         _add_job(jobs, name, default_bootstrap)
@@ -78,7 +106,7 @@ def _cmd_job(args: argparse.Namespace) -> int:
         check_requirements()
         from pyspark.sql import SparkSession
 
-        owned = SparkSession.getActiveSession() is None      # a notebook's or a test's session is left running
+        owned = SparkSession.getActiveSession() is None  # a notebook's or a test's session is left running
         spark = get_spark(f"strata-{args.job}", master=args.master, conf=dict(args.conf or []))
     except SparkSetupError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
@@ -100,7 +128,7 @@ def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     for marker in ("DataLossError: ", "ProduceError: ", "OptionError: ", "RuntimeError: "):
         if marker in text:
-            return text[text.rindex(marker):].splitlines()[0]
+            return text[text.rindex(marker) :].splitlines()[0]
     return text.splitlines()[0] if text else type(e).__name__
 
 

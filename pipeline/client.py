@@ -2,6 +2,7 @@
 ``__remote_log_metadata`` topic) and executor-side ranged reads, all through confluent-kafka (librdkafka), which
 routes every request to the partition leader, so the same code works against one broker or a cluster.
 """
+
 from __future__ import annotations
 
 import time
@@ -26,15 +27,26 @@ class ReadTimeoutError(RuntimeError):
 
 
 def data_loss_message(what: str) -> str:
-    return (f"{what}. Some data may have been lost because it is not available in the topic any more: it was "
-            "deleted by retention, or the topic was deleted/recreated. If you want the query to skip lost data "
-            "and go on, set the source option failOnDataLoss to false.")
+    return (
+        f"{what}. Some data may have been lost because it is not available in the topic any more: it was "
+        "deleted by retention, or the topic was deleted/recreated. If you want the query to skip lost data "
+        "and go on, set the source option failOnDataLoss to false."
+    )
 
 
 def _admin_conf(opts: SourceOptions) -> dict[str, Any]:
     conf: dict[str, Any] = {"bootstrap.servers": opts.bootstrap, "log_level": 3}
-    skip = {"group.id", "enable.auto.commit", "auto.offset.reset", "enable.partition.eof", "isolation.level",
-            "fetch.max.bytes", "max.partition.fetch.bytes", "queued.max.messages.kbytes", "fetch.wait.max.ms"}
+    skip = {
+        "group.id",
+        "enable.auto.commit",
+        "auto.offset.reset",
+        "enable.partition.eof",
+        "isolation.level",
+        "fetch.max.bytes",
+        "max.partition.fetch.bytes",
+        "queued.max.messages.kbytes",
+        "fetch.wait.max.ms",
+    }
     conf.update({k: v for k, v in opts.kafka_conf.items() if k not in skip and not k.startswith("fetch.")})
     return conf
 
@@ -51,8 +63,8 @@ def _uuid_of(u: Any) -> uuid.UUID | None:
 
 @dataclass(frozen=True)
 class PartitionOffsets:
-    earliest: int          # log start offset
-    latest: int            # high watermark (or LSO at read_committed)
+    earliest: int  # log start offset
+    latest: int  # high watermark (or LSO at read_committed)
 
 
 class Cluster:
@@ -97,8 +109,7 @@ class Cluster:
                 existing = self.partitions_of(t)
                 missing = sorted(set(wanted) - set(existing))
                 if missing:
-                    raise RuntimeError(f"assign: partitions {missing} of topic {t!r} do not exist "
-                                       f"(it has {existing})")
+                    raise RuntimeError(f"assign: partitions {missing} of topic {t!r} do not exist (it has {existing})")
                 out[t] = list(wanted)
         return out
 
@@ -148,10 +159,16 @@ class Cluster:
 
         if not specs:
             return {}
-        level = (IsolationLevel.READ_COMMITTED if self.opts.isolation_level == "read_committed"
-                 else IsolationLevel.READ_UNCOMMITTED)
-        futures = self.admin.list_offsets({TopicPartition(t, p): s for (t, p), s in specs.items()},
-                                          isolation_level=level, request_timeout=self.timeout)
+        level = (
+            IsolationLevel.READ_COMMITTED
+            if self.opts.isolation_level == "read_committed"
+            else IsolationLevel.READ_UNCOMMITTED
+        )
+        futures = self.admin.list_offsets(
+            {TopicPartition(t, p): s for (t, p), s in specs.items()},
+            isolation_level=level,
+            request_timeout=self.timeout,
+        )
         return {(tp.topic, tp.partition): (f.result().offset, f.result().timestamp) for tp, f in futures.items()}
 
     def offsets(self, tps: list[TP]) -> dict[TP, PartitionOffsets]:
@@ -182,7 +199,7 @@ class Cluster:
                 for t, ps in by_topic.items():
                     out.update({(t, p): o for p, o in a.list_offsets(t, ps, EARLIEST_LOCAL).items()})
         except AdminError:
-            return {tp: -1 for tp in tps}       # broker mode for the whole range
+            return {tp: -1 for tp in tps}  # broker mode for the whole range
         return out
 
     # -- remote log metadata -----------------------------------------------------------------------------------
@@ -212,8 +229,9 @@ class Cluster:
         conf["isolation.level"] = "read_uncommitted"
         for mp in meta_parts:
             b = bounds[(REMOTE_LOG_METADATA_TOPIC, mp)]
-            for batch in consume_range(conf, REMOTE_LOG_METADATA_TOPIC, mp, b.earliest, b.latest,
-                                       self.opts.poll_timeout_s):
+            for batch in consume_range(
+                conf, REMOTE_LOG_METADATA_TOPIC, mp, b.earliest, b.latest, self.opts.poll_timeout_s
+            ):
                 for msg in batch:
                     try:
                         rec = deserialize(msg.value())
@@ -237,8 +255,16 @@ class Cluster:
         return out
 
 
-def consume_range(conf: dict[str, Any], topic: str, partition: int, start: int, end: int, poll_timeout_s: float,
-                  *, batch_size: int = 10_000) -> Iterator[list[Any]]:
+def consume_range(
+    conf: dict[str, Any],
+    topic: str,
+    partition: int,
+    start: int,
+    end: int,
+    poll_timeout_s: float,
+    *,
+    batch_size: int = 10_000,
+) -> Iterator[list[Any]]:
     """Yield lists of confluent-kafka messages of ``topic-partition`` with offsets in [start, end).
 
     Stops at the first offset >= end, or when the partition's end (EOF) is at or past ``end`` (offsets may have gaps:
@@ -267,16 +293,17 @@ def consume_range(conf: dict[str, Any], topic: str, partition: int, start: int, 
                     code = err.code()
                     if code == KafkaError._PARTITION_EOF:
                         # the stubs type offset() Optional; an EOF event carries the partition's end offset
-                        if cast(int, m.offset()) >= end:      # everything below `end` has been delivered
+                        if cast(int, m.offset()) >= end:  # everything below `end` has been delivered
                             done = True
                         continue
                     if code in (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET):
-                        raise DataLossError(data_loss_message(
-                            f"cannot read {topic}-{partition} from offset {nxt}: {err.str()}"))
+                        raise DataLossError(
+                            data_loss_message(f"cannot read {topic}-{partition} from offset {nxt}: {err.str()}")
+                        )
                     if err.retriable() or code in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
                         continue
                     raise KafkaException(err)
-                off = cast(int, m.offset())           # a record's offset is never None
+                off = cast(int, m.offset())  # a record's offset is never None
                 if off >= end:
                     done = True
                     break
@@ -289,8 +316,10 @@ def consume_range(conf: dict[str, Any], topic: str, partition: int, start: int, 
             if done:
                 return
             if time.monotonic() - last_progress > poll_timeout_s:
-                raise ReadTimeoutError(f"no record of {topic}-{partition} at offsets [{nxt}, {end}) within "
-                                       f"{poll_timeout_s:.0f}s (kafkaConsumer.pollTimeoutMs)")
+                raise ReadTimeoutError(
+                    f"no record of {topic}-{partition} at offsets [{nxt}, {end}) within "
+                    f"{poll_timeout_s:.0f}s (kafkaConsumer.pollTimeoutMs)"
+                )
     finally:
         c.close()
 

@@ -26,6 +26,7 @@ Reading (batch and streaming):
 
 Writing: ``kafka.bootstrap.servers``, ``topic`` (overrides a ``topic`` column), ``kafka.*`` producer properties.
 """
+
 from __future__ import annotations
 
 import json
@@ -46,8 +47,14 @@ DIRECT_CHUNK_BYTES = 8 << 20
 DIRECT_FETCH_CONCURRENCY = 4
 
 # librdkafka properties the source sets itself; a user value would break the reading contract
-_MANAGED_CONSUMER_KEYS = {"enable.auto.commit", "auto.offset.reset", "enable.partition.eof", "group.id",
-                          "key.deserializer", "value.deserializer"}
+_MANAGED_CONSUMER_KEYS = {
+    "enable.auto.commit",
+    "auto.offset.reset",
+    "enable.partition.eof",
+    "group.id",
+    "key.deserializer",
+    "value.deserializer",
+}
 _FORCED_PRODUCER = {"enable.idempotence": "true", "acks": "all"}
 
 
@@ -90,8 +97,13 @@ class OffsetSpec:
     timestamp: int | None = None
 
     def to_json(self) -> str:
-        return json.dumps({"kind": self.kind, "pp": [[t, p, o] for (t, p), o in sorted(self.per_partition.items())],
-                           "ts": self.timestamp})
+        return json.dumps(
+            {
+                "kind": self.kind,
+                "pp": [[t, p, o] for (t, p), o in sorted(self.per_partition.items())],
+                "ts": self.timestamp,
+            }
+        )
 
 
 def parse_partition_json(name: str, raw: str) -> dict[tuple[str, int], int]:
@@ -101,7 +113,7 @@ def parse_partition_json(name: str, raw: str) -> dict[tuple[str, int], int]:
     except json.JSONDecodeError as e:
         raise OptionError(f"option {name}: not valid JSON ({e.msg}): {raw!r}") from None
     if not isinstance(doc, dict):
-        raise OptionError(f"option {name}: expected a JSON object like {{\"topic\":{{\"0\":23}}}}, got {raw!r}")
+        raise OptionError(f'option {name}: expected a JSON object like {{"topic":{{"0":23}}}}, got {raw!r}')
     out: dict[tuple[str, int], int] = {}
     for topic, parts in doc.items():
         if not isinstance(parts, dict):
@@ -120,7 +132,7 @@ def parse_assign(raw: str) -> dict[str, list[int]]:
     except json.JSONDecodeError as e:
         raise OptionError(f"option assign: not valid JSON ({e.msg}): {raw!r}") from None
     if not isinstance(doc, dict) or not doc:
-        raise OptionError(f"option assign: expected a JSON object like {{\"topicA\":[0,1]}}, got {raw!r}")
+        raise OptionError(f'option assign: expected a JSON object like {{"topicA":[0,1]}}, got {raw!r}')
     out: dict[str, list[int]] = {}
     for topic, parts in doc.items():
         if not isinstance(parts, list) or not all(isinstance(p, int) for p in parts):
@@ -162,9 +174,9 @@ class SourceOptions:
     rsm_class: str
     rsm_config: dict[str, str]
     poll_timeout_s: float
-    kafka_conf: dict[str, str]          # librdkafka properties (prefix removed), user-supplied
+    kafka_conf: dict[str, str]  # librdkafka properties (prefix removed), user-supplied
     isolation_level: str
-    direct_chunk_bytes: int = DIRECT_CHUNK_BYTES          # direct mode: size of one ranged read of a segment
+    direct_chunk_bytes: int = DIRECT_CHUNK_BYTES  # direct mode: size of one ranged read of a segment
     direct_fetch_concurrency: int = DIRECT_FETCH_CONCURRENCY  # direct mode: ranged reads in flight per task
 
     def consumer_conf(self, group_id: str) -> dict[str, Any]:
@@ -210,8 +222,10 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: bool) -> Sour
 
     given = [k for k in ("subscribe", "subscribepattern", "assign") if opts.get(k, "").strip()]
     if len(given) != 1:
-        raise OptionError("exactly one of the options subscribe, subscribePattern and assign must be set"
-                          + (f" (got {', '.join(given)})" if given else ""))
+        raise OptionError(
+            "exactly one of the options subscribe, subscribePattern and assign must be set"
+            + (f" (got {', '.join(given)})" if given else "")
+        )
     kind = given[0]
     if kind == "subscribe":
         topics = tuple(t.strip() for t in opts["subscribe"].split(",") if t.strip())
@@ -245,19 +259,23 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: bool) -> Sour
     read_mode = opts.get("read.mode", "broker").strip().lower() or "broker"
     if read_mode not in ("broker", "direct"):
         raise OptionError(f"option read.mode must be broker or direct, not {read_mode!r}")
-    kafka_conf = {k[len("kafka."):]: v for k, v in opts.items()
-                  if k.startswith("kafka.") and k != "kafka.bootstrap.servers"}
+    kafka_conf = {
+        k[len("kafka.") :]: v for k, v in opts.items() if k.startswith("kafka.") and k != "kafka.bootstrap.servers"
+    }
     isolation = kafka_conf.pop("isolation.level", "read_uncommitted").strip().lower()
     if isolation not in ("read_uncommitted", "read_committed"):
-        raise OptionError(f"option kafka.isolation.level must be read_uncommitted or read_committed, "
-                          f"not {isolation!r}")
+        raise OptionError(f"option kafka.isolation.level must be read_uncommitted or read_committed, not {isolation!r}")
     if read_mode == "direct" and isolation != "read_uncommitted":
-        raise OptionError("read.mode=direct reads segments as stored and supports only "
-                          "kafka.isolation.level=read_uncommitted")
-    rsm_config = {k[len("rsm.config."):]: v for k, v in opts.items() if k.startswith("rsm.config.")}
+        raise OptionError(
+            "read.mode=direct reads segments as stored and supports only kafka.isolation.level=read_uncommitted"
+        )
+    rsm_config = {k[len("rsm.config.") :]: v for k, v in opts.items() if k.startswith("rsm.config.")}
     poll_ms = _int("kafkaConsumer.pollTimeoutMs", opts.get("kafkaconsumer.polltimeoutms"), minimum=1)
     return SourceOptions(
-        bootstrap=bootstrap, subscription=sub, starting=starting, ending=ending,
+        bootstrap=bootstrap,
+        subscription=sub,
+        starting=starting,
+        ending=ending,
         starting_strategy_latest=strategy == "latest",
         min_partitions=_int("minPartitions", opts.get("minpartitions"), minimum=1),
         max_records_per_partition=_int("maxRecordsPerPartition", opts.get("maxrecordsperpartition"), minimum=1),
@@ -270,10 +288,10 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: bool) -> Sour
         poll_timeout_s=(poll_ms if poll_ms is not None else 120_000) / 1000.0,
         kafka_conf=kafka_conf,
         isolation_level=isolation,
-        direct_chunk_bytes=_int("direct.chunkBytes", opts.get("direct.chunkbytes"),
-                                minimum=64 << 10) or DIRECT_CHUNK_BYTES,
-        direct_fetch_concurrency=_int("direct.fetchConcurrency", opts.get("direct.fetchconcurrency"),
-                                      minimum=1) or DIRECT_FETCH_CONCURRENCY,
+        direct_chunk_bytes=_int("direct.chunkBytes", opts.get("direct.chunkbytes"), minimum=64 << 10)
+        or DIRECT_CHUNK_BYTES,
+        direct_fetch_concurrency=_int("direct.fetchConcurrency", opts.get("direct.fetchconcurrency"), minimum=1)
+        or DIRECT_FETCH_CONCURRENCY,
     )
 
 
@@ -301,13 +319,16 @@ def parse_sink_options(options: Mapping[str, Any]) -> SinkOptions:
     bootstrap = opts.get("kafka.bootstrap.servers", "").strip()
     if not bootstrap:
         raise OptionError("option kafka.bootstrap.servers is required (host:port[,host:port...])")
-    kafka_conf = {k[len("kafka."):]: v for k, v in opts.items()
-                  if k.startswith("kafka.") and k != "kafka.bootstrap.servers"}
+    kafka_conf = {
+        k[len("kafka.") :]: v for k, v in opts.items() if k.startswith("kafka.") and k != "kafka.bootstrap.servers"
+    }
     for k, forced in _FORCED_PRODUCER.items():
         given = kafka_conf.get(k)
         if given is not None and given.strip().lower() not in (forced, "-1" if k == "acks" else forced):
-            raise OptionError(f"option kafka.{k}={given} is not allowed: the strata sink always produces with "
-                              f"{k}={forced} (idempotent, fully acknowledged writes)")
+            raise OptionError(
+                f"option kafka.{k}={given} is not allowed: the strata sink always produces with "
+                f"{k}={forced} (idempotent, fully acknowledged writes)"
+            )
     for k in ("key.serializer", "value.serializer", "transactional.id"):
         if k in kafka_conf:
             raise OptionError(f"option kafka.{k} is not supported by the strata sink")
@@ -315,5 +336,16 @@ def parse_sink_options(options: Mapping[str, Any]) -> SinkOptions:
     return SinkOptions(bootstrap=bootstrap, topic=topic, kafka_conf=kafka_conf)
 
 
-__all__ = ["EARLIEST", "LATEST", "OffsetSpec", "OptionError", "SinkOptions", "SourceOptions", "Subscription",
-           "parse_assign", "parse_partition_json", "parse_sink_options", "parse_source_options"]
+__all__ = [
+    "EARLIEST",
+    "LATEST",
+    "OffsetSpec",
+    "OptionError",
+    "SinkOptions",
+    "SourceOptions",
+    "Subscription",
+    "parse_assign",
+    "parse_partition_json",
+    "parse_sink_options",
+    "parse_source_options",
+]

@@ -4,6 +4,7 @@
 Offsets follow Kafka's conventions: a range is [start, end) with ``end`` exclusive; ``earliest`` is the log start
 offset (which on a tiered topic lies in remote storage), ``latest`` the high watermark.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -24,7 +25,7 @@ class Piece:
 
     start: int
     end: int
-    segment: Any = None          # strata.remote.metadata.RemoteLogSegmentMetadata
+    segment: Any = None  # strata.remote.metadata.RemoteLogSegmentMetadata
 
 
 @dataclass(frozen=True)
@@ -48,13 +49,21 @@ class OffsetRange:
 
     def describe(self) -> str:
         remote = sum(p.end - p.start for p in self.pieces if p.segment is not None)
-        return (f"{self.topic}-{self.partition} [{self.start}, {self.end})"
-                + (f" ({remote} offsets from remote storage)" if remote else ""))
+        return f"{self.topic}-{self.partition} [{self.start}, {self.end})" + (
+            f" ({remote} offsets from remote storage)" if remote else ""
+        )
 
 
 # -- positions ---------------------------------------------------------------------------------------------------
-def _by_timestamp(cluster: Cluster, spec: OffsetSpec, tps: list[TP], bounds: Mapping[TP, PartitionOffsets],
-                  *, starting: bool, strategy_latest: bool) -> dict[TP, int]:
+def _by_timestamp(
+    cluster: Cluster,
+    spec: OffsetSpec,
+    tps: list[TP],
+    bounds: Mapping[TP, PartitionOffsets],
+    *,
+    starting: bool,
+    strategy_latest: bool,
+) -> dict[TP, int]:
     if spec.kind == "timestamp":
         wanted = {tp: int(spec.timestamp or 0) for tp in tps}
     else:
@@ -70,14 +79,16 @@ def _by_timestamp(cluster: Cluster, spec: OffsetSpec, tps: list[TP], bounds: Map
             if starting and not strategy_latest:
                 raise OptionError(
                     f"no offset of {tp[0]}-{tp[1]} has a timestamp at or after {wanted[tp]} (startingTimestamp / "
-                    "startingOffsetsByTimestamp); set startingOffsetsByTimestampStrategy=latest to start at the end")
+                    "startingOffsetsByTimestamp); set startingOffsetsByTimestampStrategy=latest to start at the end"
+                )
             off = bounds[tp].latest
         out[tp] = off
     return out
 
 
-def resolve_starts(cluster: Cluster, opts: SourceOptions, tps: list[TP], bounds: Mapping[TP, PartitionOffsets]
-                   ) -> dict[TP, int]:
+def resolve_starts(
+    cluster: Cluster, opts: SourceOptions, tps: list[TP], bounds: Mapping[TP, PartitionOffsets]
+) -> dict[TP, int]:
     """Starting offset per partition. An explicit offset below the log start is data loss (error, or the log start
     with failOnDataLoss=false); one past the end is clamped to the end."""
     spec = opts.starting
@@ -97,17 +108,21 @@ def resolve_starts(cluster: Cluster, opts: SourceOptions, tps: list[TP], bounds:
             out[tp] = b.latest
         elif want < b.earliest:
             if opts.fail_on_data_loss:
-                raise DataLossError(data_loss_message(
-                    f"startingOffsets asks for {tp[0]}-{tp[1]} from offset {want}, but the log starts at "
-                    f"{b.earliest}"))
+                raise DataLossError(
+                    data_loss_message(
+                        f"startingOffsets asks for {tp[0]}-{tp[1]} from offset {want}, but the log starts at "
+                        f"{b.earliest}"
+                    )
+                )
             out[tp] = b.earliest
         else:
             out[tp] = min(want, b.latest)
     return out
 
 
-def resolve_ends(cluster: Cluster, opts: SourceOptions, tps: list[TP], bounds: Mapping[TP, PartitionOffsets]
-                 ) -> dict[TP, int]:
+def resolve_ends(
+    cluster: Cluster, opts: SourceOptions, tps: list[TP], bounds: Mapping[TP, PartitionOffsets]
+) -> dict[TP, int]:
     spec = opts.ending
     if spec.kind == "latest":
         return {tp: bounds[tp].latest for tp in tps}
@@ -121,8 +136,7 @@ def resolve_ends(cluster: Cluster, opts: SourceOptions, tps: list[TP], bounds: M
 
 
 # -- splitting -------------------------------------------------------------------------------------------------
-def split_ranges(ranges: list[OffsetRange], min_partitions: int | None, max_records: int | None
-                 ) -> list[OffsetRange]:
+def split_ranges(ranges: list[OffsetRange], min_partitions: int | None, max_records: int | None) -> list[OffsetRange]:
     """Spark's rule: one Spark partition per topic partition, unless ``minPartitions`` asks for more partitions
     than there are ranges (big ranges get a share proportional to their size) or ``maxRecordsPerPartition`` caps
     the records per Spark partition; the larger of the two demands wins. Empty ranges are dropped."""
@@ -165,7 +179,7 @@ def assign_pieces(r: OffsetRange, segments: list[Any], local_start: int | None =
                 points.add(x)
     pts = sorted(points)
     pieces: list[Piece] = []
-    for a, b in itertools.pairwise(pts):     # distinct, sorted: a < b
+    for a, b in itertools.pairwise(pts):  # distinct, sorted: a < b
         seg = None
         if b <= cap:
             covering = [s for s in segments if s.start_offset <= a and s.end_offset >= b - 1]
@@ -177,15 +191,21 @@ def assign_pieces(r: OffsetRange, segments: list[Any], local_start: int | None =
     return r.with_pieces(tuple(pieces))
 
 
-def plan_ranges(cluster: Cluster, opts: SourceOptions, starts: Mapping[TP, int], ends: Mapping[TP, int],
-                topic_ids: Mapping[str, uuid.UUID | None] | None = None) -> list[OffsetRange]:
+def plan_ranges(
+    cluster: Cluster,
+    opts: SourceOptions,
+    starts: Mapping[TP, int],
+    ends: Mapping[TP, int],
+    topic_ids: Mapping[str, uuid.UUID | None] | None = None,
+) -> list[OffsetRange]:
     """Ranges [start, end) -> split per minPartitions/maxRecordsPerPartition -> pieces (direct mode)."""
     ranges = []
     for tp in sorted(ends):
         s, e = starts[tp], ends[tp]
         if s > e:
-            raise DataLossError(data_loss_message(
-                f"{tp[0]}-{tp[1]}: starting offset {s} is after the ending offset {e}"))
+            raise DataLossError(
+                data_loss_message(f"{tp[0]}-{tp[1]}: starting offset {s} is after the ending offset {e}")
+            )
         ranges.append(OffsetRange(tp[0], tp[1], s, e))
     ranges = split_ranges(ranges, opts.min_partitions, opts.max_records_per_partition)
     if opts.read_mode != "direct" or not ranges:
@@ -207,10 +227,20 @@ def plan_batch(opts: SourceOptions) -> list[OffsetRange]:
         ends = resolve_ends(cluster, opts, tps, bounds)
         for tp in tps:
             if starts[tp] > ends[tp]:
-                raise OptionError(f"{tp[0]}-{tp[1]}: the starting offset {starts[tp]} is after the ending offset "
-                                  f"{ends[tp]} (check startingOffsets/endingOffsets)")
+                raise OptionError(
+                    f"{tp[0]}-{tp[1]}: the starting offset {starts[tp]} is after the ending offset "
+                    f"{ends[tp]} (check startingOffsets/endingOffsets)"
+                )
         return plan_ranges(cluster, opts, starts, ends)
 
 
-__all__ = ["OffsetRange", "Piece", "assign_pieces", "plan_batch", "plan_ranges", "resolve_ends", "resolve_starts",
-           "split_ranges"]
+__all__ = [
+    "OffsetRange",
+    "Piece",
+    "assign_pieces",
+    "plan_batch",
+    "plan_ranges",
+    "resolve_ends",
+    "resolve_starts",
+    "split_ranges",
+]

@@ -10,6 +10,7 @@
 Data loss (offsets deleted between planning and reading) raises DataLossError, or with failOnDataLoss=false skips
 what is gone.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -62,13 +63,15 @@ class ArrowEmitter:
         if len(self.columns):
             yield self.take()
         n = len(d)
-        rb = self._record_batch(n, d.keys, d.values, d.offsets, d.timestamps, d.timestamp_types,
-                                d.headers or [None] * n)
+        rb = self._record_batch(
+            n, d.keys, d.values, d.offsets, d.timestamps, d.timestamp_types, d.headers or [None] * n
+        )
         for at in range(0, n, ROWS_PER_BATCH):
             yield rb.slice(at, ROWS_PER_BATCH)
 
-    def _record_batch(self, n: int, keys: Any, values: Any, offsets: Any, timestamps_ms: Any, timestamp_types: Any,
-                      headers: Any) -> Any:
+    def _record_batch(
+        self, n: int, keys: Any, values: Any, offsets: Any, timestamps_ms: Any, timestamp_types: Any, headers: Any
+    ) -> Any:
         """One batch in the schema's column order. Keys and values: Arrow arrays (bulk decoding) or lists of bytes
         (records consumed one by one); the other columns: lists or NumPy arrays."""
         import pyarrow as pa
@@ -90,8 +93,9 @@ class ArrowEmitter:
             elif name == "timestampType":
                 arrays.append(pa.array(timestamp_types, t))
             elif name == "headers":
-                arrays.append(pa.array([None if h is None else [{"key": k, "value": v} for k, v in h]
-                                        for h in headers], t))
+                arrays.append(
+                    pa.array([None if h is None else [{"key": k, "value": v} for k, v in h] for h in headers], t)
+                )
             else:
                 raise ValueError(f"column {name!r} is not part of the strata source schema")
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
@@ -107,7 +111,7 @@ class ArrowEmitter:
 
 
 # -- broker pieces ------------------------------------------------------------------------------------------------
-_TS_TYPES = {1: 0, 2: 1}          # confluent TIMESTAMP_CREATE_TIME/LOG_APPEND_TIME -> Kafka ids; 0 (n/a) -> -1
+_TS_TYPES = {1: 0, 2: 1}  # confluent TIMESTAMP_CREATE_TIME/LOG_APPEND_TIME -> Kafka ids; 0 (n/a) -> -1
 
 
 def read_broker_piece(opts: SourceOptions, r: OffsetRange, piece: Piece, out: ArrowEmitter) -> Iterator[Any]:
@@ -120,8 +124,14 @@ def read_broker_piece(opts: SourceOptions, r: OffsetRange, piece: Piece, out: Ar
             for msgs in consume_range(conf, r.topic, r.partition, start, piece.end, opts.poll_timeout_s):
                 for m in msgs:
                     ts_type, ts = m.timestamp()
-                    cols.append(m.key(), m.value(), m.offset(), ts, _TS_TYPES.get(ts_type, -1),
-                                m.headers() if with_headers else None)
+                    cols.append(
+                        m.key(),
+                        m.value(),
+                        m.offset(),
+                        ts,
+                        _TS_TYPES.get(ts_type, -1),
+                        m.headers() if with_headers else None,
+                    )
                     start = m.offset() + 1
                     if len(cols) >= ROWS_PER_BATCH:
                         yield out.take()
@@ -131,14 +141,17 @@ def read_broker_piece(opts: SourceOptions, r: OffsetRange, piece: Piece, out: Ar
             # that starts in range costs one consumer, not two. failOnDataLoss=false goes on from the new log
             # start, as Spark's Kafka source does; the records still there are read.
             low = log_start_offset(conf, r.topic, r.partition)
-            if low <= start:            # out of range, yet not deleted below us (e.g. past a truncated end)
+            if low <= start:  # out of range, yet not deleted below us (e.g. past a truncated end)
                 if opts.fail_on_data_loss:
                     raise
                 return
             if opts.fail_on_data_loss:
-                raise DataLossError(data_loss_message(
-                    f"{r.topic}-{r.partition}: offsets [{start}, {min(low, piece.end)}) were deleted before they "
-                    f"could be read (the log now starts at {low})")) from None
+                raise DataLossError(
+                    data_loss_message(
+                        f"{r.topic}-{r.partition}: offsets [{start}, {min(low, piece.end)}) were deleted before they "
+                        f"could be read (the log now starts at {low})"
+                    )
+                ) from None
             start = low
 
 
@@ -202,7 +215,7 @@ def _close_shared() -> None:
         storages = list(_shared.values())
         _shared.clear()
     for storage in storages:
-        with contextlib.suppress(Exception):     # the process is exiting; nothing is left to read
+        with contextlib.suppress(Exception):  # the process is exiting; nothing is left to read
             storage.close()
 
 
@@ -211,9 +224,9 @@ def index_positions(index: bytes, base_offset: int) -> tuple[list[int], list[int
     n = len(index) // _INDEX_ENTRY.size
     offsets: list[int] = []
     positions: list[int] = []
-    for rel, pos in _INDEX_ENTRY.iter_unpack(index[:n * _INDEX_ENTRY.size]):
+    for rel, pos in _INDEX_ENTRY.iter_unpack(index[: n * _INDEX_ENTRY.size]):
         if offsets and (rel + base_offset <= offsets[-1] or pos <= positions[-1]):
-            break                                   # zero-filled preallocated tail
+            break  # zero-filled preallocated tail
         offsets.append(base_offset + rel)
         positions.append(pos)
     return offsets, positions
@@ -273,7 +286,7 @@ def complete_straddler(carry: bytearray, view: memoryview) -> tuple[memoryview, 
     """Extends ``carry``, the start of a batch the previous chunk's end cut, in place from the head of the next
     chunk ``view``: returns the rest of ``view`` and whether ``carry`` now holds the whole batch. Only the cut batch
     is copied, not the chunk behind it; a batch longer than a chunk grows ``carry`` chunk by chunk."""
-    if len(carry) < LOG_OVERHEAD:                       # its length field is not complete yet
+    if len(carry) < LOG_OVERHEAD:  # its length field is not complete yet
         take = min(len(view), LOG_OVERHEAD - len(carry))
         carry += view[:take]
         view = view[take:]
@@ -282,7 +295,7 @@ def complete_straddler(carry: bytearray, view: memoryview) -> tuple[memoryview, 
     need = max(0, _declared_size(carry) - len(carry))
     if need > len(view):
         carry += view
-        return view[len(view):], False
+        return view[len(view) :], False
     carry += view[:need]
     return view[need:], True
 
@@ -292,8 +305,9 @@ def _declared_size(batch_start: bytes | bytearray) -> int:
     return LOG_OVERHEAD + read_offset_and_length(batch_start, 0)[1]
 
 
-def read_remote_piece(storage: RemoteStorage, opts: SourceOptions, r: OffsetRange, piece: Piece,
-                      out: ArrowEmitter) -> Iterator[Any]:
+def read_remote_piece(
+    storage: RemoteStorage, opts: SourceOptions, r: OffsetRange, piece: Piece, out: ArrowEmitter
+) -> Iterator[Any]:
     from strata.protocol.records import is_crc_valid, iter_batches
     from strata.remote.rsm import IndexType, RemoteResourceNotFoundError
 
@@ -345,8 +359,8 @@ def read_remote_piece(storage: RemoteStorage, opts: SourceOptions, r: OffsetRang
                 inflight.append((p, n, buf, fut))
 
         refill()
-        carry = bytearray()             # the start of a batch the previous chunk's end cut
-        carry_at = 0                    # its position in the segment
+        carry = bytearray()  # the start of a batch the previous chunk's end cut
+        carry_at = 0  # its position in the segment
         finished = False
 
         def check_cut() -> None:
@@ -355,8 +369,10 @@ def read_remote_piece(storage: RemoteStorage, opts: SourceOptions, r: OffsetRang
             if len(carry) >= LOG_OVERHEAD:
                 declared = _declared_size(carry)
                 if declared < HEADER_SIZE or carry_at + declared > stop:
-                    raise CorruptSegmentError(f"{where}: the batch at position {carry_at} declares {declared} bytes, "
-                                              f"which do not fit the segment's {stop} bytes")
+                    raise CorruptSegmentError(
+                        f"{where}: the batch at position {carry_at} declares {declared} bytes, "
+                        f"which do not fit the segment's {stop} bytes"
+                    )
 
         try:
             while inflight and not finished:
@@ -364,14 +380,15 @@ def read_remote_piece(storage: RemoteStorage, opts: SourceOptions, r: OffsetRang
                 got = fut.result()
                 refill()
                 if got != n:
-                    raise CorruptSegmentError(f"{where} returned {got} bytes for [{p}, {p + n}) (its metadata says "
-                                              f"{size} bytes)")
+                    raise CorruptSegmentError(
+                        f"{where} returned {got} bytes for [{p}, {p + n}) (its metadata says {size} bytes)"
+                    )
                 view = memoryview(buf)[:n]
                 if carry:
                     view, whole = complete_straddler(carry, view)
                     check_cut()
                     if whole:
-                        _used, finished = yield from decode(memoryview(carry))   # (carry is replaced, not resized)
+                        _used, finished = yield from decode(memoryview(carry))  # (carry is replaced, not resized)
                         carry = bytearray()
                 if not carry and not finished:
                     used, finished = yield from decode(view)
@@ -384,15 +401,19 @@ def read_remote_piece(storage: RemoteStorage, opts: SourceOptions, r: OffsetRang
                 _buffers.put(buf)
         finally:
             for _p, _n, _buf, pending in inflight:
-                pending.cancel()          # its buffer is not reused: the store may still be writing into it
+                pending.cancel()  # its buffer is not reused: the store may still be writing into it
         if carry and not finished:
-            raise CorruptSegmentError(f"{where} ends inside a batch: {len(carry)} bytes after the last whole batch "
-                                      f"before position {stop}")
+            raise CorruptSegmentError(
+                f"{where} ends inside a batch: {len(carry)} bytes after the last whole batch before position {stop}"
+            )
     except RemoteResourceNotFoundError as e:
         if opts.fail_on_data_loss:
-            raise DataLossError(data_loss_message(
-                f"{r.topic}-{r.partition}: remote segment {seg.remote_log_segment_id.id_str} holding offsets "
-                f"[{seg.start_offset}, {seg.end_offset}] is gone from remote storage ({e})")) from None
+            raise DataLossError(
+                data_loss_message(
+                    f"{r.topic}-{r.partition}: remote segment {seg.remote_log_segment_id.id_str} holding offsets "
+                    f"[{seg.start_offset}, {seg.end_offset}] is gone from remote storage ({e})"
+                )
+            ) from None
 
 
 # -- one planned range --------------------------------------------------------------------------------------------
@@ -407,5 +428,13 @@ def read_range(opts: SourceOptions, r: OffsetRange, arrow_schema: Any) -> Iterat
         yield out.take()
 
 
-__all__ = ["ArrowEmitter", "BufferPool", "RemoteStorage", "byte_range", "complete_straddler", "index_positions",
-           "read_range", "shared_storage"]
+__all__ = [
+    "ArrowEmitter",
+    "BufferPool",
+    "RemoteStorage",
+    "byte_range",
+    "complete_straddler",
+    "index_positions",
+    "read_range",
+    "shared_storage",
+]

@@ -10,6 +10,7 @@
 * Nothing needs ``--packages``: the source is pure Python, so no Maven download happens (and none is configured).
 * The data source is registered under the name ``strata``.
 """
+
 from __future__ import annotations
 
 import os
@@ -32,8 +33,10 @@ def check_requirements() -> None:
         except ImportError:
             missing.append(mod)
     if missing:
-        raise SparkSetupError(f"{' and '.join(missing)} not installed: install the Spark extra "
-                              "(pip install 'strata-broker[spark]', i.e. pyspark>=4.0 and pyarrow)")
+        raise SparkSetupError(
+            f"{' and '.join(missing)} not installed: install the Spark extra "
+            "(pip install 'strata-broker[spark]', i.e. pyspark>=4.0 and pyarrow)"
+        )
     import pyspark
 
     major = int(pyspark.__version__.split(".")[0])
@@ -55,11 +58,12 @@ def register(spark: Any) -> None:
     spark.dataSource.register(StrataDataSource)
 
 
-def get_spark(app_name: str = "strata-pipeline", master: str | None = None,
-              conf: Mapping[str, str] | None = None) -> Any:
+def get_spark(
+    app_name: str = "strata-pipeline", master: str | None = None, conf: Mapping[str, str] | None = None
+) -> Any:
     """Get (or create) a SparkSession with the ``strata`` format registered."""
     check_requirements()
-    submitted = "PYSPARK_GATEWAY_PORT" in os.environ      # launched by spark-submit: its --master wins
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # launched by spark-submit: its --master wins
     master = master or os.environ.get("STRATA_SPARK_MASTER") or ("" if submitted else DEFAULT_MASTER)
     prepare_environment(master)
     from pyspark.sql import SparkSession
@@ -71,13 +75,15 @@ def get_spark(app_name: str = "strata-pipeline", master: str | None = None,
     if not submitted:
         defaults["spark.executorEnv.PYSPARK_PYTHON"] = os.environ["PYSPARK_PYTHON"]
     if master.startswith("local"):
-        defaults.update({
-            "spark.driver.host": "127.0.0.1",
-            "spark.driver.bindAddress": "127.0.0.1",
-            "spark.ui.enabled": "false",
-            "spark.sql.shuffle.partitions": "4",
-            "spark.sql.streaming.stateStore.maintenanceInterval": "600s",
-        })
+        defaults.update(
+            {
+                "spark.driver.host": "127.0.0.1",
+                "spark.driver.bindAddress": "127.0.0.1",
+                "spark.ui.enabled": "false",
+                "spark.sql.shuffle.partitions": "4",
+                "spark.sql.streaming.stateStore.maintenanceInterval": "600s",
+            }
+        )
     for k, v in {**defaults, **(conf or {})}.items():
         b = b.config(k, v)
     spark = b.getOrCreate()

@@ -10,6 +10,7 @@ idempotent producers). A record the broker rejects, or one still undelivered whe
 the task with the broker's error: nothing is dropped silently, and Spark's task retry re-sends the partition
 (at-least-once across retries, exactly-once within one producer session).
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -90,7 +91,7 @@ def produce_rows(opts: SinkOptions, field_names: list[str], rows: Iterable[Any])
             try:
                 producer.produce(topic, value, **kwargs)
                 break
-            except BufferError:                      # local queue full: serve delivery reports, then retry
+            except BufferError:  # local queue full: serve delivery reports, then retry
                 producer.poll(0.1)
             except KafkaException as e:
                 raise ProduceError(f"cannot produce to {topic}: {e}") from None

@@ -8,6 +8,7 @@ Planning (Metadata, ListOffsets, ``__remote_log_metadata``) runs on the driver; 
 its offset range (and, in direct mode, the remote segments covering it) to an executor, which reads it. See
 ``strata.pipeline.options`` for the options and docs/spark.md for the whole story.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,13 +41,14 @@ from .planning import OffsetRange, plan_batch, plan_ranges, resolve_starts
 from .reading import read_range
 from .sink import SinkCommit, check_sink_schema, produce_rows
 
-try:                                                   # Spark >= 4.2: admission control and Trigger.AvailableNow
+try:  # Spark >= 4.2: admission control and Trigger.AvailableNow
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 except ImportError:  # pragma: no cover - older Spark 4.x: no read limits, availableNow runs as a single batch
-    ReadAllAvailable = ReadMaxRows = None               # type: ignore[assignment,misc]
+    ReadAllAvailable = ReadMaxRows = None  # type: ignore[assignment,misc]
 
-    class SupportsTriggerAvailableNow:                  # type: ignore[no-redef]
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
         pass
+
 
 HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 
@@ -85,7 +87,7 @@ def _arrow_schema(schema: StructType) -> Any:
 
 
 def _read(opts: Any, schema: StructType, partition: InputPartition) -> Iterator[Any]:
-    if not isinstance(partition, RangePartition):      # a plan with no ranges: Spark reads one empty partition
+    if not isinstance(partition, RangePartition):  # a plan with no ranges: Spark reads one empty partition
         return iter(())
     return read_range(opts, partition.range, _arrow_schema(schema))
 
@@ -107,7 +109,7 @@ class StrataBatchReader(DataSourceReader):
 def _to_json_offsets(offsets: dict[TP, int]) -> dict[str, dict[str, int]]:
     """Spark's Kafka offset JSON: {"topic": {"0": 23}} (sorted, so equal positions give equal JSON)."""
     out: dict[str, dict[str, int]] = {}
-    for (t, p) in sorted(offsets):
+    for t, p in sorted(offsets):
         out.setdefault(t, {})[str(p)] = int(offsets[(t, p)])
     return out
 
@@ -147,10 +149,13 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.opts = parse_source_options(options, streaming=True)
         if self.opts.max_offsets_per_trigger and ReadMaxRows is None:
             import pyspark
-            raise ValueError(f"maxOffsetsPerTrigger needs Spark 4.2 or later (admission control for Python data "
-                             f"sources); this is Spark {pyspark.__version__}: remove the option or upgrade")
+
+            raise ValueError(
+                f"maxOffsetsPerTrigger needs Spark 4.2 or later (admission control for Python data "
+                f"sources); this is Spark {pyspark.__version__}: remove the option or upgrade"
+            )
         self.schema = schema
-        self._target: dict[TP, int] | None = None       # Trigger.AvailableNow: the end recorded at its start
+        self._target: dict[TP, int] | None = None  # Trigger.AvailableNow: the end recorded at its start
 
     def _snapshot(self, cluster: Cluster) -> tuple[list[TP], dict[TP, Any]]:
         parts = cluster.topic_partitions(self.opts.subscription)
@@ -179,12 +184,12 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         first: dict[TP, int] = {}
         latest: dict[TP, int] = {}
         for tp in tps:
-            first[tp] = begin.get(tp, bounds[tp].earliest)        # a new partition starts at its earliest
+            first[tp] = begin.get(tp, bounds[tp].earliest)  # a new partition starts at its earliest
             end = bounds[tp].latest
-            if self._target is not None:                          # availableNow: nothing past the target
+            if self._target is not None:  # availableNow: nothing past the target
                 end = min(end, self._target.get(tp, first[tp]))
             latest[tp] = max(end, first[tp])
-        for tp, off in begin.items():                             # partitions that vanished keep their position
+        for tp, off in begin.items():  # partitions that vanished keep their position
             if tp not in latest:
                 first[tp] = latest[tp] = off
         max_rows = getattr(limit, "max_rows", None)
@@ -209,12 +214,16 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 s = begin.get(tp, b.earliest)
                 e = finish[tp]
                 if s < b.earliest:
-                    self._loss(f"{tp[0]}-{tp[1]}: offsets [{s}, {min(b.earliest, e)}) were deleted before they "
-                               f"were read (the log now starts at {b.earliest})")
+                    self._loss(
+                        f"{tp[0]}-{tp[1]}: offsets [{s}, {min(b.earliest, e)}) were deleted before they "
+                        f"were read (the log now starts at {b.earliest})"
+                    )
                     s = min(b.earliest, e) if e >= s else b.earliest
                 if e < s:
-                    self._loss(f"{tp[0]}-{tp[1]}: the end offset {e} is before the start {s} (was the topic "
-                               "deleted and recreated?)")
+                    self._loss(
+                        f"{tp[0]}-{tp[1]}: the end offset {e} is before the start {s} (was the topic "
+                        "deleted and recreated?)"
+                    )
                     continue
                 starts[tp], ends[tp] = s, e
             ranges = plan_ranges(cluster, self.opts, starts, ends)
@@ -299,5 +308,14 @@ class StrataDataSource(DataSource):
         return StrataStreamWriter(self.options, schema)
 
 
-__all__ = ["HEADERS_TYPE", "RangePartition", "StrataBatchReader", "StrataBatchWriter", "StrataDataSource",
-           "StrataStreamReader", "StrataStreamWriter", "rate_limit", "source_schema"]
+__all__ = [
+    "HEADERS_TYPE",
+    "RangePartition",
+    "StrataBatchReader",
+    "StrataBatchWriter",
+    "StrataDataSource",
+    "StrataStreamReader",
+    "StrataStreamWriter",
+    "rate_limit",
+    "source_schema",
+]

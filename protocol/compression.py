@@ -6,6 +6,7 @@ and consumer use, so what we write any Kafka client reads: snappy in the xerial 
 boundaries.
 `kafka.codec` is imported on first use: it is heavy and the broker's hot paths never decompress.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -28,8 +29,12 @@ def _codecs() -> dict[int, tuple[Callable[[bytes], bytes], Callable[[bytes], byt
     if _CODECS is None:
         from kafka import codec as kc  # lazy: heavy import, off the hot path
 
-        _CODECS = {GZIP: (kc.gzip_encode, kc.gzip_decode), SNAPPY: (kc.snappy_encode, kc.snappy_decode),
-                   LZ4: (kc.lz4_encode, kc.lz4_decode), ZSTD: (kc.zstd_encode, kc.zstd_decode)}
+        _CODECS = {
+            GZIP: (kc.gzip_encode, kc.gzip_decode),
+            SNAPPY: (kc.snappy_encode, kc.snappy_decode),
+            LZ4: (kc.lz4_encode, kc.lz4_decode),
+            ZSTD: (kc.zstd_encode, kc.zstd_decode),
+        }
     return _CODECS
 
 
@@ -52,7 +57,7 @@ def decompress(codec: int, data: Buffer) -> bytes:
     errors on corrupt input; an unknown codec raises UnsupportedCodecError."""
     if codec == NONE:
         return _as_bytes(data)
-    return bytes(_pair(codec)[1](_as_bytes(data)))      # bytes() of a bytes result is that object, no copy
+    return bytes(_pair(codec)[1](_as_bytes(data)))  # bytes() of a bytes result is that object, no copy
 
 
 def compress(codec: int, data: Buffer) -> bytes:

@@ -4,6 +4,7 @@ once.
 Names follow Kafka's (ListOffsetsRequest, FetchRequest); modules that used shorter local names import these
 under those names (rlmm_types as Kafka's REMOTE_LOG_METADATA_TOPIC_NAME).
 """
+
 from __future__ import annotations
 
 __all__ = [
@@ -22,9 +23,9 @@ __all__ = [
 # ListOffsets timestamp sentinels (ListOffsetsRequest.*_TIMESTAMP)
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
-MAX_TIMESTAMP = -3                      # v7+
-EARLIEST_LOCAL_TIMESTAMP = -4           # v8+, KIP-405
-LATEST_TIERED_TIMESTAMP = -5            # v9+, KIP-1005
+MAX_TIMESTAMP = -3  # v7+
+EARLIEST_LOCAL_TIMESTAMP = -4  # v8+, KIP-405
+LATEST_TIERED_TIMESTAMP = -5  # v9+, KIP-1005
 EARLIEST_PENDING_UPLOAD_TIMESTAMP = -6  # v11+, KIP-1023
 
 # The first ListOffsets version that may ask each sentinel; below it the partition gets UNSUPPORTED_VERSION.

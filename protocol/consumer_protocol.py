@@ -4,6 +4,7 @@ ConsumerProtocolAssignment). The coordinator only reads the version-0 prefix tha
 ...), exactly as Kafka's coordinator does, so new client versions never break it. Sans-IO and shared by the group
 coordinator and ``strata groups`` (which shows members' assignments), hence here and not under broker/.
 """
+
 from __future__ import annotations
 
 import struct
@@ -25,7 +26,7 @@ def _read_str(buf: bytes, pos: int) -> tuple[str, int]:
     pos += 2
     if n < 0 or pos + n > len(buf):
         raise ConsumerProtocolError("bad string")
-    return buf[pos:pos + n].decode("utf-8"), pos + n
+    return buf[pos : pos + n].decode("utf-8"), pos + n
 
 
 def _read_i32(buf: bytes, pos: int) -> tuple[int, int]:
@@ -77,8 +78,9 @@ def encode_subscription(topics: list[str], user_data: bytes | None = None, versi
     return out
 
 
-def encode_assignment(partitions: list[tuple[str, list[int]]], user_data: bytes | None = None,
-                      version: int = 0) -> bytes:
+def encode_assignment(
+    partitions: list[tuple[str, list[int]]], user_data: bytes | None = None, version: int = 0
+) -> bytes:
     """Version-0 assignment blob (tests and tools)."""
     out = _I16.pack(version) + _I32.pack(len(partitions))
     for t, ps in partitions:

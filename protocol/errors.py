@@ -1,4 +1,5 @@
 """Kafka protocol error codes (the numbers from Apache Kafka's Errors.java), as an IntEnum."""
+
 from __future__ import annotations
 
 from enum import IntEnum

@@ -11,6 +11,7 @@ Only what the broker writes is covered: responses whose tagged fields are all at
 epoch, current leader, snapshot id or node endpoints). For anything else it returns None and the caller uses the
 codec. Sans-IO, like the rest of `protocol`.
 """
+
 from __future__ import annotations
 
 import struct
@@ -25,10 +26,10 @@ __all__ = ["INLINE_RECORDS_MAX", "encode_fetch_response"]
 INLINE_RECORDS_MAX = 4096
 
 _I32 = struct.Struct(">i")
-_PART_V4 = struct.Struct(">ihqq")    # partition, error, high watermark, last stable offset
-_PART_V5 = struct.Struct(">ihqqq")   # ... log start offset (v5+)
-_ABORTED = struct.Struct(">qq")      # producer id, first offset
-_TOP_V7 = struct.Struct(">ihi")      # throttle, error, session id (v7+)
+_PART_V4 = struct.Struct(">ihqq")  # partition, error, high watermark, last stable offset
+_PART_V5 = struct.Struct(">ihqqq")  # ... log start offset (v5+)
+_ABORTED = struct.Struct(">qq")  # producer id, first offset
+_TOP_V7 = struct.Struct(">ihi")  # throttle, error, session id (v7+)
 _ZERO_UUID = bytes(16)
 
 MIN_VERSION = 4
@@ -83,12 +84,14 @@ def encode_fetch_response(resp: Any, version: int, correlation_id: int) -> list 
         else:
             cur += _I32.pack(len(parts))
         for p in parts:
-            if flexible and (p.diverging_epoch is not None or p.current_leader is not None
-                             or p.snapshot_id is not None):
+            if flexible and (
+                p.diverging_epoch is not None or p.current_leader is not None or p.snapshot_id is not None
+            ):
                 return None
             if has_lso:
-                cur += part_struct.pack(p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset,
-                                        p.log_start_offset)
+                cur += part_struct.pack(
+                    p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset, p.log_start_offset
+                )
             else:
                 cur += part_struct.pack(p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset)
             aborted = p.aborted_transactions

@@ -12,6 +12,7 @@ Header layout (big-endian), offsets in bytes::
 batchLength counts the bytes after itself, so a batch occupies batchLength + 12 bytes. The CRC32C covers bytes
 from `attributes` to the end: baseOffset and partitionLeaderEpoch can be rewritten without recomputing it.
 """
+
 from __future__ import annotations
 
 import struct
@@ -135,9 +136,11 @@ class BatchHeader:
         return (self._f[11] + self._f[6]) & 0x7FFFFFFF
 
     def __repr__(self) -> str:
-        return (f"BatchHeader(base_offset={self.base_offset}, last_offset={self.last_offset}, size={self.size}, "
-                f"epoch={self.partition_leader_epoch}, count={self.records_count}, "
-                f"max_ts={self.max_timestamp}, attrs={self.attributes:#x})")
+        return (
+            f"BatchHeader(base_offset={self.base_offset}, last_offset={self.last_offset}, size={self.size}, "
+            f"epoch={self.partition_leader_epoch}, count={self.records_count}, "
+            f"max_ts={self.max_timestamp}, attrs={self.attributes:#x})"
+        )
 
 
 def iter_batches(buf: Buffer, start: int = 0) -> Iterator[tuple[int, BatchHeader]]:
@@ -155,7 +158,7 @@ def iter_batches(buf: Buffer, start: int = 0) -> Iterator[tuple[int, BatchHeader
 
 def compute_crc(buf: Buffer, pos: int, size: int) -> int:
     mv = buf if isinstance(buf, memoryview) else memoryview(buf)
-    return crc32c(mv[pos + ATTRIBUTES_OFFSET:pos + size])
+    return crc32c(mv[pos + ATTRIBUTES_OFFSET : pos + size])
 
 
 def is_crc_valid(buf: Buffer, pos: int = 0) -> bool:
@@ -179,7 +182,7 @@ def validate_batch_fields(buf: Buffer, pos: int = 0) -> tuple:
     if length + LOG_OVERHEAD > avail:
         raise RecordBatchError(f"record batch length {length} exceeds the {avail - LOG_OVERHEAD} bytes available")
     mv = buf if isinstance(buf, memoryview) else memoryview(buf)
-    if crc32c(mv[pos + ATTRIBUTES_OFFSET:pos + LOG_OVERHEAD + length]) != f[4]:
+    if crc32c(mv[pos + ATTRIBUTES_OFFSET : pos + LOG_OVERHEAD + length]) != f[4]:
         raise RecordBatchError(f"record batch at offset {f[0]} is corrupt (CRC mismatch)", 2)
     if f[12] < 1:
         raise RecordBatchError(f"record batch has {f[12]} records")
@@ -211,7 +214,7 @@ def validate_replicated_batch(buf: Buffer, pos: int = 0) -> BatchHeader:
     if length < MIN_BATCH_LENGTH or length + LOG_OVERHEAD > avail:
         raise RecordBatchError(f"record batch length {length} is out of range")
     mv = buf if isinstance(buf, memoryview) else memoryview(buf)
-    if crc32c(mv[pos + ATTRIBUTES_OFFSET:pos + LOG_OVERHEAD + length]) != f[4]:
+    if crc32c(mv[pos + ATTRIBUTES_OFFSET : pos + LOG_OVERHEAD + length]) != f[4]:
         raise RecordBatchError(f"record batch at offset {f[0]} is corrupt (CRC mismatch)", 2)
     if f[6] < 0 or f[12] < 0:
         raise RecordBatchError(f"record batch has lastOffsetDelta {f[6]} and {f[12]} records")
@@ -221,8 +224,9 @@ def validate_replicated_batch(buf: Buffer, pos: int = 0) -> BatchHeader:
 _OFFSET_LEN_EPOCH = struct.Struct(">qii")
 
 
-def set_base_offset_and_epoch(buf: bytearray | memoryview, pos: int, offset: int, batch_length: int,
-                              epoch: int) -> None:
+def set_base_offset_and_epoch(
+    buf: bytearray | memoryview, pos: int, offset: int, batch_length: int, epoch: int
+) -> None:
     """Both leader-side rewrites in one pack (batchLength, between them, is rewritten unchanged)."""
     _OFFSET_LEN_EPOCH.pack_into(buf, pos, offset, batch_length, epoch)
 
@@ -256,6 +260,7 @@ def read_offset_and_length(buf: Buffer, pos: int) -> tuple[int, int]:
 # ---------------------------------------------------------------------------------------------------------------
 # Record level (not on hot paths)
 
+
 class Record(NamedTuple):
     offset: int
     timestamp: int
@@ -270,7 +275,7 @@ def iter_records(buf: Buffer, pos: int = 0) -> Iterator[Record]:
     from kafka.record.default_records import DefaultRecordBatch  # lazy: heavy import, off the hot path
 
     h = BatchHeader(buf, pos)
-    raw = bytes(memoryview(buf)[pos:pos + h.size]) if not isinstance(buf, bytes) else buf[pos:pos + h.size]
+    raw = bytes(memoryview(buf)[pos : pos + h.size]) if not isinstance(buf, bytes) else buf[pos : pos + h.size]
     base_seq = h.base_sequence
     for r in DefaultRecordBatch(raw):
         seq = -1 if base_seq < 0 else (base_seq + (r.offset - h.base_offset)) & 0x7FFFFFFF
@@ -280,10 +285,18 @@ def iter_records(buf: Buffer, pos: int = 0) -> Iterator[Record]:
 RecordSpec = bytes | None | tuple
 
 
-def build_batch(records: Sequence[RecordSpec], base_offset: int = 0, compression: int = NONE,
-                timestamp: int | None = None, *, partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
-                producer_id: int = NO_PRODUCER_ID, producer_epoch: int = -1, base_sequence: int = NO_SEQUENCE,
-                is_transactional: bool = False) -> bytes:
+def build_batch(
+    records: Sequence[RecordSpec],
+    base_offset: int = 0,
+    compression: int = NONE,
+    timestamp: int | None = None,
+    *,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = -1,
+    base_sequence: int = NO_SEQUENCE,
+    is_transactional: bool = False,
+) -> bytes:
     """Build one batch (tests/tools). Each record is a value, or a tuple (key, value[, headers[, timestamp]]).
 
     Timestamps default to `timestamp` (or now) for every record. Compression is applied only when it shrinks the
@@ -295,9 +308,15 @@ def build_batch(records: Sequence[RecordSpec], base_offset: int = 0, compression
 
     if timestamp is None:
         timestamp = int(time.time() * 1000)
-    b = DefaultRecordBatchBuilder(magic=2, compression_type=compression, is_transactional=is_transactional,
-                                  producer_id=producer_id, producer_epoch=producer_epoch,
-                                  base_sequence=base_sequence, batch_size=2**31 - 1)
+    b = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=compression,
+        is_transactional=is_transactional,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        batch_size=2**31 - 1,
+    )
     for i, spec in enumerate(records):
         key, headers, ts = None, [], timestamp
         if isinstance(spec, tuple):
@@ -316,8 +335,32 @@ def build_batch(records: Sequence[RecordSpec], base_offset: int = 0, compression
 
 
 __all__ = [
-    "HEADER", "HEADER_SIZE", "LOG_OVERHEAD", "BatchHeader", "BufferChain", "RecordBatchError", "Record", "iter_batches",
-    "validate_batch", "validate_batch_fields", "set_base_offset_and_epoch", "is_crc_valid", "compute_crc", "set_base_offset", "set_partition_leader_epoch",
-    "set_log_append_time", "read_offset_and_length", "iter_records", "build_batch", "COMPRESSION_NAMES",
-    "NONE", "GZIP", "SNAPPY", "LZ4", "ZSTD", "CREATE_TIME", "LOG_APPEND_TIME", "NO_TIMESTAMP",
+    "HEADER",
+    "HEADER_SIZE",
+    "LOG_OVERHEAD",
+    "BatchHeader",
+    "BufferChain",
+    "RecordBatchError",
+    "Record",
+    "iter_batches",
+    "validate_batch",
+    "validate_batch_fields",
+    "set_base_offset_and_epoch",
+    "is_crc_valid",
+    "compute_crc",
+    "set_base_offset",
+    "set_partition_leader_epoch",
+    "set_log_append_time",
+    "read_offset_and_length",
+    "iter_records",
+    "build_batch",
+    "COMPRESSION_NAMES",
+    "NONE",
+    "GZIP",
+    "SNAPPY",
+    "LZ4",
+    "ZSTD",
+    "CREATE_TIME",
+    "LOG_APPEND_TIME",
+    "NO_TIMESTAMP",
 ]

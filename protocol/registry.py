@@ -3,6 +3,7 @@
 kafka-python (pinned 3.0.12) ships Apache Kafka's message JSON and a generated codec, but only a response-class
 registry; this module builds the request side by walking its ApiMessage subclasses once at import.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -85,7 +86,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.FETCH: (4, 18),
     ApiKey.LIST_OFFSETS: (1, 11),
     ApiKey.METADATA: (0, 13),
-    ApiKey.OFFSET_COMMIT: (2, 10),       # v10: topics by id (Kafka 4.2, KIP-848)
+    ApiKey.OFFSET_COMMIT: (2, 10),  # v10: topics by id (Kafka 4.2, KIP-848)
     ApiKey.OFFSET_FETCH: (1, 10),
     ApiKey.FIND_COORDINATOR: (0, 6),
     ApiKey.JOIN_GROUP: (0, 9),
@@ -96,7 +97,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.LIST_GROUPS: (0, 5),
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.OFFSET_DELETE: (0, 0),
-    ApiKey.INIT_PRODUCER_ID: (0, 5),     # non-transactional (idempotent) producers; v6 is KIP-939 2PC
+    ApiKey.INIT_PRODUCER_ID: (0, 5),  # non-transactional (idempotent) producers; v6 is KIP-939 2PC
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
     ApiKey.API_VERSIONS: (0, 4),
     ApiKey.CREATE_TOPICS: (2, 7),
@@ -108,7 +109,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ApiKey.DESCRIBE_CLUSTER: (0, 2),
     ApiKey.ELECT_LEADERS: (0, 2),
-    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),    # v1: allow_replication_factor_change (KIP-860)
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),  # v1: allow_replication_factor_change (KIP-860)
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
 }
 
@@ -172,7 +173,7 @@ def decode_request(payload: bytes | memoryview, api_key: int, version: int) -> D
     if client_id_len >= 0:
         if pos + client_id_len > len(data):
             raise ValueError("client id runs past the end of the request")
-        client_id = bytes(data[pos:pos + client_id_len]).decode("utf-8", "replace")
+        client_id = bytes(data[pos : pos + client_id_len]).decode("utf-8", "replace")
         pos += client_id_len
     flexible = cls.flexible_version_q(version)
     if flexible:

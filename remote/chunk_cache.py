@@ -19,6 +19,7 @@ stale), `chunk` the chunk number within the segment. Values are the *original* (
 The cache belongs to one event loop and is not thread-safe; blocking disk I/O runs in `executor` (default: the
 loop's default executor). An entry larger than a tier's budget is served but not kept in that tier.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -42,7 +43,7 @@ RunLoader = Callable[[range], Awaitable[list[Any]]]
 
 class ChunkKey(NamedTuple):
     segment: str
-    chunk: int      # not `index`: that would shadow tuple.index
+    chunk: int  # not `index`: that would shadow tuple.index
 
 
 @dataclass
@@ -72,15 +73,23 @@ def _parse_chunk_file_name(name: str) -> ChunkKey | None:
 
 
 class ChunkCache:
-    def __init__(self, memory_max_bytes: int, *, disk_dir: Path | str | None = None, disk_max_bytes: int = 0,
-                 prefetch_chunks: int = 0, max_run_chunks: int = 4, executor: Executor | None = None) -> None:
+    def __init__(
+        self,
+        memory_max_bytes: int,
+        *,
+        disk_dir: Path | str | None = None,
+        disk_max_bytes: int = 0,
+        prefetch_chunks: int = 0,
+        max_run_chunks: int = 4,
+        executor: Executor | None = None,
+    ) -> None:
         if memory_max_bytes < 0 or disk_max_bytes < 0 or prefetch_chunks < 0:
             raise ValueError("cache sizes and prefetch must not be negative")
         self.memory_max_bytes = memory_max_bytes
         self.disk_max_bytes = disk_max_bytes if disk_dir is not None else 0
         self.disk_dir = Path(disk_dir) if disk_dir is not None else None
         self.prefetch_chunks = prefetch_chunks
-        self.max_run_chunks = max(1, max_run_chunks)   # chunks per run load (one GET, one attempt timeout)
+        self.max_run_chunks = max(1, max_run_chunks)  # chunks per run load (one GET, one attempt timeout)
         self.stats = ChunkCacheStats()
         self._executor = executor
         self._mem: OrderedDict[ChunkKey, Chunk] = OrderedDict()
@@ -127,8 +136,15 @@ class ChunkCache:
             fut = self._start_load(key, loader, prefetch=False)
         return await asyncio.shield(fut)
 
-    async def get_chunks(self, segment: str, indices: range, loader: Callable[[int], Awaitable[Chunk]], *,
-                         chunk_count: int | None = None, run_loader: RunLoader | None = None) -> list[Chunk]:
+    async def get_chunks(
+        self,
+        segment: str,
+        indices: range,
+        loader: Callable[[int], Awaitable[Chunk]],
+        *,
+        chunk_count: int | None = None,
+        run_loader: RunLoader | None = None,
+    ) -> list[Chunk]:
         """Chunks `indices` of `segment`, loaded concurrently; then prefetch the next chunks (below
         `chunk_count`, the number of chunks in the segment, when known)."""
         if run_loader is not None:
@@ -154,12 +170,12 @@ class ChunkCache:
 
         def flush() -> None:
             for at in range(0, len(run), self.max_run_chunks):
-                part = run[at:at + self.max_run_chunks]
+                part = run[at : at + self.max_run_chunks]
                 if len(part) > 1:
                     self._start_run(segment, range(part[0], part[-1] + 1), run_loader, prefetch)
             run.clear()
 
-        for i in indices:                       # a range: the missing chunks in a row are adjacent
+        for i in indices:  # a range: the missing chunks in a row are adjacent
             key = ChunkKey(segment, i)
             if key in self._mem or key in self._disk or key in self._inflight:
                 flush()
@@ -177,8 +193,9 @@ class ChunkCache:
             self.stats.prefetches += len(run)
         self._spawn(self._load_run(segment, run, run_loader, futs))
 
-    async def _load_run(self, segment: str, run: range, run_loader: RunLoader,
-                        futs: dict[int, asyncio.Future[Chunk]]) -> None:
+    async def _load_run(
+        self, segment: str, run: range, run_loader: RunLoader, futs: dict[int, asyncio.Future[Chunk]]
+    ) -> None:
         try:
             self.stats.misses += len(run)
             chunks = await run_loader(run)
@@ -238,16 +255,16 @@ class ChunkCache:
         self._inflight.clear()
 
     # -- loading -------------------------------------------------------------------------------------------------
-    def _start_load(self, key: ChunkKey, loader: Callable[[], Awaitable[Chunk]], *,
-                    prefetch: bool) -> asyncio.Future[Chunk]:
+    def _start_load(
+        self, key: ChunkKey, loader: Callable[[], Awaitable[Chunk]], *, prefetch: bool
+    ) -> asyncio.Future[Chunk]:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Chunk] = loop.create_future()
         self._inflight[key] = fut
         self._spawn(self._load(key, loader, fut))
         return fut
 
-    async def _load(self, key: ChunkKey, loader: Callable[[], Awaitable[Chunk]],
-                    fut: asyncio.Future[Chunk]) -> None:
+    async def _load(self, key: ChunkKey, loader: Callable[[], Awaitable[Chunk]], fut: asyncio.Future[Chunk]) -> None:
         try:
             data: Chunk | None = None
             if key in self._disk:
@@ -255,7 +272,7 @@ class ChunkCache:
             if data is None:
                 self.stats.misses += 1
                 data = await loader()
-                if not isinstance(data, (bytes, BufferChain)):    # immutable: readers hold views on it
+                if not isinstance(data, (bytes, BufferChain)):  # immutable: readers hold views on it
                     data = bytes(data)
                 self._put_disk(key, data)
             self._put_memory(key, data)
@@ -340,8 +357,13 @@ class ChunkCache:
         return data
 
     def _put_disk(self, key: ChunkKey, data: Chunk) -> None:
-        if (self.disk_dir is None or len(data) > self.disk_max_bytes or key in self._disk
-                or key in self._disk_pending or self._closed):
+        if (
+            self.disk_dir is None
+            or len(data) > self.disk_max_bytes
+            or key in self._disk
+            or key in self._disk_pending
+            or self._closed
+        ):
             return
         self._disk_pending.add(key)
         self._spawn(self._write_disk(key, data))

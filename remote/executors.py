@@ -8,6 +8,7 @@ Which pool an RSM call uses follows the RLM task that made it: the copy, expirat
 (a context variable, so tasks they spawn -- chunk loads, index loads -- inherit it) and an RSM's `_run` asks
 `RemoteExecutors.current()`. Outside those paths (tools, tests) the loop's default executor is used.
 """
+
 from __future__ import annotations
 
 from concurrent.futures import Executor, ThreadPoolExecutor
@@ -26,13 +27,15 @@ class RemoteExecutors:
 
     @classmethod
     def create(cls, copier_threads: int, expiration_threads: int, reader_threads: int) -> RemoteExecutors:
-        return cls(ThreadPoolExecutor(max(1, copier_threads), thread_name_prefix="remote-log-copier"),
-                   ThreadPoolExecutor(max(1, expiration_threads), thread_name_prefix="remote-log-expiration"),
-                   ThreadPoolExecutor(max(1, reader_threads), thread_name_prefix="remote-log-reader"))
+        return cls(
+            ThreadPoolExecutor(max(1, copier_threads), thread_name_prefix="remote-log-copier"),
+            ThreadPoolExecutor(max(1, expiration_threads), thread_name_prefix="remote-log-expiration"),
+            ThreadPoolExecutor(max(1, reader_threads), thread_name_prefix="remote-log-reader"),
+        )
 
     def current(self) -> Executor | None:
         """The pool of the RLM path running now; None (the loop's default executor) outside them."""
-        pool = POOL.get()               # the names of the pools are the names of these fields
+        pool = POOL.get()  # the names of the pools are the names of these fields
         return getattr(self, pool) if pool is not None else None
 
     def shutdown(self) -> None:

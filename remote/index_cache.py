@@ -15,6 +15,7 @@ offset int64, last offset int64, last stable offset int64).
 The cache belongs to one event loop. Fetching and file writes never block it (RSM coroutines, thread pool). An
 evicted entry's files are unlinked at once; a lookup still holding the entry keeps a valid mapping until done.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -153,8 +154,14 @@ def _file_prefix(start_offset: int, segment_id: uuid.UUID) -> str:
 
 
 class RemoteIndexCache:
-    def __init__(self, rsm: RemoteStorageManager, cache_dir: Path | str, max_bytes: int = DEFAULT_MAX_BYTES, *,
-                 executor: Executor | None = None) -> None:
+    def __init__(
+        self,
+        rsm: RemoteStorageManager,
+        cache_dir: Path | str,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        *,
+        executor: Executor | None = None,
+    ) -> None:
         if max_bytes < 0:
             raise ValueError("max_bytes must not be negative")
         self.rsm = rsm
@@ -185,8 +192,9 @@ class RemoteIndexCache:
         index has no such entry): where a reader starts scanning for `offset`."""
         return (await self._entry(metadata)).lookup_offset(offset).position
 
-    async def lookup_timestamp(self, metadata: RemoteLogSegmentMetadata, timestamp: int,
-                               start_offset: int) -> OffsetPosition:
+    async def lookup_timestamp(
+        self, metadata: RemoteLogSegmentMetadata, timestamp: int, start_offset: int
+    ) -> OffsetPosition:
         """Where to start scanning for the first record with timestamp >= `timestamp` at or after `start_offset`:
         the offset index floor of max(`start_offset`, time index floor of `timestamp`), as (offset, position).
 
@@ -195,8 +203,9 @@ class RemoteIndexCache:
         _, ts_offset = entry.lookup_time(timestamp)
         return entry.lookup_offset(max(start_offset, ts_offset))
 
-    async def collect_aborted_transactions(self, metadata: RemoteLogSegmentMetadata, fetch_offset: int,
-                                           upper_bound_offset: int) -> TxnIndexSearchResult:
+    async def collect_aborted_transactions(
+        self, metadata: RemoteLogSegmentMetadata, fetch_offset: int, upper_bound_offset: int
+    ) -> TxnIndexSearchResult:
         """Aborted transactions of the segment overlapping [fetch_offset, upper_bound_offset) (Kafka's
         TransactionIndex.collectAbortedTxns)."""
         return (await self._entry(metadata)).collect_aborted(fetch_offset, upper_bound_offset)
@@ -236,13 +245,16 @@ class RemoteIndexCache:
             offset_idx, time_idx, txn_idx = await asyncio.gather(
                 self.rsm.fetch_index(metadata, IndexType.OFFSET),
                 self.rsm.fetch_index(metadata, IndexType.TIMESTAMP),
-                self._fetch_txn(metadata))
+                self._fetch_txn(metadata),
+            )
             prefix = _file_prefix(metadata.start_offset, sid)
             paths = tuple(self.dir / (prefix + s) for s in _SUFFIXES)
             # drop a torn trailing entry, as the storage layer does on load
-            datas = (offset_idx[: len(offset_idx) - len(offset_idx) % _OFFSET_ENTRY],
-                     time_idx[: len(time_idx) - len(time_idx) % _TIME_ENTRY],
-                     txn_idx[: len(txn_idx) - len(txn_idx) % _TXN_ENTRY.size])
+            datas = (
+                offset_idx[: len(offset_idx) - len(offset_idx) % _OFFSET_ENTRY],
+                time_idx[: len(time_idx) - len(time_idx) % _TIME_ENTRY],
+                txn_idx[: len(txn_idx) - len(txn_idx) % _TXN_ENTRY.size],
+            )
             entry = _Entry(sid, metadata.start_offset, paths, sum(len(d) for d in datas))  # type: ignore[arg-type]
             # written and mapped before it becomes visible: an eviction right after insertion (the entry alone
             # exceeding the budget, or a waiter resuming late) unlinks files that are already mapped
@@ -267,7 +279,7 @@ class RemoteIndexCache:
 
     async def _fetch_txn(self, metadata: RemoteLogSegmentMetadata) -> bytes:
         if metadata.txn_idx_empty:
-            return b""          # KIP-1058: the segment was copied without transaction index entries
+            return b""  # KIP-1058: the segment was copied without transaction index entries
         try:
             return await self.rsm.fetch_index(metadata, IndexType.TRANSACTION)
         except RemoteResourceNotFoundError:
@@ -315,8 +327,12 @@ class RemoteIndexCache:
                     os.unlink(de.path)
                 continue
             stats = [files[s].stat() for s in _SUFFIXES]
-            entry = _Entry(sid, int(base), tuple(Path(files[s].path) for s in _SUFFIXES),  # type: ignore[arg-type]
-                           sum(st.st_size for st in stats))
+            entry = _Entry(
+                sid,
+                int(base),
+                tuple(Path(files[s].path) for s in _SUFFIXES),  # type: ignore[arg-type]
+                sum(st.st_size for st in stats),
+            )
             found.append((max(st.st_mtime for st in stats), entry))
         for _, entry in sorted(found, key=lambda x: x[0]):
             self._entries[entry.segment_id] = entry

@@ -12,6 +12,7 @@ Names and fields follow Kafka's `org.apache.kafka.server.log.remote.storage` API
 Custom metadata (KIP-917) is a small JSON-able dict on this side; `encode_custom_metadata` gives the bytes the RLMM
 stores (Kafka caps them with `remote.log.metadata.custom.metadata.max.bytes`, 128 by default).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -65,7 +66,8 @@ class RemoteLogSegmentState(enum.IntEnum):
 
 _VALID_SEGMENT_TRANSITIONS: dict[RemoteLogSegmentState, frozenset[RemoteLogSegmentState]] = {
     RemoteLogSegmentState.COPY_SEGMENT_STARTED: frozenset(
-        {RemoteLogSegmentState.COPY_SEGMENT_FINISHED, RemoteLogSegmentState.DELETE_SEGMENT_STARTED}),
+        {RemoteLogSegmentState.COPY_SEGMENT_FINISHED, RemoteLogSegmentState.DELETE_SEGMENT_STARTED}
+    ),
     RemoteLogSegmentState.COPY_SEGMENT_FINISHED: frozenset({RemoteLogSegmentState.DELETE_SEGMENT_STARTED}),
     RemoteLogSegmentState.DELETE_SEGMENT_STARTED: frozenset({RemoteLogSegmentState.DELETE_SEGMENT_FINISHED}),
     RemoteLogSegmentState.DELETE_SEGMENT_FINISHED: frozenset(),
@@ -148,8 +150,12 @@ class RemoteLogSegmentMetadata:
         if update.remote_log_segment_id != self.remote_log_segment_id:
             raise ValueError(f"update for {update.remote_log_segment_id} applied to {self.remote_log_segment_id}")
         return dataclasses.replace(
-            self, state=update.state, event_timestamp_ms=update.event_timestamp_ms, broker_id=update.broker_id,
-            custom_metadata=update.custom_metadata if update.custom_metadata is not None else self.custom_metadata)
+            self,
+            state=update.state,
+            event_timestamp_ms=update.event_timestamp_ms,
+            broker_id=update.broker_id,
+            custom_metadata=update.custom_metadata if update.custom_metadata is not None else self.custom_metadata,
+        )
 
 
 @dataclass(frozen=True)

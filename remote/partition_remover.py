@@ -15,6 +15,7 @@ A pass runs when a led metadata partition gets records (a MARKED is noticed at o
 metadata partition's leader (`wake`), after a failed removal (backing off from 1 s), and at least every
 `remote.partition.remover.task.interval.ms`.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -34,13 +35,21 @@ log = structlog.get_logger("strata.remote")
 
 READ_BYTES = 1 << 20
 READY_TIMEOUT_S = 30.0
-RETRY_BACKOFF_S = 1.0      # after a failed removal, doubling up to the task interval
+RETRY_BACKOFF_S = 1.0  # after a failed removal, doubling up to the task interval
 
 
 class RemotePartitionRemover:
-    def __init__(self, rlm: Any, rlmm: RemoteLogMetadataManager, io: Any, *, num_partitions: int, interval_ms: int,
-                 is_leader: Callable[[int], bool],
-                 wait_for_appends: Callable[[list[int], float], Awaitable[Any]]) -> None:
+    def __init__(
+        self,
+        rlm: Any,
+        rlmm: RemoteLogMetadataManager,
+        io: Any,
+        *,
+        num_partitions: int,
+        interval_ms: int,
+        is_leader: Callable[[int], bool],
+        wait_for_appends: Callable[[list[int], float], Awaitable[Any]],
+    ) -> None:
         self.rlm = rlm
         self.rlmm = rlmm
         self.io = io
@@ -50,7 +59,7 @@ class RemotePartitionRemover:
         self.wait_for_appends = wait_for_appends
         self._positions: dict[int, int] = {}
         self._pending: dict[int, dict[TopicIdPartition, RemotePartitionDeleteState]] = {}
-        self._finished: dict[int, set[TopicIdPartition]] = {}    # deletions are final: a late MARKED is ignored
+        self._finished: dict[int, set[TopicIdPartition]] = {}  # deletions are final: a late MARKED is ignored
         self._removing: dict[TopicIdPartition, asyncio.Task] = {}
         self._failures: dict[TopicIdPartition, int] = {}
         self._wake = asyncio.Event()
@@ -96,7 +105,7 @@ class RemotePartitionRemover:
         metadata partitions this broker leads."""
         led = [p for p in range(self.num_partitions) if self.is_leader(p)]
         for p in list(self._positions):
-            if p not in led:          # led elsewhere now: its new leader takes over
+            if p not in led:  # led elsewhere now: its new leader takes over
                 del self._positions[p]
                 self._pending.pop(p, None)
                 self._finished.pop(p, None)
@@ -109,7 +118,7 @@ class RemotePartitionRemover:
         return led
 
     def _fold(self, p: int) -> None:
-        pos = self._positions.get(p, 0)          # below the log start, a read starts at the log start
+        pos = self._positions.get(p, 0)  # below the log start, a read starts at the log start
         end = self.io.end_offset(p) or 0
         states = self._pending.setdefault(p, {})
         finished = self._finished.setdefault(p, set())
@@ -131,11 +140,11 @@ class RemotePartitionRemover:
                         if m.state == RemotePartitionDeleteState.DELETE_PARTITION_FINISHED:
                             states.pop(tip, None)
                             finished.add(tip)
-                        elif tip not in finished:    # a mark written late by a broker not following the partition
+                        elif tip not in finished:  # a mark written late by a broker not following the partition
                             states[tip] = m.state
                 last = h.last_offset
             if last < pos:
-                break                 # nothing readable (the read stopped at the HW): next pass
+                break  # nothing readable (the read stopped at the HW): next pass
             pos = last + 1
         self._positions[p] = pos
 
@@ -153,8 +162,7 @@ class RemotePartitionRemover:
         except Exception as e:  # noqa: BLE001 - retried by a pass soon (backing off), not only at the interval
             failures = self._failures[tip] = self._failures.get(tip, 0) + 1
             delay = min(RETRY_BACKOFF_S * 2 ** (failures - 1), self.interval_s)
-            log.warning("remote partition removal failed", partition=str(tip), error=str(e),
-                        retry_in_s=round(delay, 2))
+            log.warning("remote partition removal failed", partition=str(tip), error=str(e), retry_in_s=round(delay, 2))
             if not self._closed:
                 asyncio.get_running_loop().call_later(delay, self.wake)
         else:

@@ -4,6 +4,7 @@ A cold remote read of a few MiB spans two or more chunks of the segment; joining
 the broker's CPU on cold reads. Batches may straddle a chunk boundary: only their 61-byte headers are ever copied,
 and the chosen byte range goes to the Fetch response as views on the chunks (strata.protocol.records.BufferChain).
 """
+
 from __future__ import annotations
 
 import bisect
@@ -41,7 +42,7 @@ class Pieces:
             return piece, off
         out = bytearray()
         while len(out) < n and i < len(self.pieces):
-            out += self.pieces[i][off:off + n - len(out)]
+            out += self.pieces[i][off : off + n - len(out)]
             i, off = i + 1, 0
         return out, 0
 
@@ -68,7 +69,7 @@ class Pieces:
         i = bisect.bisect_right(self.starts, start) - 1
         while i < len(self.pieces) and self.starts[i] < stop:
             p0 = self.starts[i]
-            out.append(self.pieces[i][max(start, p0) - p0:min(stop, p0 + len(self.pieces[i])) - p0])
+            out.append(self.pieces[i][max(start, p0) - p0 : min(stop, p0 + len(self.pieces[i])) - p0])
             i += 1
         return out
 

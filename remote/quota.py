@@ -4,6 +4,7 @@ Kafka measures the rate over `*.quota.window.num` windows of `*.quota.window.siz
 reader wait while the measured rate is above the limit. A sliding-window measurement with a wait computed from the
 excess gives the same behaviour without a thread per quota.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -71,6 +72,5 @@ class RateQuota:
         waited = 0.0
         while (ms := await self.wait()) > 0:
             waited += ms
-        self.record(nbytes)         # no await since the last check: atomic on the event loop
+        self.record(nbytes)  # no await since the last check: atomic on the event loop
         return waited
-

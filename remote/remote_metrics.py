@@ -7,6 +7,7 @@ docs/metrics.md.
 `IndexCacheStats`) at scrape time as `strata_rsm_s3_*`, `strata_remote_chunk_cache_*` and
 `strata_remote_index_cache_*` (docs/metrics.md maps them to the Aiven tiered-storage plugin's names).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
@@ -26,38 +27,46 @@ class RemoteMetrics:
         self.fetch_bytes = Counter("strata_remote_fetch_bytes", "RemoteFetchBytesPerSec", t, registry=r)
         self.fetch_requests = Counter("strata_remote_fetch_requests", "RemoteFetchRequestsPerSec", t, registry=r)
         self.fetch_errors = Counter("strata_remote_fetch_errors", "RemoteFetchErrorsPerSec", t, registry=r)
-        self.delete_requests = Counter("strata_remote_delete_requests", "RemoteDeleteRequestsPerSec", t,
-                                       registry=r)
+        self.delete_requests = Counter("strata_remote_delete_requests", "RemoteDeleteRequestsPerSec", t, registry=r)
         self.delete_errors = Counter("strata_remote_delete_errors", "RemoteDeleteErrorsPerSec", t, registry=r)
-        self.build_aux_state_requests = Counter("strata_remote_build_aux_state_requests",
-                                                "BuildRemoteLogAuxStateRequestsPerSec", t, registry=r)
-        self.build_aux_state_errors = Counter("strata_remote_build_aux_state_errors",
-                                              "BuildRemoteLogAuxStateErrorsPerSec", t, registry=r)
+        self.build_aux_state_requests = Counter(
+            "strata_remote_build_aux_state_requests", "BuildRemoteLogAuxStateRequestsPerSec", t, registry=r
+        )
+        self.build_aux_state_errors = Counter(
+            "strata_remote_build_aux_state_errors", "BuildRemoteLogAuxStateErrorsPerSec", t, registry=r
+        )
         p = ["topic", "partition"]
         self.copy_lag_bytes = Gauge("strata_remote_copy_lag_bytes", "RemoteCopyLagBytes", p, registry=r)
         self.copy_lag_segments = Gauge("strata_remote_copy_lag_segments", "RemoteCopyLagSegments", p, registry=r)
         self.delete_lag_bytes = Gauge("strata_remote_delete_lag_bytes", "RemoteDeleteLagBytes", p, registry=r)
-        self.delete_lag_segments = Gauge("strata_remote_delete_lag_segments", "RemoteDeleteLagSegments", p,
-                                         registry=r)
+        self.delete_lag_segments = Gauge("strata_remote_delete_lag_segments", "RemoteDeleteLagSegments", p, registry=r)
         self.log_size_bytes = Gauge("strata_remote_log_size_bytes", "RemoteLogSizeBytes", p, registry=r)
-        self.log_size_computation_ms = Gauge("strata_remote_log_size_computation_time_ms",
-                                             "RemoteLogSizeComputationTime", p, registry=r)
+        self.log_size_computation_ms = Gauge(
+            "strata_remote_log_size_computation_time_ms", "RemoteLogSizeComputationTime", p, registry=r
+        )
         self.metadata_count = Gauge("strata_remote_log_metadata_count", "RemoteLogMetadataCount", p, registry=r)
-        self.reader_queue_size = Gauge("strata_remote_log_reader_task_queue_size", "RemoteLogReaderTaskQueueSize",
-                                       registry=r)
-        self.reader_avg_idle = Gauge("strata_remote_log_reader_avg_idle_percent", "RemoteLogReaderAvgIdlePercent",
-                                     registry=r)
-        self.reader_fetch_time = Histogram("strata_remote_log_reader_fetch_time_seconds",
-                                           "RemoteLogReaderFetchRateAndTimeMs", registry=r,
-                                           buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
-        self.tasks_avg_idle = Gauge("strata_remote_log_manager_tasks_avg_idle_percent",
-                                    "RemoteLogManagerTasksAvgIdlePercent", registry=r)
-        self.delayed_remote_fetch_expires = Counter("strata_delayed_remote_fetch_expires",
-                                                    "DelayedRemoteFetchMetrics ExpiresPerSec", t, registry=r)
-        self.copy_throttle_ms = Counter("strata_remote_copy_throttle_time_ms", "remote-copy-throttle-time",
-                                        registry=r)
-        self.fetch_throttle_ms = Counter("strata_remote_fetch_throttle_time_ms", "remote-fetch-throttle-time",
-                                         registry=r)
+        self.reader_queue_size = Gauge(
+            "strata_remote_log_reader_task_queue_size", "RemoteLogReaderTaskQueueSize", registry=r
+        )
+        self.reader_avg_idle = Gauge(
+            "strata_remote_log_reader_avg_idle_percent", "RemoteLogReaderAvgIdlePercent", registry=r
+        )
+        self.reader_fetch_time = Histogram(
+            "strata_remote_log_reader_fetch_time_seconds",
+            "RemoteLogReaderFetchRateAndTimeMs",
+            registry=r,
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        )
+        self.tasks_avg_idle = Gauge(
+            "strata_remote_log_manager_tasks_avg_idle_percent", "RemoteLogManagerTasksAvgIdlePercent", registry=r
+        )
+        self.delayed_remote_fetch_expires = Counter(
+            "strata_delayed_remote_fetch_expires", "DelayedRemoteFetchMetrics ExpiresPerSec", t, registry=r
+        )
+        self.copy_throttle_ms = Counter("strata_remote_copy_throttle_time_ms", "remote-copy-throttle-time", registry=r)
+        self.fetch_throttle_ms = Counter(
+            "strata_remote_fetch_throttle_time_ms", "remote-fetch-throttle-time", registry=r
+        )
 
     def register_storage_stats(self, rsm: Callable[[], Any], index_cache: Callable[[], Any]) -> None:
         """Export the RSM's and the caches' statistics (read at scrape time) on this registry."""
@@ -79,8 +88,12 @@ _CHUNK_COUNTERS = (
     ("memory_hits", "strata_remote_chunk_cache_hits", "memory", "Chunk requests served from the cache"),
     ("disk_hits", "strata_remote_chunk_cache_hits", "disk", "Chunk requests served from the cache"),
     ("misses", "strata_remote_chunk_cache_misses", None, "Chunks loaded from remote storage (prefetches included)"),
-    ("shared_waits", "strata_remote_chunk_cache_shared_waits", None,
-     "Chunk requests that joined a load already in flight"),
+    (
+        "shared_waits",
+        "strata_remote_chunk_cache_shared_waits",
+        None,
+        "Chunk requests that joined a load already in flight",
+    ),
     ("load_errors", "strata_remote_chunk_cache_load_errors", None, "Chunk loads that failed"),
     ("prefetches", "strata_remote_chunk_cache_prefetches", None, "Read-ahead chunk loads started"),
     ("memory_evictions", "strata_remote_chunk_cache_evictions", "memory", "Chunks evicted from a tier"),
@@ -105,7 +118,7 @@ class RemoteStorageStatsCollector:
         self._index_cache = index_cache
 
     def describe(self) -> list[Metric]:
-        return []     # no fixed family set (it depends on the RSM): registry checks names at collect time
+        return []  # no fixed family set (it depends on the RSM): registry checks names at collect time
 
     def collect(self) -> Iterator[Metric]:
         rsm = self._rsm()
@@ -116,8 +129,9 @@ class RemoteStorageStatsCollector:
         cache = getattr(rsm, "chunk_cache", None)
         if cache is not None:
             yield from _counters(cache.stats, _CHUNK_COUNTERS)
-            size = GaugeMetricFamily("strata_remote_chunk_cache_size_bytes", "Bytes held by a chunk cache tier",
-                                     labels=["tier"])
+            size = GaugeMetricFamily(
+                "strata_remote_chunk_cache_size_bytes", "Bytes held by a chunk cache tier", labels=["tier"]
+            )
             size.add_metric(["memory"], cache.memory_bytes)
             size.add_metric(["disk"], cache.disk_bytes)
             yield size
@@ -125,10 +139,12 @@ class RemoteStorageStatsCollector:
         if idx is not None:
             for attr, name, doc in _INDEX_COUNTERS:
                 yield CounterMetricFamily(name, doc, value=getattr(idx.stats, attr))
-            yield GaugeMetricFamily("strata_remote_index_cache_size_bytes", "Bytes of index files in the cache",
-                                    value=idx.size_bytes)
-            yield GaugeMetricFamily("strata_remote_index_cache_entries", "Segments whose indexes are cached",
-                                    value=len(idx))
+            yield GaugeMetricFamily(
+                "strata_remote_index_cache_size_bytes", "Bytes of index files in the cache", value=idx.size_bytes
+            )
+            yield GaugeMetricFamily(
+                "strata_remote_index_cache_entries", "Segments whose indexes are cached", value=len(idx)
+            )
 
 
 def _counters(stats: Any, spec: tuple[tuple[str, str, str | None, str], ...]) -> Iterator[Metric]:

@@ -14,6 +14,7 @@ The invariants (docs/architecture.md, invariants): only segments whose last offs
 oldest first; every attempt gets a fresh segment id; COPY_SEGMENT_STARTED -> copy -> COPY_SEGMENT_FINISHED, and only
 then may local retention delete the local copy; deletion is DELETE_SEGMENT_STARTED -> delete -> FINISHED.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -61,7 +62,7 @@ log = structlog.get_logger("strata.remote")
 
 COPY_FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 COPY_STARTED = RemoteLogSegmentState.COPY_SEGMENT_STARTED
-NEW_LEADER_CATCH_UP_S = 30.0     # bound on _catch_up_as_new_leader
+NEW_LEADER_CATCH_UP_S = 30.0  # bound on _catch_up_as_new_leader
 
 
 class RemoteReaderQueueFullError(RemoteStorageError):
@@ -98,6 +99,7 @@ class RemoteLogManagerConfig:
         def g(key: str) -> int:
             val = v.get(key)
             return int(broker_default(key) if val is None else val)
+
         return cls(
             task_interval_ms=g("remote.log.manager.task.interval.ms"),
             retry_backoff_ms=g("remote.log.manager.task.retry.backoff.ms"),
@@ -169,13 +171,20 @@ class _PartitionTasks:
     expire_task: asyncio.Task | None = None
     copying: set[uuid.UUID] = field(default_factory=set)
     failures: int = 0
-    resigned: bool = False          # leadership lost: finish the copy in flight, start no other
+    resigned: bool = False  # leadership lost: finish the copy in flight, start no other
 
 
 class RemoteLogManager:
-    def __init__(self, config: RemoteLogManagerConfig, rsm: RemoteStorageManager, rlmm: RemoteLogMetadataManager, *,
-                 broker_id: int,
-                 index_cache_dir: Path, metrics: RemoteMetrics | None = None) -> None:
+    def __init__(
+        self,
+        config: RemoteLogManagerConfig,
+        rsm: RemoteStorageManager,
+        rlmm: RemoteLogMetadataManager,
+        *,
+        broker_id: int,
+        index_cache_dir: Path,
+        metrics: RemoteMetrics | None = None,
+    ) -> None:
         self.config = config
         self.rsm = rsm
         self.rlmm = rlmm
@@ -185,10 +194,10 @@ class RemoteLogManager:
         self._empty_snapshot_dir = Path(index_cache_dir).parent / "remote-log-empty-snapshots"
         self._leaders: dict[TopicIdPartition, _PartitionTasks] = {}
         self._followers: dict[TopicIdPartition, _FollowerTask] = {}
-        self._resigning: set[asyncio.Task] = set()       # copy tasks of former leaderships finishing their copy
-        self._deletions: set[asyncio.Task] = set()     # topic deletions in progress (retried through outages)
-        self._background: set[asyncio.Task] = set()    # read-ahead for sequential readers, RSM warm-up
-        self._read_ahead_done: OrderedDict[uuid.UUID, None] = OrderedDict()   # segments whose successor was asked
+        self._resigning: set[asyncio.Task] = set()  # copy tasks of former leaderships finishing their copy
+        self._deletions: set[asyncio.Task] = set()  # topic deletions in progress (retried through outages)
+        self._background: set[asyncio.Task] = set()  # read-ahead for sequential readers, RSM warm-up
+        self._read_ahead_done: OrderedDict[uuid.UUID, None] = OrderedDict()  # segments whose successor was asked
         self._copy_slots = asyncio.Semaphore(max(1, config.copier_pool_size))
         self._expire_slots = asyncio.Semaphore(max(1, config.expiration_pool_size))
         self._reader_slots = asyncio.Semaphore(max(1, config.reader_threads))
@@ -196,14 +205,17 @@ class RemoteLogManager:
         self._reader_busy = 0
         self._tasks_busy = 0
         self.metrics.tasks_avg_idle.set(100.0)
-        self.copy_quota = RateQuota(config.copy_max_bytes_per_second, config.copy_quota_window_num,
-                                    config.copy_quota_window_size_s)
-        self.fetch_quota = RateQuota(config.fetch_max_bytes_per_second, config.fetch_quota_window_num,
-                                     config.fetch_quota_window_size_s)
+        self.copy_quota = RateQuota(
+            config.copy_max_bytes_per_second, config.copy_quota_window_num, config.copy_quota_window_size_s
+        )
+        self.fetch_quota = RateQuota(
+            config.fetch_max_bytes_per_second, config.fetch_quota_window_num, config.fetch_quota_window_size_s
+        )
         self._closed = False
 
     def start(self) -> None:
         """Warm the RSM's clients up in the background, so the first remote read after a start does not pay it."""
+
         async def warm() -> None:
             try:
                 await self.rsm.warm_up()
@@ -283,7 +295,7 @@ class RemoteLogManager:
         tasks = [t for st in self._leaders.values() for t in (st.copy_task, st.expire_task) if t is not None]
         tasks += [ft.task for ft in self._followers.values() if ft.task is not None]
         tasks += list(self._resigning)
-        tasks += self._deletions      # partition deletions retrying through an outage
+        tasks += self._deletions  # partition deletions retrying through an outage
         tasks += list(self._background)
         for t in tasks:
             t.cancel()
@@ -323,7 +335,7 @@ class RemoteLogManager:
             log.warning("remote log metadata did not catch up before copying", partition=str(tip), error=str(e))
 
     async def _copy_loop(self, st: _PartitionTasks) -> None:
-        POOL.set(COPY)                  # this task's blocking RSM work runs on the copier pool
+        POOL.set(COPY)  # this task's blocking RSM work runs on the copier pool
         await self._wait_ready(st.tip)
         await self._catch_up_as_new_leader(st.tip)
         await self.sync_highest_copied_offset(st.ulog)
@@ -418,7 +430,7 @@ class RemoteLogManager:
         """(segment, end offset) of closed segments above the highest copied offset and below the LSO/HW."""
         segs = ulog.segments
         out = []
-        upper = ulog.high_watermark            # LSO == HW until transactions exist
+        upper = ulog.high_watermark  # LSO == HW until transactions exist
         highest = ulog.highest_offset_in_remote_storage
         for seg, nxt in itertools.pairwise(segs):
             end = nxt.base_offset - 1
@@ -458,29 +470,45 @@ class RemoteLogManager:
         snapshot = self._producer_snapshot_path(ulog, end + 1)
         seg_id = RemoteLogSegmentId(tip, uuid.uuid4())
         # No transaction index is uploaded (no transactions here): KIP-1058's flag spares readers its GET.
-        meta = RemoteLogSegmentMetadata(seg_id, base, end, seg.largest_timestamp, self.broker_id, _now_ms(),
-                                        seg.size, seg_epochs, COPY_STARTED, txn_idx_empty=True)
+        meta = RemoteLogSegmentMetadata(
+            seg_id,
+            base,
+            end,
+            seg.largest_timestamp,
+            self.broker_id,
+            _now_ms(),
+            seg.size,
+            seg_epochs,
+            COPY_STARTED,
+            txn_idx_empty=True,
+        )
         if st is not None:
             st.copying.add(seg_id.id)
         try:
             await self.rlmm.add_remote_log_segment_metadata(meta)
-            data = LogSegmentData(seg.log_path, seg.offset_index.path, seg.time_index.path, None, snapshot,
-                                  checkpoint)
+            data = LogSegmentData(seg.log_path, seg.offset_index.path, seg.time_index.path, None, snapshot, checkpoint)
             self.metrics.copy_requests.labels(ulog.topic).inc()
             try:
                 custom = await self.rsm.copy_log_segment_data(meta, data)
             except Exception:
                 self.metrics.copy_errors.labels(ulog.topic).inc()
                 raise
-            await self.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
-                seg_id, _now_ms(), custom, COPY_FINISHED, self.broker_id))
+            await self.rlmm.update_remote_log_segment_metadata(
+                RemoteLogSegmentMetadataUpdate(seg_id, _now_ms(), custom, COPY_FINISHED, self.broker_id)
+            )
         finally:
             if st is not None:
                 st.copying.discard(seg_id.id)
         self.metrics.copy_bytes.labels(ulog.topic).inc(seg.size)
         ulog.update_highest_offset_in_remote_storage(end)
-        log.info("copied segment to remote storage", partition=str(tip), base_offset=base, end_offset=end,
-                 bytes=seg.size, segment_id=seg_id.id_str)
+        log.info(
+            "copied segment to remote storage",
+            partition=str(tip),
+            base_offset=base,
+            end_offset=end,
+            bytes=seg.size,
+            segment_id=seg_id.id_str,
+        )
 
     def _producer_snapshot_path(self, ulog: UnifiedLog, offset: int) -> Path:
         """The producer snapshot taken at the segment's end (Kafka ships one with every copied segment). When the
@@ -507,8 +535,9 @@ class RemoteLogManager:
     def _segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
         return list(self.rlmm.list_remote_log_segments(tip))
 
-    async def expire_remote_segments(self, ulog: UnifiedLog, st: _PartitionTasks | None = None,
-                                     now_ms: int | None = None) -> int:
+    async def expire_remote_segments(
+        self, ulog: UnifiedLog, st: _PartitionTasks | None = None, now_ms: int | None = None
+    ) -> int:
         """Apply retention.ms / retention.bytes over local + remote, the log start offset, and orphan cleanup."""
         tip = topic_id_partition(ulog)
         now = _now_ms() if now_ms is None else now_ms
@@ -521,11 +550,18 @@ class RemoteLogManager:
         # orphans: failed/abandoned copies, and segments none of whose epochs are in our lineage
         for s in all_segs:
             if s.state == RemoteLogSegmentState.DELETE_SEGMENT_STARTED:
-                doomed.append(s)     # a deletion that failed (remote storage down): retried until done, as Kafka does
-            elif s.state == COPY_STARTED and s.segment_id not in copying and (
+                doomed.append(s)  # a deletion that failed (remote storage down): retried until done, as Kafka does
+            elif (
+                s.state == COPY_STARTED
+                and s.segment_id not in copying
+                and (
                     s.end_offset <= ulog.highest_offset_in_remote_storage
-                    or (s.broker_id == self.broker_id
-                        and now - s.event_timestamp_ms > max(self.config.task_interval_ms * 4, 60_000))):
+                    or (
+                        s.broker_id == self.broker_id
+                        and now - s.event_timestamp_ms > max(self.config.task_interval_ms * 4, 60_000)
+                    )
+                )
+            ):
                 doomed.append(s)
         kept = []
         for s in finished:
@@ -540,8 +576,9 @@ class RemoteLogManager:
                     doomed.append(kept.pop(0))
             if cfg.retention_bytes >= 0:
                 remote_size = sum(s.segment_size_in_bytes for s in kept)
-                local_only = sum(seg.size for seg in ulog.segments
-                                 if seg.base_offset > ulog.highest_offset_in_remote_storage)
+                local_only = sum(
+                    seg.size for seg in ulog.segments if seg.base_offset > ulog.highest_offset_in_remote_storage
+                )
                 excess = remote_size + local_only - cfg.retention_bytes
                 while kept and excess - kept[0].segment_size_in_bytes >= 0:
                     excess -= kept[0].segment_size_in_bytes
@@ -549,7 +586,7 @@ class RemoteLogManager:
         labels = (ulog.topic, str(ulog.partition))
         self.metrics.log_size_computation_ms.labels(*labels).set((time.perf_counter() - listed) * 1000)
         deleted = 0
-        lag = list(doomed)       # RemoteDeleteLag*: eligible for deletion, not deleted yet
+        lag = list(doomed)  # RemoteDeleteLag*: eligible for deletion, not deleted yet
         self._update_delete_lag(labels, lag)
         for s in doomed:
             if await self._delete_segment(ulog.topic, s):
@@ -568,21 +605,38 @@ class RemoteLogManager:
     async def _delete_segment(self, topic: str, s: RemoteLogSegmentMetadata) -> bool:
         self.metrics.delete_requests.labels(topic).inc()
         try:
-            if s.state != RemoteLogSegmentState.DELETE_SEGMENT_STARTED:     # a retry does not record it again
-                await self.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
-                    s.remote_log_segment_id, _now_ms(), None, RemoteLogSegmentState.DELETE_SEGMENT_STARTED,
-                    self.broker_id))
+            if s.state != RemoteLogSegmentState.DELETE_SEGMENT_STARTED:  # a retry does not record it again
+                await self.rlmm.update_remote_log_segment_metadata(
+                    RemoteLogSegmentMetadataUpdate(
+                        s.remote_log_segment_id,
+                        _now_ms(),
+                        None,
+                        RemoteLogSegmentState.DELETE_SEGMENT_STARTED,
+                        self.broker_id,
+                    )
+                )
             await self.rsm.delete_log_segment_data(s)
             self.index_cache.remove(s.segment_id)
-            await self.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
-                s.remote_log_segment_id, _now_ms(), None, RemoteLogSegmentState.DELETE_SEGMENT_FINISHED,
-                self.broker_id))
+            await self.rlmm.update_remote_log_segment_metadata(
+                RemoteLogSegmentMetadataUpdate(
+                    s.remote_log_segment_id,
+                    _now_ms(),
+                    None,
+                    RemoteLogSegmentState.DELETE_SEGMENT_FINISHED,
+                    self.broker_id,
+                )
+            )
         except Exception as e:  # noqa: BLE001 - remote storage failing: counted, and retried by the next pass
             self.metrics.delete_errors.labels(topic).inc()
             log.warning("remote segment deletion failed", segment=str(s.remote_log_segment_id), error=str(e))
             return False
-        log.info("deleted remote segment", partition=str(s.topic_id_partition), start_offset=s.start_offset,
-                 end_offset=s.end_offset, segment_id=s.remote_log_segment_id.id_str)
+        log.info(
+            "deleted remote segment",
+            partition=str(s.topic_id_partition),
+            start_offset=s.start_offset,
+            end_offset=s.end_offset,
+            segment_id=s.remote_log_segment_id.id_str,
+        )
         return True
 
     def _update_delete_lag(self, labels: tuple[str, str], lag: list[RemoteLogSegmentMetadata]) -> None:
@@ -621,7 +675,7 @@ class RemoteLogManager:
         try:
             await self._mark(tip, RemotePartitionDeleteState.DELETE_PARTITION_MARKED)
         except InvalidStateTransitionError:
-            pass                      # marked (or started) meanwhile by another broker
+            pass  # marked (or started) meanwhile by another broker
 
     def start_marking_deleted(self, tips: list[TopicIdPartition]) -> list[asyncio.Task]:
         """mark_partition_deleted for each partition, at once, each retried with the task backoff in the background
@@ -646,8 +700,12 @@ class RemoteLogManager:
             except Exception as e:  # noqa: BLE001 - a metadata partition without a leader, a timed-out append
                 failures += 1
                 delay = self._backoff_s(failures)
-                log.warning("could not mark remote partition deleted", partition=str(tip), error=str(e),
-                            retry_in_s=round(delay, 2))
+                log.warning(
+                    "could not mark remote partition deleted",
+                    partition=str(tip),
+                    error=str(e),
+                    retry_in_s=round(delay, 2),
+                )
                 await asyncio.sleep(delay)
 
     def _delete_state(self, tip: TopicIdPartition) -> RemotePartitionDeleteState | None:
@@ -658,7 +716,8 @@ class RemoteLogManager:
 
     async def _mark(self, tip: TopicIdPartition, state: RemotePartitionDeleteState) -> None:
         await self.rlmm.put_remote_partition_delete_metadata(
-            RemotePartitionDeleteMetadata(tip, state, _now_ms(), self.broker_id))
+            RemotePartitionDeleteMetadata(tip, state, _now_ms(), self.broker_id)
+        )
 
     async def _delete_partition(self, tip: TopicIdPartition) -> int:
         current = self._delete_state(tip)
@@ -685,8 +744,9 @@ class RemoteLogManager:
             except Exception as e:  # remote outage: back off and retry
                 failures += 1
                 delay = self._backoff_s(failures)
-                log.warning("remote partition deletion failed", partition=str(tip), error=str(e),
-                            retry_in_s=round(delay, 2))
+                log.warning(
+                    "remote partition deletion failed", partition=str(tip), error=str(e), retry_in_s=round(delay, 2)
+                )
                 if self._closed:
                     raise
                 await asyncio.sleep(delay)
@@ -698,20 +758,20 @@ class RemoteLogManager:
     def reader_queue_size(self) -> int:
         return self._reader_pending
 
-    async def read(self, ulog: UnifiedLog, offset: int, max_bytes: int, min_one_message: bool,
-                   max_offset: int | None = None) -> bytes | memoryview | BufferChain:
+    async def read(
+        self, ulog: UnifiedLog, offset: int, max_bytes: int, min_one_message: bool, max_offset: int | None = None
+    ) -> bytes | memoryview | BufferChain:
         """Whole batches from remote storage starting with the batch holding `offset` (RemoteLogReader)."""
         if self._reader_pending >= self.config.reader_max_pending_tasks + self.config.reader_threads:
             self.metrics.fetch_errors.labels(ulog.topic).inc()
             raise RemoteReaderQueueFullError("remote log reader queue is full")
         self._reader_pending += 1
         self.metrics.reader_queue_size.set(max(0, self._reader_pending - self.config.reader_threads))
-        pool = POOL.set(READ)           # blocking work of this read (and of the loads it spawns): reader pool
+        pool = POOL.set(READ)  # blocking work of this read (and of the loads it spawns): reader pool
         try:
             async with self._reader_slots:
                 self._reader_busy += 1
-                self.metrics.reader_avg_idle.set(
-                    100.0 * (1 - self._reader_busy / max(1, self.config.reader_threads)))
+                self.metrics.reader_avg_idle.set(100.0 * (1 - self._reader_busy / max(1, self.config.reader_threads)))
                 try:
                     started = time.perf_counter()
                     self.metrics.fetch_requests.labels(ulog.topic).inc()
@@ -727,7 +787,8 @@ class RemoteLogManager:
                 finally:
                     self._reader_busy -= 1
                     self.metrics.reader_avg_idle.set(
-                        100.0 * (1 - self._reader_busy / max(1, self.config.reader_threads)))
+                        100.0 * (1 - self._reader_busy / max(1, self.config.reader_threads))
+                    )
         finally:
             POOL.reset(pool)
             self._reader_pending -= 1
@@ -777,14 +838,16 @@ class RemoteLogManager:
                 return s
         return None
 
-    async def _read(self, ulog: UnifiedLog, offset: int, max_bytes: int, min_one: bool,
-                    max_offset: int | None) -> bytes | memoryview | BufferChain:
+    async def _read(
+        self, ulog: UnifiedLog, offset: int, max_bytes: int, min_one: bool, max_offset: int | None
+    ) -> bytes | memoryview | BufferChain:
         target = offset
         while True:
             meta = await self.find_segment(ulog, target)
             if meta is None:
-                raise OffsetOutOfRangeError(f"offset {offset} of {ulog.topic}-{ulog.partition} is not in remote "
-                                            "storage")
+                raise OffsetOutOfRangeError(
+                    f"offset {offset} of {ulog.topic}-{ulog.partition} is not in remote storage"
+                )
             epoch = ulog.epoch_for_offset(target)
             last = meta.end_offset if epoch is None else lineage_end_in_segment(ulog, meta, epoch)
             stop = last + 1 if max_offset is None else min(last + 1, max_offset)
@@ -796,7 +859,7 @@ class RemoteLogManager:
             if meta.segment_size_in_bytes - (end + 1) < self.rsm.read_ahead_bytes:
                 self._read_ahead_next(ulog, meta)
             buf = Pieces(await self.rsm.fetch_log_segment_pieces(meta, pos, end))
-            first = last_end = -1          # the batches returned are contiguous in the segment: one range
+            first = last_end = -1  # the batches returned are contiguous in the segment: one range
             size = 0
             for bpos, base, last_offset, bsize in buf.batches():
                 if last_offset < target:
@@ -826,8 +889,9 @@ class RemoteLogManager:
             if target >= ulog.local_log_start_offset or (max_offset is not None and target >= max_offset):
                 return b""
 
-    async def find_offset_by_timestamp(self, ulog: UnifiedLog, timestamp: int,
-                                       timeout_ms: int | None = None) -> TimestampAndOffset | None:
+    async def find_offset_by_timestamp(
+        self, ulog: UnifiedLog, timestamp: int, timeout_ms: int | None = None
+    ) -> TimestampAndOffset | None:
         """ListOffsets by timestamp: remote time indexes first (oldest segment whose max timestamp >= ts). Bounded by
         `timeout_ms` (the request's, ListOffsets v10+) or remote.list.offsets.request.timeout.ms, as Kafka bounds it
         (KIP-1075): an unreachable remote store must not hold the request for the S3 client's own deadlines."""
@@ -840,8 +904,9 @@ class RemoteLogManager:
         except TimeoutError:
             if not cm.expired():
                 raise
-            raise RemoteListOffsetsTimeoutError(f"remote timestamp lookup of {ulog.topic}-{ulog.partition} took "
-                                                f"more than {limit:.1f}s") from None
+            raise RemoteListOffsetsTimeoutError(
+                f"remote timestamp lookup of {ulog.topic}-{ulog.partition} took more than {limit:.1f}s"
+            ) from None
         finally:
             POOL.reset(pool)
 
@@ -857,7 +922,7 @@ class RemoteLogManager:
             while pos < s.segment_size_in_bytes:
                 buf = await self.rsm.fetch_log_segment(s, pos, min(pos + 256 * 1024, s.segment_size_in_bytes) - 1)
                 batches = list(iter_batches(buf))
-                if not batches:          # one batch larger than the window: fetch exactly that batch
+                if not batches:  # one batch larger than the window: fetch exactly that batch
                     first = Pieces([buf]).first_batch(-1)
                     if first is None:
                         break

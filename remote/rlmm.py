@@ -25,6 +25,7 @@ partition is written to `<log_dir>/<topic>-<partition>-<topicId>/remote_log_snap
 `<log_dir>/_rlmm_committed_offsets` (formats in rlmm_snapshot). Following a partition again, after a restart or
 otherwise, starts from its snapshot and reads only the tail of the metadata partition.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -85,15 +86,16 @@ _ERROR_BACKOFF_S = (0.05, 2.0)
 class _UserPartition:
     __slots__ = ("applied_upto", "dirty", "metadata_partition", "ready_target", "snapshot_offset", "tip")
 
-    def __init__(self, tip: TopicIdPartition, metadata_partition: int, applied_upto: int,
-                 ready_target: int | None) -> None:
+    def __init__(
+        self, tip: TopicIdPartition, metadata_partition: int, applied_upto: int, ready_target: int | None
+    ) -> None:
         self.tip = tip
         self.metadata_partition = metadata_partition
-        self.applied_upto = applied_upto      # every record of the metadata partition below this is applied
+        self.applied_upto = applied_upto  # every record of the metadata partition below this is applied
         # end offset of the metadata partition when we started following (None: learnt from the first read)
         self.ready_target = ready_target
-        self.dirty = True                     # changed since the last snapshot
-        self.snapshot_offset = -1             # applied_upto of the last snapshot written
+        self.dirty = True  # changed since the last snapshot
+        self.snapshot_offset = -1  # applied_upto of the last snapshot written
 
 
 class _MetadataPartition:
@@ -112,22 +114,30 @@ class _MetadataPartition:
     def __init__(self, partition: int) -> None:
         self.partition = partition
         self.users: dict[TopicIdPartition, _UserPartition] = {}
-        self.position = 0                      # next offset the loop reads
+        self.position = 0  # next offset the loop reads
         self.task: asyncio.Task | None = None
         self.wake = asyncio.Event()
-        self.waiters: dict[int, asyncio.Future] = {}   # offset of a record we appended -> apply outcome
+        self.waiters: dict[int, asyncio.Future] = {}  # offset of a record we appended -> apply outcome
         self.progress_waiters: list[asyncio.Future] = []  # woken after every pass of the loop
-        self.errors: dict[int, BaseException] = {}     # apply errors recorded while our own writes are in flight
-        self.inflight = 0                      # writes between append and apply
+        self.errors: dict[int, BaseException] = {}  # apply errors recorded while our own writes are in flight
+        self.inflight = 0  # writes between append and apply
 
 
 class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     """See the module docstring. Lookups are synchronous (in-memory); writes are coroutines."""
 
-    def __init__(self, io: MetadataTopicIO, log_dir: str | Path, configs: Mapping[str, Any] | RlmmConfig | None = None,
-                 *, broker_id: int = -1, snapshot_interval_s: float = DEFAULT_SNAPSHOT_INTERVAL_S,
-                 read_max_bytes: int = DEFAULT_READ_MAX_BYTES, poll_timeout_s: float = DEFAULT_POLL_TIMEOUT_S,
-                 sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep) -> None:
+    def __init__(
+        self,
+        io: MetadataTopicIO,
+        log_dir: str | Path,
+        configs: Mapping[str, Any] | RlmmConfig | None = None,
+        *,
+        broker_id: int = -1,
+        snapshot_interval_s: float = DEFAULT_SNAPSHOT_INTERVAL_S,
+        read_max_bytes: int = DEFAULT_READ_MAX_BYTES,
+        poll_timeout_s: float = DEFAULT_POLL_TIMEOUT_S,
+        sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+    ) -> None:
         self.io = io
         self.log_dir = Path(log_dir)
         self.config = configs if isinstance(configs, RlmmConfig) else RlmmConfig.from_configs(configs or {})
@@ -137,7 +147,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         self.snapshot_interval_s = snapshot_interval_s
         self.read_max_bytes = read_max_bytes
         self.poll_timeout_s = poll_timeout_s
-        self._sleep = sleep   # the periodic snapshot timer (tests drive it)
+        self._sleep = sleep  # the periodic snapshot timer (tests drive it)
         self._partitions: dict[int, _MetadataPartition] = {}
         self._pending_assign: set[TopicIdPartition] = set()
         self._pending_snapshots: dict[TopicIdPartition, bytes] = {}
@@ -154,8 +164,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             raise RemoteStorageError("the remote log metadata manager is closed", retriable=False)
         if self._started:
             return
-        await self.io.ensure_topic(self.config.num_partitions, self.config.replication_factor,
-                                   self.config.retention_ms)
+        await self.io.ensure_topic(self.config.num_partitions, self.config.replication_factor, self.config.retention_ms)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self._check_committed_offsets()
         self._started = True
@@ -189,8 +198,9 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     def metadata_partition(self, tip: TopicIdPartition) -> int:
         return self.partitioner.metadata_partition(tip)
 
-    def on_partition_leadership_changes(self, leader_partitions: Iterable[TopicIdPartition],
-                                        follower_partitions: Iterable[TopicIdPartition]) -> None:
+    def on_partition_leadership_changes(
+        self, leader_partitions: Iterable[TopicIdPartition], follower_partitions: Iterable[TopicIdPartition]
+    ) -> None:
         """Follow the metadata of these user partitions (this broker leads or follows them)."""
         if self._closing:
             raise RemoteStorageError("the remote log metadata manager is closing", retriable=False)
@@ -214,12 +224,13 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 continue
             self._snapshot_user_soon(mp, mp.users.pop(tip))
             self.store.clear_partition(tip)
-            self._resolve_waiters(mp)   # wake anyone waiting for this partition's readiness
+            self._resolve_waiters(mp)  # wake anyone waiting for this partition's readiness
             if not mp.users:
                 if mp.task is not None:
                     mp.task.cancel()
-                self._fail_waiters(mp, RemoteStorageError(
-                    f"metadata partition {mp.partition} is no longer followed by this broker"))
+                self._fail_waiters(
+                    mp, RemoteStorageError(f"metadata partition {mp.partition} is no longer followed by this broker")
+                )
                 del self._partitions[mp.partition]
         self._schedule_committed_offsets()
 
@@ -239,7 +250,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 mp.position = start
                 mp.task = asyncio.create_task(self._apply_loop(mp), name=f"rlmm-apply-{p}")
             elif start < mp.position:
-                mp.position = start            # re-read for the newcomer; the others skip what they applied
+                mp.position = start  # re-read for the newcomer; the others skip what they applied
                 mp.wake.set()
             self._maybe_mark_ready(up)
             log.info("rlmm following partition", partition=str(tip), metadata_partition=p, start=start, end=end)
@@ -256,11 +267,17 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         except (OSError, SnapshotFormatError, MetadataDecodeError) as e:
             log.warning("rlmm snapshot unreadable, rebuilding from the topic", partition=str(tip), error=str(e))
             snap = None
-        if snap is not None and (snap.metadata_partition != p
-                                 or (end is not None and snap.metadata_partition_offset > end)):
-            log.warning("rlmm snapshot does not match the metadata topic, rebuilding from the topic",
-                        partition=str(tip), snapshot_partition=snap.metadata_partition, metadata_partition=p,
-                        snapshot_offset=snap.metadata_partition_offset, end_offset=end)
+        if snap is not None and (
+            snap.metadata_partition != p or (end is not None and snap.metadata_partition_offset > end)
+        ):
+            log.warning(
+                "rlmm snapshot does not match the metadata topic, rebuilding from the topic",
+                partition=str(tip),
+                snapshot_partition=snap.metadata_partition,
+                metadata_partition=p,
+                snapshot_offset=snap.metadata_partition_offset,
+                end_offset=end,
+            )
             snap = None
         if snap is None:
             self.store.maybe_load_partition(tip)
@@ -280,8 +297,12 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         for p, off in committed.items():
             end = self.io.end_offset(p) if 0 <= p < self.config.num_partitions else None
             if end is not None and end < off:
-                log.warning("rlmm metadata partition is behind its committed offset; snapshots will be checked",
-                            metadata_partition=p, committed=off, end_offset=end)
+                log.warning(
+                    "rlmm metadata partition is behind its committed offset; snapshots will be checked",
+                    metadata_partition=p,
+                    committed=off,
+                    end_offset=end,
+                )
 
     # -- readiness ----------------------------------------------------------------------------------------------------
     def is_ready(self, tip: TopicIdPartition) -> bool:
@@ -291,12 +312,20 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     def _maybe_mark_ready(self, up: _UserPartition) -> None:
         cache = self.store.caches.get(up.tip)
         if up.ready_target is None:
-            up.ready_target = self.io.end_offset(up.metadata_partition)     # known once the partition was read
-        if (cache is not None and not cache.initialized and up.ready_target is not None
-                and up.applied_upto >= up.ready_target):
+            up.ready_target = self.io.end_offset(up.metadata_partition)  # known once the partition was read
+        if (
+            cache is not None
+            and not cache.initialized
+            and up.ready_target is not None
+            and up.applied_upto >= up.ready_target
+        ):
             cache.mark_initialized()
-            log.info("rlmm partition ready", partition=str(up.tip), metadata_partition=up.metadata_partition,
-                     offset=up.applied_upto)
+            log.info(
+                "rlmm partition ready",
+                partition=str(up.tip),
+                metadata_partition=up.metadata_partition,
+                offset=up.applied_upto,
+            )
 
     async def wait_until_ready(self, tip: TopicIdPartition, timeout_s: float | None = None) -> None:
         """Wait until `is_ready(tip)`; raise RemoteStorageNotReadyError on timeout."""
@@ -342,7 +371,8 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         if metadata.state != RemoteLogSegmentState.COPY_SEGMENT_STARTED:
             raise InvalidStateTransitionError(
                 f"Given remoteLogSegmentMetadata should have state as COPY_SEGMENT_STARTED but it contains state as: "
-                f"{metadata.state.name}")
+                f"{metadata.state.name}"
+            )
         tip = metadata.remote_log_segment_id.topic_id_partition
         self._ready_cache(tip).check_transition(metadata.remote_log_segment_id, metadata.state)
         await self._store(tip, metadata, must_apply=True)
@@ -350,7 +380,8 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     async def update_remote_log_segment_metadata(self, update: RemoteLogSegmentMetadataUpdate) -> None:
         if update.state == RemoteLogSegmentState.COPY_SEGMENT_STARTED:
             raise InvalidStateTransitionError(
-                "Given remoteLogSegmentMetadata should not have the state as: COPY_SEGMENT_STARTED")
+                "Given remoteLogSegmentMetadata should not have the state as: COPY_SEGMENT_STARTED"
+            )
         tip = update.remote_log_segment_id.topic_id_partition
         self._ready_cache(tip).check_transition(update.remote_log_segment_id, update.state)
         await self._store(tip, update, must_apply=True)
@@ -364,7 +395,8 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             if not is_valid_partition_delete_transition(current.state if current else None, metadata.state):
                 raise InvalidStateTransitionError(
                     f"Current partition delete state: {current.state.name if current else None} can not be "
-                    f"transitioned to: {metadata.state.name} for {tip}")
+                    f"transitioned to: {metadata.state.name} for {tip}"
+                )
         await self._store(tip, metadata, must_apply=False)
 
     def _ready_cache(self, tip: TopicIdPartition) -> RemoteLogMetadataCache:
@@ -372,7 +404,8 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         mp = self._partitions.get(self.metadata_partition(tip))
         if mp is None or tip not in mp.users:
             raise RemoteResourceNotFoundError(
-                f"No resource found for partition: {tip} (not followed by this broker's remote log metadata manager)")
+                f"No resource found for partition: {tip} (not followed by this broker's remote log metadata manager)"
+            )
         return self.store.cache_for(tip)
 
     def _ensure_started(self) -> None:
@@ -387,14 +420,15 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         batch = build_batch([(None, serialize(metadata))], timestamp=int(time.time() * 1000))
         counted = self._partitions.get(p)
         if counted is not None:
-            counted.inflight += 1   # from now on the loop keeps apply errors until we collect ours
+            counted.inflight += 1  # from now on the loop keeps apply errors until we collect ours
         try:
             offset = await self.io.append(p, batch)
             mp = self._partitions.get(p)
             if mp is None or tip not in mp.users:
                 if must_apply:
-                    raise RemoteStorageError(f"{tip} stopped being followed while its metadata was written",
-                                             retriable=True)
+                    raise RemoteStorageError(
+                        f"{tip} stopped being followed while its metadata was written", retriable=True
+                    )
                 return
             if mp.position <= offset:
                 fut = asyncio.get_running_loop().create_future()
@@ -405,7 +439,9 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 except TimeoutError:
                     raise RemoteStorageError(
                         f"Timed out in catching up with the expected offset {offset} of "
-                        f"{REMOTE_LOG_METADATA_TOPIC_NAME}-{p} after {timeout}s", retriable=True) from None
+                        f"{REMOTE_LOG_METADATA_TOPIC_NAME}-{p} after {timeout}s",
+                        retriable=True,
+                    ) from None
                 finally:
                     mp.waiters.pop(offset, None)
             err = mp.errors.pop(offset, None)
@@ -422,15 +458,17 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         self._ensure_started()
         return self.store.cache_for(tip)
 
-    def remote_log_segment_metadata(self, tip: TopicIdPartition, leader_epoch: int,
-                                    offset: int) -> RemoteLogSegmentMetadata | None:
+    def remote_log_segment_metadata(
+        self, tip: TopicIdPartition, leader_epoch: int, offset: int
+    ) -> RemoteLogSegmentMetadata | None:
         return self._lookup_cache(tip).remote_log_segment_metadata(leader_epoch, offset)
 
     def highest_offset_for_epoch(self, tip: TopicIdPartition, leader_epoch: int) -> int | None:
         return self._lookup_cache(tip).highest_offset_for_epoch(leader_epoch)
 
-    def list_remote_log_segments(self, tip: TopicIdPartition,
-                                 leader_epoch: int | None = None) -> list[RemoteLogSegmentMetadata]:
+    def list_remote_log_segments(
+        self, tip: TopicIdPartition, leader_epoch: int | None = None
+    ) -> list[RemoteLogSegmentMetadata]:
         cache = self._lookup_cache(tip)
         if leader_epoch is None:
             return cache.list_all_remote_log_segments()
@@ -439,8 +477,9 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     def remote_log_size(self, tip: TopicIdPartition, leader_epoch: int | None = None) -> int:
         return self._lookup_cache(tip).remote_log_size(leader_epoch)
 
-    def next_segment_with_txn_index(self, tip: TopicIdPartition, leader_epoch: int,
-                                    offset: int) -> RemoteLogSegmentMetadata | None:
+    def next_segment_with_txn_index(
+        self, tip: TopicIdPartition, leader_epoch: int, offset: int
+    ) -> RemoteLogSegmentMetadata | None:
         return self._lookup_cache(tip).next_segment_with_txn_index(leader_epoch, offset)
 
     def partition_delete_metadata(self, tip: TopicIdPartition) -> RemotePartitionDeleteMetadata | None:
@@ -468,11 +507,11 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 start = mp.position
                 data = self.io.read(p, start, max_bytes)
                 if not isinstance(data, (bytes, bytearray, memoryview)):
-                    data = await data           # read from the partition's leader
+                    data = await data  # read from the partition's leader
                 progressed = self._apply_batches(mp, data, start)
                 if not progressed:
                     for up in mp.users.values():
-                        self._maybe_mark_ready(up)     # an empty partition read from its leader: its end is known now
+                        self._maybe_mark_ready(up)  # an empty partition read from its leader: its end is known now
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # noqa: BLE001 -- a broken read must not kill the loop: retry with backoff
@@ -486,8 +525,9 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 continue
             if data:
                 # bytes but no whole batch past our position (a batch larger than max_bytes was cut): read more
-                log.warning("rlmm read returned no usable batch", metadata_partition=p, position=mp.position,
-                            nbytes=len(data))
+                log.warning(
+                    "rlmm read returned no usable batch", metadata_partition=p, position=mp.position, nbytes=len(data)
+                )
                 max_bytes = min(max_bytes * 2, 1 << 30)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, _ERROR_BACKOFF_S[1])
@@ -529,13 +569,17 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         try:
             meta = deserialize(value)
         except MetadataDecodeError as e:
-            log.warning("rlmm skipping undecodable record", metadata_partition=mp.partition, offset=offset,
-                        error=str(e))
+            log.warning(
+                "rlmm skipping undecodable record", metadata_partition=mp.partition, offset=offset, error=str(e)
+            )
             return
         if isinstance(meta, RemoteLogSegmentMetadataSnapshot):
             return  # snapshot entries never belong on the topic
-        tip = meta.topic_id_partition if isinstance(meta, RemotePartitionDeleteMetadata) \
+        tip = (
+            meta.topic_id_partition
+            if isinstance(meta, RemotePartitionDeleteMetadata)
             else meta.remote_log_segment_id.topic_id_partition
+        )
         up = mp.users.get(tip)
         if up is None or offset < up.applied_upto:
             return
@@ -547,8 +591,9 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             else:
                 self.store.handle_partition_delete(meta)
         except Exception as e:  # noqa: BLE001 -- Kafka logs and drops an event it cannot apply; so do we
-            log.warning("rlmm dropping event", metadata_partition=mp.partition, offset=offset, record=str(meta),
-                        error=repr(e))
+            log.warning(
+                "rlmm dropping event", metadata_partition=mp.partition, offset=offset, record=str(meta), error=repr(e)
+            )
             if mp.inflight:
                 mp.errors[offset] = e
         up.applied_upto = offset + 1
@@ -597,6 +642,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 finally:
                     if self._pending_snapshots.get(tip) is data:
                         del self._pending_snapshots[tip]
+
         self._spawn(write())
 
     def _spawn(self, coro: Any) -> None:
@@ -613,6 +659,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                     await asyncio.to_thread(write_committed_offsets, self.log_dir, offsets)
                 except OSError as e:
                     log.warning("rlmm committed offsets write failed", error=str(e))
+
         self._spawn(write())
 
     async def _write_snapshots(self, force: bool = False) -> None:

@@ -7,6 +7,7 @@ LocalTieredStorage. Lookups answer from memory and are plain methods; writes go 
 are coroutines that return once the event is applied (or durable, for partitions this broker does not follow).
 Semantics follow Kafka's javadoc; the readiness waits are Strata's (Kafka's RLMM blocks inside its lookups).
 """
+
 from __future__ import annotations
 
 import abc
@@ -38,8 +39,9 @@ class RemoteLogMetadataManager(abc.ABC):
 
     # ---- lookups -----------------------------------------------------------------------------------------
     @abc.abstractmethod
-    def remote_log_segment_metadata(self, tip: TopicIdPartition, leader_epoch: int,
-                                    offset: int) -> RemoteLogSegmentMetadata | None:
+    def remote_log_segment_metadata(
+        self, tip: TopicIdPartition, leader_epoch: int, offset: int
+    ) -> RemoteLogSegmentMetadata | None:
         """The copied segment of `leader_epoch` holding `offset`, if any."""
 
     @abc.abstractmethod
@@ -47,8 +49,9 @@ class RemoteLogMetadataManager(abc.ABC):
         """The highest offset of `leader_epoch` copied to remote storage (None: nothing of that epoch)."""
 
     @abc.abstractmethod
-    def list_remote_log_segments(self, tip: TopicIdPartition,
-                                 leader_epoch: int | None = None) -> list[RemoteLogSegmentMetadata]:
+    def list_remote_log_segments(
+        self, tip: TopicIdPartition, leader_epoch: int | None = None
+    ) -> list[RemoteLogSegmentMetadata]:
         """Every segment recorded for the partition (or for one leader epoch), in any state."""
 
     @abc.abstractmethod
@@ -57,8 +60,9 @@ class RemoteLogMetadataManager(abc.ABC):
 
     # ---- which partitions are followed -------------------------------------------------------------------
     @abc.abstractmethod
-    def on_partition_leadership_changes(self, leader_partitions: Iterable[TopicIdPartition],
-                                        follower_partitions: Iterable[TopicIdPartition]) -> None:
+    def on_partition_leadership_changes(
+        self, leader_partitions: Iterable[TopicIdPartition], follower_partitions: Iterable[TopicIdPartition]
+    ) -> None:
         """Follow the metadata of these user partitions (this broker leads or follows them)."""
 
     @abc.abstractmethod

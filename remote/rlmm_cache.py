@@ -20,6 +20,7 @@ sorted by start offset (Kafka returns them in hash order); a copied segment repl
 later one with the same epoch start offset becomes unreferenced (Kafka's map put drops it from the epoch's listing,
 against its own javadoc), so it stays visible to expiration.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -41,8 +42,9 @@ from .rsm import RemoteResourceNotFoundError
 S = RemoteLogSegmentState
 
 
-def is_valid_partition_delete_transition(src: RemotePartitionDeleteState | None,
-                                         dst: RemotePartitionDeleteState) -> bool:
+def is_valid_partition_delete_transition(
+    src: RemotePartitionDeleteState | None, dst: RemotePartitionDeleteState
+) -> bool:
     """Kafka's RemotePartitionDeleteState.isValidTransition."""
     if src is None:
         return dst == RemotePartitionDeleteState.DELETE_PARTITION_MARKED
@@ -62,7 +64,7 @@ class RemoteLogLeaderEpochState:
     __slots__ = ("_offset_to_id", "_offsets", "highest_log_offset", "unreferenced")
 
     def __init__(self) -> None:
-        self._offsets: list[int] = []                       # sorted keys of _offset_to_id
+        self._offsets: list[int] = []  # sorted keys of _offset_to_id
         self._offset_to_id: dict[int, RemoteLogSegmentId] = {}
         self.unreferenced: dict[RemoteLogSegmentId, None] = {}
         self.highest_log_offset: int | None = None
@@ -96,8 +98,12 @@ class RemoteLogLeaderEpochState:
         # A later upload that covers the tail of this epoch's offsets supersedes the earlier ones: Kafka moves every
         # mapping at or after the new start offset to the unreferenced set, when the new segment reaches at least as
         # far as what was copied before.
-        while (self._offsets and self._offsets[-1] >= start_offset
-               and self.highest_log_offset is not None and self.highest_log_offset <= epoch_end_offset):
+        while (
+            self._offsets
+            and self._offsets[-1] >= start_offset
+            and self.highest_log_offset is not None
+            and self.highest_log_offset <= epoch_end_offset
+        ):
             last = self._offsets[-1]
             self.unreferenced[self._offset_to_id[last]] = None
             self._remove(last)
@@ -122,8 +128,12 @@ class RemoteLogLeaderEpochState:
     def segment_ids(self) -> list[RemoteLogSegmentId]:
         return [self._offset_to_id[o] for o in self._offsets] + list(self.unreferenced)
 
-    def restore(self, referenced: Iterable[tuple[int, RemoteLogSegmentId]], unreferenced: Iterable[RemoteLogSegmentId],
-                highest_log_offset: int | None) -> None:
+    def restore(
+        self,
+        referenced: Iterable[tuple[int, RemoteLogSegmentId]],
+        unreferenced: Iterable[RemoteLogSegmentId],
+        highest_log_offset: int | None,
+    ) -> None:
         for offset, sid in referenced:
             self._put(offset, sid)
         for sid in unreferenced:
@@ -207,8 +217,9 @@ class RemoteLogMetadataCache:
 
     def remote_log_size(self, leader_epoch: int | None = None) -> int:
         """Kafka's remoteLogSize: the bytes of the listed segments (all states but DELETE_SEGMENT_FINISHED)."""
-        segs = self.list_all_remote_log_segments() if leader_epoch is None else \
-            self.list_remote_log_segments(leader_epoch)
+        segs = (
+            self.list_all_remote_log_segments() if leader_epoch is None else self.list_remote_log_segments(leader_epoch)
+        )
         return sum(m.segment_size_in_bytes for m in segs)
 
     def segment_count(self) -> int:
@@ -229,20 +240,23 @@ class RemoteLogMetadataCache:
         src = existing.state
         if not is_valid_segment_transition(src, target):
             raise InvalidStateTransitionError(
-                f"Current state: {src.name} can not be transitioned to target state: {target.name}, segmentId: {sid}")
+                f"Current state: {src.name} can not be transitioned to target state: {target.name}, segmentId: {sid}"
+            )
 
     def add_copy_in_progress_segment(self, m: RemoteLogSegmentMetadata) -> None:
         if m.state != S.COPY_SEGMENT_STARTED:
             raise InvalidStateTransitionError(
                 f"Given remoteLogSegmentMetadata should have state as {S.COPY_SEGMENT_STARTED.name} but it contains "
-                f"state as: {m.state.name}")
+                f"state as: {m.state.name}"
+            )
         sid = m.remote_log_segment_id
         existing = self.id_to_segment.get(sid)
         if existing is not None and not is_valid_segment_transition(existing.state, m.state):
             # (no metadata yet: m's COPY_SEGMENT_STARTED is the one valid first state)
             raise InvalidStateTransitionError(
                 f"Current state: {existing.state.name} can not be transitioned to target state: "
-                f"{m.state.name}, segmentId: {sid}")
+                f"{m.state.name}, segmentId: {sid}"
+            )
         for epoch in m.segment_leader_epochs:
             self.epoch_entries.setdefault(epoch, RemoteLogLeaderEpochState()).handle_copy_started(sid)
         self.id_to_segment[sid] = m
@@ -258,11 +272,13 @@ class RemoteLogMetadataCache:
         target = update.state
         if target == S.COPY_SEGMENT_STARTED:
             raise InvalidStateTransitionError(
-                f"metadataUpdate: {update} with state {S.COPY_SEGMENT_STARTED.name} can not be updated")
+                f"metadataUpdate: {update} with state {S.COPY_SEGMENT_STARTED.name} can not be updated"
+            )
         if not is_valid_segment_transition(existing.state, target):
             raise InvalidStateTransitionError(
                 f"Current state: {existing.state.name} can not be transitioned to target state: {target.name}, "
-                f"segmentId: {sid}")
+                f"segmentId: {sid}"
+            )
         updated = existing.create_with_update(update)
         if target == S.COPY_SEGMENT_FINISHED:
             self._handle_copy_finished(updated)
@@ -293,8 +309,10 @@ class RemoteLogMetadataCache:
     # -- comparison (tests, restart checks) ---------------------------------------------------------------------------
     def state_view(self) -> tuple:
         """Everything that determines lookup results, as plain comparable values."""
-        epochs = {e: (tuple(s.referenced()), tuple(s.unreferenced), s.highest_log_offset)
-                  for e, s in sorted(self.epoch_entries.items())}
+        epochs = {
+            e: (tuple(s.referenced()), tuple(s.unreferenced), s.highest_log_offset)
+            for e, s in sorted(self.epoch_entries.items())
+        }
         return dict(self.id_to_segment), epochs
 
 

@@ -4,6 +4,7 @@ Kafka hashes `Objects.hash(topicId.leastSignificantBits, topicId.mostSignificant
 Arrays.hashCode over a Long, a Long and an Integer), writes that int big-endian into 4 bytes, and takes
 `Utils.toPositive(Utils.murmur2(bytes)) % numPartitions`. The topic name plays no part.
 """
+
 from __future__ import annotations
 
 from kafka.partitioner.default import murmur2  # Java-compatible (Kafka's Utils.murmur2)

@@ -33,6 +33,7 @@ Bytes written by another RemoteStorageManager that are not a JSON object are kep
 `format_record` prints a record like Kafka's RemoteLogMetadataFormatter (`kafka-console-consumer --formatter
 org.apache.kafka.tools.consumer.RemoteLogMetadataFormatter`): `partition: P, offset: O, value: <toString()>`.
 """
+
 from __future__ import annotations
 
 import base64
@@ -72,8 +73,12 @@ WRITE_VERSION = 0
 MAX_READ_VERSION = 1
 RAW_CUSTOM_METADATA_KEY = "__raw_base64__"
 
-RemoteLogMetadata = (RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate | RemotePartitionDeleteMetadata
-                     | RemoteLogSegmentMetadataSnapshot)
+RemoteLogMetadata = (
+    RemoteLogSegmentMetadata
+    | RemoteLogSegmentMetadataUpdate
+    | RemotePartitionDeleteMetadata
+    | RemoteLogSegmentMetadataSnapshot
+)
 
 _I8 = struct.Struct(">b")
 _I32 = struct.Struct(">i")
@@ -82,6 +87,7 @@ _EPOCH_ENTRY = struct.Struct(">iq")
 
 
 # -- custom metadata ------------------------------------------------------------------------------------------------
+
 
 def custom_metadata_to_bytes(custom: dict[str, Any] | None) -> bytes | None:
     if custom is None:
@@ -104,6 +110,7 @@ def custom_metadata_from_bytes(raw: bytes | None) -> dict[str, Any] | None:
 
 
 # -- primitives -----------------------------------------------------------------------------------------------------
+
 
 def _uuid(out: bytearray, u: uuid.UUID) -> None:
     out += u.bytes
@@ -141,6 +148,7 @@ def _tag_int(fields: Mapping[int, Buffer], tag: int, st: struct.Struct, default:
 
 
 # -- structs --------------------------------------------------------------------------------------------------------
+
 
 def _write_tip(out: bytearray, tip: TopicIdPartition) -> None:
     write_compact_string(out, tip.topic)
@@ -199,6 +207,7 @@ def _txn_tag(txn_idx_empty: bool) -> list[tuple[int, bytes]]:
 
 
 # -- messages -------------------------------------------------------------------------------------------------------
+
 
 def _header(api_key: int, version: int = WRITE_VERSION) -> bytearray:
     out = bytearray()
@@ -275,8 +284,19 @@ def _read_segment(r: _Reader, version: int) -> RemoteLogSegmentMetadata:
     state = _segment_state(r.int8())
     tags = r.tagged_fields()
     try:
-        return RemoteLogSegmentMetadata(sid, start, end, max_ts, broker, event_ts, size, epochs, state,
-                                        custom_metadata_from_bytes(custom), _tag_bool(tags, 0))
+        return RemoteLogSegmentMetadata(
+            sid,
+            start,
+            end,
+            max_ts,
+            broker,
+            event_ts,
+            size,
+            epochs,
+            state,
+            custom_metadata_from_bytes(custom),
+            _tag_bool(tags, 0),
+        )
     except ValueError as e:
         raise MetadataDecodeError(f"invalid RemoteLogSegmentMetadataRecord: {e}") from None
 
@@ -313,8 +333,9 @@ def _read_snapshot(r: _Reader, version: int) -> RemoteLogSegmentMetadataSnapshot
     custom = r.compact_nullable_bytes()
     state = _segment_state(r.int8())
     tags = r.tagged_fields()
-    return RemoteLogSegmentMetadataSnapshot(sid, start, end, max_ts, broker, event_ts, size, epochs, state, custom,
-                                            _tag_bool(tags, 0))
+    return RemoteLogSegmentMetadataSnapshot(
+        sid, start, end, max_ts, broker, event_ts, size, epochs, state, custom, _tag_bool(tags, 0)
+    )
 
 
 _READERS: dict[int, Callable[[_Reader, int], Any]] = {
@@ -358,6 +379,7 @@ def topic_id_partition_of(metadata: RemoteLogMetadata) -> TopicIdPartition:
 
 # -- Kafka's toString() -----------------------------------------------------------------------------------------------
 
+
 def _java_map(d: dict[int, int]) -> str:
     return "{" + ", ".join(f"{k}={v}" for k, v in sorted(d.items())) + "}"
 
@@ -382,29 +404,37 @@ def to_kafka_string(metadata: RemoteLogMetadata) -> str:
     """The text of Kafka's toString() for the metadata object (Kafka 4.x, txnIdxEmpty included)."""
     if isinstance(metadata, RemoteLogSegmentMetadata):
         m = metadata
-        return (f"RemoteLogSegmentMetadata{{remoteLogSegmentId={_sid_str(m.remote_log_segment_id)}, "
-                f"startOffset={m.start_offset}, endOffset={m.end_offset}, brokerId={m.broker_id}, "
-                f"maxTimestampMs={m.max_timestamp_ms}, eventTimestampMs={m.event_timestamp_ms}, "
-                f"segmentLeaderEpochs={_java_map(m.segment_leader_epochs)}, "
-                f"segmentSizeInBytes={m.segment_size_in_bytes}, "
-                f"customMetadata={_java_custom(custom_metadata_to_bytes(m.custom_metadata))}, "
-                f"state={m.state.name}, txnIdxEmpty={_java_bool(m.txn_idx_empty)}}}")
+        return (
+            f"RemoteLogSegmentMetadata{{remoteLogSegmentId={_sid_str(m.remote_log_segment_id)}, "
+            f"startOffset={m.start_offset}, endOffset={m.end_offset}, brokerId={m.broker_id}, "
+            f"maxTimestampMs={m.max_timestamp_ms}, eventTimestampMs={m.event_timestamp_ms}, "
+            f"segmentLeaderEpochs={_java_map(m.segment_leader_epochs)}, "
+            f"segmentSizeInBytes={m.segment_size_in_bytes}, "
+            f"customMetadata={_java_custom(custom_metadata_to_bytes(m.custom_metadata))}, "
+            f"state={m.state.name}, txnIdxEmpty={_java_bool(m.txn_idx_empty)}}}"
+        )
     if isinstance(metadata, RemoteLogSegmentMetadataUpdate):
         u = metadata
-        return (f"RemoteLogSegmentMetadataUpdate{{remoteLogSegmentId={_sid_str(u.remote_log_segment_id)}, "
-                f"customMetadata={_java_custom(custom_metadata_to_bytes(u.custom_metadata))}, "
-                f"state={u.state.name}, eventTimestampMs={u.event_timestamp_ms}, brokerId={u.broker_id}}}")
+        return (
+            f"RemoteLogSegmentMetadataUpdate{{remoteLogSegmentId={_sid_str(u.remote_log_segment_id)}, "
+            f"customMetadata={_java_custom(custom_metadata_to_bytes(u.custom_metadata))}, "
+            f"state={u.state.name}, eventTimestampMs={u.event_timestamp_ms}, brokerId={u.broker_id}}}"
+        )
     if isinstance(metadata, RemotePartitionDeleteMetadata):
         d = metadata
-        return (f"RemotePartitionDeleteMetadata{{topicPartition={_tip_str(d.topic_id_partition)}, "
-                f"state={d.state.name}, eventTimestampMs={d.event_timestamp_ms}, brokerId={d.broker_id}}}")
+        return (
+            f"RemotePartitionDeleteMetadata{{topicPartition={_tip_str(d.topic_id_partition)}, "
+            f"state={d.state.name}, eventTimestampMs={d.event_timestamp_ms}, brokerId={d.broker_id}}}"
+        )
     if isinstance(metadata, RemoteLogSegmentMetadataSnapshot):
         s = metadata
-        return (f"RemoteLogSegmentMetadataSnapshot{{segmentId={kafka_uuid_str(s.segment_id)}, "
-                f"startOffset={s.start_offset}, endOffset={s.end_offset}, maxTimestampMs={s.max_timestamp_ms}, "
-                f"segmentLeaderEpochs={_java_map(s.segment_leader_epochs)}, "
-                f"segmentSizeInBytes={s.segment_size_in_bytes}, customMetadata={_java_custom(s.custom_metadata)}, "
-                f"state={s.state.name}}}")
+        return (
+            f"RemoteLogSegmentMetadataSnapshot{{segmentId={kafka_uuid_str(s.segment_id)}, "
+            f"startOffset={s.start_offset}, endOffset={s.end_offset}, maxTimestampMs={s.max_timestamp_ms}, "
+            f"segmentLeaderEpochs={_java_map(s.segment_leader_epochs)}, "
+            f"segmentSizeInBytes={s.segment_size_in_bytes}, customMetadata={_java_custom(s.custom_metadata)}, "
+            f"state={s.state.name}}}"
+        )
     raise TypeError(f"not remote log metadata: {type(metadata).__name__}")
 
 

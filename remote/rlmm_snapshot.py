@@ -29,6 +29,7 @@ the cache *identically*, leader-epoch bookkeeping included), big-endian::
 The user partition is identified by the directory name and checked against the partition delete record when one is
 present. Files are replaced atomically (temporary file, fsync, rename, directory fsync).
 """
+
 from __future__ import annotations
 
 import shutil
@@ -78,8 +79,12 @@ def snapshot_path(base_dir: Path, tip: TopicIdPartition) -> Path:
     return Path(base_dir) / partition_dir_name(tip) / SNAPSHOT_FILE_NAME
 
 
-def encode_snapshot(metadata_partition: int, offset: int, cache: RemoteLogMetadataCache,
-                    delete_metadata: RemotePartitionDeleteMetadata | None) -> bytes:
+def encode_snapshot(
+    metadata_partition: int,
+    offset: int,
+    cache: RemoteLogMetadataCache,
+    delete_metadata: RemotePartitionDeleteMetadata | None,
+) -> bytes:
     out = bytearray(_HEADER.pack(SNAPSHOT_VERSION, metadata_partition, offset, len(cache.id_to_segment)))
     for m in cache.id_to_segment.values():
         value = serialize(RemoteLogSegmentMetadataSnapshot.from_metadata(m))
@@ -112,7 +117,7 @@ class _Cursor:
     def take(self, n: int) -> bytes:
         if n < 0 or self.pos + n > len(self.data):
             raise SnapshotFormatError(f"truncated snapshot at byte {self.pos}")
-        b = self.data[self.pos:self.pos + n]
+        b = self.data[self.pos : self.pos + n]
         self.pos += n
         return b
 

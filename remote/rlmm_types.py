@@ -8,6 +8,7 @@
   over its own logs; `remote` never imports `broker`).
 * `RlmmConfig`: the `rlmm.config.`-prefixed settings under Kafka's names (prefix stripped by the caller).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -69,16 +70,37 @@ class RemoteLogSegmentMetadataSnapshot:
     @classmethod
     def from_metadata(cls, m: RemoteLogSegmentMetadata) -> RemoteLogSegmentMetadataSnapshot:
         from .rlmm_serde import custom_metadata_to_bytes
-        return cls(m.remote_log_segment_id.id, m.start_offset, m.end_offset, m.max_timestamp_ms, m.broker_id,
-                   m.event_timestamp_ms, m.segment_size_in_bytes, dict(m.segment_leader_epochs), m.state,
-                   custom_metadata_to_bytes(m.custom_metadata), m.txn_idx_empty)
+
+        return cls(
+            m.remote_log_segment_id.id,
+            m.start_offset,
+            m.end_offset,
+            m.max_timestamp_ms,
+            m.broker_id,
+            m.event_timestamp_ms,
+            m.segment_size_in_bytes,
+            dict(m.segment_leader_epochs),
+            m.state,
+            custom_metadata_to_bytes(m.custom_metadata),
+            m.txn_idx_empty,
+        )
 
     def to_metadata(self, tip: TopicIdPartition) -> RemoteLogSegmentMetadata:
         from .rlmm_serde import custom_metadata_from_bytes
+
         return RemoteLogSegmentMetadata(
-            RemoteLogSegmentId(tip, self.segment_id), self.start_offset, self.end_offset, self.max_timestamp_ms,
-            self.broker_id, self.event_timestamp_ms, self.segment_size_in_bytes, dict(self.segment_leader_epochs),
-            self.state, custom_metadata_from_bytes(self.custom_metadata), self.txn_idx_empty)
+            RemoteLogSegmentId(tip, self.segment_id),
+            self.start_offset,
+            self.end_offset,
+            self.max_timestamp_ms,
+            self.broker_id,
+            self.event_timestamp_ms,
+            self.segment_size_in_bytes,
+            dict(self.segment_leader_epochs),
+            self.state,
+            custom_metadata_from_bytes(self.custom_metadata),
+            self.txn_idx_empty,
+        )
 
 
 @runtime_checkable
@@ -136,23 +158,26 @@ class RlmmConfig:
         if self.num_partitions <= 0:
             raise ValueError(f"{REMOTE_LOG_METADATA_TOPIC_PARTITIONS_PROP} must be positive: {self.num_partitions}")
         if self.replication_factor <= 0:
-            raise ValueError(f"{REMOTE_LOG_METADATA_TOPIC_REPLICATION_FACTOR_PROP} must be positive: "
-                             f"{self.replication_factor}")
+            raise ValueError(
+                f"{REMOTE_LOG_METADATA_TOPIC_REPLICATION_FACTOR_PROP} must be positive: {self.replication_factor}"
+            )
         if self.retention_ms < -1 or self.retention_ms == 0:
-            raise ValueError(f"{REMOTE_LOG_METADATA_TOPIC_RETENTION_MS_PROP} must be -1 or positive: "
-                             f"{self.retention_ms}")
+            raise ValueError(
+                f"{REMOTE_LOG_METADATA_TOPIC_RETENTION_MS_PROP} must be -1 or positive: {self.retention_ms}"
+            )
         if self.consume_wait_ms < 0:
-            raise ValueError(f"{REMOTE_LOG_METADATA_CONSUME_WAIT_MS_PROP} must not be negative: "
-                             f"{self.consume_wait_ms}")
+            raise ValueError(f"{REMOTE_LOG_METADATA_CONSUME_WAIT_MS_PROP} must not be negative: {self.consume_wait_ms}")
 
     @classmethod
     def from_configs(cls, configs: Mapping[str, Any]) -> RlmmConfig:
         """From Kafka-named properties (`rlmm.config.` already stripped); unknown keys are ignored."""
         kw: dict[str, int] = {}
-        for prop, name in ((REMOTE_LOG_METADATA_TOPIC_PARTITIONS_PROP, "num_partitions"),
-                           (REMOTE_LOG_METADATA_TOPIC_REPLICATION_FACTOR_PROP, "replication_factor"),
-                           (REMOTE_LOG_METADATA_TOPIC_RETENTION_MS_PROP, "retention_ms"),
-                           (REMOTE_LOG_METADATA_CONSUME_WAIT_MS_PROP, "consume_wait_ms")):
+        for prop, name in (
+            (REMOTE_LOG_METADATA_TOPIC_PARTITIONS_PROP, "num_partitions"),
+            (REMOTE_LOG_METADATA_TOPIC_REPLICATION_FACTOR_PROP, "replication_factor"),
+            (REMOTE_LOG_METADATA_TOPIC_RETENTION_MS_PROP, "retention_ms"),
+            (REMOTE_LOG_METADATA_CONSUME_WAIT_MS_PROP, "consume_wait_ms"),
+        ):
             if prop in configs and configs[prop] is not None:
                 try:
                     kw[name] = int(configs[prop])

@@ -35,6 +35,7 @@ when the first batch is already compressed), `s3.multipart.upload.part.size`, `s
 `fetch.chunk.cache.disk.size` (disk tier), `fetch.chunk.cache.prefetch.max.size` (bytes read ahead),
 `fetch.manifest.cache.size` (entries), `custom.metadata.fields.include` (REMOTE_SIZE, OBJECT_PREFIX, OBJECT_KEY).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -81,23 +82,33 @@ from .s3_manifest import (
 log = structlog.get_logger("strata.remote")
 
 T = TypeVar("T")
-CUSTOM_METADATA_DEFAULT_MAX_BYTES = 128     # Kafka's remote.log.metadata.custom.metadata.max.bytes default
-RUN_MAX_BYTES = 16 * MIB      # adjacent chunks per ranged GET at most: one attempt timeout must cover one GET
+CUSTOM_METADATA_DEFAULT_MAX_BYTES = 128  # Kafka's remote.log.metadata.custom.metadata.max.bytes default
+RUN_MAX_BYTES = 16 * MIB  # adjacent chunks per ranged GET at most: one attempt timeout must cover one GET
 
 
 class S3RemoteStorageManager(RemoteStorageManager):
-    def __init__(self, config: S3Config, *, executor: Executor | None = None, broker_id: int = -1,
-                 chunk_cache: ChunkCache | None = None) -> None:
+    def __init__(
+        self,
+        config: S3Config,
+        *,
+        executor: Executor | None = None,
+        broker_id: int = -1,
+        chunk_cache: ChunkCache | None = None,
+    ) -> None:
         self.config = config
         self.broker_id = broker_id
         self._executor = executor
         self.s3 = S3Client(config, self._run)
         self.stats: S3Stats = self.s3.stats
         if chunk_cache is None and (config.cache_memory_bytes > 0 or config.cache_disk_path is not None):
-            chunk_cache = ChunkCache(config.cache_memory_bytes, disk_dir=config.cache_disk_path,
-                                     disk_max_bytes=config.cache_disk_bytes if config.cache_disk_path else 0,
-                                     prefetch_chunks=-(-config.prefetch_bytes // config.chunk_size),
-                                     max_run_chunks=max(1, RUN_MAX_BYTES // config.chunk_size), executor=executor)
+            chunk_cache = ChunkCache(
+                config.cache_memory_bytes,
+                disk_dir=config.cache_disk_path,
+                disk_max_bytes=config.cache_disk_bytes if config.cache_disk_path else 0,
+                prefetch_chunks=-(-config.prefetch_bytes // config.chunk_size),
+                max_run_chunks=max(1, RUN_MAX_BYTES // config.chunk_size),
+                executor=executor,
+            )
         self.chunk_cache = chunk_cache
         self._manifests: OrderedDict[str, SegmentManifest] = OrderedDict()
         self._manifest_loads: dict[str, asyncio.Future[SegmentManifest]] = {}
@@ -105,8 +116,14 @@ class S3RemoteStorageManager(RemoteStorageManager):
         self._read_aheads: set[asyncio.Task[None]] = set()
 
     @classmethod
-    def from_config(cls, configs: Mapping[str, Any], *, broker_id: int = -1, default_dir: Path | None = None,
-                    executor: Executor | None = None) -> S3RemoteStorageManager:
+    def from_config(
+        cls,
+        configs: Mapping[str, Any],
+        *,
+        broker_id: int = -1,
+        default_dir: Path | None = None,
+        executor: Executor | None = None,
+    ) -> S3RemoteStorageManager:
         return cls(S3Config.from_mapping(configs), executor=executor, broker_id=broker_id)
 
     # -- naming ----------------------------------------------------------------------------------------------------
@@ -121,35 +138,47 @@ class S3RemoteStorageManager(RemoteStorageManager):
         await self.s3.warm_up()
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self.blocking_executor(self._executor),
-                                                                functools.partial(fn, *args))
+        return await asyncio.get_running_loop().run_in_executor(
+            self.blocking_executor(self._executor), functools.partial(fn, *args)
+        )
 
     def use_executors(self, executors: RemoteExecutors) -> None:
         super().use_executors(executors)
         if self.chunk_cache is not None and self._executor is None:
-            self.chunk_cache.use_executor(executors.read)     # chunk loads and disk-tier I/O serve reads
+            self.chunk_cache.use_executor(executors.read)  # chunk loads and disk-tier I/O serve reads
 
-    async def copy_log_segment_data(self, metadata: RemoteLogSegmentMetadata,
-                                    segment_data: LogSegmentData) -> dict[str, Any] | None:
+    async def copy_log_segment_data(
+        self, metadata: RemoteLogSegmentMetadata, segment_data: LogSegmentData
+    ) -> dict[str, Any] | None:
         data = segment_data
-        for p in (data.log_segment, data.offset_index, data.time_index, data.producer_snapshot_index,
-                  data.transaction_index):
+        for p in (
+            data.log_segment,
+            data.offset_index,
+            data.time_index,
+            data.producer_snapshot_index,
+            data.transaction_index,
+        ):
             if p is not None and not await self._run(p.is_file):
-                raise RemoteStorageError(f"cannot copy {metadata.remote_log_segment_id}: local file {p} is missing",
-                                         retriable=False)
+                raise RemoteStorageError(
+                    f"cannot copy {metadata.remote_log_segment_id}: local file {p} is missing", retriable=False
+                )
         if self.chunk_cache is not None:  # a retried copy under the same id may carry other bytes
             self.chunk_cache.invalidate_segment(metadata.remote_log_segment_id.id_str)
         self._manifests.pop(metadata.remote_log_segment_id.id_str, None)
         try:
             log_task = asyncio.ensure_future(self._upload_log(metadata, data.log_segment))
-            aux = [self._put_file(self.object_key(metadata, IndexType.OFFSET.suffix), data.offset_index),
-                   self._put_file(self.object_key(metadata, IndexType.TIMESTAMP.suffix), data.time_index),
-                   self._put_file(self.object_key(metadata, IndexType.PRODUCER_SNAPSHOT.suffix),
-                                  data.producer_snapshot_index),
-                   self.s3.put(self.object_key(metadata, IndexType.LEADER_EPOCH.suffix), data.leader_epoch_index)]
+            aux = [
+                self._put_file(self.object_key(metadata, IndexType.OFFSET.suffix), data.offset_index),
+                self._put_file(self.object_key(metadata, IndexType.TIMESTAMP.suffix), data.time_index),
+                self._put_file(
+                    self.object_key(metadata, IndexType.PRODUCER_SNAPSHOT.suffix), data.producer_snapshot_index
+                ),
+                self.s3.put(self.object_key(metadata, IndexType.LEADER_EPOCH.suffix), data.leader_epoch_index),
+            ]
             if data.transaction_index is not None:
-                aux.append(self._put_file(self.object_key(metadata, IndexType.TRANSACTION.suffix),
-                                          data.transaction_index))
+                aux.append(
+                    self._put_file(self.object_key(metadata, IndexType.TRANSACTION.suffix), data.transaction_index)
+                )
             else:  # a retry without one must not leave an earlier attempt's
                 aux.append(self.s3.delete(self.object_key(metadata, IndexType.TRANSACTION.suffix)))
             results = await asyncio.gather(log_task, *aux, return_exceptions=True)
@@ -178,7 +207,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
             out["object_prefix"] = self.config.key_prefix
         if "OBJECT_KEY" in fields:
             out["object_key"] = self.partition_prefix(metadata.topic_id_partition) + segment_file_prefix(metadata)
-        if not manifest.compression:       # the hint only where it keeps the whole within Kafka's default cap
+        if not manifest.compression:  # the hint only where it keeps the whole within Kafka's default cap
             hinted = {**out, MANIFEST_HINT: [manifest.chunk_size, manifest.original_size]}
             if len(encode_custom_metadata(hinted) or b"") <= CUSTOM_METADATA_DEFAULT_MAX_BYTES:
                 out = hinted
@@ -244,12 +273,15 @@ class S3RemoteStorageManager(RemoteStorageManager):
         slots = asyncio.Semaphore(cfg.upload_concurrency)
 
         async def upload_part(n: int, body: bytes) -> None:
-            checksum = self.s3.checksum(body)      # once, not per attempt
+            checksum = self.s3.checksum(body)  # once, not per attempt
             try:
+
                 async def op(c: Any) -> str:
-                    r = await c.upload_part(Bucket=cfg.bucket, Key=key, UploadId=upload_id, PartNumber=n, Body=body,
-                                            **checksum)
+                    r = await c.upload_part(
+                        Bucket=cfg.bucket, Key=key, UploadId=upload_id, PartNumber=n, Body=body, **checksum
+                    )
                     return r["ETag"]
+
                 parts[n] = await self.s3.call(f"UploadPart {key} #{n}", op)
                 self.stats.bytes_uploaded += len(body)
             finally:
@@ -258,8 +290,10 @@ class S3RemoteStorageManager(RemoteStorageManager):
         async def start_part(body: bytes) -> None:
             nonlocal upload_id, part_no
             if upload_id is None:
+
                 async def create(c: Any) -> str:
                     return (await c.create_multipart_upload(Bucket=cfg.bucket, Key=key))["UploadId"]
+
                 upload_id = await self.s3.call(f"CreateMultipartUpload {key}", create)
             for t in [t for t in inflight if t.done()]:
                 inflight.discard(t)
@@ -279,7 +313,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
                     joined = b"".join(pending)
                     pos = 0
                     while len(joined) - pos >= cfg.part_size:
-                        await start_part(joined[pos: pos + cfg.part_size])
+                        await start_part(joined[pos : pos + cfg.part_size])
                         pos += cfg.part_size
                     pending = [joined[pos:]] if pos < len(joined) else []
                     pending_len = len(joined) - pos
@@ -293,8 +327,12 @@ class S3RemoteStorageManager(RemoteStorageManager):
 
             async def complete(c: Any) -> None:
                 await c.complete_multipart_upload(
-                    Bucket=cfg.bucket, Key=key, UploadId=upload_id,
-                    MultipartUpload={"Parts": [{"ETag": parts[n], "PartNumber": n} for n in sorted(parts)]})
+                    Bucket=cfg.bucket,
+                    Key=key,
+                    UploadId=upload_id,
+                    MultipartUpload={"Parts": [{"ETag": parts[n], "PartNumber": n} for n in sorted(parts)]},
+                )
+
             await self.s3.call(f"CompleteMultipartUpload {key}", complete)
         except BaseException:
             for t in inflight:
@@ -305,6 +343,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
 
                 async def abort(c: Any) -> None:
                     await c.abort_multipart_upload(Bucket=cfg.bucket, Key=key, UploadId=upload_id)
+
                 # bounded: a dead endpoint must not hold the caller (S3 lifecycle rules reap what stays)
                 with contextlib.suppress(Exception):
                     async with asyncio.timeout(self.config.attempt_timeout_s):
@@ -346,8 +385,9 @@ class S3RemoteStorageManager(RemoteStorageManager):
         self._remember_manifest(metadata, m)
         return m
 
-    async def fetch_log_segment(self, metadata: RemoteLogSegmentMetadata, start_position: int,
-                                end_position: int | None = None) -> bytes:
+    async def fetch_log_segment(
+        self, metadata: RemoteLogSegmentMetadata, start_position: int, end_position: int | None = None
+    ) -> bytes:
         pieces = await self.fetch_log_segment_pieces(metadata, start_position, end_position)
         if len(pieces) == 1:
             whole = pieces[0].obj
@@ -357,21 +397,23 @@ class S3RemoteStorageManager(RemoteStorageManager):
             out += piece
         return out  # type: ignore[return-value]  # a bytearray: one copy fewer of up to a fetch's max.bytes
 
-    async def fetch_log_segment_into(self, metadata: RemoteLogSegmentMetadata, start_position: int,
-                                     buffer: memoryview) -> int:
+    async def fetch_log_segment_into(
+        self, metadata: RemoteLogSegmentMetadata, start_position: int, buffer: memoryview
+    ) -> int:
         resolve_range(start_position, None, 1 << 62)  # argument errors before any I/O
         if not len(buffer):
             return 0
         manifest = await self.get_manifest(metadata)
-        if self.chunk_cache is not None or manifest.compression:     # the bytes pass through chunks anyway
+        if self.chunk_cache is not None or manifest.compression:  # the bytes pass through chunks anyway
             return await super().fetch_log_segment_into(metadata, start_position, buffer)
         start, stop = resolve_range(start_position, start_position + len(buffer) - 1, manifest.original_size)
         if start == stop:
             return 0
-        return len(await self.s3.get(self.object_key(metadata, LOG_SUFFIX), start, stop, into=buffer[:stop - start]))
+        return len(await self.s3.get(self.object_key(metadata, LOG_SUFFIX), start, stop, into=buffer[: stop - start]))
 
-    async def fetch_log_segment_pieces(self, metadata: RemoteLogSegmentMetadata, start_position: int,
-                                       end_position: int | None = None) -> list[memoryview]:
+    async def fetch_log_segment_pieces(
+        self, metadata: RemoteLogSegmentMetadata, start_position: int, end_position: int | None = None
+    ) -> list[memoryview]:
         resolve_range(start_position, end_position, 1 << 62)  # argument errors before any I/O
         manifest = await self.get_manifest(metadata)
         start, stop = resolve_range(start_position, end_position, manifest.original_size)
@@ -383,9 +425,13 @@ class S3RemoteStorageManager(RemoteStorageManager):
         indices = manifest.chunks_for(start, stop)
         loader = functools.partial(self._load_chunk, key, manifest)
         if self.chunk_cache is not None:
-            chunks = await self.chunk_cache.get_chunks(metadata.remote_log_segment_id.id_str, indices, loader,
-                                                       chunk_count=manifest.chunk_count,
-                                                       run_loader=self._run_loader(key, manifest))
+            chunks = await self.chunk_cache.get_chunks(
+                metadata.remote_log_segment_id.id_str,
+                indices,
+                loader,
+                chunk_count=manifest.chunk_count,
+                run_loader=self._run_loader(key, manifest),
+            )
         else:
             chunks = list(await asyncio.gather(*(loader(i) for i in indices)))
         pieces: list[memoryview] = []
@@ -455,8 +501,14 @@ class S3RemoteStorageManager(RemoteStorageManager):
                 # views on the received blocks, no copy, except where a block is shared with the next or previous
                 # chunk: that part is copied, so that a cached chunk holds exactly its own bytes (the cache counts
                 # them)
-                out.append(BufferChain([v if isinstance(v.obj, bytes) and len(v) == len(v.obj) else bytes(v)
-                                        for v in whole.views(a - start, b - start)]))
+                out.append(
+                    BufferChain(
+                        [
+                            v if isinstance(v.obj, bytes) and len(v) == len(v.obj) else bytes(v)
+                            for v in whole.views(a - start, b - start)
+                        ]
+                    )
+                )
         return out
 
     async def _load_chunk(self, key: str, manifest: SegmentManifest, i: int) -> Chunk:
@@ -464,7 +516,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
         o0, o1 = manifest.original_chunk_range(i)
         if manifest.compression:
             return await self._run(decompress_chunk, await self.s3.get(key, s0, s1), o1 - o0)
-        return await self.s3.get(key, s0, s1, joined=False)    # the received blocks: fetch reads serve views on them
+        return await self.s3.get(key, s0, s1, joined=False)  # the received blocks: fetch reads serve views on them
 
     async def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
         return await self.s3.get(self.object_key(metadata, IndexType(index_type).suffix))
@@ -480,8 +532,9 @@ class S3RemoteStorageManager(RemoteStorageManager):
     async def _delete_objects(self, metadata: RemoteLogSegmentMetadata) -> None:
         # the manifest first: a reader racing the delete fails fast with "not found"
         await self.s3.delete(self.object_key(metadata, MANIFEST_SUFFIX))
-        results = await asyncio.gather(*(self.s3.delete(self.object_key(metadata, s)) for s in SEGMENT_FILE_SUFFIXES),
-                                       return_exceptions=True)
+        results = await asyncio.gather(
+            *(self.s3.delete(self.object_key(metadata, s)) for s in SEGMENT_FILE_SUFFIXES), return_exceptions=True
+        )
         for r in results:
             if isinstance(r, BaseException):
                 raise r
@@ -492,11 +545,13 @@ class S3RemoteStorageManager(RemoteStorageManager):
         keys: list[str] = []
         token: str | None = None
         while True:
+
             async def op(c: Any, token: str | None = token) -> dict[str, Any]:
                 kw: dict[str, Any] = {"Bucket": self.config.bucket, "Prefix": prefix}
                 if token:
                     kw["ContinuationToken"] = token
                 return await c.list_objects_v2(**kw)
+
             page = await self.s3.call(f"LIST {prefix}", op)
             keys.extend(o["Key"] for o in page.get("Contents", ()))
             if not page.get("IsTruncated"):
@@ -510,6 +565,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
         async def one(k: str) -> None:
             async with slots:
                 await self.s3.delete(k)
+
         results = await asyncio.gather(*(one(k) for k in keys), return_exceptions=True)
         for r in results:
             if isinstance(r, BaseException):

@@ -5,6 +5,7 @@ operations (PUT, ranged GET read block by block, DELETE), with their counters.
 `get` is on the cold-read path: a ranged GET's body is read block by block from aiohttp (`_read_body`), or written
 straight into the caller's buffer (`_read_body_into`), never joined twice.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -50,10 +51,14 @@ class S3Stats:
 
 def _warm_botocore_loader(session: Any) -> None:
     loader = session.get_component("data_loader")
-    for load, args in ((loader.load_service_model, ("s3", "service-2")),
-                       (loader.load_service_model, ("s3", "endpoint-rule-set-1")),
-                       (loader.load_data, ("endpoints",)), (loader.load_data, ("partitions",)),
-                       (loader.load_data, ("sdk-default-configuration",)), (loader.load_data, ("_retry",))):
+    for load, args in (
+        (loader.load_service_model, ("s3", "service-2")),
+        (loader.load_service_model, ("s3", "endpoint-rule-set-1")),
+        (loader.load_data, ("endpoints",)),
+        (loader.load_data, ("partitions",)),
+        (loader.load_data, ("sdk-default-configuration",)),
+        (loader.load_data, ("_retry",)),
+    ):
         with contextlib.suppress(Exception):
             load(*args)
 
@@ -63,9 +68,9 @@ def _http_timestamp(value: Any) -> datetime.datetime:
     default) took about a tenth of a cold remote read's CPU, for Last-Modified headers nobody here reads."""
     if isinstance(value, str):
         with contextlib.suppress(TypeError, ValueError):
-            return email.utils.parsedate_to_datetime(value)         # RFC 7231 (HTTP headers)
+            return email.utils.parsedate_to_datetime(value)  # RFC 7231 (HTTP headers)
         with contextlib.suppress(ValueError):
-            return datetime.datetime.fromisoformat(value)            # ISO 8601 (XML bodies)
+            return datetime.datetime.fromisoformat(value)  # ISO 8601 (XML bodies)
     return botocore.utils.parse_timestamp(value)
 
 
@@ -73,9 +78,22 @@ class _ShortRead(Exception):
     """The body ended before the announced length (a dropped connection): retriable."""
 
 
-_RETRIABLE_CODES = {"InternalError", "ServiceUnavailable", "SlowDown", "RequestTimeout", "Throttling", "BadDigest",
-                    "ThrottlingException", "RequestTimeTooSkewed", "TooManyRequests", "RequestLimitExceeded",
-                    "503", "500", "502", "504"}
+_RETRIABLE_CODES = {
+    "InternalError",
+    "ServiceUnavailable",
+    "SlowDown",
+    "RequestTimeout",
+    "Throttling",
+    "BadDigest",
+    "ThrottlingException",
+    "RequestTimeTooSkewed",
+    "TooManyRequests",
+    "RequestLimitExceeded",
+    "503",
+    "500",
+    "502",
+    "504",
+}
 _NOT_FOUND_CODES = {"NoSuchKey", "404", "NotFound", "NoSuchUpload"}
 
 
@@ -99,7 +117,7 @@ async def _read_body(body: Any, joined: bool = True) -> bytes | BufferChain:
         block, end_of_http_chunk = await content.readchunk()
         if block:
             blocks.append(block)
-        elif not end_of_http_chunk:      # (b"", False): the end of the body
+        elif not end_of_http_chunk:  # (b"", False): the end of the body
             break
     if len(blocks) == 1:
         return blocks[0]
@@ -114,8 +132,8 @@ async def _read_body_into(body: Any, into: memoryview) -> memoryview:
         data = await body.read()
         if len(data) > len(into):
             raise _ShortRead(f"got {len(data)} bytes for a range of {len(into)}")
-        into[:len(data)] = data
-        return into[:len(data)]
+        into[: len(data)] = data
+        return into[: len(data)]
     at = 0
     while True:
         block, end_of_http_chunk = await content.readchunk()
@@ -125,7 +143,7 @@ async def _read_body_into(body: Any, into: memoryview) -> memoryview:
                 raise _ShortRead(f"got more than the {len(into)} bytes of the range")
             into[at:end] = block
             at = end
-        elif not end_of_http_chunk:      # (b"", False): the end of the body
+        elif not end_of_http_chunk:  # (b"", False): the end of the body
             return into[:at]
 
 
@@ -141,7 +159,8 @@ class S3Client:
         self._client_lock: asyncio.Lock | None = None
         self._stack: contextlib.AsyncExitStack | None = None
         self._get_slots: asyncio.Semaphore | None = (
-            asyncio.Semaphore(config.max_connections) if client is not None else None)
+            asyncio.Semaphore(config.max_connections) if client is not None else None
+        )
         self._closed = False
 
     async def get_client(self) -> Any:
@@ -155,25 +174,31 @@ class S3Client:
             if self._client is None:
                 cfg = self.config
                 aio_cfg = AioConfig(
-                    region_name=cfg.region, signature_version="s3v4",
+                    region_name=cfg.region,
+                    signature_version="s3v4",
                     # UNSIGNED-PAYLOAD as over https, on http too: SigV4's SHA-256 of every uploaded byte ran on
                     # the event loop (~0.6 s of CPU per GiB); an x-amz-checksum-crc32c header (_checksum) guards
                     # the bytes instead, checked by the server, for about 1/14 of the cost
                     s3={"addressing_style": "path" if cfg.path_style else "auto", "payload_signing_enabled": False},
                     retries={"total_max_attempts": 1, "mode": "standard"},
-                    connect_timeout=cfg.attempt_timeout_s, read_timeout=cfg.attempt_timeout_s,
+                    connect_timeout=cfg.attempt_timeout_s,
+                    read_timeout=cfg.attempt_timeout_s,
                     max_pool_connections=cfg.max_connections,
                     # S3 clones (older MinIO, SeaweedFS, moto) differ on the new default checksums: only when needed
-                    request_checksum_calculation="when_required", response_checksum_validation="when_required")
+                    request_checksum_calculation="when_required",
+                    response_checksum_validation="when_required",
+                )
                 kwargs: dict[str, Any] = {"config": aio_cfg, "region_name": cfg.region}
                 if cfg.endpoint_url:
                     kwargs["endpoint_url"] = cfg.endpoint_url
                 if cfg.access_key_id is not None:
-                    kwargs.update(aws_access_key_id=cfg.access_key_id, aws_secret_access_key=cfg.secret_access_key,
-                                  aws_session_token=cfg.session_token)
+                    kwargs.update(
+                        aws_access_key_id=cfg.access_key_id,
+                        aws_secret_access_key=cfg.secret_access_key,
+                        aws_session_token=cfg.session_token,
+                    )
                 session = get_session()
-                session.get_component("response_parser_factory").set_parser_defaults(
-                    timestamp_parser=_http_timestamp)
+                session.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=_http_timestamp)
                 # botocore parses its big JSON models synchronously inside create_client (~0.5 s): do that in a
                 # thread first so the event loop only sees cache hits
                 await self._run(_warm_botocore_loader, session)
@@ -206,8 +231,9 @@ class S3Client:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self.stats.timeouts += 1
-                raise RemoteStorageTimeoutError(f"{what}: no success within {cfg.api_call_timeout_s:.1f}s "
-                                                f"({attempt - 1} attempts)")
+                raise RemoteStorageTimeoutError(
+                    f"{what}: no success within {cfg.api_call_timeout_s:.1f}s ({attempt - 1} attempts)"
+                )
             self.stats.requests += 1
             try:
                 async with asyncio.timeout(min(cfg.attempt_timeout_s, remaining)):
@@ -215,7 +241,8 @@ class S3Client:
             except TimeoutError:
                 self.stats.timeouts += 1
                 err: RemoteStorageError = RemoteStorageTimeoutError(
-                    f"{what}: attempt {attempt} timed out after {min(cfg.attempt_timeout_s, remaining):.1f}s")
+                    f"{what}: attempt {attempt} timed out after {min(cfg.attempt_timeout_s, remaining):.1f}s"
+                )
             except ClientError as e:
                 code = str(e.response.get("Error", {}).get("Code", ""))
                 status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0
@@ -250,29 +277,47 @@ class S3Client:
         return {"ChecksumCRC32C": base64.b64encode(crc32c.crc32c(body).to_bytes(4, "big")).decode()}
 
     async def put(self, key: str, body: bytes) -> None:
-        checksum = self.checksum(body)          # once, not per attempt
+        checksum = self.checksum(body)  # once, not per attempt
 
         async def op(c: Any) -> None:
             await c.put_object(Bucket=self.config.bucket, Key=key, Body=body, **checksum)
+
         await self.call(f"PUT {key}", op)
         self.stats.bytes_uploaded += len(body)
 
     @overload
-    async def get(self, key: str, start: int | None = None, stop: int | None = None, *,
-                  joined: Literal[True] = True, into: None = None) -> bytes: ...
+    async def get(
+        self,
+        key: str,
+        start: int | None = None,
+        stop: int | None = None,
+        *,
+        joined: Literal[True] = True,
+        into: None = None,
+    ) -> bytes: ...
     @overload
-    async def get(self, key: str, start: int | None = None, stop: int | None = None, *,
-                  joined: bool, into: None = None) -> bytes | BufferChain: ...
+    async def get(
+        self, key: str, start: int | None = None, stop: int | None = None, *, joined: bool, into: None = None
+    ) -> bytes | BufferChain: ...
     @overload
-    async def get(self, key: str, start: int | None = None, stop: int | None = None, *,
-                  joined: bool = True, into: memoryview) -> memoryview: ...
+    async def get(
+        self, key: str, start: int | None = None, stop: int | None = None, *, joined: bool = True, into: memoryview
+    ) -> memoryview: ...
 
-    async def get(self, key: str, start: int | None = None, stop: int | None = None, *,
-                   joined: bool = True, into: memoryview | None = None) -> bytes | BufferChain | memoryview:
+    async def get(
+        self,
+        key: str,
+        start: int | None = None,
+        stop: int | None = None,
+        *,
+        joined: bool = True,
+        into: memoryview | None = None,
+    ) -> bytes | BufferChain | memoryview:
         """The object, or its bytes [start, stop) with a ranged GET (length verified); not `joined`: possibly a
         BufferChain of the received blocks (chunks the read path serves as they are); `into`: written into that
         buffer as the blocks arrive (an attempt that fails part-way is retried from its start), and the part it
         filled returned."""
+
         async def op(c: Any) -> bytes | BufferChain | memoryview:
             kw: dict[str, Any] = {"Bucket": self.config.bucket, "Key": key}
             if start is not None:
@@ -299,6 +344,7 @@ class S3Client:
     async def delete(self, key: str) -> None:
         async def op(c: Any) -> None:
             await c.delete_object(Bucket=self.config.bucket, Key=key)
+
         try:
             await self.call(f"DELETE {key}", op)
         except RemoteResourceNotFoundError:

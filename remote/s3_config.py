@@ -1,4 +1,5 @@
 """S3RemoteStorageManager's configuration: the `rsm.config.*` keys (prefix removed) as a typed, validated dataclass."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
@@ -47,25 +48,36 @@ class S3Config:
     checksum: bool = True
 
     _KEYS: ClassVar[dict[str, tuple[str, Callable[[Any], Any]]]] = {
-        "s3.bucket.name": ("bucket", str), "s3.region": ("region", str), "s3.endpoint.url": ("endpoint_url", str),
-        "s3.path.style.access.enabled": ("path_style", _bool), "key.prefix": ("key_prefix", str),
-        "aws.access.key.id": ("access_key_id", str), "aws.secret.access.key": ("secret_access_key", str),
-        "aws.session.token": ("session_token", str), "chunk.size": ("chunk_size", int),
-        "compression.enabled": ("compression", _bool), "compression.zstd.level": ("compression_level", int),
+        "s3.bucket.name": ("bucket", str),
+        "s3.region": ("region", str),
+        "s3.endpoint.url": ("endpoint_url", str),
+        "s3.path.style.access.enabled": ("path_style", _bool),
+        "key.prefix": ("key_prefix", str),
+        "aws.access.key.id": ("access_key_id", str),
+        "aws.secret.access.key": ("secret_access_key", str),
+        "aws.session.token": ("session_token", str),
+        "chunk.size": ("chunk_size", int),
+        "compression.enabled": ("compression", _bool),
+        "compression.zstd.level": ("compression_level", int),
         "compression.heuristic.enabled": ("compression_heuristic", _bool),
         "s3.multipart.upload.part.size": ("part_size", int),
         "s3.multipart.upload.concurrency": ("upload_concurrency", int),
         "s3.api.call.timeout.ms": ("api_call_timeout_s", lambda v: int(v) / 1000),
         "s3.api.call.attempt.timeout.ms": ("attempt_timeout_s", lambda v: int(v) / 1000),
-        "s3.retry.max.attempts": ("max_attempts", int), "s3.retry.backoff.ms": ("backoff_s", lambda v: int(v) / 1000),
+        "s3.retry.max.attempts": ("max_attempts", int),
+        "s3.retry.backoff.ms": ("backoff_s", lambda v: int(v) / 1000),
         "s3.retry.backoff.max.ms": ("backoff_max_s", lambda v: int(v) / 1000),
-        "s3.max.connections": ("max_connections", int), "fetch.chunk.cache.size": ("cache_memory_bytes", int),
-        "fetch.chunk.cache.path": ("cache_disk_path", Path), "fetch.chunk.cache.disk.size": ("cache_disk_bytes", int),
+        "s3.max.connections": ("max_connections", int),
+        "fetch.chunk.cache.size": ("cache_memory_bytes", int),
+        "fetch.chunk.cache.path": ("cache_disk_path", Path),
+        "fetch.chunk.cache.disk.size": ("cache_disk_bytes", int),
         "fetch.chunk.cache.prefetch.max.size": ("prefetch_bytes", int),
         "fetch.manifest.cache.size": ("manifest_cache_entries", int),
         "s3.checksum.check.enabled": ("checksum", _bool),
-        "custom.metadata.fields.include": ("custom_metadata_fields",
-                                           lambda v: tuple(x.strip().upper() for x in str(v).split(",") if x.strip())),
+        "custom.metadata.fields.include": (
+            "custom_metadata_fields",
+            lambda v: tuple(x.strip().upper() for x in str(v).split(",") if x.strip()),
+        ),
     }
 
     @classmethod

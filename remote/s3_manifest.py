@@ -1,5 +1,6 @@
 """How an S3 segment's `.log` is stored: the chunk maths and the JSON manifest (`.rsm-manifest`), zstd chunks, and
 the manifest hint carried in the segment's custom metadata (KIP-917). Pure: no I/O but a file's first batch header."""
+
 from __future__ import annotations
 
 import json
@@ -13,7 +14,7 @@ import zstandard
 from .rsm import RemoteStorageError
 
 MANIFEST_SUFFIX = ".rsm-manifest"
-MANIFEST_HINT = "c"             # custom metadata key: [chunk size, size] of an untransformed segment
+MANIFEST_HINT = "c"  # custom metadata key: [chunk size, size] of an untransformed segment
 COMPRESSION_ZSTD = "zstd"
 
 
@@ -80,21 +81,29 @@ class SegmentManifest:
         return range(start // self.chunk_size, (stop - 1) // self.chunk_size + 1)
 
     def to_json(self) -> bytes:
-        return json.dumps({"version": self.version, "chunk_size": self.chunk_size,
-                           "original_size": self.original_size, "compression": self.compression,
-                           "stored_chunk_sizes": list(self.stored_chunk_sizes)
-                           if self.stored_chunk_sizes is not None else None},
-                          separators=(",", ":")).encode()
+        return json.dumps(
+            {
+                "version": self.version,
+                "chunk_size": self.chunk_size,
+                "original_size": self.original_size,
+                "compression": self.compression,
+                "stored_chunk_sizes": list(self.stored_chunk_sizes) if self.stored_chunk_sizes is not None else None,
+            },
+            separators=(",", ":"),
+        ).encode()
 
     @classmethod
     def from_json(cls, raw: bytes) -> SegmentManifest:
         try:
             d = json.loads(raw)
             sizes = d.get("stored_chunk_sizes")
-            return cls(chunk_size=int(d["chunk_size"]), original_size=int(d["original_size"]),
-                       compression=d.get("compression"),
-                       stored_chunk_sizes=tuple(sizes) if sizes is not None else None,
-                       version=int(d.get("version", 1)))
+            return cls(
+                chunk_size=int(d["chunk_size"]),
+                original_size=int(d["original_size"]),
+                compression=d.get("compression"),
+                stored_chunk_sizes=tuple(sizes) if sizes is not None else None,
+                version=int(d.get("version", 1)),
+            )
         except (ValueError, KeyError, TypeError) as e:
             raise RemoteStorageError(f"corrupt segment manifest: {e}", retriable=False) from e
 
@@ -110,8 +119,7 @@ def decompress_chunk(data: bytes, expected_size: int) -> bytes:
     except zstandard.ZstdError as e:
         raise RemoteStorageError(f"corrupt compressed chunk: {e}", retriable=False) from e
     if len(out) != expected_size:
-        raise RemoteStorageError(f"chunk decompressed to {len(out)} bytes, expected {expected_size}",
-                                 retriable=False)
+        raise RemoteStorageError(f"chunk decompressed to {len(out)} bytes, expected {expected_size}", retriable=False)
     return out
 
 

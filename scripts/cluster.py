@@ -10,6 +10,7 @@ EXTERNAL listener -- broker i on port+i-1 -- and brokers reach each other on INT
 survive a restart of the script (--fresh wipes them first). Ctrl-C (or SIGTERM) stops everything: the brokers
 first (controlled shutdown), then etcd and SeaweedFS.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,16 +36,20 @@ _COMPOSE_ONLY = {"metadata.store.connect", "log.dirs", "metrics.listener", "rsm.
 
 def node_settings(seaweed: SeaweedServer) -> dict[str, object]:
     """config/cluster-node.properties for brokers on loopback next to `seaweed` (run with split listeners)."""
-    props = {k: v for k, v in parse_properties((REPO / "config/cluster-node.properties").read_text()).items()
-             if k not in _COMPOSE_ONLY}
+    props = {
+        k: v
+        for k, v in parse_properties((REPO / "config/cluster-node.properties").read_text()).items()
+        if k not in _COMPOSE_ONLY
+    }
     props.update({f"rsm.config.{k}": v for k, v in seaweed.rsm_config().items()})
     props.update({"group.initial.rebalance.delay.ms": 0, "remote.log.manager.task.interval.ms": 5000})
     return props
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="make cluster", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="make cluster", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--data-dir", type=Path, default=REPO / "strata-cluster")
     ap.add_argument("--brokers", type=int, default=3)
     ap.add_argument("--port", type=int, default=9092, help="Kafka port of broker 1 (broker i: port+i-1)")
@@ -91,16 +96,25 @@ def run(args: argparse.Namespace) -> int:
     try:
         print("starting etcd and the brokers ...", flush=True)
         ports = {i: (args.port + i - 1, args.metrics_port + i - 1) for i in range(1, args.brokers + 1)}
-        cluster = StrataCluster(args.data_dir, size=args.brokers, defaults=node_settings(seaweed), ports=ports,
-                                split_listeners=True, start_timeout=60)
+        cluster = StrataCluster(
+            args.data_dir,
+            size=args.brokers,
+            defaults=node_settings(seaweed),
+            ports=ports,
+            split_listeners=True,
+            start_timeout=60,
+        )
         cluster.start()
         print(banner(cluster, seaweed), flush=True)
         while not stop.wait(1.0):
             for i, b in cluster.brokers.items():
                 if b.proc is not None and b.proc.poll() is not None and not getattr(b, "_reported", False):
                     b._reported = True  # type: ignore[attr-defined]
-                    print(f"broker {i} exited with code {b.proc.returncode}; last lines of {b.output_path}:\n"
-                          f"{b.tail(20)}", flush=True)
+                    print(
+                        f"broker {i} exited with code {b.proc.returncode}; last lines of {b.output_path}:\n"
+                        f"{b.tail(20)}",
+                        flush=True,
+                    )
         print("\nstopping ...", flush=True)
     finally:
         if cluster is not None:
@@ -114,17 +128,25 @@ def banner(cluster: StrataCluster, seaweed: SeaweedServer) -> str:
     lines = ["", "Strata cluster is up.", f"  bootstrap servers: {cluster.bootstrap}", "  brokers:"]
     for i, b in cluster.brokers.items():
         rack = b.overrides.get("broker.rack", "")
-        lines.append(f"    {i} ({rack}): {b.bootstrap} (inter-broker 127.0.0.1:{b.internal_port})  "
-                     f"metrics {b.metrics_url}  pid {b.pid}  log {b.output_path}")
+        lines.append(
+            f"    {i} ({rack}): {b.bootstrap} (inter-broker 127.0.0.1:{b.internal_port})  "
+            f"metrics {b.metrics_url}  pid {b.pid}  log {b.output_path}"
+        )
     assert cluster.etcd is not None
-    lines += [f"  etcd: {cluster.etcd.url} (pid {cluster.etcd.pid})",
-              f"  S3 (SeaweedFS): {seaweed.endpoint} bucket {seaweed.bucket} (pid {seaweed.pid})",
-              "", "Try:",
-              (f"  .venv/bin/strata topics --bootstrap-server {cluster.brokers[1].bootstrap} create --topic demo "
-               "--partitions 3 --replication-factor 3 --config remote.storage.enable=true "
-               "--config local.retention.ms=60000 --config segment.bytes=1048576"),
-              f"  .venv/bin/strata topics --bootstrap-server {cluster.brokers[1].bootstrap} describe --topic demo",
-              "", "Ctrl-C stops everything."]
+    lines += [
+        f"  etcd: {cluster.etcd.url} (pid {cluster.etcd.pid})",
+        f"  S3 (SeaweedFS): {seaweed.endpoint} bucket {seaweed.bucket} (pid {seaweed.pid})",
+        "",
+        "Try:",
+        (
+            f"  .venv/bin/strata topics --bootstrap-server {cluster.brokers[1].bootstrap} create --topic demo "
+            "--partitions 3 --replication-factor 3 --config remote.storage.enable=true "
+            "--config local.retention.ms=60000 --config segment.bytes=1048576"
+        ),
+        f"  .venv/bin/strata topics --bootstrap-server {cluster.brokers[1].bootstrap} describe --topic demo",
+        "",
+        "Ctrl-C stops everything.",
+    ]
     return "\n".join(lines)
 
 

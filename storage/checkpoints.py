@@ -4,6 +4,7 @@ the old or the new file, never a torn one.
 OffsetCheckpointFile holds `recovery-point-offset-checkpoint`, `log-start-offset-checkpoint` and
 `replication-offset-checkpoint` in each log dir: "0\\n<count>\\n<topic> <partition> <offset>\\n...".
 """
+
 from __future__ import annotations
 
 import os
@@ -33,7 +34,7 @@ def atomic_write(path: Path, data: bytes, sync: bool = True) -> None:
     try:
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         if sync:
             os.fsync(fd)
     finally:
@@ -100,6 +101,15 @@ class OffsetCheckpointFile:
         return out
 
 
-__all__ = ["OffsetCheckpointFile", "atomic_write", "fsync_path", "parse_checkpoint_lines",
-           "read_checkpoint_lines", "write_checkpoint_lines", "CheckpointFormatError", "RECOVERY_POINT_CHECKPOINT",
-           "LOG_START_OFFSET_CHECKPOINT", "REPLICATION_OFFSET_CHECKPOINT"]
+__all__ = [
+    "OffsetCheckpointFile",
+    "atomic_write",
+    "fsync_path",
+    "parse_checkpoint_lines",
+    "read_checkpoint_lines",
+    "write_checkpoint_lines",
+    "CheckpointFormatError",
+    "RECOVERY_POINT_CHECKPOINT",
+    "LOG_START_OFFSET_CHECKPOINT",
+    "REPLICATION_OFFSET_CHECKPOINT",
+]

@@ -24,6 +24,7 @@ The cleaned group replaces its segments through `UnifiedLog.replace_segments` (s
 crash-safe `.cleaned` / `.swap` file protocol and its startup completion); the offset map is storage/offset_map.py
 and the record codec storage/record_codec.py.
 """
+
 from __future__ import annotations
 
 import math
@@ -70,9 +71,14 @@ class CleaningAbortedError(Exception):
 # ---------------------------------------------------------------------------------------------------------------
 # helpers over segments
 
-def iter_segment_batches(seg: LogSegment, start: int = 0, end: int | None = None, chunk: int = 512 * 1024,
-                         on_read: Callable[[int], None] | None = None
-                         ) -> Iterator[tuple[int, BatchHeader, memoryview]]:
+
+def iter_segment_batches(
+    seg: LogSegment,
+    start: int = 0,
+    end: int | None = None,
+    chunk: int = 512 * 1024,
+    on_read: Callable[[int], None] | None = None,
+) -> Iterator[tuple[int, BatchHeader, memoryview]]:
     """(position, header, batch bytes) for every complete batch in [start, end) of `seg`, read `chunk` bytes at a
     time through the segment's own fd (valid even once the file is unlinked)."""
     end = seg.size if end is None else end
@@ -99,7 +105,7 @@ def iter_segment_batches(seg: LogSegment, start: int = 0, end: int | None = None
                 on_read(len(buf))
             if len(buf) < size:
                 return
-        yield pos, h, memoryview(buf)[rel:rel + size]
+        yield pos, h, memoryview(buf)[rel : rel + size]
         pos += size
 
 
@@ -118,8 +124,9 @@ def segments_overlapping(segments: list[LogSegment], start: int, end: int) -> li
     return out
 
 
-def group_segments_by_size(segments: list[LogSegment], max_size: int, max_index_size: int,
-                           first_uncleanable: int) -> list[list[LogSegment]]:
+def group_segments_by_size(
+    segments: list[LogSegment], max_size: int, max_index_size: int, first_uncleanable: int
+) -> list[list[LogSegment]]:
     """Consecutive segments grouped so each group's log data and each of its indexes stay within the limits and
     its offsets fit one segment's int32 relative offsets (Kafka's groupSegmentsBySize)."""
     groups: list[list[LogSegment]] = []
@@ -134,9 +141,12 @@ def group_segments_by_size(segments: list[LogSegment], max_size: int, max_index_
         while i < n:
             s = segments[i]
             last = segments[i + 1].base_offset - 1 if i + 1 < n else first_uncleanable - 1
-            if (log_size + s.size <= max_size and idx_size + s.offset_index.size_in_bytes <= max_index_size
-                    and tidx_size + s.time_index.size_in_bytes <= max_index_size
-                    and (s.size == 0 or last - group[0].base_offset <= INT32_MAX)):
+            if (
+                log_size + s.size <= max_size
+                and idx_size + s.offset_index.size_in_bytes <= max_index_size
+                and tidx_size + s.time_index.size_in_bytes <= max_index_size
+                and (s.size == 0 or last - group[0].base_offset <= INT32_MAX)
+            ):
                 group.append(s)
                 log_size += s.size
                 idx_size += s.offset_index.size_in_bytes
@@ -176,12 +186,19 @@ class Throttler:
 # ---------------------------------------------------------------------------------------------------------------
 # the cleaned segment being written
 
+
 class CleanedSegmentWriter:
     """Writes `<base>.log.cleaned` with `.index.cleaned` / `.timeindex.cleaned` (Kafka's index formats, the same
     indexing rule as LogSegment), buffering writes `io_buffer_size` bytes at a time."""
 
-    def __init__(self, dir: Path, base_offset: int, index_interval_bytes: int, max_index_size: int,
-                 io_buffer_size: int = 512 * 1024) -> None:
+    def __init__(
+        self,
+        dir: Path,
+        base_offset: int,
+        index_interval_bytes: int,
+        max_index_size: int,
+        io_buffer_size: int = 512 * 1024,
+    ) -> None:
         self.dir = Path(dir)
         self.base_offset = base_offset
         prefix = filename_prefix(base_offset)
@@ -262,6 +279,7 @@ class CleanedSegmentWriter:
 # ---------------------------------------------------------------------------------------------------------------
 # swap (on the owner thread)
 
+
 @dataclass
 class PreparedSegment:
     """A cleaned group waiting to be swapped in: the `.cleaned` files and the segments (with the size and next
@@ -304,6 +322,7 @@ def active_producer_last_offsets(log: UnifiedLog) -> dict[int, int] | None:
 # ---------------------------------------------------------------------------------------------------------------
 # the cleaner
 
+
 @dataclass
 class CleanerStats:
     map_bytes_read: int = 0
@@ -342,11 +361,14 @@ class Cleaner:
     """Cleans one log at a time. `clean` does the heavy work on the calling (worker) thread; each group's swap runs
     through `swap` (default: inline) so a broker can execute it on its event loop."""
 
-    def __init__(self, dedupe_buffer_size: int = broker_default("log.cleaner.dedupe.buffer.size"),
-                 load_factor: float = broker_default("log.cleaner.io.buffer.load.factor"),
-                 io_buffer_size: int = broker_default("log.cleaner.io.buffer.size"),
-                 max_io_bytes_per_second: float = math.inf,
-                 producer_id_expiration_ms: int = broker_default("producer.id.expiration.ms")) -> None:
+    def __init__(
+        self,
+        dedupe_buffer_size: int = broker_default("log.cleaner.dedupe.buffer.size"),
+        load_factor: float = broker_default("log.cleaner.io.buffer.load.factor"),
+        io_buffer_size: int = broker_default("log.cleaner.io.buffer.size"),
+        max_io_bytes_per_second: float = math.inf,
+        producer_id_expiration_ms: int = broker_default("producer.id.expiration.ms"),
+    ) -> None:
         self.dedupe_buffer_size = dedupe_buffer_size
         self.load_factor = load_factor
         self.io_buffer_size = io_buffer_size
@@ -360,8 +382,7 @@ class Cleaner:
             raise CleaningAbortedError("cleaner shutting down")
 
     # -- producers ---------------------------------------------------------------------------------------------
-    def _last_batches_of_producers(self, segments: list[LogSegment], now: int, throttler: Throttler
-                                   ) -> dict[int, int]:
+    def _last_batches_of_producers(self, segments: list[LogSegment], now: int, throttler: Throttler) -> dict[int, int]:
         """producer id -> last offset of its last batch, for producers not expired (last batch's max timestamp
         within producer.id.expiration.ms). Read from the batch headers of the whole log."""
         last: dict[int, tuple[int, int]] = {}
@@ -376,8 +397,9 @@ class Cleaner:
         return {pid: off for pid, (off, ts) in last.items() if ts >= horizon or ts < 0}
 
     # -- the map -------------------------------------------------------------------------------------------------
-    def build_offset_map(self, segments: list[LogSegment], start: int, end: int, stats: CleanerStats,
-                         throttler: Throttler) -> OffsetMap:
+    def build_offset_map(
+        self, segments: list[LogSegment], start: int, end: int, stats: CleanerStats, throttler: Throttler
+    ) -> OffsetMap:
         dirty = segments_overlapping(segments, start, end)
         expected = 0
         for seg in dirty:
@@ -393,8 +415,9 @@ class Cleaner:
             omap.update_latest_offset(max(omap.latest_offset, next_start - 1))
         return omap
 
-    def _map_segment(self, seg: LogSegment, omap: OffsetMap, start: int, end: int, stats: CleanerStats,
-                     throttler: Throttler) -> bool:
+    def _map_segment(
+        self, seg: LogSegment, omap: OffsetMap, start: int, end: int, stats: CleanerStats, throttler: Throttler
+    ) -> bool:
         """Add the segment's keys at offsets >= start; True when the map filled up (a partial segment)."""
         _, pos = seg.offset_index.lookup(start)
 
@@ -420,8 +443,14 @@ class Cleaner:
         return False
 
     # -- cleaning ------------------------------------------------------------------------------------------------
-    def clean(self, log: UnifiedLog, first_dirty: int, first_uncleanable: int, now_ms: int | None = None,
-              swap: SwapRunner = run_direct) -> CleanResult:
+    def clean(
+        self,
+        log: UnifiedLog,
+        first_dirty: int,
+        first_uncleanable: int,
+        now_ms: int | None = None,
+        swap: SwapRunner = run_direct,
+    ) -> CleanResult:
         """Clean `log` from its start up to where the offset map over [first_dirty, first_uncleanable) reached.
 
         Returns the end offset (the next cleaner checkpoint). Raises CleaningAbortedError when stopped or when the
@@ -452,8 +481,9 @@ class Cleaner:
         delete_retention_ms = cfg.values["delete.retention.ms"]
         for group in groups:
             self.check_done()
-            prepared = self._clean_group(log, group, omap, now, delete_retention_ms, producers,
-                                         first_uncleanable, stats, throttler)
+            prepared = self._clean_group(
+                log, group, omap, now, delete_retention_ms, producers, first_uncleanable, stats, throttler
+            )
             try:
                 swap(partial(swap_in_cleaned_segment, log, prepared))
             except BaseException:
@@ -464,13 +494,23 @@ class Cleaner:
         self.last_stats = stats
         return CleanResult(end_offset, stats)
 
-    def _clean_group(self, log: UnifiedLog, group: list[LogSegment], omap: OffsetMap, now: int,
-                     delete_retention_ms: int, producers: dict[int, int], upper_bound: int, stats: CleanerStats,
-                     throttler: Throttler) -> PreparedSegment:
+    def _clean_group(
+        self,
+        log: UnifiedLog,
+        group: list[LogSegment],
+        omap: OffsetMap,
+        now: int,
+        delete_retention_ms: int,
+        producers: dict[int, int],
+        upper_bound: int,
+        stats: CleanerStats,
+        throttler: Throttler,
+    ) -> PreparedSegment:
         cfg = log.config
         old_state = [(s.size, s.next_offset) for s in group]
-        writer = CleanedSegmentWriter(log.dir, group[0].base_offset, cfg.index_interval_bytes,
-                                      cfg.segment_index_bytes, self.io_buffer_size)
+        writer = CleanedSegmentWriter(
+            log.dir, group[0].base_offset, cfg.index_interval_bytes, cfg.segment_index_bytes, self.io_buffer_size
+        )
         try:
             latest = omap.latest_offset
             group_end = max(s.next_offset for s in group)
@@ -482,8 +522,9 @@ class Cleaner:
 
             for seg in group:
                 for _, h, batch in iter_segment_batches(seg, 0, seg.size, self.io_buffer_size, on_read):
-                    out = self._filter_batch(h, batch, omap, latest, now, delete_retention_ms, producers,
-                                             upper_bound, group_end, stats)
+                    out = self._filter_batch(
+                        h, batch, omap, latest, now, delete_retention_ms, producers, upper_bound, group_end, stats
+                    )
                     if out is not None:
                         data, max_ts = out
                         writer.append(data, h.last_offset, max_ts)
@@ -499,16 +540,29 @@ class Cleaner:
             raise
         return PreparedSegment(writer, list(group), old_state)
 
-    def _filter_batch(self, h: BatchHeader, batch: memoryview, omap: OffsetMap, latest: int, now: int,
-                      delete_retention_ms: int, producers: dict[int, int], upper_bound: int, group_end: int,
-                      stats: CleanerStats) -> tuple[bytes | memoryview, int] | None:
+    def _filter_batch(
+        self,
+        h: BatchHeader,
+        batch: memoryview,
+        omap: OffsetMap,
+        latest: int,
+        now: int,
+        delete_retention_ms: int,
+        producers: dict[int, int],
+        upper_bound: int,
+        group_end: int,
+        stats: CleanerStats,
+    ) -> tuple[bytes | memoryview, int] | None:
         """The bytes to keep for one batch (and their max timestamp), or None to drop it."""
         if h.is_control:
             stats.messages_read += h.records_count
             stats.messages_written += h.records_count
             return batch, h.max_timestamp
-        retain_empty = ((h.producer_id >= 0 and producers.get(h.producer_id) == h.last_offset)
-                        or h.next_offset == upper_bound or h.next_offset == group_end)
+        retain_empty = (
+            (h.producer_id >= 0 and producers.get(h.producer_id) == h.last_offset)
+            or h.next_offset == upper_bound
+            or h.next_offset == group_end
+        )
         horizon = delete_horizon_of(h)
         keep_deletes = horizon is None or now < horizon
         payload = batch_payload(batch, h)

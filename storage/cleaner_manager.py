@@ -11,6 +11,7 @@ with cleanable bytes whose oldest dirty segment is older than `max.compaction.la
 Cleaning runs in a worker thread per `log.cleaner.threads`; each group's swap is executed on the event loop (see
 storage/cleaner.py), so readers never see a half-swapped segment list.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -67,8 +68,9 @@ class CleanerConfig:
             io_buffer_load_factor=float(get("log.cleaner.io.buffer.load.factor", cls.io_buffer_load_factor)),
             max_io_bytes_per_second=float(rate) if rate is not None else math.inf,
             backoff_ms=int(get("log.cleaner.backoff.ms", cls.backoff_ms)),
-            producer_id_expiration_ms=int(get("producer.id.expiration.ms", cls.producer_id_expiration_ms)
-                                          or cls.producer_id_expiration_ms),
+            producer_id_expiration_ms=int(
+                get("producer.id.expiration.ms", cls.producer_id_expiration_ms) or cls.producer_id_expiration_ms
+            ),
         )
 
 
@@ -238,9 +240,12 @@ class LogCleanerManager:
                 if ltc.total_bytes > 0:
                     dirty.append(ltc)
             self.dirtiest_ratio = max((d.cleanable_ratio for d in dirty), default=0.0)
-            cleanable = [d for d in dirty
-                         if (d.need_compaction_now and d.cleanable_bytes > 0)
-                         or d.cleanable_ratio > d.log.config.values["min.cleanable.dirty.ratio"]]
+            cleanable = [
+                d
+                for d in dirty
+                if (d.need_compaction_now and d.cleanable_bytes > 0)
+                or d.cleanable_ratio > d.log.config.values["min.cleanable.dirty.ratio"]
+            ]
             if not cleanable:
                 return None
             filthiest = max(cleanable, key=lambda d: d.cleanable_ratio)
@@ -276,15 +281,27 @@ class LogCleaner:
     """The cleaner threads. `start`/`shutdown` run it on the broker's event loop; `clean_filthiest_log` is one
     synchronous round (tests, tools)."""
 
-    def __init__(self, config: CleanerConfig, log_dirs: Iterable[Path], logs: Callable[[], Iterable[UnifiedLog]],
-                 is_live: Callable[[UnifiedLog], bool] | None = None) -> None:
+    def __init__(
+        self,
+        config: CleanerConfig,
+        log_dirs: Iterable[Path],
+        logs: Callable[[], Iterable[UnifiedLog]],
+        is_live: Callable[[UnifiedLog], bool] | None = None,
+    ) -> None:
         self.config = config
         self.manager = LogCleanerManager(log_dirs, logs)
         threads = max(config.num_threads, 0)
         per_thread = config.dedupe_buffer_size // max(threads, 1)
-        self.cleaners = [Cleaner(per_thread, config.io_buffer_load_factor, config.io_buffer_size,
-                                 config.max_io_bytes_per_second, config.producer_id_expiration_ms)
-                         for _ in range(threads)]
+        self.cleaners = [
+            Cleaner(
+                per_thread,
+                config.io_buffer_load_factor,
+                config.io_buffer_size,
+                config.max_io_bytes_per_second,
+                config.producer_id_expiration_ms,
+            )
+            for _ in range(threads)
+        ]
         self.is_live = is_live or (lambda _log: True)
         self.cleanings = 0
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
@@ -328,8 +345,9 @@ class LogCleaner:
         return len(self.manager.uncleanable)
 
     # -- one round -----------------------------------------------------------------------------------------
-    def clean_filthiest_log(self, cleaner_index: int = 0, now_ms: int | None = None,
-                            swap: Callable[[Callable[[], Any]], Any] = run_direct) -> bool:
+    def clean_filthiest_log(
+        self, cleaner_index: int = 0, now_ms: int | None = None, swap: Callable[[Callable[[], Any]], Any] = run_direct
+    ) -> bool:
         """Pick and clean one log on this thread; True when a log was cleaned (or its cleaning attempted)."""
         ltc = self.manager.grab_filthiest_log(now_ms)
         if self.manager.checkpoints_pending:
@@ -339,8 +357,9 @@ class LogCleaner:
         self._clean(self.cleaners[cleaner_index], ltc, now_ms, swap)
         return True
 
-    def _clean(self, cleaner: Cleaner, ltc: LogToClean, now_ms: int | None,
-               swap: Callable[[Callable[[], Any]], Any]) -> None:
+    def _clean(
+        self, cleaner: Cleaner, ltc: LogToClean, now_ms: int | None, swap: Callable[[Callable[[], Any]], Any]
+    ) -> None:
         ulog = ltc.log
 
         def guarded_swap(fn: Callable[[], Any]) -> Any:
@@ -348,6 +367,7 @@ class LogCleaner:
                 if not self.is_live(ulog):
                     raise CleaningAbortedError("the log was deleted")
                 return fn()
+
             return swap(run)
 
         name = f"{ulog.topic}-{ulog.partition}"
@@ -370,11 +390,19 @@ class LogCleaner:
         self.manager.done_cleaning(ulog, result.end_offset)
         self.cleanings += 1
         s = result.stats
-        log.info("cleaned log", log=name, dirty_section=[ltc.first_dirty, result.end_offset],
-                 bytes_read=s.bytes_read, bytes_written=s.bytes_written,
-                 size_reduction_pct=round(100 * (1 - s.recopy_ratio), 1) if s.bytes_read else 0.0,
-                 messages_read=s.messages_read, messages_written=s.messages_written, groups=s.groups,
-                 map_utilization_pct=round(100 * s.buffer_utilization, 1), secs=round(s.elapsed_secs, 3))
+        log.info(
+            "cleaned log",
+            log=name,
+            dirty_section=[ltc.first_dirty, result.end_offset],
+            bytes_read=s.bytes_read,
+            bytes_written=s.bytes_written,
+            size_reduction_pct=round(100 * (1 - s.recopy_ratio), 1) if s.bytes_read else 0.0,
+            messages_read=s.messages_read,
+            messages_written=s.messages_written,
+            groups=s.groups,
+            map_utilization_pct=round(100 * s.buffer_utilization, 1),
+            secs=round(s.elapsed_secs, 3),
+        )
 
     # -- event loop driver ---------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -382,8 +410,9 @@ class LogCleaner:
             return
         loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
-        self._executor = concurrent.futures.ThreadPoolExecutor(len(self.cleaners),
-                                                               thread_name_prefix="log-cleaner-thread")
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            len(self.cleaners), thread_name_prefix="log-cleaner-thread"
+        )
         for c in self.cleaners:
             c.abort.clear()
         self._tasks = [loop.create_task(self._run(i)) for i in range(len(self.cleaners))]
@@ -391,6 +420,7 @@ class LogCleaner:
     def _loop_swap(self, loop: asyncio.AbstractEventLoop, cleaner: Cleaner) -> Callable[[Callable[[], Any]], Any]:
         """Run a swap on the event loop from the worker thread and wait for it (abandoned if shutting down
         before it started)."""
+
         def swap(fn: Callable[[], Any]) -> Any:
             cf: concurrent.futures.Future = concurrent.futures.Future()
 
@@ -401,6 +431,7 @@ class LogCleaner:
                     cf.set_result(fn())
                 except BaseException as e:  # noqa: BLE001 - handed to the worker
                     cf.set_exception(e)
+
             loop.call_soon_threadsafe(run)
             while True:
                 try:
@@ -408,6 +439,7 @@ class LogCleaner:
                 except concurrent.futures.TimeoutError:
                     if cleaner.abort.is_set() and cf.cancel():
                         raise CleaningAbortedError("cleaner shutting down") from None
+
         return swap
 
     async def _run(self, index: int) -> None:

@@ -3,6 +3,7 @@
 
     python -m strata.storage.dump --files 00000000000000000000.log[,...] [--print-data-log] [--deep-iteration]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,8 +25,15 @@ from strata.protocol.records import (
 
 from .index import OffsetIndex, TimeIndex
 
-_CONTROL_TYPES = {0: "ABORT", 1: "COMMIT", 2: "LEADER_CHANGE", 3: "SNAPSHOT_HEADER", 4: "SNAPSHOT_FOOTER",
-                  5: "KRAFT_VERSION", 6: "KRAFT_VOTERS"}
+_CONTROL_TYPES = {
+    0: "ABORT",
+    1: "COMMIT",
+    2: "LEADER_CHANGE",
+    3: "SNAPSHOT_HEADER",
+    4: "SNAPSHOT_FOOTER",
+    5: "KRAFT_VERSION",
+    6: "KRAFT_VOTERS",
+}
 
 
 def _bool(b: bool) -> str:
@@ -41,15 +49,16 @@ def _text(b: bytes) -> str:
 
 
 def format_batch(h: BatchHeader, position: int, valid: bool) -> str:
-    horizon = (f"OptionalLong[{h.base_timestamp}]" if h.attributes & DELETE_HORIZON_MASK
-               else "OptionalLong.empty")
-    return (f"baseOffset: {h.base_offset} lastOffset: {h.last_offset} count: {h.records_count} "
-            f"baseSequence: {h.base_sequence} lastSequence: {h.last_sequence} producerId: {h.producer_id} "
-            f"producerEpoch: {h.producer_epoch} partitionLeaderEpoch: {h.partition_leader_epoch} "
-            f"isTransactional: {_bool(h.is_transactional)} isControl: {_bool(h.is_control)} "
-            f"deleteHorizonMs: {horizon} position: {position} {_ts_type(h)}: {h.max_timestamp} size: {h.size} "
-            f"magic: {h.magic} compresscodec: {COMPRESSION_NAMES.get(h.compression, str(h.compression))} "
-            f"crc: {h.crc} isvalid: {_bool(valid)}")
+    horizon = f"OptionalLong[{h.base_timestamp}]" if h.attributes & DELETE_HORIZON_MASK else "OptionalLong.empty"
+    return (
+        f"baseOffset: {h.base_offset} lastOffset: {h.last_offset} count: {h.records_count} "
+        f"baseSequence: {h.base_sequence} lastSequence: {h.last_sequence} producerId: {h.producer_id} "
+        f"producerEpoch: {h.producer_epoch} partitionLeaderEpoch: {h.partition_leader_epoch} "
+        f"isTransactional: {_bool(h.is_transactional)} isControl: {_bool(h.is_control)} "
+        f"deleteHorizonMs: {horizon} position: {position} {_ts_type(h)}: {h.max_timestamp} size: {h.size} "
+        f"magic: {h.magic} compresscodec: {COMPRESSION_NAMES.get(h.compression, str(h.compression))} "
+        f"crc: {h.crc} isvalid: {_bool(valid)}"
+    )
 
 
 def _control_suffix(key: bytes | None, value: bytes | None) -> str:
@@ -81,10 +90,12 @@ def dump_log(path: Path, out: TextIO, err: TextIO, print_data_log: bool = False,
                 if r.offset != last_offset + 1:
                     gaps.append((last_offset, r.offset))
                 last_offset = r.offset
-                line = (f"| offset: {r.offset} {_ts_type(h)}: {r.timestamp} "
-                        f"keySize: {-1 if r.key is None else len(r.key)} "
-                        f"valueSize: {-1 if r.value is None else len(r.value)} sequence: {r.sequence} "
-                        f"headerKeys: [{','.join(k for k, _ in r.headers)}]")
+                line = (
+                    f"| offset: {r.offset} {_ts_type(h)}: {r.timestamp} "
+                    f"keySize: {-1 if r.key is None else len(r.key)} "
+                    f"valueSize: {-1 if r.value is None else len(r.value)} sequence: {r.sequence} "
+                    f"headerKeys: [{','.join(k for k, _ in r.headers)}]"
+                )
                 if h.is_control:
                     line += _control_suffix(r.key, r.value)
                 elif print_data_log:
@@ -146,8 +157,11 @@ def dump_time_index(path: Path, out: TextIO, err: TextIO) -> None:
     base = int(path.name.split(".")[0])
     ti = TimeIndex(path, base, os.path.getsize(path) or 12)
     index_path = path.with_name(path.name.split(".")[0] + ".index")
-    oi = OffsetIndex(index_path, base, (os.path.getsize(index_path) if index_path.exists() else 0) or 8) \
-        if index_path.exists() else None
+    oi = (
+        OffsetIndex(index_path, base, (os.path.getsize(index_path) if index_path.exists() else 0) or 8)
+        if index_path.exists()
+        else None
+    )
     log_data = _open_log_data(path)
     mismatch: list[tuple[int, int]] = []
     out_of_order: list[tuple[int, int]] = []
@@ -198,8 +212,14 @@ def dump_time_index(path: Path, out: TextIO, err: TextIO) -> None:
             err.write(f"Indexed offset: {a}, found log offset: {b}\n")
 
 
-def dump_file(path: Path, out: TextIO | None = None, err: TextIO | None = None, *, print_data_log: bool = False,
-              deep_iteration: bool = False) -> None:
+def dump_file(
+    path: Path,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    *,
+    print_data_log: bool = False,
+    deep_iteration: bool = False,
+) -> None:
     out = sys.stdout if out is None else out
     err = sys.stderr if err is None else err
     path = Path(path)

@@ -4,6 +4,7 @@ File format (text): "0\\n<count>\\n<epoch> <startOffset>\\n...". Followers trunc
 (OffsetsForLeaderEpoch, KIP-101/279), so the file is rewritten atomically on every change; changes are rare (one
 per leader election), so the fsync cost does not matter.
 """
+
 from __future__ import annotations
 
 from bisect import bisect_right
@@ -29,7 +30,7 @@ class EpochEntry(NamedTuple):
 
 
 def _parse_entries(lines: list[str]) -> list[EpochEntry]:
-    """"<epoch> <startOffset>" lines -> entries (ValueError on a malformed line)."""
+    """ "<epoch> <startOffset>" lines -> entries (ValueError on a malformed line)."""
     entries = []
     for ln in lines:
         e, o = ln.split()
@@ -42,7 +43,7 @@ def decode_checkpoint(data: bytes, source: str = "leader-epoch checkpoint") -> l
     `assign_entries`. Raises CheckpointFormatError when the text is malformed."""
     try:
         return _parse_entries(parse_checkpoint_lines(data.decode(), source))
-    except (UnicodeDecodeError, ValueError) as e:   # CheckpointFormatError is a ValueError
+    except (UnicodeDecodeError, ValueError) as e:  # CheckpointFormatError is a ValueError
         raise CheckpointFormatError(f"{source}: {e}") from e
 
 
@@ -116,8 +117,7 @@ class LeaderEpochFileCache:
         if last is not None and last.epoch == entry.epoch and last.start_offset <= entry.start_offset:
             return False
         # keep both orders monotonic: drop entries that the new one supersedes
-        self._entries = [e for e in self._entries
-                         if e.epoch < entry.epoch and e.start_offset < entry.start_offset]
+        self._entries = [e for e in self._entries if e.epoch < entry.epoch and e.start_offset < entry.start_offset]
         self._entries.append(entry)
         return True
 
@@ -162,5 +162,11 @@ class LeaderEpochFileCache:
         return f"LeaderEpochFileCache({self._entries})"
 
 
-__all__ = ["LeaderEpochFileCache", "EpochEntry", "LEADER_EPOCH_CHECKPOINT", "UNDEFINED_EPOCH",
-           "UNDEFINED_EPOCH_OFFSET", "decode_checkpoint"]
+__all__ = [
+    "LeaderEpochFileCache",
+    "EpochEntry",
+    "LEADER_EPOCH_CHECKPOINT",
+    "UNDEFINED_EPOCH",
+    "UNDEFINED_EPOCH_OFFSET",
+    "decode_checkpoint",
+]

@@ -1,4 +1,5 @@
 """Storage exceptions, each carrying the Kafka error code the broker puts in its response."""
+
 from __future__ import annotations
 
 from strata.protocol.errors import ErrorCode
@@ -45,6 +46,14 @@ def from_batch_error(e: RecordBatchError) -> StorageError:
     return cls(str(e))
 
 
-__all__ = ["StorageError", "OffsetOutOfRangeError", "CorruptRecordError", "RecordTooLargeError",
-           "RecordBatchTooLargeError", "InvalidTimestampError", "KafkaStorageError", "InvalidRecordError",
-           "from_batch_error"]
+__all__ = [
+    "StorageError",
+    "OffsetOutOfRangeError",
+    "CorruptRecordError",
+    "RecordTooLargeError",
+    "RecordBatchTooLargeError",
+    "InvalidTimestampError",
+    "KafkaStorageError",
+    "InvalidRecordError",
+    "from_batch_error",
+]

@@ -9,6 +9,7 @@ On disk the files use Kafka's binary formats, big-endian, fixed-size entries:
 Unlike Kafka we never preallocate: entries are appended with `os.pwrite` at the end, so the file is valid at every
 instant (a torn last entry is dropped on load). Lookups bisect an in-memory `array` copy of the entries.
 """
+
 from __future__ import annotations
 
 import os
@@ -122,8 +123,9 @@ class OffsetIndex(_IndexFile):
             return
         if self._offsets[0] < 0 or self._positions[0] < 0:
             raise IndexCorruptError(f"{self.path}: negative relative offset or position")
-        if len(self._offsets) > 1 and (self._offsets[-1] <= self._offsets[0]
-                                       or self._positions[-1] <= self._positions[0]):
+        if len(self._offsets) > 1 and (
+            self._offsets[-1] <= self._offsets[0] or self._positions[-1] <= self._positions[0]
+        ):
             # e.g. a Kafka-preallocated index never trimmed: zero entries at the tail
             raise IndexCorruptError(f"{self.path}: last entry not above the first")
         if log_size is not None and self._positions[-1] >= max(log_size, 1):
@@ -198,8 +200,9 @@ class TimeIndex(_IndexFile):
             self._offsets.append(rel)
 
     def sanity_check(self) -> None:
-        if self._offsets and (self._offsets[0] < 0 or self._offsets[-1] < self._offsets[0]
-                              or self._timestamps[-1] < self._timestamps[0]):
+        if self._offsets and (
+            self._offsets[0] < 0 or self._offsets[-1] < self._offsets[0] or self._timestamps[-1] < self._timestamps[0]
+        ):
             raise IndexCorruptError(f"{self.path}: entries out of order")
 
     def full_check(self) -> None:

@@ -5,6 +5,7 @@ Threading: the broker's event loop is the only mutator. `flush` may run in a wor
 segment list and LEO first, fsyncs, and only then publishes the new recovery point. Hot paths (append, read) do
 per-batch header work only; records are never decoded.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -142,8 +143,17 @@ class UnifiedLog:
     # ------------------------------------------------------------------------------------------------------
     # loading
     @classmethod
-    def open(cls, dir: Path, topic_id: uuid.UUID, config: LogConfig, *, recovery_point: int = 0,
-             log_start_offset: int = 0, high_watermark: int = 0, needs_recovery: bool) -> UnifiedLog:
+    def open(
+        cls,
+        dir: Path,
+        topic_id: uuid.UUID,
+        config: LogConfig,
+        *,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        high_watermark: int = 0,
+        needs_recovery: bool,
+    ) -> UnifiedLog:
         """Load (or create) the log in `dir`.
 
         needs_recovery (no clean-shutdown marker): every segment from the one holding `recovery_point` onward is
@@ -158,25 +168,26 @@ class UnifiedLog:
             name = f.name
             if name.endswith(_TEMP_SUFFIXES):
                 f.unlink(missing_ok=True)
-            elif name.endswith(LOG_SUFFIX) and name[:-len(LOG_SUFFIX)].isdigit():
-                bases.append(int(name[:-len(LOG_SUFFIX)]))
+            elif name.endswith(LOG_SUFFIX) and name[: -len(LOG_SUFFIX)].isdigit():
+                bases.append(int(name[: -len(LOG_SUFFIX)]))
         bases.sort()
         known = set(bases)
         for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
             for f in self.dir.glob("*" + suffix):
-                stem = f.name[:-len(suffix)]
+                stem = f.name[: -len(suffix)]
                 if stem.isdigit() and int(stem) not in known:
                     f.unlink(missing_ok=True)  # orphan index of a deleted segment
         first_to_recover = max(0, bisect_right(bases, recovery_point) - 1) if needs_recovery else len(bases)
         recovered = False
         for i, base in enumerate(bases):
-            seg, truncated = LogSegment.open(self.dir, base, config.index_interval_bytes,
-                                             config.segment_index_bytes, recover=i >= first_to_recover)
+            seg, truncated = LogSegment.open(
+                self.dir, base, config.index_interval_bytes, config.segment_index_bytes, recover=i >= first_to_recover
+            )
             self._add_segment(seg)
             recovered = recovered or i >= first_to_recover
             if truncated:
                 # data after a corrupt point cannot be trusted: drop the later segments (as Kafka does)
-                for later in bases[i + 1:]:
+                for later in bases[i + 1 :]:
                     for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
                         (self.dir / f"{later:020d}{suffix}").unlink(missing_ok=True)
                 break
@@ -290,8 +301,14 @@ class UnifiedLog:
 
     # ------------------------------------------------------------------------------------------------------
     # append
-    def append_as_leader(self, records: bytes | bytearray | memoryview, leader_epoch: int,
-                         now_ms: int | None = None, *, from_client: bool = True) -> LogAppendInfo:
+    def append_as_leader(
+        self,
+        records: bytes | bytearray | memoryview,
+        leader_epoch: int,
+        now_ms: int | None = None,
+        *,
+        from_client: bool = True,
+    ) -> LogAppendInfo:
         """Validate a Produce's batches, assign offsets from the LEO, stamp the leader epoch, write.
 
         One copy (into a bytearray for the in-place header rewrites), one write. Never fsyncs.
@@ -306,8 +323,8 @@ class UnifiedLog:
         cfg = self.config
         if total > cfg.segment_bytes:
             raise RecordBatchTooLargeError(
-                f"{total} bytes of records exceed the segment size {cfg.segment_bytes} of {self.topic}-"
-                f"{self.partition}")
+                f"{total} bytes of records exceed the segment size {cfg.segment_bytes} of {self.topic}-{self.partition}"
+            )
         now = _now_ms() if now_ms is None else now_ms
         log_append_time = cfg.message_timestamp_type == "LogAppendTime"
         max_message_bytes = cfg.max_message_bytes
@@ -339,7 +356,8 @@ class UnifiedLog:
             if not log_append_time and (f[7] < min_ts or f[8] < min_ts or f[8] > max_allowed_ts):
                 # per-batch bounds (the first record's and the max timestamp): no per-record decoding
                 raise InvalidTimestampError(
-                    f"timestamp out of range [{min_ts}, {max_allowed_ts}] (base {f[7]}, max {f[8]})")
+                    f"timestamp out of range [{min_ts}, {max_allowed_ts}] (base {f[7]}, max {f[8]})"
+                )
             infos.append((pos, size, f[12], f[8]))
             if f[9] >= 0:  # idempotent/transactional producer: header fields only
                 ts = now if log_append_time else f[8]
@@ -351,13 +369,24 @@ class UnifiedLog:
         pending = None
         if producer_batches:
             dup, pending = self.producer_state.prepare_append(
-                producer_batches, client=from_client, coordinator=not from_client,
-                control_epochs=self._control_markers(mv, control) if control else None)
+                producer_batches,
+                client=from_client,
+                coordinator=not from_client,
+                control_epochs=self._control_markers(mv, control) if control else None,
+            )
             if dup is not None:
                 # A retry of a batch already in the log: answer its original offsets, write nothing (as Kafka,
                 # log_append_time carries the original batch's timestamp).
-                return LogAppendInfo(dup.first_offset, dup.last_offset, dup.timestamp, dup.timestamp,
-                                     self.log_start_offset, 0, 0, duplicate=True)
+                return LogAppendInfo(
+                    dup.first_offset,
+                    dup.last_offset,
+                    dup.timestamp,
+                    dup.timestamp,
+                    self.log_start_offset,
+                    0,
+                    0,
+                    duplicate=True,
+                )
         buf = bytearray(mv)
         first = offset = self.log_end_offset
         max_ts = -1
@@ -379,11 +408,11 @@ class UnifiedLog:
         latest = self.leader_epoch_cache.latest_epoch
         if leader_epoch >= 0 and (latest is None or latest < leader_epoch):
             self.leader_epoch_cache.assign(leader_epoch, first)
-        return LogAppendInfo(first, offset - 1, max_ts, now if log_append_time else -1, self.log_start_offset,
-                             offset - first, total)
+        return LogAppendInfo(
+            first, offset - 1, max_ts, now if log_append_time else -1, self.log_start_offset, offset - first, total
+        )
 
-    def append_as_follower(self, records: bytes | bytearray | memoryview, now_ms: int | None = None
-                           ) -> LogAppendInfo:
+    def append_as_follower(self, records: bytes | bytearray | memoryview, now_ms: int | None = None) -> LogAppendInfo:
         """Append batches fetched from the leader with their offsets and epochs as given.
 
         Batches must be valid (CRC) and their offsets increasing from at least the LEO; a trailing partial batch
@@ -418,8 +447,17 @@ class UnifiedLog:
                 epochs.append((h.partition_leader_epoch, h.base_offset))
             batches.append((pos, h.size, h.last_offset, h.max_timestamp))
             if h.producer_id >= 0:
-                producer_batches.append((h.producer_id, h.producer_epoch, h.base_sequence, h.last_offset_delta,
-                                         h.max_timestamp, h.base_offset, h.is_transactional))
+                producer_batches.append(
+                    (
+                        h.producer_id,
+                        h.producer_epoch,
+                        h.base_sequence,
+                        h.last_offset_delta,
+                        h.max_timestamp,
+                        h.base_offset,
+                        h.is_transactional,
+                    )
+                )
                 if h.is_control:
                     control.append((pos, h.base_offset, h.max_timestamp))
             max_ts = max(max_ts, h.max_timestamp)
@@ -440,12 +478,19 @@ class UnifiedLog:
                 self.leader_epoch_cache.assign(epoch, start)
         return LogAppendInfo(first, expected - 1, max_ts, -1, self.log_start_offset, expected - first, pos)
 
-    def _write(self, data: bytes | bytearray | memoryview, batches: list[tuple[int, int, int, int]],
-               first_offset: int, next_offset: int, max_ts: int, now: int) -> None:
+    def _write(
+        self,
+        data: bytes | bytearray | memoryview,
+        batches: list[tuple[int, int, int, int]],
+        first_offset: int,
+        next_offset: int,
+        max_ts: int,
+        now: int,
+    ) -> None:
         active = self._segments[-1]
-        if active.should_roll(len(data), max_ts, next_offset - 1, self.config.segment_bytes,
-                              self.config.segment_ms, now) or (
-                active.size > 0 and first_offset - active.base_offset > 2**31 - 1):
+        if active.should_roll(
+            len(data), max_ts, next_offset - 1, self.config.segment_bytes, self.config.segment_ms, now
+        ) or (active.size > 0 and first_offset - active.base_offset > 2**31 - 1):
             self._roll(max(first_offset, self.log_end_offset))
         try:
             self._segments[-1].append(data, batches, next_offset)
@@ -456,8 +501,9 @@ class UnifiedLog:
     # ------------------------------------------------------------------------------------------------------
     # producer state (idempotent producers)
     @staticmethod
-    def _control_markers(buf: bytes | bytearray | memoryview, control: list[tuple[int, int, int]]
-                         ) -> dict[int, tuple[int, int] | None]:
+    def _control_markers(
+        buf: bytes | bytearray | memoryview, control: list[tuple[int, int, int]]
+    ) -> dict[int, tuple[int, int] | None]:
         """{base offset: (coordinator epoch, timestamp)} of control batches (position, base offset, timestamp),
         read from their marker record; None for a control batch without one (skipped, as Kafka)."""
         out: dict[int, tuple[int, int] | None] = {}
@@ -501,10 +547,20 @@ class UnifiedLog:
                     if h.producer_id < 0 or h.last_offset < start:
                         continue
                     if h.is_control:
-                        markers.update(self._control_markers(seg.read_batch(p, h.size),
-                                                             [(0, h.base_offset, h.max_timestamp)]))
-                    raw.append((h.producer_id, h.producer_epoch, h.base_sequence, h.last_offset_delta,
-                                h.max_timestamp, h.base_offset, h.is_transactional))
+                        markers.update(
+                            self._control_markers(seg.read_batch(p, h.size), [(0, h.base_offset, h.max_timestamp)])
+                        )
+                    raw.append(
+                        (
+                            h.producer_id,
+                            h.producer_epoch,
+                            h.base_sequence,
+                            h.last_offset_delta,
+                            h.max_timestamp,
+                            h.base_offset,
+                            h.is_transactional,
+                        )
+                    )
                 if raw:
                     psm.replay(raw, markers or None)
         psm.update_map_end_offset(leo)
@@ -544,8 +600,9 @@ class UnifiedLog:
 
     # ------------------------------------------------------------------------------------------------------
     # read
-    def read(self, start_offset: int, max_bytes: int, max_offset: int | None = None,
-             min_one_message: bool = True) -> FetchDataInfo:
+    def read(
+        self, start_offset: int, max_bytes: int, max_offset: int | None = None, min_one_message: bool = True
+    ) -> FetchDataInfo:
         """Whole batches from the one holding `start_offset`, below `max_offset` (exclusive), <= max_bytes
         unless `min_one_message` and the first batch alone is larger. Data come from one segment (one pread)."""
         leo = self.log_end_offset
@@ -553,7 +610,8 @@ class UnifiedLog:
             # Below the local log start: the caller decides whether remote storage serves it.
             raise OffsetOutOfRangeError(
                 f"offset {start_offset} is out of range [{self.local_log_start_offset}, {leo}] of the local log "
-                f"of {self.topic}-{self.partition}")
+                f"of {self.topic}-{self.partition}"
+            )
         if max_offset is None or max_offset > leo:
             max_offset = leo
         if start_offset >= max_offset:
@@ -614,8 +672,9 @@ class UnifiedLog:
         if ts == EARLIEST_TIMESTAMP:
             return TimestampAndOffset(-1, self.log_start_offset, self.epoch_for_offset(self.log_start_offset))
         if ts == EARLIEST_LOCAL_TIMESTAMP:
-            return TimestampAndOffset(-1, self.local_log_start_offset,
-                                      self.epoch_for_offset(self.local_log_start_offset))
+            return TimestampAndOffset(
+                -1, self.local_log_start_offset, self.epoch_for_offset(self.local_log_start_offset)
+            )
         if ts == MAX_TIMESTAMP:
             return self._max_timestamp_offset()
         if ts < 0:
@@ -692,7 +751,8 @@ class UnifiedLog:
         if new_log_start_offset > self.high_watermark:
             raise OffsetOutOfRangeError(
                 f"cannot move the log start of {self.topic}-{self.partition} to {new_log_start_offset}: above the "
-                f"high watermark {self.high_watermark}")
+                f"high watermark {self.high_watermark}"
+            )
         if new_log_start_offset > self.log_start_offset:
             self._advance_log_start(new_log_start_offset)
             self._delete_log_start_breached()
@@ -717,6 +777,7 @@ class UnifiedLog:
                         excess[0] -= seg.size
                         return True
                     return False
+
                 deleted += self._delete_prefix(over)
         return deleted
 
@@ -744,7 +805,8 @@ class UnifiedLog:
 
         if local_ms >= 0:
             deleted += self._delete_prefix(
-                lambda seg, nxt: copied(nxt) and now - seg.largest_timestamp > local_ms, local_only=True)
+                lambda seg, nxt: copied(nxt) and now - seg.largest_timestamp > local_ms, local_only=True
+            )
         if local_bytes >= 0:
             excess = [self.size_in_bytes - local_bytes]
 
@@ -753,6 +815,7 @@ class UnifiedLog:
                     excess[0] -= seg.size
                     return True
                 return False
+
             deleted += self._delete_prefix(over, local_only=True)
         return deleted
 
@@ -825,8 +888,7 @@ class UnifiedLog:
         if log_start_offset is not None and log_start_offset < offset:
             self.log_start_offset = log_start_offset
 
-    def restore_aux_state(self, leader_epochs: Iterable[EpochEntry], producers: Iterable[ProducerStateEntry]
-                          ) -> None:
+    def restore_aux_state(self, leader_epochs: Iterable[EpochEntry], producers: Iterable[ProducerStateEntry]) -> None:
         """KIP-405 follower, right after `truncate_fully_and_start_at`: restore the auxiliary state a remote
         segment ships -- the leader's epoch lineage below the LEO (the entries at or above it are ignored) and the
         producer state as of the LEO (written as the snapshot there, as the log's own would be) -- so fetching can
@@ -837,8 +899,9 @@ class UnifiedLog:
 
     # ------------------------------------------------------------------------------------------------------
     # compaction
-    def replace_segments(self, base_offset: int, old_segments: list[LogSegment],
-                         old_state: list[tuple[int, int]]) -> LogSegment:
+    def replace_segments(
+        self, base_offset: int, old_segments: list[LogSegment], old_state: list[tuple[int, int]]
+    ) -> LogSegment:
         """Swap the `<base_offset>.*.cleaned` files -- a compacted copy of `old_segments` -- in for them (Kafka's
         replaceSegments): on disk crash-safely (storage/segment_swap.py), then in the segment list in one step,
         so readers see either the old segments or the new one. Producer snapshots of the segments that went (not
@@ -853,16 +916,17 @@ class UnifiedLog:
             i = next(k for k, s in enumerate(segs) if s is old[0])
         except StopIteration:
             raise SegmentsChangedError("the segments being cleaned were removed from the log") from None
-        window = segs[i:i + len(old)]
+        window = segs[i : i + len(old)]
         if len(window) != len(old) or any(a is not b for a, b in zip(window, old)) or i + len(old) >= len(segs):
             raise SegmentsChangedError("the segments being cleaned changed")
         if [(s.size, s.next_offset) for s in old] != old_state or any(s.deleted for s in old):
             raise SegmentsChangedError("the segments being cleaned were modified")
         swap_in_cleaned_files(self.dir, base_offset, old)
-        new, _ = LogSegment.open(self.dir, base_offset, self.config.index_interval_bytes,
-                                 self.config.segment_index_bytes)
-        segs[i:i + len(old)] = [new]
-        self._bases[i:i + len(old)] = [base_offset]
+        new, _ = LogSegment.open(
+            self.dir, base_offset, self.config.index_interval_bytes, self.config.segment_index_bytes
+        )
+        segs[i : i + len(old)] = [new]
+        self._bases[i : i + len(old)] = [base_offset]
         for s in old:  # as Kafka: producer snapshots of segments deleted (not replaced) go with them
             if s.base_offset != base_offset:
                 self.producer_state.remove_snapshot(s.base_offset)
@@ -887,10 +951,21 @@ class UnifiedLog:
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __repr__(self) -> str:
-        return (f"UnifiedLog({self.topic}-{self.partition}, start={self.log_start_offset}, "
-                f"hw={self.high_watermark}, leo={self.log_end_offset}, segments={len(self._segments)})")
+        return (
+            f"UnifiedLog({self.topic}-{self.partition}, start={self.log_start_offset}, "
+            f"hw={self.high_watermark}, leo={self.log_end_offset}, segments={len(self._segments)})"
+        )
 
 
-__all__ = ["UnifiedLog", "LogAppendInfo", "FetchDataInfo", "SegmentsChangedError", "TimestampAndOffset",
-           "parse_topic_partition", "LATEST_TIMESTAMP", "EARLIEST_TIMESTAMP", "MAX_TIMESTAMP",
-           "EARLIEST_LOCAL_TIMESTAMP"]
+__all__ = [
+    "UnifiedLog",
+    "LogAppendInfo",
+    "FetchDataInfo",
+    "SegmentsChangedError",
+    "TimestampAndOffset",
+    "parse_topic_partition",
+    "LATEST_TIMESTAMP",
+    "EARLIEST_TIMESTAMP",
+    "MAX_TIMESTAMP",
+    "EARLIEST_LOCAL_TIMESTAMP",
+]

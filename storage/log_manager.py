@@ -4,6 +4,7 @@ Per log dir Kafka keeps `recovery-point-offset-checkpoint`, `log-start-offset-ch
 `replication-offset-checkpoint` (HW) and, after a clean shutdown, `.kafka_cleanshutdown`. Its absence at startup
 means a crash: logs are then recovered from their recovery points.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -80,11 +81,15 @@ class LogManager:
                 except ValueError:
                     continue
                 topic_id = read_partition_metadata(d) or ZERO_UUID
-                log = UnifiedLog.open(d, topic_id, self.log_config_for(tp[0]),
-                                      recovery_point=recovery_points.get(tp, 0),
-                                      log_start_offset=log_starts.get(tp, 0),
-                                      high_watermark=hws.get(tp, 0),
-                                      needs_recovery=not clean)
+                log = UnifiedLog.open(
+                    d,
+                    topic_id,
+                    self.log_config_for(tp[0]),
+                    recovery_point=recovery_points.get(tp, 0),
+                    log_start_offset=log_starts.get(tp, 0),
+                    high_watermark=hws.get(tp, 0),
+                    needs_recovery=not clean,
+                )
                 self._logs[tp] = log
                 self._log_dir_of[tp] = log_dir
             marker.unlink(missing_ok=True)
@@ -125,8 +130,7 @@ class LogManager:
             counts[d] = counts.get(d, 0) + 1
         return min(self.log_dirs, key=lambda d: counts[d])
 
-    def get_or_create_log(self, topic: str, partition: int, topic_id: uuid.UUID, config: LogConfig
-                          ) -> UnifiedLog:
+    def get_or_create_log(self, topic: str, partition: int, topic_id: uuid.UUID, config: LogConfig) -> UnifiedLog:
         tp = (topic, partition)
         log = self._logs.get(tp)
         if log is not None:
@@ -151,7 +155,7 @@ class LogManager:
         log_dir = self._log_dir_of.pop(tp, None)
         if log is None or log_dir is None:
             return
-        log.close(take_snapshot=False)      # no producer snapshot for a log about to be removed
+        log.close(take_snapshot=False)  # no producer snapshot for a log about to be removed
         tomb = log_dir / f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
         log.dir.rename(tomb)
         fsync_path(log_dir)
@@ -204,5 +208,10 @@ class LogManager:
         return due
 
 
-__all__ = ["LogManager", "CLEAN_SHUTDOWN_FILE", "PARTITION_METADATA_FILE", "write_partition_metadata",
-           "read_partition_metadata"]
+__all__ = [
+    "LogManager",
+    "CLEAN_SHUTDOWN_FILE",
+    "PARTITION_METADATA_FILE",
+    "write_partition_metadata",
+    "read_partition_metadata",
+]

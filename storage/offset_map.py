@@ -1,4 +1,5 @@
 """The log cleaner's bounded key -> offset map (Kafka's SkimpyOffsetMap), built over a log's dirty range."""
+
 from __future__ import annotations
 
 import hashlib
@@ -40,13 +41,13 @@ class OffsetMap:
         slots, digests, offsets = self.slots, self._digests, self._offsets
         i = int.from_bytes(digest[:8], "big") % slots
         while offsets[i]:  # linear probing (the hot loop: kept inline)
-            if digests[i * 16:i * 16 + 16] == digest:
+            if digests[i * 16 : i * 16 + 16] == digest:
                 break
             i += 1
             if i == slots:
                 i = 0
         else:
-            digests[i * 16:i * 16 + 16] = digest
+            digests[i * 16 : i * 16 + 16] = digest
             self.size += 1
         offsets[i] = offset + 1
         self.latest_offset = offset
@@ -58,7 +59,7 @@ class OffsetMap:
         i = int.from_bytes(digest[:8], "big") % slots
         while True:
             o = offsets[i]
-            if not o or digests[i * 16:i * 16 + 16] == digest:
+            if not o or digests[i * 16 : i * 16 + 16] == digest:
                 return o - 1
             i += 1
             if i == slots:

@@ -25,6 +25,7 @@ offset and replays the batch headers after it.
 Only batch header fields are used; records are never decoded, except the single marker record of a control batch.
 The event loop is the only mutator; `take_unflushed_snapshots` may be called by a flushing worker thread.
 """
+
 from __future__ import annotations
 
 import os
@@ -92,7 +93,7 @@ def snapshot_file_name(offset: int) -> str:
 def parse_snapshot_offset(name: str) -> int | None:
     if not name.endswith(SNAPSHOT_SUFFIX):
         return None
-    stem = name[:-len(SNAPSHOT_SUFFIX)]
+    stem = name[: -len(SNAPSHOT_SUFFIX)]
     return int(stem) if stem.isdigit() else None
 
 
@@ -141,8 +142,13 @@ class ProducerStateEntry:
         return self.batches[-1].offset_delta if self.batches else 0
 
     def copy_without_batches(self) -> ProducerStateEntry:
-        return ProducerStateEntry(self.producer_id, self.producer_epoch, self.coordinator_epoch,
-                                  self.last_timestamp, self.current_txn_first_offset)
+        return ProducerStateEntry(
+            self.producer_id,
+            self.producer_epoch,
+            self.coordinator_epoch,
+            self.last_timestamp,
+            self.current_txn_first_offset,
+        )
 
     def maybe_update_epoch(self, epoch: int) -> None:
         if epoch != self.producer_epoch:
@@ -192,7 +198,8 @@ class _AppendInfo:
         if epoch < self.updated.producer_epoch and (self.client or self.coordinator):
             raise InvalidProducerEpochError(
                 f"epoch {epoch} of producer {self.pid} at offset {offset} is older than the last seen epoch "
-                f"{self.updated.producer_epoch}")
+                f"{self.updated.producer_epoch}"
+            )
 
     def _check_sequence(self, epoch: int, first_seq: int, offset: int) -> None:
         upd = self.updated
@@ -200,7 +207,8 @@ class _AppendInfo:
             if first_seq != 0 and upd.producer_epoch != NO_PRODUCER_EPOCH:
                 raise OutOfOrderSequenceError(
                     f"producer {self.pid} at offset {offset}: new epoch {epoch} starts at sequence {first_seq}, "
-                    f"not 0 (current epoch {upd.producer_epoch})")
+                    f"not 0 (current epoch {upd.producer_epoch})"
+                )
             return
         if not upd.is_empty:
             last = upd.last_seq
@@ -210,13 +218,23 @@ class _AppendInfo:
             last = NO_SEQUENCE
         # An unknown producer (no epoch yet: new, expired, or its data deleted) may start at any sequence.
         if self.current.producer_epoch != NO_PRODUCER_EPOCH and not (
-                first_seq == last + 1 or (first_seq == 0 and last == INT32_MAX)):
+            first_seq == last + 1 or (first_seq == 0 and last == INT32_MAX)
+        ):
             raise OutOfOrderSequenceError(
                 f"out of order sequence for producer {self.pid} at offset {offset}: {first_seq} (incoming), "
-                f"{last} (current end sequence)")
+                f"{last} (current end sequence)"
+            )
 
-    def append_data_batch(self, epoch: int, first_seq: int, last_seq: int, timestamp: int, first_offset: int,
-                          last_offset: int, is_transactional: bool) -> None:
+    def append_data_batch(
+        self,
+        epoch: int,
+        first_seq: int,
+        last_seq: int,
+        timestamp: int,
+        first_offset: int,
+        last_offset: int,
+        is_transactional: bool,
+    ) -> None:
         self._check_epoch(epoch, first_offset)
         upd = self.updated
         if self.client:
@@ -224,13 +242,15 @@ class _AppendInfo:
                 # Kafka answers this when the transaction was not verified with a coordinator; Strata has none yet.
                 raise InvalidTxnStateError(
                     f"transactional batch of producer {self.pid} at offset {first_offset} is not part of an ongoing "
-                    f"transaction (this broker has no transaction coordinator)")
+                    f"transaction (this broker has no transaction coordinator)"
+                )
             self._check_sequence(epoch, first_seq, first_offset)
         upd.add_batch(epoch, last_seq, last_offset, last_offset - first_offset, timestamp)
         if upd.current_txn_first_offset >= 0 and not is_transactional:
             raise InvalidTxnStateError(
                 f"non-transactional write from producer {self.pid} at offset {first_offset} while its "
-                f"transaction is open")
+                f"transaction is open"
+            )
         if upd.current_txn_first_offset < 0 and is_transactional:
             upd.current_txn_first_offset = first_offset
 
@@ -239,8 +259,8 @@ class _AppendInfo:
         upd = self.updated
         if upd.coordinator_epoch > coordinator_epoch and (self.client or self.coordinator):
             raise TransactionCoordinatorFencedError(
-                f"coordinator epoch {coordinator_epoch} of the marker at {offset} is older than "
-                f"{upd.coordinator_epoch}")
+                f"coordinator epoch {coordinator_epoch} of the marker at {offset} is older than {upd.coordinator_epoch}"
+            )
         upd.maybe_update_epoch(epoch)
         upd.coordinator_epoch = coordinator_epoch
         upd.current_txn_first_offset = -1
@@ -261,13 +281,22 @@ class PendingProducerUpdate:
 # ---------------------------------------------------------------------------------------------------------------
 # snapshot files
 
+
 def encode_snapshot(entries: Iterable[ProducerStateEntry]) -> bytes:
     """Kafka's ProducerSnapshot v1 bytes for `entries` (written in producer id order)."""
     items = sorted(entries, key=lambda e: e.producer_id)
     body = bytearray(_COUNT.pack(len(items)))
     for e in items:
-        body += _ENTRY.pack(e.producer_id, e.producer_epoch, e.last_seq, e.last_data_offset, e.last_offset_delta,
-                            e.last_timestamp, e.coordinator_epoch, e.current_txn_first_offset)
+        body += _ENTRY.pack(
+            e.producer_id,
+            e.producer_epoch,
+            e.last_seq,
+            e.last_data_offset,
+            e.last_offset_delta,
+            e.last_timestamp,
+            e.coordinator_epoch,
+            e.current_txn_first_offset,
+        )
     return _VERSION_CRC.pack(SNAPSHOT_VERSION, crc32c(body)) + bytes(body)
 
 
@@ -321,6 +350,7 @@ def end_marker_coordinator_epoch(batch: bytes | bytearray | memoryview, pos: int
 
 
 # ---------------------------------------------------------------------------------------------------------------
+
 
 class ProducerStateManager:
     """Producer state of one partition plus its snapshot files (Kafka's ProducerStateManager, no transactions)."""
@@ -471,9 +501,14 @@ class ProducerStateManager:
     def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
         return self.producers.get(producer_id)
 
-    def prepare_append(self, batches: list[ProducerBatch], *, client: bool, coordinator: bool = False,
-                       control_epochs: dict[int, tuple[int, int] | None] | None = None
-                       ) -> tuple[BatchMetadata | None, PendingProducerUpdate | None]:
+    def prepare_append(
+        self,
+        batches: list[ProducerBatch],
+        *,
+        client: bool,
+        coordinator: bool = False,
+        control_epochs: dict[int, tuple[int, int] | None] | None = None,
+    ) -> tuple[BatchMetadata | None, PendingProducerUpdate | None]:
         """Validate a leader append's producer batches (in log order, offsets as they will be assigned).
 
         Returns (duplicate, None) when a client batch repeats one of its producer's last 5 batches (nothing may be
@@ -498,8 +533,9 @@ class ProducerStateManager:
             info = infos.get(pid)
             if info is None:
                 cur = producers.get(pid)
-                info = infos[pid] = _AppendInfo(pid, cur if cur is not None else ProducerStateEntry(pid),
-                                                client, coordinator)
+                info = infos[pid] = _AppendInfo(
+                    pid, cur if cur is not None else ProducerStateEntry(pid), client, coordinator
+                )
             if control_epochs is not None and base_offset in control_epochs:
                 marker = control_epochs[base_offset]
                 if marker is not None:  # None: a control batch without its marker record, nothing to apply
@@ -508,8 +544,9 @@ class ProducerStateManager:
                 info.append_data_batch(epoch, base_seq, last_seq, ts, base_offset, base_offset + delta, txn)
         return None, pending
 
-    def _prepare_one(self, batch: ProducerBatch, client: bool, coordinator: bool
-                     ) -> tuple[BatchMetadata | None, PendingProducerUpdate | None]:
+    def _prepare_one(
+        self, batch: ProducerBatch, client: bool, coordinator: bool
+    ) -> tuple[BatchMetadata | None, PendingProducerUpdate | None]:
         """`prepare_append` for the common one-data-batch append: the same rules without the per-append copies
         (a unit test checks it against the general path)."""
         pid, epoch, base_seq, delta, ts, base_offset, txn = batch
@@ -524,7 +561,8 @@ class ProducerStateManager:
             if epoch < cur_epoch and (client or coordinator):
                 raise InvalidProducerEpochError(
                     f"epoch {epoch} of producer {pid} at offset {base_offset} is older than the last seen epoch "
-                    f"{cur_epoch}")
+                    f"{cur_epoch}"
+                )
             txn_first = cur.current_txn_first_offset
         else:
             cur_epoch, txn_first = NO_PRODUCER_EPOCH, -1
@@ -532,21 +570,25 @@ class ProducerStateManager:
             if txn and txn_first < 0:
                 raise InvalidTxnStateError(
                     f"transactional batch of producer {pid} at offset {base_offset} is not part of an ongoing "
-                    f"transaction (this broker has no transaction coordinator)")
+                    f"transaction (this broker has no transaction coordinator)"
+                )
             if epoch != cur_epoch:
                 if base_seq != 0 and cur_epoch != NO_PRODUCER_EPOCH:
                     raise OutOfOrderSequenceError(
                         f"producer {pid} at offset {base_offset}: new epoch {epoch} starts at sequence {base_seq}, "
-                        f"not 0 (current epoch {cur_epoch})")
+                        f"not 0 (current epoch {cur_epoch})"
+                    )
             elif cur is not None and cur_epoch != NO_PRODUCER_EPOCH:
                 last = cur.last_seq
                 if not (base_seq == last + 1 or (base_seq == 0 and last == INT32_MAX)):
                     raise OutOfOrderSequenceError(
                         f"out of order sequence for producer {pid} at offset {base_offset}: {base_seq} (incoming), "
-                        f"{last} (current end sequence)")
+                        f"{last} (current end sequence)"
+                    )
         if txn_first >= 0 and not txn:
             raise InvalidTxnStateError(
-                f"non-transactional write from producer {pid} at offset {base_offset} while its transaction is open")
+                f"non-transactional write from producer {pid} at offset {base_offset} while its transaction is open"
+            )
         if txn and txn_first < 0:
             txn_first = base_offset
         return None, PendingProducerUpdate((pid, epoch, last_seq, base_offset + delta, delta, ts, txn_first))
@@ -573,9 +615,9 @@ class ProducerStateManager:
             else:
                 cur.update(info.updated)
 
-    def replay(self, batches: list[ProducerBatch],
-               control_epochs: dict[int, tuple[int, int] | None] | None = None
-               ) -> None:
+    def replay(
+        self, batches: list[ProducerBatch], control_epochs: dict[int, tuple[int, int] | None] | None = None
+    ) -> None:
         """Replicated or recovered batches: update without sequence/epoch validation (Kafka's REPLICATION)."""
         _dup, pending = self.prepare_append(batches, client=False, control_epochs=control_epochs)
         if pending is not None:
@@ -585,8 +627,11 @@ class ProducerStateManager:
     def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> int:
         """Forget producers idle (by their last batch timestamp) for `producer.id.expiration.ms`; producers with an
         open transaction never expire. Returns how many were removed."""
-        expired = [pid for pid, e in self.producers.items()
-                   if e.current_txn_first_offset < 0 and now_ms - e.last_timestamp >= expiration_ms]
+        expired = [
+            pid
+            for pid, e in self.producers.items()
+            if e.current_txn_first_offset < 0 and now_ms - e.last_timestamp >= expiration_ms
+        ]
         for pid in expired:
             del self.producers[pid]
         return len(expired)
@@ -595,15 +640,33 @@ class ProducerStateManager:
         return len(self.producers)
 
     def __repr__(self) -> str:
-        return (f"ProducerStateManager({self.dir.name}, producers={len(self.producers)}, "
-                f"map_end={self.map_end_offset}, snapshots={self.snapshot_offsets})")
+        return (
+            f"ProducerStateManager({self.dir.name}, producers={len(self.producers)}, "
+            f"map_end={self.map_end_offset}, snapshots={self.snapshot_offsets})"
+        )
 
 
 __all__ = [
-    "ProducerStateManager", "ProducerStateEntry", "BatchMetadata", "PendingProducerUpdate", "ProducerBatch",
-    "OutOfOrderSequenceError", "InvalidProducerEpochError", "InvalidTxnStateError",
-    "TransactionCoordinatorFencedError", "CorruptSnapshotError", "end_marker_coordinator_epoch",
-    "encode_snapshot", "decode_snapshot", "read_snapshot", "write_snapshot", "snapshot_file_name",
-    "parse_snapshot_offset", "increment_sequence", "decrement_sequence", "NUM_BATCHES_TO_RETAIN",
-    "SNAPSHOT_SUFFIX", "DEFAULT_PRODUCER_ID_EXPIRATION_MS",
+    "ProducerStateManager",
+    "ProducerStateEntry",
+    "BatchMetadata",
+    "PendingProducerUpdate",
+    "ProducerBatch",
+    "OutOfOrderSequenceError",
+    "InvalidProducerEpochError",
+    "InvalidTxnStateError",
+    "TransactionCoordinatorFencedError",
+    "CorruptSnapshotError",
+    "end_marker_coordinator_epoch",
+    "encode_snapshot",
+    "decode_snapshot",
+    "read_snapshot",
+    "write_snapshot",
+    "snapshot_file_name",
+    "parse_snapshot_offset",
+    "increment_sequence",
+    "decrement_sequence",
+    "NUM_BATCHES_TO_RETAIN",
+    "SNAPSHOT_SUFFIX",
+    "DEFAULT_PRODUCER_ID_EXPIRATION_MS",
 ]

@@ -5,6 +5,7 @@ Moved out of storage/cleaner.py so that storage/log.py (which checks keys on app
 import the cleaner. Varints and codecs come from strata.protocol.wire and strata.protocol.compression; the one-byte
 varints are read inline in the per-record loops (the common case, measured to pay there).
 """
+
 from __future__ import annotations
 
 import struct
@@ -35,7 +36,7 @@ class CorruptBatchError(WireFormatError):
 
 def batch_payload(batch: bytes | memoryview, h: BatchHeader) -> bytes:
     """The (decompressed) record section of the batch `batch` (which starts at its header)."""
-    raw = bytes(batch[HEADER_SIZE:h.size])
+    raw = bytes(batch[HEADER_SIZE : h.size])
     if not h.compression:
         return raw
     try:
@@ -84,7 +85,7 @@ def parse_records(payload: bytes, count: int) -> list[ParsedRecord]:
             if klen < 0:
                 key = None
             else:
-                key = payload[j:j + klen]
+                key = payload[j : j + klen]
                 j += klen
             append((off_delta, ts_delta, key, payload[j] == 1, tail, end))  # value length -1 is the byte 0x01
             i = end
@@ -124,7 +125,7 @@ def iter_keys(payload: bytes, count: int) -> Iterator[tuple[int, bytes | None]]:
                 klen, j = (c >> 1) ^ -(c & 1), j + 1
             else:
                 klen, j = read_varlong(payload, j)
-            yield off_delta, (None if klen < 0 else payload[j:j + klen])
+            yield off_delta, (None if klen < 0 else payload[j : j + klen])
             i = end
     except CorruptBatchError:
         raise
@@ -137,7 +138,7 @@ def check_keys_present(buf: bytes | bytearray | memoryview, pos: int, size: int)
     h = BatchHeader(buf, pos)
     if h.is_control:
         return
-    payload = batch_payload(memoryview(buf)[pos:pos + size], h)
+    payload = batch_payload(memoryview(buf)[pos : pos + size], h)
     i = 0
     n = len(payload)
     try:
@@ -161,8 +162,7 @@ def _finish_batch(out: bytearray) -> bytes:
     return bytes(out)
 
 
-def build_retained_batch(h: BatchHeader, payload: bytes, kept: list[ParsedRecord], delete_horizon: int | None
-                         ) -> bytes:
+def build_retained_batch(h: BatchHeader, payload: bytes, kept: list[ParsedRecord], delete_horizon: int | None) -> bytes:
     """Rebuild a batch with only `kept` records (Kafka's buildRetainedRecordsInto): same base offset, last offset
     delta, producer fields, leader epoch, timestamp type and codec; base timestamp = the delete horizon when set
     (attribute 0x40), else the first kept record's timestamp; record timestamps unchanged."""
@@ -176,7 +176,7 @@ def build_retained_batch(h: BatchHeader, payload: bytes, kept: list[ParsedRecord
         rec.append(0)  # record attributes (unused)
         write_varlong(rec, ts - new_base)
         write_varint(rec, r[0])
-        rec += payload[r[4]:r[5]]
+        rec += payload[r[4] : r[5]]
         write_varint(body, len(rec))
         body += rec
     codec = h.compression
@@ -186,9 +186,23 @@ def build_retained_batch(h: BatchHeader, payload: bytes, kept: list[ParsedRecord
         attrs |= DELETE_HORIZON_MASK
     max_ts = h.max_timestamp if h.timestamp_type == LOG_APPEND_TIME else max(abs_ts)
     out = bytearray(HEADER_SIZE + len(records))
-    HEADER.pack_into(out, 0, h.base_offset, len(out) - LOG_OVERHEAD, h.partition_leader_epoch, 2, 0, attrs,
-                     h.last_offset_delta, new_base, max_ts, h.producer_id, h.producer_epoch, h.base_sequence,
-                     len(kept))
+    HEADER.pack_into(
+        out,
+        0,
+        h.base_offset,
+        len(out) - LOG_OVERHEAD,
+        h.partition_leader_epoch,
+        2,
+        0,
+        attrs,
+        h.last_offset_delta,
+        new_base,
+        max_ts,
+        h.producer_id,
+        h.producer_epoch,
+        h.base_sequence,
+        len(kept),
+    )
     out[HEADER_SIZE:] = records
     return _finish_batch(out)
 
@@ -197,8 +211,23 @@ def build_empty_batch(h: BatchHeader) -> bytes:
     """A batch with no records that keeps the offsets, producer fields and max timestamp (Kafka's empty header)."""
     attrs = h.attributes & ~(COMPRESSION_MASK | DELETE_HORIZON_MASK)
     out = bytearray(HEADER_SIZE)
-    HEADER.pack_into(out, 0, h.base_offset, HEADER_SIZE - LOG_OVERHEAD, h.partition_leader_epoch, 2, 0, attrs,
-                     h.last_offset_delta, -1, h.max_timestamp, h.producer_id, h.producer_epoch, h.base_sequence, 0)
+    HEADER.pack_into(
+        out,
+        0,
+        h.base_offset,
+        HEADER_SIZE - LOG_OVERHEAD,
+        h.partition_leader_epoch,
+        2,
+        0,
+        attrs,
+        h.last_offset_delta,
+        -1,
+        h.max_timestamp,
+        h.producer_id,
+        h.producer_epoch,
+        h.base_sequence,
+        0,
+    )
     return _finish_batch(out)
 
 

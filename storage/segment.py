@@ -5,6 +5,7 @@ are in the page cache and survive a `kill -9` of the broker (durability against 
 A segment's fds stay open until the object is closed or garbage collected, so a reader or a flush thread that holds
 a segment which retention has just deleted keeps working on the unlinked inode instead of failing.
 """
+
 from __future__ import annotations
 
 import os
@@ -55,8 +56,15 @@ class LogSegment:
     index entry. Only the event-loop thread mutates a segment; `flush` may run on another thread.
     """
 
-    def __init__(self, dir: Path, base_offset: int, index_interval_bytes: int = 4096,
-                 max_index_size: int = 10 * 1024 * 1024, *, created_ms: int | None = None) -> None:
+    def __init__(
+        self,
+        dir: Path,
+        base_offset: int,
+        index_interval_bytes: int = 4096,
+        max_index_size: int = 10 * 1024 * 1024,
+        *,
+        created_ms: int | None = None,
+    ) -> None:
         self.dir = Path(dir)
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
@@ -69,8 +77,7 @@ class LogSegment:
         self.size = os.fstat(self._fd).st_size
         self.offset_index = OffsetIndex(index_path, base_offset, max_index_size)
         self.time_index = TimeIndex(time_index_path, base_offset, max_index_size)
-        self._finalizer = weakref.finalize(self, _close_fds,
-                                           [self._fd, self.offset_index._fd, self.time_index._fd])
+        self._finalizer = weakref.finalize(self, _close_fds, [self._fd, self.offset_index._fd, self.time_index._fd])
         self.next_offset = base_offset
         self.max_timestamp_so_far = -1
         self.offset_of_max_timestamp_so_far = base_offset
@@ -81,8 +88,9 @@ class LogSegment:
 
     # -- loading ---------------------------------------------------------------------------------------------
     @classmethod
-    def open(cls, dir: Path, base_offset: int, index_interval_bytes: int, max_index_size: int, *,
-             recover: bool = False) -> tuple[LogSegment, int]:
+    def open(
+        cls, dir: Path, base_offset: int, index_interval_bytes: int, max_index_size: int, *, recover: bool = False
+    ) -> tuple[LogSegment, int]:
         """Open an existing segment. Returns (segment, bytes truncated by recovery).
 
         `recover` validates every batch and rebuilds the indexes; otherwise the files are trusted but an index that
@@ -151,8 +159,13 @@ class LogSegment:
         valid = 0
         for pos, buf, off in self._iter_batch_bytes():
             h = BatchHeader(buf, off)
-            if (h.magic != 2 or h.base_offset < self.next_offset or h.last_offset_delta < 0
-                    or h.last_offset - self.base_offset > INT32_MAX or compute_crc(buf, off, h.size) != h.crc):
+            if (
+                h.magic != 2
+                or h.base_offset < self.next_offset
+                or h.last_offset_delta < 0
+                or h.last_offset - self.base_offset > INT32_MAX
+                or compute_crc(buf, off, h.size) != h.crc
+            ):
                 break
             self._index_batch(pos, h.size, h.last_offset, h.max_timestamp)
             self.next_offset = h.last_offset + 1
@@ -161,8 +174,9 @@ class LogSegment:
         if truncated:
             os.ftruncate(self._fd, valid)
             self.size = valid
-        self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far,
-                                     skip_full_check=True)
+        self.time_index.maybe_append(
+            self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far, skip_full_check=True
+        )
         self.indexes_existed = True
         return truncated
 
@@ -225,8 +239,9 @@ class LogSegment:
             self.bytes_since_last_index_entry = 0
         self.bytes_since_last_index_entry += size
 
-    def append(self, data: bytes | bytearray | memoryview, batches: list[tuple[int, int, int, int]],
-               next_offset: int) -> None:
+    def append(
+        self, data: bytes | bytearray | memoryview, batches: list[tuple[int, int, int, int]], next_offset: int
+    ) -> None:
         """Write `data` (whole batches, offsets already assigned) at the end of the segment, then index it.
 
         `batches` lists (position in data, size, last offset, max timestamp) per batch. The log is written before
@@ -241,8 +256,9 @@ class LogSegment:
         self.size = start + len(data)
         self.next_offset = next_offset
 
-    def read(self, start_offset: int, max_size: int, max_offset: int | None, min_one_message: bool
-             ) -> tuple[bytes, int] | None:
+    def read(
+        self, start_offset: int, max_size: int, max_offset: int | None, min_one_message: bool
+    ) -> tuple[bytes, int] | None:
         """Whole batches from the batch holding `start_offset`, ending before the batch holding `max_offset`,
         at most `max_size` bytes unless `min_one_message` and the first batch alone is larger.
 
@@ -313,12 +329,20 @@ class LogSegment:
 
     def on_become_inactive(self) -> None:
         """On roll: record the final max timestamp so a reopened segment knows it from its time index alone."""
-        self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far,
-                                     skip_full_check=True)
+        self.time_index.maybe_append(
+            self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far, skip_full_check=True
+        )
 
     # -- properties ----------------------------------------------------------------------------------------
-    def should_roll(self, incoming_bytes: int, max_timestamp_in_messages: int, last_offset: int,
-                    segment_bytes: int, segment_ms: int, now_ms: int) -> bool:
+    def should_roll(
+        self,
+        incoming_bytes: int,
+        max_timestamp_in_messages: int,
+        last_offset: int,
+        segment_bytes: int,
+        segment_ms: int,
+        now_ms: int,
+    ) -> bool:
         """Kafka's roll rule: size, age (by first batch timestamp, else creation time), full indexes, offset range."""
         if self.size == 0:
             return last_offset - self.base_offset > INT32_MAX
@@ -328,8 +352,12 @@ class LogSegment:
             waited = max_timestamp_in_messages - self.rolling_based_timestamp
         else:
             waited = now_ms - self.created_ms
-        return (waited > segment_ms or self.offset_index.is_full or self.time_index.is_full
-                or last_offset - self.base_offset > INT32_MAX)
+        return (
+            waited > segment_ms
+            or self.offset_index.is_full
+            or self.time_index.is_full
+            or last_offset - self.base_offset > INT32_MAX
+        )
 
     @property
     def largest_timestamp(self) -> int:
@@ -381,8 +409,10 @@ class LogSegment:
                 pass
 
     def __repr__(self) -> str:
-        return (f"LogSegment(base_offset={self.base_offset}, next_offset={self.next_offset}, size={self.size}, "
-                f"max_ts={self.max_timestamp_so_far})")
+        return (
+            f"LogSegment(base_offset={self.base_offset}, next_offset={self.next_offset}, size={self.size}, "
+            f"max_ts={self.max_timestamp_so_far})"
+        )
 
 
 __all__ = ["LogSegment", "filename_prefix", "LOG_SUFFIX", "INDEX_SUFFIX", "TIME_INDEX_SUFFIX", "DELETED_SUFFIX"]

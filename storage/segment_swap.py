@@ -7,6 +7,7 @@ segments renamed `.deleted` and unlinked (readers keep their fds), indexes then 
 fsync. `complete_interrupted_swaps` (called by `UnifiedLog.open`) deletes `.cleaned` files and completes any
 committed `.swap`, as Kafka's LogLoader does. Both live here: the recovery depends on the protocol's exact order.
 """
+
 from __future__ import annotations
 
 import os
@@ -112,7 +113,7 @@ def complete_interrupted_swaps(dir: Path) -> list[int]:
         if suffix.endswith(CLEANED_SUFFIX):
             min_cleaned = off if min_cleaned is None else min(min_cleaned, off)
             f.unlink(missing_ok=True)
-        elif suffix.endswith(SWAP_SUFFIX) and suffix[:-len(SWAP_SUFFIX)] in _SEGMENT_FILE_SUFFIXES:
+        elif suffix.endswith(SWAP_SUFFIX) and suffix[: -len(SWAP_SUFFIX)] in _SEGMENT_FILE_SUFFIXES:
             swaps.setdefault(off, []).append(f)
     ranges: list[tuple[int, int]] = []
     for base, paths in sorted(swaps.items()):

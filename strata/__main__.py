@@ -1,4 +1,5 @@
 """``python -m strata``: the same entry point as the ``strata`` console script."""
+
 from __future__ import annotations
 
 import sys

@@ -8,6 +8,7 @@
 
 When a test fails, the tail of every running broker's stdout/stderr is attached to the report.
 """
+
 from __future__ import annotations
 
 import sys

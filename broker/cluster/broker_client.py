@@ -4,6 +4,7 @@ admin requests forwarded to the controller).
 Plain Kafka wire protocol through kafka-python's codec, one request in flight at a time (a ReplicaFetcher owns its
 connection and sends its requests in sequence, as Kafka's fetcher threads do).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -43,7 +44,7 @@ class BrokerConnection:
         sock = writer.get_extra_info("socket")
         if sock is not None:
             try:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)    # small fetch requests go at once
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # small fetch requests go at once
             except OSError:
                 pass
 

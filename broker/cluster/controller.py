@@ -14,6 +14,7 @@ The admin helpers at the bottom (ElectLeaders, AlterPartitionReassignments, List
 controller (other brokers forward those requests to it, forwarding.py) and work on any MetadataStore: they
 compare-and-set partition states; the controller's passes finish what they start.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -47,14 +48,17 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("strata.controller")
 
-BATCH = 50            # partition updates per transaction (etcd's default limit is 128 operations)
+BATCH = 50  # partition updates per transaction (etcd's default limit is 128 operations)
 PASS_INTERVAL_S = 1.0
 
 
 def squash(orig: PartitionState, final: PartitionState) -> PartitionState:
     """Several rule applications in one write: partition_epoch + 1, leader_epoch + 1 iff the leader changed."""
-    return replace(final, partition_epoch=orig.partition_epoch + 1,
-                   leader_epoch=orig.leader_epoch + (1 if final.leader != orig.leader else 0))
+    return replace(
+        final,
+        partition_epoch=orig.partition_epoch + 1,
+        leader_epoch=orig.leader_epoch + (1 if final.leader != orig.leader else 0),
+    )
 
 
 def unclean_enabled(config: BrokerConfig, topic_configs: dict[str, str] | None) -> bool:
@@ -76,7 +80,7 @@ class Controller:
         self._stopping = False
         self._next_rebalance = 0.0
         self.passes = 0
-        self.role_listeners: list[Callable[[], None]] = []   # called when this broker gains or loses the role
+        self.role_listeners: list[Callable[[], None]] = []  # called when this broker gains or loses the role
         store.add_listener(self._on_change)
 
     # ---- lifecycle ----------------------------------------------------------------------------------------------
@@ -88,7 +92,7 @@ class Controller:
         self._stopping = True
         self._wake.set()
         if self._task is not None:
-            self._task.cancel()     # the flag also ends the loop: asyncio.wait_for can swallow a cancellation
+            self._task.cancel()  # the flag also ends the loop: asyncio.wait_for can swallow a cancellation
             await asyncio.wait([self._task], timeout=5.0)
             self._task = None
         if self.epoch is not None and self.active:
@@ -152,8 +156,9 @@ class Controller:
     def view(self) -> BrokerView:
         img = self.store.image
         live = frozenset(img.brokers)
-        fenced = frozenset(b for b, inc in self._incarnations.items()
-                           if b in img.brokers and img.brokers[b].incarnation != inc)
+        fenced = frozenset(
+            b for b, inc in self._incarnations.items() if b in img.brokers and img.brokers[b].incarnation != inc
+        )
         return BrokerView(live, frozenset(b for b in img.shutdown if b in live), fenced)
 
     async def run_pass(self) -> None:
@@ -178,11 +183,18 @@ class Controller:
             self._next_rebalance = time.monotonic() + self.config["leader.imbalance.check.interval.seconds"]
             updates += self._preferred_elections(view, {(t, p) for t, p, _ in updates + completions})
         for i in range(0, len(updates), BATCH):
-            batch = updates[i:i + BATCH]
+            batch = updates[i : i + BATCH]
             await self.store.write_partitions(batch, controller_epoch=epoch)
             for t, p, s in batch:
-                log.info("partition state changed", topic=t, partition=p, leader=s.leader,
-                         leader_epoch=s.leader_epoch, isr=list(s.isr), partition_epoch=s.partition_epoch)
+                log.info(
+                    "partition state changed",
+                    topic=t,
+                    partition=p,
+                    leader=s.leader,
+                    leader_epoch=s.leader_epoch,
+                    isr=list(s.isr),
+                    partition_epoch=s.partition_epoch,
+                )
         for t, p, s in completions:
             info = img.topics[t]
             assignments = [list(a) for a in info.assignments]
@@ -225,8 +237,7 @@ def broker_view(store: MetadataStore) -> BrokerView:
     return BrokerView(frozenset(store.brokers()), frozenset(store.shutting_down()))
 
 
-async def _cas(store: MetadataStore, topic: str, p: int, compute, attempts: int = 5
-               ) -> tuple[ErrorCode, str | None]:
+async def _cas(store: MetadataStore, topic: str, p: int, compute, attempts: int = 5) -> tuple[ErrorCode, str | None]:
     """Apply `compute(state, view) -> (error, new state | None)` with compare-and-set, re-reading on conflicts.
     With an error, `compute` may give the error message in place of the state."""
     for _ in range(attempts):
@@ -248,8 +259,9 @@ ELECTION_PREFERRED = 0
 ELECTION_UNCLEAN = 1
 
 
-async def elect_leaders(store: MetadataStore, election_type: int, partitions: list[tuple[str, int]] | None
-                        ) -> dict[tuple[str, int], tuple[ErrorCode, str | None]]:
+async def elect_leaders(
+    store: MetadataStore, election_type: int, partitions: list[tuple[str, int]] | None
+) -> dict[tuple[str, int], tuple[ErrorCode, str | None]]:
     """ElectLeaders: `partitions` None means every partition (then only elections that did something or failed
     for another reason than ELECTION_NOT_NEEDED are reported, as Kafka does)."""
     if election_type not in (ELECTION_PREFERRED, ELECTION_UNCLEAN):
@@ -276,13 +288,14 @@ async def elect_leaders(store: MetadataStore, election_type: int, partitions: li
 _ELECTION_MESSAGES = {
     ErrorCode.ELECTION_NOT_NEEDED: "Leader election not needed for topic partition.",
     ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE: "Failed to elect leader for partition: the preferred replica is not "
-                                              "live or not in the ISR.",
+    "live or not in the ISR.",
     ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE: "Failed to elect leader for partition: no live replica.",
 }
 
 
-async def alter_reassignment(store: MetadataStore, topic: str, p: int, target: list[int] | None,
-                             allow_replication_factor_change: bool = True) -> tuple[ErrorCode, str | None]:
+async def alter_reassignment(
+    store: MetadataStore, topic: str, p: int, target: list[int] | None, allow_replication_factor_change: bool = True
+) -> tuple[ErrorCode, str | None]:
     """Start (target) or cancel (None) the reassignment of one partition; the controller completes it.
     KIP-860: without `allow_replication_factor_change` a target of another size than the partition's replica set
     (before any reassignment in progress) is refused."""
@@ -297,27 +310,32 @@ async def alter_reassignment(store: MetadataStore, topic: str, p: int, target: l
         unknown = [b for b in target if b not in store.brokers()]
         if unknown:
             return ErrorCode.INVALID_REPLICA_ASSIGNMENT, (
-                f"The manual partition assignment includes broker {unknown[0]}, but no such broker is registered.")
+                f"The manual partition assignment includes broker {unknown[0]}, but no such broker is registered."
+            )
 
         def compute(state, view):
             current = len([r for r in state.replicas if r not in state.adding])
             if not allow_replication_factor_change and len(target) != current:
                 return ErrorCode.INVALID_REPLICATION_FACTOR, (
                     f"The replication factor is changed from {current} to {len(target)} but "
-                    "allowReplicationFactorChange is false.")
+                    "allowReplicationFactorChange is false."
+                )
             new = start_reassignment(state, list(target), view)
             return ErrorCode.NONE, new
     else:
+
         def compute(state, view):
             new = cancel_reassignment(state, view)
             if new is None:
                 return ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, "No reassignment is in progress for this partition."
             return ErrorCode.NONE, new
+
     return await _cas(store, topic, p, compute)
 
 
-def list_reassignments(store: MetadataStore, wanted: list[tuple[str, list[int]]] | None
-                       ) -> dict[str, list[tuple[int, PartitionState]]]:
+def list_reassignments(
+    store: MetadataStore, wanted: list[tuple[str, list[int]]] | None
+) -> dict[str, list[tuple[int, PartitionState]]]:
     """Ongoing reassignments: topic -> [(partition, state)], only partitions with adding/removing replicas."""
     if wanted is None:
         wanted = [(t, list(range(info.partitions))) for t, info in sorted(store.topics().items())]

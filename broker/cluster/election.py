@@ -10,6 +10,7 @@ Rules (Kafka's, KRaft flavour):
   replica and its ISR restarts as {that replica};
 * every change bumps `partition_epoch`; a leader change bumps `leader_epoch` (PartitionState.with_changes).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -23,9 +24,9 @@ NO_LEADER = -1
 
 @dataclass(frozen=True)
 class BrokerView:
-    live: frozenset[int]                                   # registered (lease alive)
+    live: frozenset[int]  # registered (lease alive)
     shutting_down: frozenset[int] = field(default_factory=frozenset)
-    fenced: frozenset[int] = field(default_factory=frozenset)    # restarted since last seen: its old state is gone
+    fenced: frozenset[int] = field(default_factory=frozenset)  # restarted since last seen: its old state is gone
 
     def alive(self, b: int) -> bool:
         return b in self.live and b not in self.fenced
@@ -52,7 +53,7 @@ def reconcile(state: PartitionState, view: BrokerView, unclean: bool = False) ->
         else:
             leader = NO_LEADER
     if not isr:
-        isr = list(state.isr)      # never empty: keep the last in-sync members for a clean re-election
+        isr = list(state.isr)  # never empty: keep the last in-sync members for a clean re-election
     if leader == state.leader and tuple(isr) == state.isr:
         return None
     return state.with_changes(leader=leader, isr=tuple(isr))
@@ -101,8 +102,9 @@ def start_reassignment(state: PartitionState, target: list[int], view: BrokerVie
     leader = state.leader
     if leader not in replicas:
         leader = _pick(list(target) + replicas, isr, view)
-    return state.with_changes(replicas=tuple(replicas), adding=tuple(adding), removing=tuple(removing),
-                              isr=tuple(isr), leader=leader)
+    return state.with_changes(
+        replicas=tuple(replicas), adding=tuple(adding), removing=tuple(removing), isr=tuple(isr), leader=leader
+    )
 
 
 def cancel_reassignment(state: PartitionState, view: BrokerView) -> PartitionState | None:

@@ -11,6 +11,7 @@
   controller cannot write. A failed compare raises StaleStateError (partition state) after refreshing the image
   from the keys it compared.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -36,7 +37,7 @@ from .placement import assign_replicas
 
 log = structlog.get_logger("strata.etcd")
 
-MAX_TXN_OPS = 100          # etcd's default --max-txn-ops is 128
+MAX_TXN_OPS = 100  # etcd's default --max-txn-ops is 128
 PRODUCER_ID_KEY = "producer_ids/next"
 
 
@@ -45,7 +46,7 @@ def parse_connect(spec: str) -> list[tuple[str, int]]:
     if not spec.startswith("etcd://"):
         raise ValueError(f"metadata.store.connect {spec!r} must start with etcd://")
     out = []
-    for part in spec[len("etcd://"):].split(","):
+    for part in spec[len("etcd://") :].split(","):
         part = part.strip().rstrip("/")
         if not part:
             continue
@@ -61,8 +62,9 @@ def parse_connect(spec: str) -> list[tuple[str, int]]:
 # ---- transaction building blocks ------------------------------------------------------------------------------
 def _cmp(key: bytes, target: str, op: str, value) -> rpc.Compare:
     c = rpc.Compare(key=key)
-    c.result = {"==": rpc.Compare.EQUAL, "!=": rpc.Compare.NOT_EQUAL, "<": rpc.Compare.LESS,
-                ">": rpc.Compare.GREATER}[op]
+    c.result = {"==": rpc.Compare.EQUAL, "!=": rpc.Compare.NOT_EQUAL, "<": rpc.Compare.LESS, ">": rpc.Compare.GREATER}[
+        op
+    ]
     if target == "mod":
         c.target, c.mod_revision = rpc.Compare.MOD, int(value)
     elif target == "create":
@@ -103,15 +105,23 @@ class IneligibleReplicaError(StaleStateError):
 class TxnResult:
     succeeded: bool
     revision: int
-    ranges: list[list]        # kvs of each range op of the branch taken
+    ranges: list[list]  # kvs of each range op of the branch taken
 
 
 class EtcdMetadataStore(MetadataStore):
     clustered = True
 
-    def __init__(self, endpoints: list[tuple[str, int]], *, broker_id: int, prefix: str = "/strata",
-                 cluster_id: str | None = None, session_timeout_ms: int = 9000, heartbeat_interval_ms: int = 2000,
-                 request_timeout_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        endpoints: list[tuple[str, int]],
+        *,
+        broker_id: int,
+        prefix: str = "/strata",
+        cluster_id: str | None = None,
+        session_timeout_ms: int = 9000,
+        heartbeat_interval_ms: int = 2000,
+        request_timeout_s: float = 5.0,
+    ) -> None:
         self._listeners = []
         self.endpoints = endpoints
         self.broker_id = broker_id
@@ -131,15 +141,19 @@ class EtcdMetadataStore(MetadataStore):
         self._stopping = False
         self._tasks: list[asyncio.Task] = []
         self._closed = False
-        self.registrations = 0                  # times this process (re-)registered (tests, logs)
-        self._image_changed = asyncio.Event()   # set on every image change; waiters clear it themselves
+        self.registrations = 0  # times this process (re-)registered (tests, logs)
+        self._image_changed = asyncio.Event()  # set on every image change; waiters clear it themselves
 
     @classmethod
     def from_config(cls, config, cluster_id: str | None = None) -> EtcdMetadataStore:
-        return cls(parse_connect(config["metadata.store.connect"]), broker_id=config.broker_id,
-                   prefix=config["metadata.store.prefix"], cluster_id=cluster_id or config["cluster.id"] or None,
-                   session_timeout_ms=config["broker.session.timeout.ms"],
-                   heartbeat_interval_ms=config["broker.heartbeat.interval.ms"])
+        return cls(
+            parse_connect(config["metadata.store.connect"]),
+            broker_id=config.broker_id,
+            prefix=config["metadata.store.prefix"],
+            cluster_id=cluster_id or config["cluster.id"] or None,
+            session_timeout_ms=config["broker.session.timeout.ms"],
+            heartbeat_interval_ms=config["broker.heartbeat.interval.ms"],
+        )
 
     # ---- connection ---------------------------------------------------------------------------------------------
     def _new_client(self) -> aetcd.Client:
@@ -179,8 +193,9 @@ class EtcdMetadataStore(MetadataStore):
     def key(self, rel: str) -> bytes:
         return self._root + rel.encode()
 
-    async def txn(self, compare: list[rpc.Compare], success: list[rpc.RequestOp],
-                  failure: Iterable[rpc.RequestOp] = ()) -> TxnResult:
+    async def txn(
+        self, compare: list[rpc.Compare], success: list[rpc.RequestOp], failure: Iterable[rpc.RequestOp] = ()
+    ) -> TxnResult:
         req = rpc.TxnRequest(compare=compare, success=success, failure=list(failure))
 
         async def call(c: aetcd.Client):
@@ -195,7 +210,7 @@ class EtcdMetadataStore(MetadataStore):
         return TxnResult(resp.succeeded, resp.header.revision, ranges)
 
     def _rel(self, key: bytes) -> str:
-        return key[len(self._root):].decode()
+        return key[len(self._root) :].decode()
 
     # ---- lifecycle ----------------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -203,9 +218,14 @@ class EtcdMetadataStore(MetadataStore):
         self._root = f"{self.prefix}/{self.cluster_id}/".encode()
         await self._reload()
         self._tasks.append(asyncio.create_task(self._watch_loop(), name="etcd-watch"))
-        log.info("metadata store connected", endpoints=[f"{h}:{p}" for h, p in self.endpoints],
-                 cluster_id=self.cluster_id, revision=self.image.revision, brokers=sorted(self.image.brokers),
-                 topics=len(self.image.topics))
+        log.info(
+            "metadata store connected",
+            endpoints=[f"{h}:{p}" for h, p in self.endpoints],
+            cluster_id=self.cluster_id,
+            revision=self.image.revision,
+            brokers=sorted(self.image.brokers),
+            topics=len(self.image.topics),
+        )
 
     async def _resolve_cluster_id(self) -> None:
         """`<prefix>/cluster_id` names the cluster a broker without `cluster.id` joins; the first broker creates it
@@ -213,10 +233,11 @@ class EtcdMetadataStore(MetadataStore):
         pointer = f"{self.prefix}/cluster_id".encode()
         cid = self.configured_cluster_id or _new_cluster_id()
         own = f"{self.prefix}/{cid}/cluster_id".encode()
-        res = await self.txn([_cmp(pointer, "create", "==", 0)], [_put(pointer, _j(cid)), _put(own, _j(cid))],
-                             [_get(pointer)])
+        res = await self.txn(
+            [_cmp(pointer, "create", "==", 0)], [_put(pointer, _j(cid)), _put(own, _j(cid))], [_get(pointer)]
+        )
         if not res.succeeded and not self.configured_cluster_id:
-            cid = json.loads(res.ranges[0][0].value)     # adopt the stored cluster
+            cid = json.loads(res.ranges[0][0].value)  # adopt the stored cluster
             own = f"{self.prefix}/{cid}/cluster_id".encode()
         await self.txn([_cmp(own, "create", "==", 0)], [_put(own, _j(cid))])
         self.cluster_id = cid
@@ -253,7 +274,7 @@ class EtcdMetadataStore(MetadataStore):
                     return
                 log.warning("metadata watch failed; re-reading", error=repr(e))
             finally:
-                if watch is not None:      # bounded: aetcd's cancel blocks on a full request queue of a dead stream
+                if watch is not None:  # bounded: aetcd's cancel blocks on a full request queue of a dead stream
                     try:
                         await asyncio.wait_for(watch.cancel(), 1.0)
                     except (Exception, asyncio.CancelledError):  # noqa: BLE001, S110 - a dead stream: best effort
@@ -306,7 +327,7 @@ class EtcdMetadataStore(MetadataStore):
             await asyncio.wait(self._tasks, timeout=2.0)
         self._tasks.clear()
         if self.lease_id:
-            try:    # deregister at once (and drop controller / shutdown keys on this lease)
+            try:  # deregister at once (and drop controller / shutdown keys on this lease)
                 await asyncio.wait_for(self.client.revoke_lease(self.lease_id), self.request_timeout_s)
             except Exception as e:  # noqa: BLE001 - the lease then runs out on its own
                 log.warning("could not revoke the broker lease", error=repr(e))
@@ -366,7 +387,7 @@ class EtcdMetadataStore(MetadataStore):
             return False
         try:
             await self._rpc(lambda c: c.revoke_lease(r.lease))
-        except ClientError:      # expired or revoked meanwhile
+        except ClientError:  # expired or revoked meanwhile
             return False
         return True
 
@@ -387,8 +408,7 @@ class EtcdMetadataStore(MetadataStore):
                     await self._put_registration()
                     registered, last_ok = True, time.monotonic()
                     continue
-                reply = await asyncio.wait_for(self._rpc(lambda c: c.refresh_lease(self.lease_id)),
-                                               max(interval, 1.0))
+                reply = await asyncio.wait_for(self._rpc(lambda c: c.refresh_lease(self.lease_id)), max(interval, 1.0))
                 if reply is None or reply.TTL <= 0:
                     registered = False
                 else:
@@ -455,28 +475,36 @@ class EtcdMetadataStore(MetadataStore):
         live = [b for b in replicas if b in self.image.brokers]
         return PartitionState(live[0] if live else -1, 0, tuple(live or replicas), tuple(replicas), 0)
 
-    def compute_assignments(self, partitions: int, replication_factor: int, *, start_partition: int = 0,
-                            start_index: int = -1) -> list[list[int]]:
+    def compute_assignments(
+        self, partitions: int, replication_factor: int, *, start_partition: int = 0, start_index: int = -1
+    ) -> list[list[int]]:
         live = {b: info.rack for b, info in self.image.brokers.items() if b not in self.image.shutdown}
         if not live:
             live = {b: info.rack for b, info in self.image.brokers.items()}
-        return assign_replicas(live, partitions, replication_factor, start_index=start_index,
-                               start_partition=start_partition)
+        return assign_replicas(
+            live, partitions, replication_factor, start_index=start_index, start_partition=start_partition
+        )
 
-    async def create_topic(self, name: str, partitions: int, configs: dict[str, str], internal: bool = False,
-                           replication_factor: int = 1, assignments: list[list[int]] | None = None
-                           ) -> TopicInfo:
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        configs: dict[str, str],
+        internal: bool = False,
+        replication_factor: int = 1,
+        assignments: list[list[int]] | None = None,
+    ) -> TopicInfo:
         if assignments is None:
             assignments = self.compute_assignments(partitions, replication_factor)
-        info = TopicInfo(name, uuid.uuid4(), len(assignments), dict(configs), internal,
-                         [list(a) for a in assignments])
+        info = TopicInfo(name, uuid.uuid4(), len(assignments), dict(configs), internal, [list(a) for a in assignments])
         tkey = self.key(f"topics/{name}")
         parts = [(f"partitions/{name}/{p}", self._initial_state(a)) for p, a in enumerate(assignments)]
-        first, rest = parts[:MAX_TXN_OPS - 1], parts[MAX_TXN_OPS - 1:]
-        res = await self.txn([_cmp(tkey, "create", "==", 0)],
-                             [_put(tkey, _j(topic_to_json(info)))] + [_put(self.key(k), _j(s.to_json()))
-                                                                      for k, s in first],
-                             [_get(tkey)])
+        first, rest = parts[: MAX_TXN_OPS - 1], parts[MAX_TXN_OPS - 1 :]
+        res = await self.txn(
+            [_cmp(tkey, "create", "==", 0)],
+            [_put(tkey, _j(topic_to_json(info)))] + [_put(self.key(k), _j(s.to_json())) for k, s in first],
+            [_get(tkey)],
+        )
         if not res.succeeded:
             self._apply_kvs(res.ranges[0])
             raise KafkaApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
@@ -487,18 +515,19 @@ class EtcdMetadataStore(MetadataStore):
         await self._put_more_partitions(tkey, created, rest)
         return self.image.topics.get(name, info)
 
-    async def _put_more_partitions(self, tkey: bytes, create_rev: int,
-                                   parts: list[tuple[str, PartitionState]]) -> None:
+    async def _put_more_partitions(self, tkey: bytes, create_rev: int, parts: list[tuple[str, PartitionState]]) -> None:
         """Partition keys beyond one transaction's op limit, each batch guarded by the topic's create revision (so
         a topic deleted and re-created meanwhile is not touched)."""
         for i in range(0, len(parts), MAX_TXN_OPS):
-            batch = parts[i:i + MAX_TXN_OPS]
-            res = await self.txn([_cmp(tkey, "create", "==", create_rev)] +
-                                 [_cmp(self.key(k), "create", "==", 0) for k, _ in batch],
-                                 [_put(self.key(k), _j(s.to_json())) for k, s in batch])
+            batch = parts[i : i + MAX_TXN_OPS]
+            res = await self.txn(
+                [_cmp(tkey, "create", "==", create_rev)] + [_cmp(self.key(k), "create", "==", 0) for k, _ in batch],
+                [_put(self.key(k), _j(s.to_json())) for k, s in batch],
+            )
             if not res.succeeded:
-                raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                                    "the topic changed while its partitions were being created")
+                raise KafkaApiError(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "the topic changed while its partitions were being created"
+                )
             for k, s in batch:
                 self._apply(k, _j(s.to_json()), res.revision)
 
@@ -508,13 +537,25 @@ class EtcdMetadataStore(MetadataStore):
             if info is None:
                 raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
             tkey = self.key(f"topics/{name}")
-            res = await self.txn([_cmp(tkey, "mod", "==", self.image.mod_revision(f"topics/{name}"))],
-                                 [_delete(tkey), _delete(self.key(f"partitions/{name}/"), prefix=True),
-                                  _put(self.key(f"deleting/{name}"),
-                                       _j({"topic_id": str(info.topic_id), "partitions": info.partitions,
-                                           "remote_storage": str(info.configs.get("remote.storage.enable",
-                                                                                  "false")).lower() == "true"}))],
-                                 [_get(tkey)])
+            res = await self.txn(
+                [_cmp(tkey, "mod", "==", self.image.mod_revision(f"topics/{name}"))],
+                [
+                    _delete(tkey),
+                    _delete(self.key(f"partitions/{name}/"), prefix=True),
+                    _put(
+                        self.key(f"deleting/{name}"),
+                        _j(
+                            {
+                                "topic_id": str(info.topic_id),
+                                "partitions": info.partitions,
+                                "remote_storage": str(info.configs.get("remote.storage.enable", "false")).lower()
+                                == "true",
+                            }
+                        ),
+                    ),
+                ],
+                [_get(tkey)],
+            )
             if res.succeeded:
                 for p in range(info.partitions):
                     self._apply(f"partitions/{name}/{p}", None, res.revision)
@@ -542,7 +583,7 @@ class EtcdMetadataStore(MetadataStore):
             seen = {self._rel(kv.key) for kv in res.ranges[2 * i + 1]}
             self._apply_kvs(res.ranges[2 * i + 1])
             for rel in [k for k in self.image.revs if k.startswith(f"partitions/{name}/") and k not in seen]:
-                if self.image.mod_revision(rel):      # present in the image, absent in etcd
+                if self.image.mod_revision(rel):  # present in the image, absent in etcd
                     self._apply(rel, None, res.revision)
 
     async def _refresh_key(self, rel: str, kvs: list, revision: int) -> None:
@@ -552,31 +593,48 @@ class EtcdMetadataStore(MetadataStore):
         else:
             self._apply(rel, None, revision)
 
-    async def set_partition_count(self, name: str, partitions: int,
-                                  assignments: list[list[int]] | None = None) -> TopicInfo:
+    async def set_partition_count(
+        self, name: str, partitions: int, assignments: list[list[int]] | None = None
+    ) -> TopicInfo:
         for _ in range(10):
             info = self.image.topics.get(name)
             if info is None:
                 raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
             current = info.partitions
             if partitions <= current:
-                raise KafkaApiError(ErrorCode.INVALID_PARTITIONS,
-                                    f"Topic currently has {current} partitions, which is higher than or equal to "
-                                    f"the requested {partitions}.")
+                raise KafkaApiError(
+                    ErrorCode.INVALID_PARTITIONS,
+                    f"Topic currently has {current} partitions, which is higher than or equal to "
+                    f"the requested {partitions}.",
+                )
             rf = max(1, len(info.replicas(0)))
             brokers = sorted(self.image.brokers)
             first = info.replicas(0)[0] if info.replicas(0) else -1
             start_index = brokers.index(first) if first in brokers else -1
-            added = [list(a) for a in assignments] if assignments else self.compute_assignments(
-                partitions - current, rf, start_partition=current, start_index=start_index)
-            new_info = TopicInfo(name, info.topic_id, partitions, dict(info.configs), info.internal,
-                                 [list(a) for a in info.assignments] + added)
+            added = (
+                [list(a) for a in assignments]
+                if assignments
+                else self.compute_assignments(
+                    partitions - current, rf, start_partition=current, start_index=start_index
+                )
+            )
+            new_info = TopicInfo(
+                name,
+                info.topic_id,
+                partitions,
+                dict(info.configs),
+                info.internal,
+                [list(a) for a in info.assignments] + added,
+            )
             parts = [(f"partitions/{name}/{current + i}", self._initial_state(a)) for i, a in enumerate(added)]
             tkey = self.key(f"topics/{name}")
-            first_batch, rest = parts[:MAX_TXN_OPS - 1], parts[MAX_TXN_OPS - 1:]
-            res = await self.txn([_cmp(tkey, "mod", "==", self.image.mod_revision(f"topics/{name}"))],
-                                 [_put(tkey, _j(topic_to_json(new_info)))] +
-                                 [_put(self.key(k), _j(s.to_json())) for k, s in first_batch], [_get(tkey)])
+            first_batch, rest = parts[: MAX_TXN_OPS - 1], parts[MAX_TXN_OPS - 1 :]
+            res = await self.txn(
+                [_cmp(tkey, "mod", "==", self.image.mod_revision(f"topics/{name}"))],
+                [_put(tkey, _j(topic_to_json(new_info)))]
+                + [_put(self.key(k), _j(s.to_json())) for k, s in first_batch],
+                [_get(tkey)],
+            )
             if not res.succeeded:
                 await self._refresh_key(f"topics/{name}", res.ranges[0], res.revision)
                 continue
@@ -592,8 +650,12 @@ class EtcdMetadataStore(MetadataStore):
         raise KafkaApiError(ErrorCode.UNKNOWN_SERVER_ERROR, f"Topic '{name}' kept changing.")
 
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicInfo:
-        return await self.update_topic(name, lambda info: TopicInfo(
-            name, info.topic_id, info.partitions, dict(configs), info.internal, info.assignments))
+        return await self.update_topic(
+            name,
+            lambda info: TopicInfo(
+                name, info.topic_id, info.partitions, dict(configs), info.internal, info.assignments
+            ),
+        )
 
     async def update_topic(self, name: str, change) -> TopicInfo:
         """CAS loop on `topics/<name>`: `change(info) -> TopicInfo`."""
@@ -603,8 +665,11 @@ class EtcdMetadataStore(MetadataStore):
                 raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
             new_info = change(info)
             tkey = self.key(f"topics/{name}")
-            res = await self.txn([_cmp(tkey, "mod", "==", self.image.mod_revision(f"topics/{name}"))],
-                                 [_put(tkey, _j(topic_to_json(new_info)))], [_get(tkey)])
+            res = await self.txn(
+                [_cmp(tkey, "mod", "==", self.image.mod_revision(f"topics/{name}"))],
+                [_put(tkey, _j(topic_to_json(new_info)))],
+                [_get(tkey)],
+            )
             if res.succeeded:
                 self._apply(f"topics/{name}", _j(topic_to_json(new_info)), res.revision)
                 return self.image.topics.get(name, new_info)
@@ -620,13 +685,20 @@ class EtcdMetadataStore(MetadataStore):
         if cur is not None:
             bad = [b for b in new.isr if b not in cur.isr and (b not in self.image.brokers or b in self.image.shutdown)]
             if bad:
-                raise IneligibleReplicaError(f"{topic}-{partition}: broker(s) {bad} cannot join the ISR "
-                                             "(not registered, or in controlled shutdown)")
+                raise IneligibleReplicaError(
+                    f"{topic}-{partition}: broker(s) {bad} cannot join the ISR "
+                    "(not registered, or in controlled shutdown)"
+                )
         await self.write_partitions([(topic, partition, new)])
         return new
 
-    async def write_partitions(self, updates: list[tuple[str, int, PartitionState]],
-                               topics: Iterable[TopicInfo] = (), *, controller_epoch: int | None = None) -> int:
+    async def write_partitions(
+        self,
+        updates: list[tuple[str, int, PartitionState]],
+        topics: Iterable[TopicInfo] = (),
+        *,
+        controller_epoch: int | None = None,
+    ) -> int:
         """One transaction: every partition key must be unchanged since the image read it and get
         partition_epoch + 1; `topics` are rewritten under the same compare; with `controller_epoch` the write
         only happens while that controller is current. StaleStateError (image refreshed) otherwise."""
@@ -640,8 +712,9 @@ class EtcdMetadataStore(MetadataStore):
             if cur is None:
                 raise StaleStateError(f"{topic}-{p} does not exist")
             if new.partition_epoch != cur.partition_epoch + 1:
-                raise StaleStateError(f"{topic}-{p}: partition epoch {new.partition_epoch} does not follow "
-                                      f"{cur.partition_epoch}")
+                raise StaleStateError(
+                    f"{topic}-{p}: partition epoch {new.partition_epoch} does not follow {cur.partition_epoch}"
+                )
             k = self.key(rel)
             compare.append(_cmp(k, "mod", "==", self.image.mod_revision(rel)))
             success.append(_put(k, _j(new.to_json())))
@@ -678,11 +751,11 @@ class EtcdMetadataStore(MetadataStore):
         ekey, ckey = self.key("controller_epoch"), self.key("controller")
         r = await self._rpc(lambda c: c.get(ekey))
         epoch = int(json.loads(r.value)) + 1 if r is not None else 1
-        res = await self.txn([_cmp(ckey, "create", "==", 0),
-                              _cmp(ekey, "mod", "==", r.mod_revision if r is not None else 0)],
-                             [_put(ckey, _j({"broker_id": self.broker_id, "epoch": epoch}), self.lease_id),
-                              _put(ekey, _j(epoch))],
-                             [_get(ckey)])
+        res = await self.txn(
+            [_cmp(ckey, "create", "==", 0), _cmp(ekey, "mod", "==", r.mod_revision if r is not None else 0)],
+            [_put(ckey, _j({"broker_id": self.broker_id, "epoch": epoch}), self.lease_id), _put(ekey, _j(epoch))],
+            [_get(ckey)],
+        )
         if not res.succeeded:
             self._apply_kvs(res.ranges[0] if res.ranges else [])
             return None
@@ -701,29 +774,34 @@ class EtcdMetadataStore(MetadataStore):
             return True
         rel = f"shutdown/{self.broker_id}"
         if self.broker_id not in self.image.shutdown:
-            res = await self.txn([_cmp(self.key(rel), "create", "==", 0)],
-                                 [_put(self.key(rel), _j({"done": False}), self.lease_id)])
+            res = await self.txn(
+                [_cmp(self.key(rel), "create", "==", 0)], [_put(self.key(rel), _j({"done": False}), self.lease_id)]
+            )
             if res.succeeded:
                 self._apply(rel, _j({"done": False}), res.revision)
-        return await self.wait_for(lambda: bool(self.image.shutdown.get(self.broker_id, {}).get("done")),
-                                   timeout_s)
+        return await self.wait_for(lambda: bool(self.image.shutdown.get(self.broker_id, {}).get("done")), timeout_s)
 
     async def mark_shutdown_done(self, broker_id: int, epoch: int) -> None:
         rel = f"shutdown/{broker_id}"
         r = await self._rpc(lambda c: c.get(self.key(rel)))
         if r is None:
             return
-        res = await self.txn([_cmp(self.key(rel), "mod", "==", r.mod_revision),
-                              _cmp(self.key("controller_epoch"), "value", "==", _j(epoch))],
-                             [_put(self.key(rel), _j({"done": True}), r.lease)])
+        res = await self.txn(
+            [
+                _cmp(self.key(rel), "mod", "==", r.mod_revision),
+                _cmp(self.key("controller_epoch"), "value", "==", _j(epoch)),
+            ],
+            [_put(self.key(rel), _j({"done": True}), r.lease)],
+        )
         if res.succeeded:
             self._apply(rel, _j({"done": True}), res.revision)
 
     async def delete_keys(self, rels: list[str], epoch: int) -> None:
         if not rels:
             return
-        res = await self.txn([_cmp(self.key("controller_epoch"), "value", "==", _j(epoch))],
-                             [_delete(self.key(r)) for r in rels])
+        res = await self.txn(
+            [_cmp(self.key("controller_epoch"), "value", "==", _j(epoch))], [_delete(self.key(r)) for r in rels]
+        )
         if res.succeeded:
             for r in rels:
                 self._apply(r, None, res.revision)
@@ -738,8 +816,9 @@ class EtcdMetadataStore(MetadataStore):
             start = int(json.loads(r.value)) if r is not None else 0
             if start > 2**63 - 1 - size:
                 raise KafkaApiError(ErrorCode.UNKNOWN_SERVER_ERROR, "all producer ids are exhausted")
-            res = await self.txn([_cmp(k, "mod", "==", r.mod_revision if r is not None else 0)],
-                                 [_put(k, _j(start + size))])
+            res = await self.txn(
+                [_cmp(k, "mod", "==", r.mod_revision if r is not None else 0)], [_put(k, _j(start + size))]
+            )
             if res.succeeded:
                 return start
         raise KafkaApiError(ErrorCode.UNKNOWN_SERVER_ERROR, "could not allocate a producer id block")

@@ -9,6 +9,7 @@ broker that lost the controller role while the request travelled answers NOT_CON
 again (clients retry it). Before answering, the forwarding broker reads the changed topics back from etcd, so the
 client's next request to it sees what the controller did.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -33,13 +34,20 @@ if TYPE_CHECKING:
 log = structlog.get_logger("strata.forwarding")
 
 # The requests a broker hands to the controller (Kafka's ForwardingManager set, as far as Strata implements it).
-CONTROLLER_APIS = frozenset({
-    ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS, ApiKey.INCREMENTAL_ALTER_CONFIGS,
-    ApiKey.ELECT_LEADERS, ApiKey.ALTER_PARTITION_REASSIGNMENTS, ApiKey.LIST_PARTITION_REASSIGNMENTS,
-})
+CONTROLLER_APIS = frozenset(
+    {
+        ApiKey.CREATE_TOPICS,
+        ApiKey.DELETE_TOPICS,
+        ApiKey.CREATE_PARTITIONS,
+        ApiKey.INCREMENTAL_ALTER_CONFIGS,
+        ApiKey.ELECT_LEADERS,
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+        ApiKey.LIST_PARTITION_REASSIGNMENTS,
+    }
+)
 FORWARDED_PREFIX = "strata-forwarded-by-"
 DEFAULT_TIMEOUT_S = 30.0
-FORWARDED_SETTLE_S = 3.0      # a forwarded request waits this long for this broker to take up the controllership
+FORWARDED_SETTLE_S = 3.0  # a forwarded request waits this long for this broker to take up the controllership
 AUTO_CREATE_VERSION = 7
 _CORR = struct.Struct(">i")
 
@@ -76,8 +84,16 @@ def topics_named(api_key: int, version: int, req: Any, store: MetadataStore) -> 
 class ControllerChannel:
     """This broker's connection to the controller, used one request at a time (admin requests are rare)."""
 
-    def __init__(self, store: EtcdMetadataStore, endpoints: BrokerEndpoints, metrics: BrokerMetrics, *,
-                 broker_id: int, socket_timeout_s: float, is_controller: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        store: EtcdMetadataStore,
+        endpoints: BrokerEndpoints,
+        metrics: BrokerMetrics,
+        *,
+        broker_id: int,
+        socket_timeout_s: float,
+        is_controller: Callable[[], bool],
+    ) -> None:
         """`is_controller`: whether this broker is the active controller now (it then answers itself)."""
         self.store = store
         self.endpoints = endpoints
@@ -87,7 +103,7 @@ class ControllerChannel:
         self._is_controller = is_controller
         self._conn: tuple[int, BrokerConnection] | None = None
         self._lock = asyncio.Lock()
-        self._closing: set[asyncio.Task[None]] = set()    # connections to a former controller, closing
+        self._closing: set[asyncio.Task[None]] = set()  # connections to a former controller, closing
 
     def is_controller(self) -> bool:
         return self._is_controller()
@@ -108,8 +124,9 @@ class ControllerChannel:
             # polled too: taking office sets the controller's epoch, which is no image change
             await self.store.wait_for(self.is_controller, min(left, 0.05))
 
-    async def forward(self, payload: bytes | memoryview, api_key: int, version: int, client_id: str | None,
-                      req: Any) -> bytes | None:
+    async def forward(
+        self, payload: bytes | memoryview, api_key: int, version: int, client_id: str | None, req: Any
+    ) -> bytes | None:
         """The controller's response to the client's request (payload, header included, under the controller's
         correlation id), or None if this broker should answer itself: it has become the controller, or no
         controller answered in time (then its own handler answers NOT_CONTROLLER)."""
@@ -127,9 +144,17 @@ class ControllerChannel:
         R = REQUEST_CLASSES[ApiKey.CREATE_TOPICS][AUTO_CREATE_VERSION]
         topic = R.CreatableTopic(name=name, num_partitions=-1, replication_factor=-1, assignments=[], configs=[])
         timeout_ms = int(DEFAULT_TIMEOUT_S * 1000)
-        resp = await self._send(lambda conn, left: conn.request(
-            ApiKey.CREATE_TOPICS, AUTO_CREATE_VERSION, left, topics=[topic], timeout_ms=timeout_ms,
-            validate_only=False), DEFAULT_TIMEOUT_S)
+        resp = await self._send(
+            lambda conn, left: conn.request(
+                ApiKey.CREATE_TOPICS,
+                AUTO_CREATE_VERSION,
+                left,
+                topics=[topic],
+                timeout_ms=timeout_ms,
+                validate_only=False,
+            ),
+            DEFAULT_TIMEOUT_S,
+        )
         if resp is None:
             raise KafkaApiError(ErrorCode.LEADER_NOT_AVAILABLE, "no controller to create the topic")
         self.metrics.forwarded_requests.labels(api_name(ApiKey.CREATE_TOPICS)).inc()
@@ -146,15 +171,16 @@ class ControllerChannel:
             if self.is_controller():
                 return None
             c = store.image.controller
-            if c is None or c.broker_id == self.broker_id:     # none yet, or ours not yet taken up
+            if c is None or c.broker_id == self.broker_id:  # none yet, or ours not yet taken up
                 await store.wait_for(lambda c=c: store.image.controller != c or self.is_controller(), min(left, 1.0))
                 continue
             try:
                 async with self._lock:
                     return await call(self._connection(c.broker_id), left)
             except BrokerConnectionError as e:
-                log.info("controller unreachable; waiting for it or its successor", controller=c.broker_id,
-                         error=str(e))
+                log.info(
+                    "controller unreachable; waiting for it or its successor", controller=c.broker_id, error=str(e)
+                )
                 await store.wait_for(lambda c=c: store.image.controller != c, min(left, 0.5))
         return None
 
@@ -167,8 +193,10 @@ class ControllerChannel:
                 t = asyncio.ensure_future(self._conn[1].close())
                 self._closing.add(t)
                 t.add_done_callback(self._closing.discard)
-            self._conn = (broker_id, BrokerConnection(ep[0], ep[1], f"broker-{self.broker_id}-forwarding",
-                                                      self.socket_timeout_s))
+            self._conn = (
+                broker_id,
+                BrokerConnection(ep[0], ep[1], f"broker-{self.broker_id}-forwarding", self.socket_timeout_s),
+            )
         return self._conn[1]
 
     async def _read_back(self, names: list[str]) -> None:

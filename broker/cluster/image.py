@@ -4,6 +4,7 @@ Keys are relative to `<prefix>/<cluster.id>/`. Every key remembers the etcd revi
 `mod_revision`, or the revision that deleted it), so changes that arrive twice or late -- once from a transaction's
 own result, once from the watch; or from a direct read racing the watch -- apply once, newest wins.
 """
+
 from __future__ import annotations
 
 import json
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from ..metadata_store import TopicInfo
 from .model import BrokerInfo, PartitionState
 
-Change = tuple[str, object]      # (kind, key) as MetadataStore listeners receive them
+Change = tuple[str, object]  # (kind, key) as MetadataStore listeners receive them
 
 
 @dataclass
@@ -34,10 +35,10 @@ class MetadataImage:
     controller_epoch: int = 0
     deleting: dict[str, dict] = field(default_factory=dict)
     shutdown: dict[int, dict] = field(default_factory=dict)
-    revs: dict[str, int] = field(default_factory=dict)          # key -> revision of its last change
-    revision: int = 0                                            # highest revision applied
-    deleted_topics: dict[str, TopicInfo] = field(default_factory=dict)   # last deletion of each name
-    departed: dict[int, tuple[BrokerInfo, float]] = field(default_factory=dict)   # lease gone: (info, monotonic)
+    revs: dict[str, int] = field(default_factory=dict)  # key -> revision of its last change
+    revision: int = 0  # highest revision applied
+    deleted_topics: dict[str, TopicInfo] = field(default_factory=dict)  # last deletion of each name
+    departed: dict[int, tuple[BrokerInfo, float]] = field(default_factory=dict)  # lease gone: (info, monotonic)
 
     def mod_revision(self, key: str) -> int:
         """The key's mod_revision if it exists in the image, else 0 (etcd's compare value for 'absent')."""
@@ -155,14 +156,24 @@ class MetadataImage:
 
 
 def topic_to_json(info: TopicInfo) -> dict:
-    return {"topic_id": str(info.topic_id), "assignments": info.assignments, "configs": info.configs,
-            "internal": info.internal}
+    return {
+        "topic_id": str(info.topic_id),
+        "assignments": info.assignments,
+        "configs": info.configs,
+        "internal": info.internal,
+    }
 
 
 def topic_from_json(name: str, d: dict) -> TopicInfo:
     assignments = [list(map(int, a)) for a in d.get("assignments", [])]
-    return TopicInfo(name, uuid.UUID(d["topic_id"]), len(assignments), dict(d.get("configs", {})),
-                     bool(d.get("internal", False)), assignments)
+    return TopicInfo(
+        name,
+        uuid.UUID(d["topic_id"]),
+        len(assignments),
+        dict(d.get("configs", {})),
+        bool(d.get("internal", False)),
+        assignments,
+    )
 
 
 def _int(s: str) -> int:

@@ -13,6 +13,7 @@ A peer is suspected only after one of our connections to it was established, so 
 listener opens is not mistaken for a dead one; a broker that restarted registers a new incarnation, and the
 revocation names the incarnation it watched.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -27,23 +28,29 @@ if TYPE_CHECKING:
 log = structlog.get_logger("strata.liveness")
 
 CONNECT_TIMEOUT_S = 2.0
-RETRY_S = 0.5              # between connection attempts to a peer not yet reached, or unreachable without refusal
-REFUSALS = 3               # consecutive refused connections that prove the listener gone
+RETRY_S = 0.5  # between connection attempts to a peer not yet reached, or unreachable without refusal
+REFUSALS = 3  # consecutive refused connections that prove the listener gone
 REFUSAL_GAP_S = 0.05
 
-Peer = tuple[int, str, str, int]     # broker id, incarnation, host, port
+Peer = tuple[int, str, str, int]  # broker id, incarnation, host, port
 
 
 class PeerWatch:
-    def __init__(self, store: EtcdMetadataStore, broker_id: int, listener: str, is_controller: Callable[[], bool],
-                 on_detected: Callable[[int], None] | None = None) -> None:
+    def __init__(
+        self,
+        store: EtcdMetadataStore,
+        broker_id: int,
+        listener: str,
+        is_controller: Callable[[], bool],
+        on_detected: Callable[[int], None] | None = None,
+    ) -> None:
         self.store = store
         self.broker_id = broker_id
         self.listener = listener
         self.is_controller = is_controller
         self.on_detected = on_detected
         self._watchers: dict[Peer, asyncio.Task] = {}
-        self.connected: set[Peer] = set()     # peers we hold an open connection to now
+        self.connected: set[Peer] = set()  # peers we hold an open connection to now
         self._declarations: set[asyncio.Task] = set()
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -82,7 +89,7 @@ class PeerWatch:
                 if t is None or t.done():
                     self._watchers[peer] = asyncio.create_task(self._watch(peer), name=f"peer-watch-{peer[0]}")
             try:
-                await asyncio.wait_for(self._wake.wait(), 1.0)   # a fallback: role changes wake us (server.py)
+                await asyncio.wait_for(self._wake.wait(), 1.0)  # a fallback: role changes wake us (server.py)
             except TimeoutError:
                 pass
 
@@ -109,7 +116,7 @@ class PeerWatch:
             established = True
             self.connected.add(peer)
             try:
-                while await reader.read(65536):    # the peer sends nothing unasked: this returns at EOF or reset
+                while await reader.read(65536):  # the peer sends nothing unasked: this returns at EOF or reset
                     pass
             except OSError:
                 pass
@@ -124,8 +131,11 @@ class PeerWatch:
             log.warning("could not revoke a gone broker's lease", broker_id=broker_id, error=repr(e))
             return
         if revoked:
-            log.warning("broker is gone (connection closed, listener refuses); revoked its lease",
-                        broker_id=broker_id, endpoint=f"{host}:{port}")
+            log.warning(
+                "broker is gone (connection closed, listener refuses); revoked its lease",
+                broker_id=broker_id,
+                endpoint=f"{host}:{port}",
+            )
             if self.on_detected is not None:
                 self.on_detected(broker_id)
 

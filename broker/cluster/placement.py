@@ -7,6 +7,7 @@
   follower is skipped while it would put a second replica in a rack when some rack has none yet, or a second replica
   on a broker when some broker has none yet. So with >= RF racks every partition spans RF racks.
 """
+
 from __future__ import annotations
 
 import random
@@ -36,9 +37,15 @@ def rack_alternated(brokers: Mapping[int, str]) -> list[int]:
     return out
 
 
-def assign_replicas(brokers: Mapping[int, str | None], partitions: int, replication_factor: int, *,
-                    start_index: int = -1, start_partition: int = 0,
-                    rng: random.Random | None = None) -> list[list[int]]:
+def assign_replicas(
+    brokers: Mapping[int, str | None],
+    partitions: int,
+    replication_factor: int,
+    *,
+    start_index: int = -1,
+    start_partition: int = 0,
+    rng: random.Random | None = None,
+) -> list[list[int]]:
     """Replica lists for partitions `start_partition .. start_partition + partitions - 1` (returned in order).
 
     `brokers` maps live broker id -> rack (None or "" = no rack). Rack-aware when every broker has a rack.
@@ -49,9 +56,10 @@ def assign_replicas(brokers: Mapping[int, str | None], partitions: int, replicat
     if replication_factor <= 0:
         raise KafkaApiError(ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")
     if replication_factor > len(brokers):
-        raise KafkaApiError(ErrorCode.INVALID_REPLICATION_FACTOR,
-                            f"Replication factor: {replication_factor} larger than available brokers: "
-                            f"{len(brokers)}.")
+        raise KafkaApiError(
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            f"Replication factor: {replication_factor} larger than available brokers: {len(brokers)}.",
+        )
     rng = rng or random.Random()
     racks = {b: r for b, r in brokers.items() if r}
     rack_aware = len(racks) == len(brokers) and len(set(racks.values())) > 1
@@ -77,8 +85,7 @@ def assign_replicas(brokers: Mapping[int, str | None], partitions: int, replicat
                 while True:
                     b = order[_replica_index(first, shift * n_racks, k, n)]
                     k += 1
-                    if (racks[b] not in racks_used or len(racks_used) == n_racks) and \
-                            (b not in used or len(used) == n):
+                    if (racks[b] not in racks_used or len(racks_used) == n_racks) and (b not in used or len(used) == n):
                         replicas.append(b)
                         racks_used.add(racks[b])
                         used.add(b)

@@ -14,6 +14,7 @@ Per partition the state machine is Kafka's:
 A partition whose state changed while a request was in flight (removed, re-added with a new epoch, made leader) has
 a new PartitionFetchState object; answers for the old one are dropped.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -40,16 +41,20 @@ log = structlog.get_logger("strata.replica_fetcher")
 TRUNCATING = "Truncating"
 FETCHING = "Fetching"
 
-FETCH_VERSION = 17                 # replica_state (v15+), topic ids (v13+), diverging_epoch (v12+), error 109 (v14+)
+FETCH_VERSION = 17  # replica_state (v15+), topic ids (v13+), diverging_epoch (v12+), error 109 (v14+)
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
-LIST_OFFSETS_VERSION = 9           # -4 EARLIEST_LOCAL needs v8+
-EPOCH_RACE_RETRY_S = 0.05          # the leader has not applied the new epoch yet: retry soon
+LIST_OFFSETS_VERSION = 9  # -4 EARLIEST_LOCAL needs v8+
+EPOCH_RACE_RETRY_S = 0.05  # the leader has not applied the new epoch yet: retry soon
 
 Key = tuple[str, int]
 
 
-def truncation_offset(log_end_offset: int, end_offset_for_epoch: Callable[[int], tuple[int, int]],
-                      leader_epoch: int, leader_end_offset: int) -> tuple[int, bool]:
+def truncation_offset(
+    log_end_offset: int,
+    end_offset_for_epoch: Callable[[int], tuple[int, int]],
+    leader_epoch: int,
+    leader_end_offset: int,
+) -> tuple[int, bool]:
     """Where a follower truncates given the leader's answer (epoch, end offset) to an OffsetForLeaderEpoch for the
     follower's latest epoch (or a Fetch's diverging_epoch): (offset, truncation completed). Kafka's
     AbstractFetcherThread.getOffsetTruncationState.
@@ -77,8 +82,8 @@ class PartitionFetchState:
     topic_id: uuid.UUID
     leader_epoch: int
     state: str = TRUNCATING
-    delayed_until: float = 0.0        # monotonic seconds
-    lag: int = 0                      # leader HW - our LEO, as of the last fetch (Kafka's FetcherLagMetrics)
+    delayed_until: float = 0.0  # monotonic seconds
+    lag: int = 0  # leader HW - our LEO, as of the last fetch (Kafka's FetcherLagMetrics)
 
     @property
     def key(self) -> Key:
@@ -169,12 +174,16 @@ class ReplicaFetcher:
             if ep is None:
                 raise BrokerConnectionError(f"broker {self.source_id} has no endpoint")
             cfg = self.rm.config
-            conn = self.conn = BrokerConnection(ep[0], ep[1], f"broker-{self.rm.broker_id}-fetcher-{self.source_id}",
-                                                cfg["replica.socket.timeout.ms"] / 1000.0)
+            conn = self.conn = BrokerConnection(
+                ep[0],
+                ep[1],
+                f"broker-{self.rm.broker_id}-fetcher-{self.source_id}",
+                cfg["replica.socket.timeout.ms"] / 1000.0,
+            )
             await conn.connect()
             if self.conn is conn:
                 return conn
-            await conn.close()      # reset while connecting (the broker re-registered): connect to what it is now
+            await conn.close()  # reset while connecting (the broker re-registered): connect to what it is now
         raise BrokerConnectionError(f"connection to broker {self.source_id} keeps being reset")
 
     async def _request(self, api_key: int, version: int, timeout_s: float | None = None, **fields: Any) -> Any:
@@ -191,7 +200,7 @@ class ReplicaFetcher:
                 ready = [st for st in self.partitions.values() if st.delayed_until <= now]
                 for st in ready:
                     if self._current(st) is None and self.partitions.get(st.key) is st:
-                        del self.partitions[st.key]      # stale: the partition moved on (cannot happen, but
+                        del self.partitions[st.key]  # stale: the partition moved on (cannot happen, but
                         #                                  a state that never sends a request must not spin)
                 truncating = [st for st in ready if st.state == TRUNCATING and self.partitions.get(st.key) is st]
                 sent = False
@@ -242,11 +251,15 @@ class ReplicaFetcher:
         T = Req.OffsetForLeaderTopic
         by_topic: dict[str, list] = {}
         for (topic, idx), (st, latest) in asks.items():
-            by_topic.setdefault(topic, []).append(T.OffsetForLeaderPartition(
-                partition=idx, current_leader_epoch=st.leader_epoch, leader_epoch=latest))
-        resp = await self._request(ApiKey.OFFSET_FOR_LEADER_EPOCH, OFFSET_FOR_LEADER_EPOCH_VERSION,
-                                   replica_id=self.rm.broker_id,
-                                   topics=[T(topic=t, partitions=ps) for t, ps in by_topic.items()])
+            by_topic.setdefault(topic, []).append(
+                T.OffsetForLeaderPartition(partition=idx, current_leader_epoch=st.leader_epoch, leader_epoch=latest)
+            )
+        resp = await self._request(
+            ApiKey.OFFSET_FOR_LEADER_EPOCH,
+            OFFSET_FOR_LEADER_EPOCH_VERSION,
+            replica_id=self.rm.broker_id,
+            topics=[T(topic=t, partitions=ps) for t, ps in by_topic.items()],
+        )
         backoff = self.rm.config["replica.fetch.backoff.ms"] / 1000.0
         for tr in resp.topics:
             for pr in tr.partitions:
@@ -259,15 +272,29 @@ class ReplicaFetcher:
                     continue
                 err = pr.error_code
                 if err != ErrorCode.NONE:
-                    log.info("OffsetForLeaderEpoch failed", topic=st.topic, partition=st.partition,
-                             leader=self.source_id, error=_name(err))
+                    log.info(
+                        "OffsetForLeaderEpoch failed",
+                        topic=st.topic,
+                        partition=st.partition,
+                        leader=self.source_id,
+                        error=_name(err),
+                    )
                     self._delay(st, EPOCH_RACE_RETRY_S if _is_epoch_race(err) else backoff)
                     continue
-                offset, done = truncation_offset(p.log.log_end_offset, p.log.end_offset_for_epoch,
-                                                 pr.leader_epoch, pr.end_offset)
-                log.info("truncating follower by leader epoch", topic=st.topic, partition=st.partition,
-                         asked_epoch=asked, leader_epoch=pr.leader_epoch, leader_end_offset=pr.end_offset,
-                         leo=p.log.log_end_offset, truncate_to=offset, completed=done)
+                offset, done = truncation_offset(
+                    p.log.log_end_offset, p.log.end_offset_for_epoch, pr.leader_epoch, pr.end_offset
+                )
+                log.info(
+                    "truncating follower by leader epoch",
+                    topic=st.topic,
+                    partition=st.partition,
+                    asked_epoch=asked,
+                    leader_epoch=pr.leader_epoch,
+                    leader_end_offset=pr.end_offset,
+                    leo=p.log.log_end_offset,
+                    truncate_to=offset,
+                    completed=done,
+                )
                 self.manager.truncate(p, offset)
                 if done:
                     st.state = FETCHING
@@ -280,7 +307,7 @@ class ReplicaFetcher:
         T = Req.FetchTopic
         # Rotate the partition order so a partition behind a busy one is not starved of the response's bytes.
         self._rotation = (self._rotation + 1) % len(states)
-        states = states[self._rotation:] + states[:self._rotation]
+        states = states[self._rotation :] + states[: self._rotation]
         sent: dict[tuple[uuid.UUID, int], tuple[PartitionFetchState, int]] = {}
         by_topic: dict[uuid.UUID, list] = {}
         for st in states:
@@ -291,18 +318,30 @@ class ReplicaFetcher:
             leo = ulog.log_end_offset
             latest = ulog.latest_epoch
             sent[(st.topic_id, st.partition)] = (st, leo)
-            by_topic.setdefault(st.topic_id, []).append(T.FetchPartition(
-                partition=st.partition, current_leader_epoch=st.leader_epoch, fetch_offset=leo,
-                last_fetched_epoch=-1 if latest is None else latest, log_start_offset=ulog.log_start_offset,
-                partition_max_bytes=cfg["replica.fetch.max.bytes"]))
+            by_topic.setdefault(st.topic_id, []).append(
+                T.FetchPartition(
+                    partition=st.partition,
+                    current_leader_epoch=st.leader_epoch,
+                    fetch_offset=leo,
+                    last_fetched_epoch=-1 if latest is None else latest,
+                    log_start_offset=ulog.log_start_offset,
+                    partition_max_bytes=cfg["replica.fetch.max.bytes"],
+                )
+            )
         if not sent:
             return False
         wait_ms = cfg["replica.fetch.wait.max.ms"]
         fields: dict[str, Any] = {
-            "max_wait_ms": wait_ms, "min_bytes": cfg["replica.fetch.min.bytes"],
-            "max_bytes": cfg["replica.fetch.response.max.bytes"], "isolation_level": 0, "session_id": 0,
-            "session_epoch": -1, "topics": [T(topic_id=tid, partitions=ps) for tid, ps in by_topic.items()],
-            "forgotten_topics_data": [], "rack_id": cfg["broker.rack"] or ""}
+            "max_wait_ms": wait_ms,
+            "min_bytes": cfg["replica.fetch.min.bytes"],
+            "max_bytes": cfg["replica.fetch.response.max.bytes"],
+            "isolation_level": 0,
+            "session_id": 0,
+            "session_epoch": -1,
+            "topics": [T(topic_id=tid, partitions=ps) for tid, ps in by_topic.items()],
+            "forgotten_topics_data": [],
+            "rack_id": cfg["broker.rack"] or "",
+        }
         if FETCH_VERSION >= 15:
             fields["replica_state"] = Req.ReplicaState(replica_id=self.rm.broker_id, replica_epoch=-1)
         else:
@@ -313,7 +352,7 @@ class ReplicaFetcher:
             resp = await self._request(ApiKey.FETCH, FETCH_VERSION, timeout, **fields)
         except BrokerConnectionError:
             if self._interrupted:
-                return True             # _interrupt_fetch: go round at once with the new partitions
+                return True  # _interrupt_fetch: go round at once with the new partitions
             raise
         finally:
             self._fetch_in_flight = False
@@ -345,11 +384,19 @@ class ReplicaFetcher:
         if err == ErrorCode.NONE:
             div = pd.diverging_epoch
             if div is not None and div.end_offset >= 0:
-                offset, done = truncation_offset(ulog.log_end_offset, ulog.end_offset_for_epoch,
-                                                 div.epoch, div.end_offset)
-                log.info("truncating follower on a diverging epoch", topic=st.topic, partition=st.partition,
-                         leader_epoch=div.epoch, leader_end_offset=div.end_offset, leo=ulog.log_end_offset,
-                         truncate_to=offset, completed=done)
+                offset, done = truncation_offset(
+                    ulog.log_end_offset, ulog.end_offset_for_epoch, div.epoch, div.end_offset
+                )
+                log.info(
+                    "truncating follower on a diverging epoch",
+                    topic=st.topic,
+                    partition=st.partition,
+                    leader_epoch=div.epoch,
+                    leader_end_offset=div.end_offset,
+                    leo=ulog.log_end_offset,
+                    truncate_to=offset,
+                    completed=done,
+                )
                 self.manager.truncate(p, offset)
                 return
             records = pd.records
@@ -368,17 +415,30 @@ class ReplicaFetcher:
         if err == ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE:
             await self.build_remote_log_aux_state(p, st)
             return
-        log.info("follower fetch error", topic=st.topic, partition=st.partition, leader=self.source_id,
-                 error=_name(err))
+        log.info(
+            "follower fetch error", topic=st.topic, partition=st.partition, leader=self.source_id, error=_name(err)
+        )
         self._delay(st, EPOCH_RACE_RETRY_S if _is_epoch_race(err) else backoff)
 
     async def _leader_offset(self, st: PartitionFetchState, timestamp: int) -> int:
         Req = _request_class(ApiKey.LIST_OFFSETS)
         T = Req.ListOffsetsTopic
         resp = await self._request(
-            ApiKey.LIST_OFFSETS, LIST_OFFSETS_VERSION, replica_id=self.rm.broker_id, isolation_level=0,
-            topics=[T(name=st.topic, partitions=[T.ListOffsetsPartition(
-                partition_index=st.partition, current_leader_epoch=st.leader_epoch, timestamp=timestamp)])])
+            ApiKey.LIST_OFFSETS,
+            LIST_OFFSETS_VERSION,
+            replica_id=self.rm.broker_id,
+            isolation_level=0,
+            topics=[
+                T(
+                    name=st.topic,
+                    partitions=[
+                        T.ListOffsetsPartition(
+                            partition_index=st.partition, current_leader_epoch=st.leader_epoch, timestamp=timestamp
+                        )
+                    ],
+                )
+            ],
+        )
         for t in resp.topics:
             for pr in t.partitions:
                 if pr.partition_index == st.partition:
@@ -396,23 +456,32 @@ class ReplicaFetcher:
                 return
             ulog = p.log
             if leader_end < ulog.log_end_offset:
-                log.warning("follower ahead of the leader's log end: truncating", topic=st.topic,
-                            partition=st.partition, leo=ulog.log_end_offset, leader_end=leader_end)
+                log.warning(
+                    "follower ahead of the leader's log end: truncating",
+                    topic=st.topic,
+                    partition=st.partition,
+                    leo=ulog.log_end_offset,
+                    leader_end=leader_end,
+                )
                 self.manager.truncate(p, leader_end)
                 return
             leader_start = await self._leader_offset(st, -2)
             if self._current(st) is not p:
                 return
             if leader_start > ulog.log_end_offset:
-                log.info("follower behind the leader's log start: starting over there", topic=st.topic,
-                         partition=st.partition, leo=ulog.log_end_offset, leader_start=leader_start)
+                log.info(
+                    "follower behind the leader's log start: starting over there",
+                    topic=st.topic,
+                    partition=st.partition,
+                    leo=ulog.log_end_offset,
+                    leader_start=leader_start,
+                )
                 self.manager.truncate_fully(p, leader_start)
-            else:       # in range after all (the leader's log moved meanwhile): retry after a pause
+            else:  # in range after all (the leader's log moved meanwhile): retry after a pause
                 self._delay(st, self.rm.config["replica.fetch.backoff.ms"] / 1000.0)
         except _LeaderError as e:
             self._delay(st, self.rm.config["replica.fetch.backoff.ms"] / 1000.0)
-            log.info("out-of-range handling failed", topic=st.topic, partition=st.partition,
-                     error=_name(e.error_code))
+            log.info("out-of-range handling failed", topic=st.topic, partition=st.partition, error=_name(e.error_code))
 
     async def build_remote_log_aux_state(self, p: Partition, st: PartitionFetchState) -> None:
         """KIP-405 hook for a follower whose fetch offset is below the leader's local log start (error 109).
@@ -422,9 +491,11 @@ class ReplicaFetcher:
         there (retrying with backoff; also while the broker is still starting it). Without it (remote storage off
         on this broker), the local log starts over at the leader's local log start (ListOffsets -4) with the log
         start offset at the leader's (-2)."""
-        if (self.rm.rlm is not None or self.rm.config.get("remote.log.storage.system.enable")) \
-                and p.log.remote_log_enabled:
+        if (
+            self.rm.rlm is not None or self.rm.config.get("remote.log.storage.system.enable")
+        ) and p.log.remote_log_enabled:
             from .replica_fetcher_tier_state import build_remote_log_aux_state
+
             await build_remote_log_aux_state(self, p, st)
             return
         try:
@@ -432,14 +503,23 @@ class ReplicaFetcher:
             leader_start = await self._leader_offset(st, -2)
         except _LeaderError as e:
             self._delay(st, self.rm.config["replica.fetch.backoff.ms"] / 1000.0)
-            log.info("ListOffsets for the tiered rebuild failed", topic=st.topic, partition=st.partition,
-                     error=_name(e.error_code))
+            log.info(
+                "ListOffsets for the tiered rebuild failed",
+                topic=st.topic,
+                partition=st.partition,
+                error=_name(e.error_code),
+            )
             return
         if self._current(st) is not p:
             return
-        log.info("follower below the leader's local log start (tiered): starting over there", topic=st.topic,
-                 partition=st.partition, leo=p.log.log_end_offset, leader_local_start=local_start,
-                 leader_start=leader_start)
+        log.info(
+            "follower below the leader's local log start (tiered): starting over there",
+            topic=st.topic,
+            partition=st.partition,
+            leo=p.log.log_end_offset,
+            leader_local_start=local_start,
+            leader_start=leader_start,
+        )
         self.manager.truncate_fully(p, local_start, log_start_offset=min(leader_start, local_start))
 
 
@@ -535,8 +615,7 @@ class ReplicaFetcherManager:
 
     @property
     def max_lag(self) -> int:
-        return max((st.lag for f in list(self.fetchers.values()) for st in list(f.partitions.values())),
-                   default=0)
+        return max((st.lag for f in list(self.fetchers.values()) for st in list(f.partitions.values())), default=0)
 
 
 __all__ = [

@@ -18,6 +18,7 @@ A follower fetching below the leader's local log start gets OFFSET_MOVED_TO_TIER
 
 Any failure counts in BuildRemoteLogAuxStateErrorsPerSec and the partition retries after an exponential backoff.
 """
+
 from __future__ import annotations
 
 import weakref
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger("strata.replica_fetcher_tier_state")
 
 MAX_BACKOFF_S = 5.0
-RLMM_WAIT_S = 1.0                  # one attempt waits at most this long for the RLMM to load the partition
+RLMM_WAIT_S = 1.0  # one attempt waits at most this long for the RLMM to load the partition
 
 _attempts: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
@@ -65,12 +66,26 @@ def backoff_s(base_s: float, attempt: int) -> float:
 async def _list_offset(f: ReplicaFetcher, st: PartitionFetchState, timestamp: int) -> tuple[int, int]:
     """(offset, leader epoch) the leader answers for a special ListOffsets timestamp."""
     from strata.protocol.registry import REQUEST_CLASSES
+
     T = REQUEST_CLASSES[ApiKey.LIST_OFFSETS].ListOffsetsTopic
     from .replica_fetcher import LIST_OFFSETS_VERSION
+
     resp = await f._request(
-        ApiKey.LIST_OFFSETS, LIST_OFFSETS_VERSION, replica_id=f.rm.broker_id, isolation_level=0,
-        topics=[T(name=st.topic, partitions=[T.ListOffsetsPartition(
-            partition_index=st.partition, current_leader_epoch=st.leader_epoch, timestamp=timestamp)])])
+        ApiKey.LIST_OFFSETS,
+        LIST_OFFSETS_VERSION,
+        replica_id=f.rm.broker_id,
+        isolation_level=0,
+        topics=[
+            T(
+                name=st.topic,
+                partitions=[
+                    T.ListOffsetsPartition(
+                        partition_index=st.partition, current_leader_epoch=st.leader_epoch, timestamp=timestamp
+                    )
+                ],
+            )
+        ],
+    )
     for t in resp.topics:
         for pr in t.partitions:
             if pr.partition_index == st.partition:
@@ -85,11 +100,23 @@ async def _epoch_end_offset(f: ReplicaFetcher, st: PartitionFetchState, epoch: i
     from strata.protocol.registry import REQUEST_CLASSES
 
     from .replica_fetcher import OFFSET_FOR_LEADER_EPOCH_VERSION
+
     T = REQUEST_CLASSES[ApiKey.OFFSET_FOR_LEADER_EPOCH].OffsetForLeaderTopic
     resp = await f._request(
-        ApiKey.OFFSET_FOR_LEADER_EPOCH, OFFSET_FOR_LEADER_EPOCH_VERSION, replica_id=f.rm.broker_id,
-        topics=[T(topic=st.topic, partitions=[T.OffsetForLeaderPartition(
-            partition=st.partition, current_leader_epoch=st.leader_epoch, leader_epoch=epoch)])])
+        ApiKey.OFFSET_FOR_LEADER_EPOCH,
+        OFFSET_FOR_LEADER_EPOCH_VERSION,
+        replica_id=f.rm.broker_id,
+        topics=[
+            T(
+                topic=st.topic,
+                partitions=[
+                    T.OffsetForLeaderPartition(
+                        partition=st.partition, current_leader_epoch=st.leader_epoch, leader_epoch=epoch
+                    )
+                ],
+            )
+        ],
+    )
     for tr in resp.topics:
         for pr in tr.partitions:
             if pr.partition == st.partition:
@@ -102,11 +129,14 @@ async def _epoch_end_offset(f: ReplicaFetcher, st: PartitionFetchState, epoch: i
 async def _start_point(f: ReplicaFetcher, p: Partition, st: PartitionFetchState) -> tuple[int, int]:
     """(next fetch offset, epoch of next offset - 1)."""
     ulog = p.log
-    if (f.rm.config.get("follower.fetch.last.tiered.offset.enable")
-            and ulog.log_end_offset == 0 and ulog.log_start_offset == 0):
+    if (
+        f.rm.config.get("follower.fetch.last.tiered.offset.enable")
+        and ulog.log_end_offset == 0
+        and ulog.log_start_offset == 0
+    ):
         last_tiered, epoch = await _list_offset(f, st, LATEST_TIERED)
         if last_tiered >= 0 and epoch >= 0:
-            return last_tiered + 1, epoch          # KIP-1023: the epoch answered is that of the last tiered offset
+            return last_tiered + 1, epoch  # KIP-1023: the epoch answered is that of the last tiered offset
     local_start, epoch = await _list_offset(f, st, EARLIEST_LOCAL)
     if local_start <= 0 or epoch < 0:
         raise AuxStateError(f"leader's earliest local offset {local_start} (epoch {epoch}) has nothing tiered below")
@@ -123,6 +153,7 @@ async def _rebuild(f: ReplicaFetcher, p: Partition, st: PartitionFetchState) -> 
     from strata.remote.executors import POOL, READ
     from strata.remote.rlm import topic_id_partition
     from strata.remote.rsm import IndexType
+
     rm = f.rm
     rlm, rlmm = rm.rlm, rm.rlmm
     if rlm is None or rlmm is None or not p.log.remote_log_enabled:
@@ -142,7 +173,7 @@ async def _rebuild(f: ReplicaFetcher, p: Partition, st: PartitionFetchState) -> 
     meta = rlmm.remote_log_segment_metadata(tip, epoch, next_offset - 1)
     if meta is None:
         raise AuxStateError(f"no copied remote segment covers epoch {epoch} offset {next_offset - 1} yet")
-    pool = POOL.set(READ)           # a read of remote storage: the reader pool's threads
+    pool = POOL.set(READ)  # a read of remote storage: the reader pool's threads
     try:
         checkpoint = parse_epoch_checkpoint(await rlm.rsm.fetch_index(meta, IndexType.LEADER_EPOCH))
         producers = decode_snapshot(await rlm.rsm.fetch_index(meta, IndexType.PRODUCER_SNAPSHOT))
@@ -153,12 +184,21 @@ async def _rebuild(f: ReplicaFetcher, p: Partition, st: PartitionFetchState) -> 
     segments = rlmm.list_remote_log_segments(tip)
     earliest_remote = min((s.start_offset for s in segments), default=meta.start_offset)
     ulog = p.log
-    log.info("rebuilding follower aux state from remote storage", topic=st.topic, partition=st.partition,
-             leo=ulog.log_end_offset, next_offset=next_offset, epoch=epoch, segment_start=meta.start_offset,
-             segment_end=meta.end_offset, log_start=earliest_remote, epochs=len(checkpoint),
-             producers=len(producers))
+    log.info(
+        "rebuilding follower aux state from remote storage",
+        topic=st.topic,
+        partition=st.partition,
+        leo=ulog.log_end_offset,
+        next_offset=next_offset,
+        epoch=epoch,
+        segment_start=meta.start_offset,
+        segment_end=meta.end_offset,
+        log_start=earliest_remote,
+        epochs=len(checkpoint),
+        producers=len(producers),
+    )
     f.manager.truncate_fully(p, next_offset, log_start_offset=min(earliest_remote, next_offset))
-    ulog.restore_aux_state(checkpoint, producers)   # epochs below next_offset, producer state as of it
+    ulog.restore_aux_state(checkpoint, producers)  # epochs below next_offset, producer state as of it
     ulog.update_highest_offset_in_remote_storage(meta.end_offset)
     await rlm.sync_highest_copied_offset(ulog)
     return True
@@ -177,8 +217,14 @@ async def build_remote_log_aux_state(f: ReplicaFetcher, p: Partition, st: Partit
         delay = backoff_s(f.rm.config["replica.fetch.backoff.ms"] / 1000.0, n)
         if metrics is not None:
             metrics.build_aux_state_errors.labels(st.topic).inc()
-        log.info("building remote log aux state failed; retrying", topic=st.topic, partition=st.partition,
-                 attempt=n, retry_in_s=delay, error=str(e) or repr(e))
+        log.info(
+            "building remote log aux state failed; retrying",
+            topic=st.topic,
+            partition=st.partition,
+            attempt=n,
+            retry_in_s=delay,
+            error=str(e) or repr(e),
+        )
         f._delay(st, delay)
         return False
     _attempts.pop(st, None)

@@ -1,4 +1,5 @@
 """The coordinator runtime over an internal compacted topic, shared by the group and transaction coordinators."""
+
 from .runtime import (
     CoordinatorMetadataStore,
     CoordinatorReplicaManager,

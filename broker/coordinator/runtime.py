@@ -17,6 +17,7 @@ the broker leading that partition is the key's coordinator. The runtime
 
 Everything runs on the broker's event loop; state changes between awaits are atomic.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -39,7 +40,7 @@ log = structlog.get_logger("strata.coordinator")
 
 E = ErrorCode
 LOAD_BUFFER_DEFAULT = 5 * 1024 * 1024
-Record = tuple[bytes, bytes | None]     # (key, value); a None value is a tombstone
+Record = tuple[bytes, bytes | None]  # (key, value); a None value is a tombstone
 L = TypeVar("L")
 
 
@@ -73,8 +74,9 @@ class CoordinatorLog(Protocol):
     @property
     def log_end_offset(self) -> int: ...
 
-    def read(self, start_offset: int, max_bytes: int, max_offset: int | None = None,
-             min_one_message: bool = True) -> FetchDataInfo: ...
+    def read(
+        self, start_offset: int, max_bytes: int, max_offset: int | None = None, min_one_message: bool = True
+    ) -> FetchDataInfo: ...
 
 
 class CoordinatorPartition(Protocol):
@@ -92,8 +94,9 @@ class CoordinatorReplicaManager(Protocol):
 
     def get_partition(self, topic: str, partition: int) -> CoordinatorPartition | None: ...
 
-    async def append_records(self, entries: list[tuple[str, int, bytes | memoryview]],
-                             internal: bool = False) -> Sequence[AppendResult]: ...
+    async def append_records(
+        self, entries: list[tuple[str, int, bytes | memoryview]], internal: bool = False
+    ) -> Sequence[AppendResult]: ...
 
     def ensure_partitions(self, info: TopicInfo) -> None: ...
 
@@ -108,8 +111,9 @@ class CoordinatorMetadataStore(Protocol):
 
     def brokers(self) -> Mapping[int, object]: ...
 
-    async def create_topic(self, name: str, partitions: int, configs: dict[str, str], internal: bool = False,
-                           replication_factor: int = 1) -> TopicInfo: ...
+    async def create_topic(
+        self, name: str, partitions: int, configs: dict[str, str], internal: bool = False, replication_factor: int = 1
+    ) -> TopicInfo: ...
 
 
 class CoordinatorShard(Protocol[L]):
@@ -142,8 +146,15 @@ class CoordinatorTopic:
 # the runtime
 # ---------------------------------------------------------------------------------------------------------------------
 class CoordinatorRuntime(Generic[L]):
-    def __init__(self, topic: CoordinatorTopic, shard: CoordinatorShard[L], replica_manager: CoordinatorReplicaManager,
-                 store: CoordinatorMetadataStore, *, clock: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        topic: CoordinatorTopic,
+        shard: CoordinatorShard[L],
+        replica_manager: CoordinatorReplicaManager,
+        store: CoordinatorMetadataStore,
+        *,
+        clock: Callable[[], int],
+    ) -> None:
         self.topic = topic
         self.shard = shard
         self.replica_manager = replica_manager
@@ -157,9 +168,9 @@ class CoordinatorRuntime(Generic[L]):
         self.owned: set[int] = set()
         self._load_gen: dict[int, int] = {}
         self.active = False
-        self.loaded = asyncio.Event()      # the partitions led at startup are loaded
+        self.loaded = asyncio.Event()  # the partitions led at startup are loaded
         self._queue: asyncio.Queue[tuple[int, Sequence[Record], asyncio.Future[ErrorCode]]] | None = None
-        self._queue_taken = asyncio.Event()    # set when the writer takes the last queued write (shutdown's drain)
+        self._queue_taken = asyncio.Event()  # set when the writer takes the last queued write (shutdown's drain)
         self._tasks: list[asyncio.Task[None]] = []
         self._spawned: set[asyncio.Task[Any]] = set()
 
@@ -222,17 +233,19 @@ class CoordinatorRuntime(Generic[L]):
         name = self.topic.name
         if store.topic(name) is not None:
             return True
-        configs = {"cleanup.policy": "compact", "compression.type": "producer",
-                   "segment.bytes": str(self.topic.segment_bytes)}
+        configs = {
+            "cleanup.policy": "compact",
+            "compression.type": "producer",
+            "segment.bytes": str(self.topic.segment_bytes),
+        }
         try:
             # Capped by the live brokers (Kafka refuses instead; docs/configuration.md).
             rf = min(self.topic.replication_factor, max(1, len(store.brokers())))
-            info = await store.create_topic(name, self.num_partitions, configs, internal=True,
-                                            replication_factor=rf)
-            if not store.clustered:     # in a cluster the replicas follow the partition states
+            info = await store.create_topic(name, self.num_partitions, configs, internal=True, replication_factor=rf)
+            if not store.clustered:  # in a cluster the replicas follow the partition states
                 self.replica_manager.ensure_partitions(info)
         except Exception:
-            if store.topic(name) is not None:      # created concurrently
+            if store.topic(name) is not None:  # created concurrently
                 return True
             log.exception("cannot create a coordinator topic", topic=name)
             return False
@@ -259,10 +272,10 @@ class CoordinatorRuntime(Generic[L]):
         gen = self._load_gen[partition] = self._load_gen.get(partition, 0) + 1
         self.owned.add(partition)
         if not self.active:
-            return          # startup() loads every owned partition
+            return  # startup() loads every owned partition
         part = self.replica_manager.get_partition(self.topic.name, partition)
         if part is None or part.log.log_end_offset <= part.log.log_start_offset:
-            return          # nothing to load
+            return  # nothing to load
         self.loading.add(partition)
         self.spawn(self._load_one(partition, part.log, gen))
 
@@ -298,8 +311,12 @@ class CoordinatorRuntime(Generic[L]):
                 log.exception("failed to load a coordinator partition", topic=self.topic.name, partition=p)
             self.loading.discard(p)
         self.loaded.set()
-        log.info("loaded the coordinator partitions", topic=self.topic.name, records=total,
-                 ms=round((time.monotonic() - start) * 1000))
+        log.info(
+            "loaded the coordinator partitions",
+            topic=self.topic.name,
+            records=total,
+            ms=round((time.monotonic() - start) * 1000),
+        )
 
     async def _load_partition(self, partition: int, ulog: CoordinatorLog, gen: int | None = None) -> int:
         """Replay one partition from its log start offset (Kafka's coordinator load); with `gen`, the state is
@@ -345,10 +362,16 @@ class CoordinatorRuntime(Generic[L]):
 
     def write_nowait(self, partition: int, records: Sequence[Record], what: str) -> None:
         """`write`, nobody waiting for the outcome: a failure is logged."""
+
         def done(fut: asyncio.Future[ErrorCode]) -> None:
             if not fut.cancelled() and fut.result():
-                log.warning("failed to write coordinator records", topic=self.topic.name, what=what,
-                            error=ErrorCode(fut.result()).name)
+                log.warning(
+                    "failed to write coordinator records",
+                    topic=self.topic.name,
+                    what=what,
+                    error=ErrorCode(fut.result()).name,
+                )
+
         self.write(partition, records).add_done_callback(done)
 
     async def _write_loop(self) -> None:

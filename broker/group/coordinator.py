@@ -13,6 +13,7 @@ it resigns (`unload`), and resolves a write once the records are committed, in t
 them. Each group belongs to partition `abs(hash(group)) % offsets.topic.num.partitions`; requests for groups of a
 partition still loading get COORDINATOR_LOAD_IN_PROGRESS. Committed offsets (storage, expiration) are offsets.py's.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -57,7 +58,7 @@ log = structlog.get_logger("strata.group")
 
 S = GroupState
 E = ErrorCode
-NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000   # Kafka's GROUP_NEW_MEMBER_JOIN_TIMEOUT_MS
+NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000  # Kafka's GROUP_NEW_MEMBER_JOIN_TIMEOUT_MS
 
 
 @dataclass(slots=True)
@@ -98,8 +99,13 @@ class GroupConfig:
             retention_ms=int(cfg["offsets.retention.minutes"]) * 60_000,
             retention_check_interval_ms=int(cfg["offsets.retention.check.interval.ms"]),
             offsets_topic=CoordinatorTopic(
-                OFFSETS_TOPIC, int(cfg["offsets.topic.num.partitions"]), int(cfg["offsets.topic.replication.factor"]),
-                int(cfg["offsets.topic.segment.bytes"]), int(cfg.get("offsets.load.buffer.size", LOAD_BUFFER_DEFAULT))))
+                OFFSETS_TOPIC,
+                int(cfg["offsets.topic.num.partitions"]),
+                int(cfg["offsets.topic.replication.factor"]),
+                int(cfg["offsets.topic.segment.bytes"]),
+                int(cfg.get("offsets.load.buffer.size", LOAD_BUFFER_DEFAULT)),
+            ),
+        )
 
 
 @dataclass(slots=True)
@@ -115,8 +121,14 @@ class GroupCoordinator:
     `CoordinatorShard` of `self.runtime`. Offset requests are validated here against the protocol (member,
     generation) and stored by `self.offsets` (offsets.py)."""
 
-    def __init__(self, config: GroupConfig, replica_manager: CoordinatorReplicaManager,
-                 store: CoordinatorMetadataStore, *, clock: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self,
+        config: GroupConfig,
+        replica_manager: CoordinatorReplicaManager,
+        store: CoordinatorMetadataStore,
+        *,
+        clock: Callable[[], int] | None = None,
+    ) -> None:
         self.config = config
         self.initial_rebalance_delay_ms: int = config.initial_rebalance_delay_ms
         self.min_session_timeout_ms: int = config.min_session_timeout_ms
@@ -128,15 +140,25 @@ class GroupCoordinator:
         self._timers: dict[tuple, asyncio.TimerHandle] = {}
         self._retention_task: asyncio.Task[None] | None = None
         self.runtime: CoordinatorRuntime[GroupLoad] = CoordinatorRuntime(
-            config.offsets_topic, self, replica_manager, store, clock=self._now)
-        self.offsets = OffsetMetadataManager(self.groups, self.runtime,
-                                             metadata_max_bytes=config.offset_metadata_max_bytes,
-                                             retention_ms=config.retention_ms, has_timers=self._has_timers)
+            config.offsets_topic, self, replica_manager, store, clock=self._now
+        )
+        self.offsets = OffsetMetadataManager(
+            self.groups,
+            self.runtime,
+            metadata_max_bytes=config.offset_metadata_max_bytes,
+            retention_ms=config.retention_ms,
+            has_timers=self._has_timers,
+        )
 
     @classmethod
-    def from_broker_config(cls, cfg: BrokerConfig, replica_manager: CoordinatorReplicaManager,
-                           store: CoordinatorMetadataStore, *, clock: Callable[[], int] | None = None
-                           ) -> GroupCoordinator:
+    def from_broker_config(
+        cls,
+        cfg: BrokerConfig,
+        replica_manager: CoordinatorReplicaManager,
+        store: CoordinatorMetadataStore,
+        *,
+        clock: Callable[[], int] | None = None,
+    ) -> GroupCoordinator:
         return cls(GroupConfig.from_broker_config(cfg), replica_manager, store, clock=clock)
 
     # -- the runtime's state, as the handlers, the server and tests see it ------------------------------------------
@@ -217,9 +239,13 @@ class GroupCoordinator:
             self._cancel(key)
 
     def _schedule_heartbeat(self, group: ClassicGroup, member: Member, timeout_ms: int | None = None) -> None:
-        self._schedule(("hb", group.group_id, member.member_id),
-                       member.session_timeout_ms if timeout_ms is None else timeout_ms,
-                       self._expire_heartbeat, group.group_id, member.member_id)
+        self._schedule(
+            ("hb", group.group_id, member.member_id),
+            member.session_timeout_ms if timeout_ms is None else timeout_ms,
+            self._expire_heartbeat,
+            group.group_id,
+            member.member_id,
+        )
 
     # =========================================================================================================
     # __consumer_offsets: the runtime's topic and partitions
@@ -254,7 +280,6 @@ class GroupCoordinator:
     def begin_load(self, partition: int) -> GroupLoad:
         return GroupLoad(self._now())
 
-
     def replay(self, state: GroupLoad, key: bytes | None, value: bytes | None) -> None:
         loaded, now = state.groups, state.now
         if key is None:
@@ -286,9 +311,17 @@ class GroupCoordinator:
                 g.protocol_name = v.protocol
                 g.current_state_timestamp = v.current_state_timestamp if v.current_state_timestamp >= 0 else None
                 for mm in v.members:
-                    m = Member(mm.member_id, mm.group_instance_id, mm.client_id, mm.client_host,
-                               mm.rebalance_timeout, mm.session_timeout, g.protocol_type or "",
-                               [(v.protocol or "", mm.subscription)], mm.assignment)
+                    m = Member(
+                        mm.member_id,
+                        mm.group_instance_id,
+                        mm.client_id,
+                        mm.client_host,
+                        mm.rebalance_timeout,
+                        mm.session_timeout,
+                        g.protocol_type or "",
+                        [(v.protocol or "", mm.subscription)],
+                        mm.assignment,
+                    )
                     g.add(m)
                 g.leader_id = v.leader if v.leader in g.members else next(iter(g.members), None)
                 g.state = S.STABLE if g.members else S.EMPTY
@@ -318,12 +351,27 @@ class GroupCoordinator:
             del self.groups[gid]
 
     def _group_metadata_kv(self, group: ClassicGroup, assignment: dict[str, bytes]) -> tuple[bytes, bytes]:
-        members = [MemberMetadata(m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                                  m.rebalance_timeout_ms, m.session_timeout_ms, m.metadata(group.protocol_name),
-                                  assignment.get(m.member_id, b""))
-                   for m in group.members.values()]
-        value = GroupMetadataValue(group.protocol_type or "", group.generation_id, group.protocol_name,
-                                   group.leader_id, group.state_timestamp_or_default(), members)
+        members = [
+            MemberMetadata(
+                m.member_id,
+                m.group_instance_id,
+                m.client_id,
+                m.client_host,
+                m.rebalance_timeout_ms,
+                m.session_timeout_ms,
+                m.metadata(group.protocol_name),
+                assignment.get(m.member_id, b""),
+            )
+            for m in group.members.values()
+        ]
+        value = GroupMetadataValue(
+            group.protocol_type or "",
+            group.generation_id,
+            group.protocol_name,
+            group.leader_id,
+            group.state_timestamp_or_default(),
+            members,
+        )
         return encode_group_metadata_key(group.group_id), encode_group_metadata_value(value)
 
     # =========================================================================================================
@@ -374,16 +422,22 @@ class GroupCoordinator:
         if p.group_instance_id is not None:
             existing = group.static_member_id(p.group_instance_id)
             if existing is not None:
-                log.info("static member rejoins with a new member id", group=group.group_id,
-                         instance=p.group_instance_id, old=existing, new=new_id)
+                log.info(
+                    "static member rejoins with a new member id",
+                    group=group.group_id,
+                    instance=p.group_instance_id,
+                    old=existing,
+                    new=new_id,
+                )
                 self._update_static_member(p, group, p.group_instance_id, existing, new_id, fut)
             else:
                 self._add_member_and_rebalance(p, group, new_id, fut)
         elif p.api_version >= 4:
             # Two-step join: hand out a member id, expect the member back with it within the session timeout.
             group.pending_members.add(new_id)
-            self._schedule(("hb", group.group_id, new_id), p.session_timeout_ms, self._expire_heartbeat,
-                           group.group_id, new_id)
+            self._schedule(
+                ("hb", group.group_id, new_id), p.session_timeout_ms, self._expire_heartbeat, group.group_id, new_id
+            )
             fut.set_result(JoinResult(E.MEMBER_ID_REQUIRED, member_id=new_id))
         else:
             self._add_member_and_rebalance(p, group, new_id, fut)
@@ -421,18 +475,38 @@ class GroupCoordinator:
         else:
             fut.set_result(JoinResult(E.UNKNOWN_MEMBER_ID, member_id=mid))
 
-    def _current_generation(self, group: ClassicGroup, member_id: str, with_members: bool,
-                            leader: str | None = None, skip_assignment: bool = False) -> JoinResult:
-        return JoinResult(E.NONE, member_id=member_id, generation_id=group.generation_id,
-                          protocol_type=group.protocol_type, protocol_name=group.protocol_name,
-                          leader=(leader if leader is not None else group.leader_id) or "",
-                          members=group.current_members_metadata() if with_members else [],
-                          skip_assignment=skip_assignment)
+    def _current_generation(
+        self,
+        group: ClassicGroup,
+        member_id: str,
+        with_members: bool,
+        leader: str | None = None,
+        skip_assignment: bool = False,
+    ) -> JoinResult:
+        return JoinResult(
+            E.NONE,
+            member_id=member_id,
+            generation_id=group.generation_id,
+            protocol_type=group.protocol_type,
+            protocol_name=group.protocol_name,
+            leader=(leader if leader is not None else group.leader_id) or "",
+            members=group.current_members_metadata() if with_members else [],
+            skip_assignment=skip_assignment,
+        )
 
-    def _add_member_and_rebalance(self, p: JoinParams, group: ClassicGroup, member_id: str,
-                                  fut: asyncio.Future) -> None:
-        m = Member(member_id, p.group_instance_id, p.client_id, p.client_host, p.rebalance_timeout_ms,
-                   p.session_timeout_ms, p.protocol_type, p.protocols)
+    def _add_member_and_rebalance(
+        self, p: JoinParams, group: ClassicGroup, member_id: str, fut: asyncio.Future
+    ) -> None:
+        m = Member(
+            member_id,
+            p.group_instance_id,
+            p.client_id,
+            p.client_host,
+            p.rebalance_timeout_ms,
+            p.session_timeout_ms,
+            p.protocol_type,
+            p.protocols,
+        )
         m.is_new = True
         if group.is_in(S.PREPARING_REBALANCE) and group.previous_state == S.EMPTY:
             group.new_member_added = True
@@ -441,16 +515,18 @@ class GroupCoordinator:
         self._schedule_heartbeat(group, m, NEW_MEMBER_JOIN_TIMEOUT_MS)
         self._maybe_prepare_rebalance_or_complete_join(group, f"adding member {member_id}")
 
-    def _update_member_and_rebalance(self, p: JoinParams, group: ClassicGroup, member: Member,
-                                     fut: asyncio.Future) -> None:
+    def _update_member_and_rebalance(
+        self, p: JoinParams, group: ClassicGroup, member: Member, fut: asyncio.Future
+    ) -> None:
         if member.join_future is not None and member.join_future is not fut and not member.join_future.done():
             # A retried JoinGroup (new connection) replaces the parked one; answer the stale one.
             member.join_future.set_result(JoinResult(E.REBALANCE_IN_PROGRESS, member_id=member.member_id))
         group.update_member(member, p.protocols, p.rebalance_timeout_ms, p.session_timeout_ms, fut)
         self._maybe_prepare_rebalance_or_complete_join(group, f"member {member.member_id} (re)joining")
 
-    def _update_static_member(self, p: JoinParams, group: ClassicGroup, instance_id: str, old_id: str, new_id: str,
-                              fut: asyncio.Future) -> None:
+    def _update_static_member(
+        self, p: JoinParams, group: ClassicGroup, instance_id: str, old_id: str, new_id: str, fut: asyncio.Future
+    ) -> None:
         current_leader = group.leader_id
         self._cancel(("hb", group.group_id, old_id))
         new = group.replace_static_member(instance_id, old_id, new_id)
@@ -461,10 +537,14 @@ class GroupCoordinator:
             if (group.protocol_name or "") == group.select_protocol():
                 # Same protocol: persist the new member id and hand the member its current assignment.
                 assignment = {m.member_id: m.assignment for m in group.members.values()}
-                written = self.runtime.write(self.partition_for(group.group_id),
-                                        [self._group_metadata_kv(group, assignment)])
-                self.runtime.spawn(self._finish_static_rejoin(p, group, new, old_id, new_id, current_leader,
-                                                       (old_protocols, old_rt, old_st), written))
+                written = self.runtime.write(
+                    self.partition_for(group.group_id), [self._group_metadata_kv(group, assignment)]
+                )
+                self.runtime.spawn(
+                    self._finish_static_rejoin(
+                        p, group, new, old_id, new_id, current_leader, (old_protocols, old_rt, old_st), written
+                    )
+                )
             else:
                 self._maybe_prepare_rebalance_or_complete_join(group, f"static member {new_id} changed protocols")
         elif group.is_in(S.COMPLETING_REBALANCE):
@@ -473,9 +553,17 @@ class GroupCoordinator:
         else:
             self._maybe_complete_join_phase(group)
 
-    async def _finish_static_rejoin(self, p: JoinParams, group: ClassicGroup, new: Member, old_id: str,
-                                    new_id: str, current_leader: str | None, old: tuple,
-                                    written: asyncio.Future) -> None:
+    async def _finish_static_rejoin(
+        self,
+        p: JoinParams,
+        group: ClassicGroup,
+        new: Member,
+        old_id: str,
+        new_id: str,
+        current_leader: str | None,
+        old: tuple,
+        written: asyncio.Future,
+    ) -> None:
         err = await written
         if err:
             fut = new.join_future
@@ -485,18 +573,27 @@ class GroupCoordinator:
                 restored = group.replace_static_member(p.group_instance_id, new_id, old_id)
                 self._schedule_heartbeat(group, restored)
             if fut is not None and not fut.done():
-                fut.set_result(JoinResult(map_append_error(err, False), member_id="",
-                                          generation_id=group.generation_id, protocol_type=group.protocol_type,
-                                          protocol_name=group.protocol_name, leader=current_leader or ""))
+                fut.set_result(
+                    JoinResult(
+                        map_append_error(err, False),
+                        member_id="",
+                        generation_id=group.generation_id,
+                        protocol_type=group.protocol_type,
+                        protocol_name=group.protocol_name,
+                        leader=current_leader or "",
+                    )
+                )
             return
         if p.api_version >= 9:
             is_leader = group.is_leader(new_id)
-            group.complete_join(new, self._current_generation(group, new_id, with_members=is_leader,
-                                                              skip_assignment=is_leader))
+            group.complete_join(
+                new, self._current_generation(group, new_id, with_members=is_leader, skip_assignment=is_leader)
+            )
         else:
             # Older clients must not re-run the assignment: tell them the old leader id.
-            group.complete_join(new, self._current_generation(group, new_id, with_members=False,
-                                                              leader=current_leader or ""))
+            group.complete_join(
+                new, self._current_generation(group, new_id, with_members=False, leader=current_leader or "")
+            )
 
     # -- rebalance -------------------------------------------------------------------------------------------
     def _maybe_prepare_rebalance_or_complete_join(self, group: ClassicGroup, reason: str) -> None:
@@ -509,7 +606,7 @@ class GroupCoordinator:
         if not group.is_in(S.PREPARING_REBALANCE):
             return
         if group.previous_state == S.EMPTY:
-            return   # the initial rebalance completes on its (group.initial.rebalance.delay.ms) timer
+            return  # the initial rebalance completes on its (group.initial.rebalance.delay.ms) timer
         if group.has_all_members_joined():
             self._complete_join(group)
 
@@ -521,8 +618,9 @@ class GroupCoordinator:
         if initial:
             delay = self.initial_rebalance_delay_ms
             remaining = max(group.rebalance_timeout_ms() - delay, 0)
-            self._schedule(("join", group.group_id), delay, self._try_complete_initial_rebalance,
-                           group.group_id, delay, remaining)
+            self._schedule(
+                ("join", group.group_id), delay, self._try_complete_initial_rebalance, group.group_id, delay, remaining
+            )
         group.transition_to(S.PREPARING_REBALANCE, self._now())
         log.info("preparing to rebalance", group=group.group_id, generation=group.generation_id, reason=reason)
         if not initial:
@@ -532,8 +630,9 @@ class GroupCoordinator:
         if group.has_all_members_joined():
             self._complete_join(group)
         else:
-            self._schedule(("join", group.group_id), group.rebalance_timeout_ms(), self._complete_join_by_id,
-                           group.group_id)
+            self._schedule(
+                ("join", group.group_id), group.rebalance_timeout_ms(), self._complete_join_by_id, group.group_id
+            )
 
     def _try_complete_initial_rebalance(self, group_id: str, delay: int, remaining: int) -> None:
         group = self.groups.get(group_id)
@@ -543,8 +642,9 @@ class GroupCoordinator:
             group.new_member_added = False
             new_delay = min(self.initial_rebalance_delay_ms, remaining)
             new_remaining = max(remaining - delay, 0)
-            self._schedule(("join", group_id), new_delay, self._try_complete_initial_rebalance, group_id,
-                           new_delay, new_remaining)
+            self._schedule(
+                ("join", group_id), new_delay, self._try_complete_initial_rebalance, group_id, new_delay, new_remaining
+            )
         else:
             self._complete_join(group)
 
@@ -570,19 +670,25 @@ class GroupCoordinator:
         group.init_next_generation(self._now())
         if group.is_in(S.EMPTY):
             log.info("group is empty", group=gid, generation=group.generation_id)
-            self.runtime.write_nowait(self.partition_for(gid), [self._group_metadata_kv(group, {})],
-                                f"empty group {gid}")
+            self.runtime.write_nowait(
+                self.partition_for(gid), [self._group_metadata_kv(group, {})], f"empty group {gid}"
+            )
             return
-        log.info("rebalance: new generation", group=gid, generation=group.generation_id,
-                 protocol=group.protocol_name, members=group.num_members, leader=group.leader_id)
+        log.info(
+            "rebalance: new generation",
+            group=gid,
+            generation=group.generation_id,
+            protocol=group.protocol_name,
+            members=group.num_members,
+            leader=group.leader_id,
+        )
         for m in list(group.members.values()):
             res = self._current_generation(group, m.member_id, with_members=group.is_leader(m.member_id))
             group.complete_join(m, res)
             self._schedule_heartbeat(group, m)
             m.is_new = False
             group.pending_sync_members.add(m.member_id)
-        self._schedule(("sync", gid), group.rebalance_timeout_ms(), self._expire_pending_sync, gid,
-                       group.generation_id)
+        self._schedule(("sync", gid), group.rebalance_timeout_ms(), self._expire_pending_sync, gid, group.generation_id)
 
     def _remove_sync_expiration(self, group: ClassicGroup) -> None:
         group.pending_sync_members.clear()
@@ -641,16 +747,24 @@ class GroupCoordinator:
     def _propagate_assignment(self, group: ClassicGroup, error: ErrorCode) -> None:
         ok = error == E.NONE
         for m in list(group.members.values()):
-            res = SyncResult(error, group.protocol_type if ok else None, group.protocol_name if ok else None,
-                             m.assignment)
+            res = SyncResult(
+                error, group.protocol_type if ok else None, group.protocol_name if ok else None, m.assignment
+            )
             if group.complete_sync(m, res):
                 self._schedule_heartbeat(group, m)
 
     # =========================================================================================================
     # SyncGroup / Heartbeat / LeaveGroup
-    async def sync_group(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
-                         protocol_type: str | None, protocol_name: str | None,
-                         assignments: list[tuple[str, bytes]]) -> SyncResult:
+    async def sync_group(
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        instance_id: str | None,
+        protocol_type: str | None,
+        protocol_name: str | None,
+        assignments: list[tuple[str, bytes]],
+    ) -> SyncResult:
         err = self.check_group(group_id)
         if err:
             return SyncResult(err)
@@ -664,8 +778,9 @@ class GroupCoordinator:
             return SyncResult(err)
         if generation_id != group.generation_id:
             return SyncResult(E.ILLEGAL_GENERATION)
-        if ((protocol_type is not None and protocol_type != group.protocol_type)
-                or (protocol_name is not None and protocol_name != group.protocol_name)):
+        if (protocol_type is not None and protocol_type != group.protocol_type) or (
+            protocol_name is not None and protocol_name != group.protocol_name
+        ):
             return SyncResult(E.INCONSISTENT_GROUP_PROTOCOL)
         if group.is_in(S.PREPARING_REBALANCE):
             return SyncResult(E.REBALANCE_IN_PROGRESS)
@@ -687,11 +802,12 @@ class GroupCoordinator:
             self.runtime.spawn(self._store_assignment(group, generation_id, assignment, written))
         return await fut
 
-    async def _store_assignment(self, group: ClassicGroup, generation: int, assignment: dict[str, bytes],
-                                written: asyncio.Future) -> None:
+    async def _store_assignment(
+        self, group: ClassicGroup, generation: int, assignment: dict[str, bytes], written: asyncio.Future
+    ) -> None:
         err = await written
         if not (group.is_in(S.COMPLETING_REBALANCE) and group.generation_id == generation):
-            return   # a member joined or left meanwhile: that rebalance answers everyone
+            return  # a member joined or left meanwhile: that rebalance answers everyone
         if err:
             self._reset_and_propagate_assignment(group, map_append_error(err, False))
             self._maybe_prepare_rebalance_or_complete_join(group, f"error {err} storing the assignment")
@@ -726,8 +842,9 @@ class GroupCoordinator:
             return E.REBALANCE_IN_PROGRESS
         return E.NONE
 
-    def leave_group(self, group_id: str, members: list[tuple[str, str | None]]
-                    ) -> tuple[ErrorCode, list[tuple[str, str | None, ErrorCode]]]:
+    def leave_group(
+        self, group_id: str, members: list[tuple[str, str | None]]
+    ) -> tuple[ErrorCode, list[tuple[str, str | None, ErrorCode]]]:
         err = self.check_group(group_id)
         if err:
             return err, []
@@ -771,12 +888,13 @@ class GroupCoordinator:
 
     # =========================================================================================================
     # offsets
-    def _validate_offset_commit(self, group: ClassicGroup, member_id: str, instance_id: str | None,
-                                generation_id: int) -> ErrorCode:
+    def _validate_offset_commit(
+        self, group: ClassicGroup, member_id: str, instance_id: str | None, generation_id: int
+    ) -> ErrorCode:
         if group.is_in(S.DEAD):
             return E.COORDINATOR_NOT_AVAILABLE
         if generation_id < 0 and group.is_in(S.EMPTY):
-            return E.NONE   # admin client or a consumer without group management
+            return E.NONE  # admin client or a consumer without group management
         if generation_id >= 0 or member_id or instance_id is not None:
             err = group.validate_member(member_id, instance_id)
             if err:
@@ -789,9 +907,15 @@ class GroupCoordinator:
             return E.REBALANCE_IN_PROGRESS
         return E.NONE
 
-    async def commit_offsets(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
-                             offsets: dict[tuple[str, int], OffsetAndMetadata], api_version: int
-                             ) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
+    async def commit_offsets(
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        instance_id: str | None,
+        offsets: dict[tuple[str, int], OffsetAndMetadata],
+        api_version: int,
+    ) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
         """Returns (group-level error, per-partition errors); a group-level error applies to every partition."""
         err = self.check_group(group_id)
         if err:
@@ -808,8 +932,9 @@ class GroupCoordinator:
                 return err, {}
         return E.NONE, await self.offsets.store(group, offsets)
 
-    def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None
-                      ) -> tuple[ErrorCode, list[tuple[str, list[tuple[int, OffsetAndMetadata | None]]]]]:
+    def fetch_offsets(
+        self, group_id: str, topics: list[tuple[str, list[int]]] | None
+    ) -> tuple[ErrorCode, list[tuple[str, list[tuple[int, OffsetAndMetadata | None]]]]]:
         """Committed offsets of the requested partitions (topics=None: every committed partition)."""
         err = self.check_group(group_id)
         if err:
@@ -818,8 +943,9 @@ class GroupCoordinator:
 
     # =========================================================================================================
     # admin: list / describe / delete
-    def list_groups(self, states: list[str] | None = None, types: list[str] | None = None
-                    ) -> tuple[ErrorCode, list[ClassicGroup]]:
+    def list_groups(
+        self, states: list[str] | None = None, types: list[str] | None = None
+    ) -> tuple[ErrorCode, list[ClassicGroup]]:
         err = E.NONE if self.active else E.COORDINATOR_NOT_AVAILABLE
         if self.loading:
             err = E.COORDINATOR_LOAD_IN_PROGRESS
@@ -827,8 +953,11 @@ class GroupCoordinator:
         wanted_types = {t.lower() for t in types} if types else None
         if wanted_types is not None and GROUP_TYPE not in wanted_types:
             return err, []
-        out = [g for g in self.groups.values() if not g.is_in(S.DEAD)
-               and (wanted_states is None or g.state.value.lower() in wanted_states)]
+        out = [
+            g
+            for g in self.groups.values()
+            if not g.is_in(S.DEAD) and (wanted_states is None or g.state.value.lower() in wanted_states)
+        ]
         return err, sorted(out, key=lambda g: g.group_id)
 
     def describe_group(self, group_id: str) -> tuple[ErrorCode, ClassicGroup | None]:
@@ -863,7 +992,7 @@ class GroupCoordinator:
                 self._cancel_group_timers(gid)
                 del self.groups[gid]
                 deleted.append((gid, p))
-        pending = {p: self.runtime.write(p, kvs) for p, kvs in writes.items()}    # enqueue all before awaiting
+        pending = {p: self.runtime.write(p, kvs) for p, kvs in writes.items()}  # enqueue all before awaiting
         errors = {p: await f for p, f in pending.items()}
         for gid, p in deleted:
             results[gid] = map_append_error(errors[p], False) if errors[p] else E.NONE
@@ -871,8 +1000,9 @@ class GroupCoordinator:
                 log.info("deleted group", group=gid)
         return results
 
-    async def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]
-                             ) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
+    async def delete_offsets(
+        self, group_id: str, partitions: list[tuple[str, int]]
+    ) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
         err = self.check_group(group_id)
         if err:
             return err, {}

@@ -13,6 +13,7 @@ States and legal transitions (Kafka's ClassicGroupState)::
 Pure state: no I/O, no timers. The coordinator drives transitions and resolves the parked JoinGroup/SyncGroup
 futures that members hold.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -83,9 +84,18 @@ class Member:
         "sync_future",
     )
 
-    def __init__(self, member_id: str, group_instance_id: str | None, client_id: str, client_host: str,
-                 rebalance_timeout_ms: int, session_timeout_ms: int, protocol_type: str,
-                 protocols: list[tuple[str, bytes]], assignment: bytes = b"") -> None:
+    def __init__(
+        self,
+        member_id: str,
+        group_instance_id: str | None,
+        client_id: str,
+        client_host: str,
+        rebalance_timeout_ms: int,
+        session_timeout_ms: int,
+        protocol_type: str,
+        protocols: list[tuple[str, bytes]],
+        assignment: bytes = b"",
+    ) -> None:
         self.member_id = member_id
         self.group_instance_id = group_instance_id
         self.client_id = client_id
@@ -224,9 +234,17 @@ class ClassicGroup:
         old = self.members.pop(old_member_id)
         self.complete_join(old, JoinResult(ErrorCode.FENCED_INSTANCE_ID, member_id=old_member_id))
         self.complete_sync(old, SyncResult(ErrorCode.FENCED_INSTANCE_ID))
-        new = Member(new_member_id, old.group_instance_id, old.client_id, old.client_host,
-                     old.rebalance_timeout_ms, old.session_timeout_ms, old.protocol_type, old.protocols,
-                     old.assignment)
+        new = Member(
+            new_member_id,
+            old.group_instance_id,
+            old.client_id,
+            old.client_host,
+            old.rebalance_timeout_ms,
+            old.session_timeout_ms,
+            old.protocol_type,
+            old.protocols,
+            old.assignment,
+        )
         self.members[new_member_id] = new
         if self.is_leader(old_member_id):
             self.leader_id = new_member_id
@@ -235,8 +253,14 @@ class ClassicGroup:
             self.pending_sync_members.discard(old_member_id)
         return new
 
-    def update_member(self, member: Member, protocols: list[tuple[str, bytes]], rebalance_timeout_ms: int,
-                      session_timeout_ms: int, future: asyncio.Future | None) -> None:
+    def update_member(
+        self,
+        member: Member,
+        protocols: list[tuple[str, bytes]],
+        rebalance_timeout_ms: int,
+        session_timeout_ms: int,
+        future: asyncio.Future | None,
+    ) -> None:
         self.supported_protocols.subtract(member.protocol_names())
         member.protocols = list(protocols)
         self.supported_protocols.update(member.protocol_names())
@@ -307,8 +331,7 @@ class ClassicGroup:
         if self.state == S.EMPTY:
             return bool(protocol_type) and bool(protocols)
         n = len(self.members)
-        return self.protocol_type == protocol_type and any(self.supported_protocols.get(p, 0) == n
-                                                           for p in protocols)
+        return self.protocol_type == protocol_type and any(self.supported_protocols.get(p, 0) == n for p in protocols)
 
     def uses_consumer_protocol(self) -> bool:
         return self.protocol_type == consumer_protocol.PROTOCOL_TYPE
@@ -372,5 +395,7 @@ class ClassicGroup:
         return self.current_state_timestamp if self.current_state_timestamp is not None else -1
 
     def __repr__(self) -> str:
-        return (f"ClassicGroup({self.group_id!r}, {self.state.value}, gen={self.generation_id}, "
-                f"members={list(self.members)}, leader={self.leader_id!r})")
+        return (
+            f"ClassicGroup({self.group_id!r}, {self.state.value}, gen={self.generation_id}, "
+            f"members={list(self.members)}, leader={self.leader_id!r})"
+        )

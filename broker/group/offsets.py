@@ -3,6 +3,7 @@ OffsetDelete) and expiration (`offsets.retention.minutes`), as Kafka's OffsetMet
 validates requests against the group protocol (member, generation) first; the records go through its runtime and the
 groups' offsets change only once they are committed.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -29,8 +30,12 @@ E = ErrorCode
 
 def map_append_error(err: ErrorCode, for_offsets: bool) -> ErrorCode:
     """Kafka's mapping of a failed __consumer_offsets append to what the client is told."""
-    if err in (E.UNKNOWN_TOPIC_OR_PARTITION, E.NOT_ENOUGH_REPLICAS, E.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-               E.REQUEST_TIMED_OUT):
+    if err in (
+        E.UNKNOWN_TOPIC_OR_PARTITION,
+        E.NOT_ENOUGH_REPLICAS,
+        E.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        E.REQUEST_TIMED_OUT,
+    ):
         return E.COORDINATOR_NOT_AVAILABLE
     if err in (E.NOT_LEADER_OR_FOLLOWER, E.KAFKA_STORAGE_ERROR):
         return E.NOT_COORDINATOR
@@ -43,16 +48,24 @@ class OffsetMetadataManager:
     """The offsets of `groups` (the coordinator's, shared); `has_timers(group_id)`: whether the group protocol
     still has a timer running for the group (such a group is not deleted by expiration)."""
 
-    def __init__(self, groups: dict[str, ClassicGroup], runtime: CoordinatorRuntime[Any], *, metadata_max_bytes: int,
-                 retention_ms: int, has_timers: Callable[[str], bool]) -> None:
+    def __init__(
+        self,
+        groups: dict[str, ClassicGroup],
+        runtime: CoordinatorRuntime[Any],
+        *,
+        metadata_max_bytes: int,
+        retention_ms: int,
+        has_timers: Callable[[str], bool],
+    ) -> None:
         self.groups = groups
         self.runtime = runtime
         self.metadata_max_bytes = metadata_max_bytes
         self.retention_ms = retention_ms
         self.has_timers = has_timers
 
-    async def store(self, group: ClassicGroup, offsets: dict[tuple[str, int], OffsetAndMetadata]
-                    ) -> dict[tuple[str, int], ErrorCode]:
+    async def store(
+        self, group: ClassicGroup, offsets: dict[tuple[str, int], OffsetAndMetadata]
+    ) -> dict[tuple[str, int], ErrorCode]:
         """Write a validated commit; the group's offsets change once the records are committed."""
         group_id = group.group_id
         results: dict[tuple[str, int], ErrorCode] = {}
@@ -64,7 +77,7 @@ class OffsetMetadataManager:
                 results[tp] = E.OFFSET_METADATA_TOO_LARGE
                 continue
             om.metadata = om.metadata or ""
-            version = 1 if om.expire_timestamp >= 0 else 3      # Kafka's offsetCommitValueVersion()
+            version = 1 if om.expire_timestamp >= 0 else 3  # Kafka's offsetCommitValueVersion()
             kvs.append((encode_offset_commit_key(group_id, tp[0], tp[1]), encode_offset_commit_value(om, version)))
             accepted[tp] = om
         if kvs:
@@ -80,8 +93,9 @@ class OffsetMetadataManager:
                 results[tp] = E.NONE
         return results
 
-    def fetch(self, group_id: str, topics: list[tuple[str, list[int]]] | None
-              ) -> list[tuple[str, list[tuple[int, OffsetAndMetadata | None]]]]:
+    def fetch(
+        self, group_id: str, topics: list[tuple[str, list[int]]] | None
+    ) -> list[tuple[str, list[tuple[int, OffsetAndMetadata | None]]]]:
         """Committed offsets of the requested partitions (topics=None: every committed partition)."""
         group = self.groups.get(group_id)
         offsets = group.offsets if group is not None and not group.is_in(S.DEAD) else {}
@@ -92,8 +106,9 @@ class OffsetMetadataManager:
             return list(by_topic.items())
         return [(t, [(p, offsets.get((t, p))) for p in parts]) for t, parts in topics]
 
-    async def delete(self, g: ClassicGroup, partitions: list[tuple[str, int]]
-                     ) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
+    async def delete(
+        self, g: ClassicGroup, partitions: list[tuple[str, int]]
+    ) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
         """OffsetDelete of a group that may lose them: tombstones, then the offsets go once they are committed."""
         group_id = g.group_id
         results: dict[tuple[str, int], ErrorCode] = {}
@@ -135,8 +150,7 @@ class OffsetMetadataManager:
                     elif now - base(om) >= self.retention_ms:
                         expired.append(tp)
             all_gone = len(expired) == len(g.offsets)
-            delete_group = (all_gone and g.is_in(S.EMPTY) and not g.pending_members
-                            and not self.has_timers(gid))
+            delete_group = all_gone and g.is_in(S.EMPTY) and not g.pending_members and not self.has_timers(gid)
             if not expired and not delete_group:
                 continue
             kvs = writes.setdefault(p, [])

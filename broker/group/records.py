@@ -14,6 +14,7 @@ schemas; versions 0-3 are the classic encoding, version 4 of the values is the f
 A null value is a tombstone. Key versions >= 3 belong to KIP-848/share/streams groups, which Strata does not host:
 the loader skips them.
 """
+
 from __future__ import annotations
 
 import struct
@@ -38,6 +39,7 @@ _I64 = struct.Struct(">q")
 
 # ---------------------------------------------------------------------------------------------------------------
 # data
+
 
 @dataclass(frozen=True, slots=True)
 class OffsetCommitKey:
@@ -84,6 +86,7 @@ class GroupMetadataValue:
 
 # ---------------------------------------------------------------------------------------------------------------
 # encoding (classic, non-flexible versions only: that is all we write)
+
 
 def _nstr(s: str | None) -> bytes:
     out = bytearray()
@@ -138,6 +141,7 @@ def encode_group_metadata_value(v: GroupMetadataValue, version: int = GROUP_META
 
 # ---------------------------------------------------------------------------------------------------------------
 # decoding (all versions Kafka has written, flexible v4 included, so a log written by Kafka loads too)
+
 
 class RecordFormatError(WireFormatError):
     """A `__consumer_offsets` key or value that does not decode."""
@@ -232,8 +236,18 @@ def decode_group_metadata_value(value: bytes) -> GroupMetadataValue:
         r.end_struct()
         if rebalance_timeout < 0:
             rebalance_timeout = session_timeout
-        members.append(MemberMetadata(member_id, instance_id, client_id, client_host, rebalance_timeout,
-                                      session_timeout, subscription, assignment))
+        members.append(
+            MemberMetadata(
+                member_id,
+                instance_id,
+                client_id,
+                client_host,
+                rebalance_timeout,
+                session_timeout,
+                subscription,
+                assignment,
+            )
+        )
     r.end_struct()
     return GroupMetadataValue(protocol_type, generation, protocol, leader, ts, members)
 

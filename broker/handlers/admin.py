@@ -1,5 +1,6 @@
 """Admin APIs on topics and the cluster: CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords,
 DescribeCluster. Config APIs live in configs.py. Per-topic failures are answered per topic, never per request."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -27,39 +28,57 @@ async def create_topics(services: BrokerServices, ctx: RequestContext, req: Any)
         seen[t.name] = seen.get(t.name, 0) + 1
     results = []
     for t in req.topics:
-        res = Result(name=t.name, topic_id=None, error_code=0, error_message=None, num_partitions=-1,
-                     replication_factor=-1, configs=None)
+        res = Result(
+            name=t.name,
+            topic_id=None,
+            error_code=0,
+            error_message=None,
+            num_partitions=-1,
+            replication_factor=-1,
+            configs=None,
+        )
         try:
             if seen[t.name] > 1:
-                raise KafkaApiError(ErrorCode.INVALID_REQUEST, "Create topics request from client contains "
-                                                               f"multiple entries for topic {t.name}.")
+                raise KafkaApiError(
+                    ErrorCode.INVALID_REQUEST,
+                    f"Create topics request from client contains multiple entries for topic {t.name}.",
+                )
             assignments = None
             if t.assignments:
                 if t.num_partitions != -1 or t.replication_factor != -1:
-                    raise KafkaApiError(ErrorCode.INVALID_REQUEST, "Both numPartitions or replicationFactor and "
-                                                                   "replicasAssignments were set.")
+                    raise KafkaApiError(
+                        ErrorCode.INVALID_REQUEST,
+                        "Both numPartitions or replicationFactor and replicasAssignments were set.",
+                    )
                 ordered = sorted(t.assignments, key=lambda a: a.partition_index)
                 if [a.partition_index for a in ordered] != list(range(len(ordered))):
-                    raise KafkaApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                                        "Partitions should be 0-based and consecutive.")
+                    raise KafkaApiError(
+                        ErrorCode.INVALID_REPLICA_ASSIGNMENT, "Partitions should be 0-based and consecutive."
+                    )
                 assignments = [list(a.broker_ids) for a in ordered]
                 partitions, rf = len(assignments), len(assignments[0])
             else:
                 partitions, rf = t.num_partitions, t.replication_factor
             rf = rf if rf != -1 else services.config["default.replication.factor"]
             cfg = {c.name: c.value for c in (t.configs or [])}
-            info = await services.topic_manager.create_topic(t.name, partitions, rf, cfg, validate_only,
-                                                             assignments)
-            if info is None:      # validate_only
+            info = await services.topic_manager.create_topic(t.name, partitions, rf, cfg, validate_only, assignments)
+            if info is None:  # validate_only
                 partitions = partitions if partitions != -1 else services.config["num.partitions"]
                 res.num_partitions, res.replication_factor = partitions, rf
             else:
                 res.topic_id = info.topic_id
                 res.num_partitions, res.replication_factor = info.partitions, len(info.replicas(0)) or rf
             if v >= 5:
-                res.configs = [Result.CreatableTopicConfigs(name=e.name, value=e.value, read_only=e.read_only,
-                                                            config_source=e.source, is_sensitive=e.sensitive)
-                               for e in config_handlers.topic_config_entries(services, cfg)]
+                res.configs = [
+                    Result.CreatableTopicConfigs(
+                        name=e.name,
+                        value=e.value,
+                        read_only=e.read_only,
+                        config_source=e.source,
+                        is_sensitive=e.sensitive,
+                    )
+                    for e in config_handlers.topic_config_entries(services, cfg)
+                ]
         except KafkaApiError as e:
             res.error_code, res.error_message = _err(e)
         results.append(res)
@@ -70,7 +89,7 @@ async def delete_topics(services: BrokerServices, ctx: RequestContext, req: Any)
     Resp = response_class(ApiKey.DELETE_TOPICS)
     Result = Resp.DeletableTopicResult
     v = ctx.api_version
-    wanted = ([(t.name, t.topic_id) for t in req.topics] if v >= 6 else [(n, None) for n in req.topic_names])
+    wanted = [(t.name, t.topic_id) for t in req.topics] if v >= 6 else [(n, None) for n in req.topic_names]
     results = []
     for name, tid in wanted:
         res = Result(name=name, topic_id=tid, error_code=0, error_message=None)
@@ -96,8 +115,7 @@ async def create_partitions(services: BrokerServices, ctx: RequestContext, req: 
         res = Result(name=t.name, error_code=0, error_message=None)
         try:
             assignments = [list(a.broker_ids) for a in t.assignments] if t.assignments else None
-            await services.topic_manager.create_partitions(t.name, t.count, bool(req.validate_only),
-                                                           assignments)
+            await services.topic_manager.create_partitions(t.name, t.count, bool(req.validate_only), assignments)
         except KafkaApiError as e:
             res.error_code, res.error_message = _err(e)
         results.append(res)
@@ -116,8 +134,11 @@ async def delete_records(services: BrokerServices, ctx: RequestContext, req: Any
             partition = services.replica_manager.get_partition(t.name, p.partition_index)
             if partition is None or not partition.is_leader:
                 # only the leader moves the log start; followers follow it through their fetches
-                code = (ErrorCode.NOT_LEADER_OR_FOLLOWER if partition is not None
-                        else services.replica_manager.not_hosted_error(t.name, p.partition_index))
+                code = (
+                    ErrorCode.NOT_LEADER_OR_FOLLOWER
+                    if partition is not None
+                    else services.replica_manager.not_hosted_error(t.name, p.partition_index)
+                )
                 parts.append(PartRes(partition_index=p.partition_index, low_watermark=-1, error_code=code))
                 continue
             offset = partition.high_watermark if p.offset == -1 else p.offset
@@ -128,11 +149,9 @@ async def delete_records(services: BrokerServices, ctx: RequestContext, req: Any
                 services.log_manager.checkpoint_log_start_offsets()
                 parts.append(PartRes(partition_index=p.partition_index, low_watermark=low, error_code=0))
             except StorageError as e:
-                parts.append(PartRes(partition_index=p.partition_index, low_watermark=-1,
-                                     error_code=e.error_code))
+                parts.append(PartRes(partition_index=p.partition_index, low_watermark=-1, error_code=e.error_code))
             except KafkaApiError as e:
-                parts.append(PartRes(partition_index=p.partition_index, low_watermark=-1,
-                                     error_code=e.error_code))
+                parts.append(PartRes(partition_index=p.partition_index, low_watermark=-1, error_code=e.error_code))
         topics.append(TopicRes(name=t.name, partitions=parts))
     return Resp(version=ctx.api_version, throttle_time_ms=0, topics=topics)
 
@@ -141,20 +160,37 @@ async def describe_cluster(services: BrokerServices, ctx: RequestContext, req: A
     Resp = response_class(ApiKey.DESCRIBE_CLUSTER)
     v = ctx.api_version
     endpoint_type = getattr(req, "endpoint_type", 1) if v >= 1 else 1
-    if endpoint_type != 1:   # 1 = brokers; 2 = controllers, which a combined single node does not expose
-        return Resp(version=v, throttle_time_ms=0, error_code=ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
-                    error_message="Only broker endpoints are available.", endpoint_type=endpoint_type,
-                    cluster_id=services.store.cluster_id, controller_id=-1, brokers=[])
-    brokers = [Resp.DescribeClusterBroker(broker_id=b, host=host, port=port, rack=rack, is_fenced=False)
-               for b, (host, port), rack in live_brokers(services, ctx.listener)]
-    return Resp(version=v, throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=endpoint_type,
-                cluster_id=services.store.cluster_id, controller_id=services.store.controller_id,
-                brokers=brokers,
-                authorized_operations=None)
+    if endpoint_type != 1:  # 1 = brokers; 2 = controllers, which a combined single node does not expose
+        return Resp(
+            version=v,
+            throttle_time_ms=0,
+            error_code=ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
+            error_message="Only broker endpoints are available.",
+            endpoint_type=endpoint_type,
+            cluster_id=services.store.cluster_id,
+            controller_id=-1,
+            brokers=[],
+        )
+    brokers = [
+        Resp.DescribeClusterBroker(broker_id=b, host=host, port=port, rack=rack, is_fenced=False)
+        for b, (host, port), rack in live_brokers(services, ctx.listener)
+    ]
+    return Resp(
+        version=v,
+        throttle_time_ms=0,
+        error_code=0,
+        error_message=None,
+        endpoint_type=endpoint_type,
+        cluster_id=services.store.cluster_id,
+        controller_id=services.store.controller_id,
+        brokers=brokers,
+        authorized_operations=None,
+    )
 
 
-def live_brokers(services: BrokerServices, listener: str, departed_within_s: float = 0.0
-                 ) -> list[tuple[int, tuple[str, int], str | None]]:
+def live_brokers(
+    services: BrokerServices, listener: str, departed_within_s: float = 0.0
+) -> list[tuple[int, tuple[str, int], str | None]]:
     """(id, endpoint of `listener`, rack) of every live broker, sorted by id; this broker's own endpoint is what it
     bound (ephemeral ports), the others' what they registered. With `departed_within_s`, brokers whose lease ended
     that recently are listed too (see handlers/metadata.py)."""

@@ -2,6 +2,7 @@
 ListPartitionReassignments (v0). The controller answers them (other brokers forward them to it,
 broker/cluster/forwarding.py): they compare-and-set partition states in the metadata store, and the controller's
 passes complete reassignments (broker/cluster/controller.py)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -35,18 +36,16 @@ async def elect_leaders(services: BrokerServices, ctx: RequestContext, req: Any)
     v = ctx.api_version
     election_type = req.election_type if v >= 1 else ELECTION_PREFERRED
     if election_type not in (ELECTION_PREFERRED, ELECTION_UNCLEAN):
-        return Resp(version=v, throttle_time_ms=0, error_code=ErrorCode.INVALID_REQUEST,
-                    replica_election_results=[])
+        return Resp(version=v, throttle_time_ms=0, error_code=ErrorCode.INVALID_REQUEST, replica_election_results=[])
     wanted: list[tuple[str, int]] | None = None
     results: dict[tuple[str, int], tuple[ErrorCode, str | None]]
     if req.topic_partitions is not None:
         wanted = [(t.topic, p) for t in req.topic_partitions for p in t.partitions]
     if not _is_controller(services):
-        if v == 0:      # no top-level error code: every partition asked for gets it
+        if v == 0:  # no top-level error code: every partition asked for gets it
             results = {tp: (ErrorCode.NOT_CONTROLLER, _NOT_CONTROLLER) for tp in wanted or []}
         else:
-            return Resp(version=v, throttle_time_ms=0, error_code=ErrorCode.NOT_CONTROLLER,
-                        replica_election_results=[])
+            return Resp(version=v, throttle_time_ms=0, error_code=ErrorCode.NOT_CONTROLLER, replica_election_results=[])
     else:
         results = await do_elect(services.store, election_type, wanted)
     by_topic: dict[str, list] = {}
@@ -62,19 +61,30 @@ async def alter_partition_reassignments(services: BrokerServices, ctx: RequestCo
     PartRes = TopicRes.ReassignablePartitionResponse
     allow_rf_change = bool(getattr(req, "allow_replication_factor_change", True)) if ctx.api_version >= 1 else True
     if not _is_controller(services):
-        return Resp(version=ctx.api_version, throttle_time_ms=0, allow_replication_factor_change=allow_rf_change,
-                    error_code=ErrorCode.NOT_CONTROLLER, error_message=_NOT_CONTROLLER, responses=[])
+        return Resp(
+            version=ctx.api_version,
+            throttle_time_ms=0,
+            allow_replication_factor_change=allow_rf_change,
+            error_code=ErrorCode.NOT_CONTROLLER,
+            error_message=_NOT_CONTROLLER,
+            responses=[],
+        )
     topics = []
     for t in req.topics:
         parts = []
         for p in t.partitions:
             target = list(p.replicas) if p.replicas is not None else None
-            err, msg = await alter_reassignment(services.store, t.name, p.partition_index, target,
-                                                allow_rf_change)
+            err, msg = await alter_reassignment(services.store, t.name, p.partition_index, target, allow_rf_change)
             parts.append(PartRes(partition_index=p.partition_index, error_code=err, error_message=msg))
         topics.append(TopicRes(name=t.name, partitions=parts))
-    return Resp(version=ctx.api_version, throttle_time_ms=0, allow_replication_factor_change=allow_rf_change,
-                error_code=0, error_message=None, responses=topics)
+    return Resp(
+        version=ctx.api_version,
+        throttle_time_ms=0,
+        allow_replication_factor_change=allow_rf_change,
+        error_code=0,
+        error_message=None,
+        responses=topics,
+    )
 
 
 async def list_partition_reassignments(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
@@ -85,11 +95,27 @@ async def list_partition_reassignments(services: BrokerServices, ctx: RequestCon
     if req.topics is not None:
         wanted = [(t.name, list(t.partition_indexes)) for t in req.topics]
     if not _is_controller(services):
-        return Resp(version=ctx.api_version, throttle_time_ms=0, error_code=ErrorCode.NOT_CONTROLLER,
-                    error_message=_NOT_CONTROLLER, topics=[])
+        return Resp(
+            version=ctx.api_version,
+            throttle_time_ms=0,
+            error_code=ErrorCode.NOT_CONTROLLER,
+            error_message=_NOT_CONTROLLER,
+            topics=[],
+        )
     ongoing = list_reassignments(services.store, wanted)
-    topics = [TopicRes(name=t, partitions=[PartRes(partition_index=p, replicas=list(s.replicas),
-                                                   adding_replicas=list(s.adding), removing_replicas=list(s.removing))
-                                           for p, s in parts])
-              for t, parts in ongoing.items()]
+    topics = [
+        TopicRes(
+            name=t,
+            partitions=[
+                PartRes(
+                    partition_index=p,
+                    replicas=list(s.replicas),
+                    adding_replicas=list(s.adding),
+                    removing_replicas=list(s.removing),
+                )
+                for p, s in parts
+            ],
+        )
+        for t, parts in ongoing.items()
+    ]
     return Resp(version=ctx.api_version, throttle_time_ms=0, error_code=0, error_message=None, topics=topics)

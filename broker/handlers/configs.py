@@ -6,6 +6,7 @@ broker synonym, so ``log.retention.hours`` set in server.properties does not mak
 STATIC_BROKER_CONFIG (Kafka reports it as DEFAULT_CONFIG too). Broker configs are static only: every broker entry is
 read-only and IncrementalAlterConfigs on a BROKER resource is refused.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -110,9 +111,13 @@ def _parsed_overrides(overrides: dict[str, str]) -> dict[str, Any]:
     return out
 
 
-def topic_config_entries(services: BrokerServices, overrides: dict[str, str],
-                         keys: Iterable[str] | None = None, include_synonyms: bool = True,
-                         include_documentation: bool = False) -> list[ConfigEntry]:
+def topic_config_entries(
+    services: BrokerServices,
+    overrides: dict[str, str],
+    keys: Iterable[str] | None = None,
+    include_synonyms: bool = True,
+    include_documentation: bool = False,
+) -> list[ConfigEntry]:
     """Every topic config with its effective value and source, as Kafka describes a topic."""
     config = services.config
     parsed = _parsed_overrides(overrides)
@@ -131,16 +136,27 @@ def topic_config_entries(services: BrokerServices, overrides: dict[str, str],
         broker_key = TOPIC_TO_BROKER_SYNONYM.get(name)
         if broker_key is not None:
             chain.extend(_broker_synonyms(config, broker_key, sensitive))
-        entries.append(ConfigEntry(
-            name=name, value=value, source=chain[0][2] if chain else SOURCE_DEFAULT_CONFIG, read_only=False,
-            sensitive=sensitive, type=d.type.value, doc=(d.doc or None) if include_documentation else None,
-            synonyms=chain if include_synonyms else []))
+        entries.append(
+            ConfigEntry(
+                name=name,
+                value=value,
+                source=chain[0][2] if chain else SOURCE_DEFAULT_CONFIG,
+                read_only=False,
+                sensitive=sensitive,
+                type=d.type.value,
+                doc=(d.doc or None) if include_documentation else None,
+                synonyms=chain if include_synonyms else [],
+            )
+        )
     return entries
 
 
-def broker_config_entries(services: BrokerServices, keys: Iterable[str] | None = None,
-                          include_synonyms: bool = True,
-                          include_documentation: bool = False) -> list[ConfigEntry]:
+def broker_config_entries(
+    services: BrokerServices,
+    keys: Iterable[str] | None = None,
+    include_synonyms: bool = True,
+    include_documentation: bool = False,
+) -> list[ConfigEntry]:
     """This broker's known keys; all read-only because Strata has no dynamic broker configs."""
     config = services.config
     wanted = set(keys) if keys else None
@@ -154,10 +170,18 @@ def broker_config_entries(services: BrokerServices, keys: Iterable[str] | None =
             raw = None
         value = None if sensitive or raw is None else format_value(raw)
         chain = _broker_synonyms(config, name, sensitive)
-        entries.append(ConfigEntry(
-            name=name, value=value, source=chain[0][2] if chain else SOURCE_DEFAULT_CONFIG, read_only=True,
-            sensitive=sensitive, type=d.type.value, doc=(d.doc or None) if include_documentation else None,
-            synonyms=chain if include_synonyms else []))
+        entries.append(
+            ConfigEntry(
+                name=name,
+                value=value,
+                source=chain[0][2] if chain else SOURCE_DEFAULT_CONFIG,
+                read_only=True,
+                sensitive=sensitive,
+                type=d.type.value,
+                doc=(d.doc or None) if include_documentation else None,
+                synonyms=chain if include_synonyms else [],
+            )
+        )
     return entries
 
 
@@ -170,9 +194,10 @@ def _check_broker_id(services: BrokerServices, name: str | None) -> bool:
     except ValueError:
         raise KafkaApiError(ErrorCode.INVALID_REQUEST, f"Broker id must be an integer, but it is: {name}") from None
     if bid != services.broker_id:
-        raise KafkaApiError(ErrorCode.INVALID_REQUEST,
-                            f"Unexpected broker id, expected {services.broker_id} or empty string, "
-                            f"but received {name}")
+        raise KafkaApiError(
+            ErrorCode.INVALID_REQUEST,
+            f"Unexpected broker id, expected {services.broker_id} or empty string, but received {name}",
+        )
     return True
 
 
@@ -180,7 +205,7 @@ def _existing_topic(services: BrokerServices, name: str | None):
     from strata.broker.metadata_store import validate_topic_name
 
     validate_topic_name(name)
-    assert name is not None     # validate_topic_name refuses None
+    assert name is not None  # validate_topic_name refuses None
     info = services.store.topic(name)
     if info is None:
         raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
@@ -197,27 +222,40 @@ async def describe_configs(services: BrokerServices, ctx: RequestContext, req: A
     include_doc = v >= 3 and bool(getattr(req, "include_documentation", False))
     results = []
     for r in req.resources:
-        res = Result(error_code=0, error_message=None, resource_type=r.resource_type,
-                     resource_name=r.resource_name, configs=[])
+        res = Result(
+            error_code=0, error_message=None, resource_type=r.resource_type, resource_name=r.resource_name, configs=[]
+        )
         keys = r.configuration_keys or None
         try:
             if r.resource_type == RESOURCE_TOPIC:
                 info = _existing_topic(services, r.resource_name)
                 entries = topic_config_entries(services, info.configs, keys, include_synonyms, include_doc)
             elif r.resource_type == RESOURCE_BROKER:
-                entries = (broker_config_entries(services, keys, include_synonyms, include_doc)
-                           if _check_broker_id(services, r.resource_name) else [])
+                entries = (
+                    broker_config_entries(services, keys, include_synonyms, include_doc)
+                    if _check_broker_id(services, r.resource_name)
+                    else []
+                )
             elif r.resource_type == RESOURCE_BROKER_LOGGER:
-                raise KafkaApiError(ErrorCode.INVALID_REQUEST,
-                                    "BROKER_LOGGER resources are not supported: Strata's log level is the "
-                                    "log.level property")
+                raise KafkaApiError(
+                    ErrorCode.INVALID_REQUEST,
+                    "BROKER_LOGGER resources are not supported: Strata's log level is the log.level property",
+                )
             else:
                 raise KafkaApiError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {r.resource_type}")
-            res.configs = [Entry(name=e.name, value=e.value, read_only=e.read_only, config_source=e.source,
-                                 is_sensitive=e.sensitive,
-                                 synonyms=[Syn(name=n, value=sv, source=s) for n, sv, s in e.synonyms],
-                                 config_type=e.type, documentation=e.doc)
-                           for e in entries]
+            res.configs = [
+                Entry(
+                    name=e.name,
+                    value=e.value,
+                    read_only=e.read_only,
+                    config_source=e.source,
+                    is_sensitive=e.sensitive,
+                    synonyms=[Syn(name=n, value=sv, source=s) for n, sv, s in e.synonyms],
+                    config_type=e.type,
+                    documentation=e.doc,
+                )
+                for e in entries
+            ]
         except KafkaApiError as e:
             res.error_code, res.error_message = int(e.error_code), e.message
         results.append(res)
@@ -249,8 +287,9 @@ def apply_incremental_ops(current: dict[str, str], ops: Iterable[tuple[str, int,
             new[name] = value
             continue
         if d.type is not ConfigType.LIST:
-            raise KafkaApiError(ErrorCode.INVALID_CONFIG,
-                                f"Can't {_OP_NAMES[op]} to key {name} because its type is not LIST.")
+            raise KafkaApiError(
+                ErrorCode.INVALID_CONFIG, f"Can't {_OP_NAMES[op]} to key {name} because its type is not LIST."
+            )
         old = _split_list(new[name]) if name in new else list(d.default)
         items = _split_list(value)
         if op == OP_APPEND:
@@ -287,8 +326,9 @@ async def incremental_alter_configs(services: BrokerServices, ctx: RequestContex
                 new = apply_incremental_ops(info.configs, [(c.name, c.config_operation, c.value) for c in r.configs])
                 await services.topic_manager.set_topic_configs(r.resource_name, new, validate_only)
             elif r.resource_type in (RESOURCE_BROKER, RESOURCE_BROKER_LOGGER):
-                raise KafkaApiError(ErrorCode.INVALID_REQUEST,
-                                    "dynamic broker configs are not supported; set them in server.properties")
+                raise KafkaApiError(
+                    ErrorCode.INVALID_REQUEST, "dynamic broker configs are not supported; set them in server.properties"
+                )
             else:
                 raise KafkaApiError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {r.resource_type}")
         except KafkaApiError as e:

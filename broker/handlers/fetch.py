@@ -1,4 +1,5 @@
 """Fetch: sessionless (answers session id 0), by name (< v13) or topic id (v13+), parked in the Fetch purgatory."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -21,15 +22,17 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
 
     if v >= 7 and req.session_id != 0:
         # We never create sessions, so a client that names one is out of sync: make it start over.
-        return Resp(version=v, throttle_time_ms=0, error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0,
-                    responses=[])
+        return Resp(
+            version=v, throttle_time_ms=0, error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0, responses=[]
+        )
 
-    replica_id = req.replica_state.replica_id if v >= 15 and req.replica_state is not None else \
-        getattr(req, "replica_id", -1)
+    replica_id = (
+        req.replica_state.replica_id if v >= 15 and req.replica_state is not None else getattr(req, "replica_id", -1)
+    )
     isolation = req.isolation_level if v >= 4 else READ_UNCOMMITTED
 
     specs: list[FetchSpec] = []
-    layout: list[tuple[Any, str | None, list[tuple[int, int | None]]]] = []    # (topic, name, [(partition, slot)])
+    layout: list[tuple[Any, str | None, list[tuple[int, int | None]]]] = []  # (topic, name, [(partition, slot)])
     for ft in req.topics:
         if v >= 13:
             info = store.topic_by_id(ft.topic_id)
@@ -43,15 +46,28 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
                 continue
             plist.append((fp.partition, len(specs)))
             epoch = fp.current_leader_epoch if v >= 9 else -1
-            specs.append(FetchSpec(name, fp.partition, fp.fetch_offset, fp.partition_max_bytes, epoch,
-                                   last_fetched_epoch=fp.last_fetched_epoch if v >= 12 else -1,
-                                   log_start_offset=fp.log_start_offset if v >= 5 else -1))
+            specs.append(
+                FetchSpec(
+                    name,
+                    fp.partition,
+                    fp.fetch_offset,
+                    fp.partition_max_bytes,
+                    epoch,
+                    last_fetched_epoch=fp.last_fetched_epoch if v >= 12 else -1,
+                    log_start_offset=fp.log_start_offset if v >= 5 else -1,
+                )
+            )
         layout.append((ft, name, plist))
 
     max_bytes = req.max_bytes if v >= 3 else 0x7FFFFFFF
     results = await services.replica_manager.fetch(
-        specs, max_bytes=max_bytes, min_bytes=req.min_bytes, max_wait_ms=req.max_wait_ms,
-        isolation=isolation, replica_id=replica_id)
+        specs,
+        max_bytes=max_bytes,
+        min_bytes=req.min_bytes,
+        max_wait_ms=req.max_wait_ms,
+        isolation=isolation,
+        replica_id=replica_id,
+    )
 
     responses = []
     aborted: list[Any] | None = [] if isolation != READ_UNCOMMITTED else None
@@ -61,23 +77,35 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
         for index, slot in plist:
             r = results[slot] if slot is not None else FetchResult(ErrorCode.UNKNOWN_TOPIC_ID)
             if r.error == ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE and v < 14:
-                r.error = ErrorCode.OFFSET_OUT_OF_RANGE      # error 109 exists from Fetch v14 on
-            pd = PartData(partition_index=index, error_code=r.error, high_watermark=r.high_watermark,
-                          last_stable_offset=r.last_stable_offset, log_start_offset=r.log_start_offset,
-                          aborted_transactions=aborted, preferred_read_replica=-1, records=r.records)
+                r.error = ErrorCode.OFFSET_OUT_OF_RANGE  # error 109 exists from Fetch v14 on
+            pd = PartData(
+                partition_index=index,
+                error_code=r.error,
+                high_watermark=r.high_watermark,
+                last_stable_offset=r.last_stable_offset,
+                log_start_offset=r.log_start_offset,
+                aborted_transactions=aborted,
+                preferred_read_replica=-1,
+                records=r.records,
+            )
             if v >= 12:
-                if r.diverging_epoch is not None:      # KIP-320: the fetcher's log diverged from ours
-                    pd.diverging_epoch = PartData.EpochEndOffset(epoch=r.diverging_epoch[0],
-                                                                 end_offset=r.diverging_epoch[1])
-                if r.current_leader is not None:       # KIP-951
-                    pd.current_leader = PartData.LeaderIdAndEpoch(leader_id=r.current_leader[0],
-                                                                  leader_epoch=r.current_leader[1])
+                if r.diverging_epoch is not None:  # KIP-320: the fetcher's log diverged from ours
+                    pd.diverging_epoch = PartData.EpochEndOffset(
+                        epoch=r.diverging_epoch[0], end_offset=r.diverging_epoch[1]
+                    )
+                if r.current_leader is not None:  # KIP-951
+                    pd.current_leader = PartData.LeaderIdAndEpoch(
+                        leader_id=r.current_leader[0], leader_epoch=r.current_leader[1]
+                    )
                     leaders.add(r.current_leader[0])
             parts.append(pd)
-        responses.append(TopicResp(topic=name if v < 13 else None, topic_id=ft.topic_id if v >= 13 else None,
-                                   partitions=parts))
+        responses.append(
+            TopicResp(topic=name if v < 13 else None, topic_id=ft.topic_id if v >= 13 else None, partitions=parts)
+        )
     resp = Resp(version=v, throttle_time_ms=0, error_code=0, session_id=0, responses=responses)
     if v >= 16 and leaders:
-        resp.node_endpoints = [Resp.NodeEndpoint(node_id=b, host=h, port=p, rack=rack)
-                               for b, h, p, rack in leader_endpoints(services, ctx.listener, leaders)]
+        resp.node_endpoints = [
+            Resp.NodeEndpoint(node_id=b, host=h, port=p, rack=rack)
+            for b, h, p, rack in leader_endpoints(services, ctx.listener, leaders)
+        ]
     return resp

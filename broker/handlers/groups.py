@@ -1,6 +1,7 @@
 """Consumer-group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
 ListGroups, DescribeGroups, DeleteGroups, OffsetDelete. Wire <-> strata.broker.group.GroupCoordinator translation only.
 """
+
 from __future__ import annotations
 
 import time
@@ -44,7 +45,7 @@ async def find_coordinator(services: BrokerServices, ctx: RequestContext, req: A
     store = services.store
 
     if req_key_type(req, v) == KEY_TYPE_GROUP and coord.active:
-        await coord.ensure_offsets_topic()     # Kafka creates the offsets topic on the first FindCoordinator
+        await coord.ensure_offsets_topic()  # Kafka creates the offsets topic on the first FindCoordinator
 
     def answer(key: str, key_type: int) -> tuple[ErrorCode, str | None, int, str, int]:
         """The coordinator of a group is the leader of its __consumer_offsets partition."""
@@ -69,12 +70,20 @@ async def find_coordinator(services: BrokerServices, ctx: RequestContext, req: A
         coords = []
         for key in req.coordinator_keys or []:
             err, msg, node, host, port = answer(key, req.key_type)
-            coords.append(Resp.Coordinator(key=key, node_id=node, host=host, port=port, error_code=err,
-                                           error_message=msg))
+            coords.append(
+                Resp.Coordinator(key=key, node_id=node, host=host, port=port, error_code=err, error_message=msg)
+            )
         return Resp(version=v, throttle_time_ms=0, coordinators=coords)
     err, msg, node, host, port = answer(req.key, req.key_type if v >= 1 else KEY_TYPE_GROUP)
-    return Resp(version=v, throttle_time_ms=0, error_code=err, error_message=msg if v >= 1 else None,
-                node_id=node, host=host, port=port)
+    return Resp(
+        version=v,
+        throttle_time_ms=0,
+        error_code=err,
+        error_message=msg if v >= 1 else None,
+        node_id=node,
+        host=host,
+        port=port,
+    )
 
 
 # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup -----------------------------------------------------------------
@@ -86,36 +95,61 @@ async def join_group(services: BrokerServices, ctx: RequestContext, req: Any) ->
     if rebalance is None or rebalance < 0:
         rebalance = session
     params = JoinParams(
-        group_id=req.group_id, member_id=req.member_id or "",
-        group_instance_id=req.group_instance_id if v >= 5 else None, client_id=ctx.client_id or "",
-        client_host=_client_host(ctx), session_timeout_ms=session, rebalance_timeout_ms=rebalance,
-        protocol_type=req.protocol_type, protocols=[(p.name, bytes(p.metadata or b"")) for p in req.protocols],
-        api_version=v)
+        group_id=req.group_id,
+        member_id=req.member_id or "",
+        group_instance_id=req.group_instance_id if v >= 5 else None,
+        client_id=ctx.client_id or "",
+        client_host=_client_host(ctx),
+        session_timeout_ms=session,
+        rebalance_timeout_ms=rebalance,
+        protocol_type=req.protocol_type,
+        protocols=[(p.name, bytes(p.metadata or b"")) for p in req.protocols],
+        api_version=v,
+    )
     res = await services.group_coordinator.join_group(params)
-    members = [Resp.JoinGroupResponseMember(member_id=m, group_instance_id=i, metadata=md)
-               for m, i, md in res.members]
-    return Resp(version=v, throttle_time_ms=0, error_code=res.error, generation_id=res.generation_id,
-                protocol_type=res.protocol_type,
-                protocol_name=res.protocol_name if v >= 7 else (res.protocol_name or ""),
-                leader=res.leader, skip_assignment=res.skip_assignment, member_id=res.member_id, members=members)
+    members = [Resp.JoinGroupResponseMember(member_id=m, group_instance_id=i, metadata=md) for m, i, md in res.members]
+    return Resp(
+        version=v,
+        throttle_time_ms=0,
+        error_code=res.error,
+        generation_id=res.generation_id,
+        protocol_type=res.protocol_type,
+        protocol_name=res.protocol_name if v >= 7 else (res.protocol_name or ""),
+        leader=res.leader,
+        skip_assignment=res.skip_assignment,
+        member_id=res.member_id,
+        members=members,
+    )
 
 
 async def sync_group(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
     Resp = response_class(ApiKey.SYNC_GROUP)
     v = ctx.api_version
     res = await services.group_coordinator.sync_group(
-        req.group_id, req.generation_id, req.member_id, req.group_instance_id if v >= 3 else None,
-        req.protocol_type if v >= 5 else None, req.protocol_name if v >= 5 else None,
-        [(a.member_id, bytes(a.assignment or b"")) for a in req.assignments])
-    return Resp(version=v, throttle_time_ms=0, error_code=res.error, protocol_type=res.protocol_type,
-                protocol_name=res.protocol_name, assignment=res.assignment)
+        req.group_id,
+        req.generation_id,
+        req.member_id,
+        req.group_instance_id if v >= 3 else None,
+        req.protocol_type if v >= 5 else None,
+        req.protocol_name if v >= 5 else None,
+        [(a.member_id, bytes(a.assignment or b"")) for a in req.assignments],
+    )
+    return Resp(
+        version=v,
+        throttle_time_ms=0,
+        error_code=res.error,
+        protocol_type=res.protocol_type,
+        protocol_name=res.protocol_name,
+        assignment=res.assignment,
+    )
 
 
 async def heartbeat(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
     Resp = response_class(ApiKey.HEARTBEAT)
     v = ctx.api_version
-    err = services.group_coordinator.heartbeat(req.group_id, req.member_id,
-                                             req.group_instance_id if v >= 3 else None, req.generation_id)
+    err = services.group_coordinator.heartbeat(
+        req.group_id, req.member_id, req.group_instance_id if v >= 3 else None, req.generation_id
+    )
     return Resp(version=v, throttle_time_ms=0, error_code=err)
 
 
@@ -159,15 +193,21 @@ async def offset_commit(services: BrokerServices, ctx: RequestContext, req: Any)
             epoch = p.committed_leader_epoch if v >= 6 else -1
             # v2-4 may carry a retention time: Kafka then stores an expire timestamp (value version 1)
             expire = now + retention if retention is not None and retention >= 0 else -1
-            offsets[tp] = OffsetAndMetadata(p.committed_offset, -1 if epoch is None else epoch,
-                                            p.committed_metadata, now, expire)
+            offsets[tp] = OffsetAndMetadata(
+                p.committed_offset, -1 if epoch is None else epoch, p.committed_metadata, now, expire
+            )
         order.append((name, parts, getattr(t, "topic_id", None)))
     top = E.NONE
     results: dict[tuple[str, int], ErrorCode] = {}
     if offsets:
         top, results = await services.group_coordinator.commit_offsets(
-            req.group_id, req.generation_id_or_member_epoch, req.member_id or "",
-            req.group_instance_id if v >= 7 else None, offsets, v)
+            req.group_id,
+            req.generation_id_or_member_epoch,
+            req.member_id or "",
+            req.group_instance_id if v >= 7 else None,
+            offsets,
+            v,
+        )
     elif not req.group_id:
         top = E.INVALID_GROUP_ID
     topics = []
@@ -193,8 +233,13 @@ def _commit_topic(store, t, v: int):
 def _fetched_partition(cls, pi: int, om: OffsetAndMetadata | None, err: ErrorCode = E.NONE):
     if om is None:
         return cls(partition_index=pi, committed_offset=-1, committed_leader_epoch=-1, metadata="", error_code=err)
-    return cls(partition_index=pi, committed_offset=om.offset, committed_leader_epoch=om.leader_epoch,
-               metadata=om.metadata, error_code=err)
+    return cls(
+        partition_index=pi,
+        committed_offset=om.offset,
+        committed_leader_epoch=om.leader_epoch,
+        metadata=om.metadata,
+        error_code=err,
+    )
 
 
 async def offset_fetch(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
@@ -212,8 +257,11 @@ async def offset_fetch(services: BrokerServices, ctx: RequestContext, req: Any) 
                 continue
             topics = None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in g.topics]
             err, data = coord.fetch_offsets(g.group_id, topics)
-            tops = [] if err else [T(name=t, partitions=[_fetched_partition(P, pi, om) for pi, om in parts])
-                                   for t, parts in data]
+            tops = (
+                []
+                if err
+                else [T(name=t, partitions=[_fetched_partition(P, pi, om) for pi, om in parts]) for t, parts in data]
+            )
             groups.append(G(group_id=g.group_id, topics=tops, error_code=err))
         return Resp(version=v, throttle_time_ms=0, groups=groups)
     T = Resp.OffsetFetchResponseTopic
@@ -221,9 +269,11 @@ async def offset_fetch(services: BrokerServices, ctx: RequestContext, req: Any) 
     topics = None if req.topics is None else [(t.name, list(t.partition_indexes)) for t in req.topics]
     err, data = coord.fetch_offsets(req.group_id, topics)
     if err:
-        if v < 2:   # no top-level error code before v2: report it on every requested partition
-            tops = [T(name=t, partitions=[_fetched_partition(P, pi, None, err) for pi in parts])
-                    for t, parts in (topics or [])]
+        if v < 2:  # no top-level error code before v2: report it on every requested partition
+            tops = [
+                T(name=t, partitions=[_fetched_partition(P, pi, None, err) for pi in parts])
+                for t, parts in (topics or [])
+            ]
             return Resp(version=v, throttle_time_ms=0, topics=tops)
         return Resp(version=v, throttle_time_ms=0, topics=[], error_code=err)
     tops = [T(name=t, partitions=[_fetched_partition(P, pi, om) for pi, om in parts]) for t, parts in data]
@@ -242,8 +292,12 @@ def _fetch_group_by_topic_id(store, coord, G, g):
         for t in g.topics:
             info = store.topic_by_id(t.topic_id)
             if info is None:
-                unknown.append(T(topic_id=t.topic_id, partitions=[
-                    _fetched_partition(P, pi, None, E.UNKNOWN_TOPIC_ID) for pi in t.partition_indexes]))
+                unknown.append(
+                    T(
+                        topic_id=t.topic_id,
+                        partitions=[_fetched_partition(P, pi, None, E.UNKNOWN_TOPIC_ID) for pi in t.partition_indexes],
+                    )
+                )
             else:
                 topics.append((info.name, list(t.partition_indexes)))
     err, data = coord.fetch_offsets(g.group_id, topics)
@@ -276,9 +330,15 @@ async def offset_delete(services: BrokerServices, ctx: RequestContext, req: Any)
     err, results = await services.group_coordinator.delete_offsets(req.group_id, wanted)
     if err:
         return Resp(version=ctx.api_version, error_code=err, throttle_time_ms=0, topics=[])
-    topics = [T(name=name, partitions=[P(partition_index=pi, error_code=pre.get((name, pi))
-                                         or results.get((name, pi), E.NONE)) for pi in parts])
-              for name, parts in order]
+    topics = [
+        T(
+            name=name,
+            partitions=[
+                P(partition_index=pi, error_code=pre.get((name, pi)) or results.get((name, pi), E.NONE)) for pi in parts
+            ],
+        )
+        for name, parts in order
+    ]
     return Resp(version=ctx.api_version, error_code=E.NONE, throttle_time_ms=0, topics=topics)
 
 
@@ -289,8 +349,12 @@ async def list_groups(services: BrokerServices, ctx: RequestContext, req: Any) -
     states = list(req.states_filter or []) if v >= 4 else None
     types = list(req.types_filter or []) if v >= 5 else None
     err, groups = services.group_coordinator.list_groups(states, types)
-    listed = [Resp.ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type or "", group_state=g.state.value,
-                               group_type=GROUP_TYPE) for g in groups]
+    listed = [
+        Resp.ListedGroup(
+            group_id=g.group_id, protocol_type=g.protocol_type or "", group_state=g.state.value, group_type=GROUP_TYPE
+        )
+        for g in groups
+    ]
     return Resp(version=v, throttle_time_ms=0, error_code=err, groups=listed)
 
 
@@ -305,29 +369,75 @@ async def describe_groups(services: BrokerServices, ctx: RequestContext, req: An
         err, g = services.group_coordinator.describe_group(gid)
         if err == E.GROUP_ID_NOT_FOUND:
             if v >= 6:
-                out.append(D(error_code=err, error_message=f"Group {gid} not found.", group_id=gid,
-                             group_state=GroupState.DEAD.value, protocol_type="", protocol_data="", members=[],
-                             authorized_operations=ops))
+                out.append(
+                    D(
+                        error_code=err,
+                        error_message=f"Group {gid} not found.",
+                        group_id=gid,
+                        group_state=GroupState.DEAD.value,
+                        protocol_type="",
+                        protocol_data="",
+                        members=[],
+                        authorized_operations=ops,
+                    )
+                )
             else:
-                out.append(D(error_code=E.NONE, group_id=gid, group_state=GroupState.DEAD.value, protocol_type="",
-                             protocol_data="", members=[], authorized_operations=ops))
+                out.append(
+                    D(
+                        error_code=E.NONE,
+                        group_id=gid,
+                        group_state=GroupState.DEAD.value,
+                        protocol_type="",
+                        protocol_data="",
+                        members=[],
+                        authorized_operations=ops,
+                    )
+                )
             continue
-        if err or g is None:     # (g is None only with an error)
-            out.append(D(error_code=err, group_id=gid, group_state="", protocol_type="", protocol_data="",
-                         members=[], authorized_operations=ops))
+        if err or g is None:  # (g is None only with an error)
+            out.append(
+                D(
+                    error_code=err,
+                    group_id=gid,
+                    group_state="",
+                    protocol_type="",
+                    protocol_data="",
+                    members=[],
+                    authorized_operations=ops,
+                )
+            )
             continue
         stable = g.state == GroupState.STABLE
-        members = [M(member_id=m.member_id, group_instance_id=m.group_instance_id, client_id=m.client_id,
-                     client_host=m.client_host, member_metadata=m.metadata(g.protocol_name) if stable else b"",
-                     member_assignment=m.assignment if stable else b"") for m in g.members.values()]
-        out.append(D(error_code=E.NONE, group_id=gid, group_state=g.state.value, protocol_type=g.protocol_type or "",
-                     protocol_data=(g.protocol_name or "") if stable else "", members=members,
-                     authorized_operations=ops))
+        members = [
+            M(
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                member_metadata=m.metadata(g.protocol_name) if stable else b"",
+                member_assignment=m.assignment if stable else b"",
+            )
+            for m in g.members.values()
+        ]
+        out.append(
+            D(
+                error_code=E.NONE,
+                group_id=gid,
+                group_state=g.state.value,
+                protocol_type=g.protocol_type or "",
+                protocol_data=(g.protocol_name or "") if stable else "",
+                members=members,
+                authorized_operations=ops,
+            )
+        )
     return Resp(version=v, throttle_time_ms=0, groups=out)
 
 
 async def delete_groups(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
     Resp = response_class(ApiKey.DELETE_GROUPS)
     results = await services.group_coordinator.delete_groups(list(req.groups_names))
-    return Resp(version=ctx.api_version, throttle_time_ms=0,
-                results=[Resp.DeletableGroupResult(group_id=g, error_code=results[g]) for g in req.groups_names])
+    return Resp(
+        version=ctx.api_version,
+        throttle_time_ms=0,
+        results=[Resp.DeletableGroupResult(group_id=g, error_code=results[g]) for g in req.groups_names],
+    )

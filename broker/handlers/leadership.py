@@ -1,6 +1,7 @@
 """Helpers for NOT_LEADER_OR_FOLLOWER answers that name the current leader (KIP-951): Produce v10+ and Fetch v12+
 carry `current_leader` per partition, and Produce v10+ / Fetch v16+ the leaders' `node_endpoints`, so clients go to
 the new leader without a Metadata round trip."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -8,8 +9,9 @@ from collections.abc import Iterable
 from ..services import BrokerServices
 
 
-def leader_endpoints(services: BrokerServices, listener: str,
-                     leader_ids: Iterable[int]) -> list[tuple[int, str, int, str | None]]:
+def leader_endpoints(
+    services: BrokerServices, listener: str, leader_ids: Iterable[int]
+) -> list[tuple[int, str, int, str | None]]:
     """(id, host, port, rack) of each known leader on the request's listener, sorted by id."""
     out = []
     brokers = services.store.brokers()

@@ -4,6 +4,7 @@
 A sentinel asked below the version that introduced it is answered UNSUPPORTED_VERSION for that partition, as
 Kafka's ReplicaManager does.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -23,8 +24,9 @@ from ..request_context import RequestContext
 from ..services import BrokerServices
 
 
-async def lookup(services: BrokerServices, partition, ts: int, isolation: int, from_replica: bool = False
-                 ) -> tuple[int, int, int]:
+async def lookup(
+    services: BrokerServices, partition, ts: int, isolation: int, from_replica: bool = False
+) -> tuple[int, int, int]:
     """(timestamp, offset, leader_epoch) for one partition; -1s when nothing matches. Followers and debug tools
     (`from_replica`) get the log end offset for LATEST, consumers the HW (or LSO)."""
     ulog = partition.log
@@ -53,7 +55,7 @@ async def lookup(services: BrokerServices, partition, ts: int, isolation: int, f
     # A real timestamp (>= 0) is looked up in the remote time indexes first; MAX_TIMESTAMP (-3) is not a time to
     # search for (the remote lookup would answer the first record with a timestamp >= -3, i.e. the log start).
     if ts >= 0 and rlm is not None and tiered and ulog.log_start_offset < ulog.local_log_start_offset:
-        found = await rlm.find_offset_by_timestamp(ulog, ts)   # remote time indexes first
+        found = await rlm.find_offset_by_timestamp(ulog, ts)  # remote time indexes first
         if found is not None:
             epoch = found.leader_epoch if found.leader_epoch is not None else -1
             return found.timestamp, found.offset, epoch
@@ -77,7 +79,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
     PartResp = TopicResp.ListOffsetsPartitionResponse
     v = ctx.api_version
     isolation = req.isolation_level if v >= 2 else 0
-    replica_id = req.replica_id      # -1 consumer, -2 debug (may read a follower), >= 0 a follower
+    replica_id = req.replica_id  # -1 consumer, -2 debug (may read a follower), >= 0 a follower
     rm = services.replica_manager
     topics = []
     for t in req.topics:
@@ -92,26 +94,44 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
             elif ts < 0 and v < _MIN_VERSION.get(ts, 0):
                 code = ErrorCode.UNSUPPORTED_VERSION
             elif ts < EARLIEST_PENDING_UPLOAD:
-                code = ErrorCode.UNSUPPORTED_VERSION       # no such sentinel
-            elif code := partition.check_epoch(p.current_leader_epoch if v >= 4 else -1,
-                                               require_leader=replica_id != DEBUG_REPLICA_ID):
+                code = ErrorCode.UNSUPPORTED_VERSION  # no such sentinel
+            elif code := partition.check_epoch(
+                p.current_leader_epoch if v >= 4 else -1, require_leader=replica_id != DEBUG_REPLICA_ID
+            ):
                 pass
-            elif (ts == LATEST and replica_id == CONSUMER_REPLICA_ID and partition.is_leader
-                  and partition.leader_epoch_start_offset > partition.high_watermark):
+            elif (
+                ts == LATEST
+                and replica_id == CONSUMER_REPLICA_ID
+                and partition.is_leader
+                and partition.leader_epoch_start_offset > partition.high_watermark
+            ):
                 # A new leader whose HW has not yet reached its epoch's start: what is committed is unknown.
                 code = ErrorCode.OFFSET_NOT_AVAILABLE
             else:
                 try:
-                    out = await lookup(services, partition, ts, isolation,
-                                       from_replica=replica_id != CONSUMER_REPLICA_ID)
+                    out = await lookup(
+                        services, partition, ts, isolation, from_replica=replica_id != CONSUMER_REPLICA_ID
+                    )
                 except Exception as e:  # noqa: BLE001 - remote storage unreachable for a timestamp lookup
                     code = ErrorCode(getattr(e, "error_code", ErrorCode.KAFKA_STORAGE_ERROR))
             timestamp, offset, epoch = out
             if v == 0:
-                parts.append(PartResp(partition_index=p.partition_index, error_code=code,
-                                      old_style_offsets=[offset] if offset >= 0 else []))
+                parts.append(
+                    PartResp(
+                        partition_index=p.partition_index,
+                        error_code=code,
+                        old_style_offsets=[offset] if offset >= 0 else [],
+                    )
+                )
             else:
-                parts.append(PartResp(partition_index=p.partition_index, error_code=code, timestamp=timestamp,
-                                      offset=offset, leader_epoch=epoch))
+                parts.append(
+                    PartResp(
+                        partition_index=p.partition_index,
+                        error_code=code,
+                        timestamp=timestamp,
+                        offset=offset,
+                        leader_epoch=epoch,
+                    )
+                )
         topics.append(TopicResp(name=t.name, partitions=parts))
     return Resp(version=v, throttle_time_ms=0, topics=topics)

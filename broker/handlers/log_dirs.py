@@ -1,6 +1,7 @@
 """DescribeLogDirs (kafka-log-dirs.sh, AdminClient.describeLogDirs): per log dir, the local size of each partition
 replica held there, and the volume's total and usable bytes (v4+, KIP-827). Sizes are local: a tiered partition's
 remote part is not in them (its remote size is the RemoteLogSizeBytes metric and `strata topics describe`)."""
+
 from __future__ import annotations
 
 import shutil
@@ -19,7 +20,7 @@ async def describe_log_dirs(services: BrokerServices, ctx: RequestContext, req: 
     Result = Resp.DescribeLogDirsResult
     Topic, Partition = Result.DescribeLogDirsTopic, Result.DescribeLogDirsTopic.DescribeLogDirsPartition
     v = ctx.api_version
-    wanted: dict[str, set[int]] | None = None       # None: every partition (a null Topics array)
+    wanted: dict[str, set[int]] | None = None  # None: every partition (a null Topics array)
     if req.topics is not None:
         wanted = {}
         for t in req.topics:
@@ -31,9 +32,14 @@ async def describe_log_dirs(services: BrokerServices, ctx: RequestContext, req: 
             continue
         topics = by_dir.setdefault(ulog.dir.parent.resolve(), defaultdict(list))
         # OffsetLag of a current (not future) log: max(HW - LEO, 0), as Kafka's getLogEndOffsetLag
-        topics[ulog.topic].append(Partition(partition_index=ulog.partition, partition_size=ulog.size_in_bytes,
-                                            offset_lag=max(ulog.high_watermark - ulog.log_end_offset, 0),
-                                            is_future_key=False))
+        topics[ulog.topic].append(
+            Partition(
+                partition_index=ulog.partition,
+                partition_size=ulog.size_in_bytes,
+                offset_lag=max(ulog.high_watermark - ulog.log_end_offset, 0),
+                is_future_key=False,
+            )
+        )
     results = []
     for d, topics in sorted(by_dir.items()):
         total = usable = -1
@@ -43,7 +49,16 @@ async def describe_log_dirs(services: BrokerServices, ctx: RequestContext, req: 
                 total, usable = usage.total, usage.free
             except OSError:
                 pass
-        results.append(Result(error_code=0, log_dir=str(d), total_bytes=total, usable_bytes=usable,
-                              topics=[Topic(name=name, partitions=sorted(ps, key=lambda p: p.partition_index))
-                                      for name, ps in sorted(topics.items())]))
+        results.append(
+            Result(
+                error_code=0,
+                log_dir=str(d),
+                total_bytes=total,
+                usable_bytes=usable,
+                topics=[
+                    Topic(name=name, partitions=sorted(ps, key=lambda p: p.partition_index))
+                    for name, ps in sorted(topics.items())
+                ],
+            )
+        )
     return Resp(version=v, throttle_time_ms=0, error_code=0, results=results)

@@ -1,4 +1,5 @@
 """Metadata: brokers, topics with ids (v10+), and topic auto-creation when both broker and client allow it."""
+
 from __future__ import annotations
 
 import uuid
@@ -17,7 +18,7 @@ from .admin import live_brokers
 # handle's teardown undoes the migration ("Reverting from preferred replica ... to leader -1") and the partition
 # waits for librdkafka's next 1 s leader query. Fail-over measured 1.0-1.7 s after the election; a listed dead broker
 # only costs clients a refused connection.
-DEPARTED_BROKER_GRACE_S = 3.0      # > librdkafka's 1 s re-query of unavailable leaders
+DEPARTED_BROKER_GRACE_S = 3.0  # > librdkafka's 1 s re-query of unavailable leaders
 
 
 async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
@@ -28,7 +29,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
     store = services.store
     allow_auto = v < 4 or bool(req.allow_auto_topic_creation)
 
-    wanted: list[tuple[str | None, uuid.UUID | None]]     # (name, topic id asked for)
+    wanted: list[tuple[str | None, uuid.UUID | None]]  # (name, topic id asked for)
     if req.topics is None:
         wanted = [(t.name, None) for t in store.topics().values()]
     else:
@@ -48,8 +49,9 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
             try:
                 info = await services.topic_manager.auto_create_topic(name)
             except KafkaApiError as e:
-                topics.append(Topic(error_code=e.error_code, name=name, topic_id=None, is_internal=False,
-                                    partitions=[]))
+                topics.append(
+                    Topic(error_code=e.error_code, name=name, topic_id=None, is_internal=False, partitions=[])
+                )
                 continue
         if info is None:
             code = ErrorCode.UNKNOWN_TOPIC_ID if name is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -58,18 +60,44 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
         parts = []
         for i in range(info.partitions):
             st = store.partition_state(info.name, i)
-            if st is None:       # being created: its state is not written (or not seen) yet
-                parts.append(Part(error_code=ErrorCode.LEADER_NOT_AVAILABLE, partition_index=i, leader_id=-1,
-                                  leader_epoch=-1, replica_nodes=info.replicas(i), isr_nodes=[],
-                                  offline_replicas=[]))
+            if st is None:  # being created: its state is not written (or not seen) yet
+                parts.append(
+                    Part(
+                        error_code=ErrorCode.LEADER_NOT_AVAILABLE,
+                        partition_index=i,
+                        leader_id=-1,
+                        leader_epoch=-1,
+                        replica_nodes=info.replicas(i),
+                        isr_nodes=[],
+                        offline_replicas=[],
+                    )
+                )
                 continue
             offline = [b for b in st.replicas if b not in live]
-            parts.append(Part(error_code=ErrorCode.LEADER_NOT_AVAILABLE if st.leader < 0 else 0,
-                              partition_index=i, leader_id=st.leader, leader_epoch=st.leader_epoch,
-                              replica_nodes=list(st.replicas), isr_nodes=list(st.isr), offline_replicas=offline))
-        topics.append(Topic(error_code=0, name=info.name, topic_id=info.topic_id, is_internal=info.internal,
-                            partitions=parts))
-    brokers = [Resp.MetadataResponseBroker(node_id=b, host=host, port=port, rack=rack)
-               for b, (host, port), rack in live_brokers(services, ctx.listener, DEPARTED_BROKER_GRACE_S)]
-    return Resp(version=v, throttle_time_ms=0, brokers=brokers, cluster_id=store.cluster_id,
-                controller_id=store.controller_id, topics=topics, error_code=0)
+            parts.append(
+                Part(
+                    error_code=ErrorCode.LEADER_NOT_AVAILABLE if st.leader < 0 else 0,
+                    partition_index=i,
+                    leader_id=st.leader,
+                    leader_epoch=st.leader_epoch,
+                    replica_nodes=list(st.replicas),
+                    isr_nodes=list(st.isr),
+                    offline_replicas=offline,
+                )
+            )
+        topics.append(
+            Topic(error_code=0, name=info.name, topic_id=info.topic_id, is_internal=info.internal, partitions=parts)
+        )
+    brokers = [
+        Resp.MetadataResponseBroker(node_id=b, host=host, port=port, rack=rack)
+        for b, (host, port), rack in live_brokers(services, ctx.listener, DEPARTED_BROKER_GRACE_S)
+    ]
+    return Resp(
+        version=v,
+        throttle_time_ms=0,
+        brokers=brokers,
+        cluster_id=store.cluster_id,
+        controller_id=store.controller_id,
+        topics=topics,
+        error_code=0,
+    )

@@ -5,6 +5,7 @@ ask it to validate their position after a leader change (KIP-320). The answer co
 the greatest epoch <= the requested one and the start offset of the next higher epoch (the LEO for the current one);
 both -1 when the requested epoch is unknown. `current_leader_epoch` fences stale callers (FENCED/UNKNOWN_LEADER_EPOCH).
 """
+
 from __future__ import annotations
 
 from typing import Any

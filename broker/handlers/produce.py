@@ -1,4 +1,5 @@
 """Produce: validate acks, append each partition's batches, answer per partition (or not at all for acks=0)."""
+
 from __future__ import annotations
 
 import uuid
@@ -22,7 +23,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
     store = services.store
 
     # Resolve topic names first (v13+ addresses topics by id).
-    topics: list[tuple[Any, str | None, uuid.UUID | None]] = []     # (request entry, name, topic id)
+    topics: list[tuple[Any, str | None, uuid.UUID | None]] = []  # (request entry, name, topic id)
     for td in req.topic_data:
         if v >= 13:
             info = store.topic_by_id(td.topic_id)
@@ -32,12 +33,12 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
 
     fixed_error: ErrorCode | None = None
     if v < 3:
-        fixed_error = ErrorCode.UNSUPPORTED_VERSION      # magic v0/v1 message sets are not accepted (Kafka 4)
+        fixed_error = ErrorCode.UNSUPPORTED_VERSION  # magic v0/v1 message sets are not accepted (Kafka 4)
     elif req.acks not in (0, 1, -1):
         fixed_error = ErrorCode.INVALID_REQUIRED_ACKS
 
     entries: list[tuple[str, int, bytes | memoryview]] = []
-    slots: list[tuple[int, int, ErrorCode | None]] = []   # (topic idx, partition idx, pre-append error)
+    slots: list[tuple[int, int, ErrorCode | None]] = []  # (topic idx, partition idx, pre-append error)
     for ti, (td, name, _tid) in enumerate(topics):
         for pd in td.partition_data:
             err = fixed_error
@@ -51,10 +52,20 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
             slots.append((ti, pd.index, err))
 
     # another broker's RLMM writing to a metadata partition led here (see RLMM_PRODUCER_CLIENT_ID)
-    internal = bool(entries) and (ctx.client_id or "").startswith(RLMM_PRODUCER_CLIENT_ID) and all(
-        name == REMOTE_LOG_METADATA_TOPIC for name, _, _ in entries)
-    results = iter(await services.replica_manager.append_records(
-        entries, internal=internal, required_acks=req.acks, timeout_ms=req.timeout_ms)) if entries else iter(())
+    internal = (
+        bool(entries)
+        and (ctx.client_id or "").startswith(RLMM_PRODUCER_CLIENT_ID)
+        and all(name == REMOTE_LOG_METADATA_TOPIC for name, _, _ in entries)
+    )
+    results = (
+        iter(
+            await services.replica_manager.append_records(
+                entries, internal=internal, required_acks=req.acks, timeout_ms=req.timeout_ms
+            )
+        )
+        if entries
+        else iter(())
+    )
 
     responses = []
     any_error = False
@@ -66,19 +77,26 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
         else:
             r = next(results)
             err = r.error
-            pr = PartResp(index=index, error_code=r.error, base_offset=r.base_offset,
-                          log_append_time_ms=r.log_append_time, log_start_offset=r.log_start_offset,
-                          error_message=r.message if r.error else None)
+            pr = PartResp(
+                index=index,
+                error_code=r.error,
+                base_offset=r.base_offset,
+                log_append_time_ms=r.log_append_time,
+                log_start_offset=r.log_start_offset,
+                error_message=r.message if r.error else None,
+            )
             if v >= 10 and r.current_leader is not None:
                 # KIP-951: name the new leader so the client need not ask Metadata first
-                pr.current_leader = PartResp.LeaderIdAndEpoch(leader_id=r.current_leader[0],
-                                                              leader_epoch=r.current_leader[1])
+                pr.current_leader = PartResp.LeaderIdAndEpoch(
+                    leader_id=r.current_leader[0], leader_epoch=r.current_leader[1]
+                )
                 leaders.add(r.current_leader[0])
         any_error |= err != ErrorCode.NONE
         by_topic.setdefault(ti, []).append(pr)
     for ti, (_td, name, tid) in enumerate(topics):
-        responses.append(TopicResp(name=name if v < 13 else None, topic_id=tid,
-                                   partition_responses=by_topic.get(ti, [])))
+        responses.append(
+            TopicResp(name=name if v < 13 else None, topic_id=tid, partition_responses=by_topic.get(ti, []))
+        )
 
     if req.acks == 0:
         # No response for acks=0; on error Kafka closes the connection so the producer refreshes its metadata.
@@ -87,6 +105,8 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
         return None
     resp = Resp(version=v, responses=responses, throttle_time_ms=0)
     if leaders:
-        resp.node_endpoints = [Resp.NodeEndpoint(node_id=b, host=h, port=p, rack=rack)
-                               for b, h, p, rack in leader_endpoints(services, ctx.listener, leaders)]
+        resp.node_endpoints = [
+            Resp.NodeEndpoint(node_id=b, host=h, port=p, rack=rack)
+            for b, h, p, rack in leader_endpoints(services, ctx.listener, leaders)
+        ]
     return resp

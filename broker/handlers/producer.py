@@ -11,6 +11,7 @@ used on it, and every client treats it as fatal at once ("Transactional Id autho
 coordinator errors (COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR) would make producers retry until their timeouts
 without saying why. An empty transactional id is INVALID_REQUEST (42), as in Kafka.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -33,13 +34,17 @@ async def init_producer_id(services: BrokerServices, ctx: RequestContext, req: A
     if tid is not None:
         err = ErrorCode.INVALID_REQUEST if tid == "" else ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         if err == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
-            log.warning("refusing a transactional producer: transactions are not supported",
-                        transactional_id=tid, client_id=ctx.client_id)
+            log.warning(
+                "refusing a transactional producer: transactions are not supported",
+                transactional_id=tid,
+                client_id=ctx.client_id,
+            )
         return Resp(version=v, throttle_time_ms=0, error_code=err, producer_id=-1, producer_epoch=-1)
     try:
         pid = await services.producer_ids.generate()
     except Exception:
         log.exception("cannot reserve a producer id block")
-        return Resp(version=v, throttle_time_ms=0, error_code=ErrorCode.UNKNOWN_SERVER_ERROR, producer_id=-1,
-                    producer_epoch=-1)
+        return Resp(
+            version=v, throttle_time_ms=0, error_code=ErrorCode.UNKNOWN_SERVER_ERROR, producer_id=-1, producer_epoch=-1
+        )
     return Resp(version=v, throttle_time_ms=0, error_code=ErrorCode.NONE, producer_id=pid, producer_epoch=0)

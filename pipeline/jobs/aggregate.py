@@ -9,6 +9,7 @@ current totals. ``--once`` processes what is in the topic now (``trigger(availab
 otherwise the query runs every ``--interval`` until interrupted. Restarting with the same checkpoint resumes
 exactly where the last run stopped.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,30 +23,54 @@ from strata.pipeline.jobs.common import position_options, source_options
 def per_key_totals(events: Any) -> Any:
     from pyspark.sql import functions as F
 
-    return (events.groupBy("topic", "key")
-            .agg(F.count(F.lit(1)).alias("records"),
-                 F.sum(F.coalesce(F.length("value"), F.lit(0))).alias("value_bytes"),
-                 F.min("timestamp").alias("first_timestamp"),
-                 F.max("timestamp").alias("last_timestamp")))
+    return events.groupBy("topic", "key").agg(
+        F.count(F.lit(1)).alias("records"),
+        F.sum(F.coalesce(F.length("value"), F.lit(0))).alias("value_bytes"),
+        F.min("timestamp").alias("first_timestamp"),
+        F.max("timestamp").alias("last_timestamp"),
+    )
 
 
-def aggregate(spark: Any, bootstrap: str, topic: str, to: str, checkpoint: str, *, once: bool = True,
-              interval: str = "10 seconds", start: str = "earliest", read_mode: str = "broker",
-              max_offsets_per_trigger: int | None = None, rsm_class: str | None = None,
-              rsm_config: Mapping[str, str] | None = None, extra: Mapping[str, str] | None = None) -> Any:
+def aggregate(
+    spark: Any,
+    bootstrap: str,
+    topic: str,
+    to: str,
+    checkpoint: str,
+    *,
+    once: bool = True,
+    interval: str = "10 seconds",
+    start: str = "earliest",
+    read_mode: str = "broker",
+    max_offsets_per_trigger: int | None = None,
+    rsm_class: str | None = None,
+    rsm_config: Mapping[str, str] | None = None,
+    extra: Mapping[str, str] | None = None,
+) -> Any:
     """Start the query; with ``once`` wait for it to finish. Returns the StreamingQuery."""
     more = dict(position_options(start))
     if max_offsets_per_trigger:
         more["maxOffsetsPerTrigger"] = str(max_offsets_per_trigger)
-    opts = source_options(bootstrap, topic, read_mode=read_mode, rsm_class=rsm_class, rsm_config=rsm_config,
-                          extra={**more, **(extra or {})})
+    opts = source_options(
+        bootstrap,
+        topic,
+        read_mode=read_mode,
+        rsm_class=rsm_class,
+        rsm_config=rsm_config,
+        extra={**more, **(extra or {})},
+    )
     events = spark.readStream.format("strata").options(**opts).load()
 
     def write_table(batch: Any, _batch_id: int) -> None:
         batch.write.mode("overwrite").parquet(to)
 
-    w = (per_key_totals(events).writeStream.outputMode("complete").foreachBatch(write_table)
-         .option("checkpointLocation", checkpoint).queryName(f"aggregate-{topic}"))
+    w = (
+        per_key_totals(events)
+        .writeStream.outputMode("complete")
+        .foreachBatch(write_table)
+        .option("checkpointLocation", checkpoint)
+        .queryName(f"aggregate-{topic}")
+    )
     w = w.trigger(availableNow=True) if once else w.trigger(processingTime=interval)
     query = w.start()
     if once:
@@ -66,10 +91,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(spark: Any, args: argparse.Namespace) -> int:
-    query = aggregate(spark, args.bootstrap_server, args.topic, args.to, args.checkpoint, once=args.once,
-                      interval=args.interval, start=args.start, read_mode=args.read_mode,
-                      max_offsets_per_trigger=args.max_offsets_per_trigger, rsm_class=args.rsm_class,
-                      rsm_config=dict(args.rsm_config or []), extra=dict(args.option or []))
+    query = aggregate(
+        spark,
+        args.bootstrap_server,
+        args.topic,
+        args.to,
+        args.checkpoint,
+        once=args.once,
+        interval=args.interval,
+        start=args.start,
+        read_mode=args.read_mode,
+        max_offsets_per_trigger=args.max_offsets_per_trigger,
+        rsm_class=args.rsm_class,
+        rsm_config=dict(args.rsm_config or []),
+        extra=dict(args.option or []),
+    )
     if not args.once:
         try:
             query.awaitTermination()

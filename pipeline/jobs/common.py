@@ -1,4 +1,5 @@
 """Shared pieces of the example jobs: source options from CLI-style arguments."""
+
 from __future__ import annotations
 
 import json
@@ -32,17 +33,24 @@ def to_millis(v: str) -> int:
     try:
         dt = datetime.fromisoformat(v)
     except ValueError:
-        raise ValueError(f"{v!r} is not earliest, latest, a JSON offset map, epoch millis or an ISO-8601 time") \
-            from None
+        raise ValueError(
+            f"{v!r} is not earliest, latest, a JSON offset map, epoch millis or an ISO-8601 time"
+        ) from None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
     return int(dt.timestamp() * 1000)
 
 
-def source_options(bootstrap: str, topic: str | None = None, *, pattern: str | None = None,
-                   read_mode: str = "broker", rsm_class: str | None = None,
-                   rsm_config: Mapping[str, str] | None = None, extra: Mapping[str, str] | None = None
-                   ) -> dict[str, str]:
+def source_options(
+    bootstrap: str,
+    topic: str | None = None,
+    *,
+    pattern: str | None = None,
+    read_mode: str = "broker",
+    rsm_class: str | None = None,
+    rsm_config: Mapping[str, str] | None = None,
+    extra: Mapping[str, str] | None = None,
+) -> dict[str, str]:
     opts = {"kafka.bootstrap.servers": bootstrap, "includeHeaders": "true", "read.mode": read_mode}
     if pattern:
         opts["subscribePattern"] = pattern

@@ -9,6 +9,7 @@ expression ``--value`` (default: the value unchanged), records failing ``--where
 are Spark-managed in the checkpoint, so a restart resumes after the last committed micro-batch (at-least-once
 into the output topic, like Spark's Kafka sink).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,8 +20,9 @@ from typing import Any
 from strata.pipeline.jobs.common import position_options, source_options
 
 
-def transform_frame(events: Any, value_expr: str = "value", where: str | None = None,
-                    keep_partition: bool = False) -> Any:
+def transform_frame(
+    events: Any, value_expr: str = "value", where: str | None = None, keep_partition: bool = False
+) -> Any:
     from pyspark.sql import functions as F
 
     df = events.where(F.expr(where)) if where else events
@@ -30,21 +32,46 @@ def transform_frame(events: Any, value_expr: str = "value", where: str | None = 
     return df.select(*cols)
 
 
-def transform(spark: Any, bootstrap: str, topic: str, to_topic: str, checkpoint: str, *,
-              value_expr: str = "value", where: str | None = None, keep_partition: bool = False,
-              once: bool = True, interval: str = "5 seconds", start: str = "earliest", read_mode: str = "broker",
-              max_offsets_per_trigger: int | None = None, to_bootstrap: str | None = None,
-              rsm_class: str | None = None, rsm_config: Mapping[str, str] | None = None,
-              extra: Mapping[str, str] | None = None) -> Any:
+def transform(
+    spark: Any,
+    bootstrap: str,
+    topic: str,
+    to_topic: str,
+    checkpoint: str,
+    *,
+    value_expr: str = "value",
+    where: str | None = None,
+    keep_partition: bool = False,
+    once: bool = True,
+    interval: str = "5 seconds",
+    start: str = "earliest",
+    read_mode: str = "broker",
+    max_offsets_per_trigger: int | None = None,
+    to_bootstrap: str | None = None,
+    rsm_class: str | None = None,
+    rsm_config: Mapping[str, str] | None = None,
+    extra: Mapping[str, str] | None = None,
+) -> Any:
     more = dict(position_options(start))
     if max_offsets_per_trigger:
         more["maxOffsetsPerTrigger"] = str(max_offsets_per_trigger)
-    opts = source_options(bootstrap, topic, read_mode=read_mode, rsm_class=rsm_class, rsm_config=rsm_config,
-                          extra={**more, **(extra or {})})
+    opts = source_options(
+        bootstrap,
+        topic,
+        read_mode=read_mode,
+        rsm_class=rsm_class,
+        rsm_config=rsm_config,
+        extra={**more, **(extra or {})},
+    )
     events = spark.readStream.format("strata").options(**opts).load()
-    w = (transform_frame(events, value_expr, where, keep_partition).writeStream.format("strata")
-         .option("kafka.bootstrap.servers", to_bootstrap or bootstrap).option("topic", to_topic)
-         .option("checkpointLocation", checkpoint).queryName(f"transform-{topic}-to-{to_topic}"))
+    w = (
+        transform_frame(events, value_expr, where, keep_partition)
+        .writeStream.format("strata")
+        .option("kafka.bootstrap.servers", to_bootstrap or bootstrap)
+        .option("topic", to_topic)
+        .option("checkpointLocation", checkpoint)
+        .queryName(f"transform-{topic}-to-{to_topic}")
+    )
     w = w.trigger(availableNow=True) if once else w.trigger(processingTime=interval)
     query = w.start()
     if once:
@@ -69,12 +96,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(spark: Any, args: argparse.Namespace) -> int:
-    query = transform(spark, args.bootstrap_server, args.topic, args.to_topic, args.checkpoint,
-                      value_expr=args.value, where=args.where, keep_partition=args.keep_partition, once=args.once,
-                      interval=args.interval, start=args.start, read_mode=args.read_mode,
-                      max_offsets_per_trigger=args.max_offsets_per_trigger, to_bootstrap=args.to_bootstrap_server,
-                      rsm_class=args.rsm_class, rsm_config=dict(args.rsm_config or []),
-                      extra=dict(args.option or []))
+    query = transform(
+        spark,
+        args.bootstrap_server,
+        args.topic,
+        args.to_topic,
+        args.checkpoint,
+        value_expr=args.value,
+        where=args.where,
+        keep_partition=args.keep_partition,
+        once=args.once,
+        interval=args.interval,
+        start=args.start,
+        read_mode=args.read_mode,
+        max_offsets_per_trigger=args.max_offsets_per_trigger,
+        to_bootstrap=args.to_bootstrap_server,
+        rsm_class=args.rsm_class,
+        rsm_config=dict(args.rsm_config or []),
+        extra=dict(args.option or []),
+    )
     if not args.once:
         try:
             query.awaitTermination()

@@ -3,6 +3,7 @@
 It talks plain Kafka wire protocol (negotiated with ApiVersions), so it works against any Kafka-compatible broker and
 needs none of the broker's runtime. Errors surface as :class:`AdminError` with the Kafka error name and message.
 """
+
 from __future__ import annotations
 
 import functools
@@ -56,6 +57,7 @@ def _at_controller(request: Callable[P, T]) -> Callable[P, T]:
     """For requests the controller answers: sent again while it answers NOT_CONTROLLER (an election under way, or
     a controller that just lost the role), with backoff, until the client's timeout, as Kafka's admin client does.
     Nothing was applied when that error comes back, so sending again is safe."""
+
     @functools.wraps(request)
     def run(*args: P.args, **kwargs: P.kwargs) -> T:
         deadline = time.monotonic() + args[0].timeout  # type: ignore[attr-defined]
@@ -66,8 +68,9 @@ def _at_controller(request: Callable[P, T]) -> Callable[P, T]:
             except AdminError as e:
                 if e.code != ErrorCode.NOT_CONTROLLER or time.monotonic() + backoff > deadline:
                     raise
-            time.sleep(backoff)       # retry backoff, not synchronisation
+            time.sleep(backoff)  # retry backoff, not synchronisation
             backoff = min(backoff * 2, 1.0)
+
     return run
 
 
@@ -81,9 +84,9 @@ class PartitionDescription:
     log_start_offset: int = -1
     end_offset: int = -1
     error: str | None = None
-    local_log_start_offset: int | None = None    # ListOffsets -4 (v8+); None when the broker cannot answer it
-    latest_tiered_offset: int | None = None      # ListOffsets -5 (v9+): highest offset in remote storage, -1: none
-    local_size: int | None = None                # DescribeLogDirs on the leader: bytes of its local segments
+    local_log_start_offset: int | None = None  # ListOffsets -4 (v8+); None when the broker cannot answer it
+    latest_tiered_offset: int | None = None  # ListOffsets -5 (v9+): highest offset in remote storage, -1: none
+    local_size: int | None = None  # DescribeLogDirs on the leader: bytes of its local segments
 
 
 @dataclass
@@ -153,7 +156,7 @@ class AdminClient:
             raise AdminError("; ".join(errors))
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.versions: dict[int, tuple[int, int]] = {}
-        self._peers: dict[tuple[str, int], AdminClient] = {}     # partition leaders' connections (ListOffsets...)
+        self._peers: dict[tuple[str, int], AdminClient] = {}  # partition leaders' connections (ListOffsets...)
         self._negotiate()
 
     def __enter__(self) -> Self:
@@ -202,8 +205,7 @@ class AdminClient:
         return RESPONSE_CLASSES[api_key].decode(payload, version=version, header=True)
 
     def _negotiate(self) -> None:
-        resp = self.request(ApiKey.API_VERSIONS, 3, client_software_name="strata-cli",
-                            client_software_version="0.1.0")
+        resp = self.request(ApiKey.API_VERSIONS, 3, client_software_name="strata-cli", client_software_version="0.1.0")
         if resp.error_code == ErrorCode.UNSUPPORTED_VERSION:
             resp = self.request(ApiKey.API_VERSIONS, 0)
         check_error(resp.error_code, what="ApiVersions: ")
@@ -217,8 +219,10 @@ class AdminClient:
         lo, hi = self.versions[api_key]
         v = min(hi, cls.max_version, ours_max if ours_max is not None else hi)
         if v < max(lo, cls.min_version):
-            raise AdminError(f"no common version of {cls.__name__.removesuffix('Request')} "
-                             f"(broker {lo}-{hi}, client up to {cls.max_version})")
+            raise AdminError(
+                f"no common version of {cls.__name__.removesuffix('Request')} "
+                f"(broker {lo}-{hi}, client up to {cls.max_version})"
+            )
         return v
 
     def call(self, api_key: int, ours_max: int | None = None, **fields: Any) -> tuple[int, Any]:
@@ -230,8 +234,12 @@ class AdminClient:
     def metadata(self, topics: list[str] | None) -> Any:
         """The Metadata response (v12 at most) for these topics, or for all topics (None)."""
         cls = REQUEST_CLASSES[ApiKey.METADATA]
-        _, resp = self.call(ApiKey.METADATA, 12, allow_auto_topic_creation=False, topics=None if topics is None
-                            else [cls.MetadataRequestTopic(name=t, topic_id=None) for t in topics])
+        _, resp = self.call(
+            ApiKey.METADATA,
+            12,
+            allow_auto_topic_creation=False,
+            topics=None if topics is None else [cls.MetadataRequestTopic(name=t, topic_id=None) for t in topics],
+        )
         return resp
 
     def list_topics(self, include_internal: bool = True) -> list[str]:
@@ -246,14 +254,25 @@ class AdminClient:
         return sorted(p.partition_index for p in t.partitions)
 
     @_at_controller
-    def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,
-                     configs: dict[str, str] | None = None, validate_only: bool = False) -> Any:
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = -1,
+        replication_factor: int = -1,
+        configs: dict[str, str] | None = None,
+        validate_only: bool = False,
+    ) -> Any:
         cls = REQUEST_CLASSES[ApiKey.CREATE_TOPICS]
-        topic = cls.CreatableTopic(name=name, num_partitions=partitions, replication_factor=replication_factor,
-                                   assignments=[], configs=[cls.CreatableTopic.CreatableTopicConfig(name=k, value=v)
-                                                            for k, v in (configs or {}).items()])
-        _, resp = self.call(ApiKey.CREATE_TOPICS, topics=[topic], timeout_ms=int(self.timeout * 1000),
-                            validate_only=validate_only)
+        topic = cls.CreatableTopic(
+            name=name,
+            num_partitions=partitions,
+            replication_factor=replication_factor,
+            assignments=[],
+            configs=[cls.CreatableTopic.CreatableTopicConfig(name=k, value=v) for k, v in (configs or {}).items()],
+        )
+        _, resp = self.call(
+            ApiKey.CREATE_TOPICS, topics=[topic], timeout_ms=int(self.timeout * 1000), validate_only=validate_only
+        )
         res = resp.topics[0]
         check_error(res.error_code, res.error_message, f"cannot create topic {name!r}: ")
         return res
@@ -274,9 +293,12 @@ class AdminClient:
     @_at_controller
     def create_partitions(self, name: str, count: int, validate_only: bool = False) -> None:
         cls = REQUEST_CLASSES[ApiKey.CREATE_PARTITIONS]
-        _, resp = self.call(ApiKey.CREATE_PARTITIONS, topics=[cls.CreatePartitionsTopic(
-            name=name, count=count, assignments=None)], timeout_ms=int(self.timeout * 1000),
-            validate_only=validate_only)
+        _, resp = self.call(
+            ApiKey.CREATE_PARTITIONS,
+            topics=[cls.CreatePartitionsTopic(name=name, count=count, assignments=None)],
+            timeout_ms=int(self.timeout * 1000),
+            validate_only=validate_only,
+        )
         res = resp.results[0]
         check_error(res.error_code, res.error_message, f"cannot add partitions to {name!r}: ")
 
@@ -301,7 +323,7 @@ class AdminClient:
                 try:
                     peer = self._peers[ep] = AdminClient(f"{ep[0]}:{ep[1]}", self.timeout)
                 except AdminError:
-                    peer = self          # unreachable leader: ask here (the error names the problem)
+                    peer = self  # unreachable leader: ask here (the error names the problem)
             out.append((peer, ps))
         return out
 
@@ -316,10 +338,16 @@ class AdminClient:
     def _list_offsets(self, topic: str, partitions: Iterable[int], timestamp: int) -> dict[int, int]:
         cls = REQUEST_CLASSES[ApiKey.LIST_OFFSETS]
         T = cls.ListOffsetsTopic
-        parts = [T.ListOffsetsPartition(partition_index=p, current_leader_epoch=-1, timestamp=timestamp)
-                 for p in partitions]
-        _, resp = self.call(ApiKey.LIST_OFFSETS, replica_id=-1, isolation_level=0,
-                            topics=[T(name=topic, partitions=parts)], timeout_ms=int(self.timeout * 1000))
+        parts = [
+            T.ListOffsetsPartition(partition_index=p, current_leader_epoch=-1, timestamp=timestamp) for p in partitions
+        ]
+        _, resp = self.call(
+            ApiKey.LIST_OFFSETS,
+            replica_id=-1,
+            isolation_level=0,
+            topics=[T(name=topic, partitions=parts)],
+            timeout_ms=int(self.timeout * 1000),
+        )
         out: dict[int, int] = {}
         for t in resp.topics:
             for p in t.partitions:
@@ -335,9 +363,16 @@ class AdminClient:
             check_error(t.error_code, None, f"topic {t.name!r}: ")
             desc = TopicDescription(t.name, _uuid_str(getattr(t, "topic_id", None)), bool(t.is_internal))
             for p in sorted(t.partitions, key=lambda p: p.partition_index):
-                desc.partitions.append(PartitionDescription(
-                    p.partition_index, p.leader_id, getattr(p, "leader_epoch", -1), list(p.replica_nodes),
-                    list(p.isr_nodes), error=error_text(p.error_code) if p.error_code else None))
+                desc.partitions.append(
+                    PartitionDescription(
+                        p.partition_index,
+                        p.leader_id,
+                        getattr(p, "leader_epoch", -1),
+                        list(p.replica_nodes),
+                        list(p.isr_nodes),
+                        error=error_text(p.error_code) if p.error_code else None,
+                    )
+                )
             ids = [p.partition for p in desc.partitions]
             if ids:
                 starts = self.list_offsets(t.name, ids, EARLIEST)
@@ -367,7 +402,7 @@ class AdminClient:
             check_error(getattr(resp, "error_code", 0), None, "DescribeLogDirs: ")
             for d in resp.results:
                 if d.error_code:
-                    continue          # an offline log dir holds nothing readable
+                    continue  # an offline log dir holds nothing readable
                 for t in d.topics:
                     if t.name == topic:
                         for p in t.partitions:
@@ -385,9 +420,16 @@ class AdminClient:
     def _delete_records(self, topic: str, offsets: dict[int, int]) -> dict[int, int]:
         cls = REQUEST_CLASSES[ApiKey.DELETE_RECORDS]
         T = cls.DeleteRecordsTopic
-        _, resp = self.call(ApiKey.DELETE_RECORDS, topics=[T(name=topic, partitions=[
-            T.DeleteRecordsPartition(partition_index=p, offset=o) for p, o in offsets.items()])],
-            timeout_ms=int(self.timeout * 1000))
+        _, resp = self.call(
+            ApiKey.DELETE_RECORDS,
+            topics=[
+                T(
+                    name=topic,
+                    partitions=[T.DeleteRecordsPartition(partition_index=p, offset=o) for p, o in offsets.items()],
+                )
+            ],
+            timeout_ms=int(self.timeout * 1000),
+        )
         out = {}
         for t in resp.topics:
             for p in t.partitions:
@@ -396,33 +438,64 @@ class AdminClient:
         return out
 
     # -- configs -------------------------------------------------------------------------------------------------
-    def describe_configs(self, resource_type: int, name: str, keys: list[str] | None = None,
-                         include_synonyms: bool = False, include_documentation: bool = False
-                         ) -> list[DescribedConfig]:
+    def describe_configs(
+        self,
+        resource_type: int,
+        name: str,
+        keys: list[str] | None = None,
+        include_synonyms: bool = False,
+        include_documentation: bool = False,
+    ) -> list[DescribedConfig]:
         cls = REQUEST_CLASSES[ApiKey.DESCRIBE_CONFIGS]
-        _, resp = self.call(ApiKey.DESCRIBE_CONFIGS, resources=[cls.DescribeConfigsResource(
-            resource_type=resource_type, resource_name=name, configuration_keys=keys)],
-            include_synonyms=include_synonyms, include_documentation=include_documentation)
+        _, resp = self.call(
+            ApiKey.DESCRIBE_CONFIGS,
+            resources=[
+                cls.DescribeConfigsResource(resource_type=resource_type, resource_name=name, configuration_keys=keys)
+            ],
+            include_synonyms=include_synonyms,
+            include_documentation=include_documentation,
+        )
         res = resp.results[0]
         check_error(res.error_code, res.error_message, f"cannot describe configs of {name!r}: ")
-        return [DescribedConfig(c.name, c.value, c.config_source, c.read_only, c.is_sensitive,
-                                [(s.name, s.value, s.source) for s in (c.synonyms or [])],
-                                getattr(c, "config_type", 0), getattr(c, "documentation", None))
-                for c in res.configs]
+        return [
+            DescribedConfig(
+                c.name,
+                c.value,
+                c.config_source,
+                c.read_only,
+                c.is_sensitive,
+                [(s.name, s.value, s.source) for s in (c.synonyms or [])],
+                getattr(c, "config_type", 0),
+                getattr(c, "documentation", None),
+            )
+            for c in res.configs
+        ]
 
     @_at_controller
-    def alter_configs(self, resource_type: int, name: str, set: dict[str, str] | None = None,
-                      delete: Iterable[str] = (), append: dict[str, str] | None = None,
-                      subtract: dict[str, str] | None = None, validate_only: bool = False) -> None:
+    def alter_configs(
+        self,
+        resource_type: int,
+        name: str,
+        set: dict[str, str] | None = None,
+        delete: Iterable[str] = (),
+        append: dict[str, str] | None = None,
+        subtract: dict[str, str] | None = None,
+        validate_only: bool = False,
+    ) -> None:
         """IncrementalAlterConfigs: SET(0) / DELETE(1) / APPEND(2) / SUBTRACT(3) in one request."""
         cls = REQUEST_CLASSES[ApiKey.INCREMENTAL_ALTER_CONFIGS]
         R = cls.AlterConfigsResource
-        ops = ([R.AlterableConfig(name=k, config_operation=0, value=v) for k, v in (set or {}).items()]
-               + [R.AlterableConfig(name=k, config_operation=1, value=None) for k in delete]
-               + [R.AlterableConfig(name=k, config_operation=2, value=v) for k, v in (append or {}).items()]
-               + [R.AlterableConfig(name=k, config_operation=3, value=v) for k, v in (subtract or {}).items()])
-        _, resp = self.call(ApiKey.INCREMENTAL_ALTER_CONFIGS, resources=[R(resource_type=resource_type,
-                            resource_name=name, configs=ops)], validate_only=validate_only)
+        ops = (
+            [R.AlterableConfig(name=k, config_operation=0, value=v) for k, v in (set or {}).items()]
+            + [R.AlterableConfig(name=k, config_operation=1, value=None) for k in delete]
+            + [R.AlterableConfig(name=k, config_operation=2, value=v) for k, v in (append or {}).items()]
+            + [R.AlterableConfig(name=k, config_operation=3, value=v) for k, v in (subtract or {}).items()]
+        )
+        _, resp = self.call(
+            ApiKey.INCREMENTAL_ALTER_CONFIGS,
+            resources=[R(resource_type=resource_type, resource_name=name, configs=ops)],
+            validate_only=validate_only,
+        )
         res = resp.responses[0]
         check_error(res.error_code, res.error_message, f"cannot alter configs of {name!r}: ")
 

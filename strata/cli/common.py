@@ -3,6 +3,7 @@
 A subcommand is one module of this package with ``NAME`` (as typed) and ``register(sub)``, listed in
 ``strata.cli.main.COMMANDS``; the helpers here keep the options that several of them take spelled alike.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,8 +37,12 @@ def key_value(s: str) -> tuple[str, str]:
 
 
 def add_bootstrap_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
-                   help=f"broker to talk to (default {DEFAULT_BOOTSTRAP})")
+    p.add_argument(
+        "--bootstrap-server",
+        default=DEFAULT_BOOTSTRAP,
+        metavar="HOST:PORT",
+        help=f"broker to talk to (default {DEFAULT_BOOTSTRAP})",
+    )
 
 
 def add_timeout_option(p: argparse.ArgumentParser) -> None:
@@ -47,8 +52,7 @@ def add_timeout_option(p: argparse.ArgumentParser) -> None:
 ActionAdder: TypeAlias = Callable[[str, Callable[..., int], str], argparse.ArgumentParser]
 
 
-def add_action_command(sub: SubParsers, name: str, help: str, run: Callable[[argparse.Namespace], int]
-                       ) -> ActionAdder:
+def add_action_command(sub: SubParsers, name: str, help: str, run: Callable[[argparse.Namespace], int]) -> ActionAdder:
     """A command with actions over one broker connection (``strata topics create``, ``strata groups list``):
     --bootstrap-server and --timeout before the action, --bootstrap-server also after it, as kafka-topics.sh
     users type it anywhere. Returns the function that adds an action; that action's function lands in
@@ -65,4 +69,5 @@ def add_action_command(sub: SubParsers, name: str, help: str, run: Callable[[arg
         ap = actions.add_parser(action_name, parents=[common], help=action_help)
         ap.set_defaults(action_func=fn)
         return ap
+
     return action

@@ -1,4 +1,5 @@
 """``strata dump-log``: print segment files like kafka-dump-log.sh, offline (no broker, no connection)."""
+
 from __future__ import annotations
 
 import argparse

@@ -4,6 +4,7 @@ kafka-consumer-groups.sh): list, describe (offsets, lag, members), delete, reset
 Speaks plain Kafka wire protocol through strata.cli.admin_client.AdminClient, so it works against any
 Kafka-compatible broker; group requests go to the group's coordinator (FindCoordinator).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -99,9 +100,15 @@ class GroupAdmin(AdminClient):
             fields["types_filter"] = []
         resp = self.request(ApiKey.LIST_GROUPS, v, **fields)
         check_error(resp.error_code, what="ListGroups: ")
-        return sorted((ListedGroup(g.group_id, g.protocol_type, getattr(g, "group_state", "") or "",
-                                   getattr(g, "group_type", "") or "") for g in resp.groups),
-                      key=lambda g: g.group_id)
+        return sorted(
+            (
+                ListedGroup(
+                    g.group_id, g.protocol_type, getattr(g, "group_state", "") or "", getattr(g, "group_type", "") or ""
+                )
+                for g in resp.groups
+            ),
+            key=lambda g: g.group_id,
+        )
 
     def describe_group(self, group: str) -> GroupDescription:
         c = self._coordinator(group)
@@ -122,8 +129,11 @@ class GroupAdmin(AdminClient):
                     assignment = assigned_partitions(bytes(m.member_assignment))
                 except ConsumerProtocolError:
                     assignment = []
-            members.append(MemberDescription(m.member_id, getattr(m, "group_instance_id", None), m.client_id,
-                                             m.client_host, assignment))
+            members.append(
+                MemberDescription(
+                    m.member_id, getattr(m, "group_instance_id", None), m.client_id, m.client_host, assignment
+                )
+            )
         return GroupDescription(g.group_id, g.group_state, g.protocol_type, g.protocol_data, members)
 
     def fetch_offsets(self, group: str, topics: dict[str, list[int]] | None = None) -> dict[tuple[str, int], int]:
@@ -134,10 +144,14 @@ class GroupAdmin(AdminClient):
         out: dict[tuple[str, int], int] = {}
         if v >= 8:
             G = cls.OffsetFetchRequestGroup
-            req_topics = None if topics is None else [G.OffsetFetchRequestTopics(name=t, partition_indexes=ps)
-                                                      for t, ps in topics.items()]
-            resp = c.request(ApiKey.OFFSET_FETCH, v, groups=[G(group_id=group, topics=req_topics)],
-                             require_stable=False)
+            req_topics = (
+                None
+                if topics is None
+                else [G.OffsetFetchRequestTopics(name=t, partition_indexes=ps) for t, ps in topics.items()]
+            )
+            resp = c.request(
+                ApiKey.OFFSET_FETCH, v, groups=[G(group_id=group, topics=req_topics)], require_stable=False
+            )
             g = resp.groups[0]
             check_error(g.error_code, what=f"OffsetFetch {group!r}: ")
             for t in g.topics:
@@ -168,10 +182,17 @@ class GroupAdmin(AdminClient):
         T = cls.OffsetCommitRequestTopic
         by_topic: dict[str, list] = {}
         for (t, p), off in sorted(offsets.items()):
-            by_topic.setdefault(t, []).append(T.OffsetCommitRequestPartition(
-                partition_index=p, committed_offset=off, committed_leader_epoch=-1, committed_metadata=""))
-        fields: dict[str, Any] = {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
-                                  "topics": [T(name=t, partitions=ps) for t, ps in by_topic.items()]}
+            by_topic.setdefault(t, []).append(
+                T.OffsetCommitRequestPartition(
+                    partition_index=p, committed_offset=off, committed_leader_epoch=-1, committed_metadata=""
+                )
+            )
+        fields: dict[str, Any] = {
+            "group_id": group,
+            "generation_id_or_member_epoch": -1,
+            "member_id": "",
+            "topics": [T(name=t, partitions=ps) for t, ps in by_topic.items()],
+        }
         if v >= 7:
             fields["group_instance_id"] = None
         if 2 <= v <= 4:
@@ -197,8 +218,12 @@ class GroupAdmin(AdminClient):
         v = c.api_version(ApiKey.OFFSET_DELETE)
         cls = REQUEST_CLASSES[ApiKey.OFFSET_DELETE]
         T = cls.OffsetDeleteRequestTopic
-        resp = c.request(ApiKey.OFFSET_DELETE, v, group_id=group, topics=[T(name=topic, partitions=[
-            T.OffsetDeleteRequestPartition(partition_index=p) for p in partitions])])
+        resp = c.request(
+            ApiKey.OFFSET_DELETE,
+            v,
+            group_id=group,
+            topics=[T(name=topic, partitions=[T.OffsetDeleteRequestPartition(partition_index=p) for p in partitions])],
+        )
         check_error(resp.error_code, what=f"OffsetDelete {group!r}: ")
         return {p.partition_index: p.error_code for t in resp.topics for p in t.partitions}
 
@@ -241,17 +266,28 @@ def _groups_describe(a: GroupAdmin, args: argparse.Namespace) -> int:
             pass
     if not desc.members:
         print(f"\nConsumer group '{group}' has no active members.")
-    rows = [["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST",
-             "CLIENT-ID"]]
+    rows = [
+        ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST", "CLIENT-ID"]
+    ]
     for tp in partitions:
         cur = committed.get(tp, -1)
         end = ends.get(tp)
         lag = str(end - cur) if end is not None and cur >= 0 else "-"
         holder = owner.get(tp)
-        rows.append([group, tp[0], str(tp[1]), str(cur) if cur >= 0 else "-", str(end) if end is not None else "-",
-                     lag, holder.member_id if holder else "-", holder.host if holder else "-",
-                     holder.client_id if holder else "-"])
-    for m in desc.members:      # members without partitions still show up, as in kafka-consumer-groups.sh
+        rows.append(
+            [
+                group,
+                tp[0],
+                str(tp[1]),
+                str(cur) if cur >= 0 else "-",
+                str(end) if end is not None else "-",
+                lag,
+                holder.member_id if holder else "-",
+                holder.host if holder else "-",
+                holder.client_id if holder else "-",
+            ]
+        )
+    for m in desc.members:  # members without partitions still show up, as in kafka-consumer-groups.sh
         if not m.partitions():
             rows.append([group, "-", "-", "-", "-", "-", m.member_id, m.host, m.client_id])
     print()
@@ -267,8 +303,10 @@ def _groups_delete(a: GroupAdmin, args: argparse.Namespace) -> int:
     if ok:
         print("Deletion of requested consumer groups (" + ", ".join(f"'{g}'" for g in ok) + ") was successful.")
     if failed:
-        raise AdminError("Deletion of some consumer groups failed: " + "; ".join(
-            f"group '{g}' could not be deleted due to: {error_text(c)}" for g, c in failed.items()))
+        raise AdminError(
+            "Deletion of some consumer groups failed: "
+            + "; ".join(f"group '{g}' could not be deleted due to: {error_text(c)}" for g, c in failed.items())
+        )
     return 0
 
 
@@ -276,8 +314,9 @@ def _groups_reset(a: GroupAdmin, args: argparse.Namespace) -> int:
     group = args.group
     desc = a.describe_group(group)
     if desc.state not in ("Empty", "Dead"):
-        raise AdminError(f"Assignments can only be reset if the group '{group}' is inactive, but the current "
-                         f"state is {desc.state}.")
+        raise AdminError(
+            f"Assignments can only be reset if the group '{group}' is inactive, but the current state is {desc.state}."
+        )
     topic, _, plist = args.topic.partition(":")
     parts = [int(x) for x in plist.split(",") if x] if plist else a.topic_partitions(topic)
     starts = a.list_offsets(topic, parts, EARLIEST)
@@ -289,7 +328,7 @@ def _groups_reset(a: GroupAdmin, args: argparse.Namespace) -> int:
         elif args.to_latest:
             target = ends[p]
         else:
-            target = min(max(args.to_offset, starts[p]), ends[p])   # clamped into the log, as Kafka does
+            target = min(max(args.to_offset, starts[p]), ends[p])  # clamped into the log, as Kafka does
         plan[(topic, p)] = target
     if args.execute:
         a.commit_offsets(group, plan)

@@ -5,6 +5,7 @@ module and naming it in COMMANDS and USAGE. Only ``serve`` imports the broker ru
 Kafka protocol through strata.cli.admin_client, so they work against any Kafka-compatible broker, or read
 files offline (``dump-log``).
 """
+
 from __future__ import annotations
 
 import argparse

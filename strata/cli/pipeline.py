@@ -1,5 +1,6 @@
 """``strata pipeline``: the Spark jobs of strata.pipeline, whose own module builds the parser (pyspark is
 imported only when a job runs, so ``strata --help`` works without the spark extra)."""
+
 from __future__ import annotations
 
 from .common import DEFAULT_BOOTSTRAP, SubParsers

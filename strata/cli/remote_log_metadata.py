@@ -10,6 +10,7 @@ records of user topic T.
 The same reader backs ``strata topics describe``'s remote size of a tiered topic (`remote_log_state`), and the
 tiered-storage test harness's view of the RLMM.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,7 +37,7 @@ from .common import SubParsers, add_bootstrap_option, add_timeout_option, error
 
 NAME = "remote-log-metadata"
 
-FETCH_MAX_VERSION = 12          # v13+ names topics by id; names keep this reader simple
+FETCH_MAX_VERSION = 12  # v13+ names topics by id; names keep this reader simple
 FETCH_MAX_BYTES = 4 << 20
 
 
@@ -50,19 +51,42 @@ class MetadataReader(AdminClient):
         T = cls.FetchTopic
         [(leader, _)] = self.by_leader(topic, [partition])
         _, resp = leader.call(
-            ApiKey.FETCH, FETCH_MAX_VERSION, replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=max_bytes,
-            isolation_level=0, session_id=0, session_epoch=-1, forgotten_topics_data=[], rack_id="",
-            topics=[T(topic=topic, partitions=[T.FetchPartition(
-                partition=partition, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
-                log_start_offset=-1, partition_max_bytes=max_bytes)])])
+            ApiKey.FETCH,
+            FETCH_MAX_VERSION,
+            replica_id=-1,
+            max_wait_ms=0,
+            min_bytes=0,
+            max_bytes=max_bytes,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            forgotten_topics_data=[],
+            rack_id="",
+            topics=[
+                T(
+                    topic=topic,
+                    partitions=[
+                        T.FetchPartition(
+                            partition=partition,
+                            current_leader_epoch=-1,
+                            fetch_offset=offset,
+                            last_fetched_epoch=-1,
+                            log_start_offset=-1,
+                            partition_max_bytes=max_bytes,
+                        )
+                    ],
+                )
+            ],
+        )
         check_error(getattr(resp, "error_code", 0), None, f"Fetch {topic}-{partition}: ")
         part = resp.responses[0].partitions[0]
         check_error(part.error_code, None, f"Fetch {topic}-{partition}@{offset}: ")
         return part.high_watermark, bytes(part.records or b"")
 
 
-def iter_metadata_records(reader: MetadataReader, partitions: list[int] | None = None
-                          ) -> Iterator[tuple[int, int, bytes | None]]:
+def iter_metadata_records(
+    reader: MetadataReader, partitions: list[int] | None = None
+) -> Iterator[tuple[int, int, bytes | None]]:
     """(partition, offset, value) of every record of `__remote_log_metadata`, partition by partition."""
     from strata.protocol.records import iter_batches, iter_records
 
@@ -85,8 +109,10 @@ def iter_metadata_records(reader: MetadataReader, partitions: list[int] | None =
                 offset = max(offset, h.next_offset)
                 progressed = True
             if not progressed:
-                raise AdminError(f"Fetch {REMOTE_LOG_METADATA_TOPIC}-{p}@{offset} returned no complete batch "
-                                 f"below the end offset {end}")
+                raise AdminError(
+                    f"Fetch {REMOTE_LOG_METADATA_TOPIC}-{p}@{offset} returned no complete batch "
+                    f"below the end offset {end}"
+                )
 
 
 def _record_topic(metadata: Any) -> str | None:
@@ -111,7 +137,7 @@ class RemoteSegment:
     size: int
     state: str
     leader_epochs: dict[int, int] = field(default_factory=dict)
-    history: list[str] = field(default_factory=list)     # every state seen, in order
+    history: list[str] = field(default_factory=list)  # every state seen, in order
 
 
 @dataclass
@@ -123,9 +149,14 @@ class RemoteLogState:
     undecodable: list[tuple[int, int, str]] = field(default_factory=list)
 
     def for_partition(self, topic: str, partition: int, topic_id: uuid.UUID | None = None) -> list[RemoteSegment]:
-        return sorted((s for s in self.segments.values() if s.topic == topic and s.partition == partition
-                       and (topic_id is None or s.topic_id == topic_id)),
-                      key=lambda s: (s.start_offset, s.end_offset))
+        return sorted(
+            (
+                s
+                for s in self.segments.values()
+                if s.topic == topic and s.partition == partition and (topic_id is None or s.topic_id == topic_id)
+            ),
+            key=lambda s: (s.start_offset, s.end_offset),
+        )
 
     def remote_size(self, topic: str, partition: int, topic_id: uuid.UUID | None = None) -> int:
         """Bytes of the copied segments not (being) deleted: Kafka's RemoteLogSizeBytes."""
@@ -152,8 +183,17 @@ def fold(records: Iterator[tuple[int, int, bytes | None]]) -> RemoteLogState:
         if isinstance(m, RemoteLogSegmentMetadata):
             tip = m.topic_id_partition
             st.segments[m.segment_id] = RemoteSegment(
-                m.segment_id, tip.topic, tip.topic_id, tip.partition, m.start_offset, m.end_offset,
-                m.segment_size_in_bytes, m.state.name, dict(m.segment_leader_epochs), [m.state.name])
+                m.segment_id,
+                tip.topic,
+                tip.topic_id,
+                tip.partition,
+                m.start_offset,
+                m.end_offset,
+                m.segment_size_in_bytes,
+                m.state.name,
+                dict(m.segment_leader_epochs),
+                [m.state.name],
+            )
         elif isinstance(m, RemoteLogSegmentMetadataUpdate):
             seg = st.segments.get(m.remote_log_segment_id.id)
             if seg is not None:
@@ -178,8 +218,9 @@ def remote_log_state_or_none(admin: AdminClient) -> RemoteLogState | None:
         return fold(iter_metadata_records(r))
 
 
-def tiered_describe_fields(topic: TopicDescription, partition: PartitionDescription,
-                           state: RemoteLogState | None) -> str:
+def tiered_describe_fields(
+    topic: TopicDescription, partition: PartitionDescription, state: RemoteLogState | None
+) -> str:
     """The extra `strata topics describe` columns of a tiered topic's partition: LocalLogStartOffset (-4),
     LatestTieredOffset (-5) when the broker answers them, LocalSize (DescribeLogDirs on the leader) and RemoteSize
     (bytes of its copied segments)."""
@@ -203,8 +244,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         with MetadataReader(args.bootstrap_server, timeout=args.timeout) as r:
             if REMOTE_LOG_METADATA_TOPIC not in r.list_topics(include_internal=True):
-                raise AdminError(f"topic {REMOTE_LOG_METADATA_TOPIC} does not exist: is "
-                                 "remote.log.storage.system.enable=true on the broker?")
+                raise AdminError(
+                    f"topic {REMOTE_LOG_METADATA_TOPIC} does not exist: is "
+                    "remote.log.storage.system.enable=true on the broker?"
+                )
             n = 0
             for p, off, value in iter_metadata_records(r):
                 if args.topic is not None:
@@ -218,7 +261,7 @@ def run(args: argparse.Namespace) -> int:
     except AdminError as e:
         error("strata remote-log-metadata", str(e))
         return 1
-    except BrokenPipeError:     # `| head`
+    except BrokenPipeError:  # `| head`
         return 0
     print(f"Processed a total of {n} messages", file=sys.stderr)
     return 0

@@ -1,4 +1,5 @@
 """``strata serve``: run a broker. The only subcommand that imports the broker runtime, when it runs."""
+
 from __future__ import annotations
 
 import argparse

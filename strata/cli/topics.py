@@ -2,6 +2,7 @@
 
 Speaks the Kafka protocol through :class:`AdminClient`, so it works against any Kafka-compatible broker.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -80,15 +81,19 @@ def _describe(a: AdminClient, args: argparse.Namespace) -> int:
     for t in a.describe_topics(names):
         configs = _non_default_configs(a, t.name)
         tiered = "remote.storage.enable=true" in configs.split(",")
-        print(f"Topic: {t.name}\tTopicId: {t.topic_id}\tPartitionCount: {len(t.partitions)}\t"
-              f"ReplicationFactor: {t.replication_factor}\tConfigs: {configs}")
-        if tiered and remote_state is None:      # KIP-405 sizes come from __remote_log_metadata
+        print(
+            f"Topic: {t.name}\tTopicId: {t.topic_id}\tPartitionCount: {len(t.partitions)}\t"
+            f"ReplicationFactor: {t.replication_factor}\tConfigs: {configs}"
+        )
+        if tiered and remote_state is None:  # KIP-405 sizes come from __remote_log_metadata
             remote_state = remote_log_state_or_none(a)
         for p in t.partitions:
-            line = (f"\tTopic: {t.name}\tPartition: {p.partition}\tLeader: {p.leader}\t"
-                    f"Replicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}\t"
-                    f"LogStartOffset: {p.log_start_offset}\tEndOffset: {p.end_offset}")
-            if tiered:       # tiered topics: local/remote offsets (ListOffsets -4 v8+, -5 v9+) and remote size
+            line = (
+                f"\tTopic: {t.name}\tPartition: {p.partition}\tLeader: {p.leader}\t"
+                f"Replicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}\t"
+                f"LogStartOffset: {p.log_start_offset}\tEndOffset: {p.end_offset}"
+            )
+            if tiered:  # tiered topics: local/remote offsets (ListOffsets -4 v8+, -5 v9+) and remote size
                 line += tiered_describe_fields(t, p, remote_state)
             print(line + (f"\tError: {p.error}" if p.error else ""))
     return 0

@@ -17,6 +17,7 @@ order. After the run a consumer reads every partition from its start to its end 
 
 Failed or unanswered sends that were read anyway are indeterminate ("recovered" in Jepsen's terms): allowed, counted.
 """
+
 from __future__ import annotations
 
 import threading
@@ -43,9 +44,9 @@ def decode_value(value: bytes | None) -> tuple[str, int] | None:
 class History:
     """What producers sent and what they were told. Thread-safe (delivery callbacks may run on other threads)."""
 
-    sent: dict[bytes, int] = field(default_factory=dict)                 # value -> partition it was sent to
+    sent: dict[bytes, int] = field(default_factory=dict)  # value -> partition it was sent to
     acked: dict[bytes, tuple[int, int | None]] = field(default_factory=dict)  # value -> (partition, offset)
-    failed: dict[bytes, str] = field(default_factory=dict)               # value -> error
+    failed: dict[bytes, str] = field(default_factory=dict)  # value -> error
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def send(self, value: bytes, partition: int) -> None:
@@ -81,26 +82,40 @@ class Verdict:
     failed: int
     unknown: int
     read: int
-    recovered: int                        # failed/unknown sends that were read anyway (allowed)
+    recovered: int  # failed/unknown sends that were read anyway (allowed)
     lost: list[bytes]
-    misplaced: list[tuple[bytes, tuple[int, int | None], tuple[int, int]]]   # value, acked at, read at
-    duplicated: dict[bytes, int]          # value -> times read
+    misplaced: list[tuple[bytes, tuple[int, int | None], tuple[int, int]]]  # value, acked at, read at
+    duplicated: dict[bytes, int]  # value -> times read
     reordered: list[str]
     unexpected: list[Read]
     duplicates_allowed: bool
-    acked_without_offset: list[bytes]     # acknowledged with no offset: placed by partition only
+    acked_without_offset: list[bytes]  # acknowledged with no offset: placed by partition only
 
     @property
     def ok(self) -> bool:
-        return (not self.lost and not self.misplaced and not self.reordered and not self.unexpected
-                and (self.duplicates_allowed or not self.duplicated))
+        return (
+            not self.lost
+            and not self.misplaced
+            and not self.reordered
+            and not self.unexpected
+            and (self.duplicates_allowed or not self.duplicated)
+        )
 
     def counts(self) -> dict[str, int]:
-        return {"sent": self.sent, "acked": self.acked, "failed": self.failed, "unknown": self.unknown,
-                "read": self.read, "recovered": self.recovered, "lost": len(self.lost),
-                "misplaced": len(self.misplaced), "duplicated": len(self.duplicated),
-                "reordered": len(self.reordered), "unexpected": len(self.unexpected),
-                "acked_without_offset": len(self.acked_without_offset)}
+        return {
+            "sent": self.sent,
+            "acked": self.acked,
+            "failed": self.failed,
+            "unknown": self.unknown,
+            "read": self.read,
+            "recovered": self.recovered,
+            "lost": len(self.lost),
+            "misplaced": len(self.misplaced),
+            "duplicated": len(self.duplicated),
+            "reordered": len(self.reordered),
+            "unexpected": len(self.unexpected),
+            "acked_without_offset": len(self.acked_without_offset),
+        }
 
     def summary(self) -> str:
         return " ".join(f"{k}={v}" for k, v in self.counts().items())
@@ -133,9 +148,11 @@ def check(history: History, reads: list[Read], *, idempotent: bool = True) -> Ve
         read_at[r.value].append((r.partition, r.offset))
 
     lost = [v for v in history.acked if v not in read_at]
-    misplaced = [(v, at, read_at[v][0]) for v, at in history.acked.items()
-                 if v in read_at and (at not in read_at[v] if at[1] is not None
-                                      else at[0] not in {p for p, _ in read_at[v]})]
+    misplaced = [
+        (v, at, read_at[v][0])
+        for v, at in history.acked.items()
+        if v in read_at and (at not in read_at[v] if at[1] is not None else at[0] not in {p for p, _ in read_at[v]})
+    ]
     duplicated = {v: len(where) for v, where in read_at.items() if len(where) > 1}
 
     reordered: list[str] = []
@@ -144,7 +161,7 @@ def check(history: History, reads: list[Read], *, idempotent: bool = True) -> Ve
         by_partition[r.partition].append(r)
     for p, rs in sorted(by_partition.items()):
         last_offset = -1
-        last_seq: dict[str, tuple[int, int]] = {}   # producer -> (seq, offset) of its latest value in this partition
+        last_seq: dict[str, tuple[int, int]] = {}  # producer -> (seq, offset) of its latest value in this partition
         for r in rs:  # in the order the consumer returned them
             if r.offset <= last_offset:
                 reordered.append(f"partition {p}: offset {r.offset} read after {last_offset}")
@@ -155,17 +172,26 @@ def check(history: History, reads: list[Read], *, idempotent: bool = True) -> Ve
             producer, seq = pv
             prev = last_seq.get(producer)
             if prev is not None and seq <= prev[0] and not (not idempotent and r.value in duplicated):
-                reordered.append(f"partition {p}: {producer} seq {seq} at offset {r.offset} after seq {prev[0]} "
-                                 f"at offset {prev[1]}")
+                reordered.append(
+                    f"partition {p}: {producer} seq {seq} at offset {r.offset} after seq {prev[0]} at offset {prev[1]}"
+                )
             if prev is None or seq > prev[0]:
                 last_seq[producer] = (seq, r.offset)
 
     answered = set(history.acked) | set(history.failed)
     recovered = sum(1 for v in read_at if v not in history.acked)
     return Verdict(
-        sent=len(history.sent), acked=len(history.acked), failed=len(history.failed),
-        unknown=sum(1 for v in history.sent if v not in answered), read=len(reads), recovered=recovered,
-        lost=lost, misplaced=misplaced, duplicated=duplicated, reordered=reordered, unexpected=unexpected,
+        sent=len(history.sent),
+        acked=len(history.acked),
+        failed=len(history.failed),
+        unknown=sum(1 for v in history.sent if v not in answered),
+        read=len(reads),
+        recovered=recovered,
+        lost=lost,
+        misplaced=misplaced,
+        duplicated=duplicated,
+        reordered=reordered,
+        unexpected=unexpected,
         duplicates_allowed=not idempotent,
-        acked_without_offset=[v for v, (_, off) in history.acked.items() if off is None])
-
+        acked_without_offset=[v for v, (_, off) in history.acked.items() if off is None],
+    )

@@ -4,6 +4,7 @@
 cluster is closed (brokers, etcd, network namespaces: by PID / by name) at teardown. A failing test's report shows
 the output tail of every broker of its clusters (running or not) and of etcd.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
@@ -29,15 +30,23 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
 def queue_report(request: pytest.FixtureRequest) -> Callable[[str], None]:
     """Record a line (the queue checker's counts) for the end-of-run summary and print it. The line travels as a
     user property of the test's report, so the summary also works with pytest-xdist workers."""
+
     def report(line: str) -> None:
         request.node.user_properties.append(("cluster-queue", line))
         print(line)
+
     return report
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    lines = [v for reps in terminalreporter.stats.values() for r in reps if getattr(r, "when", "") == "call"
-             for k, v in getattr(r, "user_properties", ()) if k == "cluster-queue"]
+    lines = [
+        v
+        for reps in terminalreporter.stats.values()
+        for r in reps
+        if getattr(r, "when", "") == "call"
+        for k, v in getattr(r, "user_properties", ())
+        if k == "cluster-queue"
+    ]
     if lines:
         terminalreporter.section("cluster queue checker")
         for line in lines:

@@ -18,6 +18,7 @@ of the scenario's memory (`lambda m: m["old_tiered"] + 40`). Observation goes th
 requests, the RLMM records, Prometheus, the replica files). A failing action is reported with its index and
 description and the actions that ran before it.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -67,8 +68,10 @@ class ClusterScenario:
                 fn(c, memory)
             except Exception as e:
                 done = "\n".join(f"  {j}. {d}" for j, (d, _) in enumerate(self.actions[:i]))
-                raise ScenarioError(f"scenario {self.name!r}: action {i} ({description}) failed: {e}\n"
-                                    f"actions run before it:\n{done}\nmemory: {memory}") from e
+                raise ScenarioError(
+                    f"scenario {self.name!r}: action {i} ({description}) failed: {e}\n"
+                    f"actions run before it:\n{done}\nmemory: {memory}"
+                ) from e
         return memory
 
     # -- topology ----------------------------------------------------------------------------------------------------
@@ -78,6 +81,7 @@ class ClusterScenario:
     def create_topic(self, replicas: list[int], **config: object) -> Self:
         def fn(c: StrataCluster, m: Memory) -> None:
             c.create_topic(self.topic, replica_assignment=[replicas], config=config)
+
         return self._add(f"create {self.topic} on {replicas} with {config}", fn)
 
     def kill(self, i: int) -> Self:
@@ -90,17 +94,21 @@ class ClusterScenario:
         def fn(c: StrataCluster, m: Memory) -> None:
             c.brokers[i].overrides.update({k.replace("_", "."): str(v) for k, v in overrides.items()})
             c.start(i)
+
         return self._add(f"start broker {i}" + (f" with {overrides}" if overrides else ""), fn)
 
     def power_loss(self, i: int, keep: int) -> Self:
         def fn(c: StrataCluster, m: Memory) -> None:
             got = c.power_loss(i, {(self.topic, 0): keep})
             assert got == {(self.topic, 0): keep}, got
+
         return self._add(f"power loss of broker {i}: its log keeps offsets below {keep}", fn)
 
     def wipe(self, i: int) -> Self:
-        return self._add(f"broker {i} loses its disk (partition directory deleted)",
-                         lambda c, m: shutil.rmtree(c.partition_dir(i, self.topic, 0)))
+        return self._add(
+            f"broker {i} loses its disk (partition directory deleted)",
+            lambda c, m: shutil.rmtree(c.partition_dir(i, self.topic, 0)),
+        )
 
     def set_config(self, **configs: object) -> Self:
         conf = {k.replace("_", "."): v for k, v in configs.items()}
@@ -113,6 +121,7 @@ class ClusterScenario:
             want = _v(expect_start, m)
             assert want is None or start == want, f"{name} written from offset {start}, expected {want}"
             m[name] = start
+
         return self._add(f"produce {n} records {name!r}", fn)
 
     def wait_tiered_past(self, offset: Value, remember: str | None = None) -> Self:
@@ -120,16 +129,22 @@ class ClusterScenario:
             t = wait_tiered_past(c, self.topic, _v(offset, m))
             if remember:
                 m[remember] = t
+
         return self._add(f"wait until the leader tiered past {offset}", fn)
 
     def drop_local_copies(self, past: Value) -> Self:
         """Local retention down to one segment: the earliest local offset moves past `past`, so reading below it
         goes to remote storage."""
+
         def fn(c: StrataCluster, m: Memory) -> None:
             set_topic_config(c, self.topic, {"local.retention.bytes": 1})
             limit = _v(past, m)
-            wait_until(lambda: list_offset(c, self.topic, EARLIEST_LOCAL) > limit, timeout=60,
-                       message=lambda: f"earliest local offset {list_offset(c, self.topic, EARLIEST_LOCAL)}")
+            wait_until(
+                lambda: list_offset(c, self.topic, EARLIEST_LOCAL) > limit,
+                timeout=60,
+                message=lambda: f"earliest local offset {list_offset(c, self.topic, EARLIEST_LOCAL)}",
+            )
+
         return self._add(f"local retention 1 byte: earliest local offset past {past}", fn)
 
     # -- expectations ------------------------------------------------------------------------------------------------
@@ -138,6 +153,7 @@ class ClusterScenario:
             assert c.wait_leader(self.topic, 0, among=[i], timeout=30) == i
             if remember:
                 m[remember] = c.epoch_of(self.topic, 0)
+
         return self._add(f"broker {i} leads", fn)
 
     def expect_isr(self, isr: set[int], timeout: float = 60) -> Self:
@@ -146,6 +162,7 @@ class ClusterScenario:
     def expect_read(self, runs: list[tuple[str, int, int]], remote_via: int | None = None) -> Self:
         """A consumer reading from offset 0 gets exactly these runs (batch name, from, to) in order; with
         `remote_via`, broker `remote_via` served some of it from remote storage."""
+
         def fn(c: StrataCluster, m: Memory) -> None:
             want = [v for name, lo, hi in runs for v in values(name, hi)[lo:hi]]
             before = remote_fetches(c, remote_via, self.topic) if remote_via else 0.0
@@ -153,6 +170,7 @@ class ClusterScenario:
             assert got == want, _first_difference(got, want)
             if remote_via:
                 assert remote_fetches(c, remote_via, self.topic) > before, "nothing was read from remote storage"
+
         return self._add(f"read from offset 0: {runs}", fn)
 
     def do(self, description: str, action: Callable[[StrataCluster, Memory], Any]) -> Self:
@@ -161,8 +179,10 @@ class ClusterScenario:
 
     def expect(self, description: str, check: Callable[[StrataCluster, Memory], Any]) -> Self:
         """Any other check; it fails by raising (an assert) or by returning False."""
+
         def fn(c: StrataCluster, m: Memory) -> None:
             assert check(c, m) is not False, description
+
         return self._add(description, fn)
 
 

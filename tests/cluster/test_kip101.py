@@ -20,6 +20,7 @@ Scenario 2 (replica divergence after both crash with unflushed data): the replic
 tail, takes new writes at the same offsets, and the other replica comes back with different records there; it must
 truncate to the end offset of its last common epoch (OffsetForLeaderEpoch) and fetch. Both end with identical logs.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -36,8 +37,9 @@ def _produce(c, topic: str, name: str, n: int, history: History) -> list[tuple[i
     values = [encode_value(name, i) for i in range(n)]
     for v in values:
         history.send(v, 0)
-    acks = produce_all(c.bootstrap, topic, [Rec(0, None, v) for v in values],
-                       **{"linger.ms": 0, "batch.num.messages": 5})
+    acks = produce_all(
+        c.bootstrap, topic, [Rec(0, None, v) for v in values], **{"linger.ms": 0, "batch.num.messages": 5}
+    )
     for v, (p, off) in zip(values, acks):
         history.ack(v, p, off)
     return acks
@@ -62,10 +64,10 @@ def test_kip101_new_follower_does_not_truncate_to_its_high_watermark(cluster_fac
     prod = ContinuousProducer(c.bootstrap, topic, 1, name="hw", rate=300).start()
     try:
         prod.wait_acked(300)
-        c.net.block(cc, c.net.ips[b])          # C will not reach B: no fetch, no OffsetForLeaderEpoch answer
-        c.kill9(a)                             # under load: the followers' high watermarks trail their logs
+        c.net.block(cc, c.net.ips[b])  # C will not reach B: no fetch, no OffsetForLeaderEpoch answer
+        c.kill9(a)  # under load: the followers' high watermarks trail their logs
         assert c.wait_leader(topic, 0, among=[b]) == b
-        c.wait_leader(topic, 0, among=[b], via=cc)   # C applied the change: it is B's follower now
+        c.wait_leader(topic, 0, among=[b], via=cc)  # C applied the change: it is B's follower now
         acked_before = dict(prod.history.acked)
         c.kill9(b)
         assert c.wait_leader(topic, 0, among=[cc]) == cc
@@ -93,8 +95,8 @@ def test_kip101_both_replicas_crash_with_unflushed_data(cluster_factory, tail_lo
     c = cluster_factory(3)
     topic = f"kip101-{tail_lost_by}"
     c.create_topic(topic, 1, 2, {"min.insync.replicas": 1})
-    first = c.leader_of(topic, 0)                            # dies first
-    (second,) = [i for i in c.replicas_of(topic, 0) if i != first]   # dies last: the last ISR member, leads next
+    first = c.leader_of(topic, 0)  # dies first
+    (second,) = [i for i in c.replicas_of(topic, 0) if i != first]  # dies last: the last ISR member, leads next
     bystander = next(i for i in c.ids if i not in (first, second))
     history = History()
     common = max(off for _, off in _produce(c, topic, "r1", 40, history)) + 1
@@ -104,8 +106,11 @@ def test_kip101_both_replicas_crash_with_unflushed_data(cluster_factory, tail_lo
     c.kill9(first)
     assert c.wait_leader(topic, 0, among=[second]) == second
     c.kill9(second)
-    wait_until(lambda: c.leader_of(topic, 0, via=bystander) == -1, timeout=30,
-               message=lambda: f"partition offline: {c.partition_meta(topic, 0, via=bystander)}")
+    wait_until(
+        lambda: c.leader_of(topic, 0, via=bystander) == -1,
+        timeout=30,
+        message=lambda: f"partition offline: {c.partition_meta(topic, 0, via=bystander)}",
+    )
     # the power loss: one replica loses its unflushed tail (r2), the other kept everything
     loser, keeper = (second, first) if tail_lost_by == "next-leader" else (first, second)
     assert c.power_loss(loser, {(topic, 0): common}) == {(topic, 0): common}
@@ -121,9 +126,14 @@ def test_kip101_both_replicas_crash_with_unflushed_data(cluster_factory, tail_lo
     # the other comes back as a follower: divergent (or missing) records are replaced by the leader's
     c.start(first)
     c.wait_isr(topic, 0, {first, second})
-    wait_until(lambda: _identical(c, topic, [first, second]), timeout=15,
-               message=lambda: f"identical logs: {first}: {c.log_batches(first, topic, 0)[-3:]} "
-                               f"{second}: {c.log_batches(second, topic, 0)[-3:]}")
+    wait_until(
+        lambda: _identical(c, topic, [first, second]),
+        timeout=15,
+        message=lambda: (
+            f"identical logs: {first}: {c.log_batches(first, topic, 0)[-3:]} "
+            f"{second}: {c.log_batches(second, topic, 0)[-3:]}"
+        ),
+    )
     values = _values(c, topic)
     r1 = [encode_value("r1", i) for i in range(40)]
     r2 = [encode_value("r2", i) for i in range(25)]

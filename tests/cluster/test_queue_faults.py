@@ -7,6 +7,7 @@ Each seed chooses the partition whose leader dies first, the second victim, the 
 between faults, and whether the second kill waits for the first victim to be back in every ISR (if not, the ISR may
 stay at one replica for a while: writes must then wait, not be lost).
 """
+
 from __future__ import annotations
 
 import random
@@ -56,8 +57,10 @@ def test_acked_records_survive_leader_kill_restart_and_second_kill(cluster_facto
 
     reads = read_all(c.bootstrap, topic, PARTITIONS, history=prod.history)
     verdict = check(prod.history, reads)
-    line = (f"seed {seed}: killed {first} (leader of p{p}), then {second} "
-            f"({'after' if full_isr_first else 'without waiting for'} full ISR): {verdict.summary()}")
+    line = (
+        f"seed {seed}: killed {first} (leader of p{p}), then {second} "
+        f"({'after' if full_isr_first else 'without waiting for'} full ISR): {verdict.summary()}"
+    )
     queue_report(line)
     assert verdict.ok, f"{line}\n{verdict.report()}"
     assert not prod.errors(), f"{line}\nproduce errors: {prod.errors()[:5]}"

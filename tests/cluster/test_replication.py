@@ -12,6 +12,7 @@
 * What a follower answers (Produce v10+/Fetch v12+ name the leader, Fetch v16+ with its endpoint), and the leader
   epoch fencing of Fetch/ListOffsets/OffsetForLeaderEpoch across a leader change.
 """
+
 from __future__ import annotations
 
 import re
@@ -69,13 +70,16 @@ def test_killed_follower_leaves_the_isr_and_rejoins_after_restart(cluster_factor
         part = f'{{partition="0",topic="{topic}"}}'
         assert metric(c, leader, f"strata_partition_in_sync_replicas_count{part}") == 2
         assert metric(c, leader, f"strata_partition_replicas_count{part}") == 3
-        assert metric(c, leader, f"strata_partition_under_min_isr{part}") == 0     # 2 >= min.insync.replicas
+        assert metric(c, leader, f"strata_partition_under_min_isr{part}") == 0  # 2 >= min.insync.replicas
         assert metric(c, leader, "strata_replica_manager_under_replicated_partitions") >= 1
-        prod.wait_acked(200)                             # acks=-1 goes on with two in-sync replicas
+        prod.wait_acked(200)  # acks=-1 goes on with two in-sync replicas
         c.start(follower)
-        c.wait_isr(topic, 0, set(c.ids))                 # caught up (truncating first) and added back
-        wait_until(lambda: metric(c, leader, f"strata_partition_in_sync_replicas_count{part}") == 3, timeout=10,
-                   message="the leader's ISR gauge back at 3")
+        c.wait_isr(topic, 0, set(c.ids))  # caught up (truncating first) and added back
+        wait_until(
+            lambda: metric(c, leader, f"strata_partition_in_sync_replicas_count{part}") == 3,
+            timeout=10,
+            message="the leader's ISR gauge back at 3",
+        )
         assert metric(c, leader, "strata_replica_manager_isr_expands_total") >= expands + 1
         prod.wait_acked(100)
     finally:
@@ -84,8 +88,11 @@ def test_killed_follower_leaves_the_isr_and_rejoins_after_restart(cluster_factor
     assert verdict.ok, verdict.report()
     assert not prod.errors(), prod.errors()[:5]
     wait_until(lambda: identical_logs(c, topic, c.ids), timeout=15, message="replicas identical")
-    wait_until(lambda: metric(c, leader, "strata_replica_manager_under_replicated_partitions") == 0, timeout=10,
-               message="no under-replicated partition left")
+    wait_until(
+        lambda: metric(c, leader, "strata_replica_manager_under_replicated_partitions") == 0,
+        timeout=10,
+        message="no under-replicated partition left",
+    )
 
 
 def test_acks_all_does_not_wait_for_a_dead_follower_taken_out_of_the_isr(cluster_factory) -> None:
@@ -104,8 +111,9 @@ def test_acks_all_does_not_wait_for_a_dead_follower_taken_out_of_the_isr(cluster
     c.kill9(follower)
     c.wait_isr(topic, 0, set(c.ids) - {follower})
     assert c.leader_of(topic, 0) == leader
-    delivered = produce_all(c.bootstrap, topic, [Rec(0, None, f"after-{i}".encode()) for i in range(10)],
-                            timeout=30, **acks_all)
+    delivered = produce_all(
+        c.bootstrap, topic, [Rec(0, None, f"after-{i}".encode()) for i in range(10)], timeout=30, **acks_all
+    )
     assert [o for _, o in delivered] == list(range(1, 11))
 
 
@@ -143,8 +151,11 @@ def test_new_partition_is_replicated_without_waiting_out_the_parked_follower_fet
     c.create_topic("repl-idle", replica_assignment=[[1, 2, 3]])
     with WireClient.connect(c.broker(1).bootstrap) as w:
         assert w.produce("repl-idle", 0, build_batch([b"warm"])).responses[0].partition_responses[0].error_code == 0
-        wait_until(lambda: metric(c, 1, 'strata_purgatory_size{purgatory="Fetch"}') >= 2, timeout=10,
-                   message="both followers' fetches parked on the leader")
+        wait_until(
+            lambda: metric(c, 1, 'strata_purgatory_size{purgatory="Fetch"}') >= 2,
+            timeout=10,
+            message="both followers' fetches parked on the leader",
+        )
         c.create_topic("repl-new", replica_assignment=[[1, 2, 3]])
         pr = w.produce("repl-new", 0, build_batch([b"first"]), timeout_ms=10000).responses[0].partition_responses[0]
     assert pr.error_code == 0, f"acks=-1 produce to the new topic failed with error {pr.error_code}"
@@ -160,8 +171,15 @@ def test_followers_name_the_leader_and_stale_epochs_are_fenced(cluster_factory) 
     epoch = c.epoch_of(topic, 0)
     fb = c.broker(follower).bootstrap
     P = REQUEST_CLASSES[0].TopicProduceData
-    r = call(fb, 0, 11, transactional_id=None, acks=-1, timeout_ms=5000, topic_data=[P(
-        name=topic, partition_data=[P.PartitionProduceData(index=0, records=build_batch([b"x"]))])])
+    r = call(
+        fb,
+        0,
+        11,
+        transactional_id=None,
+        acks=-1,
+        timeout_ms=5000,
+        topic_data=[P(name=topic, partition_data=[P.PartitionProduceData(index=0, records=build_batch([b"x"]))])],
+    )
     pr = r.responses[0].partition_responses[0]
     assert pr.error_code == NOT_LEADER
     assert (pr.current_leader.leader_id, pr.current_leader.leader_epoch) == (leader, epoch)
@@ -173,11 +191,35 @@ def test_followers_name_the_leader_and_stale_epochs_are_fenced(cluster_factory) 
 
     def fetch(bootstrap: str, current_epoch: int, version: int = 16) -> Any:
         T = REQUEST_CLASSES[1].FetchTopic
-        resp = call(bootstrap, 1, version, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0,
-                    session_id=0, session_epoch=-1, replica_id=-1, topics=[T(topic_id=topic_id, partitions=[
-                        T.FetchPartition(partition=0, current_leader_epoch=current_epoch, fetch_offset=0,
-                                         last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20)])],
-                    forgotten_topics_data=[], rack_id="")
+        resp = call(
+            bootstrap,
+            1,
+            version,
+            max_wait_ms=0,
+            min_bytes=0,
+            max_bytes=1 << 20,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            replica_id=-1,
+            topics=[
+                T(
+                    topic_id=topic_id,
+                    partitions=[
+                        T.FetchPartition(
+                            partition=0,
+                            current_leader_epoch=current_epoch,
+                            fetch_offset=0,
+                            last_fetched_epoch=-1,
+                            log_start_offset=-1,
+                            partition_max_bytes=1 << 20,
+                        )
+                    ],
+                )
+            ],
+            forgotten_topics_data=[],
+            rack_id="",
+        )
         return resp, resp.responses[0].partitions[0]
 
     resp, pd = fetch(fb, epoch)
@@ -188,23 +230,44 @@ def test_followers_name_the_leader_and_stale_epochs_are_fenced(cluster_factory) 
     c.kill9(leader)
     new = c.wait_leader(topic, 0, not_in=[leader])
     new_epoch = c.epoch_of(topic, 0)
-    wait_until(lambda: fetch(c.broker(new).bootstrap, new_epoch)[1].error_code == 0, timeout=10,
-               message="the new leader serves its epoch")
+    wait_until(
+        lambda: fetch(c.broker(new).bootstrap, new_epoch)[1].error_code == 0,
+        timeout=10,
+        message="the new leader serves its epoch",
+    )
     _, stale = fetch(c.broker(new).bootstrap, epoch)
     assert stale.error_code == FENCED and stale.current_leader.leader_epoch == new_epoch
     assert fetch(c.broker(new).bootstrap, new_epoch + 1)[1].error_code == UNKNOWN_EPOCH
     T = REQUEST_CLASSES[23].OffsetForLeaderTopic
-    r = call(c.broker(new).bootstrap, 23, 4, replica_id=-1, topics=[T(topic=topic, partitions=[
-        T.OffsetForLeaderPartition(partition=0, current_leader_epoch=new_epoch, leader_epoch=epoch),
-        ])])
+    r = call(
+        c.broker(new).bootstrap,
+        23,
+        4,
+        replica_id=-1,
+        topics=[
+            T(
+                topic=topic,
+                partitions=[
+                    T.OffsetForLeaderPartition(partition=0, current_leader_epoch=new_epoch, leader_epoch=epoch),
+                ],
+            )
+        ],
+    )
     p = r.topics[0].partitions[0]
-    assert p.error_code == 0 and p.leader_epoch == epoch and p.end_offset == 0     # nothing was written in it
+    assert p.error_code == 0 and p.leader_epoch == epoch and p.end_offset == 0  # nothing was written in it
     # with one replica left of three, min.insync.replicas=2 refuses acks=-1 before appending
     other = next(i for i in c.ids if i not in (leader, new))
     c.kill9(other)
     c.wait_isr(topic, 0, {new}, timeout=30)
-    r = call(c.broker(new).bootstrap, 0, 9, transactional_id=None, acks=-1, timeout_ms=5000, topic_data=[P(
-        name=topic, partition_data=[P.PartitionProduceData(index=0, records=build_batch([b"y"]))])])
+    r = call(
+        c.broker(new).bootstrap,
+        0,
+        9,
+        transactional_id=None,
+        acks=-1,
+        timeout_ms=5000,
+        topic_data=[P(name=topic, partition_data=[P.PartitionProduceData(index=0, records=build_batch([b"y"]))])],
+    )
     assert r.responses[0].partition_responses[0].error_code == NOT_ENOUGH_REPLICAS
 
 
@@ -219,13 +282,21 @@ def test_reassignment_copies_the_log_to_the_new_replica_and_removes_the_old_one(
             assert r.responses[0].partition_responses[0].error_code == 0
     assert c.partition_dir(1, "moving", 0).is_dir()
     AR = REQUEST_CLASSES[45].ReassignableTopic
-    r = call(c.broker(3).bootstrap, 45, 0, timeout_ms=5000, topics=[AR(name="moving", partitions=[
-        AR.ReassignablePartition(partition_index=0, replicas=[2, 3])])])
+    r = call(
+        c.broker(3).bootstrap,
+        45,
+        0,
+        timeout_ms=5000,
+        topics=[AR(name="moving", partitions=[AR.ReassignablePartition(partition_index=0, replicas=[2, 3])])],
+    )
     assert r.error_code == 0 and r.responses[0].partitions[0].error_code == 0
-    wait_until(lambda: sorted(c.replicas_of("moving", 0)) == [2, 3] and c.isr_of("moving", 0) == {2, 3},
-               timeout=30, message="reassignment completed")
+    wait_until(
+        lambda: sorted(c.replicas_of("moving", 0)) == [2, 3] and c.isr_of("moving", 0) == {2, 3},
+        timeout=30,
+        message="reassignment completed",
+    )
     listed = call(c.broker(2).bootstrap, 46, 0, timeout_ms=5000, topics=None)
-    assert [t.name for t in listed.topics] == []                         # nothing in progress
+    assert [t.name for t in listed.topics] == []  # nothing in progress
     wait_until(lambda: identical_logs(c, "moving", [2, 3]), timeout=15, message="broker 3 holds the same log")
     assert sum(b.last_offset - b.base_offset + 1 for b in c.log_batches(3, "moving", 0)) == 200
     wait_until(lambda: not c.partition_dir(1, "moving", 0).exists(), timeout=15, message="broker 1 deleted its log")

@@ -15,6 +15,7 @@ available (its partitions are not elected uncleanly, as in Kafka, so they need a
    the lineage of the second election survives (even where the other side's upload replaced its segment in the
    RLMM's epoch map), and a follower that lost its disk rebuilds from the segment carrying that lineage.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -46,8 +47,11 @@ def _checkpoint(c: StrataCluster, i: int) -> str:
 
 
 def _same_checkpoints(c: StrataCluster, i: int, j: int) -> bool:
-    return wait_until(lambda: _checkpoint(c, i) == _checkpoint(c, j), timeout=30,
-                      message=lambda: f"{i}: {_checkpoint(c, i)!r} {j}: {_checkpoint(c, j)!r}")
+    return wait_until(
+        lambda: _checkpoint(c, i) == _checkpoint(c, j),
+        timeout=30,
+        message=lambda: f"{i}: {_checkpoint(c, i)!r} {j}: {_checkpoint(c, j)!r}",
+    )
 
 
 def _chain(c: StrataCluster, epoch: int) -> tuple[int, int]:
@@ -61,12 +65,16 @@ def _chain(c: StrataCluster, epoch: int) -> tuple[int, int]:
 
 
 def test_scenario3_multiple_hard_failures_consumers_read_the_surviving_lineage_from_remote(
-        cluster_factory: Callable[..., StrataCluster], moto: MotoServer) -> None:
-    common = 30          # what B keeps after its power loss
+    cluster_factory: Callable[..., StrataCluster], moto: MotoServer
+) -> None:
+    common = 30  # what B keeps after its power loss
     # A rolls (and so tiers) 4 KiB segments; B keeps one big unflushed segment until it restarts, so that a power
     # loss can cost it offsets that A has already copied to remote storage.
-    c = cluster_factory(2, overrides={**TIERED_CLUSTER, **s3_overrides(moto)},
-                        broker_overrides={A: {"log.segment.bytes": 4096}, B: {"log.segment.bytes": 1 << 30}})
+    c = cluster_factory(
+        2,
+        overrides={**TIERED_CLUSTER, **s3_overrides(moto)},
+        broker_overrides={A: {"log.segment.bytes": 4096}, B: {"log.segment.bytes": 1 << 30}},
+    )
 
     def b_chain_covers(c: StrataCluster, m: Memory) -> None:
         start, end = _chain(c, m["epoch"])
@@ -76,15 +84,18 @@ def test_scenario3_multiple_hard_failures_consumers_read_the_surviving_lineage_f
         return any(s.leader_epochs == {0: s.start_offset} and s.end_offset >= common for s in copied_segments(c, TOPIC))
 
     survivors = [("r1", 0, common), ("r3", 0, 150)]
-    (ClusterScenario("multiple hard failures", TOPIC)
+    (
+        ClusterScenario("multiple hard failures", TOPIC)
         .replicate_metadata_topic()
         .create_topic([A, B], **{"remote.storage.enable": True})
         .expect_leader(A)
-        .produce("r1", 120, expect_start=0)                      # epoch 0 on both replicas
+        .produce("r1", 120, expect_start=0)  # epoch 0 on both replicas
         .wait_tiered_past(common + 40, remember="old_tiered")
-        .kill(A).expect_leader(B)
-        .kill(B).power_loss(B, keep=common)
-        .start(B, log_segment_bytes=4096)                        # the last ISR member: elected, its log ends at 30
+        .kill(A)
+        .expect_leader(B)
+        .kill(B)
+        .power_loss(B, keep=common)
+        .start(B, log_segment_bytes=4096)  # the last ISR member: elected, its log ends at 30
         .expect_leader(B, remember="epoch")
         .produce("r3", 150, expect_start=common)
         .wait_tiered_past(lambda m: m["old_tiered"] + 40, remember="new_tiered")
@@ -94,15 +105,19 @@ def test_scenario3_multiple_hard_failures_consumers_read_the_surviving_lineage_f
         .expect_read(survivors, remote_via=B)
         # A comes back: it truncates its epoch 0 to where B's ends, rebuilds below B's local start from remote
         # storage, and once it leads serves the same history through its own lineage.
-        .start(A).expect_isr({A, B})
+        .start(A)
+        .expect_isr({A, B})
         .expect("A's leader-epoch checkpoint equals B's", lambda c, m: _same_checkpoints(c, A, B))
-        .kill(B).expect_leader(A)
+        .kill(B)
+        .expect_leader(A)
         .expect_read(survivors, remote_via=A)
-        .run(c))
+        .run(c)
+    )
 
 
 def test_scenario4_unclean_election_fetch_selects_the_surviving_segment_and_rejects_the_lost_epoch(
-        cluster_factory: Callable[..., StrataCluster], moto: MotoServer) -> None:
+    cluster_factory: Callable[..., StrataCluster], moto: MotoServer
+) -> None:
     c = cluster_factory(3, overrides={**TIERED_CLUSTER, **s3_overrides(moto)})
 
     def consumer_on_a_read_epoch0(c: StrataCluster, m: Memory) -> None:
@@ -123,29 +138,37 @@ def test_scenario4_unclean_election_fetch_selects_the_surviving_segment_and_reje
         assert epoch_end_offset(c, B, TOPIC, 0) == (0, 0, 40)
         assert fetch(c, B, TOPIC, 100, current_leader_epoch=m["epoch"] - 1).error_code == FENCED_LEADER_EPOCH
 
-    (ClusterScenario("unclean election with truncation", TOPIC)
+    (
+        ClusterScenario("unclean election with truncation", TOPIC)
         .replicate_metadata_topic()
         .create_topic([A, B], **UNCLEAN)
-        .produce("r1", 40, expect_start=0)                       # both replicas
-        .stop(B).expect_isr({A}, timeout=30)
-        .produce("r2", 120, expect_start=40)                     # A alone, epoch 0
+        .produce("r1", 40, expect_start=0)  # both replicas
+        .stop(B)
+        .expect_isr({A}, timeout=30)
+        .produce("r2", 120, expect_start=40)  # A alone, epoch 0
         .wait_tiered_past(100, remember="old_tiered")
         .expect("a consumer reads A's epoch-0 records up to 99", consumer_on_a_read_epoch0)
-        .kill(A).start(B)                                        # out of sync, elected because unclean is allowed
+        .kill(A)
+        .start(B)  # out of sync, elected because unclean is allowed
         .expect_leader(B, remember="epoch")
         .produce("r3", 150, expect_start=40)
         .wait_tiered_past(lambda m: m["old_tiered"] + 40)
         .drop_local_copies(lambda m: m["old_tiered"])
         .expect("offset 100 is in both lineages in remote storage: B serves its own", b_serves_its_own_offset_100)
-        .expect("a fetch positioned after epoch-0 records is told epoch 0 ended at 40 here; an old leader epoch "
-                "is fenced", lost_epoch_is_rejected)
-        .start(A).expect_isr({A, B})                             # A truncates to 40 and follows
+        .expect(
+            "a fetch positioned after epoch-0 records is told epoch 0 ended at 40 here; an old leader epoch is fenced",
+            lost_epoch_is_rejected,
+        )
+        .start(A)
+        .expect_isr({A, B})  # A truncates to 40 and follows
         .expect_read([("r1", 0, 40), ("r3", 0, 150)])
-        .run(c))
+        .run(c)
+    )
 
 
 def test_scenario5_divergence_in_remote_storage_after_two_unclean_elections(
-        cluster_factory: Callable[..., StrataCluster], moto: MotoServer) -> None:
+    cluster_factory: Callable[..., StrataCluster], moto: MotoServer
+) -> None:
     c = cluster_factory(3, overrides={**TIERED_CLUSTER, **s3_overrides(moto)})
 
     def b_lineage_in_remote(c: StrataCluster, m: Memory) -> bool:
@@ -159,18 +182,22 @@ def test_scenario5_divergence_in_remote_storage_after_two_unclean_elections(
         assert str(m["b_epoch"]) not in epochs, epochs
 
     survivors = [("r1", 0, 40), ("r2", 0, 120), ("r4", 0, 150)]
-    (ClusterScenario("two unclean elections", TOPIC)
+    (
+        ClusterScenario("two unclean elections", TOPIC)
         .replicate_metadata_topic()
         .create_topic([A, B], **UNCLEAN)
         .produce("r1", 40, expect_start=0)
-        .stop(B).expect_isr({A}, timeout=30)
-        .produce("r2", 120, expect_start=40)                     # A's lineage: epoch 0 up to 159
+        .stop(B)
+        .expect_isr({A}, timeout=30)
+        .produce("r2", 120, expect_start=40)  # A's lineage: epoch 0 up to 159
         .wait_tiered_past(100)
-        .kill(A).start(B)                                        # first unclean election: B writes r3 at 40..
+        .kill(A)
+        .start(B)  # first unclean election: B writes r3 at 40..
         .expect_leader(B, remember="b_epoch")
         .produce("r3", 150, expect_start=40)
         .wait_tiered_past(120)
-        .kill(B).start(A)                                        # second unclean election: A's lineage survives
+        .kill(B)
+        .start(A)  # second unclean election: A's lineage survives
         .expect_leader(A, remember="a_epoch")
         .expect("A's epoch is newer", lambda c, m: m["a_epoch"] > m["b_epoch"])
         .produce("r4", 150, expect_start=160)
@@ -179,8 +206,12 @@ def test_scenario5_divergence_in_remote_storage_after_two_unclean_elections(
         .drop_local_copies(190)
         .expect_read(survivors, remote_via=A)
         # B lost its disk: it rebuilds from the segment of A's lineage below A's local start and converges on A.
-        .wipe(B).start(B).expect_isr({A, B})
+        .wipe(B)
+        .start(B)
+        .expect_isr({A, B})
         .expect("B rebuilt from remote storage with A's lineage", b_rebuilt_from_remote)
-        .kill(A).expect_leader(B)
+        .kill(A)
+        .expect_leader(B)
         .expect_read(survivors)
-        .run(c))
+        .run(c)
+    )

@@ -7,6 +7,7 @@ COPY_SEGMENT_FINISHED segments listed by the RLMM form one chain from offset 0 t
 and no overlap, and every acknowledged record reads back from offset 0 through the remote segments. Followers delete
 their local copies of what was tiered as the leader does.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -49,32 +50,50 @@ def _tiered_end(c: StrataCluster) -> int:
 def _offsets(c: StrataCluster) -> dict[str, int]:
     admin = AdminClient(c.bootstrap, timeout=10)
     try:
-        return {"latest-tiered": admin.list_offsets(TOPIC, [0], LATEST_TIERED)[0],
-                "earliest-local": admin.list_offsets(TOPIC, [0], EARLIEST_LOCAL)[0]}
+        return {
+            "latest-tiered": admin.list_offsets(TOPIC, [0], LATEST_TIERED)[0],
+            "earliest-local": admin.list_offsets(TOPIC, [0], EARLIEST_LOCAL)[0],
+        }
     finally:
         admin.close()
 
 
 def test_leader_failover_under_load_leaves_one_gapless_remote_chain(
-        cluster_factory: Callable[..., StrataCluster], moto: MotoServer) -> None:
+    cluster_factory: Callable[..., StrataCluster], moto: MotoServer
+) -> None:
     c = cluster_factory(3, overrides={**TIERED, **s3_overrides(moto)})
-    c.create_topic(TOPIC, replica_assignment=[[1, 2, 3]],
-                   config={"remote.storage.enable": True, "segment.bytes": 64 * 1024, "local.retention.bytes": 1,
-                           "min.insync.replicas": 2})
+    c.create_topic(
+        TOPIC,
+        replica_assignment=[[1, 2, 3]],
+        config={
+            "remote.storage.enable": True,
+            "segment.bytes": 64 * 1024,
+            "local.retention.bytes": 1,
+            "min.insync.replicas": 2,
+        },
+    )
     c.wait_isr(TOPIC, 0, {1, 2, 3})
     # batches well below segment.bytes, also when the producer catches up after the failover (a larger batch is
     # RECORD_LIST_TOO_LARGE, as in Kafka)
     prod = ContinuousProducer(c.bootstrap, TOPIC, 1, name="tf", rate=400, conf={"batch.size": 8192}).start()
     try:
-        wait_until(lambda: len(_finished(c)) >= 3, timeout=90, interval=0.2,
-                   message=lambda: f"segments tiered by the first leader: {len(_finished(c))}")
+        wait_until(
+            lambda: len(_finished(c)) >= 3,
+            timeout=90,
+            interval=0.2,
+            message=lambda: f"segments tiered by the first leader: {len(_finished(c))}",
+        )
         before = _tiered_end(c)
         c.kill9(1)
         new_leader = c.wait_leader(TOPIC, 0, not_in=[1], timeout=30)
         prod.wait_acked(400)
         # the new leader tiers on from where the remote log ended
-        wait_until(lambda: sum(s.start_offset > before for s in _finished(c)) >= 2, timeout=90, interval=0.2,
-                   message=lambda: f"remote log end {_tiered_end(c)}, was {before} at the failover")
+        wait_until(
+            lambda: sum(s.start_offset > before for s in _finished(c)) >= 2,
+            timeout=90,
+            interval=0.2,
+            message=lambda: f"remote log end {_tiered_end(c)}, was {before} at the failover",
+        )
         c.start(1)
         c.wait_isr(TOPIC, 0, {1, 2, 3}, timeout=60)
         prod.wait_acked(200)
@@ -95,6 +114,7 @@ def test_leader_failover_under_load_leaves_one_gapless_remote_chain(
 
     def chain() -> list[tuple[int, int]]:
         return [(s.start_offset, s.end_offset) for s in sorted(_finished(c), key=lambda s: s.start_offset)]
+
     wait_until(settled, timeout=90, interval=0.3, message=lambda: f"offsets {_offsets(c)}, chain {chain()}")
     end = _offsets(c)["latest-tiered"]
     assert end > before, (end, before)
@@ -107,9 +127,15 @@ def test_leader_failover_under_load_leaves_one_gapless_remote_chain(
     def first_local(i: int) -> int:
         d = c.partition_dir(i, TOPIC, 0)
         return min(int(p.name[:-4]) for p in d.glob("*.log"))
-    wait_until(lambda: all(first_local(i) > before for i in followers), timeout=60,
-               message=lambda: f"followers' first local offsets {[first_local(i) for i in followers]}, "
-                               f"tiered up to {before} at the failover")
+
+    wait_until(
+        lambda: all(first_local(i) > before for i in followers),
+        timeout=60,
+        message=lambda: (
+            f"followers' first local offsets {[first_local(i) for i in followers]}, "
+            f"tiered up to {before} at the failover"
+        ),
+    )
 
     verdict = check(prod.history, read_all(c.bootstrap, TOPIC, 1, history=prod.history))
     assert verdict.ok, verdict.report()

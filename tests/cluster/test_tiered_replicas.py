@@ -15,6 +15,7 @@ producer state, log start) from remote storage instead of copying what the leade
 In all, consumers read every record from offset 0 after failing over to the rebuilt follower (remote reads through its
 RLMM subscription and its highest offset in remote storage).
 """
+
 from __future__ import annotations
 
 import re
@@ -27,7 +28,7 @@ from tests.support.s3_servers import MotoServer
 from tests.support.waiting import wait_until
 
 TOPIC = "tiered-rf2"
-BEFORE = 60          # records both replicas have before the follower stops
+BEFORE = 60  # records both replicas have before the follower stops
 MIN_TOTAL = 400
 VALUE = b"x" * 200
 
@@ -36,11 +37,17 @@ TIERED = {**TIERED_CLUSTER, "offsets.topic.replication.factor": 2, "default.repl
 
 def _produce(c: StrataCluster, start: int, end: int, acks: str) -> None:
     from confluent_kafka import Producer
+
     p = Producer({"bootstrap.servers": c.bootstrap, "acks": acks, "linger.ms": 0, "log_level": 3})
     errors: list[object] = []
     for i in range(start, end):
-        p.produce(TOPIC, key=str(i).encode(), value=b"%06d" % i + VALUE, partition=0,
-                  on_delivery=lambda err, _m: errors.append(err) if err else None)
+        p.produce(
+            TOPIC,
+            key=str(i).encode(),
+            value=b"%06d" % i + VALUE,
+            partition=0,
+            on_delivery=lambda err, _m: errors.append(err) if err else None,
+        )
         if i % 10 == 9:
             p.flush(30)
     assert p.flush(30) == 0
@@ -49,8 +56,10 @@ def _produce(c: StrataCluster, start: int, end: int, acks: str) -> None:
 
 def _consume_all(c: StrataCluster, n: int) -> list[bytes]:
     from confluent_kafka import Consumer, TopicPartition
-    cons = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "g-tiered-rf2", "enable.auto.commit": False,
-                     "log_level": 3})
+
+    cons = Consumer(
+        {"bootstrap.servers": c.bootstrap, "group.id": "g-tiered-rf2", "enable.auto.commit": False, "log_level": 3}
+    )
     try:
         cons.assign([TopicPartition(TOPIC, 0, 0)])
         out: list[bytes] = []
@@ -60,6 +69,7 @@ def _consume_all(c: StrataCluster, n: int) -> list[bytes]:
             if m is not None and m.error() is None:
                 out.append(m.value())
             return len(out) >= n
+
         wait_until(more, timeout=90, interval=0)
         return out
     finally:
@@ -80,8 +90,9 @@ def _checkpoint(c: StrataCluster, i: int) -> str:
     return (c.partition_dir(i, TOPIC, 0) / "leader-epoch-checkpoint").read_text()
 
 
-def _scenario(cluster_factory: Callable[..., StrataCluster], moto: MotoServer, wipe: bool,
-              kip1023: bool = False) -> None:
+def _scenario(
+    cluster_factory: Callable[..., StrataCluster], moto: MotoServer, wipe: bool, kip1023: bool = False
+) -> None:
     overrides = {**TIERED, **s3_overrides(moto), "follower.fetch.last.tiered.offset.enable": kip1023}
     c = cluster_factory(size=2, overrides=overrides)
     # With KIP-1023 the leader keeps several already-tiered segments locally, so "last tiered offset + 1" and the
@@ -101,16 +112,19 @@ def _scenario(cluster_factory: Callable[..., StrataCluster], moto: MotoServer, w
             _produce(c, m["total"], m["total"] + 20, "1")
             m["total"] += 20
             return False
+
         wait_until(past, timeout=90, interval=0, message=lambda: f"leader's local segments {_local_bases(c, 1)}")
 
     def settle(c: StrataCluster, m: Memory) -> None:
         """Nothing more to copy or delete locally: the leader's earliest local offset stays put during the rebuild."""
+
         def settled() -> bool:
             bases = _local_bases(c, 1)
             tiered = _tiered_bases(c)
             d = c.partition_dir(1, TOPIC, 0)
             sizes = [(d / f"{b:020d}.log").stat().st_size for b in bases]
             return len(bases) >= 3 and bool(tiered) and max(tiered) == bases[-2] and sum(sizes[1:]) <= local_bytes
+
         wait_until(settled, timeout=60, message=lambda: f"leader's local segments {_local_bases(c, 1)}")
         m["settled_local"] = _local_bases(c, 1)
 
@@ -137,37 +151,48 @@ def _scenario(cluster_factory: Callable[..., StrataCluster], moto: MotoServer, w
         n = m["total"]
         assert _consume_all(c, n)[:n] == [b"%06d" % i + VALUE for i in range(n)]
 
-    sc = (ClusterScenario("brand-new follower" if wipe else "out-of-sync follower", TOPIC)
-          .replicate_metadata_topic()
-          .create_topic([1, 2], **{"remote.storage.enable": True, "local.retention.bytes": local_bytes,
-                                   "segment.bytes": 4096})
-          .do(f"produce {BEFORE} records with acks=all", lambda c, m: _produce(c, 0, BEFORE, "all"))
-          .expect_isr({1, 2}).expect_leader(1)
-          .stop(2))
+    sc = (
+        ClusterScenario("brand-new follower" if wipe else "out-of-sync follower", TOPIC)
+        .replicate_metadata_topic()
+        .create_topic(
+            [1, 2], **{"remote.storage.enable": True, "local.retention.bytes": local_bytes, "segment.bytes": 4096}
+        )
+        .do(f"produce {BEFORE} records with acks=all", lambda c, m: _produce(c, 0, BEFORE, "all"))
+        .expect_isr({1, 2})
+        .expect_leader(1)
+        .stop(2)
+    )
     if wipe:
-        sc.wipe(2)                                           # a brand-new, empty replica
+        sc.wipe(2)  # a brand-new, empty replica
     sc.expect_isr({1}, timeout=30).do("produce until the leader tiered past the follower", tier_past_follower)
     if kip1023:
         sc.do("let the leader settle", settle)
-    (sc.start(2).expect_isr({1, 2})
-       .expect("the follower rebuilt from remote storage instead of copying tiered data", rebuilt_not_copied)
-       .expect("its leader-epoch checkpoint equals the leader's", same_checkpoint)
-       # Fail over to the rebuilt follower: everything, tiered or not, is still readable from offset 0.
-       .kill(1).expect_leader(2)
-       .expect("every record reads back from offset 0", everything_from_0)
-       .run(c))
+    (
+        sc.start(2)
+        .expect_isr({1, 2})
+        .expect("the follower rebuilt from remote storage instead of copying tiered data", rebuilt_not_copied)
+        .expect("its leader-epoch checkpoint equals the leader's", same_checkpoint)
+        # Fail over to the rebuilt follower: everything, tiered or not, is still readable from offset 0.
+        .kill(1)
+        .expect_leader(2)
+        .expect("every record reads back from offset 0", everything_from_0)
+        .run(c)
+    )
 
 
 def test_brand_new_follower_rebuilds_aux_state_from_remote_and_serves_after_failover(
-        cluster_factory: Callable[..., StrataCluster], moto: MotoServer) -> None:
+    cluster_factory: Callable[..., StrataCluster], moto: MotoServer
+) -> None:
     _scenario(cluster_factory, moto, wipe=True)
 
 
 def test_out_of_sync_follower_truncates_fully_and_rebuilds_from_remote(
-        cluster_factory: Callable[..., StrataCluster], moto: MotoServer) -> None:
+    cluster_factory: Callable[..., StrataCluster], moto: MotoServer
+) -> None:
     _scenario(cluster_factory, moto, wipe=False)
 
 
 def test_kip1023_empty_follower_starts_past_the_last_tiered_offset(
-        cluster_factory: Callable[..., StrataCluster], moto: MotoServer) -> None:
+    cluster_factory: Callable[..., StrataCluster], moto: MotoServer
+) -> None:
     _scenario(cluster_factory, moto, wipe=True, kip1023=True)

@@ -2,6 +2,7 @@
 Kafka's controller does) and the RemotePartitionRemover on the leader of each partition's `__remote_log_metadata`
 partition deletes the remote data -- so it goes even when every replica of the topic is down, and a metadata
 partition that fails over meanwhile is finished by its new leader."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -23,26 +24,31 @@ from tests.support.waiting import wait_until
 
 TOPIC = "tiered-deleted"
 PARTITIONS = 6
-DOWN = 3          # the broker holding every replica of the topic
+DOWN = 3  # the broker holding every replica of the topic
 
 
 def test_remote_data_of_a_topic_whose_replicas_are_all_down_is_deleted_by_the_metadata_leaders(
-        cluster_factory: Callable[..., StrataCluster], moto: MotoServer) -> None:
+    cluster_factory: Callable[..., StrataCluster], moto: MotoServer
+) -> None:
     s3 = s3_overrides(moto)
     prefix = str(s3["rsm.config.key.prefix"])
     c = cluster_factory(3, overrides={**TIERED_CLUSTER, **s3, "remote.partition.remover.task.interval.ms": 60000})
     replicate_metadata_topic(c)
-    c.create_topic(TOPIC, replica_assignment=[[DOWN]] * PARTITIONS,
-                   config={"remote.storage.enable": True, "segment.bytes": 4096})
-    produce_all(c.bootstrap, TOPIC, [Rec(p, None, encode_value(f"p{p}", i, 200))
-                                     for p in range(PARTITIONS) for i in range(60)],
-                **{"linger.ms": 5, "batch.size": 2048})
+    c.create_topic(
+        TOPIC, replica_assignment=[[DOWN]] * PARTITIONS, config={"remote.storage.enable": True, "segment.bytes": 4096}
+    )
+    produce_all(
+        c.bootstrap,
+        TOPIC,
+        [Rec(p, None, encode_value(f"p{p}", i, 200)) for p in range(PARTITIONS) for i in range(60)],
+        **{"linger.ms": 5, "batch.size": 2048},
+    )
 
     wait_tiered_everywhere(c, TOPIC, PARTITIONS)
     topic_prefix = f"{prefix}{TOPIC}-"
     assert moto.keys(topic_prefix)
 
-    c.kill9(DOWN)                                  # every replica down; some metadata partitions fail over too
+    c.kill9(DOWN)  # every replica down; some metadata partitions fail over too
     with AdminClient(c.bootstrap, timeout=30) as admin:
         admin.delete_topic(TOPIC)
 
@@ -51,9 +57,16 @@ def test_remote_data_of_a_topic_whose_replicas_are_all_down_is_deleted_by_the_me
         states = {p: hist for (t, p, _), hist in st.partition_deletes.items() if t == TOPIC}
         done = len(states) == PARTITIONS and all(h[-1] == "DELETE_PARTITION_FINISHED" for h in states.values())
         return states if done and not moto.keys(topic_prefix) else None
-    states = wait_until(deleted, timeout=60, interval=0.5,
-                        message=lambda: f"partition delete states {remote_log_state(c.bootstrap).partition_deletes}, "
-                                        f"objects left {len(moto.keys(topic_prefix))}")
+
+    states = wait_until(
+        deleted,
+        timeout=60,
+        interval=0.5,
+        message=lambda: (
+            f"partition delete states {remote_log_state(c.bootstrap).partition_deletes}, "
+            f"objects left {len(moto.keys(topic_prefix))}"
+        ),
+    )
     for hist in states.values():
         assert hist[0] == "DELETE_PARTITION_MARKED" and "DELETE_PARTITION_STARTED" in hist, hist
     st = remote_log_state(c.bootstrap)
@@ -61,7 +74,8 @@ def test_remote_data_of_a_topic_whose_replicas_are_all_down_is_deleted_by_the_me
 
 
 def test_a_tiered_topic_deleted_while_its_replicas_were_down_is_removed_when_one_returns(
-        cluster_factory: Callable[..., StrataCluster], moto: MotoServer) -> None:
+    cluster_factory: Callable[..., StrataCluster], moto: MotoServer
+) -> None:
     """The broker that deletes a topic retries DELETE_PARTITION_MARKED until it is recorded -- but it may die first.
     Here the marks cannot be written at all (the topic's data and its remote log metadata live on broker 3 alone,
     which is down), then every other broker dies too: broker 3, finding the logs of a tiered topic deleted while it
@@ -71,21 +85,30 @@ def test_a_tiered_topic_deleted_while_its_replicas_were_down_is_removed_when_one
     topic_prefix = f"{s3['rsm.config.key.prefix']}{topic}-"
     c = cluster_factory(3, overrides={**TIERED_CLUSTER, **s3})
     replicate_metadata_topic(c, [DOWN])
-    c.create_topic(topic, replica_assignment=[[DOWN]] * 2,
-                   config={"remote.storage.enable": True, "segment.bytes": 4096})
-    produce_all(c.bootstrap, topic, [Rec(p, None, encode_value(f"p{p}", i, 200)) for p in range(2) for i in range(60)],
-                **{"linger.ms": 5, "batch.size": 2048})
+    c.create_topic(
+        topic, replica_assignment=[[DOWN]] * 2, config={"remote.storage.enable": True, "segment.bytes": 4096}
+    )
+    produce_all(
+        c.bootstrap,
+        topic,
+        [Rec(p, None, encode_value(f"p{p}", i, 200)) for p in range(2) for i in range(60)],
+        **{"linger.ms": 5, "batch.size": 2048},
+    )
     wait_tiered_everywhere(c, topic, 2)
     assert moto.keys(topic_prefix)
 
     c.kill9(DOWN)
     with AdminClient(c.bootstrap, timeout=30) as admin:
-        admin.delete_topic(topic)         # answered, though no metadata partition has a leader to take the marks
+        admin.delete_topic(topic)  # answered, though no metadata partition has a leader to take the marks
     for i in c.live_ids():
-        c.kill9(i)                        # the deleter dies with its retries
+        c.kill9(i)  # the deleter dies with its retries
     c.start(DOWN)
-    wait_until(lambda: not moto.keys(topic_prefix), timeout=60, interval=0.5,
-               message=lambda: f"objects left {len(moto.keys(topic_prefix))}")
+    wait_until(
+        lambda: not moto.keys(topic_prefix),
+        timeout=60,
+        interval=0.5,
+        message=lambda: f"objects left {len(moto.keys(topic_prefix))}",
+    )
     st = remote_log_state(c.broker(DOWN).bootstrap)
     states = {p: hist for (t, p, _), hist in st.partition_deletes.items() if t == topic}
     assert sorted(states) == [0, 1] and all(h[-1] == "DELETE_PARTITION_FINISHED" for h in states.values()), states

@@ -1,6 +1,7 @@
 """What the KIP-405 cluster scenarios share: broker settings for tiering on S3 (moto), `__remote_log_metadata` on every
 broker, producing named records to partition 0, and observing the partition through public surfaces (ListOffsets,
 the RLMM records, Prometheus, raw Fetch / OffsetForLeaderEpoch requests)."""
+
 from __future__ import annotations
 
 import re
@@ -20,7 +21,7 @@ from tests.support.s3_servers import MotoServer
 from tests.support.waiting import wait_until
 
 LATEST, EARLIEST_LOCAL, LATEST_TIERED = -1, -4, -5
-PAD = 200                       # value padding: a few records fill a 4 KiB segment
+PAD = 200  # value padding: a few records fill a 4 KiB segment
 
 # Tiering every 200 ms; `__remote_log_metadata` created with RF 1 (two brokers starting together with RF 2 can each
 # wait in startup for a metadata partition led by the other) and then given every broker (replicate_metadata_topic).
@@ -52,8 +53,16 @@ def replicate_metadata_topic(c: StrataCluster, replicas: list[int] | None = None
     replicas = list(replicas or c.ids)
     R = REQUEST_CLASSES[ApiKey.ALTER_PARTITION_REASSIGNMENTS]
     T = R.ReassignableTopic
-    req = R(version=0, timeout_ms=30000, topics=[T(name="__remote_log_metadata", partitions=[
-        T.ReassignablePartition(partition_index=i, replicas=replicas) for i in range(n)])])
+    req = R(
+        version=0,
+        timeout_ms=30000,
+        topics=[
+            T(
+                name="__remote_log_metadata",
+                partitions=[T.ReassignablePartition(partition_index=i, replicas=replicas) for i in range(n)],
+            )
+        ],
+    )
     with WireClient(c.broker(1).host, c.broker(1).port, timeout=30) as w:
         resp = w.recv(RESPONSE_CLASSES[ApiKey.ALTER_PARTITION_REASSIGNMENTS], 0, w.send(req))
     assert resp.error_code == 0
@@ -72,10 +81,17 @@ def produce(c: StrataCluster, topic: str, name: str, n: int) -> int:
     twice (and librdkafka may then acknowledge it without an offset), so they take the `n` offsets from the log end
     on. Returns the first of them."""
     start = list_offset(c, topic, LATEST)
-    produce_all(c.bootstrap, topic, [Rec(0, None, v) for v in values(name, n)],
-                **{"linger.ms": 0, "batch.num.messages": 1, "enable.idempotence": True})
-    wait_until(lambda: list_offset(c, topic, LATEST) == start + n, timeout=30,
-               message=lambda: f"high watermark {list_offset(c, topic, LATEST)} != {start} + {n}")
+    produce_all(
+        c.bootstrap,
+        topic,
+        [Rec(0, None, v) for v in values(name, n)],
+        **{"linger.ms": 0, "batch.num.messages": 1, "enable.idempotence": True},
+    )
+    wait_until(
+        lambda: list_offset(c, topic, LATEST) == start + n,
+        timeout=30,
+        message=lambda: f"high watermark {list_offset(c, topic, LATEST)} != {start} + {n}",
+    )
     return start
 
 
@@ -96,17 +112,23 @@ def copied_segments(c: StrataCluster, topic: str) -> list[RemoteSegment]:
 
 def wait_tiered_everywhere(c: StrataCluster, topic: str, partitions: int, timeout: float = 60.0) -> None:
     """Wait until every partition of `topic` has a copied segment by the RLMM records."""
+
     def tiered() -> bool:
         st = remote_log_state(c.bootstrap)
-        return all(any(s.state == "COPY_SEGMENT_FINISHED" for s in st.for_partition(topic, p))
-                   for p in range(partitions))
+        return all(
+            any(s.state == "COPY_SEGMENT_FINISHED" for s in st.for_partition(topic, p)) for p in range(partitions)
+        )
+
     wait_until(tiered, timeout=timeout, message="every partition has copied segments")
 
 
 def wait_tiered_past(c: StrataCluster, topic: str, offset: int, timeout: float = 60.0) -> int:
     """Wait until the leader's last tiered offset (ListOffsets -5) is at least `offset`; return it."""
-    return wait_until(lambda: (t := list_offset(c, topic, LATEST_TIERED)) >= offset and t, timeout=timeout,
-                      message=lambda: f"last tiered offset {list_offset(c, topic, LATEST_TIERED)} < {offset}")
+    return wait_until(
+        lambda: (t := list_offset(c, topic, LATEST_TIERED)) >= offset and t,
+        timeout=timeout,
+        message=lambda: f"last tiered offset {list_offset(c, topic, LATEST_TIERED)} < {offset}",
+    )
 
 
 def _counter(c: StrataCluster, i: int, name: str, topic: str) -> float:
@@ -131,22 +153,66 @@ def call(c: StrataCluster, i: int, api_key: int, version: int, **fields: Any) ->
         return w.recv(RESPONSE_CLASSES[api_key], version, w.send(REQUEST_CLASSES[api_key](version=version, **fields)))
 
 
-def fetch(c: StrataCluster, i: int, topic: str, offset: int, *, last_fetched_epoch: int = -1,
-          current_leader_epoch: int = -1, version: int = 12) -> Any:
+def fetch(
+    c: StrataCluster,
+    i: int,
+    topic: str,
+    offset: int,
+    *,
+    last_fetched_epoch: int = -1,
+    current_leader_epoch: int = -1,
+    version: int = 12,
+) -> Any:
     """A consumer's Fetch of partition 0 from broker i: the partition's response."""
     T = REQUEST_CLASSES[ApiKey.FETCH].FetchTopic
-    r = call(c, i, ApiKey.FETCH, version, replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
-             isolation_level=0, session_id=0, session_epoch=-1, topics=[T(topic=topic, partitions=[T.FetchPartition(
-                 partition=0, current_leader_epoch=current_leader_epoch, fetch_offset=offset,
-                 last_fetched_epoch=last_fetched_epoch, log_start_offset=-1, partition_max_bytes=1 << 20)])],
-             forgotten_topics_data=[], rack_id="")
+    r = call(
+        c,
+        i,
+        ApiKey.FETCH,
+        version,
+        replica_id=-1,
+        max_wait_ms=0,
+        min_bytes=0,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[
+            T(
+                topic=topic,
+                partitions=[
+                    T.FetchPartition(
+                        partition=0,
+                        current_leader_epoch=current_leader_epoch,
+                        fetch_offset=offset,
+                        last_fetched_epoch=last_fetched_epoch,
+                        log_start_offset=-1,
+                        partition_max_bytes=1 << 20,
+                    )
+                ],
+            )
+        ],
+        forgotten_topics_data=[],
+        rack_id="",
+    )
     return r.responses[0].partitions[0]
 
 
 def epoch_end_offset(c: StrataCluster, i: int, topic: str, epoch: int) -> tuple[int, int, int]:
     """(error, epoch, end offset) broker i answers to a consumer's OffsetForLeaderEpoch for `epoch`."""
     T = REQUEST_CLASSES[ApiKey.OFFSET_FOR_LEADER_EPOCH].OffsetForLeaderTopic
-    r = call(c, i, ApiKey.OFFSET_FOR_LEADER_EPOCH, 4, replica_id=-1, topics=[T(topic=topic, partitions=[
-        T.OffsetForLeaderPartition(partition=0, current_leader_epoch=-1, leader_epoch=epoch)])])
+    r = call(
+        c,
+        i,
+        ApiKey.OFFSET_FOR_LEADER_EPOCH,
+        4,
+        replica_id=-1,
+        topics=[
+            T(
+                topic=topic,
+                partitions=[T.OffsetForLeaderPartition(partition=0, current_leader_epoch=-1, leader_epoch=epoch)],
+            )
+        ],
+    )
     p = r.topics[0].partitions[0]
     return p.error_code, p.leader_epoch, p.end_offset

@@ -1,5 +1,6 @@
 """Client workloads for the cluster tests, on confluent-kafka (librdkafka): a producer that writes continuously in a
 thread and records every outcome in a ``History``, and a reader that reads whole partitions back."""
+
 from __future__ import annotations
 
 import threading
@@ -22,14 +23,32 @@ class ContinuousProducer:
     (partition, offset) and error goes to `history`; librdkafka's client-level errors go to `client_errors`.
     """
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int, name: str = "p0", rate: float = 300.0,
-                 conf: dict[str, Any] | None = None, history: History | None = None):
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        partitions: int,
+        name: str = "p0",
+        rate: float = 300.0,
+        conf: dict[str, Any] | None = None,
+        history: History | None = None,
+    ):
         self.topic, self.partitions, self.name, self.rate = topic, partitions, name, rate
         self.history = history if history is not None else History()
-        self.conf = {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5,
-                     "message.timeout.ms": 60000, "retry.backoff.ms": 50, "retry.backoff.max.ms": 500,
-                     "reconnect.backoff.max.ms": 500, "topic.metadata.refresh.interval.ms": 1000,
-                     "error_cb": self._on_error, **QUIET, **(conf or {})}
+        self.conf = {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "message.timeout.ms": 60000,
+            "retry.backoff.ms": 50,
+            "retry.backoff.max.ms": 500,
+            "reconnect.backoff.max.ms": 500,
+            "topic.metadata.refresh.interval.ms": 1000,
+            "error_cb": self._on_error,
+            **QUIET,
+            **(conf or {}),
+        }
         self.client_errors: list[str] = []
         self.acked_count = 0
         self.failed_count = 0
@@ -40,8 +59,7 @@ class ContinuousProducer:
         self._flush_timeout = 30.0
 
     def _on_error(self, err: KafkaError) -> None:
-        if err.fatal() or err.code() not in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN,
-                                            KafkaError._RESOLVE):
+        if err.fatal() or err.code() not in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE):
             self.client_errors.append(f"{'FATAL ' if err.fatal() else ''}{err.str()}")
 
     def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
@@ -87,9 +105,15 @@ class ContinuousProducer:
     def wait_acked(self, more: int, timeout: float = 60.0) -> int:
         """Wait until `more` further records are acknowledged (progress, e.g. after a fault)."""
         target = self.acked_count + more
-        return wait_until(lambda: self._alive_check() and self.acked_count >= target and self.acked_count, timeout,
-                          interval=0.05, message=lambda: f"{self.name}: {self.acked_count}/{target} acked, "
-                          f"{self.failed_count} failed, client errors {self.client_errors[-3:]}")
+        return wait_until(
+            lambda: self._alive_check() and self.acked_count >= target and self.acked_count,
+            timeout,
+            interval=0.05,
+            message=lambda: (
+                f"{self.name}: {self.acked_count}/{target} acked, "
+                f"{self.failed_count} failed, client errors {self.client_errors[-3:]}"
+            ),
+        )
 
     def _alive_check(self) -> bool:
         if self._exc is not None:
@@ -120,8 +144,9 @@ def end_offsets(bootstrap: str, topic: str, partitions: int, timeout: float = 10
         c.close()
 
 
-def read_all(bootstrap: str, topic: str, partitions: int, history: History | None = None,
-             timeout: float = 60.0) -> list[Read]:
+def read_all(
+    bootstrap: str, topic: str, partitions: int, history: History | None = None, timeout: float = 60.0
+) -> list[Read]:
     """Every record of every partition, from the log start to the high watermark, in the order the consumer returned
     them (per partition: offset order, as received).
 
@@ -130,7 +155,7 @@ def read_all(bootstrap: str, topic: str, partitions: int, history: History | Non
     never does, the read stops short and the checker reports the missing records as lost.
     """
     want = {p: 0 for p in range(partitions)}
-    for part, off in (history.acked.values() if history is not None else ()):
+    for part, off in history.acked.values() if history is not None else ():
         if off is not None:
             want[part] = max(want[part], off + 1)
 
@@ -142,12 +167,20 @@ def read_all(bootstrap: str, topic: str, partitions: int, history: History | Non
         ends = wait_until(covering, timeout=min(timeout, 30.0), interval=0.2)
     except AssertionError:
         ends = end_offsets(bootstrap, topic, partitions)
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "strata-cluster-reader", "enable.auto.commit": False,
-                  "enable.partition.eof": True, "fetch.wait.max.ms": 100, **QUIET})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "strata-cluster-reader",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "fetch.wait.max.ms": 100,
+            **QUIET,
+        }
+    )
     out: list[Read] = []
     pos = {p: 0 for p in range(partitions)}
     try:
-        c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])   # offset 0 == the log start here
+        c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])  # offset 0 == the log start here
         deadline = time.monotonic() + timeout
         while any(pos[p] < ends[p] for p in pos):
             assert time.monotonic() < deadline, f"read_all: positions {pos} short of ends {ends} after {timeout}s"

@@ -1,6 +1,7 @@
 """The ``strata`` CLI as a user runs it (``python -m strata ...`` subprocesses) against a live broker: topics
 create/list/describe/alter/alter-config/delete, readable one-line errors with exit code 1, connection refused, and
 ``dump-log`` on a segment written by a real producer."""
+
 from __future__ import annotations
 
 import re
@@ -17,8 +18,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
 def strata(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "strata", *args], cwd=REPO_ROOT, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "strata", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def topics(broker, *args: str) -> subprocess.CompletedProcess[str]:
@@ -44,8 +51,22 @@ def _describe_lines(out: str) -> tuple[str, list[str]]:
 
 def test_topic_lifecycle(module_broker):
     b = module_broker
-    out = ok(topics(b, "create", "--topic", "cli-a", "--partitions", "3", "--replication-factor", "1",
-                    "--config", "retention.ms=60000", "--config", "cleanup.policy=compact"))
+    out = ok(
+        topics(
+            b,
+            "create",
+            "--topic",
+            "cli-a",
+            "--partitions",
+            "3",
+            "--replication-factor",
+            "1",
+            "--config",
+            "retention.ms=60000",
+            "--config",
+            "cleanup.policy=compact",
+        )
+    )
     assert "Created topic cli-a" in out
     assert "cli-a" in ok(topics(b, "list")).split()
 
@@ -56,8 +77,9 @@ def test_topic_lifecycle(module_broker):
     assert sorted(configs) == ["cleanup.policy=compact", "retention.ms=60000"]
     assert len(parts) == 3
     for i, line in enumerate(parts):
-        assert line == (f"Topic: cli-a\tPartition: {i}\tLeader: 0\tReplicas: 0\tIsr: 0\t"
-                        f"LogStartOffset: 0\tEndOffset: 0")
+        assert line == (
+            f"Topic: cli-a\tPartition: {i}\tLeader: 0\tReplicas: 0\tIsr: 0\tLogStartOffset: 0\tEndOffset: 0"
+        )
 
     ok(topics(b, "alter-config", "--topic", "cli-a", "--set", "segment.ms=3600000", "--delete", "retention.ms"))
     header, _ = _describe_lines(ok(topics(b, "describe", "--topic", "cli-a")))
@@ -96,8 +118,7 @@ def test_errors_are_one_line_with_exit_1(module_broker):
     ok(topics(b, "create", "--topic", "cli-err", "--if-not-exists"))
     err = fails(topics(b, "alter-config", "--topic", "cli-err", "--set", "retention.ms=soon"))
     assert "INVALID_CONFIG" in err and "retention.ms" in err and "soon" in err
-    assert "Unknown topic config name: nope" in fails(topics(b, "create", "--topic", "cli-err2", "--config",
-                                                            "nope=1"))
+    assert "Unknown topic config name: nope" in fails(topics(b, "create", "--topic", "cli-err2", "--config", "nope=1"))
     assert "INVALID_TOPIC_EXCEPTION" in fails(topics(b, "create", "--topic", "bad/name"))
     assert "UNKNOWN_TOPIC_OR_PARTITION" in fails(topics(b, "describe", "--topic", "cli-missing"))
     assert "UNKNOWN_TOPIC_OR_PARTITION" in fails(topics(b, "delete", "--topic", "cli-missing"))
@@ -109,7 +130,7 @@ def test_errors_are_one_line_with_exit_1(module_broker):
 
 
 def test_connection_refused_is_reported():
-    port = free_port()   # nothing listens there
+    port = free_port()  # nothing listens there
     err = fails(strata("topics", "--bootstrap-server", f"127.0.0.1:{port}", "list"))
     assert f"connection refused by 127.0.0.1:{port}" in err
 
@@ -117,8 +138,16 @@ def test_connection_refused_is_reported():
 def test_a_dead_bootstrap_server_is_skipped(module_broker):
     """As with Kafka's tools, the first server of the list that answers is used; none answering names them all."""
     dead, dead2 = free_port(), free_port()
-    ok(strata("topics", "--bootstrap-server", f"127.0.0.1:{dead},{module_broker.bootstrap}", "create",
-              "--topic", "cli-second-server"))
+    ok(
+        strata(
+            "topics",
+            "--bootstrap-server",
+            f"127.0.0.1:{dead},{module_broker.bootstrap}",
+            "create",
+            "--topic",
+            "cli-second-server",
+        )
+    )
     assert "cli-second-server" in ok(topics(module_broker, "list")).split()
     err = fails(strata("topics", "--bootstrap-server", f"127.0.0.1:{dead},127.0.0.1:{dead2}", "list"))
     assert f"connection refused by 127.0.0.1:{dead}" in err and f"connection refused by 127.0.0.1:{dead2}" in err
@@ -144,8 +173,7 @@ def test_dump_log_on_a_produced_segment(module_broker):
     assert lines[0] == f"Dumping {seg}"
     assert lines[1] == "Log starting offset: 0"
     batches = [line for line in lines if line.startswith("baseOffset:")]
-    assert [re.search(r"baseOffset: (\d+) lastOffset: (\d+)", b).groups() for b in batches] == [("0", "0"),
-                                                                                                 ("1", "1")]
+    assert [re.search(r"baseOffset: (\d+) lastOffset: (\d+)", b).groups() for b in batches] == [("0", "0"), ("1", "1")]
     assert all("isvalid: true" in b for b in batches)
     assert "payload:" not in out
 

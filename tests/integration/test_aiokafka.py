@@ -7,6 +7,7 @@ codecs): AIOKafkaAdminClient creates a 3-partition topic, AIOKafkaProducer (acks
 AIOKafkaConsumer with ``group_id=None`` reads each partition back with ``assign``/``seek`` from offset 0 and from
 ``offsets_for_times``.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -39,22 +40,37 @@ async def create_topic(bs: str, topic: str, partitions: int) -> None:
 
 
 async def produce(bs: str, topic: str, records: list[Rec], codec: str) -> list[tuple[int, int]]:
-    producer = AIOKafkaProducer(bootstrap_servers=bs, acks="all", linger_ms=5, client_id="strata-it-aio",
-                                compression_type=None if codec == "none" else codec, enable_idempotence=False)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bs,
+        acks="all",
+        linger_ms=5,
+        client_id="strata-it-aio",
+        compression_type=None if codec == "none" else codec,
+        enable_idempotence=False,
+    )
     await producer.start()
     try:
         futs = []
         for r in records:
-            futs.append(await producer.send(topic, key=r.key, value=r.value, partition=r.partition,
-                                            timestamp_ms=r.timestamp, headers=list(r.headers)))
+            futs.append(
+                await producer.send(
+                    topic,
+                    key=r.key,
+                    value=r.value,
+                    partition=r.partition,
+                    timestamp_ms=r.timestamp,
+                    headers=list(r.headers),
+                )
+            )
         metas = await asyncio.wait_for(asyncio.gather(*futs), timeout=60)
     finally:
         await producer.stop()
     return [(m.partition, m.offset) for m in metas]
 
 
-async def read_partition(c: AIOKafkaConsumer, topic: str, p: int, start: int, count: int,
-                         timeout: float = 60) -> list[Rec]:
+async def read_partition(
+    c: AIOKafkaConsumer, topic: str, p: int, start: int, count: int, timeout: float = 60
+) -> list[Rec]:
     tp = TopicPartition(topic, p)
     c.assign([tp])
     c.seek(tp, start)
@@ -64,8 +80,16 @@ async def read_partition(c: AIOKafkaConsumer, topic: str, p: int, start: int, co
         assert time.monotonic() < deadline, f"{tp}: read {len(out)}/{count} from {start} within {timeout}s"
         batch = await c.getmany(tp, timeout_ms=500, max_records=5000)
         for m in batch.get(tp, []):
-            out.append(Rec(partition=m.partition, key=m.key, value=m.value, headers=norm_headers(m.headers),
-                           timestamp=m.timestamp, offset=m.offset))
+            out.append(
+                Rec(
+                    partition=m.partition,
+                    key=m.key,
+                    value=m.value,
+                    headers=norm_headers(m.headers),
+                    timestamp=m.timestamp,
+                    offset=m.offset,
+                )
+            )
     return out
 
 
@@ -79,8 +103,14 @@ async def scenario(bs: str, codec: str) -> None:
         assert (p, off) == (r.partition, next_off[r.partition])
         next_off[p] += 1
 
-    c = AIOKafkaConsumer(bootstrap_servers=bs, group_id=None, enable_auto_commit=False, client_id="strata-it-aio-c",
-                         auto_offset_reset="none", fetch_max_wait_ms=100)
+    c = AIOKafkaConsumer(
+        bootstrap_servers=bs,
+        group_id=None,
+        enable_auto_commit=False,
+        client_id="strata-it-aio-c",
+        auto_offset_reset="none",
+        fetch_max_wait_ms=100,
+    )
     await c.start()
     try:
         got: dict[int, list[Rec]] = {}

@@ -2,6 +2,7 @@
 
 One broker is shared by the module (``auto.create.topics.enable=false``, ``socket.request.max.bytes`` = 1 MiB).
 """
+
 from __future__ import annotations
 
 import os
@@ -106,8 +107,9 @@ def test_frame_larger_than_socket_request_max_bytes_is_refused(bs):
     # a legitimate request close to the limit is served: a Produce of one ~900 KB record
     big = os.urandom(900 * 1024)
     with WireClient.connect(bs) as c:
-        err, _ = produce_error(c.produce("bad-input", 0, build_batch([(b"big", big, [])]),
-                                         version=c.pick_version(0, 7)))
+        err, _ = produce_error(
+            c.produce("bad-input", 0, build_batch([(b"big", big, [])]), version=c.pick_version(0, 7))
+        )
         assert err == 0
     assert_serves(bs)
 
@@ -213,8 +215,13 @@ def test_clients_cannot_write_the_remote_log_metadata_topic(broker_factory):
     from strata.broker.tiered import RLMM_PRODUCER_CLIENT_ID
     from strata.protocol.errors import ErrorCode
 
-    b = broker_factory(**{"remote.log.storage.system.enable": True, "remote.log.metadata.topic.num.partitions": 1,
-                          "offsets.topic.num.partitions": 1})
+    b = broker_factory(
+        **{
+            "remote.log.storage.system.enable": True,
+            "remote.log.metadata.topic.num.partitions": 1,
+            "offsets.topic.num.partitions": 1,
+        }
+    )
     ck.create_topic(b.bootstrap, "user", 1)
     c = ck.consumer(b.bootstrap, **{"group.id": "makes-offsets-topic", "auto.offset.reset": "earliest"})
     try:

@@ -6,6 +6,7 @@ ElectLeaders, Alter/ListPartitionReassignments, controlled shutdown on SIGTERM a
 Replication itself (fetchers, ISR changes, acks=-1) is tested in tests/cluster; here the partition states are what
 the controller and the admin paths write.
 """
+
 from __future__ import annotations
 
 import time
@@ -36,8 +37,14 @@ def call(b: StrataBroker, api_key: int, version: int, **fields):
 def metadata(b: StrataBroker, topics=None, version: int = 12):
     Req = REQUEST_CLASSES[ApiKey.METADATA][version]
     req_topics = None if topics is None else [Req.MetadataRequestTopic(name=t, topic_id=None) for t in topics]
-    return call(b, ApiKey.METADATA, version, topics=req_topics, allow_auto_topic_creation=False,
-                include_topic_authorized_operations=False)
+    return call(
+        b,
+        ApiKey.METADATA,
+        version,
+        topics=req_topics,
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
 
 
 def partitions_of(b: StrataBroker, topic: str) -> dict[int, object]:
@@ -52,9 +59,14 @@ def create_topic(b: StrataBroker, name: str, partitions: int = -1, rf: int = -1,
     T = Req.CreatableTopic
     asg = [T.CreatableReplicaAssignment(partition_index=i, broker_ids=a) for i, a in enumerate(assignments or [])]
     cfg = [T.CreatableTopicConfig(name=k, value=v) for k, v in (configs or {}).items()]
-    resp = call(b, ApiKey.CREATE_TOPICS, 7, topics=[T(name=name, num_partitions=partitions, replication_factor=rf,
-                                                       assignments=asg, configs=cfg)],
-                timeout_ms=10000, validate_only=False)
+    resp = call(
+        b,
+        ApiKey.CREATE_TOPICS,
+        7,
+        topics=[T(name=name, num_partitions=partitions, replication_factor=rf, assignments=asg, configs=cfg)],
+        timeout_ms=10000,
+        validate_only=False,
+    )
     return resp.topics[0]
 
 
@@ -67,13 +79,25 @@ def cluster(tmp_path_factory):
     brokers = []
     try:
         for i in range(3):
-            brokers.append(StrataBroker(tmp / f"b{i}", {
-                "broker.id": i, "broker.rack": RACKS[i], "metadata.store.connect": e.connect,
-                "broker.session.timeout.ms": SESSION_MS, "broker.heartbeat.interval.ms": 300,
-                "auto.create.topics.enable": False, "offsets.topic.num.partitions": 3,
-                "offsets.topic.replication.factor": 3, "default.replication.factor": 3,
-                "controlled.shutdown.max.retries": 1, "leader.imbalance.check.interval.seconds": 3600,
-            }, name=f"strata{i}").start())
+            brokers.append(
+                StrataBroker(
+                    tmp / f"b{i}",
+                    {
+                        "broker.id": i,
+                        "broker.rack": RACKS[i],
+                        "metadata.store.connect": e.connect,
+                        "broker.session.timeout.ms": SESSION_MS,
+                        "broker.heartbeat.interval.ms": 300,
+                        "auto.create.topics.enable": False,
+                        "offsets.topic.num.partitions": 3,
+                        "offsets.topic.replication.factor": 3,
+                        "default.replication.factor": 3,
+                        "controlled.shutdown.max.retries": 1,
+                        "leader.imbalance.check.interval.seconds": 3600,
+                    },
+                    name=f"strata{i}",
+                ).start()
+            )
         wait_until(lambda: all(len(metadata(b).brokers) == 3 for b in brokers), 20, message="3 brokers registered")
         yield e, brokers
     finally:
@@ -105,28 +129,28 @@ def test_create_topic_on_any_broker_is_rack_aware_and_visible_everywhere(cluster
         parts = wait_until(lambda b=b: len(partitions_of(b, "spread")) == 6 and partitions_of(b, "spread"), 10)
         for p in parts.values():
             assert p.error_code == 0
-            assert sorted(p.replica_nodes) == [0, 1, 2]            # three racks: one replica on each
+            assert sorted(p.replica_nodes) == [0, 1, 2]  # three racks: one replica on each
             assert p.leader_id == p.replica_nodes[0] and sorted(p.isr_nodes) == [0, 1, 2]
             assert p.offline_replicas == []
             assert p.leader_epoch == 0
     leaders = [p.leader_id for p in partitions_of(brokers[0], "spread").values()]
-    assert sorted(leaders) == [0, 0, 1, 1, 2, 2]                  # leadership balanced
+    assert sorted(leaders) == [0, 0, 1, 1, 2, 2]  # leadership balanced
 
 
 def test_replication_factor_and_assignment_validation(cluster):
     _, brokers = cluster
     too_big = create_topic(brokers[0], "rf4", 1, 4)
-    assert too_big.error_code == 38                                # INVALID_REPLICATION_FACTOR
+    assert too_big.error_code == 38  # INVALID_REPLICATION_FACTOR
     assert "larger than available brokers: 3" in too_big.error_message
     unknown = create_topic(brokers[0], "bad-asg", assignments=[[0, 7]])
-    assert unknown.error_code == 39                                # INVALID_REPLICA_ASSIGNMENT
+    assert unknown.error_code == 39  # INVALID_REPLICA_ASSIGNMENT
     manual = create_topic(brokers[1], "manual", assignments=[[2, 0], [1, 2]])
     assert manual.error_code == 0 and manual.replication_factor == 2
     parts = wait_until(lambda: len(partitions_of(brokers[0], "manual")) == 2 and partitions_of(brokers[0], "manual"))
     assert [list(parts[i].replica_nodes) for i in range(2)] == [[2, 0], [1, 2]]
     assert [parts[i].leader_id for i in range(2)] == [2, 1]
     dup = create_topic(brokers[2], "manual", 1, 1)
-    assert dup.error_code == 36                                    # TOPIC_ALREADY_EXISTS
+    assert dup.error_code == 36  # TOPIC_ALREADY_EXISTS
 
 
 def test_find_coordinator_answers_the_offsets_partition_leader(cluster):
@@ -138,10 +162,12 @@ def test_find_coordinator_answers_the_offsets_partition_leader(cluster):
             r = call(brokers[1], ApiKey.FIND_COORDINATOR, v, **fields)
             coords = r.coordinators if v >= 4 else [r]
             return r if all(c.error_code == 0 for c in coords) else None
+
         r = wait_until(ready, 15, message="coordinator available")
         offsets = partitions_of(brokers[0], "__consumer_offsets")
         assert len(offsets) == 3 and all(len(p.replica_nodes) == 3 for p in offsets.values())
         from strata.broker.group import partition_for
+
         coords = r.coordinators if v >= 4 else [r]
         keys = ["grp-1", "g2"] if v >= 4 else ["grp-1"]
         for key, c in zip(keys, coords):
@@ -154,44 +180,71 @@ def test_elect_leaders_and_partition_reassignment_apis(cluster):
     assert create_topic(brokers[0], "moves", assignments=[[0, 1]]).error_code == 0
     wait_until(lambda: len(partitions_of(brokers[2], "moves")) == 1)
     EL = REQUEST_CLASSES[ApiKey.ELECT_LEADERS][2]
-    r = call(brokers[2], ApiKey.ELECT_LEADERS, 2, election_type=0, timeout_ms=5000,
-             topic_partitions=[EL.TopicPartitions(topic="moves", partitions=[0, 5])])
+    r = call(
+        brokers[2],
+        ApiKey.ELECT_LEADERS,
+        2,
+        election_type=0,
+        timeout_ms=5000,
+        topic_partitions=[EL.TopicPartitions(topic="moves", partitions=[0, 5])],
+    )
     assert r.error_code == 0
     res = {p.partition_id: p.error_code for t in r.replica_election_results for p in t.partition_result}
-    assert res == {0: 84, 5: 3}                  # ELECTION_NOT_NEEDED, UNKNOWN_TOPIC_OR_PARTITION
+    assert res == {0: 84, 5: 3}  # ELECTION_NOT_NEEDED, UNKNOWN_TOPIC_OR_PARTITION
     r0 = call(brokers[2], ApiKey.ELECT_LEADERS, 0, timeout_ms=5000, topic_partitions=None)
     assert all(p.error_code != 84 for t in r0.replica_election_results for p in t.partition_result)
     AR = REQUEST_CLASSES[ApiKey.ALTER_PARTITION_REASSIGNMENTS][0]
     RT = AR.ReassignableTopic
 
     def reassign(replicas):
-        return call(brokers[1], ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, timeout_ms=5000, topics=[
-            RT(name="moves", partitions=[RT.ReassignablePartition(partition_index=0, replicas=replicas)])])
+        return call(
+            brokers[1],
+            ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+            0,
+            timeout_ms=5000,
+            topics=[RT(name="moves", partitions=[RT.ReassignablePartition(partition_index=0, replicas=replicas)])],
+        )
+
     ok = reassign([1, 2])
     assert ok.error_code == 0 and ok.responses[0].partitions[0].error_code == 0
 
     def listed():
         lr = call(brokers[0], ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, timeout_ms=5000, topics=None)
-        return {(t.name, p.partition_index): (list(p.replicas), list(p.adding_replicas), list(p.removing_replicas))
-                for t in lr.topics for p in t.partitions}
+        return {
+            (t.name, p.partition_index): (list(p.replicas), list(p.adding_replicas), list(p.removing_replicas))
+            for t in lr.topics
+            for p in t.partitions
+        }
+
     # Replica 2 must join the ISR before the move completes; replication decides when. Either it is still listed
     # as in progress, or (with replication running) it completed onto [1, 2].
-    state = wait_until(lambda: listed() or
-                       (sorted(partitions_of(brokers[0], "moves")[0].replica_nodes) == [1, 2] and "done"), 10)
+    state = wait_until(
+        lambda: listed() or (sorted(partitions_of(brokers[0], "moves")[0].replica_nodes) == [1, 2] and "done"), 10
+    )
     if state != "done":
         assert state == {("moves", 0): ([1, 2, 0], [2], [0])}
-        assert reassign(None).responses[0].partitions[0].error_code in (0, 85)   # cancel (85: it just completed)
+        assert reassign(None).responses[0].partitions[0].error_code in (0, 85)  # cancel (85: it just completed)
         wait_until(lambda: not listed(), 10)
     bad = reassign([1, 1])
     assert bad.responses[0].partitions[0].error_code == 39
     # KIP-860 (v1): a target of another size is refused when the replication factor may not change
     AR1 = REQUEST_CLASSES[ApiKey.ALTER_PARTITION_REASSIGNMENTS][1]
-    r1 = call(brokers[1], ApiKey.ALTER_PARTITION_REASSIGNMENTS, 1, timeout_ms=5000,
-              allow_replication_factor_change=False, topics=[AR1.ReassignableTopic(name="moves", partitions=[
-                  AR1.ReassignableTopic.ReassignablePartition(partition_index=0, replicas=[0, 1, 2])])])
+    r1 = call(
+        brokers[1],
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+        1,
+        timeout_ms=5000,
+        allow_replication_factor_change=False,
+        topics=[
+            AR1.ReassignableTopic(
+                name="moves",
+                partitions=[AR1.ReassignableTopic.ReassignablePartition(partition_index=0, replicas=[0, 1, 2])],
+            )
+        ],
+    )
     assert r1.allow_replication_factor_change is False
     p1 = r1.responses[0].partitions[0]
-    assert p1.error_code == 38 and "from 2 to 3" in p1.error_message, p1       # INVALID_REPLICATION_FACTOR
+    assert p1.error_code == 38 and "from 2 to 3" in p1.error_message, p1  # INVALID_REPLICATION_FACTOR
 
 
 def test_controlled_shutdown_moves_leadership_before_exit(cluster):
@@ -217,6 +270,7 @@ def test_restarted_broker_deletes_logs_of_topics_deleted_while_it_was_down(clust
     import uuid
 
     from strata.storage.log_manager import write_partition_metadata
+
     _, brokers = cluster
     created = create_topic(brokers[1], "gone", assignments=[[0, 1, 2]])
     assert created.error_code == 0
@@ -224,15 +278,16 @@ def test_restarted_broker_deletes_logs_of_topics_deleted_while_it_was_down(clust
     b0.stop()
     wait_until(lambda: {b.node_id for b in metadata(brokers[1]).brokers} == {1, 2})
     DT = REQUEST_CLASSES[ApiKey.DELETE_TOPICS][6]
-    r = call(brokers[1], ApiKey.DELETE_TOPICS, 6, topics=[DT.DeleteTopicState(name="gone", topic_id=None)],
-             timeout_ms=5000)
+    r = call(
+        brokers[1], ApiKey.DELETE_TOPICS, 6, topics=[DT.DeleteTopicState(name="gone", topic_id=None)], timeout_ms=5000
+    )
     assert r.responses[0].error_code == 0
     # The replica broker 0 held (created here, as replication would have): same topic id as the deleted topic.
     data = b0.log_dir
     (data / "gone-0").mkdir(exist_ok=True)
     write_partition_metadata(data / "gone-0", created.topic_id)
     (data / "keepme-0").mkdir()
-    write_partition_metadata(data / "keepme-0", uuid.uuid4())     # unknown to the metadata: kept, not served
+    write_partition_metadata(data / "keepme-0", uuid.uuid4())  # unknown to the metadata: kept, not served
     b0.start()
     wait_until(lambda: not (data / "gone-0").exists(), 10, message="stray log deleted")
     assert (data / "keepme-0").exists()
@@ -249,10 +304,16 @@ def test_kill9_leader_is_replaced_after_the_session_timeout(cluster):
     epoch = partitions_of(brokers[0], "k9")[0].leader_epoch
     t0 = time.monotonic()
     brokers[2].kill9()
-    p = wait_until(lambda: (q := partitions_of(brokers[0], "k9")[0]).leader_id in (0, 1) and q,
-                   SESSION_MS / 1000 + 10, message="new leader after kill -9")
-    assert time.monotonic() - t0 < SESSION_MS / 1000 + 8      # lease expiry + a controller pass, under load
+    p = wait_until(
+        lambda: (q := partitions_of(brokers[0], "k9")[0]).leader_id in (0, 1) and q,
+        SESSION_MS / 1000 + 10,
+        message="new leader after kill -9",
+    )
+    assert time.monotonic() - t0 < SESSION_MS / 1000 + 8  # lease expiry + a controller pass, under load
     assert p.leader_epoch > epoch and 2 not in p.isr_nodes and p.offline_replicas == [2]
     # listed a moment longer than its lease (DEPARTED_BROKER_GRACE_S: librdkafka must see the new leader first)
-    wait_until(lambda: {b.node_id for b in metadata(brokers[1]).brokers} == {0, 1}, DEPARTED_BROKER_GRACE_S + 5,
-               message="the killed broker gone from Metadata")
+    wait_until(
+        lambda: {b.node_id for b in metadata(brokers[1]).brokers} == {0, 1},
+        DEPARTED_BROKER_GRACE_S + 5,
+        message="the killed broker gone from Metadata",
+    )

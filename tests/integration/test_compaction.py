@@ -11,6 +11,7 @@ The cleaner runs with `log.cleaner.backoff.ms=100`; topics use small segments an
 Progress is observed through the `cleaner-offset-checkpoint` file (Kafka's format: `topic partition offset` lines)
 and the segment files of the partition directory.
 """
+
 from __future__ import annotations
 
 import random
@@ -134,8 +135,11 @@ def test_compacts_to_latest_value_per_key_and_drops_tombstones_after_retention(b
     filler = updates(3000, 900, 200_000, b"f1")
     filler = [(b"key-%04d" % (100 + int(k[4:]) % 900), v) for k, v in filler]
     model.add(filler, produce(bs, topic, filler))
-    wait_until(lambda: caught_up(b, topic) and cleaner_checkpoint(b.log_dir, topic) > max(model.latest.values())
-               - 3000, timeout=30, message="cleaner did not clean the tombstones' segment")
+    wait_until(
+        lambda: caught_up(b, topic) and cleaner_checkpoint(b.log_dir, topic) > max(model.latest.values()) - 3000,
+        timeout=30,
+        message="cleaner did not clean the tombstones' segment",
+    )
     recs = read_all(bs, topic)
     if time.monotonic() - t0 < 5.5:  # still inside delete.retention.ms: every tombstone is kept
         dead = {r.key for r in recs if r.value is None}
@@ -150,6 +154,7 @@ def test_compacts_to_latest_value_per_key_and_drops_tombstones_after_retention(b
         n[0] += 2000
         model.add(more, produce(bs, topic, more))
         return not any(r.value is None for r in read_all(bs, topic))
+
     wait_until(tombstones_gone, timeout=60, interval=0.2, message="tombstones still there")
     assert time.monotonic() - t0 >= 6.0, "tombstones dropped before delete.retention.ms"
     final = read_all(bs, topic)
@@ -183,8 +188,12 @@ def test_kill_dash_nine_during_cleaning_leaves_a_readable_log(broker_factory):
         target = bases[rnd.randrange(len(bases) - 1)]  # kill while some group from there on is being written
 
         def cleaning_past_target(target: int = target) -> bool:
-            return any(f.name.endswith(".cleaned") and int(f.name[:20]) >= target for f in part.iterdir()
-                       if f.name[:20].isdigit())
+            return any(
+                f.name.endswith(".cleaned") and int(f.name[:20]) >= target
+                for f in part.iterdir()
+                if f.name[:20].isdigit()
+            )
+
         try:
             wait_until(cleaning_past_target, timeout=30, interval=0.01)
             in_flight = True
@@ -215,10 +224,8 @@ def test_null_key_on_compacted_topic_is_rejected_with_invalid_record(broker_fact
     p = ck.producer(bs, retries=0)
     p.produce("compact-keys", value=b"no key", partition=0, on_delivery=lambda err, msg: errors.append(err))
     assert p.flush(30) == 0  # alone in its batch: the whole batch is refused
-    p.produce("compact-keys", key=b"k", value=b"keyed", partition=0,
-              on_delivery=lambda err, msg: errors.append(err))
-    p.produce("plain-keys", value=b"no key is fine here", partition=0,
-              on_delivery=lambda err, msg: errors.append(err))
+    p.produce("compact-keys", key=b"k", value=b"keyed", partition=0, on_delivery=lambda err, msg: errors.append(err))
+    p.produce("plain-keys", value=b"no key is fine here", partition=0, on_delivery=lambda err, msg: errors.append(err))
     assert p.flush(30) == 0
     assert len(errors) == 3
     codes = [e.code() if e is not None else 0 for e in errors]
@@ -232,18 +239,22 @@ def test_compact_delete_compacts_and_applies_time_retention(broker_factory):
     # closed segments (here: everything produced an hour ago, while the recent records stay, compacted)
     b = broker_factory(**{"log.cleaner.backoff.ms": 100, "log.retention.check.interval.ms": 200})
     bs, topic = b.bootstrap, "both-policies"
-    ck.create_topic(bs, topic, 1, config={**TOPIC_CONFIG, "cleanup.policy": "compact,delete",
-                                          "retention.ms": str(30 * 60 * 1000)})
+    ck.create_topic(
+        bs, topic, 1, config={**TOPIC_CONFIG, "cleanup.policy": "compact,delete", "retention.ms": str(30 * 60 * 1000)}
+    )
     old_ts = int(time.time() * 1000) - 60 * 60 * 1000
     old = [Rec(partition=0, key=b"old-%03d" % i, value=b"x" * 200, timestamp=old_ts + i) for i in range(600)]
-    ck.produce_all(bs, topic, old, **{"linger.ms": 20, "batch.num.messages": 100})   # batches < segment.bytes
+    ck.produce_all(bs, topic, old, **{"linger.ms": 20, "batch.num.messages": 100})  # batches < segment.bytes
     model = Model()
     pairs = updates(6000, 50, 0)
     model.add(pairs, produce(bs, topic, pairs))
     # the old records fill closed segments of their own (the last one may share a segment with new records, which
     # keeps that one): time retention deletes them and moves the log start
-    wait_until(lambda: ck.watermarks(bs, topic, 0)[0] > 0, timeout=30,
-               message="time retention deleted old segments (log start moved)")
+    wait_until(
+        lambda: ck.watermarks(bs, topic, 0)[0] > 0,
+        timeout=30,
+        message="time retention deleted old segments (log start moved)",
+    )
     wait_until(lambda: caught_up(b, topic), timeout=60, message="cleaner caught up")
     recs = read_all(bs, topic)
     low = ck.watermarks(bs, topic, 0)[0]
@@ -251,4 +262,4 @@ def test_compact_delete_compacts_and_applies_time_retention(broker_factory):
     assert len([r for r in recs if r.key.startswith(b"old-")]) < len(old)
     new = [r for r in recs if not r.key.startswith(b"old-")]
     model.check(new, tombstones_may_be_gone=False)
-    assert len(new) < 6000 // 2            # compacted: far fewer than the updates produced
+    assert len(new) < 6000 // 2  # compacted: far fewer than the updates produced

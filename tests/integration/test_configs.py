@@ -2,6 +2,7 @@
 across a restart, the altered config taking effect on the log, error codes, every DescribeConfigs version, and the
 real clients' admin APIs (confluent-kafka for both, kafka-python for describe; kafka-python alters with AlterConfigs,
 which Strata does not advertise)."""
+
 from __future__ import annotations
 
 import pytest
@@ -29,22 +30,42 @@ def _configs(a: AdminClient, topic: str, synonyms: bool = True) -> dict:
     return {c.name: c for c in a.describe_configs(RESOURCE_TOPIC, topic, include_synonyms=synonyms)}
 
 
-def _raw_alter(a: AdminClient, rtype: int, name: str, ops: list[tuple[str, int, str | None]],
-               validate_only: bool = False):
+def _raw_alter(
+    a: AdminClient, rtype: int, name: str, ops: list[tuple[str, int, str | None]], validate_only: bool = False
+):
     R = REQUEST_CLASSES[ApiKey.INCREMENTAL_ALTER_CONFIGS].AlterConfigsResource
-    resp = a.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, a.api_version(ApiKey.INCREMENTAL_ALTER_CONFIGS),
-                     resources=[R(resource_type=rtype, resource_name=name, configs=[
-                         R.AlterableConfig(name=k, config_operation=op, value=v) for k, op, v in ops])],
-                     validate_only=validate_only)
+    resp = a.request(
+        ApiKey.INCREMENTAL_ALTER_CONFIGS,
+        a.api_version(ApiKey.INCREMENTAL_ALTER_CONFIGS),
+        resources=[
+            R(
+                resource_type=rtype,
+                resource_name=name,
+                configs=[R.AlterableConfig(name=k, config_operation=op, value=v) for k, op, v in ops],
+            )
+        ],
+        validate_only=validate_only,
+    )
     return resp.responses[0]
 
 
-def _raw_describe(a: AdminClient, version: int, resources: list[tuple[int, str, list[str] | None]],
-                  synonyms: bool = False, docs: bool = False):
+def _raw_describe(
+    a: AdminClient,
+    version: int,
+    resources: list[tuple[int, str, list[str] | None]],
+    synonyms: bool = False,
+    docs: bool = False,
+):
     Req = REQUEST_CLASSES[ApiKey.DESCRIBE_CONFIGS]
-    return a.request(ApiKey.DESCRIBE_CONFIGS, version, resources=[
-        Req.DescribeConfigsResource(resource_type=t, resource_name=n, configuration_keys=k) for t, n, k in resources],
-        include_synonyms=synonyms, include_documentation=docs).results
+    return a.request(
+        ApiKey.DESCRIBE_CONFIGS,
+        version,
+        resources=[
+            Req.DescribeConfigsResource(resource_type=t, resource_name=n, configuration_keys=k) for t, n, k in resources
+        ],
+        include_synonyms=synonyms,
+        include_documentation=docs,
+    ).results
 
 
 def test_sources_and_synonyms_follow_alters(cfg_broker):
@@ -53,20 +74,30 @@ def test_sources_and_synonyms_follow_alters(cfg_broker):
         c = _configs(a, "cfg-src")
         assert (c["retention.ms"].value, c["retention.ms"].source) == ("604800000", 5)
         assert (c["segment.bytes"].value, c["segment.bytes"].source) == ("2000000", 4)
-        assert c["segment.bytes"].synonyms == [("log.segment.bytes", "2000000", 4),
-                                               ("log.segment.bytes", "1073741824", 5)]
+        assert c["segment.bytes"].synonyms == [
+            ("log.segment.bytes", "2000000", 4),
+            ("log.segment.bytes", "1073741824", 5),
+        ]
 
-        a.alter_configs(RESOURCE_TOPIC, "cfg-src", set={"retention.ms": "3600000", "segment.bytes": "1048576"},
-                        append={"cleanup.policy": "compact"})
+        a.alter_configs(
+            RESOURCE_TOPIC,
+            "cfg-src",
+            set={"retention.ms": "3600000", "segment.bytes": "1048576"},
+            append={"cleanup.policy": "compact"},
+        )
         c = _configs(a, "cfg-src")
         assert (c["retention.ms"].value, c["retention.ms"].source) == ("3600000", 1)
         assert c["retention.ms"].synonyms == [("retention.ms", "3600000", 1)]
-        assert c["segment.bytes"].synonyms == [("segment.bytes", "1048576", 1), ("log.segment.bytes", "2000000", 4),
-                                               ("log.segment.bytes", "1073741824", 5)]
+        assert c["segment.bytes"].synonyms == [
+            ("segment.bytes", "1048576", 1),
+            ("log.segment.bytes", "2000000", 4),
+            ("log.segment.bytes", "1073741824", 5),
+        ]
         assert (c["cleanup.policy"].value, c["cleanup.policy"].source) == ("delete,compact", 1)
 
-        a.alter_configs(RESOURCE_TOPIC, "cfg-src", delete=["retention.ms", "segment.bytes"],
-                        subtract={"cleanup.policy": "delete"})
+        a.alter_configs(
+            RESOURCE_TOPIC, "cfg-src", delete=["retention.ms", "segment.bytes"], subtract={"cleanup.policy": "delete"}
+        )
         c = _configs(a, "cfg-src")
         assert (c["retention.ms"].value, c["retention.ms"].source) == ("604800000", 5)
         assert (c["segment.bytes"].value, c["segment.bytes"].source) == ("2000000", 4)
@@ -76,7 +107,7 @@ def test_sources_and_synonyms_follow_alters(cfg_broker):
 def test_created_with_configs_reports_topic_source(cfg_broker):
     with AdminClient(cfg_broker.bootstrap) as a:
         res = a.create_topic("cfg-create", 1, 1, {"max.message.bytes": "2000"})
-        created = {c.name: c for c in res.configs}     # CreateTopics v5+ returns the resulting configs
+        created = {c.name: c for c in res.configs}  # CreateTopics v5+ returns the resulting configs
         assert (created["max.message.bytes"].value, created["max.message.bytes"].config_source) == ("2000", 1)
         assert created["segment.bytes"].config_source == 4
         assert _configs(a, "cfg-create")["max.message.bytes"].source == 1
@@ -85,8 +116,9 @@ def test_created_with_configs_reports_topic_source(cfg_broker):
 def test_altered_configs_survive_restart(cfg_broker):
     with AdminClient(cfg_broker.bootstrap) as a:
         a.create_topic("cfg-persist", 1, 1, {"retention.bytes": "123456"})
-        a.alter_configs(RESOURCE_TOPIC, "cfg-persist", set={"retention.ms": "7200000"},
-                        append={"cleanup.policy": "compact"})
+        a.alter_configs(
+            RESOURCE_TOPIC, "cfg-persist", set={"retention.ms": "7200000"}, append={"cleanup.policy": "compact"}
+        )
     cfg_broker.restart()
     with AdminClient(cfg_broker.bootstrap) as a:
         c = _configs(a, "cfg-persist")
@@ -120,8 +152,10 @@ def test_invalid_values_answer_invalid_config_and_change_nothing(cfg_broker):
         assert res.error_code == ErrorCode.INVALID_CONFIG
         assert "segment.bytes" in res.error_message and "tiny" in res.error_message
         res = _raw_alter(a, TOPIC, "cfg-bad", [("no.such.config", 0, "1")])
-        assert (res.error_code, res.error_message) == (ErrorCode.INVALID_CONFIG,
-                                                       "Unknown topic config name: no.such.config")
+        assert (res.error_code, res.error_message) == (
+            ErrorCode.INVALID_CONFIG,
+            "Unknown topic config name: no.such.config",
+        )
         res = _raw_alter(a, TOPIC, "cfg-bad", [("retention.ms", 2, "5")])
         assert res.error_code == ErrorCode.INVALID_CONFIG and "not LIST" in res.error_message
         res = _raw_alter(a, TOPIC, "cfg-bad", [("retention.ms", 0, "5"), ("retention.ms", 1, None)])
@@ -135,14 +169,23 @@ def test_invalid_values_answer_invalid_config_and_change_nothing(cfg_broker):
 
 def test_resource_errors(cfg_broker):
     with AdminClient(cfg_broker.bootstrap) as a:
-        assert _raw_alter(a, TOPIC, "cfg-missing", [("retention.ms", 0, "1")]).error_code == \
-            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        assert (
+            _raw_alter(a, TOPIC, "cfg-missing", [("retention.ms", 0, "1")]).error_code
+            == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        )
         res = _raw_alter(a, BROKER, "0", [("log.retention.ms", 0, "1")])
         assert res.error_code == ErrorCode.INVALID_REQUEST and "server.properties" in res.error_message
-        r = _raw_describe(a, 4, [(TOPIC, "cfg-missing", None), (BROKER, "1", None), (BROKER, "zero", None),
-                                 (BROKER_LOGGER, "0", None)])
-        assert [x.error_code for x in r] == [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.INVALID_REQUEST,
-                                             ErrorCode.INVALID_REQUEST, ErrorCode.INVALID_REQUEST]
+        r = _raw_describe(
+            a,
+            4,
+            [(TOPIC, "cfg-missing", None), (BROKER, "1", None), (BROKER, "zero", None), (BROKER_LOGGER, "0", None)],
+        )
+        assert [x.error_code for x in r] == [
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            ErrorCode.INVALID_REQUEST,
+            ErrorCode.INVALID_REQUEST,
+            ErrorCode.INVALID_REQUEST,
+        ]
         assert all(x.error_message for x in r[1:])
 
 
@@ -160,25 +203,33 @@ def test_broker_resource(cfg_broker):
 def test_describe_every_version_with_key_filter(cfg_broker, version):
     with AdminClient(cfg_broker.bootstrap) as a:
         a.create_topic("cfg-v", 1, 1, {"retention.ms": "5000"})
-        (r,) = _raw_describe(a, version, [(TOPIC, "cfg-v", ["retention.ms", "segment.bytes"])], synonyms=True,
-                             docs=True)
+        (r,) = _raw_describe(
+            a, version, [(TOPIC, "cfg-v", ["retention.ms", "segment.bytes"])], synonyms=True, docs=True
+        )
     assert r.error_code == 0
     got = {c.name: c for c in r.configs}
     assert set(got) == {"retention.ms", "segment.bytes"}
     assert (got["retention.ms"].value, got["retention.ms"].config_source) == ("5000", 1)
-    assert [(s.name, s.source) for s in got["segment.bytes"].synonyms] == [("log.segment.bytes", 4),
-                                                                           ("log.segment.bytes", 5)]
+    assert [(s.name, s.source) for s in got["segment.bytes"].synonyms] == [
+        ("log.segment.bytes", 4),
+        ("log.segment.bytes", 5),
+    ]
     if version >= 3:
-        assert got["retention.ms"].config_type == 5      # LONG
+        assert got["retention.ms"].config_type == 5  # LONG
         assert got["retention.ms"].documentation
 
 
 def test_confluent_incremental_alter_and_describe(cfg_broker):
     adm = ck.admin(cfg_broker.bootstrap)
     ck.create_topic(cfg_broker.bootstrap, "cfg-ck", 1)
-    res = ConfigResource(ResourceType.TOPIC, "cfg-ck", incremental_configs=[
-        ConfigEntry("retention.ms", "86400000", incremental_operation=AlterConfigOpType.SET),
-        ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.APPEND)])
+    res = ConfigResource(
+        ResourceType.TOPIC,
+        "cfg-ck",
+        incremental_configs=[
+            ConfigEntry("retention.ms", "86400000", incremental_operation=AlterConfigOpType.SET),
+            ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.APPEND),
+        ],
+    )
     adm.incremental_alter_configs([res])[res].result(timeout=30)
 
     desc = ConfigResource(ResourceType.TOPIC, "cfg-ck")
@@ -190,8 +241,11 @@ def test_confluent_incremental_alter_and_describe(cfg_broker):
     assert entries["max.message.bytes"].source == ConfigSource.DEFAULT_CONFIG.value
     assert entries["max.message.bytes"].is_default
 
-    bad = ConfigResource(ResourceType.TOPIC, "cfg-ck", incremental_configs=[
-        ConfigEntry("retention.ms", "forever", incremental_operation=AlterConfigOpType.SET)])
+    bad = ConfigResource(
+        ResourceType.TOPIC,
+        "cfg-ck",
+        incremental_configs=[ConfigEntry("retention.ms", "forever", incremental_operation=AlterConfigOpType.SET)],
+    )
     with pytest.raises(KafkaException) as ei:
         adm.incremental_alter_configs([bad])[bad].result(timeout=30)
     assert ei.value.args[0].code() == KafkaError.INVALID_CONFIG

@@ -6,6 +6,7 @@ delivery reports must show consecutive offsets per partition, and a Consumer usi
 every partition back from offset 0 and from ``offsets_for_times``: keys, values, headers, timestamps, order and
 offsets must match byte for byte. The stored batches must keep the producer's codec.
 """
+
 from __future__ import annotations
 
 import pytest

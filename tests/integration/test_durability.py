@@ -1,4 +1,5 @@
 """Durability across restarts: clean SIGTERM restart, and kill -9 in the middle of a produce stream."""
+
 from __future__ import annotations
 
 import os
@@ -41,8 +42,9 @@ def test_restart_between_produce_and_fetch(broker):
     # the time index survives too
     target = first[3001].timestamp
     found = ck.offsets_for_times(bs, topic, {p: target for p in exp})
-    assert found == {p: next(r.offset for r in ck.read_partition(bs, topic, p, 0, len(exp[p]))
-                             if r.timestamp >= target) for p in exp}
+    assert found == {
+        p: next(r.offset for r in ck.read_partition(bs, topic, p, 0, len(exp[p])) if r.timestamp >= target) for p in exp
+    }
 
     # offsets continue where they stopped
     second = gen_records(1000, parts, seed=2, ts_base=first[-1].timestamp + 1, tag="b")
@@ -66,9 +68,18 @@ class AckRecorder:
     """A confluent-kafka producer loop in a thread; records every acknowledged (partition, offset, value)."""
 
     def __init__(self, bs: str, topic: str, partitions: int):
-        self.producer = ck.producer(bs, **{"acks": "all", "linger.ms": 2, "retries": 1000000,
-                                           "message.timeout.ms": 60000, "retry.backoff.ms": 100,
-                                           "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 200})
+        self.producer = ck.producer(
+            bs,
+            **{
+                "acks": "all",
+                "linger.ms": 2,
+                "retries": 1000000,
+                "message.timeout.ms": 60000,
+                "retry.backoff.ms": 100,
+                "reconnect.backoff.ms": 50,
+                "reconnect.backoff.max.ms": 200,
+            },
+        )
         self.topic, self.partitions = topic, partitions
         self.acked: list[tuple[int, int, bytes]] = []
         self.failed: list[tuple[bytes, str]] = []
@@ -89,8 +100,9 @@ class AckRecorder:
         while not self.stop.is_set():
             value = b"value-%08d-" % i + b"x" * (i % 200)
             try:
-                self.producer.produce(self.topic, value=value, key=b"k%d" % i, partition=i % self.partitions,
-                                      on_delivery=self._cb)
+                self.producer.produce(
+                    self.topic, value=value, key=b"k%d" % i, partition=i % self.partitions, on_delivery=self._cb
+                )
                 i += 1
                 self.sent = i
             except BufferError:
@@ -143,8 +155,11 @@ def test_kill9_during_produce_keeps_every_acknowledged_record(broker_factory):
         broker.kill9()
         # the stream keeps going against the dead broker (records queue up in the producer); then stop it
         sent_at_kill = rec.sent
-        wait_until(lambda: rec.sent > sent_at_kill + 200 and len(rec.producer) > 0, timeout=10,
-                   message="producer loop stalled after the crash")
+        wait_until(
+            lambda: rec.sent > sent_at_kill + 200 and len(rec.producer) > 0,
+            timeout=10,
+            message="producer loop stalled after the crash",
+        )
         rec.stop.set()
         rec.thread.join(timeout=10)
         broker.start()
@@ -174,8 +189,10 @@ def test_kill9_during_produce_keeps_every_acknowledged_record(broker_factory):
         assert [r.offset for r in got] == list(range(hi))
         at = {r.offset: r.value for r in got}
         missing = [(off, v) for off, v in sorted(by_off.items()) if at.get(off) != v]
-        assert not missing, (f"partition {p}: {len(missing)} acknowledged records lost or changed, first "
-                             f"{missing[:3]}, found {[at.get(o) for o, _ in missing[:3]]}")
+        assert not missing, (
+            f"partition {p}: {len(missing)} acknowledged records lost or changed, first "
+            f"{missing[:3]}, found {[at.get(o) for o, _ in missing[:3]]}"
+        )
 
     # the log continues after the recovered end
     hi0 = ck.watermarks(broker.bootstrap, topic, 0)[1]
@@ -194,9 +211,12 @@ def test_sigusr1_prints_where_each_task_waits_and_the_broker_goes_on(broker):
         client.send(client.fetch_request(topic, 0, 0, max_wait_ms=30000))
         wait_until(lambda: parked_fetches(broker) == 1, 15, message="the fetch was not parked")
         os.kill(broker.pid, signal.SIGUSR1)
-        dump = wait_until(lambda: (out := broker.output()).count("===== end of task dump") and out, 15,
-                          message="no task dump after SIGUSR1")
+        dump = wait_until(
+            lambda: (out := broker.output()).count("===== end of task dump") and out,
+            15,
+            message="no task dump after SIGUSR1",
+        )
     assert "===== asyncio task dump:" in dump
-    assert "purgatory.py" in dump and " in wait" in dump, dump[-3000:]     # the parked Fetch
-    ck.create_topic(broker.bootstrap, "after-the-dump", 1)                     # still serving
+    assert "purgatory.py" in dump and " in wait" in dump, dump[-3000:]  # the parked Fetch
+    ck.create_topic(broker.bootstrap, "after-the-dump", 1)  # still serving
     assert broker.stop() == 0

@@ -6,6 +6,7 @@ watch-driven image (and its full re-read after etcd restarts), compare-and-set c
 one transaction's op limit, controller election, failover and fencing, leader election on broker loss, controlled
 shutdown, reassignment, preferred election, and producer-id blocks.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -28,9 +29,9 @@ from strata.protocol.errors import ErrorCode, KafkaApiError
 from tests.support.etcd_proc import EtcdProcess, etcd_fixture
 
 pytestmark = pytest.mark.integration
-etcd = etcd_fixture          # a fresh etcd per test
+etcd = etcd_fixture  # a fresh etcd per test
 
-SESSION_MS = 2000          # short for fast tests, long enough for keep-alives on a loaded machine
+SESSION_MS = 2000  # short for fast tests, long enough for keep-alives on a loaded machine
 
 
 def run(coro, timeout: float = 90):
@@ -52,11 +53,23 @@ async def until(pred, timeout: float = 10.0, what: str = "condition"):
 class Node:
     """One 'broker': a store (+ optionally its controller)."""
 
-    def __init__(self, e: EtcdProcess, broker_id: int, rack: str | None = None, cluster_id: str | None = None,
-                 controller: bool = True, **cfg):
-        self.store = EtcdMetadataStore(parse_connect(e.connect), broker_id=broker_id, cluster_id=cluster_id,
-                                       session_timeout_ms=SESSION_MS, heartbeat_interval_ms=300,
-                                       request_timeout_s=3.0)
+    def __init__(
+        self,
+        e: EtcdProcess,
+        broker_id: int,
+        rack: str | None = None,
+        cluster_id: str | None = None,
+        controller: bool = True,
+        **cfg,
+    ):
+        self.store = EtcdMetadataStore(
+            parse_connect(e.connect),
+            broker_id=broker_id,
+            cluster_id=cluster_id,
+            session_timeout_ms=SESSION_MS,
+            heartbeat_interval_ms=300,
+            request_timeout_s=3.0,
+        )
         self.info = BrokerInfo(broker_id, {"PLAINTEXT": ("127.0.0.1", 9000 + broker_id)}, rack, uuid.uuid4().hex)
         self.config = BrokerConfig.from_dict({"broker.id": broker_id, **cfg})
         self.controller = Controller(self.store, self.config) if controller else None
@@ -76,7 +89,7 @@ class Node:
             self.controller._stopping = True
             self.controller._task.cancel()
             await asyncio.wait([self.controller._task], timeout=5)
-        self.store.lease_id = 0          # close() must not revoke it
+        self.store.lease_id = 0  # close() must not revoke it
         await self.store.close()
 
     async def stop(self) -> None:
@@ -109,16 +122,16 @@ def test_cluster_id_created_once_and_adopted(etcd):
         assert len(a.cluster_id) == 22 and b.cluster_id == a.cluster_id
         c = EtcdMetadataStore(parse_connect(etcd.connect), broker_id=3, cluster_id="otherClusterIdAAAAAAAA")
         await c.start()
-        assert c.cluster_id == "otherClusterIdAAAAAAAA"          # a configured id keeps its own key space
-        await c.create_topic("only-in-c", 1, {}, replication_factor=1,
-                             assignments=[[3]])
+        assert c.cluster_id == "otherClusterIdAAAAAAAA"  # a configured id keeps its own key space
+        await c.create_topic("only-in-c", 1, {}, replication_factor=1, assignments=[[3]])
         assert await until(lambda: "only-in-c" in c.topics())
         assert "only-in-c" not in a.topics()
         d = EtcdMetadataStore(parse_connect(etcd.connect), broker_id=4)
         await d.start()
-        assert d.cluster_id == a.cluster_id                      # the default pointer did not move
+        assert d.cluster_id == a.cluster_id  # the default pointer did not move
         for s in (a, b, c, d):
             await s.close()
+
     run(main())
 
 
@@ -144,6 +157,7 @@ def test_registration_lease_expiry_and_reregistration(etcd):
         await n3.stop()
         await until(lambda: 3 not in n2.store.brokers(), timeout=2, what="n3 deregistered by revoke")
         await n2.stop()
+
     run(main())
 
 
@@ -153,7 +167,7 @@ def test_restarted_broker_replaces_its_previous_incarnation_at_once(etcd):
         n1 = await Node(etcd, 1, controller=False).start()
         old_lease = n1.store.lease_id
         await n1.crash()
-        again = await Node(etcd, 1, controller=False).start()          # new incarnation, same id
+        again = await Node(etcd, 1, controller=False).start()  # new incarnation, same id
         await until(lambda: watcher.store.brokers().get(1) == again.info, what="new incarnation visible")
         # The old lease was revoked (not left to expire), and the registration lives on the new one.
         info = await watcher.store.client.get_lease_info(old_lease, keys=False)
@@ -162,6 +176,7 @@ def test_restarted_broker_replaces_its_previous_incarnation_at_once(etcd):
         assert kv.lease == again.store.lease_id != old_lease
         await again.stop()
         await watcher.stop()
+
     run(main())
 
 
@@ -171,8 +186,10 @@ def test_watch_drives_the_image_and_topic_lifecycle(etcd):
         await until(lambda: len(b.store.brokers()) == 2 and len(a.store.brokers()) == 2)
         info = await a.store.create_topic("t1", 3, {"retention.ms": "1000"}, replication_factor=2)
         assert all(len(x) == 2 for x in info.assignments)
-        await until(lambda: "t1" in b.store.topics() and all(b.store.partition_state("t1", p) for p in range(3)),
-                    what="b sees t1")
+        await until(
+            lambda: "t1" in b.store.topics() and all(b.store.partition_state("t1", p) for p in range(3)),
+            what="b sees t1",
+        )
         tb = b.store.topic("t1")
         assert tb.topic_id == info.topic_id and tb.configs == {"retention.ms": "1000"}
         assert b.store.topic_by_id(info.topic_id).name == "t1"
@@ -200,10 +217,13 @@ def test_watch_drives_the_image_and_topic_lifecycle(etcd):
         # Beyond etcd's 128-operation transaction limit.
         big = await a.store.create_topic("big", 250, {}, replication_factor=1)
         assert big.partitions == 250
-        await until(lambda: b.store.topic("big") is not None and
-                    all(b.store.partition_state("big", p) for p in range(250)), what="big topic seen")
+        await until(
+            lambda: b.store.topic("big") is not None and all(b.store.partition_state("big", p) for p in range(250)),
+            what="big topic seen",
+        )
         await a.stop()
         await b.stop()
+
     run(main())
 
 
@@ -211,14 +231,19 @@ def test_listeners_see_a_new_partition_with_its_topic(etcd):
     """Listeners told of a new partition (CreatePartitions) find it in the topic already, on the broker that wrote
     it (applied at once) as on the others (the watch): a replica manager ignores a partition beyond the topic's
     count, and that broker then missed its new replica until the next state change."""
+
     async def main():
         a, b = await Node(etcd, 1, controller=False).start(), await Node(etcd, 2, controller=False).start()
         await until(lambda: len(b.store.brokers()) == 2 and len(a.store.brokers()) == 2)
         seen: dict[int, list[tuple[int, bool]]] = {1: [], 2: []}
         for x in (a, b):
-            x.store.add_listener(lambda kind, key, x=x: seen[x.store.broker_id].append(
-                (key[1], x.store.topic(key[0]).partitions > key[1]))
-                if kind == "partition" and key[0] == "grow" else None)
+            x.store.add_listener(
+                lambda kind, key, x=x: (
+                    seen[x.store.broker_id].append((key[1], x.store.topic(key[0]).partitions > key[1]))
+                    if kind == "partition" and key[0] == "grow"
+                    else None
+                )
+            )
         await a.store.create_topic("grow", 1, {}, replication_factor=2)
         await until(lambda: a.store.partition_state("grow", 0) and b.store.partition_state("grow", 0))
         # the writer's watch lags behind its transaction's reply, as on a loaded broker: it learns of the new
@@ -232,6 +257,7 @@ def test_listeners_see_a_new_partition_with_its_topic(etcd):
             assert sorted(seen[broker_id]) == [(0, True), (1, True), (2, True)], (broker_id, seen[broker_id])
         await a.stop()
         await b.stop()
+
     run(main())
 
 
@@ -245,8 +271,9 @@ def test_partition_state_compare_and_set(etcd):
         assert base == b.store.partition_state("cas", 0)
         mine = base.with_changes(isr=(1,))
         theirs = base.with_changes(isr=(2,), leader=2)
-        results = await asyncio.gather(a.store.alter_partition("cas", 0, mine),
-                                       b.store.alter_partition("cas", 0, theirs), return_exceptions=True)
+        results = await asyncio.gather(
+            a.store.alter_partition("cas", 0, mine), b.store.alter_partition("cas", 0, theirs), return_exceptions=True
+        )
         wins = [r for r in results if not isinstance(r, Exception)]
         losses = [r for r in results if isinstance(r, StaleStateError)]
         assert len(wins) == 1 and len(losses) == 1, results
@@ -260,6 +287,7 @@ def test_partition_state_compare_and_set(etcd):
         assert nxt.partition_epoch == base.partition_epoch + 2
         await a.stop()
         await b.stop()
+
     run(main())
 
 
@@ -270,7 +298,7 @@ def test_isr_expansion_to_a_shutting_down_or_dead_broker_is_refused(etcd):
         await a.store.create_topic("ie", 1, {}, replication_factor=2, assignments=[[1, 2]])
         s = a.store.partition_state("ie", 0)
         s = await a.store.alter_partition("ie", 0, s.with_changes(isr=(1,)))
-        assert not await b.store.controlled_shutdown(0.2)        # no controller here: never marked done
+        assert not await b.store.controlled_shutdown(0.2)  # no controller here: never marked done
         await until(lambda: 2 in a.store.shutting_down())
         with pytest.raises(IneligibleReplicaError):
             await a.store.alter_partition("ie", 0, s.with_changes(isr=(1, 2)))
@@ -278,8 +306,9 @@ def test_isr_expansion_to_a_shutting_down_or_dead_broker_is_refused(etcd):
         await until(lambda: 2 not in a.store.brokers() and 2 not in a.store.shutting_down())
         with pytest.raises(IneligibleReplicaError):
             await a.store.alter_partition("ie", 0, s.with_changes(isr=(1, 2)))
-        assert a.store.partition_state("ie", 0) == s               # nothing was written
+        assert a.store.partition_state("ie", 0) == s  # nothing was written
         await a.stop()
+
     run(main())
 
 
@@ -293,18 +322,22 @@ def test_controller_failover_and_fencing(etcd):
         await first.store.create_topic("f", 1, {}, replication_factor=3)
         rest = [x for x in nodes if x is not first]
         await first.crash()
-        await until(lambda: rest[0].store.controller_id not in (-1, ctl), timeout=SESSION_MS / 1000 + 5,
-                    what="a new controller")
+        await until(
+            lambda: rest[0].store.controller_id not in (-1, ctl), timeout=SESSION_MS / 1000 + 5, what="a new controller"
+        )
         new = next(x for x in rest if x.store.broker_id == rest[0].store.controller_id)
         assert new.controller.epoch > epoch
         # The deposed controller's epoch no longer writes.
         s = new.store.partition_state("f", 0)
-        await until(lambda: new.store.partition_state("f", 0) and ctl not in new.store.partition_state("f", 0).isr,
-                    what="dead controller removed from the ISR")
+        await until(
+            lambda: new.store.partition_state("f", 0) and ctl not in new.store.partition_state("f", 0).isr,
+            what="dead controller removed from the ISR",
+        )
         s = new.store.partition_state("f", 0)
         with pytest.raises(StaleStateError):
             await new.store.write_partitions([("f", 0, s.with_changes(isr=s.isr[:1]))], controller_epoch=epoch)
         await close_all(rest)
+
     run(main())
 
 
@@ -313,8 +346,9 @@ def test_leader_election_on_broker_loss_clean_and_unclean(etcd):
         nodes = await cluster(etcd, 3)
         by_id = {x.store.broker_id: x for x in nodes}
         await nodes[0].store.create_topic("e", 1, {}, replication_factor=3, assignments=[[1, 2, 3]])
-        await nodes[0].store.create_topic("u", 1, {"unclean.leader.election.enable": "true"},
-                                          replication_factor=2, assignments=[[1, 2]])
+        await nodes[0].store.create_topic(
+            "u", 1, {"unclean.leader.election.enable": "true"}, replication_factor=2, assignments=[[1, 2]]
+        )
         await nodes[0].store.create_topic("c", 1, {}, replication_factor=2, assignments=[[1, 2]])
         obs = by_id[3].store
         await until(lambda: all(obs.partition_state(t, 0) for t in "euc"))
@@ -323,8 +357,9 @@ def test_leader_election_on_broker_loss_clean_and_unclean(etcd):
             s = obs.partition_state(t, 0)
             await by_id[1].store.alter_partition(t, 0, s.with_changes(isr=(1,)))
         await by_id[1].crash()
-        await until(lambda: obs.partition_state("e", 0).leader == 2, timeout=SESSION_MS / 1000 + 5,
-                    what="clean election of 2")
+        await until(
+            lambda: obs.partition_state("e", 0).leader == 2, timeout=SESSION_MS / 1000 + 5, what="clean election of 2"
+        )
         e = obs.partition_state("e", 0)
         assert e.isr == (2, 3) and e.leader_epoch == 1
         await until(lambda: obs.partition_state("u", 0).leader == 2, what="unclean election on u")
@@ -337,6 +372,7 @@ def test_leader_election_on_broker_loss_clean_and_unclean(etcd):
         assert res[("nope", 0)][0] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         await until(lambda: obs.partition_state("c", 0).leader == 2)
         await close_all([by_id[2], by_id[3]])
+
     run(main())
 
 
@@ -355,13 +391,17 @@ def test_restarted_broker_loses_leadership_before_its_lease_expires(etcd):
         await until(lambda: obs.partition_state("r", 0).leader == vid)
         before = obs.partition_state("r", 0).leader_epoch
         await victim.crash()
-        back = await Node(etcd, vid, f"r{vid}").start()           # restart well within the session timeout
+        back = await Node(etcd, vid, f"r{vid}").start()  # restart well within the session timeout
         # The restart revokes the old lease: no wait for its expiry (which the bound below would not reach).
-        await until(lambda: obs.partition_state("r", 0).leader not in (vid, -1), timeout=SESSION_MS / 1000,
-                    what="leadership moved off the restarted broker")
+        await until(
+            lambda: obs.partition_state("r", 0).leader not in (vid, -1),
+            timeout=SESSION_MS / 1000,
+            what="leadership moved off the restarted broker",
+        )
         s = obs.partition_state("r", 0)
         assert vid not in s.isr and s.leader_epoch > before
         await close_all([x for x in nodes if x is not victim] + [back])
+
     run(main())
 
 
@@ -376,15 +416,19 @@ def test_controlled_shutdown_moves_leadership_then_completes(etcd):
         ok = await by_id[1].store.controlled_shutdown(10)
         assert ok
         for p in range(3):
-            s = s3.partition_state("cs", p) if by_id[1].store.controller_id != 3 else by_id[3].store.partition_state(
-                "cs", p)
+            s = (
+                s3.partition_state("cs", p)
+                if by_id[1].store.controller_id != 3
+                else by_id[3].store.partition_state("cs", p)
+            )
             assert s.leader != 1 and 1 not in s.isr
         solo = by_id[1].store.partition_state("solo", 0)
-        assert solo.leader == -1 and solo.isr == (1,)     # nowhere to go: offline until 1 returns
+        assert solo.leader == -1 and solo.isr == (1,)  # nowhere to go: offline until 1 returns
         assert 1 in by_id[2].store.shutting_down()
         await by_id[1].stop()
         await until(lambda: 1 not in s3.brokers() and 1 not in s3.shutting_down())
         await close_all([by_id[2], by_id[3]])
+
     run(main())
 
 
@@ -416,8 +460,9 @@ def test_reassignment_and_preferred_election(etcd):
         assert res == {("ra", 0): (ErrorCode.NONE, None)}
         await until(lambda: s.partition_state("ra", 0).leader == 3)
         res = await elect_leaders(s, ELECTION_PREFERRED, None)
-        assert ("ra", 0) not in res          # not needed any more: all-partitions answers leave it out
+        assert ("ra", 0) not in res  # not needed any more: all-partitions answers leave it out
         await close_all(nodes)
+
     run(main())
 
 
@@ -430,9 +475,13 @@ def test_auto_leader_rebalance(etcd):
         for p in range(2):
             st = s.partition_state("bal", p)
             await s.alter_partition("bal", p, st.with_changes(leader=2))
-        await until(lambda: all(s.partition_state("bal", p).leader == 1 for p in range(2)), timeout=10,
-                    what="preferred leaders restored by the controller")
+        await until(
+            lambda: all(s.partition_state("bal", p).leader == 1 for p in range(2)),
+            timeout=10,
+            what="preferred leaders restored by the controller",
+        )
         await close_all(nodes)
+
     run(main())
 
 
@@ -444,11 +493,15 @@ def test_watch_recovers_after_etcd_restart(etcd):
         etcd.restart()
         # Changes made while b's watch is broken and after: b catches up by a full re-read + new watch.
         info = await a.store.create_topic("after", 2, {}, replication_factor=2)
-        await until(lambda: b.store.topic("after") is not None and b.store.partition_state("after", 1),
-                    timeout=15, what="b caught up after the restart")
+        await until(
+            lambda: b.store.topic("after") is not None and b.store.partition_state("after", 1),
+            timeout=15,
+            what="b caught up after the restart",
+        )
         assert b.store.topic("after").topic_id == info.topic_id
         await a.stop()
         await b.stop()
+
     run(main())
 
 
@@ -459,4 +512,5 @@ def test_producer_id_blocks_never_overlap(etcd):
         assert sorted(starts) == [i * 1000 for i in range(10)]
         await a.stop()
         await b.stop()
+
     run(main())

@@ -1,5 +1,6 @@
 """`strata groups` (like kafka-consumer-groups.sh) as a user runs it, plus the consumer-group admin APIs of
 confluent-kafka's and kafka-python's admin clients, against a live broker with a real consumer group."""
+
 from __future__ import annotations
 
 import subprocess
@@ -20,8 +21,9 @@ PER_PARTITION = 10
 
 
 def strata(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "strata", *args], cwd=REPO_ROOT, capture_output=True, text=True,
-                          timeout=60, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "strata", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=False
+    )
 
 
 _capture = None
@@ -62,7 +64,7 @@ def table(out: str) -> list[list[str]]:
     lines = [line for line in out.splitlines() if line.strip()]
     start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["GROUP", "TOPIC"])
     rows = []
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         if line.startswith(("State:", "(")):
             break
         rows.append(line.split())
@@ -81,9 +83,18 @@ def bs(module_broker):
 
 
 def consumer(bs: str, group: str, client_id: str = "cli-consumer") -> Consumer:
-    c = Consumer({"bootstrap.servers": bs, "group.id": group, "client.id": client_id, "auto.offset.reset": "earliest",
-                  "enable.auto.commit": False, "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
-                  "log_level": 3})
+    c = Consumer(
+        {
+            "bootstrap.servers": bs,
+            "group.id": group,
+            "client.id": client_id,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 500,
+            "log_level": 3,
+        }
+    )
     c.subscribe([TOPIC])
     return c
 
@@ -96,6 +107,7 @@ def consume_n(c: Consumer, n: int) -> None:
         msgs = [m for m in c.consume(100, 0.2) if m.error() is None]
         got += len(msgs)
         return got >= n
+
     wait_until(step, timeout=30)
 
 
@@ -120,11 +132,13 @@ def test_list_describe_reset_delete(bs):
     assert "inactive" in fails(groups(bs, "reset-offsets", "--group", group, "--topic", TOPIC, "--to-earliest"))
     assert "NON_EMPTY_GROUP" in fails(groups(bs, "delete", "--group", group))
 
-    c.close()                          # LeaveGroup: the group becomes Empty
+    c.close()  # LeaveGroup: the group becomes Empty
     out = ok(groups(bs, "describe", "--group", group))
     assert "has no active members" in out and "State: Empty  Members: 0" in out
-    assert [r[:9] for r in table(out)] == [[group, TOPIC, "0", "7", "10", "3", "-", "-", "-"],
-                                           [group, TOPIC, "1", "10", "10", "0", "-", "-", "-"]]
+    assert [r[:9] for r in table(out)] == [
+        [group, TOPIC, "0", "7", "10", "3", "-", "-", "-"],
+        [group, TOPIC, "1", "10", "10", "0", "-", "-", "-"],
+    ]
 
     # reset: dry run changes nothing, --execute commits (clamped into the log for --to-offset)
     out = ok(groups(bs, "reset-offsets", "--group", group, "--topic", TOPIC, "--to-earliest"))
@@ -142,8 +156,9 @@ def test_list_describe_reset_delete(bs):
     ok(groups(bs, "reset-offsets", "--group", group, "--topic", f"{TOPIC}:0", "--to-offset", "8", "--execute"))
     c = consumer(bs, group)
     got = []
-    wait_until(lambda: got.extend(m.offset() for m in c.consume(100, 0.2) if m.error() is None) or len(got) >= 2,
-               timeout=30)
+    wait_until(
+        lambda: got.extend(m.offset() for m in c.consume(100, 0.2) if m.error() is None) or len(got) >= 2, timeout=30
+    )
     assert sorted(got) == [8, 9]
     c.close()
 
@@ -165,14 +180,18 @@ def test_confluent_admin_group_apis(bs):
     assert mine[group].state == ConsumerGroupState.STABLE and not mine[group].is_simple_consumer_group
     desc = a.describe_consumer_groups([group], request_timeout=10)[group].result(timeout=15)
     assert desc.state == ConsumerGroupState.STABLE and desc.partition_assignor == "range"
-    assert [(m.client_id, sorted(tp.partition for tp in m.assignment.topic_partitions)) for m in desc.members] == \
-        [("ck-admin-consumer", [0, 1])]
+    assert [(m.client_id, sorted(tp.partition for tp in m.assignment.topic_partitions)) for m in desc.members] == [
+        ("ck-admin-consumer", [0, 1])
+    ]
     from confluent_kafka import ConsumerGroupTopicPartitions
+
     offs = a.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(timeout=15)
     assert sorted((tp.partition, tp.offset) for tp in offs.topic_partitions) == [(0, 10), (1, 10)]
     c.close()
-    wait_until(lambda: a.describe_consumer_groups([group])[group].result(timeout=15).state ==
-               ConsumerGroupState.EMPTY, timeout=15)
+    wait_until(
+        lambda: a.describe_consumer_groups([group])[group].result(timeout=15).state == ConsumerGroupState.EMPTY,
+        timeout=15,
+    )
     res = a.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, [TopicPartition(TOPIC, 0, 3)])])
     res[group].result(timeout=15)
     offs = a.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(timeout=15)
@@ -196,8 +215,9 @@ def test_kafka_python_admin_group_apis(bs):
         assert (listed[group]["group_state"], listed[group]["group_type"]) == ("Stable", "classic")
         d = a.describe_groups([group])[group]
         assert (d["group_state"], d["protocol_data"], d["error"]) == ("Stable", "range", None)
-        assert [(m["client_id"], m["member_assignment"]["assigned_partitions"]) for m in d["members"]] == \
-            [("kp-admin-consumer", [{"topic": TOPIC, "partitions": [0, 1]}])]
+        assert [(m["client_id"], m["member_assignment"]["assigned_partitions"]) for m in d["members"]] == [
+            ("kp-admin-consumer", [{"topic": TOPIC, "partitions": [0, 1]}])
+        ]
         assert sorted(d["authorized_operations"]) == ["DELETE", "DESCRIBE", "READ"]
         offs = a.list_group_offsets({group: None})[group]
         assert {tp.partition: om.offset for tp, om in offs.items()} == {0: 5, 1: 6}
@@ -216,7 +236,8 @@ def test_kafka_python_admin_group_apis(bs):
 def test_cli_as_a_subprocess(bs):
     """One real `python -m strata groups` run: entry point wiring and exit codes."""
     r = strata("groups", "--bootstrap-server", bs, "describe", "--group", "nobody-here")
-    assert r.returncode == 1 and r.stderr.strip() == \
-        "strata groups: error: Consumer group 'nobody-here' does not exist."
+    assert (
+        r.returncode == 1 and r.stderr.strip() == "strata groups: error: Consumer group 'nobody-here' does not exist."
+    )
     r = strata("groups", "--bootstrap-server", bs, "list")
     assert r.returncode == 0, r.stderr

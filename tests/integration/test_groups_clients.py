@@ -14,6 +14,7 @@ record ("R <partition> <offset> <value>") and commits what it consumed. Per clie
 4. all members close (LeaveGroup): the group is Empty; the broker restarts; the group is still Empty with the same
    committed offsets, and a fresh member consumes exactly the records produced after the restart.
 """
+
 from __future__ import annotations
 
 import faulthandler
@@ -51,9 +52,18 @@ def _emit(p: int, o: int, v: bytes | None) -> None:
 def _member_confluent(bs: str, topic: str, group: str, client_id: str, stop: threading.Event) -> None:
     from confluent_kafka import Consumer, KafkaException
 
-    c = Consumer({"bootstrap.servers": bs, "group.id": group, "client.id": client_id, "enable.auto.commit": False,
-                  "auto.offset.reset": "earliest", "session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": 500,
-                  "log_level": 3})
+    c = Consumer(
+        {
+            "bootstrap.servers": bs,
+            "group.id": group,
+            "client.id": client_id,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "session.timeout.ms": SESSION_MS,
+            "heartbeat.interval.ms": 500,
+            "log_level": 3,
+        }
+    )
     c.subscribe([topic])
     while not stop.is_set():
         msgs = [m for m in c.consume(500, 0.2) if m.error() is None]
@@ -63,7 +73,7 @@ def _member_confluent(bs: str, topic: str, group: str, client_id: str, stop: thr
             try:
                 c.commit(asynchronous=False)
             except KafkaException:
-                pass   # a rebalance started: the records are redelivered to their next owner
+                pass  # a rebalance started: the records are redelivered to their next owner
     c.close()
 
 
@@ -71,9 +81,17 @@ def _member_kafka_python(bs: str, topic: str, group: str, client_id: str, stop: 
     from kafka import KafkaConsumer
     from kafka.errors import CommitFailedError, KafkaError
 
-    c = KafkaConsumer(topic, bootstrap_servers=bs, group_id=group, client_id=client_id, enable_auto_commit=False,
-                      auto_offset_reset="earliest", session_timeout_ms=SESSION_MS, heartbeat_interval_ms=500,
-                      request_timeout_ms=30000)
+    c = KafkaConsumer(
+        topic,
+        bootstrap_servers=bs,
+        group_id=group,
+        client_id=client_id,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        session_timeout_ms=SESSION_MS,
+        heartbeat_interval_ms=500,
+        request_timeout_ms=30000,
+    )
     while not stop.is_set():
         batches = c.poll(timeout_ms=200)
         for tp, recs in batches.items():
@@ -94,9 +112,16 @@ def _member_aiokafka(bs: str, topic: str, group: str, client_id: str, stop: thre
     from aiokafka.errors import CommitFailedError, KafkaError
 
     async def run() -> None:
-        c = AIOKafkaConsumer(topic, bootstrap_servers=bs, group_id=group, client_id=client_id,
-                             enable_auto_commit=False, auto_offset_reset="earliest", session_timeout_ms=SESSION_MS,
-                             heartbeat_interval_ms=500)
+        c = AIOKafkaConsumer(
+            topic,
+            bootstrap_servers=bs,
+            group_id=group,
+            client_id=client_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            session_timeout_ms=SESSION_MS,
+            heartbeat_interval_ms=500,
+        )
         await c.start()
         try:
             while not stop.is_set():
@@ -119,13 +144,17 @@ def _member_main(argv: list[str]) -> int:
     client, bs, topic, group, client_id = argv
     # the Python clients' warnings (more with STRATA_MEMBER_LOG=DEBUG) go to the member's stderr file, and
     # `kill -USR1` adds every thread's stack there: what a member that stopped heartbeating was doing
-    logging.basicConfig(level=os.environ.get("STRATA_MEMBER_LOG", "WARNING"), stream=sys.stderr,
-                        format="%(asctime)s %(threadName)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=os.environ.get("STRATA_MEMBER_LOG", "WARNING"),
+        stream=sys.stderr,
+        format="%(asctime)s %(threadName)s %(name)s %(levelname)s %(message)s",
+    )
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    {"confluent": _member_confluent, "kafka-python": _member_kafka_python,
-     "aiokafka": _member_aiokafka}[client](bs, topic, group, client_id, stop)
+    {"confluent": _member_confluent, "kafka-python": _member_kafka_python, "aiokafka": _member_aiokafka}[client](
+        bs, topic, group, client_id, stop
+    )
     return 0
 
 
@@ -148,8 +177,9 @@ class Member:
         self.err_path = log_dir / f"{name}.stderr"
         self._err = open(self.err_path, "wb")  # noqa: SIM115 - closed when the process ends
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self._err, stdin=subprocess.DEVNULL,
-                                     cwd=str(cwd), env=env)
+        self.proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=self._err, stdin=subprocess.DEVNULL, cwd=str(cwd), env=env
+        )
         self._lock = threading.Lock()
         self._records: list[tuple[int, int, str]] = []
         self._thread = threading.Thread(target=self._read, daemon=True)
@@ -208,10 +238,31 @@ def member_argv(client: str, bs: str, topic: str, group: str, client_id: str) ->
         return ["node", str(JS_DIR / "group_member.js"), bs, topic, group, client_id, str(SESSION_MS)], JS_DIR
     if client == "kcat":
         # -E: a long-running kcat -G survives a broker restart (by default it exits once all brokers are down)
-        return [KCAT, "-b", bs, "-G", group, topic, "-E", "-u", "-q", "-f", "R %p %o %s\\n",
-                "-X", f"client.id={client_id}", "-X", f"session.timeout.ms={SESSION_MS}",
-                "-X", "heartbeat.interval.ms=500", "-X", "auto.commit.interval.ms=100",
-                "-X", "auto.offset.reset=earliest", "-X", "log_level=3"], REPO
+        return [
+            KCAT,
+            "-b",
+            bs,
+            "-G",
+            group,
+            topic,
+            "-E",
+            "-u",
+            "-q",
+            "-f",
+            "R %p %o %s\\n",
+            "-X",
+            f"client.id={client_id}",
+            "-X",
+            f"session.timeout.ms={SESSION_MS}",
+            "-X",
+            "heartbeat.interval.ms=500",
+            "-X",
+            "auto.commit.interval.ms=100",
+            "-X",
+            "auto.offset.reset=earliest",
+            "-X",
+            "log_level=3",
+        ], REPO
     raise ValueError(client)
 
 
@@ -296,22 +347,29 @@ def wait_balanced(bs: str, group: str, topic: str, members: list[Member], timeou
 
 
 def consumed_since(members: list[Member], marks: dict[str, int]) -> dict[str, list[tuple[int, int, str]]]:
-    return {m.name: m.records()[marks.get(m.name, 0):] for m in members}
+    return {m.name: m.records()[marks.get(m.name, 0) :] for m in members}
 
 
-def wait_delivered(members: list[Member], marks: dict[str, int], expected: dict[tuple[int, int], str],
-                   timeout: float = 30.0) -> dict[str, list[tuple[int, int, str]]]:
+def wait_delivered(
+    members: list[Member], marks: dict[str, int], expected: dict[tuple[int, int], str], timeout: float = 30.0
+) -> dict[str, list[tuple[int, int, str]]]:
     def got() -> set[tuple[int, int]]:
         return {(p, o) for recs in consumed_since(members, marks).values() for p, o, _ in recs}
 
-    wait_until(lambda: set(expected) <= got(), timeout=timeout,
-               message=lambda: f"missing {sorted(set(expected) - got())[:10]} of {len(expected)}; stderr: "
-                               + " | ".join(m.stderr_tail(500) for m in members))
+    wait_until(
+        lambda: set(expected) <= got(),
+        timeout=timeout,
+        message=lambda: (
+            f"missing {sorted(set(expected) - got())[:10]} of {len(expected)}; stderr: "
+            + " | ".join(m.stderr_tail(500) for m in members)
+        ),
+    )
     return consumed_since(members, marks)
 
 
-def check_exactly_once(new: dict[str, list[tuple[int, int, str]]], expected: dict[tuple[int, int], str],
-                       owned: dict[str, set[int]]) -> None:
+def check_exactly_once(
+    new: dict[str, list[tuple[int, int, str]]], expected: dict[tuple[int, int], str], owned: dict[str, set[int]]
+) -> None:
     seen: dict[tuple[int, int], str] = {}
     for name, recs in new.items():
         for p, o, _v in recs:
@@ -324,8 +382,11 @@ def check_exactly_once(new: dict[str, list[tuple[int, int, str]]], expected: dic
 
 def wait_committed(bs: str, group: str, topic: str, timeout: float = 20.0) -> None:
     ends = end_offsets(bs, topic)
-    wait_until(lambda: committed(bs, group, topic) == ends, timeout=timeout,
-               message=lambda: f"committed {committed(bs, group, topic)} != log end {ends}")
+    wait_until(
+        lambda: committed(bs, group, topic) == ends,
+        timeout=timeout,
+        message=lambda: f"committed {committed(bs, group, topic)} != log end {ends}",
+    )
 
 
 @pytest.mark.parametrize("client", CLIENTS)
@@ -391,4 +452,3 @@ def test_group_of_three(module_broker, spawn, client):
     check_exactly_once(got, batch, owned)
     wait_committed(bs, group, topic)
     assert fresh.stop() == 0, fresh.stderr_tail()
-

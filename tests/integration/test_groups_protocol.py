@@ -4,6 +4,7 @@ Heartbeat 0-4 / LeaveGroup 0-5 (two-step join from v4, generations from 1, rebal
 OffsetCommit 2-9 x OffsetFetch 1-9 (all-partitions and multi-group forms), v10 of both by topic id, ListGroups 0-5
 filters, DescribeGroups 0-6, DeleteGroups 0-2, OffsetDelete 0, and offsets + group state across kill -9 and restart.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -21,8 +22,19 @@ from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
-FIND_COORDINATOR, JOIN, HEARTBEAT, LEAVE, SYNC, DESCRIBE, LIST, DELETE, COMMIT, FETCH, OFFSET_DELETE = \
-    10, 11, 12, 13, 14, 15, 16, 42, 8, 9, 47
+FIND_COORDINATOR, JOIN, HEARTBEAT, LEAVE, SYNC, DESCRIBE, LIST, DELETE, COMMIT, FETCH, OFFSET_DELETE = (
+    10,
+    11,
+    12,
+    13,
+    14,
+    15,
+    16,
+    42,
+    8,
+    9,
+    47,
+)
 NONE, UNKNOWN_TOPIC, COORD_NA, ILLEGAL_GEN, UNKNOWN_MEMBER, REBALANCING, INVALID_REQUEST = 0, 3, 15, 22, 25, 27, 42
 NON_EMPTY, GROUP_NOT_FOUND, MEMBER_ID_REQUIRED, SUBSCRIBED = 68, 69, 79, 86
 SUB = cp.encode_subscription(["t"])
@@ -103,13 +115,17 @@ def test_find_coordinator(module_broker, bs, wire, v):
     port = module_broker.port
     if v >= 4:
         r = w.call(FIND_COORDINATOR, v, key_type=0, coordinator_keys=["a", "b"])
-        assert [(c.key, c.error_code, c.node_id, c.host, c.port) for c in r.coordinators] == \
-            [("a", 0, 0, "127.0.0.1", port), ("b", 0, 0, "127.0.0.1", port)]
+        assert [(c.key, c.error_code, c.node_id, c.host, c.port) for c in r.coordinators] == [
+            ("a", 0, 0, "127.0.0.1", port),
+            ("b", 0, 0, "127.0.0.1", port),
+        ]
         r = w.call(FIND_COORDINATOR, v, key_type=1, coordinator_keys=["txn"])
         assert r.coordinators[0].error_code == COORD_NA and r.coordinators[0].node_id == -1
         if v >= 6:
-            assert w.call(FIND_COORDINATOR, v, key_type=2, coordinator_keys=["s"]).coordinators[0].error_code == \
-                INVALID_REQUEST
+            assert (
+                w.call(FIND_COORDINATOR, v, key_type=2, coordinator_keys=["s"]).coordinators[0].error_code
+                == INVALID_REQUEST
+            )
         return
     fields = {"key": "a"} if v == 0 else {"key": "a", "key_type": 0}
     r = w.call(FIND_COORDINATOR, v, **fields)
@@ -121,11 +137,17 @@ def test_find_coordinator(module_broker, bs, wire, v):
 
 def test_offsets_topic_is_internal_and_compacted(bs, wire):
     wire().call(FIND_COORDINATOR, 0, key="x")
-    r = wire().call(3, 12, topics=[REQUEST_CLASSES[3].MetadataRequestTopic(name="__consumer_offsets")],
-                    allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+    r = wire().call(
+        3,
+        12,
+        topics=[REQUEST_CLASSES[3].MetadataRequestTopic(name="__consumer_offsets")],
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
     t = r.topics[0]
     assert (t.error_code, t.is_internal, len(t.partitions)) == (0, True, 50)
     from strata.cli.admin_client import RESOURCE_TOPIC, AdminClient
+
     with AdminClient(bs) as a:
         cfg = {c.name: c.value for c in a.describe_configs(RESOURCE_TOPIC, "__consumer_offsets")}
     assert cfg["cleanup.policy"] == "compact"
@@ -134,9 +156,13 @@ def test_offsets_topic_is_internal_and_compacted(bs, wire):
 # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup at every version ---------------------------------------------------
 def join_fields(v: int, group: str, member_id: str, instance: str | None = None, session: int = 10000) -> dict:
     Req = REQUEST_CLASSES[JOIN]
-    f: dict[str, Any] = {"group_id": group, "session_timeout_ms": session, "member_id": member_id,
-                         "protocol_type": "consumer",
-                         "protocols": [Req.JoinGroupRequestProtocol(name="range", metadata=SUB)]}
+    f: dict[str, Any] = {
+        "group_id": group,
+        "session_timeout_ms": session,
+        "member_id": member_id,
+        "protocol_type": "consumer",
+        "protocols": [Req.JoinGroupRequestProtocol(name="range", metadata=SUB)],
+    }
     if v >= 1:
         f["rebalance_timeout_ms"] = 10000
     if v >= 5:
@@ -156,8 +182,12 @@ def join(w: Wire, v: int, group: str, member_id: str = "") -> Any:
 
 def sync_fields(v: int, group: str, gen: int, member: str, assignments: list[tuple[str, bytes]]) -> dict:
     A = REQUEST_CLASSES[SYNC].SyncGroupRequestAssignment
-    f: dict[str, Any] = {"group_id": group, "generation_id": gen, "member_id": member,
-                         "assignments": [A(member_id=m, assignment=a) for m, a in assignments]}
+    f: dict[str, Any] = {
+        "group_id": group,
+        "generation_id": gen,
+        "member_id": member,
+        "assignments": [A(member_id=m, assignment=a) for m, a in assignments],
+    }
     if v >= 3:
         f["group_instance_id"] = None
     if v >= 5:
@@ -208,8 +238,9 @@ def test_group_lifecycle_at_join_version(bs, wire, v):
         b.send(JOIN, v, **join_fields(v, group, r.member_id))
     else:
         b.send(JOIN, v, **join_fields(v, group, ""))
-    wait_until(lambda: a.call(HEARTBEAT, hv, **hb_fields(hv, group, 1, ja.member_id)).error_code == REBALANCING,
-               timeout=10)
+    wait_until(
+        lambda: a.call(HEARTBEAT, hv, **hb_fields(hv, group, 1, ja.member_id)).error_code == REBALANCING, timeout=10
+    )
     ja2 = a.call(JOIN, v, **join_fields(v, group, ja.member_id))
     jb = b.recv()
     assert (ja2.error_code, jb.error_code, ja2.generation_id, jb.generation_id) == (0, 0, 2, 2)
@@ -224,8 +255,10 @@ def test_group_lifecycle_at_join_version(bs, wire, v):
     # DescribeGroups sees both members with their assignments
     d = a.call(DESCRIBE, 5, groups=[group], include_authorized_operations=False).groups[0]
     assert (d.group_state, d.protocol_type, d.protocol_data) == ("Stable", "consumer", "range")
-    assert {m.member_id: (m.client_id, m.client_host, bytes(m.member_assignment)) for m in d.members} == \
-        {ja.member_id: ("client-a", "/127.0.0.1", asg_a), jb.member_id: ("client-b", "/127.0.0.1", asg_b)}
+    assert {m.member_id: (m.client_id, m.client_host, bytes(m.member_assignment)) for m in d.members} == {
+        ja.member_id: ("client-a", "/127.0.0.1", asg_a),
+        jb.member_id: ("client-b", "/127.0.0.1", asg_b),
+    }
 
     # both leave: b first (a rebalance starts), then a; the group ends Empty
     assert leave(b, lv, group, jb.member_id) == 0
@@ -236,16 +269,30 @@ def test_group_lifecycle_at_join_version(bs, wire, v):
 
 
 # -- offsets -------------------------------------------------------------------------------------------------------
-def commit(w: Wire, v: int, group: str, offsets: dict[tuple[str, int], int], gen: int = -1, member: str = "",
-           metadata: str = "m") -> dict[tuple[str, int], int]:
+def commit(
+    w: Wire,
+    v: int,
+    group: str,
+    offsets: dict[tuple[str, int], int],
+    gen: int = -1,
+    member: str = "",
+    metadata: str = "m",
+) -> dict[tuple[str, int], int]:
     Req = REQUEST_CLASSES[COMMIT]
     T = Req.OffsetCommitRequestTopic
     by_topic: dict[str, list] = {}
     for (t, p), o in offsets.items():
-        by_topic.setdefault(t, []).append(T.OffsetCommitRequestPartition(
-            partition_index=p, committed_offset=o, committed_leader_epoch=7, committed_metadata=metadata))
-    f: dict[str, Any] = {"group_id": group, "generation_id_or_member_epoch": gen, "member_id": member,
-                         "topics": [T(name=t, partitions=ps) for t, ps in by_topic.items()]}
+        by_topic.setdefault(t, []).append(
+            T.OffsetCommitRequestPartition(
+                partition_index=p, committed_offset=o, committed_leader_epoch=7, committed_metadata=metadata
+            )
+        )
+    f: dict[str, Any] = {
+        "group_id": group,
+        "generation_id_or_member_epoch": gen,
+        "member_id": member,
+        "topics": [T(name=t, partitions=ps) for t, ps in by_topic.items()],
+    }
     if 2 <= v <= 4:
         f["retention_time_ms"] = -1
     if v >= 7:
@@ -258,22 +305,42 @@ def fetch(w: Wire, v: int, group: str, topics: dict[str, list[int]] | None) -> t
     Req = REQUEST_CLASSES[FETCH]
     if v >= 8:
         G = Req.OffsetFetchRequestGroup
-        req_topics = None if topics is None else [G.OffsetFetchRequestTopics(name=t, partition_indexes=ps)
-                                                  for t, ps in topics.items()]
-        r = w.call(FETCH, v, groups=[G(group_id=group, topics=req_topics, member_id=None, member_epoch=-1)],
-                   require_stable=False)
+        req_topics = (
+            None
+            if topics is None
+            else [G.OffsetFetchRequestTopics(name=t, partition_indexes=ps) for t, ps in topics.items()]
+        )
+        r = w.call(
+            FETCH,
+            v,
+            groups=[G(group_id=group, topics=req_topics, member_id=None, member_epoch=-1)],
+            require_stable=False,
+        )
         g = r.groups[0]
-        return g.error_code, {(t.name, p.partition_index): (p.committed_offset, p.committed_leader_epoch, p.metadata,
-                                                             p.error_code) for t in g.topics for p in t.partitions}
+        return g.error_code, {
+            (t.name, p.partition_index): (p.committed_offset, p.committed_leader_epoch, p.metadata, p.error_code)
+            for t in g.topics
+            for p in t.partitions
+        }
     T = Req.OffsetFetchRequestTopic
-    fields: dict[str, Any] = {"group_id": group, "topics": None if topics is None else
-                              [T(name=t, partition_indexes=ps) for t, ps in topics.items()]}
+    fields: dict[str, Any] = {
+        "group_id": group,
+        "topics": None if topics is None else [T(name=t, partition_indexes=ps) for t, ps in topics.items()],
+    }
     if v >= 7:
         fields["require_stable"] = False
     r = w.call(FETCH, v, **fields)
     err = r.error_code if v >= 2 else 0
-    return err, {(t.name, p.partition_index): (p.committed_offset, p.committed_leader_epoch if v >= 5 else -1,
-                                               p.metadata, p.error_code) for t in r.topics for p in t.partitions}
+    return err, {
+        (t.name, p.partition_index): (
+            p.committed_offset,
+            p.committed_leader_epoch if v >= 5 else -1,
+            p.metadata,
+            p.error_code,
+        )
+        for t in r.topics
+        for p in t.partitions
+    }
 
 
 @pytest.mark.parametrize("cv", range(2, 10))
@@ -288,7 +355,7 @@ def test_offset_commit_then_fetch_at_every_version(bs, wire, cv):
         e = epoch if fv >= 5 else -1
         assert err == 0
         assert got == {("t", 0): (11, e, "m", 0), ("t", 1): (-1, -1, "", 0), ("t", 2): (22, e, "m", 0)}, fv
-        if fv >= 2:       # topics=null: every committed partition
+        if fv >= 2:  # topics=null: every committed partition
             assert fetch(w, fv, group, None) == (0, {("t", 0): (11, e, "m", 0), ("t", 2): (22, e, "m", 0)})
     # an unknown group has no offsets (no error)
     assert fetch(w, 8, f"nobody-{cv}", {"t": [0]}) == (0, {("t", 0): (-1, -1, "", 0)})
@@ -302,21 +369,54 @@ def test_offset_commit_and_fetch_v10_name_topics_by_id(bs, wire):
     tid, ghost = ids["t"], uuid.uuid4()
     C, F = REQUEST_CLASSES[COMMIT], REQUEST_CLASSES[FETCH]
     CT = C.OffsetCommitRequestTopic
-    r = w.call(COMMIT, 10, group_id="by-id", generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
-               topics=[CT(topic_id=tid, partitions=[CT.OffsetCommitRequestPartition(
-                   partition_index=1, committed_offset=33, committed_leader_epoch=2, committed_metadata="v10")]),
-                       CT(topic_id=ghost, partitions=[CT.OffsetCommitRequestPartition(
-                           partition_index=0, committed_offset=1, committed_leader_epoch=-1, committed_metadata="")])])
+    r = w.call(
+        COMMIT,
+        10,
+        group_id="by-id",
+        generation_id_or_member_epoch=-1,
+        member_id="",
+        group_instance_id=None,
+        topics=[
+            CT(
+                topic_id=tid,
+                partitions=[
+                    CT.OffsetCommitRequestPartition(
+                        partition_index=1, committed_offset=33, committed_leader_epoch=2, committed_metadata="v10"
+                    )
+                ],
+            ),
+            CT(
+                topic_id=ghost,
+                partitions=[
+                    CT.OffsetCommitRequestPartition(
+                        partition_index=0, committed_offset=1, committed_leader_epoch=-1, committed_metadata=""
+                    )
+                ],
+            ),
+        ],
+    )
     assert {(t.topic_id, p.partition_index): p.error_code for t in r.topics for p in t.partitions} == {
-        (tid, 1): 0, (ghost, 0): 100}
-    assert fetch(w, 9, "by-id", {"t": [1]}) == (0, {("t", 1): (33, 2, "v10", 0)})    # the same offsets by name
+        (tid, 1): 0,
+        (ghost, 0): 100,
+    }
+    assert fetch(w, 9, "by-id", {"t": [1]}) == (0, {("t", 1): (33, 2, "v10", 0)})  # the same offsets by name
     G = F.OffsetFetchRequestGroup
-    for topics in ([G.OffsetFetchRequestTopics(topic_id=tid, partition_indexes=[0, 1]),
-                    G.OffsetFetchRequestTopics(topic_id=ghost, partition_indexes=[0])], None):
-        g = w.call(FETCH, 10, groups=[G(group_id="by-id", topics=topics, member_id=None, member_epoch=-1)],
-                   require_stable=False).groups[0]
-        got = {(t.topic_id, p.partition_index): (p.committed_offset, p.error_code) for t in g.topics
-               for p in t.partitions}
+    for topics in (
+        [
+            G.OffsetFetchRequestTopics(topic_id=tid, partition_indexes=[0, 1]),
+            G.OffsetFetchRequestTopics(topic_id=ghost, partition_indexes=[0]),
+        ],
+        None,
+    ):
+        g = w.call(
+            FETCH,
+            10,
+            groups=[G(group_id="by-id", topics=topics, member_id=None, member_epoch=-1)],
+            require_stable=False,
+        ).groups[0]
+        got = {
+            (t.topic_id, p.partition_index): (p.committed_offset, p.error_code) for t in g.topics for p in t.partitions
+        }
         want = {(tid, 1): (33, 0)} if topics is None else {(tid, 0): (-1, 0), (tid, 1): (33, 0), (ghost, 0): (-1, 100)}
         assert (g.error_code, got) == (0, want)
 
@@ -326,18 +426,27 @@ def test_offset_fetch_multi_group_and_member_commits(bs, wire):
     commit(w, 9, "mg-1", {("t", 0): 5})
     commit(w, 9, "mg-2", {("t", 1): 6})
     G = REQUEST_CLASSES[FETCH].OffsetFetchRequestGroup
-    r = w.call(FETCH, 8, groups=[G(group_id="mg-1", topics=None), G(group_id="mg-2", topics=None),
-                                 G(group_id="", topics=None)], require_stable=False)
-    got = {g.group_id: (g.error_code, [(t.name, p.partition_index, p.committed_offset) for t in g.topics
-                                       for p in t.partitions]) for g in r.groups}
-    assert got == {"mg-1": (0, [("t", 0, 5)]), "mg-2": (0, [("t", 1, 6)]), "": (24, [])}   # 24 INVALID_GROUP_ID
+    r = w.call(
+        FETCH,
+        8,
+        groups=[G(group_id="mg-1", topics=None), G(group_id="mg-2", topics=None), G(group_id="", topics=None)],
+        require_stable=False,
+    )
+    got = {
+        g.group_id: (
+            g.error_code,
+            [(t.name, p.partition_index, p.committed_offset) for t in g.topics for p in t.partitions],
+        )
+        for g in r.groups
+    }
+    assert got == {"mg-1": (0, [("t", 0, 5)]), "mg-2": (0, [("t", 1, 6)]), "": (24, [])}  # 24 INVALID_GROUP_ID
     # a member commits with its generation; a stale generation or a stranger is refused
     j = join(w, 9, "mg-3")
     w.call(SYNC, 5, **sync_fields(5, "mg-3", 1, j.member_id, [(j.member_id, b"")]))
     assert commit(w, 9, "mg-3", {("t", 0): 1}, gen=1, member=j.member_id) == {("t", 0): 0}
     assert commit(w, 9, "mg-3", {("t", 0): 1}, gen=0, member=j.member_id) == {("t", 0): ILLEGAL_GEN}
     assert commit(w, 9, "mg-3", {("t", 0): 1}, gen=1, member="who") == {("t", 0): UNKNOWN_MEMBER}
-    assert commit(w, 9, "mg-3", {("t", 0): 1}) == {("t", 0): UNKNOWN_MEMBER}       # admin commit, group active
+    assert commit(w, 9, "mg-3", {("t", 0): 1}) == {("t", 0): UNKNOWN_MEMBER}  # admin commit, group active
     assert commit(w, 8, "never-joined", {("t", 0): 1}, gen=3, member="x") == {("t", 0): ILLEGAL_GEN}
     assert commit(w, 9, "never-joined", {("t", 0): 1}, gen=3, member="x") == {("t", 0): GROUP_NOT_FOUND}
     assert commit(w, 9, "mg-big", {("t", 0): 1}, metadata="x" * 5000) == {("t", 0): 12}  # METADATA_TOO_LARGE
@@ -382,16 +491,20 @@ def test_describe_groups_every_version(bs, wire, v):
     g, missing = r.groups
     assert (g.error_code, g.group_state, g.protocol_data, len(g.members)) == (0, "Stable", "range", 1)
     m = g.members[0]
-    assert (m.member_id, m.client_id, bytes(m.member_metadata), bytes(m.member_assignment)) == \
-        (j.member_id, "describer", SUB, b"a")
+    assert (m.member_id, m.client_id, bytes(m.member_metadata), bytes(m.member_assignment)) == (
+        j.member_id,
+        "describer",
+        SUB,
+        b"a",
+    )
     if v >= 6:
         assert (missing.error_code, missing.group_state) == (GROUP_NOT_FOUND, "Dead") and missing.error_message
     else:
         assert (missing.error_code, missing.group_state, missing.members) == (0, "Dead", [])
     if v >= 3:
-        assert g.authorized_operations is None          # not requested: INT32_MIN on the wire
+        assert g.authorized_operations is None  # not requested: INT32_MIN on the wire
         r = w.call(DESCRIBE, v, groups=[group], include_authorized_operations=True)
-        assert set(r.groups[0].authorized_operations) == {3, 6, 8}    # READ, DELETE, DESCRIBE
+        assert set(r.groups[0].authorized_operations) == {3, 6, 8}  # READ, DELETE, DESCRIBE
 
 
 @pytest.mark.parametrize("v", range(3))
@@ -400,8 +513,11 @@ def test_delete_groups_every_version(bs, wire, v):
     commit(w, 9, f"del-{v}", {("t", 0): 3})
     j = join(w, 9, f"busy-{v}")
     r = w.call(DELETE, v, groups_names=[f"del-{v}", f"busy-{v}", f"ghost-{v}"])
-    assert {x.group_id: x.error_code for x in r.results} == {f"del-{v}": 0, f"busy-{v}": NON_EMPTY,
-                                                             f"ghost-{v}": GROUP_NOT_FOUND}
+    assert {x.group_id: x.error_code for x in r.results} == {
+        f"del-{v}": 0,
+        f"busy-{v}": NON_EMPTY,
+        f"ghost-{v}": GROUP_NOT_FOUND,
+    }
     assert fetch(w, 8, f"del-{v}", None) == (0, {})
     assert f"del-{v}" not in {g.group_id for g in w.call(LIST, 0).groups}
     assert j.error_code == 0
@@ -412,11 +528,17 @@ def test_offset_delete(bs, wire):
     commit(w, 9, "od", {("t", 0): 1, ("t", 1): 2})
     T = REQUEST_CLASSES[OFFSET_DELETE].OffsetDeleteRequestTopic
     P = T.OffsetDeleteRequestPartition
-    r = w.call(OFFSET_DELETE, 0, group_id="od", topics=[T(name="t", partitions=[P(partition_index=0)]),
-                                                        T(name="nope", partitions=[P(partition_index=0)])])
+    r = w.call(
+        OFFSET_DELETE,
+        0,
+        group_id="od",
+        topics=[T(name="t", partitions=[P(partition_index=0)]), T(name="nope", partitions=[P(partition_index=0)])],
+    )
     assert r.error_code == 0
-    assert {(t.name, p.partition_index): p.error_code for t in r.topics for p in t.partitions} == \
-        {("t", 0): 0, ("nope", 0): UNKNOWN_TOPIC}
+    assert {(t.name, p.partition_index): p.error_code for t in r.topics for p in t.partitions} == {
+        ("t", 0): 0,
+        ("nope", 0): UNKNOWN_TOPIC,
+    }
     assert fetch(w, 8, "od", None)[1] == {("t", 1): (2, 7, "m", 0)}
     assert w.call(OFFSET_DELETE, 0, group_id="od-ghost", topics=[]).error_code == GROUP_NOT_FOUND
     # a consumer group with members protects the topics it subscribes to
@@ -432,12 +554,12 @@ def test_group_and_offsets_survive_kill9(broker_factory):
     b = broker_factory(**{"offsets.topic.num.partitions": 5})
     ck.create_topic(b.bootstrap, "t", 3)
     w = Wire(b.bootstrap, "k9")
-    assert w.call(JOIN, 9, **join_fields(9, "k9", "")).error_code in (COORD_NA, 16)   # no offsets topic yet
+    assert w.call(JOIN, 9, **join_fields(9, "k9", "")).error_code in (COORD_NA, 16)  # no offsets topic yet
     find_coordinator(b.bootstrap)
     j = join(w, 9, "k9")
     w.call(SYNC, 5, **sync_fields(5, "k9", 1, j.member_id, [(j.member_id, b"asg")]))
     assert commit(w, 9, "k9", {("t", 0): 40, ("t", 1): 41}, gen=1, member=j.member_id) == {("t", 0): 0, ("t", 1): 0}
-    assert commit(w, 9, "k9", {("t", 0): 42}, gen=1, member=j.member_id) == {("t", 0): 0}    # latest wins
+    assert commit(w, 9, "k9", {("t", 0): 42}, gen=1, member=j.member_id) == {("t", 0): 0}  # latest wins
     w.close()
     b.restart(kill=True)
     w = Wire(b.bootstrap, "k9")

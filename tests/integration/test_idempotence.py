@@ -9,6 +9,7 @@
 3. Producer state survives a broker restart (SIGTERM and kill -9): a retried batch is still a duplicate, a gap is
    still OUT_OF_ORDER_SEQUENCE_NUMBER, and producer ids are never handed out twice.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -53,7 +54,8 @@ def assert_exactly_once(bootstrap: str, topic: str, expected: dict[int, list[byt
         assert [o for o, _ in got] == list(range(len(got))), f"partition {p}: offsets not consecutive"
         assert [v for _, v in got] == vals, (
             f"partition {p}: {len(got)} records stored for {len(vals)} produced "
-            f"({len(got) - len({v for _, v in got})} duplicates)")
+            f"({len(got) - len({v for _, v in got})} duplicates)"
+        )
         all_headers[p] = headers
     return all_headers
 
@@ -71,6 +73,7 @@ def produce(c: WireClient, topic: str, batch: bytes) -> tuple[int, int]:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+
 
 def test_kafka_python_defaults_write_each_record_once(broker):
     bs = broker.bootstrap
@@ -103,13 +106,20 @@ WAVES = 5  # records are sent in waves (flush between them), so the cuts hit dif
 
 def _waves(values: list) -> list[list]:
     size = -(-len(values) // WAVES)
-    return [values[i:i + size] for i in range(0, len(values), size)]
+    return [values[i : i + size] for i in range(0, len(values), size)]
 
 
 def _produce_kafka_python(address: str, topic: str, values: list[tuple[int, bytes]]) -> list[tuple[int, int]]:
-    p = KafkaProducer(bootstrap_servers=address, linger_ms=20, retries=100, retry_backoff_ms=50,
-                      reconnect_backoff_ms=20, request_timeout_ms=10000, delivery_timeout_ms=60000,
-                      client_id="strata-it-ackdrop")
+    p = KafkaProducer(
+        bootstrap_servers=address,
+        linger_ms=20,
+        retries=100,
+        retry_backoff_ms=50,
+        reconnect_backoff_ms=20,
+        request_timeout_ms=10000,
+        delivery_timeout_ms=60000,
+        client_id="strata-it-ackdrop",
+    )
     futures = []
     for wave in _waves(values):
         futures += [p.send(topic, value=v, partition=part) for part, v in wave]
@@ -120,14 +130,23 @@ def _produce_kafka_python(address: str, topic: str, values: list[tuple[int, byte
 
 
 def _produce_confluent(address: str, topic: str, values: list[tuple[int, bytes]]) -> list[tuple[int, int]]:
-    prod = ck.producer(address, **{"enable.idempotence": True, "linger.ms": 20, "retry.backoff.ms": 50,
-                                   "reconnect.backoff.ms": 20, "reconnect.backoff.max.ms": 100,
-                                   "message.timeout.ms": 60000})
+    prod = ck.producer(
+        address,
+        **{
+            "enable.idempotence": True,
+            "linger.ms": 20,
+            "retry.backoff.ms": 50,
+            "reconnect.backoff.ms": 20,
+            "reconnect.backoff.max.ms": 100,
+            "message.timeout.ms": 60000,
+        },
+    )
     results: list = [None] * len(values)
 
     def cb(idx: int):
         def _cb(err, msg) -> None:
             results[idx] = err if err is not None else (msg.partition(), msg.offset())
+
         return _cb
 
     i = 0
@@ -171,8 +190,12 @@ def test_producer_state_survives_a_restart(broker, kill):
     ck.create_topic(broker.bootstrap, topic, 1)
     with WireClient.connect(broker.bootstrap) as c:
         pid, epoch = init_producer_id(c)
-        batches = [build_batch([f"r{seq + i}".encode() for i in range(n)], producer_id=pid, producer_epoch=epoch,
-                               base_sequence=seq) for seq, n in ((0, 3), (3, 2), (5, 4))]
+        batches = [
+            build_batch(
+                [f"r{seq + i}".encode() for i in range(n)], producer_id=pid, producer_epoch=epoch, base_sequence=seq
+            )
+            for seq, n in ((0, 3), (3, 2), (5, 4))
+        ]
         assert [produce(c, topic, b) for b in batches] == [(0, 0), (0, 3), (0, 5)]
 
     if kill:

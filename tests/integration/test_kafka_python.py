@@ -6,6 +6,7 @@ creates a 3-partition topic, KafkaProducer sends 10,000 records with binary keys
 timestamps to explicit partitions, and a KafkaConsumer with ``group_id=None`` reads each partition back with
 ``assign``/``seek`` from offset 0 and from ``offsets_for_times``.
 """
+
 from __future__ import annotations
 
 import time
@@ -26,17 +27,24 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
 
 @pytest.fixture(scope="module")
 def admin(module_broker):
-    a = KafkaAdminClient(bootstrap_servers=module_broker.bootstrap, client_id="strata-it-kp-admin",
-                         request_timeout_ms=20000)
+    a = KafkaAdminClient(
+        bootstrap_servers=module_broker.bootstrap, client_id="strata-it-kp-admin", request_timeout_ms=20000
+    )
     yield a
     a.close()
 
 
 @pytest.fixture(scope="module")
 def consumer(module_broker):
-    c = KafkaConsumer(bootstrap_servers=module_broker.bootstrap, group_id=None, enable_auto_commit=False,
-                      client_id="strata-it-kp-consumer", auto_offset_reset="earliest",
-                      request_timeout_ms=30000, fetch_max_wait_ms=100)
+    c = KafkaConsumer(
+        bootstrap_servers=module_broker.bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        client_id="strata-it-kp-consumer",
+        auto_offset_reset="earliest",
+        request_timeout_ms=30000,
+        fetch_max_wait_ms=100,
+    )
     yield c
     c.close()
 
@@ -51,8 +59,16 @@ def read_partition(c: KafkaConsumer, topic: str, p: int, start: int, count: int,
         assert time.monotonic() < deadline, f"{tp}: read {len(out)}/{count} from {start} within {timeout}s"
         for recs in c.poll(timeout_ms=500, max_records=5000).values():
             for m in recs:
-                out.append(Rec(partition=m.partition, key=m.key, value=m.value, headers=norm_headers(m.headers),
-                               timestamp=m.timestamp, offset=m.offset))
+                out.append(
+                    Rec(
+                        partition=m.partition,
+                        key=m.key,
+                        value=m.value,
+                        headers=norm_headers(m.headers),
+                        timestamp=m.timestamp,
+                        offset=m.offset,
+                    )
+                )
     return out
 
 
@@ -70,16 +86,30 @@ def test_produce_and_read_back(module_broker, admin, consumer, codec):
     assert len(described) == 1 and len(described[0]["partitions"]) == PARTITIONS, described
 
     records = gen_records(N, PARTITIONS, seed=200 + CODECS.index(codec), ts_base=past_ts_base(N), tag=codec)
-    producer = KafkaProducer(bootstrap_servers=bs, acks="all", linger_ms=5,    # idempotent: the client's default
-                             compression_type=None if codec == "none" else codec, client_id="strata-it-kp")
+    producer = KafkaProducer(
+        bootstrap_servers=bs,
+        acks="all",
+        linger_ms=5,  # idempotent: the client's default
+        compression_type=None if codec == "none" else codec,
+        client_id="strata-it-kp",
+    )
     try:
-        futures = [producer.send(topic, key=r.key, value=r.value, headers=list(r.headers), partition=r.partition,
-                                 timestamp_ms=r.timestamp) for r in records]
+        futures = [
+            producer.send(
+                topic,
+                key=r.key,
+                value=r.value,
+                headers=list(r.headers),
+                partition=r.partition,
+                timestamp_ms=r.timestamp,
+            )
+            for r in records
+        ]
         producer.flush(timeout=60)
         metas = [f.get(timeout=10) for f in futures]
     finally:
         producer.close(timeout=10)
-    with WireClient.connect(bs) as w:     # the batches carry the producer id InitProducerId gave
+    with WireClient.connect(bs) as w:  # the batches carry the producer id InitProducerId gave
         data = w.fetch(topic, 0, 0, version=11).responses[0].partitions[0].records
     assert {h.producer_id >= 0 for _, h in iter_batches(data)} == {True}
     next_off = {p: 0 for p in range(PARTITIONS)}

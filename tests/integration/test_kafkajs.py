@@ -10,6 +10,7 @@ Codecs: kafkajs implements only gzip natively; snappy, lz4 and zstd need third-p
 (kafkajs-snappy, kafkajs-lz4, @kafkajs/zstd) that are not part of its distribution, so only none and gzip are
 tested here (librdkafka/kafka-python/aiokafka cover the other codecs).
 """
+
 from __future__ import annotations
 
 import base64
@@ -39,23 +40,41 @@ def run_node(spec: dict, tmp_path: Path) -> dict:
     spec_path = tmp_path / "spec.json"
     spec_path.write_text(json.dumps(spec))
     assert (JS_DIR / "node_modules" / "kafkajs").is_dir(), "run `make node-deps` (npm install in tests/js)"
-    proc = subprocess.run(["node", str(JS_DIR / "produce.js"), str(spec_path)], cwd=JS_DIR, capture_output=True,
-                          timeout=120, check=False)
+    proc = subprocess.run(
+        ["node", str(JS_DIR / "produce.js"), str(spec_path)], cwd=JS_DIR, capture_output=True, timeout=120, check=False
+    )
     assert proc.returncode == 0, f"node exited {proc.returncode}: {proc.stderr.decode(errors='replace')[-4000:]}"
     return json.loads(proc.stdout.decode().strip().splitlines()[-1])
 
 
 def kafkajs_read(bs: str, topic: str, group: str, starts: dict[int, int], ends: dict[int, int]) -> dict[int, list[Rec]]:
-    proc = subprocess.run(["node", str(JS_DIR / "consume.js"), bs, topic, group, json.dumps(starts), json.dumps(ends)],
-                          cwd=JS_DIR, capture_output=True, timeout=120, check=False)
+    proc = subprocess.run(
+        ["node", str(JS_DIR / "consume.js"), bs, topic, group, json.dumps(starts), json.dumps(ends)],
+        cwd=JS_DIR,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, f"node exited {proc.returncode}: {proc.stderr.decode(errors='replace')[-4000:]}"
     raw = json.loads(proc.stdout.decode().strip().splitlines()[-1])
 
     def unb64(x: str | None) -> bytes | None:
         return None if x is None else base64.b64decode(x)
 
-    return {int(p): [Rec(partition=int(p), key=unb64(k), value=unb64(v), headers=tuple((hk, unb64(hv)) for hk, hv in h),
-                         timestamp=ts, offset=off) for off, k, v, h, ts in recs] for p, recs in raw.items()}
+    return {
+        int(p): [
+            Rec(
+                partition=int(p),
+                key=unb64(k),
+                value=unb64(v),
+                headers=tuple((hk, unb64(hv)) for hk, hv in h),
+                timestamp=ts,
+                offset=off,
+            )
+            for off, k, v, h, ts in recs
+        ]
+        for p, recs in raw.items()
+    }
 
 
 @pytest.mark.parametrize("codec", CODECS)
@@ -68,9 +87,21 @@ def test_produce_with_kafkajs_read_back(module_broker, tmp_path, codec):
     mid_ts = ts_base + N * 3 // 5
     after_ts = ts_base + N + 5
     spec = {
-        "brokers": [bs], "topic": topic, "partitions": PARTITIONS, "codec": codec, "chunk": 1000,
-        "records": [{"p": r.partition, "k": b64(r.key), "v": b64(r.value), "h": [[k, b64(v)] for k, v in r.headers],
-                     "ts": r.timestamp} for r in records],
+        "brokers": [bs],
+        "topic": topic,
+        "partitions": PARTITIONS,
+        "codec": codec,
+        "chunk": 1000,
+        "records": [
+            {
+                "p": r.partition,
+                "k": b64(r.key),
+                "v": b64(r.value),
+                "h": [[k, b64(v)] for k, v in r.headers],
+                "ts": r.timestamp,
+            }
+            for r in records
+        ],
         "timestamps": [mid_ts, after_ts],
     }
     out = run_node(spec, tmp_path)
@@ -106,6 +137,6 @@ def test_produce_with_kafkajs_read_back(module_broker, tmp_path, codec):
     for label, starts in (("zero", {p: 0 for p in exp}), ("ts", mid)):
         got_js = kafkajs_read(bs, topic, f"kjs-{codec}-{label}", starts, ends)
         for p, recs in exp.items():
-            assert_partition_matches(recs[starts[p]:], got_js[p], p, starts[p])
+            assert_partition_matches(recs[starts[p] :], got_js[p], p, starts[p])
 
     assert_stored_codec(bs, topic, PARTITIONS, codec)

@@ -6,6 +6,7 @@ per partition with that run's headers (``-H``: kcat applies the same headers to 
 reads each partition back (``-C -p N -o 0 -e -J``: a simple consumer, no group) and from a timestamp
 (``-Q -t topic:p:ts`` and ``-o s@ts``); keys, values, headers, order and offsets must match.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,13 +31,17 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 def kcat(*args: str, stdin: bytes | None = None, timeout: float = 60.0) -> str:
     proc = subprocess.run([KCAT, *args], input=stdin, capture_output=True, timeout=timeout, check=False)
     assert proc.returncode == 0, (
-        f"kcat {' '.join(args)} exited {proc.returncode}\nstderr: {proc.stderr.decode(errors='replace')[-3000:]}")
+        f"kcat {' '.join(args)} exited {proc.returncode}\nstderr: {proc.stderr.decode(errors='replace')[-3000:]}"
+    )
     return proc.stdout.decode()
 
 
 def run_headers(codec: str, partition: int) -> tuple[tuple[str, bytes], ...]:
-    return (("codec", codec.encode()), ("part", f"p{partition}".encode()),
-            ("blob", f"{codec}-{partition}-".encode() * 7))
+    return (
+        ("codec", codec.encode()),
+        ("part", f"p{partition}".encode()),
+        ("blob", f"{codec}-{partition}-".encode() * 7),
+    )
 
 
 def kcat_read(bs: str, topic: str, partition: int, start: str, count: int) -> list[Rec]:
@@ -48,8 +53,16 @@ def kcat_read(bs: str, topic: str, partition: int, start: str, count: int) -> li
     for line in out.splitlines():
         m = json.loads(line)
         hdrs = _headers(m.get("headers"))
-        recs.append(Rec(partition=m["partition"], key=_b(m["key"]), value=_b(m["payload"]), headers=hdrs,
-                        timestamp=m["ts"], offset=m["offset"]))
+        recs.append(
+            Rec(
+                partition=m["partition"],
+                key=_b(m["key"]),
+                value=_b(m["payload"]),
+                headers=hdrs,
+                timestamp=m["ts"],
+                offset=m["offset"],
+            )
+        )
     return recs
 
 
@@ -90,8 +103,22 @@ def test_produce_and_read_back(module_broker, codec):
     records = [replace(r, headers=run_headers(codec, r.partition)) for r in base]
     for p, recs in by_partition(records).items():
         lines = b"".join(r.key + b"\t" + r.value + b"\n" for r in recs)
-        args = ["-P", "-b", bs, "-t", topic, "-p", str(p), "-K", "\t", "-X", f"compression.codec={codec}",
-                "-X", "linger.ms=5", "-q"]
+        args = [
+            "-P",
+            "-b",
+            bs,
+            "-t",
+            topic,
+            "-p",
+            str(p),
+            "-K",
+            "\t",
+            "-X",
+            f"compression.codec={codec}",
+            "-X",
+            "linger.ms=5",
+            "-q",
+        ]
         for k, v in run_headers(codec, p):
             args += ["-H", f"{k}={v.decode()}"]
         kcat(*args, stdin=lines)

@@ -1,5 +1,6 @@
 """The Prometheus endpoint counts what happened (docs/metrics.md): per-topic bytes and messages in and bytes out,
 per-API request counts and latency histograms, per-partition log sizes equal to the segment files on disk."""
+
 from __future__ import annotations
 
 import urllib.request
@@ -12,8 +13,11 @@ from tests.support.kafka_wire import WireClient
 
 def scrape(broker) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     text = urllib.request.urlopen(f"http://127.0.0.1:{broker.metrics_port}/metrics", timeout=5).read().decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for fam in text_string_to_metric_families(text) for s in fam.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }
 
 
 def test_topic_request_and_log_metrics_count_what_happened(broker) -> None:

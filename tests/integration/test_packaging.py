@@ -4,6 +4,7 @@
 The wheel is built from the checkout once per module (the strata/ links are followed, so it holds real files) and
 installed without dependencies into an empty venv; the installed tree is compared with the checkout's packages.
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -47,7 +48,7 @@ def _site(py: Path) -> Path:
 
 def test_only_strata_is_added(installed: tuple[Path, set[str]]) -> None:
     site, added = installed
-    assert sysconfig.get_paths()["purelib"] != str(site)      # the empty venv, not the one running the tests
+    assert sysconfig.get_paths()["purelib"] != str(site)  # the empty venv, not the one running the tests
     assert {n for n in added if not n.endswith(".dist-info")} == {"strata"}
     assert len([n for n in added if n.endswith(".dist-info")]) == 1
 
@@ -62,7 +63,7 @@ def test_every_package_of_the_checkout_is_installed(installed: tuple[Path, set[s
             assert (site_packages / "strata" / rel).is_file(), f"{rel} is not in the wheel"
         assert not (site_packages / "strata" / top).is_symlink()
     assert (site_packages / "strata" / "__main__.py").is_file()
-    own = [d for d in (REPO_ROOT / "strata").iterdir() if d.is_dir() and not d.is_symlink()]    # strata/cli
+    own = [d for d in (REPO_ROOT / "strata").iterdir() if d.is_dir() and not d.is_symlink()]  # strata/cli
     assert own
     for d in own:
         for init in d.rglob("__init__.py"):

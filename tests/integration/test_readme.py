@@ -1,5 +1,6 @@
 """The README's confluent-kafka example, taken from README.md as it is and run against a broker with the defaults
 of `make run` (auto-created topic, consumer group, commit): what a new user tries first must work."""
+
 from __future__ import annotations
 
 import re
@@ -19,8 +20,13 @@ def readme_example() -> str:
 def test_readme_confluent_example_produces_and_consumes_in_a_group(broker: StrataBroker) -> None:
     code = readme_example()
     assert "127.0.0.1:9092" in code
-    r = subprocess.run([sys.executable, "-c", code.replace("127.0.0.1:9092", broker.bootstrap)],
-                       capture_output=True, text=True, timeout=120, check=False)
+    r = subprocess.run(
+        [sys.executable, "-c", code.replace("127.0.0.1:9092", broker.bootstrap)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     lines = r.stdout.splitlines()
     assert lines == [f"0 {i} b'k{i}' b'hello {i}'" for i in range(10)], r.stdout

@@ -4,6 +4,7 @@ Brokers run with ``log.segment.bytes=16384``, ``log.retention.check.interval.ms=
 ``log.segment.delete.delay.ms=0``. The partition directory is ``<log.dirs>/<topic>-<partition>/`` with Kafka's
 ``<20-digit base offset>.log`` segment files.
 """
+
 from __future__ import annotations
 
 import re
@@ -48,8 +49,15 @@ def list_offset(bs: str, topic: str, ts: int) -> int:
 
 
 def produce_small_batches(bs: str, topic: str, n: int, value_size: int, ts_base: int | None = None) -> list[Rec]:
-    records = [Rec(partition=0, key=b"k%06d" % i, value=(b"%06d" % i) * (value_size // 6),
-                   timestamp=None if ts_base is None else ts_base + i) for i in range(n)]
+    records = [
+        Rec(
+            partition=0,
+            key=b"k%06d" % i,
+            value=(b"%06d" % i) * (value_size // 6),
+            timestamp=None if ts_base is None else ts_base + i,
+        )
+        for i in range(n)
+    ]
     # small batches so segments roll at a fine granularity
     ck.produce_all(bs, topic, records, **{"batch.num.messages": 10, "linger.ms": 0})
     return records
@@ -70,12 +78,14 @@ def check_reads_from_zero(bs: str, topic: str, start: int, leo: int) -> None:
     c = ck.consumer(bs, **{"auto.offset.reset": "error"})
     try:
         c.assign([TopicPartition(topic, 0, 0)])
+
         def reports_error():
             for m in c.consume(num_messages=10, timeout=0.5):
                 if m.error() is not None:
                     return m.error()
                 raise AssertionError(f"read offset {m.offset()} below the log start offset {start}")
             return None
+
         err = wait_until(reports_error, timeout=20, message="no out-of-range error from librdkafka")
         assert err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE), err
     finally:
@@ -111,14 +121,15 @@ def test_size_retention_deletes_oldest_closed_segments(broker_factory):
     broker = broker_factory(**COMMON, **{"log.retention.bytes": retention})
     bs, topic = broker.bootstrap, "by-size"
     ck.create_topic(bs, topic, 1)
-    records = produce_small_batches(bs, topic, 3000, 120)   # ~400 KB: ~25 segments
+    records = produce_small_batches(bs, topic, 3000, 120)  # ~400 KB: ~25 segments
     leo = len(records)
     assert list_offset(bs, topic, -1) == leo
     part_dir = broker.partition_dir(topic, 0)
     assert part_dir.is_dir(), f"no partition directory {part_dir}"
 
-    wait_until(lambda: list_offset(bs, topic, -2) > 0, timeout=30,
-               message="log start offset (ListOffsets -2) never moved")
+    wait_until(
+        lambda: list_offset(bs, topic, -2) > 0, timeout=30, message="log start offset (ListOffsets -2) never moved"
+    )
 
     # Kafka's rule (UnifiedLog.deleteRetentionSizeBreachedSegments): with diff = size - retention.bytes, delete
     # the oldest segments while diff - segment.size >= 0. So once it settles, the remaining size R satisfies
@@ -130,8 +141,13 @@ def test_size_retention_deletes_oldest_closed_segments(broker_factory):
             return segs
         return None
 
-    segs = wait_until(settled, timeout=30, message=lambda: f"segments on disk {sorted(segments(part_dir).items())}"
-                                                           f", log start {list_offset(bs, topic, -2)}")
+    segs = wait_until(
+        settled,
+        timeout=30,
+        message=lambda: (
+            f"segments on disk {sorted(segments(part_dir).items())}, log start {list_offset(bs, topic, -2)}"
+        ),
+    )
     start = list_offset(bs, topic, -2)
     assert start > 0 and start == min(segs), "log start offset must be the base offset of the oldest segment"
     assert sum(segs.values()) >= retention, f"deleted more than retention.bytes requires: {sorted(segs.items())}"
@@ -158,8 +174,11 @@ def test_time_retention_deletes_expired_segments(broker_factory):
 
     # every segment is expired; Kafka also deletes the expired active segment (after rolling a new, empty one),
     # so the end state is one empty segment at the LEO and the log start offset there
-    wait_until(lambda: segments(part_dir) == {leo: 0}, timeout=30,
-               message=lambda: f"segments on disk: {sorted(segments(part_dir).items())}")
+    wait_until(
+        lambda: segments(part_dir) == {leo: 0},
+        timeout=30,
+        message=lambda: f"segments on disk: {sorted(segments(part_dir).items())}",
+    )
     start = wait_until(lambda: list_offset(bs, topic, -2) or None, timeout=30)
     assert start == leo, f"log start {start}, segments {segments(part_dir)}"
     assert list_offset(bs, topic, -1) == leo
@@ -183,11 +202,18 @@ def test_time_retention_rolls_and_deletes_an_expired_active_segment(broker_facto
     records = produce_small_batches(bs, topic, 300, 120, ts_base=int(time.time() * 1000) - 3_600_000)
     leo = len(records)
     part_dir = broker.partition_dir(topic, 0)
-    wait_until(lambda: list_offset(bs, topic, -2) == leo, timeout=15,
-               message=lambda: f"log start {list_offset(bs, topic, -2)} (LEO {leo}), segments on disk "
-                               f"{sorted(segments(part_dir).items())}")
-    wait_until(lambda: segments(part_dir) == {leo: 0}, timeout=30,
-               message=lambda: f"segments on disk {sorted(segments(part_dir).items())}, expected one empty at {leo}")
+    wait_until(
+        lambda: list_offset(bs, topic, -2) == leo,
+        timeout=15,
+        message=lambda: (
+            f"log start {list_offset(bs, topic, -2)} (LEO {leo}), segments on disk {sorted(segments(part_dir).items())}"
+        ),
+    )
+    wait_until(
+        lambda: segments(part_dir) == {leo: 0},
+        timeout=30,
+        message=lambda: f"segments on disk {sorted(segments(part_dir).items())}, expected one empty at {leo}",
+    )
     assert list_offset(bs, topic, -1) == leo
     # the next record lands at the old log end offset
     [(p, off)] = ck.produce_all(bs, topic, [Rec(partition=0, key=b"k", value=b"after")])

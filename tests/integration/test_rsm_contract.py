@@ -4,6 +4,7 @@ LocalTieredStorage; S3RemoteStorageManager on moto's server and on SeaweedFS, ea
 compression (plus moto without a chunk cache, the direct ranged-GET path). Small chunks (16 KiB) make ordinary test
 segments span many chunks, so ranges across chunk boundaries are exercised everywhere.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -53,8 +54,12 @@ class Backend:
     def make(self, **extra) -> RemoteStorageManager:
         if self.kind == "local":
             return LocalTieredStorage(self.tmp / "remote")
-        cfg = {"key.prefix": self.prefix, "chunk.size": CHUNK, "s3.retry.backoff.ms": 20,
-               "s3.api.call.attempt.timeout.ms": 20000}
+        cfg = {
+            "key.prefix": self.prefix,
+            "chunk.size": CHUNK,
+            "s3.retry.backoff.ms": 20,
+            "s3.api.call.attempt.timeout.ms": 20000,
+        }
         if self.kind.endswith("zstd"):
             cfg["compression.enabled"] = "true"
         if self.kind.endswith("nocache"):
@@ -67,7 +72,7 @@ class Backend:
         if self.kind == "local":
             root = self.tmp / "remote"
             return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
-        return [k[len(self.prefix):] for k in self.server.keys(self.prefix)]
+        return [k[len(self.prefix) :] for k in self.server.keys(self.prefix)]
 
 
 @pytest.fixture(params=BACKENDS)
@@ -77,8 +82,12 @@ def backend(request, tmp_path) -> Backend:
 
 @pytest.fixture
 def seg(tmp_path):
-    return write_segment(tmp_path / "local" / "tiered-topic-3", 1000, batches=60,
-                         aborted_txns=[(7, 1005, 1012, 1013), (9, 1100, 1150, 1151)])
+    return write_segment(
+        tmp_path / "local" / "tiered-topic-3",
+        1000,
+        batches=60,
+        aborted_txns=[(7, 1005, 1012, 1013), (9, 1100, 1150, 1151)],
+    )
 
 
 def expected_names(md, with_manifest: bool, with_txn: bool = True) -> list[str]:
@@ -119,8 +128,17 @@ def test_ranged_fetches(backend, seg):
     size = len(data)
     assert size > 6 * CHUNK
     rnd = random.Random(5)
-    ranges = [(0, 0), (size - 1, size - 1), (0, CHUNK - 1), (CHUNK - 1, CHUNK), (CHUNK, 2 * CHUNK - 1),
-              (CHUNK - 10, 3 * CHUNK + 10), (size - CHUNK - 3, size - 1), (size - 5, size + 1000), (1, size - 2)]
+    ranges = [
+        (0, 0),
+        (size - 1, size - 1),
+        (0, CHUNK - 1),
+        (CHUNK - 1, CHUNK),
+        (CHUNK, 2 * CHUNK - 1),
+        (CHUNK - 10, 3 * CHUNK + 10),
+        (size - CHUNK - 3, size - 1),
+        (size - 5, size + 1000),
+        (1, size - 2),
+    ]
     ranges += [tuple(sorted((rnd.randrange(size), rnd.randrange(size)))) for _ in range(20)]
     ranges += [(pos, pos + bsize - 1) for _, _, pos, bsize, _ in seg.batches[::7]]  # whole batches
 
@@ -129,7 +147,7 @@ def test_ranged_fetches(backend, seg):
             await rsm.copy_log_segment_data(md, seg.segment_data())
             for start, end in ranges:
                 got = await rsm.fetch_log_segment(md, start, end)
-                assert got == data[start:end + 1], (start, end)
+                assert got == data[start : end + 1], (start, end)
             assert await rsm.fetch_log_segment(md, size - 100) == data[-100:]
             assert await rsm.fetch_log_segment(md, size) == b""
             assert await rsm.fetch_log_segment(md, size + 5, size + 10) == b""
@@ -138,10 +156,10 @@ def test_ranged_fetches(backend, seg):
             with pytest.raises(ValueError):
                 await rsm.fetch_log_segment(md, 10, 9)
             pieces = [p async for p in rsm.stream_log_segment(md, 100, size - 100, piece_size=CHUNK + 17)]
-            assert b"".join(pieces) == data[100:size - 99] and max(map(len, pieces)) == CHUNK + 17
+            assert b"".join(pieces) == data[100 : size - 99] and max(map(len, pieces)) == CHUNK + 17
             # concurrent readers of overlapping ranges all get the right bytes
             outs = await asyncio.gather(*(rsm.fetch_log_segment(md, s, e) for s, e in ranges))
-            assert outs == [data[s:e + 1] for s, e in ranges]
+            assert outs == [data[s : e + 1] for s, e in ranges]
 
     run(body)
 
@@ -158,13 +176,19 @@ def test_fetches_into_a_reused_buffer(backend, seg):
     async def body():
         async with backend.make() as rsm:
             await rsm.copy_log_segment_data(md, seg.segment_data())
-            for start, length in [(0, len(buf)), (CHUNK - 7, 2 * CHUNK), (5, 1), (size - 100, len(buf)),
-                                  (size - len(buf), len(buf)), (CHUNK, len(buf))]:
+            for start, length in [
+                (0, len(buf)),
+                (CHUNK - 7, 2 * CHUNK),
+                (5, 1),
+                (size - 100, len(buf)),
+                (size - len(buf), len(buf)),
+                (CHUNK, len(buf)),
+            ]:
                 buf[:] = b"\xee" * len(buf)
                 n = await rsm.fetch_log_segment_into(md, start, view[:length])
                 assert n == min(length, size - start), (start, length)
-                assert buf[:n] == data[start:start + n], (start, length)
-                assert buf[n:] == b"\xee" * (len(buf) - n)      # nothing written past the bytes returned
+                assert buf[:n] == data[start : start + n], (start, length)
+                assert buf[n:] == b"\xee" * (len(buf) - n)  # nothing written past the bytes returned
             assert await rsm.fetch_log_segment_into(md, size, view) == 0
             assert await rsm.fetch_log_segment_into(md, 0, view[:0]) == 0
             with pytest.raises(ValueError):
@@ -172,10 +196,11 @@ def test_fetches_into_a_reused_buffer(backend, seg):
             # readers sharing nothing but the store, concurrently
             bufs = [bytearray(CHUNK + 3) for _ in range(6)]
             starts = [i * (CHUNK - 11) for i in range(6)]
-            got = await asyncio.gather(*(rsm.fetch_log_segment_into(md, s, memoryview(b))
-                                         for s, b in zip(starts, bufs)))
+            got = await asyncio.gather(
+                *(rsm.fetch_log_segment_into(md, s, memoryview(b)) for s, b in zip(starts, bufs))
+            )
             assert got == [CHUNK + 3] * 6
-            assert [bytes(b) for b in bufs] == [data[s:s + CHUNK + 3] for s in starts]
+            assert [bytes(b) for b in bufs] == [data[s : s + CHUNK + 3] for s in starts]
 
     run(body)
 
@@ -242,16 +267,21 @@ def test_large_segment_multipart_and_part_boundaries(backend, tmp_path):
     data = write_random_log(seg.log, 12 * 1024 * 1024 + 123)
     md = seg.metadata()
     part = 5 * 1024 * 1024
-    ranges = [(0, 0), (part - 1, part), (part - 20, 2 * part + 20), (len(data) - 1, len(data) - 1),
-              (2 * part - CHUNK, 2 * part + 3 * CHUNK)]
+    ranges = [
+        (0, 0),
+        (part - 1, part),
+        (part - 20, 2 * part + 20),
+        (len(data) - 1, len(data) - 1),
+        (2 * part - CHUNK, 2 * part + 3 * CHUNK),
+    ]
 
     async def body():
         async with backend.make(**{"s3.multipart.upload.part.size": part, "chunk.size": 256 * 1024}) as rsm:
             await rsm.copy_log_segment_data(md, seg.segment_data())
             for s, e in ranges:
-                assert await rsm.fetch_log_segment(md, s, e) == data[s:e + 1], (s, e)
-                pieces = await rsm.fetch_log_segment_pieces(md, s, e)     # the read path's unjoined views
-                assert b"".join(pieces) == data[s:e + 1], (s, e)
+                assert await rsm.fetch_log_segment(md, s, e) == data[s : e + 1], (s, e)
+                pieces = await rsm.fetch_log_segment_pieces(md, s, e)  # the read path's unjoined views
+                assert b"".join(pieces) == data[s : e + 1], (s, e)
             assert await rsm.fetch_log_segment(md, 0) == data
             if isinstance(rsm, S3RemoteStorageManager):
                 manifest = await rsm.get_manifest(md)
@@ -329,22 +359,30 @@ def test_default_credential_chain_and_custom_metadata(moto, seg, monkeypatch):
     from strata.remote.rsm import partition_dir_name
 
     # the manifest hint is left out: with it the custom metadata would pass Kafka's default cap of 128 bytes
-    assert custom == {"remote_size": seg.size, "object_key": f"creds/{partition_dir_name(md.topic_id_partition)}/"
-                      f"{md.start_offset:020d}-{md.remote_log_segment_id.id_str}"}
+    assert custom == {
+        "remote_size": seg.size,
+        "object_key": f"creds/{partition_dir_name(md.topic_id_partition)}/"
+        f"{md.start_offset:020d}-{md.remote_log_segment_id.id_str}",
+    }
     assert len(encode_custom_metadata(custom)) <= 128  # Kafka's default custom metadata cap
 
 
 def test_concurrent_reads_of_one_chunk_share_one_get(moto, seg):
     md = seg.metadata()
-    cfg = moto.rsm_config(**{"key.prefix": f"share-{uuid.uuid4().hex[:6]}/", "chunk.size": CHUNK,
-                             "fetch.chunk.cache.prefetch.max.size": 0})
+    cfg = moto.rsm_config(
+        **{
+            "key.prefix": f"share-{uuid.uuid4().hex[:6]}/",
+            "chunk.size": CHUNK,
+            "fetch.chunk.cache.prefetch.max.size": 0,
+        }
+    )
 
     async def body():
         async with S3RemoteStorageManager.from_config(cfg) as rsm:
             await rsm.copy_log_segment_data(md, seg.segment_data())
         async with S3RemoteStorageManager.from_config(cfg) as rsm:
             outs = await asyncio.gather(*(rsm.fetch_log_segment(md, 100 + i, 200 + i) for i in range(20)))
-            assert outs == [seg.log_bytes()[100 + i:201 + i] for i in range(20)]
+            assert outs == [seg.log_bytes()[100 + i : 201 + i] for i in range(20)]
             assert rsm.stats.requests == 2  # the manifest and chunk 0, once each
             assert rsm.chunk_cache.stats.shared_waits == 19
             assert rsm.stats.bytes_downloaded == CHUNK + len((await rsm.get_manifest(md)).to_json())
@@ -367,21 +405,28 @@ def test_uncompressed_chunks_are_cached_as_received_blocks_and_read_as_views(mot
             await rsm.copy_log_segment_data(md, seg.segment_data())
             for s, e in ranges:
                 pieces = await rsm.fetch_log_segment_pieces(md, s, e)
-                assert b"".join(pieces) == data[s:e + 1], (s, e)
-                assert await rsm.fetch_log_segment(md, s, e) == data[s:e + 1], (s, e)
+                assert b"".join(pieces) == data[s : e + 1], (s, e)
+                assert await rsm.fetch_log_segment(md, s, e) == data[s : e + 1], (s, e)
             chains = [v for v in rsm.chunk_cache._mem.values() if isinstance(v, BufferChain)]
             assert chains, "no chunk kept as the blocks received"
 
     run(body)
 
 
-@pytest.mark.parametrize("compression", ["true", "false"])   # uncompressed chunks are cached as received blocks
+@pytest.mark.parametrize("compression", ["true", "false"])  # uncompressed chunks are cached as received blocks
 def test_disk_chunk_cache_serves_a_restarted_reader(moto, seg, tmp_path, compression):
     md = seg.metadata()
     cache_dir = tmp_path / "chunk-cache"
-    cfg = moto.rsm_config(**{"key.prefix": f"disk-{uuid.uuid4().hex[:6]}/", "chunk.size": CHUNK,
-                             "compression.enabled": compression, "fetch.chunk.cache.path": str(cache_dir),
-                             "fetch.chunk.cache.disk.size": 64 * CHUNK, "fetch.chunk.cache.size": 4 * CHUNK})
+    cfg = moto.rsm_config(
+        **{
+            "key.prefix": f"disk-{uuid.uuid4().hex[:6]}/",
+            "chunk.size": CHUNK,
+            "compression.enabled": compression,
+            "fetch.chunk.cache.path": str(cache_dir),
+            "fetch.chunk.cache.disk.size": 64 * CHUNK,
+            "fetch.chunk.cache.size": 4 * CHUNK,
+        }
+    )
 
     async def body():
         async with S3RemoteStorageManager.from_config(cfg) as rsm:
@@ -414,7 +459,7 @@ def test_event_loop_keeps_running_during_copy_and_reads(backend, tmp_path):
     md = seg.metadata()
 
     async def body():
-        ticks: list[tuple[float, float]] = []     # (wall gap, loop-thread CPU) between two ticks
+        ticks: list[tuple[float, float]] = []  # (wall gap, loop-thread CPU) between two ticks
 
         async def ticker():
             loop = asyncio.get_running_loop()
@@ -453,21 +498,26 @@ def test_adjacent_chunks_of_an_untransformed_segment_come_with_one_get(moto, tmp
     mib = 1024 * 1024
     data = write_random_log(seg.log, 6 * mib + 5)
     md = seg.metadata()
-    cfg = moto.rsm_config(**{"key.prefix": f"runs-{uuid.uuid4().hex[:6]}/", "chunk.size": mib,
-                             "fetch.chunk.cache.prefetch.max.size": 2 * mib})
+    cfg = moto.rsm_config(
+        **{
+            "key.prefix": f"runs-{uuid.uuid4().hex[:6]}/",
+            "chunk.size": mib,
+            "fetch.chunk.cache.prefetch.max.size": 2 * mib,
+        }
+    )
 
     async def body():
         async with S3RemoteStorageManager.from_config(cfg) as rsm:
             await rsm.copy_log_segment_data(md, seg.segment_data())
         async with S3RemoteStorageManager.from_config(cfg) as rsm:
-            assert await rsm.fetch_log_segment(md, 10, 3 * mib - 1) == data[10:3 * mib]     # chunks 0-2
-            await rsm.chunk_cache.drain()                                               # prefetch of 3-4 done
+            assert await rsm.fetch_log_segment(md, 10, 3 * mib - 1) == data[10 : 3 * mib]  # chunks 0-2
+            await rsm.chunk_cache.drain()  # prefetch of 3-4 done
             # the manifest, chunks 0-2 in one GET, chunks 3-4 (the prefetch) in another
             assert rsm.stats.requests == 3, rsm.stats
             assert rsm.chunk_cache.stats.misses == 5 and rsm.chunk_cache.stats.prefetches == 2
             for s, e in [(mib - 3, mib + 3), (0, 5 * mib - 1), (4 * mib + 7, 4 * mib + 7)]:
-                assert await rsm.fetch_log_segment(md, s, e) == data[s:e + 1], (s, e)
-            assert rsm.stats.requests == 4                  # chunk 5 (alone: the per-chunk load) for the last read
+                assert await rsm.fetch_log_segment(md, s, e) == data[s : e + 1], (s, e)
+            assert rsm.stats.requests == 4  # chunk 5 (alone: the per-chunk load) for the last read
 
     run(body)
 
@@ -480,8 +530,14 @@ def test_the_manifest_travels_in_custom_metadata_for_untransformed_segments(moto
     import dataclasses
 
     md = seg.metadata()
-    cfg = moto.rsm_config(**{"key.prefix": f"hint-{uuid.uuid4().hex[:6]}/", "chunk.size": CHUNK,
-                             "compression.enabled": compression, "fetch.chunk.cache.prefetch.max.size": 0})
+    cfg = moto.rsm_config(
+        **{
+            "key.prefix": f"hint-{uuid.uuid4().hex[:6]}/",
+            "chunk.size": CHUNK,
+            "compression.enabled": compression,
+            "fetch.chunk.cache.prefetch.max.size": 0,
+        }
+    )
 
     async def body():
         async with S3RemoteStorageManager.from_config(cfg) as rsm:
@@ -490,11 +546,11 @@ def test_the_manifest_travels_in_custom_metadata_for_untransformed_segments(moto
             assert custom is None
             return
         assert custom == {"c": [CHUNK, seg.size]}
-        async with S3RemoteStorageManager.from_config(cfg) as rsm:         # a reader that never saw the copy
+        async with S3RemoteStorageManager.from_config(cfg) as rsm:  # a reader that never saw the copy
             hinted = dataclasses.replace(md, custom_metadata=custom)
-            assert await rsm.fetch_log_segment(hinted, 3, CHUNK + 9) == seg.log_bytes()[3:CHUNK + 10]
-            assert rsm.stats.requests == 1                # chunks 0 and 1 in one GET; no manifest GET
-        async with S3RemoteStorageManager.from_config(cfg) as rsm:         # without the hint: the manifest object
+            assert await rsm.fetch_log_segment(hinted, 3, CHUNK + 9) == seg.log_bytes()[3 : CHUNK + 10]
+            assert rsm.stats.requests == 1  # chunks 0 and 1 in one GET; no manifest GET
+        async with S3RemoteStorageManager.from_config(cfg) as rsm:  # without the hint: the manifest object
             assert await rsm.fetch_log_segment(md, 3, 9) == seg.log_bytes()[3:10]
             assert rsm.stats.requests == 2
         # a hint that does not match the segment's size is not trusted (a short one would cut reads silently)
@@ -502,7 +558,7 @@ def test_the_manifest_travels_in_custom_metadata_for_untransformed_segments(moto
             async with S3RemoteStorageManager.from_config(cfg) as rsm:
                 bad = dataclasses.replace(md, custom_metadata={"c": wrong})
                 assert await rsm.fetch_log_segment(bad, 0) == seg.log_bytes()
-                assert rsm.stats.requests >= 2 and rsm.stats.retries == 0     # the manifest object, then the data
+                assert rsm.stats.requests >= 2 and rsm.stats.retries == 0  # the manifest object, then the data
 
     run(body)
 
@@ -514,8 +570,9 @@ def test_chunks_of_one_get_hold_only_their_own_bytes(moto, tmp_path):
     seg = write_segment(tmp_path / "pin", 0, batches=2)
     data = write_random_log(seg.log, 40 * CHUNK + 123)
     md = seg.metadata()
-    cfg = moto.rsm_config(**{"key.prefix": f"pin-{uuid.uuid4().hex[:6]}/", "chunk.size": CHUNK,
-                             "fetch.chunk.cache.prefetch.max.size": 0})
+    cfg = moto.rsm_config(
+        **{"key.prefix": f"pin-{uuid.uuid4().hex[:6]}/", "chunk.size": CHUNK, "fetch.chunk.cache.prefetch.max.size": 0}
+    )
 
     def held(chunk) -> int:
         pieces = chunk.pieces if isinstance(chunk, BufferChain) else [chunk]
@@ -525,7 +582,7 @@ def test_chunks_of_one_get_hold_only_their_own_bytes(moto, tmp_path):
         async with S3RemoteStorageManager.from_config(cfg) as rsm:
             await rsm.copy_log_segment_data(md, seg.segment_data())
         async with S3RemoteStorageManager.from_config(cfg) as rsm:
-            assert await rsm.fetch_log_segment(md, 5, 40 * CHUNK - 1) == data[5:40 * CHUNK]
+            assert await rsm.fetch_log_segment(md, 5, 40 * CHUNK - 1) == data[5 : 40 * CHUNK]
             assert rsm.chunk_cache.max_run_chunks == 16 * 1024 * 1024 // CHUNK
             cached = list(rsm.chunk_cache._mem.values())
             assert len(cached) == 40
@@ -540,7 +597,7 @@ def test_a_run_of_an_older_segment_stays_within_the_get_size_cap(moto, tmp_path,
     import strata.remote.s3 as s3mod
 
     small, big = 16 * 1024, 64 * 1024
-    monkeypatch.setattr(s3mod, "RUN_MAX_BYTES", 4 * small)     # 64 KiB here, 16 MiB in production
+    monkeypatch.setattr(s3mod, "RUN_MAX_BYTES", 4 * small)  # 64 KiB here, 16 MiB in production
     seg = write_segment(tmp_path / "cap", 0, batches=2)
     data = write_random_log(seg.log, 16 * big)
     md = seg.metadata()

@@ -3,6 +3,7 @@ dropped before or in the middle of a response are retried until the operation su
 answers makes the call fail with a timeout within its bound instead of hanging; a multipart upload that cannot
 finish is aborted and leaves nothing behind; non-retriable errors fail at once. A body corrupted on the way is
 refused by a server that checks the upload's CRC32C (SeaweedFS does, moto does not) and sent again."""
+
 from __future__ import annotations
 
 import contextlib
@@ -33,10 +34,18 @@ def moto(tmp_path_factory):
 
 
 def make_rsm(moto: MotoServer, proxy: FaultProxy, prefix: str, **extra) -> S3RemoteStorageManager:
-    cfg = moto.rsm_config(**{"key.prefix": prefix, "chunk.size": 16 * 1024, "s3.retry.backoff.ms": 10,
-                             "s3.retry.backoff.max.ms": 50, "s3.retry.max.attempts": 6,
-                             "s3.api.call.attempt.timeout.ms": 2000, "s3.api.call.timeout.ms": 10000,
-                             **extra})
+    cfg = moto.rsm_config(
+        **{
+            "key.prefix": prefix,
+            "chunk.size": 16 * 1024,
+            "s3.retry.backoff.ms": 10,
+            "s3.retry.backoff.max.ms": 50,
+            "s3.retry.max.attempts": 6,
+            "s3.api.call.attempt.timeout.ms": 2000,
+            "s3.api.call.timeout.ms": 10000,
+            **extra,
+        }
+    )
     cfg["s3.endpoint.url"] = proxy.endpoint
     return S3RemoteStorageManager.from_config(cfg)
 
@@ -62,16 +71,26 @@ def test_errors_and_dropped_connections_are_retried(moto, seg, compression):
         async with proxied_rsm(moto, prefix, **extra) as (proxy, rsm):
             # the copy's requests run concurrently, so which request meets which fault varies; aiohttp itself
             # re-sends a request once when its connection drops, our retry loop handles the rest
-            proxy.add(Fault("status", 503, method="PUT"), Fault("status", 500, method="PUT"),
-                      Fault("drop_request", method="PUT"), Fault("drop_request", method="PUT"),
-                      Fault("drop_response", method="PUT"), Fault("drop_response", method="PUT"))
+            proxy.add(
+                Fault("status", 503, method="PUT"),
+                Fault("status", 500, method="PUT"),
+                Fault("drop_request", method="PUT"),
+                Fault("drop_request", method="PUT"),
+                Fault("drop_response", method="PUT"),
+                Fault("drop_response", method="PUT"),
+            )
             await rsm.copy_log_segment_data(md, seg.segment_data())
             assert proxy.log.faults_applied == ["status", "status"] + ["drop_request"] * 2 + ["drop_response"] * 2
             copy_retries = rsm.stats.retries
             assert copy_retries >= 2  # at least the two error statuses went through our retries
-            proxy.add(Fault("status", 503, method="GET"), Fault("drop_response", method="GET"),
-                      Fault("drop_response", method="GET"), Fault("drop_request", method="GET"),
-                      Fault("drop_request", method="GET"), Fault("status", 500, method="GET"))
+            proxy.add(
+                Fault("status", 503, method="GET"),
+                Fault("drop_response", method="GET"),
+                Fault("drop_response", method="GET"),
+                Fault("drop_request", method="GET"),
+                Fault("drop_request", method="GET"),
+                Fault("status", 500, method="GET"),
+            )
             assert await rsm.fetch_log_segment(md, 0) == seg.log_bytes()
             assert await rsm.fetch_log_segment(md, 1000, 50_000) == seg.log_bytes()[1000:50_001]
             assert await rsm.fetch_index(md, IndexType.OFFSET) == seg.offset_index.read_bytes()
@@ -95,8 +114,9 @@ def test_reads_into_a_buffer_start_over_after_a_partial_body_or_a_timeout(moto, 
     data = seg.log_bytes()
 
     async def body():
-        async with proxied_rsm(moto, prefix, **{"fetch.chunk.cache.size": 0,
-                                                "s3.api.call.attempt.timeout.ms": 500}) as (proxy, rsm):
+        async with proxied_rsm(
+            moto, prefix, **{"fetch.chunk.cache.size": 0, "s3.api.call.attempt.timeout.ms": 500}
+        ) as (proxy, rsm):
             await rsm.copy_log_segment_data(md, seg.segment_data())
             await rsm.get_manifest(md)
             buf = bytearray(b"\xee" * 60_000)
@@ -146,15 +166,18 @@ def test_unanswered_requests_time_out_within_the_deadline(moto, seg):
             async with make_rsm(moto, proxy, prefix) as rsm:
                 await rsm.copy_log_segment_data(md, seg.segment_data())
             # a fresh instance (no cached manifest); every GET now hangs
-            async with make_rsm(moto, proxy, prefix, **{"s3.api.call.attempt.timeout.ms": 300,
-                                                        "s3.api.call.timeout.ms": 1500,
-                                                        "s3.retry.max.attempts": 100}) as rsm:
+            async with make_rsm(
+                moto,
+                proxy,
+                prefix,
+                **{"s3.api.call.attempt.timeout.ms": 300, "s3.api.call.timeout.ms": 1500, "s3.retry.max.attempts": 100},
+            ) as rsm:
                 proxy.add(*[Fault("hang", method="GET") for _ in range(100)])
                 t0 = time.monotonic()
                 with pytest.raises(RemoteStorageTimeoutError) as ei:
                     await rsm.fetch_log_segment(md, 0, 99)
                 elapsed = time.monotonic() - t0
-                assert 1.5 <= elapsed < 12.0, elapsed    # bounded (no hang); generous for a loaded CI machine
+                assert 1.5 <= elapsed < 12.0, elapsed  # bounded (no hang); generous for a loaded CI machine
                 assert ei.value.retriable and rsm.stats.timeouts >= 4
                 # a latency above the attempt timeout is a timeout too; once it goes, the read succeeds
                 proxy.faults.clear()
@@ -183,8 +206,9 @@ def test_failed_multipart_upload_is_aborted_and_leaves_no_objects(moto, tmp_path
             assert any(m == "DELETE" and "uploadId=" in p for m, p in proxy.log.requests)  # AbortMultipartUpload
             # the same copy (same segment id) then succeeds: idempotent retry
             await rsm.copy_log_segment_data(md, seg.segment_data())
-            assert await rsm.fetch_log_segment(md, 5 * MIB - 3, 5 * MIB + 3) == \
-                seg.log_bytes()[5 * MIB - 3: 5 * MIB + 4]
+            assert (
+                await rsm.fetch_log_segment(md, 5 * MIB - 3, 5 * MIB + 3) == seg.log_bytes()[5 * MIB - 3 : 5 * MIB + 4]
+            )
             await rsm.delete_log_segment_data(md)
 
     run(body)
@@ -239,18 +263,19 @@ def test_a_body_corrupted_in_transit_is_refused_and_sent_again(seaweed, seg, che
     md = seg.metadata()
 
     async def body():
-        async with proxied_rsm(seaweed, prefix, **{"s3.checksum.check.enabled": str(checksum).lower(),
-                                                   "fetch.chunk.cache.size": 0}) as (proxy, rsm):
+        async with proxied_rsm(
+            seaweed, prefix, **{"s3.checksum.check.enabled": str(checksum).lower(), "fetch.chunk.cache.size": 0}
+        ) as (proxy, rsm):
             proxy.add(Fault("corrupt_body", method="PUT"), Fault("corrupt_body", method="PUT"))
             await rsm.copy_log_segment_data(md, seg.segment_data())
             assert proxy.log.faults_applied == ["corrupt_body"] * 2
             if checksum:
-                assert rsm.stats.retries == 2            # BadDigest twice, each sent again
+                assert rsm.stats.retries == 2  # BadDigest twice, each sent again
                 assert await rsm.fetch_log_segment(md, 0) == seg.log_bytes()
                 assert await rsm.fetch_index(md, IndexType.OFFSET) == seg.offset_index.read_bytes()
                 assert await rsm.fetch_index(md, IndexType.TIMESTAMP) == seg.time_index.read_bytes()
             else:
-                assert rsm.stats.retries == 0            # stored as corrupted, nothing noticed
+                assert rsm.stats.retries == 0  # stored as corrupted, nothing noticed
 
     run(body)
 
@@ -268,7 +293,7 @@ def test_warm_up_readies_the_client_with_one_head_and_never_fails(moto, seg):
         async with proxied_rsm(moto, prefix, **{"s3.api.call.attempt.timeout.ms": 300}) as (proxy, rsm):
             proxy.add(Fault("hang", method="HEAD"))
             t0 = time.monotonic()
-            await rsm.warm_up()                          # no exception, bounded by one attempt timeout
+            await rsm.warm_up()  # no exception, bounded by one attempt timeout
             assert time.monotonic() - t0 < 5.0
             await rsm.copy_log_segment_data(md, seg.segment_data())
             assert await rsm.fetch_log_segment(md, 0, 99) == seg.log_bytes()[:100]

@@ -9,6 +9,7 @@
 * SIGINT shuts down cleanly like SIGTERM (exit 0, the clean-shutdown marker in the log dir).
 * log.format=json writes one JSON object per log line.
 """
+
 from __future__ import annotations
 
 import json
@@ -50,9 +51,23 @@ def test_acks_zero_gets_no_response_and_is_stored(broker) -> None:
     with WireClient.connect(bs) as w:
         w.create_topic("acks0")
         P = REQUEST_CLASSES[ApiKey.PRODUCE]
-        w.send(P[7](transactional_id=None, acks=0, timeout_ms=1000, topic_data=[P.TopicProduceData(
-            name="acks0", partition_data=[P.TopicProduceData.PartitionProduceData(
-                index=0, records=build_batch([b"fire", b"and", b"forget"]))])]))
+        w.send(
+            P[7](
+                transactional_id=None,
+                acks=0,
+                timeout_ms=1000,
+                topic_data=[
+                    P.TopicProduceData(
+                        name="acks0",
+                        partition_data=[
+                            P.TopicProduceData.PartitionProduceData(
+                                index=0, records=build_batch([b"fire", b"and", b"forget"])
+                            )
+                        ],
+                    )
+                ],
+            )
+        )
         # the next request's answer is the first thing on the wire: acks=0 got none
         md = w.metadata(["acks0"])
         assert md.topics[0].error_code == 0
@@ -63,11 +78,11 @@ def test_oversized_and_malformed_batches_are_refused_with_their_error(broker) ->
     bs = broker.bootstrap
     with WireClient.connect(bs) as w:
         w.create_topic("limits", configs={"max.message.bytes": "2000"})
-        assert produce_error(w.produce("limits", 0, build_batch([os.urandom(4000)]))) == 10    # MESSAGE_TOO_LARGE
+        assert produce_error(w.produce("limits", 0, build_batch([os.urandom(4000)]))) == 10  # MESSAGE_TOO_LARGE
         bad = bytearray(build_batch([b"a", b"b", b"c"]))
-        struct.pack_into(">i", bad, 23, 7)                     # lastOffsetDelta 7 for 3 records ...
-        struct.pack_into(">I", bad, 17, crc32c(bytes(bad[ATTRIBUTES_OFFSET:])))   # ... with a valid CRC
-        assert produce_error(w.produce("limits", 0, bytes(bad))) == 87                          # INVALID_RECORD
+        struct.pack_into(">i", bad, 23, 7)  # lastOffsetDelta 7 for 3 records ...
+        struct.pack_into(">I", bad, 17, crc32c(bytes(bad[ATTRIBUTES_OFFSET:])))  # ... with a valid CRC
+        assert produce_error(w.produce("limits", 0, bytes(bad))) == 87  # INVALID_RECORD
         assert produce_error(w.produce("limits", 0, build_batch([b"fits"]))) == 0
     assert records_at(bs, "limits", 0) == [0]
 
@@ -87,13 +102,12 @@ def test_fetch_waiting_for_min_bytes_is_answered_by_an_append(broker) -> None:
 
     poller = threading.Thread(target=long_poll)
     poller.start()
-    wait_until(lambda: parked_fetches(broker) >= 1, timeout=10,
-               message="the fetch is parked in the purgatory")
+    wait_until(lambda: parked_fetches(broker) >= 1, timeout=10, message="the fetch is parked in the purgatory")
     with WireClient.connect(bs) as w:
         assert produce_error(w.produce("wake", 0, build_batch([b"wake up"]))) == 0
     poller.join(35)
     assert got["records"], got
-    assert got["seconds"] < 15, got        # far below the 30 s max wait: the append answered it
+    assert got["seconds"] < 15, got  # far below the 30 s max wait: the append answered it
 
 
 def test_idle_connections_are_closed(broker_factory) -> None:
@@ -127,5 +141,5 @@ def test_json_log_format(broker_factory) -> None:
     b = broker_factory(**{"log.format": "json"})
     b.stop()
     lines = [ln for ln in b.output_path.read_text().splitlines() if ln.strip() and not ln.startswith("=====")]
-    events = [json.loads(ln) for ln in lines]          # every line is one JSON object
+    events = [json.loads(ln) for ln in lines]  # every line is one JSON object
     assert any(e.get("event") == "started" for e in events), lines[:5]

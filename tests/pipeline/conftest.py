@@ -1,5 +1,6 @@
 """Fixtures for the Spark data source tests: one local SparkSession, one moto S3 server and one tiered broker (S3 on
 moto) for the whole package -- JVM and broker start-up dominate the run time; each module uses its own topics."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -14,14 +15,18 @@ from tests.support.s3_servers import MotoServer
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     from strata.pipeline.session import get_spark
 
-    s = get_spark("strata-tests", master="local[2]", conf={
-        "spark.sql.shuffle.partitions": "2",
-        "spark.default.parallelism": "2",
-        "spark.sql.adaptive.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.sql.streaming.noDataMicroBatches.enabled": "false",
-        "spark.local.dir": str(tmp_path_factory.mktemp("spark-local")),
-    })
+    s = get_spark(
+        "strata-tests",
+        master="local[2]",
+        conf={
+            "spark.sql.shuffle.partitions": "2",
+            "spark.default.parallelism": "2",
+            "spark.sql.adaptive.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+            "spark.local.dir": str(tmp_path_factory.mktemp("spark-local")),
+        },
+    )
     yield s
     s.stop()
 

@@ -1,4 +1,5 @@
 """Helpers for the Spark tests: a tiered broker on S3 (moto), stock-client produce/consume, offload waits."""
+
 from __future__ import annotations
 
 import uuid
@@ -61,8 +62,9 @@ class Tiered:
 def create_topic(bootstrap: str, name: str, partitions: int = 1, **configs: Any) -> None:
     with AdminClient(bootstrap) as a:
         a.create_topic(name, partitions, 1, {k.replace("_", "."): str(v) for k, v in configs.items()})
-    wait_until(lambda: partitions == len(_partitions(bootstrap, name)), timeout=20,
-               message=f"topic {name} has no leader")
+    wait_until(
+        lambda: partitions == len(_partitions(bootstrap, name)), timeout=20, message=f"topic {name} has no leader"
+    )
 
 
 def _partitions(bootstrap: str, topic: str) -> list[int]:
@@ -75,14 +77,29 @@ def _partitions(bootstrap: str, topic: str) -> list[int]:
     return [p for p, pm in t.partitions.items() if pm.leader >= 0]
 
 
-def produce(bootstrap: str, topic: str, records: list[dict[str, Any]], *, compression: str = "none",
-            linger_ms: int = 5, batch_size: int = 16384) -> None:
+def produce(
+    bootstrap: str,
+    topic: str,
+    records: list[dict[str, Any]],
+    *,
+    compression: str = "none",
+    linger_ms: int = 5,
+    batch_size: int = 16384,
+) -> None:
     """Produce with confluent-kafka (acks=all); each record: value, key, partition, headers, timestamp (ms)."""
     from confluent_kafka import Producer
 
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "compression.type": compression,
-                  "linger.ms": linger_ms, "batch.size": batch_size, "enable.idempotence": False,
-                  "log_level": 3})
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "compression.type": compression,
+            "linger.ms": linger_ms,
+            "batch.size": batch_size,
+            "enable.idempotence": False,
+            "log_level": 3,
+        }
+    )
     errors: list[Any] = []
     for r in records:
         kw: dict[str, Any] = {"on_delivery": lambda err, _m: errors.append(err) if err else None}
@@ -104,9 +121,17 @@ def consume_all(bootstrap: str, topic: str, partitions: list[int] | None = None)
     (partition, offset, key, value, timestamp ms, timestampType, headers)."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{uuid.uuid4().hex[:8]}",
-                  "enable.auto.commit": False, "auto.offset.reset": "earliest", "enable.partition.eof": True,
-                  "isolation.level": "read_uncommitted", "log_level": 3})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"check-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": True,
+            "isolation.level": "read_uncommitted",
+            "log_level": 3,
+        }
+    )
     try:
         parts = partitions if partitions is not None else _partitions(bootstrap, topic)
         ends = {}
@@ -130,8 +155,17 @@ def consume_all(bootstrap: str, topic: str, partitions: list[int] | None = None)
                     done.add(m.partition())
                     continue
                 ts_type, ts = m.timestamp()
-                out.append((m.partition(), m.offset(), m.key(), m.value(), ts, {1: 0, 2: 1}.get(ts_type, -1),
-                            [(k, v) for k, v in (m.headers() or [])]))
+                out.append(
+                    (
+                        m.partition(),
+                        m.offset(),
+                        m.key(),
+                        m.value(),
+                        ts,
+                        {1: 0, 2: 1}.get(ts_type, -1),
+                        [(k, v) for k, v in (m.headers() or [])],
+                    )
+                )
                 pos[m.partition()] = m.offset()
                 if m.offset() + 1 >= ends[m.partition()]:
                     done.add(m.partition())
@@ -150,12 +184,14 @@ def local_log_start(bootstrap: str, topic: str, partition: int) -> int:
 
 def wait_offloaded(bootstrap: str, topic: str, partition: int, at_least: int, timeout: float = 60) -> int:
     """Wait until local retention moved the local log start to >= at_least (so older offsets live only in S3)."""
+
     def reached() -> int:
         v = local_log_start(bootstrap, topic, partition)
         return v if v >= at_least else 0
 
-    return wait_until(reached, timeout=timeout, interval=0.1,
-                      message=f"{topic}-{partition}: local log start never reached {at_least}")
+    return wait_until(
+        reached, timeout=timeout, interval=0.1, message=f"{topic}-{partition}: local log start never reached {at_least}"
+    )
 
 
 def df_records(df: Any, with_topic: bool = False) -> list[tuple]:

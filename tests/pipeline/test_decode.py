@@ -1,5 +1,6 @@
 """Direct-mode record decoding against strata.protocol.records.iter_records (kafka-python's decoder): every codec, null
 keys/values, headers, LogAppendTime, control batches and [lo, hi) cuts inside batches."""
+
 from __future__ import annotations
 
 import pytest
@@ -24,17 +25,30 @@ def _log() -> bytes:
     out = b""
     off = 0
     for codec in (NONE, GZIP, SNAPPY, LZ4, ZSTD):
-        recs = [(b"k%d" % i if i % 3 else None, (b"v" * 100 + b"%d" % i) if i % 5 else None,
-                 [("h", b"x"), ("empty", None)] if i % 2 else [], 1_000 + i * 7) for i in range(40)]
-        out += build_batch(recs, base_offset=off, compression=codec, producer_id=7, producer_epoch=0,
-                           base_sequence=off)
+        recs = [
+            (
+                b"k%d" % i if i % 3 else None,
+                (b"v" * 100 + b"%d" % i) if i % 5 else None,
+                [("h", b"x"), ("empty", None)] if i % 2 else [],
+                1_000 + i * 7,
+            )
+            for i in range(40)
+        ]
+        out += build_batch(recs, base_offset=off, compression=codec, producer_id=7, producer_epoch=0, base_sequence=off)
         off += 40
     appended = bytearray(build_batch([b"a%d" % i for i in range(10)], base_offset=off, timestamp=5))
     set_log_append_time(appended, 0, 99_999)
     out += bytes(appended)
     # a transaction marker (control batch): never returned to consumers
-    control = bytearray(build_batch([(b"\x00\x00\x00\x00", b"\x00\x00\x00\x00\x00\x00")], base_offset=off + 10,
-                                    is_transactional=True, producer_id=7, producer_epoch=0))
+    control = bytearray(
+        build_batch(
+            [(b"\x00\x00\x00\x00", b"\x00\x00\x00\x00\x00\x00")],
+            base_offset=off + 10,
+            is_transactional=True,
+            producer_id=7,
+            producer_epoch=0,
+        )
+    )
     attrs = int.from_bytes(control[21:23], "big") | 0x20
     control[21:23] = attrs.to_bytes(2, "big")
     control[17:21] = compute_crc(control, 0, len(control)).to_bytes(4, "big")
@@ -61,12 +75,20 @@ def test_decode_matches_the_reference_decoder(lo, hi):
     if not expected:
         assert d is None
         return
-    got = list(zip(d.keys.to_pylist(), d.values.to_pylist(), d.offsets.tolist(), d.timestamps.tolist(),
-                   d.timestamp_types.tolist(), [[tuple(x) for x in hs] if hs else None for hs in d.headers]))
+    got = list(
+        zip(
+            d.keys.to_pylist(),
+            d.values.to_pylist(),
+            d.offsets.tolist(),
+            d.timestamps.tolist(),
+            d.timestamp_types.tolist(),
+            [[tuple(x) for x in hs] if hs else None for hs in d.headers],
+        )
+    )
     assert got == expected
     if hi > 205:
-        assert [t for t in d.timestamp_types.tolist() if t == 1] == [1] * 10      # LogAppendTime batch
-        assert max(d.offsets.tolist()) == 209                                    # the control batch at 210 is skipped
+        assert [t for t in d.timestamp_types.tolist() if t == 1] == [1] * 10  # LogAppendTime batch
+        assert max(d.offsets.tolist()) == 209  # the control batch at 210 is skipped
 
 
 def test_batches_decoded_one_by_one_equal_batches_decoded_together():
@@ -103,7 +125,7 @@ def test_truncated_records_section_is_reported():
 
 def test_a_record_that_overruns_its_length_prefix_is_reported():
     batch = bytearray(build_batch([b"x" * 50 for _ in range(3)]))
-    batch[-52] += 2            # the last record's value length (varint 100 -> 102): past its record's end
+    batch[-52] += 2  # the last record's value length (varint 100 -> 102): past its record's end
     with pytest.raises(CorruptSegmentError):
         decode_batches(bytes(batch), list(iter_batches(bytes(batch))), 0, 10, False)
 
@@ -119,18 +141,23 @@ def test_runs_of_equal_sizes_are_located_where_the_loop_finds_them(pattern):
 
     rnd = random.Random(pattern)
     n = {"tiny": 3, "one": 1}.get(pattern, 3000)
-    sizes = {"fixed": lambda i: 100, "runs": lambda i: 100 + (i // 700) * 13,
-             "random": lambda i: rnd.randint(0, 300), "alternating": lambda i: 50 + i % 2,
-             "tiny": lambda i: 5, "one": lambda i: 10}[pattern]
+    sizes = {
+        "fixed": lambda i: 100,
+        "runs": lambda i: 100 + (i // 700) * 13,
+        "random": lambda i: rnd.randint(0, 300),
+        "alternating": lambda i: 50 + i % 2,
+        "tiny": lambda i: 5,
+        "one": lambda i: 10,
+    }[pattern]
     recs = [(None if i % 11 == 0 else b"k", b"v" * sizes(i), [], 1_000 + (i % 90)) for i in range(n)]
     buf = build_batch(recs, base_offset=0)
-    (pos, h), = list(iter_batches(buf))
+    ((pos, h),) = list(iter_batches(buf))
     starts, ends = [], []
     _record_starts(buf, pos + 61, pos + h.size, n, 0, 5, starts, ends)
     got_starts, got_ends = _locate(np, buf, np.frombuffer(buf, dtype=np.uint8), pos + 61, pos + h.size, n, 0, 5)
     assert got_starts.tolist() == starts
     assert got_ends.tolist() == ends
-    with pytest.raises(CorruptSegmentError):      # one record fewer than the section holds
+    with pytest.raises(CorruptSegmentError):  # one record fewer than the section holds
         _locate(np, buf, np.frombuffer(buf, dtype=np.uint8), pos + 61, pos + h.size, n - 1, 0, 0)
 
 
@@ -141,14 +168,22 @@ def test_an_executor_process_keeps_one_remote_storage_per_configuration(tmp_path
     from strata.pipeline.reading import shared_storage
 
     def opts(directory):
-        return parse_source_options({"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t", "read.mode": "direct",
-                                     "rsm.class.name": "local", "rsm.config.dir": str(directory)}, streaming=False)
+        return parse_source_options(
+            {
+                "kafka.bootstrap.servers": "127.0.0.1:1",
+                "subscribe": "t",
+                "read.mode": "direct",
+                "rsm.class.name": "local",
+                "rsm.config.dir": str(directory),
+            },
+            streaming=False,
+        )
 
     a, b = shared_storage(opts(tmp_path / "a")), shared_storage(opts(tmp_path / "a"))
     c = shared_storage(opts(tmp_path / "c"))
     assert a is b
     assert c is not a
-    assert a.call(_probe(a.rsm)) == "ok"          # its event loop thread is alive for the next task
+    assert a.call(_probe(a.rsm)) == "ok"  # its event loop thread is alive for the next task
 
 
 async def _probe(rsm):
@@ -162,11 +197,19 @@ def test_decoded_records_do_not_point_into_the_buffer(codecs):
     log = _log()
     if codecs == "uncompressed":
         pos, h = next(iter_batches(log))
-        log = log[pos:pos + h.size]
+        log = log[pos : pos + h.size]
     buf = bytearray(log)
     expected = _expected(log, 0, 1 << 62)
     d = decode_batches(memoryview(buf), list(iter_batches(buf)), 0, 1 << 62, with_headers=True)
     buf[:] = b"\x00" * len(buf)
-    got = list(zip(d.keys.to_pylist(), d.values.to_pylist(), d.offsets.tolist(), d.timestamps.tolist(),
-                   d.timestamp_types.tolist(), [[tuple(x) for x in hs] if hs else None for hs in d.headers]))
+    got = list(
+        zip(
+            d.keys.to_pylist(),
+            d.values.to_pylist(),
+            d.offsets.tolist(),
+            d.timestamps.tolist(),
+            d.timestamp_types.tolist(),
+            [[tuple(x) for x in hs] if hs else None for hs in d.headers],
+        )
+    )
     assert got == expected and any(hs for hs in d.headers)

@@ -2,6 +2,7 @@
 Spark: batches cut by chunk ends (inside a batch's length field too, and batches longer than a chunk), compressed
 batches, [lo, hi) windows, read buffers reused from chunk to chunk while earlier record batches are still held, and
 segments that end inside a batch."""
+
 from __future__ import annotations
 
 import random
@@ -21,7 +22,7 @@ from strata.remote.metadata import LogSegmentData, RemoteLogSegmentId, RemoteLog
 from strata.storage.segment import LogSegment
 from tests.support.s3_servers import run
 
-MIN_CHUNK = 64 * 1024           # direct.chunkBytes' smallest value
+MIN_CHUNK = 64 * 1024  # direct.chunkBytes' smallest value
 TIP = TopicIdPartition(uuid.UUID(int=0xABCDEF), "chunks", 0)
 
 
@@ -37,10 +38,15 @@ def _write_log(dir: Path) -> tuple[Path, Path, Path, Path, int]:
         if b in (30, 77):
             recs = [(b"big-%d" % b, rnd.randbytes(150 * 1024), [("h", b"big")], 1_000 + offset)]
         else:
-            recs = [(b"k%d" % (offset + i) if i % 7 else None,
-                     (b"v%d-" % (offset + i)) * rnd.randrange(1, 300) if i % 11 else None,
-                     [("n", b"%d" % i), ("none", None)] if i % 3 == 0 else [], 1_000 + offset + i)
-                    for i in range(rnd.randrange(1, 60))]
+            recs = [
+                (
+                    b"k%d" % (offset + i) if i % 7 else None,
+                    (b"v%d-" % (offset + i)) * rnd.randrange(1, 300) if i % 11 else None,
+                    [("n", b"%d" % i), ("none", None)] if i % 3 == 0 else [],
+                    1_000 + offset + i,
+                )
+                for i in range(rnd.randrange(1, 60))
+            ]
         batch = build_batch(recs, base_offset=offset, compression=codecs[b % len(codecs)], timestamp=1_000)
         last = offset + len(recs) - 1
         seg.append(batch, [(0, len(batch), last, 1_000 + last)], last + 1)
@@ -60,13 +66,21 @@ def stored(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("direct-chunks")
     log, oi, ti, snap, next_offset = _write_log(tmp / "local")
     data = log.read_bytes()
-    md = RemoteLogSegmentMetadata(RemoteLogSegmentId(TIP, uuid.uuid4()), 0, next_offset - 1, 1_000 + next_offset,
-                                  broker_id=0, event_timestamp_ms=0, segment_size_in_bytes=len(data),
-                                  segment_leader_epochs={0: 0})
+    md = RemoteLogSegmentMetadata(
+        RemoteLogSegmentId(TIP, uuid.uuid4()),
+        0,
+        next_offset - 1,
+        1_000 + next_offset,
+        broker_id=0,
+        event_timestamp_ms=0,
+        segment_size_in_bytes=len(data),
+        segment_leader_epochs={0: 0},
+    )
 
     async def copy():
         async with LocalTieredStorage.from_config({"dir": str(tmp / "rsm")}) as rsm:
             await rsm.copy_log_segment_data(md, LogSegmentData(log, oi, ti, None, snap, b"0\n1\n0 0\n"))
+
     run(copy)
     return tmp / "rsm", md, data
 
@@ -81,10 +95,19 @@ def _expected(data: bytes, lo: int, hi: int) -> list[tuple]:
 
 
 def _read(rsm_dir: Path, md, lo: int, hi: int, chunk: int, concurrency: int = 3) -> list[tuple]:
-    opts = parse_source_options({"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "chunks",
-                                 "read.mode": "direct", "rsm.class.name": "local", "rsm.config.dir": str(rsm_dir),
-                                 "includeHeaders": "true", "direct.chunkBytes": str(chunk),
-                                 "direct.fetchConcurrency": str(concurrency)}, streaming=False)
+    opts = parse_source_options(
+        {
+            "kafka.bootstrap.servers": "127.0.0.1:1",
+            "subscribe": "chunks",
+            "read.mode": "direct",
+            "rsm.class.name": "local",
+            "rsm.config.dir": str(rsm_dir),
+            "includeHeaders": "true",
+            "direct.chunkBytes": str(chunk),
+            "direct.fetchConcurrency": str(concurrency),
+        },
+        streaming=False,
+    )
     schema = _arrow_schema(source_schema(True))
     batches = list(read_range(opts, OffsetRange("chunks", 0, lo, hi, (Piece(lo, hi, md),)), schema))
     # compared only after the whole read: a record batch that still pointed into a read buffer would by now show
@@ -110,7 +133,7 @@ def test_whole_segment_in_chunks_equals_the_reference_decoder(stored, chunk):
     assert len(data) > 6 * MIN_CHUNK
     got = _read(rsm_dir, md, 0, md.end_offset + 1, chunk)
     assert got == _expected(data, 0, md.end_offset + 1)
-    assert _buffers._free.get(chunk)          # the read buffers went back to the pool for the next read
+    assert _buffers._free.get(chunk)  # the read buffers went back to the pool for the next read
 
 
 @pytest.mark.parametrize("chunk", [MIN_CHUNK, 100_003])
@@ -123,12 +146,20 @@ def test_windows_inside_the_segment(stored, chunk):
         assert _read(rsm_dir, md, lo, hi, chunk, concurrency=1) == _expected(data, lo, hi), (lo, hi)
 
 
-def _store(rsm_dir: Path, tmp: Path, log_bytes: bytes, end_offset: int, max_ts: int,
-           size: int | None = None) -> RemoteLogSegmentMetadata:
+def _store(
+    rsm_dir: Path, tmp: Path, log_bytes: bytes, end_offset: int, max_ts: int, size: int | None = None
+) -> RemoteLogSegmentMetadata:
     """``log_bytes`` stored as a segment of its own (empty indexes); its metadata says ``size`` bytes."""
-    md = RemoteLogSegmentMetadata(RemoteLogSegmentId(TIP, uuid.uuid4()), 0, end_offset, max_ts, broker_id=0,
-                                  event_timestamp_ms=0, segment_size_in_bytes=len(log_bytes) if size is None else size,
-                                  segment_leader_epochs={0: 0})
+    md = RemoteLogSegmentMetadata(
+        RemoteLogSegmentId(TIP, uuid.uuid4()),
+        0,
+        end_offset,
+        max_ts,
+        broker_id=0,
+        event_timestamp_ms=0,
+        segment_size_in_bytes=len(log_bytes) if size is None else size,
+        segment_leader_epochs={0: 0},
+    )
     d = tmp / md.remote_log_segment_id.id_str
     d.mkdir()
     log = d / "00000000000000000000.log"
@@ -139,6 +170,7 @@ def _store(rsm_dir: Path, tmp: Path, log_bytes: bytes, end_offset: int, max_ts: 
     async def copy():
         async with LocalTieredStorage.from_config({"dir": str(rsm_dir)}) as rsm:
             await rsm.copy_log_segment_data(md, LogSegmentData(log, empty, empty, None, empty, b"0\n1\n0 0\n"))
+
     run(copy)
     return md
 
@@ -151,7 +183,7 @@ def test_a_segment_that_ends_inside_a_batch_is_reported(stored, tmp_path):
     with pytest.raises(CorruptSegmentError, match=f"batch at position {last} declares .* do not fit"):
         _read(rsm_dir, cut, 0, md.end_offset + 1, MIN_CHUNK)
     # cut before the length field is complete
-    short = _store(rsm_dir, tmp_path, data[:last + 5], md.end_offset, md.max_timestamp_ms)
+    short = _store(rsm_dir, tmp_path, data[: last + 5], md.end_offset, md.max_timestamp_ms)
     with pytest.raises(CorruptSegmentError, match="ends inside a batch: 5 bytes"):
         _read(rsm_dir, short, 0, md.end_offset + 1, MIN_CHUNK)
     # metadata promising more bytes than the store holds
@@ -167,7 +199,7 @@ def test_a_corrupt_length_field_in_a_cut_batch_fails_the_read(stored, tmp_path, 
     rsm_dir, md, data = stored
     pos = next(p for p, _h in iter_batches(data) if p >= MIN_CHUNK)
     bad = bytearray(data)
-    bad[pos + 8:pos + 12] = length.to_bytes(4, "big", signed=True)
+    bad[pos + 8 : pos + 12] = length.to_bytes(4, "big", signed=True)
     m = _store(rsm_dir, tmp_path, bytes(bad), md.end_offset, md.max_timestamp_ms)
     with pytest.raises(CorruptSegmentError, match=f"batch at position {pos} declares {12 + length} bytes"):
         _read(rsm_dir, m, 0, md.end_offset + 1, pos + 5)
@@ -193,11 +225,11 @@ def test_buffer_pool_keeps_a_bounded_amount_and_makes_room_for_a_new_size():
     a, b, c = pool.get(4), pool.get(4), pool.get(4)
     for buf in (a, b, c):
         pool.put(buf)
-    assert pool.get(4) is b and pool.get(4) is a          # two of 4 bytes fit in 10; the third was dropped
+    assert pool.get(4) is b and pool.get(4) is a  # two of 4 bytes fit in 10; the third was dropped
     pool.put(a)
     pool.put(b)
     six = bytearray(6)
-    pool.put(six)                                         # a new size: one 4-byte buffer gives way
+    pool.put(six)  # a new size: one 4-byte buffer gives way
     assert pool.get(6) is six and pool.get(4) is a
     fresh = pool.get(4)
     assert fresh is not a and fresh is not b
@@ -214,5 +246,5 @@ def test_complete_straddler():
     # chunks too short to finish it: everything is carried on
     for have, more in ((5, 4), (20, 10)):
         carry = bytearray(batch[:have])
-        rest, whole = complete_straddler(carry, memoryview(batch[have:have + more]))
-        assert (carry, bytes(rest), whole) == (batch[:have + more], b"", False)
+        rest, whole = complete_straddler(carry, memoryview(batch[have : have + more]))
+        assert (carry, bytes(rest), whole) == (batch[: have + more], b"", False)

@@ -1,6 +1,7 @@
 """Partition planning and data loss: minPartitions / maxRecordsPerPartition splits, empty partitions and topics,
 offsets deleted by retention (failOnDataLoss true -> clear error, false -> skip), remote segments gone between
 planning and reading, and the option rules."""
+
 from __future__ import annotations
 
 import itertools
@@ -27,21 +28,29 @@ def _covers(parts: list[OffsetRange], tp: tuple[str, int], start: int, end: int)
 def test_split_ranges_follows_spark_rules():
     ranges = [OffsetRange("t", 0, 0, 1000), OffsetRange("t", 1, 5, 5), OffsetRange("t", 2, 0, 100)]
     assert [(r.partition, r.start, r.end) for r in split_ranges(ranges, None, None)] == [(0, 0, 1000), (2, 0, 100)]
-    assert len(split_ranges(ranges, 2, None)) == 2               # not more than the non-empty ranges: no split
+    assert len(split_ranges(ranges, 2, None)) == 2  # not more than the non-empty ranges: no split
     by_min = split_ranges(ranges, 6, None)
     assert len(by_min) == 7 and _covers(by_min, ("t", 0), 0, 1000) and _covers(by_min, ("t", 2), 0, 100)
     by_max = split_ranges(ranges, None, 300)
     assert sorted(r.size for r in by_max) == [100, 250, 250, 250, 250]
-    both = split_ranges(ranges, 3, 600)                        # the larger demand wins per range
+    both = split_ranges(ranges, 3, 600)  # the larger demand wins per range
     assert len([r for r in both if r.partition == 0]) == 3
 
 
 def test_direct_pieces_cover_the_range_without_overlap():
-    segs = [SimpleNamespace(start_offset=0, end_offset=99), SimpleNamespace(start_offset=100, end_offset=199),
-            SimpleNamespace(start_offset=250, end_offset=299)]
+    segs = [
+        SimpleNamespace(start_offset=0, end_offset=99),
+        SimpleNamespace(start_offset=100, end_offset=199),
+        SimpleNamespace(start_offset=250, end_offset=299),
+    ]
     r = assign_pieces(OffsetRange("t", 0, 50, 400), segs)
     assert [(p.start, p.end, p.segment is not None) for p in r.pieces] == [
-        (50, 100, True), (100, 200, True), (200, 250, False), (250, 300, True), (300, 400, False)]
+        (50, 100, True),
+        (100, 200, True),
+        (200, 250, False),
+        (250, 300, True),
+        (300, 400, False),
+    ]
     assert [(p.start, p.end) for p in assign_pieces(OffsetRange("t", 0, 120, 130), segs).pieces] == [(120, 130)]
 
 
@@ -51,13 +60,15 @@ def test_direct_pieces_keep_to_offsets_only_one_segment_holds_below_the_local_st
     L0, L1, L2 = (SimpleNamespace(start_offset=a, end_offset=b) for a, b in ((0, 29), (30, 50), (51, 90)))
     r = assign_pieces(OffsetRange("t", 0, 0, 120), [L0, D, L1, L2], local_start=80)
     assert [(p.start, p.end, p.segment) for p in r.pieces] == [
-        (0, 30, L0),          # the only copy
-        (30, 72, None),       # two copies (D and L1/L2): the broker knows which is the lineage's
-        (72, 80, L2),         # only L2 below the local start
-        (80, 120, None)]      # the leader's local log (a not yet copied lineage may differ from any segment)
+        (0, 30, L0),  # the only copy
+        (30, 72, None),  # two copies (D and L1/L2): the broker knows which is the lineage's
+        (72, 80, L2),  # only L2 below the local start
+        (80, 120, None),
+    ]  # the leader's local log (a not yet copied lineage may differ from any segment)
     # a broker that cannot tell its local start (-1): everything through the broker
-    assert [(p.start, p.end, p.segment) for p in assign_pieces(OffsetRange("t", 0, 0, 120), [L0, L1], -1).pieces] \
-        == [(0, 120, None)]
+    assert [(p.start, p.end, p.segment) for p in assign_pieces(OffsetRange("t", 0, 0, 120), [L0, L1], -1).pieces] == [
+        (0, 120, None)
+    ]
 
 
 def test_offset_index_lookup_finds_byte_ranges():
@@ -66,8 +77,8 @@ def test_offset_index_lookup_finds_byte_ranges():
     offsets, positions = index_positions(raw + b"\0" * 16, 1000)
     assert offsets == [1009, 1019, 1029, 1039] and positions == [0, 500, 1000, 1500]
     assert byte_range(offsets, positions, 1000, 1005) == (0, 499)
-    assert byte_range(offsets, positions, 1019, 1020) == (500, 1499)       # 1019 ends the append at 500
-    assert byte_range(offsets, positions, 1021, 1031) == (500, None)       # 1030 may sit in the append at 1500
+    assert byte_range(offsets, positions, 1019, 1020) == (500, 1499)  # 1019 ends the append at 500
+    assert byte_range(offsets, positions, 1021, 1031) == (500, None)  # 1030 may sit in the append at 1500
     assert byte_range(offsets, positions, 1035, 1100) == (1000, None)
 
 
@@ -82,15 +93,18 @@ def test_rate_limit_shares_by_backlog_and_always_progresses():
     assert rate_limit(start, latest, 10_000) == latest
 
 
-@pytest.mark.parametrize("opts, message", [
-    ({"subscribe": "a", "assign": '{"a":[0]}'}, "exactly one of"),
-    ({}, "exactly one of"),
-    ({"subscribe": "a", "startingOffsets": "latest"}, "not allowed in a batch"),
-    ({"subscribe": "a", "endingOffsets": '{"a":{"0":-2}}'}, "not allowed in a batch"),
-    ({"subscribe": "a", "read.mode": "direct", "kafka.isolation.level": "read_committed"}, "read_uncommitted"),
-    ({"subscribe": "a", "minPartitions": "0"}, "at least 1"),
-    ({"assign": "[1,2]"}, "JSON object"),
-])
+@pytest.mark.parametrize(
+    "opts, message",
+    [
+        ({"subscribe": "a", "assign": '{"a":[0]}'}, "exactly one of"),
+        ({}, "exactly one of"),
+        ({"subscribe": "a", "startingOffsets": "latest"}, "not allowed in a batch"),
+        ({"subscribe": "a", "endingOffsets": '{"a":{"0":-2}}'}, "not allowed in a batch"),
+        ({"subscribe": "a", "read.mode": "direct", "kafka.isolation.level": "read_committed"}, "read_uncommitted"),
+        ({"subscribe": "a", "minPartitions": "0"}, "at least 1"),
+        ({"assign": "[1,2]"}, "JSON object"),
+    ],
+)
 def test_option_errors(opts, message):
     with pytest.raises(OptionError, match=message):
         parse_source_options({"kafka.bootstrap.servers": "127.0.0.1:1", **opts}, streaming=False)
@@ -103,11 +117,15 @@ def plan_topics(tiered):
     create_topic(bs, "plan", 3)
     create_topic(bs, "nothing", 2)
     create_topic(bs, "trunc", 1)
-    produce(bs, "plan", [{"value": b"%d" % i, "partition": 0} for i in range(1000)]
-            + [{"value": b"%d" % i, "partition": 2} for i in range(100)])
+    produce(
+        bs,
+        "plan",
+        [{"value": b"%d" % i, "partition": 0} for i in range(1000)]
+        + [{"value": b"%d" % i, "partition": 2} for i in range(100)],
+    )
     produce(bs, "trunc", [{"value": b"t%d" % i} for i in range(500)])
     with AdminClient(bs) as a:
-        assert a.delete_records("trunc", {0: 200}) == {0: 200}      # as retention would: the log now starts at 200
+        assert a.delete_records("trunc", {0: 200}) == {0: 200}  # as retention would: the log now starts at 200
     return bs
 
 
@@ -122,13 +140,13 @@ def test_min_partitions_splits_and_empty_partitions_are_skipped(spark, plan_topi
     from pyspark.sql.functions import spark_partition_id
 
     df = _load(spark, plan_topics, subscribe="plan", minPartitions="6")
-    assert df.rdd.getNumPartitions() == 7                       # 6 pieces of p0, 1 of p2, none for empty p1
+    assert df.rdd.getNumPartitions() == 7  # 6 pieces of p0, 1 of p2, none for empty p1
     rows = df.select("partition", "offset", spark_partition_id().alias("sp")).collect()
     assert sorted((r.partition, r.offset) for r in rows) == [(p, o) for p, o, *_ in consume_all(plan_topics, "plan")]
     per_task: dict[int, list[int]] = {}
     for r in rows:
         per_task.setdefault(r.sp, []).append(r.offset)
-    assert all(sorted(v) == list(range(min(v), max(v) + 1)) for v in per_task.values())   # contiguous slices
+    assert all(sorted(v) == list(range(min(v), max(v) + 1)) for v in per_task.values())  # contiguous slices
     assert _load(spark, plan_topics, subscribe="plan", maxRecordsPerPartition="300").rdd.getNumPartitions() == 5
 
 
@@ -154,8 +172,9 @@ def test_remote_segment_gone_after_planning(plan_topics, tiered):
     from strata.pipeline.source import _arrow_schema
 
     bs = tiered.bootstrap
-    create_topic(bs, "gone", 1, remote_storage_enable="true", segment_bytes=4096, local_retention_bytes=1,
-                 retention_ms=-1)
+    create_topic(
+        bs, "gone", 1, remote_storage_enable="true", segment_bytes=4096, local_retention_bytes=1, retention_ms=-1
+    )
     produce(bs, "gone", [{"value": b"g" * 100} for _ in range(300)], batch_size=1024)
     wait_offloaded(bs, "gone", 0, at_least=100)
     base = {"kafka.bootstrap.servers": bs, "subscribe": "gone", **tiered.direct_options()}

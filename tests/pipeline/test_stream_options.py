@@ -1,5 +1,6 @@
 """Executor and stream options: a streaming option the running Spark cannot honour fails at start instead of being
 ignored; a broker-mode read with failOnDataLoss=false goes on from the new log start when retention deletes under it."""
+
 from __future__ import annotations
 
 import pytest
@@ -8,13 +9,15 @@ from strata.pipeline import source
 
 
 def test_max_offsets_per_trigger_without_admission_control_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(source, "ReadMaxRows", None)       # what Spark 4.0/4.1 lack
+    monkeypatch.setattr(source, "ReadMaxRows", None)  # what Spark 4.0/4.1 lack
     opts = {"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t", "maxOffsetsPerTrigger": "100"}
     with pytest.raises(ValueError, match=r"maxOffsetsPerTrigger needs Spark 4.2"):
         source.StrataStreamReader(opts, source.StrataDataSource(opts).schema())
     del opts["maxOffsetsPerTrigger"]
-    assert source.StrataStreamReader(opts, source.StrataDataSource(opts).schema()).opts.max_offsets_per_trigger \
-        in (None, 0)
+    assert source.StrataStreamReader(opts, source.StrataDataSource(opts).schema()).opts.max_offsets_per_trigger in (
+        None,
+        0,
+    )
 
 
 class _Msg:
@@ -46,7 +49,7 @@ def test_broker_read_without_fail_on_data_loss_goes_on_from_the_new_log_start(mo
     from strata.pipeline.options import parse_source_options
     from strata.pipeline.planning import OffsetRange, Piece
 
-    starts = iter([8])             # asked once the read fails: retention moved the log start to 8
+    starts = iter([8])  # asked once the read fails: retention moved the log start to 8
 
     def consume_range(conf, topic, partition, start, end, poll_timeout_s):
         if start == 0:
@@ -64,8 +67,9 @@ def test_broker_read_without_fail_on_data_loss_goes_on_from_the_new_log_start(mo
             raise AssertionError("fewer rows than a batch")
 
     for fail in ("false", "true"):
-        opts = parse_source_options({"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t",
-                                     "failOnDataLoss": fail}, streaming=False)
+        opts = parse_source_options(
+            {"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t", "failOnDataLoss": fail}, streaming=False
+        )
         out = Out()
         out.columns.clear()
         starts = iter([8])

@@ -1,6 +1,7 @@
 """Streaming reads: trigger(availableNow=True) twice over a growing topic with one checkpoint delivers every record
 exactly once (maxOffsetsPerTrigger honoured, a partition added in between picked up); offsets deleted before the
 query read them fail the query, or are skipped with failOnDataLoss=false."""
+
 from __future__ import annotations
 
 import time
@@ -13,13 +14,23 @@ from tests.pipeline.support import consume_all, create_topic, produce
 
 
 def _run(spark, bs: str, topic: str, out: Path, ck: Path, **opts: str):
-    r = (spark.readStream.format("strata").option("kafka.bootstrap.servers", bs).option("subscribe", topic)
-         .option("startingOffsets", "earliest"))
+    r = (
+        spark.readStream.format("strata")
+        .option("kafka.bootstrap.servers", bs)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+    )
     for k, v in opts.items():
         r = r.option(k, v)
-    q = (r.load().selectExpr("partition", "offset", "CAST(value AS STRING) AS value")
-         .writeStream.format("parquet").option("path", str(out)).option("checkpointLocation", str(ck))
-         .trigger(availableNow=True).start())
+    q = (
+        r.load()
+        .selectExpr("partition", "offset", "CAST(value AS STRING) AS value")
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(ck))
+        .trigger(availableNow=True)
+        .start()
+    )
     t0 = time.monotonic()
     q.awaitTermination()
     print(f"availableNow run on {topic}: {time.monotonic() - t0:.1f}s")
@@ -42,7 +53,7 @@ def test_available_now_twice_delivers_each_record_once(spark, tiered, tmp_path):
 
     rows_per_batch = _run(spark, bs, topic, out, ck, maxOffsetsPerTrigger="200")
     assert sum(rows_per_batch) == 300
-    assert [n for n in rows_per_batch if n] == [200, 100]          # maxOffsetsPerTrigger splits the backlog
+    assert [n for n in rows_per_batch if n] == [200, 100]  # maxOffsetsPerTrigger splits the backlog
     first = _output(spark, out)
     assert sorted(first) == _expected(bs, topic)
 
@@ -54,11 +65,11 @@ def test_available_now_twice_delivers_each_record_once(spark, tiered, tmp_path):
 
     assert sum(_run(spark, bs, topic, out, ck)) == 280
     rows = _output(spark, out)
-    assert len(rows) == len(set(rows)) == 580                    # nothing twice
-    assert sorted(rows) == _expected(bs, topic)                   # nothing missing, partition 2 included
+    assert len(rows) == len(set(rows)) == 580  # nothing twice
+    assert sorted(rows) == _expected(bs, topic)  # nothing missing, partition 2 included
     assert sorted(r for r in rows if r[0] == 2) == [(2, i, f"c{i}") for i in range(30)]
 
-    assert sum(_run(spark, bs, topic, out, ck)) == 0              # a third run finds nothing new
+    assert sum(_run(spark, bs, topic, out, ck)) == 0  # a third run finds nothing new
     assert len(_output(spark, out)) == 580
 
 
@@ -71,7 +82,7 @@ def test_deleted_unread_offsets_fail_the_query_or_are_skipped(spark, tiered, tmp
 
     produce(bs, topic, [{"value": f"y{i}".encode()} for i in range(100)])
     with AdminClient(bs) as a:
-        a.delete_records(topic, {0: 150})            # offsets 100..149 go before the query saw them
+        a.delete_records(topic, {0: 150})  # offsets 100..149 go before the query saw them
     with pytest.raises(Exception, match="failOnDataLoss"):
         _run(spark, bs, topic, out, ck)
     assert sum(_run(spark, bs, topic, out, ck, failOnDataLoss="false")) == 50

@@ -11,6 +11,7 @@ Start the broker with ``advertised.listeners`` pointing at the proxy so clients 
 asyncio loop in a daemon thread; ``produce_batches`` records (producer id, epoch, base sequence) of every batch of
 every Produce request it forwarded, and ``cut_batches`` those whose acknowledgement it dropped.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -24,7 +25,7 @@ from strata.protocol.registry import decode_request
 
 PRODUCE = 0
 
-BatchKey = tuple[str, int, int, int, int]   # topic, partition, producer id, epoch, base sequence
+BatchKey = tuple[str, int, int, int, int]  # topic, partition, producer id, epoch, base sequence
 
 
 def _free_port() -> int:
@@ -48,8 +49,14 @@ def produce_batches(payload: bytes) -> tuple[int, list[BatchKey]]:
 
 
 class AckDropProxy:
-    def __init__(self, upstream_host: str = "127.0.0.1", upstream_port: int | None = None, *, cuts: int = 1,
-                 port: int | None = None) -> None:
+    def __init__(
+        self,
+        upstream_host: str = "127.0.0.1",
+        upstream_port: int | None = None,
+        *,
+        cuts: int = 1,
+        port: int | None = None,
+    ) -> None:
         self.upstream = (upstream_host, upstream_port)
         self.port = port or _free_port()
         self.cuts_left = cuts
@@ -139,8 +146,14 @@ class AckDropProxy:
                     with self._lock:
                         self.produce_batches.extend(keys)
                         fresh = any(k not in self._cut_set for k in keys)  # not only retries of cut batches
-                        if (acks != 0 and self.cuts_left > 0 and keys and fresh and not cut.is_set()
-                                and all(k[2] >= 0 for k in keys)):
+                        if (
+                            acks != 0
+                            and self.cuts_left > 0
+                            and keys
+                            and fresh
+                            and not cut.is_set()
+                            and all(k[2] >= 0 for k in keys)
+                        ):
                             self.cuts_left -= 1
                             self._cut_set.update(keys)
                             doomed[struct.unpack_from(">i", payload, 4)[0]] = keys

@@ -7,6 +7,7 @@ plus an ApiVersions round trip succeeds. It stops by PID (SIGTERM, bounded wait,
 Set ``STRATA_IT_BROKER=tansu`` to run the same tests against Tansu (a Rust Kafka-compatible broker, memory storage;
 no persistence, no Strata properties) -- only useful to check that a client script itself is right.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -50,8 +51,13 @@ class StrataBroker:
     # Brokers currently running, so a failing test's report can show their log tails (see tests/conftest.py).
     live: ClassVar[set[StrataBroker]] = set()
 
-    def __init__(self, tmp_dir: Path | str, overrides: Mapping[str, object] | None = None,
-                 name: str = "strata", kind: str | None = None):
+    def __init__(
+        self,
+        tmp_dir: Path | str,
+        overrides: Mapping[str, object] | None = None,
+        name: str = "strata",
+        kind: str | None = None,
+    ):
         self.tmp_dir = Path(tmp_dir)
         self.tmp_dir.mkdir(parents=True, exist_ok=True)
         self.name = name
@@ -94,8 +100,16 @@ class StrataBroker:
     def command(self) -> list[str]:
         if self.kind == "tansu":
             url = f"tcp://127.0.0.1:{self.port}"
-            return [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
-                    "--storage-engine", "memory://tansu/"]
+            return [
+                tansu_binary(),
+                "broker",
+                "--listener-url",
+                url,
+                "--advertised-listener-url",
+                url,
+                "--storage-engine",
+                "memory://tansu/",
+            ]
         cmd = [sys.executable, "-m", "strata", "serve", str(self.props_path)]
         for k, v in self.overrides.items():
             cmd += ["--override", f"{k}={v}"]
@@ -123,8 +137,14 @@ class StrataBroker:
         self._out.write(f"\n===== start #{self.starts}: {' '.join(self.command())}\n".encode())
         self._out.flush()
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen(self.command(), cwd=str(REPO_ROOT), stdout=self._out,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+        self.proc = subprocess.Popen(
+            self.command(),
+            cwd=str(REPO_ROOT),
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
         StrataBroker.live.add(self)
         try:
             self.wait_ready(timeout)

@@ -3,6 +3,7 @@
 Group-less reads use ``Consumer.assign`` with explicit offsets. librdkafka refuses to build a consumer without
 ``group.id``, so one is set, but nothing subscribes or commits (no JoinGroup/OffsetCommit is needed).
 """
+
 from __future__ import annotations
 
 import time
@@ -21,12 +22,15 @@ def admin(bootstrap: str) -> AdminClient:
     return AdminClient({"bootstrap.servers": bootstrap, **QUIET})
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int, config: dict[str, str] | None = None,
-                 timeout: float = 30.0) -> None:
+def create_topic(
+    bootstrap: str, topic: str, partitions: int, config: dict[str, str] | None = None, timeout: float = 30.0
+) -> None:
     a = admin(bootstrap)  # must outlive the future: destroying the handle fails it with _DESTROY
     fs = a.create_topics(
         [NewTopic(topic, num_partitions=partitions, replication_factor=1, config=config or {})],
-        operation_timeout=timeout, request_timeout=timeout)
+        operation_timeout=timeout,
+        request_timeout=timeout,
+    )
     fs[topic].result(timeout=timeout)
     del a
 
@@ -45,8 +49,9 @@ def producer(bootstrap: str, **conf: Any) -> Producer:
     return Producer(base)
 
 
-def produce_all(bootstrap: str, topic: str, records: Sequence[Rec], compression: str = "none",
-                timeout: float = 60.0, **conf: Any) -> list[tuple[int, int]]:
+def produce_all(
+    bootstrap: str, topic: str, records: Sequence[Rec], compression: str = "none", timeout: float = 60.0, **conf: Any
+) -> list[tuple[int, int]]:
     """Produce every record to its partition; return the delivered (partition, offset) of each, in input order.
 
     Fails on any delivery error.
@@ -57,11 +62,18 @@ def produce_all(bootstrap: str, topic: str, records: Sequence[Rec], compression:
     def cb(idx: int):
         def _cb(err: KafkaError | None, msg: Any) -> None:
             results[idx] = err if err is not None else (msg.partition(), msg.offset())
+
         return _cb
 
     for i, r in enumerate(records):
-        kw: dict[str, Any] = {"topic": topic, "key": r.key, "value": r.value, "partition": r.partition,
-                              "headers": list(r.headers), "on_delivery": cb(i)}
+        kw: dict[str, Any] = {
+            "topic": topic,
+            "key": r.key,
+            "value": r.value,
+            "partition": r.partition,
+            "headers": list(r.headers),
+            "on_delivery": cb(i),
+        }
         if r.timestamp is not None:
             kw["timestamp"] = r.timestamp
         while True:
@@ -79,19 +91,32 @@ def produce_all(bootstrap: str, topic: str, records: Sequence[Rec], compression:
 
 
 def consumer(bootstrap: str, **conf: Any) -> Consumer:
-    base = {"bootstrap.servers": bootstrap, "group.id": "strata-it-assign-only", "enable.auto.commit": False,
-            "enable.auto.offset.store": False, "auto.offset.reset": "error", **QUIET}
+    base = {
+        "bootstrap.servers": bootstrap,
+        "group.id": "strata-it-assign-only",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "error",
+        **QUIET,
+    }
     base.update(conf)
     return Consumer(base)
 
 
 def msg_to_rec(m: Any) -> Rec:
-    return Rec(partition=m.partition(), key=m.key(), value=m.value(), headers=norm_headers(m.headers()),
-               timestamp=m.timestamp()[1], offset=m.offset())
+    return Rec(
+        partition=m.partition(),
+        key=m.key(),
+        value=m.value(),
+        headers=norm_headers(m.headers()),
+        timestamp=m.timestamp()[1],
+        offset=m.offset(),
+    )
 
 
-def read_partition(bootstrap: str, topic: str, partition: int, start: int, count: int,
-                   timeout: float = 60.0, **conf: Any) -> list[Rec]:
+def read_partition(
+    bootstrap: str, topic: str, partition: int, start: int, count: int, timeout: float = 60.0, **conf: Any
+) -> list[Rec]:
     """Read exactly ``count`` records of one partition from offset ``start`` (assign, no group)."""
     c = consumer(bootstrap, **conf)
     try:
@@ -100,7 +125,8 @@ def read_partition(bootstrap: str, topic: str, partition: int, start: int, count
         deadline = time.monotonic() + timeout
         while len(out) < count:
             assert time.monotonic() < deadline, (
-                f"{topic}[{partition}]: read {len(out)}/{count} records from {start} within {timeout}s")
+                f"{topic}[{partition}]: read {len(out)}/{count} records from {start} within {timeout}s"
+            )
             for m in c.consume(num_messages=1000, timeout=0.5):
                 if m.error() is not None:
                     raise KafkaException(m.error())
@@ -110,8 +136,9 @@ def read_partition(bootstrap: str, topic: str, partition: int, start: int, count
         c.close()
 
 
-def read_partitions(bootstrap: str, topic: str, starts: dict[int, int], counts: dict[int, int],
-                    timeout: float = 60.0) -> dict[int, list[Rec]]:
+def read_partitions(
+    bootstrap: str, topic: str, starts: dict[int, int], counts: dict[int, int], timeout: float = 60.0
+) -> dict[int, list[Rec]]:
     return {p: read_partition(bootstrap, topic, p, starts[p], counts[p], timeout) for p in starts}
 
 

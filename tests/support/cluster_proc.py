@@ -16,6 +16,7 @@ address of the bridge, clients in the root namespace reach every broker), so a t
 routes: ``partition(a, b)``, ``isolate(i)``, ``heal()``. Needs root and ``ip`` (iproute2); everything is removed at
 ``close()`` (and at interpreter exit if teardown never ran).
 """
+
 from __future__ import annotations
 
 import atexit
@@ -85,8 +86,15 @@ class Batch:
 class ClusterBroker(StrataBroker):
     """A StrataBroker with a cluster identity; in a network namespace when ``netns`` is given."""
 
-    def __init__(self, tmp_dir: Path, overrides: Mapping[str, object], name: str, host: str = "127.0.0.1",
-                 netns: str | None = None, split_listeners: bool = False):
+    def __init__(
+        self,
+        tmp_dir: Path,
+        overrides: Mapping[str, object],
+        name: str,
+        host: str = "127.0.0.1",
+        netns: str | None = None,
+        split_listeners: bool = False,
+    ):
         super().__init__(tmp_dir, overrides, name=name)
         self._host = host
         self.netns = netns
@@ -117,10 +125,13 @@ class ClusterBroker(StrataBroker):
         if self.internal_port is None:
             self.base_props["listeners"] = f"PLAINTEXT://{self._host}:{self.port}"
         else:
-            self.base_props.update({
-                "listeners": f"INTERNAL://{self._host}:{self.internal_port},EXTERNAL://{self._host}:{self.port}",
-                "listener.security.protocol.map": "INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT",
-                "inter.broker.listener.name": "INTERNAL"})
+            self.base_props.update(
+                {
+                    "listeners": f"INTERNAL://{self._host}:{self.internal_port},EXTERNAL://{self._host}:{self.port}",
+                    "listener.security.protocol.map": "INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT",
+                    "inter.broker.listener.name": "INTERNAL",
+                }
+            )
         self.base_props["metrics.listener"] = self.metrics_url
         return super()._start_once(timeout)
 
@@ -225,8 +236,12 @@ def _ip(*args: str, check: bool = True) -> None:
 def _free_subnet() -> ipaddress.IPv4Network:
     """A /24 in 10.200.0.0/14 that no interface of this host uses."""
     out = subprocess.run(["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True, check=True).stdout
-    used = {ipaddress.ip_interface(tok).network for line in out.splitlines()
-            for k, tok in zip(line.split(), line.split()[1:]) if k == "inet"}
+    used = {
+        ipaddress.ip_interface(tok).network
+        for line in out.splitlines()
+        for k, tok in zip(line.split(), line.split()[1:])
+        if k == "inet"
+    }
     base = (os.getpid() * 7) % 1024
     for k in range(1024):
         net = ipaddress.ip_network(f"10.{200 + (base + k) // 256 % 4}.{(base + k) % 256}.0/24")
@@ -238,11 +253,19 @@ def _free_subnet() -> ipaddress.IPv4Network:
 class StrataCluster:
     """etcd + brokers 1..size. Every method that waits does so on a condition, bounded."""
 
-    def __init__(self, tmp_dir: Path | str, size: int = 3, overrides: Mapping[str, object] | None = None,
-                 broker_overrides: Mapping[int, Mapping[str, object]] | None = None, netns: bool = False,
-                 racks: bool = True, start_timeout: float = START_TIMEOUT,
-                 defaults: Mapping[str, object] = FAST_FAILOVER,
-                 ports: Mapping[int, tuple[int, int]] | None = None, split_listeners: bool = False):
+    def __init__(
+        self,
+        tmp_dir: Path | str,
+        size: int = 3,
+        overrides: Mapping[str, object] | None = None,
+        broker_overrides: Mapping[int, Mapping[str, object]] | None = None,
+        netns: bool = False,
+        racks: bool = True,
+        start_timeout: float = START_TIMEOUT,
+        defaults: Mapping[str, object] = FAST_FAILOVER,
+        ports: Mapping[int, tuple[int, int]] | None = None,
+        split_listeners: bool = False,
+    ):
         """`defaults` (FAST_FAILOVER unless given) + `overrides` go to every broker, then `broker_overrides[i]`.
         `ports` fixes broker i's (Kafka port, metrics port) on loopback; otherwise free ports are picked.
         `split_listeners`: listeners INTERNAL (between brokers) and EXTERNAL (clients: `bootstrap`), as in
@@ -285,14 +308,14 @@ class StrataCluster:
             self.etcd = EtcdProcess(self.tmp_dir / "etcd")
         self.etcd.start()
         for i in self.ids:
-            props: dict[str, object] = {"broker.id": i, "metadata.store.connect": self.etcd.connect,
-                                        **self._overrides}
+            props: dict[str, object] = {"broker.id": i, "metadata.store.connect": self.etcd.connect, **self._overrides}
             if self._racks:
                 props["broker.rack"] = f"rack-{RACKS[(i - 1) % len(RACKS)]}"
             props.update(self._broker_overrides.get(i, {}))
             host, ns = (self.net.ips[i], self.net.ns(i)) if self.net is not None else ("127.0.0.1", None)
-            b = ClusterBroker(self.tmp_dir / f"broker{i}", props, name=f"broker{i}", host=host, netns=ns,
-                              split_listeners=self._split)
+            b = ClusterBroker(
+                self.tmp_dir / f"broker{i}", props, name=f"broker{i}", host=host, netns=ns, split_listeners=self._split
+            )
             if i in self._ports:
                 b.port, b.metrics_port = self._ports[i]
             self.brokers[i] = b
@@ -348,8 +371,7 @@ class StrataCluster:
         return self.brokers[i]
 
     # -- metadata (as clients see it) --------------------------------------------------------------------------------
-    def metadata(self, topics: list[str] | None, via: int | None = None, timeout: float = 5.0,
-                 version: int = 8) -> Any:
+    def metadata(self, topics: list[str] | None, via: int | None = None, timeout: float = 5.0, version: int = 8) -> Any:
         """A Metadata response (v8 unless asked: v10+ carry topic ids) from broker `via`, or from the first live
         broker that answers."""
         order = [via] if via is not None else self.live_ids()
@@ -368,11 +390,20 @@ class StrataCluster:
 
     def wait_registered(self, ids: Iterable[int] | None = None, timeout: float = 30.0) -> None:
         """Until every live broker's Metadata lists exactly `ids` (default: the live brokers)."""
+
         def ok() -> bool:
             want = set(ids) if ids is not None else set(self.live_ids())
             return all(self.registered(i) == want for i in self.live_ids())
-        wait_until(ok, timeout, interval=0.1, message=lambda: "brokers registered: " + ", ".join(
-            f"{i} sees {self._safe(lambda i=i: sorted(self.registered(i)))}" for i in self.live_ids()))
+
+        wait_until(
+            ok,
+            timeout,
+            interval=0.1,
+            message=lambda: (
+                "brokers registered: "
+                + ", ".join(f"{i} sees {self._safe(lambda i=i: sorted(self.registered(i)))}" for i in self.live_ids())
+            ),
+        )
 
     def partition_meta(self, topic: str, partition: int, via: int | None = None) -> PartitionMeta:
         md = self.metadata([topic], via=via)
@@ -383,8 +414,16 @@ class StrataCluster:
                 raise LookupError(f"Metadata for {topic}: error {t.error_code}")
             for p in t.partitions:
                 if p.partition_index == partition:
-                    return PartitionMeta(topic, partition, p.error_code, p.leader_id, p.leader_epoch,
-                                         tuple(p.replica_nodes), tuple(p.isr_nodes), tuple(p.offline_replicas))
+                    return PartitionMeta(
+                        topic,
+                        partition,
+                        p.error_code,
+                        p.leader_id,
+                        p.leader_epoch,
+                        tuple(p.replica_nodes),
+                        tuple(p.isr_nodes),
+                        tuple(p.offline_replicas),
+                    )
         raise LookupError(f"{topic}-{partition} not in Metadata")
 
     def leader_of(self, topic: str, partition: int, via: int | None = None) -> int:
@@ -399,8 +438,16 @@ class StrataCluster:
     def epoch_of(self, topic: str, partition: int, via: int | None = None) -> int:
         return self.partition_meta(topic, partition, via).leader_epoch
 
-    def wait_leader(self, topic: str, partition: int, *, not_in: Iterable[int] = (), among: Iterable[int] | None = None,
-                    via: int | None = None, timeout: float = 30.0) -> int:
+    def wait_leader(
+        self,
+        topic: str,
+        partition: int,
+        *,
+        not_in: Iterable[int] = (),
+        among: Iterable[int] | None = None,
+        via: int | None = None,
+        timeout: float = 30.0,
+    ) -> int:
         """Until a live broker (`via`, default every live broker) reports a live leader outside `not_in` (and in
         `among`); returns it. Every live broker must agree, so clients anywhere are redirected."""
         excluded = set(not_in)
@@ -413,27 +460,50 @@ class StrataCluster:
             if len(set(views)) != 1 or ld not in live or ld in excluded or (allowed and ld not in allowed):
                 return None
             return ld
-        return wait_until(ok, timeout, interval=0.05, message=lambda: f"leader of {topic}-{partition} "
-                          f"(not in {sorted(excluded)}): {self._describe(topic, partition)}")
 
-    def wait_isr(self, topic: str, partition: int, isr: Iterable[int] | None = None, timeout: float = 30.0,
-                 via: int | None = None) -> set[int]:
+        return wait_until(
+            ok,
+            timeout,
+            interval=0.05,
+            message=lambda: (
+                f"leader of {topic}-{partition} (not in {sorted(excluded)}): {self._describe(topic, partition)}"
+            ),
+        )
+
+    def wait_isr(
+        self,
+        topic: str,
+        partition: int,
+        isr: Iterable[int] | None = None,
+        timeout: float = 30.0,
+        via: int | None = None,
+    ) -> set[int]:
         """Until the ISR equals `isr` (default: all replicas) in every live broker's Metadata."""
+
         def ok() -> set[int] | None:
-            views = [self.partition_meta(topic, partition, via=i)
-                     for i in ([via] if via else self.live_ids())]
+            views = [self.partition_meta(topic, partition, via=i) for i in ([via] if via else self.live_ids())]
             want = set(isr) if isr is not None else set(views[0].replicas)
             return want if all(set(v.isr) == want for v in views) else None
-        return wait_until(ok, timeout, interval=0.05, message=lambda: f"ISR of {topic}-{partition} == "
-                          f"{sorted(isr) if isr is not None else 'replicas'}: {self._describe(topic, partition)}")
+
+        return wait_until(
+            ok,
+            timeout,
+            interval=0.05,
+            message=lambda: (
+                f"ISR of {topic}-{partition} == "
+                f"{sorted(isr) if isr is not None else 'replicas'}: {self._describe(topic, partition)}"
+            ),
+        )
 
     def wait_full_isr(self, topic: str, partitions: int, timeout: float = 30.0) -> None:
         for p in range(partitions):
             self.wait_isr(topic, p, timeout=timeout)
 
     def _describe(self, topic: str, partition: int) -> str:
-        return "; ".join(f"broker {i}: {self._safe(lambda i=i: self.partition_meta(topic, partition, via=i))}"
-                         for i in self.live_ids())
+        return "; ".join(
+            f"broker {i}: {self._safe(lambda i=i: self.partition_meta(topic, partition, via=i))}"
+            for i in self.live_ids()
+        )
 
     @staticmethod
     def _safe(fn: Any) -> Any:
@@ -443,9 +513,15 @@ class StrataCluster:
             return f"<{e!r}>"
 
     # -- topics ----------------------------------------------------------------------------------------------------
-    def create_topic(self, topic: str, partitions: int = 1, replication_factor: int = 3,
-                     config: Mapping[str, object] | None = None,
-                     replica_assignment: list[list[int]] | None = None, timeout: float = 30.0) -> None:
+    def create_topic(
+        self,
+        topic: str,
+        partitions: int = 1,
+        replication_factor: int = 3,
+        config: Mapping[str, object] | None = None,
+        replica_assignment: list[list[int]] | None = None,
+        timeout: float = 30.0,
+    ) -> None:
         """CreateTopics with confluent-kafka's AdminClient, then wait until every partition has a leader and a full
         ISR in every live broker's Metadata."""
         from confluent_kafka.admin import AdminClient, NewTopic
@@ -504,8 +580,10 @@ class StrataCluster:
         ends: dict[tuple[str, int], int] = {}
         for (topic, partition), offset in keep.items():
             rp = self.recovery_point(i, topic, partition)
-            assert offset >= rp, (f"broker {i} {topic}-{partition}: cannot lose offsets from {offset}: "
-                                  f"flushed up to {rp} (recovery point)")
+            assert offset >= rp, (
+                f"broker {i} {topic}-{partition}: cannot lose offsets from {offset}: "
+                f"flushed up to {rp} (recovery point)"
+            )
             end = 0
             for seg in sorted(self.partition_dir(i, topic, partition).glob("*.log")):
                 base = int(seg.name.split(".")[0])
@@ -531,8 +609,9 @@ class StrataCluster:
 
 
 def _batch(h: BatchHeader) -> Batch:
-    return Batch(h.base_offset, h.last_offset, h.partition_leader_epoch, h.crc, h.producer_id, h.base_sequence,
-                 h.records_count)
+    return Batch(
+        h.base_offset, h.last_offset, h.partition_leader_epoch, h.crc, h.producer_id, h.base_sequence, h.records_count
+    )
 
 
 def _prop(v: object) -> str:
@@ -566,5 +645,13 @@ def _remove_leftover_networks() -> None:
         net.teardown()
 
 
-__all__ = ["FAST_FAILOVER", "Batch", "ClusterBroker", "NetnsNetwork", "PartitionMeta", "StrataCluster",
-           "WaitTimeout", "wait_until"]
+__all__ = [
+    "FAST_FAILOVER",
+    "Batch",
+    "ClusterBroker",
+    "NetnsNetwork",
+    "PartitionMeta",
+    "StrataCluster",
+    "WaitTimeout",
+    "wait_until",
+]

@@ -10,6 +10,7 @@ under ``tmp_dir``, and waits (bounded) until ``/health`` answers ``"health":"tru
 The pytest fixture ``etcd_fixture`` (function scope, a fresh etcd per test) is meant to be bound to a name in a test
 module or conftest: ``etcd = etcd_fixture`` (then tests take an ``etcd`` argument).
 """
+
 from __future__ import annotations
 
 import atexit
@@ -91,14 +92,36 @@ class EtcdProcess:
         if binary is None:
             raise EtcdStartError("etcd is not installed (Debian package etcd-server; `make system-deps`)")
         peer = f"http://{self.host}:{self.peer_port}"
-        return [binary, "--name", self.name, "--data-dir", str(self.data_dir),
-                "--listen-client-urls", self.url, "--advertise-client-urls", self.url,
-                "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-                "--initial-cluster", f"{self.name}={peer}", "--initial-cluster-state", "new",
-                "--initial-cluster-token", f"strata-test-{self.client_port}",
-                # Small, fast test quorum: short heartbeats, no auto compaction surprises.
-                "--heartbeat-interval", "50", "--election-timeout", "500",
-                "--logger", "zap", "--log-outputs", "stderr"]
+        return [
+            binary,
+            "--name",
+            self.name,
+            "--data-dir",
+            str(self.data_dir),
+            "--listen-client-urls",
+            self.url,
+            "--advertise-client-urls",
+            self.url,
+            "--listen-peer-urls",
+            peer,
+            "--initial-advertise-peer-urls",
+            peer,
+            "--initial-cluster",
+            f"{self.name}={peer}",
+            "--initial-cluster-state",
+            "new",
+            "--initial-cluster-token",
+            f"strata-test-{self.client_port}",
+            # Small, fast test quorum: short heartbeats, no auto compaction surprises.
+            "--heartbeat-interval",
+            "50",
+            "--election-timeout",
+            "500",
+            "--logger",
+            "zap",
+            "--log-outputs",
+            "stderr",
+        ]
 
     def healthy(self) -> bool:
         try:
@@ -122,12 +145,17 @@ class EtcdProcess:
     def _start_once(self, timeout: float) -> EtcdProcess:
         assert not self.is_running(), "already running"
         self._out = open(self.output_path, "ab")  # noqa: SIM115 - lives as long as the process
-        self.proc = subprocess.Popen(self.command(), stdout=self._out, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            self.command(), stdout=self._out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
         EtcdProcess.live.add(self)
         try:
-            wait_until(lambda: self.healthy() or (self.proc.poll() is not None and "exited"), timeout,
-                       interval=0.05, message=f"etcd {self.name} on {self.url} healthy")
+            wait_until(
+                lambda: self.healthy() or (self.proc.poll() is not None and "exited"),
+                timeout,
+                interval=0.05,
+                message=f"etcd {self.name} on {self.url} healthy",
+            )
         except WaitTimeout:
             self.kill()
             raise EtcdStartError(f"etcd did not become healthy in {timeout}s:\n{self.tail()}") from None

@@ -1,5 +1,6 @@
 """Static import scans of the source tree with `ast`: which strata modules each file imports (relative imports
 resolved), for the layering tests."""
+
 from __future__ import annotations
 
 import ast
@@ -16,12 +17,12 @@ def imported_modules(path: Path, package: str) -> Iterator[tuple[int, str]]:
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 parts = package.split(".")
-                base = ".".join(parts[:len(parts) - node.level + 1])
+                base = ".".join(parts[: len(parts) - node.level + 1])
                 module = f"{base}.{node.module}" if node.module else base
             else:
                 module = node.module or ""
             yield node.lineno, module
-            for alias in node.names:        # `from strata import cli`, `from .. import cli`
+            for alias in node.names:  # `from strata import cli`, `from .. import cli`
                 yield node.lineno, f"{module}.{alias.name}"
 
 

@@ -4,6 +4,7 @@ Encoding and decoding go through kafka-python 3.0.12's ``kafka.protocol`` classe
 ``Req[v](...)`` -> ``.with_header(correlation_id=, client_id=)`` -> ``.encode(header=True, framed=True)`` and
 ``Resp.decode(payload, version=v, header=True)``. Raw bytes can be sent with :meth:`WireClient.send_raw`.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -48,6 +49,7 @@ def response_class(request: Any) -> type:
     if cls in _RESPONSES:
         return _RESPONSES[cls]
     from strata.protocol.registry import RESPONSE_CLASSES
+
     return RESPONSE_CLASSES[request.API_KEY]
 
 
@@ -158,60 +160,125 @@ class WireClient:
         return v
 
     def metadata(self, topics: Sequence[str] | None, version: int = 8, allow_auto_create: bool = False) -> Any:
-        req_topics = None if topics is None else [
-            MetadataRequest.MetadataRequestTopic(name=t) for t in topics]
-        return self.request(MetadataRequest[version](
-            topics=req_topics, allow_auto_topic_creation=allow_auto_create,
-            include_cluster_authorized_operations=False, include_topic_authorized_operations=False))
+        req_topics = None if topics is None else [MetadataRequest.MetadataRequestTopic(name=t) for t in topics]
+        return self.request(
+            MetadataRequest[version](
+                topics=req_topics,
+                allow_auto_topic_creation=allow_auto_create,
+                include_cluster_authorized_operations=False,
+                include_topic_authorized_operations=False,
+            )
+        )
 
-    def create_topic(self, name: str, partitions: int = 1, configs: dict[str, str] | None = None,
-                     version: int = 4, timeout_ms: int = 10000) -> Any:
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        configs: dict[str, str] | None = None,
+        version: int = 4,
+        timeout_ms: int = 10000,
+    ) -> Any:
         T = CreateTopicsRequest.CreatableTopic
         cfgs = [T.CreatableTopicConfig(name=k, value=v) for k, v in (configs or {}).items()]
-        resp = self.request(CreateTopicsRequest[version](
-            topics=[T(name=name, num_partitions=partitions, replication_factor=1, assignments=[], configs=cfgs)],
-            timeout_ms=timeout_ms, validate_only=False))
+        resp = self.request(
+            CreateTopicsRequest[version](
+                topics=[T(name=name, num_partitions=partitions, replication_factor=1, assignments=[], configs=cfgs)],
+                timeout_ms=timeout_ms,
+                validate_only=False,
+            )
+        )
         return resp
 
-    def produce(self, topic: str, partition: int, records: bytes, version: int = 7, acks: int = -1,
-                timeout_ms: int = 10000) -> Any:
+    def produce(
+        self, topic: str, partition: int, records: bytes, version: int = 7, acks: int = -1, timeout_ms: int = 10000
+    ) -> Any:
         P = ProduceRequest.TopicProduceData
         req = ProduceRequest[version](
-            transactional_id=None, acks=acks, timeout_ms=timeout_ms,
-            topic_data=[P(name=topic, partition_data=[P.PartitionProduceData(index=partition, records=records)])])
+            transactional_id=None,
+            acks=acks,
+            timeout_ms=timeout_ms,
+            topic_data=[P(name=topic, partition_data=[P.PartitionProduceData(index=partition, records=records)])],
+        )
         return self.request(req)
 
-    def fetch(self, topic: str, partition: int, offset: int, version: int = 11, max_wait_ms: int = 100,
-              max_bytes: int = 1 << 20) -> Any:
+    def fetch(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        version: int = 11,
+        max_wait_ms: int = 100,
+        max_bytes: int = 1 << 20,
+    ) -> Any:
         return self.request(self.fetch_request(topic, partition, offset, version, max_wait_ms, max_bytes))
 
     @staticmethod
-    def fetch_request(topic: str, partition: int, offset: int, version: int = 11, max_wait_ms: int = 100,
-                      max_bytes: int = 1 << 20) -> Any:
+    def fetch_request(
+        topic: str, partition: int, offset: int, version: int = 11, max_wait_ms: int = 100, max_bytes: int = 1 << 20
+    ) -> Any:
         T = FetchRequest.FetchTopic
         return FetchRequest[version](
-            replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=max_bytes, isolation_level=0,
-            session_id=0, session_epoch=-1,
-            topics=[T(topic=topic, partitions=[T.FetchPartition(
-                partition=partition, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
-                log_start_offset=-1, partition_max_bytes=max_bytes)])],
-            forgotten_topics_data=[], rack_id="")
+            replica_id=-1,
+            max_wait_ms=max_wait_ms,
+            min_bytes=1,
+            max_bytes=max_bytes,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=[
+                T(
+                    topic=topic,
+                    partitions=[
+                        T.FetchPartition(
+                            partition=partition,
+                            current_leader_epoch=-1,
+                            fetch_offset=offset,
+                            last_fetched_epoch=-1,
+                            log_start_offset=-1,
+                            partition_max_bytes=max_bytes,
+                        )
+                    ],
+                )
+            ],
+            forgotten_topics_data=[],
+            rack_id="",
+        )
 
     def list_offsets(self, topic: str, partition: int, timestamp: int, version: int = 5) -> Any:
         T = ListOffsetsRequest.ListOffsetsTopic
         req = ListOffsetsRequest[version](
-            replica_id=-1, isolation_level=0,
-            topics=[T(name=topic, partitions=[T.ListOffsetsPartition(
-                partition_index=partition, current_leader_epoch=-1, timestamp=timestamp, max_num_offsets=1)])])
+            replica_id=-1,
+            isolation_level=0,
+            topics=[
+                T(
+                    name=topic,
+                    partitions=[
+                        T.ListOffsetsPartition(
+                            partition_index=partition, current_leader_epoch=-1, timestamp=timestamp, max_num_offsets=1
+                        )
+                    ],
+                )
+            ],
+        )
         return self.request(req)
 
 
 # -- record batches ------------------------------------------------------------------------------------------
-def build_batch(records: Iterable[tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]],
-                compression: int = 0, timestamp: int | None = None) -> bytes:
+def build_batch(
+    records: Iterable[tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]],
+    compression: int = 0,
+    timestamp: int | None = None,
+) -> bytes:
     """A magic-v2 record batch (baseOffset 0) with the given (key, value, headers) records."""
-    b = DefaultRecordBatchBuilder(magic=2, compression_type=compression, is_transactional=False,
-                                  producer_id=-1, producer_epoch=-1, base_sequence=-1, batch_size=1 << 30)
+    b = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=compression,
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 30,
+    )
     ts = int(time.time() * 1000) if timestamp is None else timestamp
     for i, (k, v, h) in enumerate(records):
         b.append(i, timestamp=ts, key=k, value=v, headers=h)
@@ -239,8 +306,9 @@ def decode_records(records: bytes | None) -> list[Any]:
     return out
 
 
-def api_versions_request_bytes(version: int, correlation_id: int, client_id: str = "strata-it-raw",
-                               flexible_body: bool = True) -> bytes:
+def api_versions_request_bytes(
+    version: int, correlation_id: int, client_id: str = "strata-it-raw", flexible_body: bool = True
+) -> bytes:
     """An ApiVersions request of any version (even ones the codec does not know, like 99), built by hand.
 
     Header v2 (flexible: api_key, api_version, correlation_id, client_id as a classic nullable string, empty
@@ -257,8 +325,9 @@ def api_versions_request_bytes(version: int, correlation_id: int, client_id: str
     return struct.pack(">i", len(payload)) + payload
 
 
-def raw_request_bytes(api_key: int, version: int, correlation_id: int, body: bytes = b"",
-                      client_id: str = "strata-it-raw") -> bytes:
+def raw_request_bytes(
+    api_key: int, version: int, correlation_id: int, body: bytes = b"", client_id: str = "strata-it-raw"
+) -> bytes:
     """A frame with a v1 request header (non-flexible) and an arbitrary body."""
     cid = client_id.encode()
     payload = struct.pack(">hhih", api_key, version, correlation_id, len(cid)) + cid + body
@@ -298,11 +367,14 @@ def assert_stored_codec(bootstrap: str, topic: str, partitions: int, codec: str,
     for p in range(partitions):
         seen |= batch_codecs(bootstrap, topic, p)
     assert want in seen and seen <= {0, want}, (
-        f"{topic}: stored batch codecs {sorted(seen)}, producer used {codec} ({want}). {hint}")
+        f"{topic}: stored batch codecs {sorted(seen)}, producer used {codec} ({want}). {hint}"
+    )
 
 
 # librdkafka derives its "broker supports LZ4" feature from ApiVersions: it needs FindCoordinator (key 10)
 # advertised (LZ4 arrived with Kafka 0.8.2, like GroupCoordinator); otherwise it logs "Broker does not support
 # compression type lz4: not compressing batch" and sends lz4 batches uncompressed.
-LIBRDKAFKA_LZ4_HINT = ("librdkafka sends lz4 uncompressed unless the broker advertises FindCoordinator (api key 10) "
-                       "in ApiVersions (rdkafka_feature.c: RD_KAFKA_FEATURE_LZ4 depends on FindCoordinator v0).")
+LIBRDKAFKA_LZ4_HINT = (
+    "librdkafka sends lz4 uncompressed unless the broker advertises FindCoordinator (api key 10) "
+    "in ApiVersions (rdkafka_feature.c: RD_KAFKA_FEATURE_LZ4 depends on FindCoordinator v0)."
+)

@@ -1,4 +1,5 @@
 """Deterministic test records and byte-for-byte comparison of what a client read back."""
+
 from __future__ import annotations
 
 import random
@@ -21,8 +22,16 @@ class Rec:
     offset: int = -1
 
 
-def gen_records(n: int, partitions: int, seed: int, *, text: bool = False, ts_base: int | None = None,
-                headers: bool = True, tag: str = "") -> list[Rec]:
+def gen_records(
+    n: int,
+    partitions: int,
+    seed: int,
+    *,
+    text: bool = False,
+    ts_base: int | None = None,
+    headers: bool = True,
+    tag: str = "",
+) -> list[Rec]:
     """``n`` records spread round-robin over ``partitions``, each with a key, a value and 0-3 headers.
 
     ``text=True`` keeps keys/values/headers printable ASCII without newlines or the ``\\t`` key delimiter (kcat's
@@ -77,18 +86,19 @@ def norm_headers(h: Iterable[tuple[str, bytes | str | None]] | None) -> tuple[He
     return tuple(res)
 
 
-def assert_partition_matches(expected: Sequence[Rec], got: Sequence[Rec], partition: int,
-                             first_offset: int = 0, check_timestamps: bool = True) -> None:
+def assert_partition_matches(
+    expected: Sequence[Rec], got: Sequence[Rec], partition: int, first_offset: int = 0, check_timestamps: bool = True
+) -> None:
     """``got`` (read from ``first_offset``) equals ``expected`` byte for byte, in order, at consecutive offsets."""
-    assert len(got) == len(expected), (
-        f"partition {partition}: read {len(got)} records, expected {len(expected)}")
+    assert len(got) == len(expected), f"partition {partition}: read {len(got)} records, expected {len(expected)}"
     for i, (e, g) in enumerate(zip(expected, got)):
         where = f"partition {partition} record #{i}"
         assert g.partition == partition, f"{where}: came from partition {g.partition}"
         assert g.offset == first_offset + i, f"{where}: offset {g.offset}, expected {first_offset + i}"
         assert g.key == e.key, f"{where} offset {g.offset}: key {g.key!r:.80} != {e.key!r:.80}"
-        assert g.value == e.value, f"{where} offset {g.offset}: value differs ({len(g.value or b'')} vs " \
-                                   f"{len(e.value or b'')} bytes)"
+        assert g.value == e.value, (
+            f"{where} offset {g.offset}: value differs ({len(g.value or b'')} vs {len(e.value or b'')} bytes)"
+        )
         assert g.headers == e.headers, f"{where} offset {g.offset}: headers {g.headers!r} != {e.headers!r}"
         if check_timestamps and e.timestamp is not None:
             assert g.timestamp == e.timestamp, f"{where}: timestamp {g.timestamp} != {e.timestamp}"
@@ -116,9 +126,12 @@ class Collected:
         return sum(len(v) for v in self.parts.values())
 
 
-def check_roundtrip(expected: Sequence[Rec], read: Callable[[int, int, int], list[Rec]],
-                    lookup_time: Callable[[dict[int, int]], dict[int, int]] | None,
-                    check_timestamps: bool = True) -> dict[int, list[Rec]]:
+def check_roundtrip(
+    expected: Sequence[Rec],
+    read: Callable[[int, int, int], list[Rec]],
+    lookup_time: Callable[[dict[int, int]], dict[int, int]] | None,
+    check_timestamps: bool = True,
+) -> dict[int, list[Rec]]:
     """Read every partition back from offset 0 and from a timestamp, and compare byte for byte.
 
     ``read(partition, start_offset, count)`` returns ``count`` records of one partition from ``start_offset``.

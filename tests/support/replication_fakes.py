@@ -6,6 +6,7 @@ The store plays etcd + controller: `set_state` is what an election writes, `alte
 compare-and-set (StaleStateError when the partition epoch does not follow). Every change is applied to every node
 synchronously, as a metadata watch would.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -27,8 +28,11 @@ from strata.config import BrokerConfig
 from strata.protocol.registry import REQUEST_CLASSES, RESPONSE_CLASSES, ApiKey, decode_request, encode_response
 from strata.storage.log_manager import LogManager
 
-HANDLERS = {ApiKey.FETCH: fetch_handler.handle, ApiKey.OFFSET_FOR_LEADER_EPOCH: ofle_handler.handle,
-            ApiKey.LIST_OFFSETS: list_offsets_handler.handle}
+HANDLERS = {
+    ApiKey.FETCH: fetch_handler.handle,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: ofle_handler.handle,
+    ApiKey.LIST_OFFSETS: list_offsets_handler.handle,
+}
 
 
 class FakeClock:
@@ -51,9 +55,9 @@ class FakeClusterStore(MetadataStore):
         self._topics: dict[str, TopicInfo] = {}
         self._brokers = {b: BrokerInfo(b, {"PLAINTEXT": ("127.0.0.1", 19000 + b)}) for b in broker_ids}
         self._states: dict[tuple[str, int], PartitionState] = {}
-        self.alters: list[tuple[str, int, PartitionState]] = []     # committed ISR changes
-        self.conflict_next_alter = False                              # the next alter loses its CAS
-        self.alter_gate: asyncio.Event | None = None                  # alters wait for it when set
+        self.alters: list[tuple[str, int, PartitionState]] = []  # committed ISR changes
+        self.conflict_next_alter = False  # the next alter loses its CAS
+        self.alter_gate: asyncio.Event | None = None  # alters wait for it when set
 
     def topics(self) -> dict[str, TopicInfo]:
         return self._topics
@@ -123,22 +127,36 @@ class Node:
     """One broker: a LogManager on its own dir and a ReplicaManager on the shared store."""
 
     def __init__(self, cluster: FakeCluster, broker_id: int, data: Path, overrides: dict[str, Any]) -> None:
-        props = {"broker.id": broker_id, "log.dirs": str(data), "listeners": "PLAINTEXT://127.0.0.1:0",
-                 "metrics.listener": "", "replica.fetch.wait.max.ms": 50, "replica.fetch.backoff.ms": 20,
-                 "replica.lag.time.max.ms": 10_000}
+        props = {
+            "broker.id": broker_id,
+            "log.dirs": str(data),
+            "listeners": "PLAINTEXT://127.0.0.1:0",
+            "metrics.listener": "",
+            "replica.fetch.wait.max.ms": 50,
+            "replica.fetch.backoff.ms": 20,
+            "replica.lag.time.max.ms": 10_000,
+        }
         props.update(overrides)
         self.cluster = cluster
         self.broker_id = broker_id
         self.config = BrokerConfig.from_dict(props)
-        self.log_manager = LogManager([data], lambda topic: self.config.log_config(
-            cluster.store.topic(topic).configs if cluster.store.topic(topic) else None))
+        self.log_manager = LogManager(
+            [data],
+            lambda topic: self.config.log_config(
+                cluster.store.topic(topic).configs if cluster.store.topic(topic) else None
+            ),
+        )
         self.log_manager.startup()
         self.metrics = BrokerMetrics()
         self.rm = ReplicaManager(self.config, self.log_manager, cluster.store, self.metrics)
-        self.down = False           # requests to it fail (connection refused)
-        self.shim = SimpleNamespace(replica_manager=self.rm, store=cluster.store, config=self.config,
-                                    broker_id=broker_id, advertised_endpoint=lambda listener: (
-                                        "127.0.0.1", 19000 + broker_id))
+        self.down = False  # requests to it fail (connection refused)
+        self.shim = SimpleNamespace(
+            replica_manager=self.rm,
+            store=cluster.store,
+            config=self.config,
+            broker_id=broker_id,
+            advertised_endpoint=lambda listener: ("127.0.0.1", 19000 + broker_id),
+        )
         self.stopped = False
 
     def on_change(self, kind: str, key: object) -> None:
@@ -208,6 +226,7 @@ def install_transport(monkeypatch, cluster: FakeCluster, clock: FakeClock | None
     if clock is not None:
         import strata.broker.partition
         import strata.broker.replica_manager
+
         monkeypatch.setattr(strata.broker.partition, "now_ms", clock)
         monkeypatch.setattr(strata.broker.replica_manager, "now_ms", clock)
     return sent

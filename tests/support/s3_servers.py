@@ -10,6 +10,7 @@ Kafka-format segment files to copy.
 * `write_segment`: a real segment (`.log`, `.index`, `.timeindex` written by the storage layer's LogSegment, plus
   `.txnindex`, producer snapshot and leader-epoch checkpoint) and the batch positions, for copy/fetch tests.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -63,11 +64,20 @@ def sync_s3_client(endpoint: str):
     from botocore.config import Config
 
     return botocore.session.get_session().create_client(
-        "s3", endpoint_url=endpoint, region_name=REGION, aws_access_key_id=ACCESS_KEY,
+        "s3",
+        endpoint_url=endpoint,
+        region_name=REGION,
+        aws_access_key_id=ACCESS_KEY,
         aws_secret_access_key=SECRET_KEY,
-        config=Config(s3={"addressing_style": "path"}, retries={"total_max_attempts": 1}, connect_timeout=5,
-                      read_timeout=30, request_checksum_calculation="when_required",
-                      response_checksum_validation="when_required"))
+        config=Config(
+            s3={"addressing_style": "path"},
+            retries={"total_max_attempts": 1},
+            connect_timeout=5,
+            read_timeout=30,
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+        ),
+    )
 
 
 def _venv_bin(name: str) -> str:
@@ -120,11 +130,22 @@ class S3Server:
             self.port = self.port or self.choose_port()
             logged = self.log_path.stat().st_size if self.log_path.exists() else 0
             with open(self.log_path, "ab") as log:
-                self.proc = subprocess.Popen(self.command(), cwd=self.workdir, stdout=log, stderr=subprocess.STDOUT,
-                                             stdin=subprocess.DEVNULL, env=self.env(), start_new_session=True)
+                self.proc = subprocess.Popen(
+                    self.command(),
+                    cwd=self.workdir,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=self.env(),
+                    start_new_session=True,
+                )
             try:
-                wait_until(self._ready, timeout=self.start_timeout, interval=0.1,
-                           message=lambda: f"{self.name} on {self.endpoint} not ready; log tail:\n{self.tail()}")
+                wait_until(
+                    self._ready,
+                    timeout=self.start_timeout,
+                    interval=0.1,
+                    message=lambda: f"{self.name} on {self.endpoint} not ready; log tail:\n{self.tail()}",
+                )
                 return self
             except BaseException:
                 self.stop()
@@ -199,8 +220,11 @@ class S3Server:
     def rsm_config(self, **extra: object) -> dict[str, object]:
         """`rsm.config.*` keys (prefix stripped) for an S3RemoteStorageManager on this server."""
         cfg: dict[str, object] = {
-            "s3.bucket.name": self.bucket, "s3.region": REGION, "s3.endpoint.url": self.endpoint,
-            "s3.path.style.access.enabled": "true", "aws.access.key.id": ACCESS_KEY,
+            "s3.bucket.name": self.bucket,
+            "s3.region": REGION,
+            "s3.endpoint.url": self.endpoint,
+            "s3.path.style.access.enabled": "true",
+            "aws.access.key.id": ACCESS_KEY,
             "aws.secret.access.key": SECRET_KEY,
         }
         cfg.update({k: str(v) for k, v in extra.items()})
@@ -243,9 +267,19 @@ class SeaweedServer(S3Server):
         names = ["master", "volume", "filer", "admin"]
         s3 = self.port
         ports = dict(zip(names, free_port_pairs(len(names), avoid={s3, s3 + GRPC_OFFSET})))
-        args = [_venv_bin("weed"), "mini", f"-dir={self.workdir / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-                f"-s3.port={s3}", f"-s3.port.grpc={s3 + GRPC_OFFSET}", "-s3.port.iceberg=0", "-s3.port.lance=0",
-                "-webdav=false", "-admin.ui=false"]
+        args = [
+            _venv_bin("weed"),
+            "mini",
+            f"-dir={self.workdir / 'data'}",
+            "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1",
+            f"-s3.port={s3}",
+            f"-s3.port.grpc={s3 + GRPC_OFFSET}",
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
+            "-webdav=false",
+            "-admin.ui=false",
+        ]
         for name, port in ports.items():
             args += [f"-{name}.port={port}", f"-{name}.port.grpc={port + GRPC_OFFSET}"]
         return args
@@ -369,8 +403,9 @@ class FaultProxy:
         return None
 
     @staticmethod
-    async def _read_message(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-                            ) -> tuple[bytes, dict[str, str], bytes] | None:
+    async def _read_message(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> tuple[bytes, dict[str, str], bytes] | None:
         try:
             head = await reader.readuntil(b"\r\n\r\n")
         except (asyncio.IncompleteReadError, ConnectionError):
@@ -421,11 +456,17 @@ class FaultProxy:
                 await asyncio.sleep(fault.delay)
             if fault is not None and fault.kind == "status":
                 code = {403: "AccessDenied", 404: "NoSuchKey", 429: "SlowDown", 503: "ServiceUnavailable"}.get(
-                    fault.status, "InternalError")
-                payload = (f"<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>{code}</Code>"
-                           f"<Message>injected</Message></Error>").encode()
-                writer.write(f"HTTP/1.1 {fault.status} Injected\r\nContent-Type: application/xml\r\n"
-                             f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode() + payload)
+                    fault.status, "InternalError"
+                )
+                payload = (
+                    f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code>'
+                    f"<Message>injected</Message></Error>"
+                ).encode()
+                writer.write(
+                    f"HTTP/1.1 {fault.status} Injected\r\nContent-Type: application/xml\r\n"
+                    f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode()
+                    + payload
+                )
                 await writer.drain()
                 return
             if fault is not None and fault.kind == "drop_request":
@@ -434,13 +475,16 @@ class FaultProxy:
                 await asyncio.Event().wait()
             if fault is not None and fault.kind == "corrupt_body" and body:
                 i = len(body) // 2
-                body = body[:i] + bytes([body[i] ^ 0xFF]) + body[i + 1:]
+                body = body[:i] + bytes([body[i] ^ 0xFF]) + body[i + 1 :]
             # forward with Connection: close both ways (one request per connection keeps framing trivial)
             up_r, up_w = await asyncio.open_connection(*self.upstream)
             try:
                 lines = head.decode("latin-1").split("\r\n")
-                dropped = ("connection:", "range:") if fault is not None and fault.kind == "ignore_range" else (
-                    "connection:",)
+                dropped = (
+                    ("connection:", "range:")
+                    if fault is not None and fault.kind == "ignore_range"
+                    else ("connection:",)
+                )
                 out = [lines[0]] + [ln for ln in lines[1:] if ln and not ln.lower().startswith(dropped)]
                 up_w.write(("\r\n".join(out) + "\r\nConnection: close\r\n\r\n").encode("latin-1") + body)
                 await up_w.drain()
@@ -454,7 +498,7 @@ class FaultProxy:
             sep = resp.find(b"\r\n\r\n")
             rhead = resp[:sep].decode("latin-1").split("\r\n")
             rhead = [rhead[0]] + [ln for ln in rhead[1:] if not ln.lower().startswith("connection:")]
-            writer.write(("\r\n".join(rhead) + "\r\nConnection: close\r\n\r\n").encode("latin-1") + resp[sep + 4:])
+            writer.write(("\r\n".join(rhead) + "\r\nConnection: close\r\n\r\n").encode("latin-1") + resp[sep + 4 :])
             await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
@@ -491,26 +535,42 @@ class SegmentFiles:
     def segment_data(self):
         from strata.remote.metadata import LogSegmentData
 
-        return LogSegmentData(self.log, self.offset_index, self.time_index, self.txn_index, self.producer_snapshot,
-                              self.leader_epoch)
+        return LogSegmentData(
+            self.log, self.offset_index, self.time_index, self.txn_index, self.producer_snapshot, self.leader_epoch
+        )
 
     def metadata(self, tip=None, segment_id: uuid.UUID | None = None, epochs: dict[int, int] | None = None):
         from strata.remote.metadata import RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
 
         tip = tip or TopicIdPartition(uuid.UUID(int=0x1234_5678_9ABC), "tiered-topic", 3)
         return RemoteLogSegmentMetadata(
-            RemoteLogSegmentId(tip, segment_id or uuid.uuid4()), self.base_offset, self.next_offset - 1,
-            self.max_timestamp, broker_id=0, event_timestamp_ms=int(time.time() * 1000),
-            segment_size_in_bytes=self.size, segment_leader_epochs=epochs or {0: self.base_offset})
+            RemoteLogSegmentId(tip, segment_id or uuid.uuid4()),
+            self.base_offset,
+            self.next_offset - 1,
+            self.max_timestamp,
+            broker_id=0,
+            event_timestamp_ms=int(time.time() * 1000),
+            segment_size_in_bytes=self.size,
+            segment_leader_epochs=epochs or {0: self.base_offset},
+        )
 
 
 TXN_ENTRY = struct.Struct(">hqqqq")
 
 
-def write_segment(dir: Path, base_offset: int = 0, *, batches: int = 50, records_per_batch: int = 10,
-                  value_size: int = 200, seed: int = 1, ts_base: int = 1_700_000_000_000,
-                  index_interval_bytes: int = 1024, compressible: bool = True,
-                  aborted_txns: list[tuple[int, int, int, int]] | None = None) -> SegmentFiles:
+def write_segment(
+    dir: Path,
+    base_offset: int = 0,
+    *,
+    batches: int = 50,
+    records_per_batch: int = 10,
+    value_size: int = 200,
+    seed: int = 1,
+    ts_base: int = 1_700_000_000_000,
+    index_interval_bytes: int = 1024,
+    compressible: bool = True,
+    aborted_txns: list[tuple[int, int, int, int]] | None = None,
+) -> SegmentFiles:
     """Write a closed segment of `batches` magic-v2 batches with the storage layer's LogSegment (real `.index` and
     `.timeindex`), a `.txnindex` holding `aborted_txns` (producer id, first, last, last stable offset) when given,
     a producer snapshot file (opaque bytes) and a leader-epoch checkpoint text."""

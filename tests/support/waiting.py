@@ -1,4 +1,5 @@
 """Bounded waiting on a condition: the only synchronisation primitive the integration tests use."""
+
 from __future__ import annotations
 
 import time
@@ -12,8 +13,9 @@ class WaitTimeout(AssertionError):
     """The condition did not hold within the timeout (an AssertionError so pytest reports it as a failure)."""
 
 
-def wait_until(cond: Callable[[], T], timeout: float = 10.0, interval: float = 0.05,
-               message: str | Callable[[], str] = "") -> T:
+def wait_until(
+    cond: Callable[[], T], timeout: float = 10.0, interval: float = 0.05, message: str | Callable[[], str] = ""
+) -> T:
     """Poll ``cond()`` until it returns a truthy value and return that value.
 
     Exceptions raised by ``cond`` count as "not yet"; the last one is chained to the timeout error so a failing

@@ -8,6 +8,7 @@ its end offset; records must arrive in offset order with no gap. Output (stdout,
 computes the same from its delivery reports, so equal digests mean every key and value came back byte for byte.
 Memory stays small: one running hash per partition.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -64,9 +65,17 @@ def _check_time(start: float, d: dict[int, PartitionDigest], ends: dict[int, int
 def confluent(bootstrap: str, topic: str, ends: dict[int, int]) -> dict[int, PartitionDigest]:
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "tiered-200mb-confluent", "enable.auto.commit": False,
-                  "auto.offset.reset": "error", "log_level": 3, "fetch.max.bytes": 8 << 20,
-                  "max.partition.fetch.bytes": 1 << 20})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "tiered-200mb-confluent",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "error",
+            "log_level": 3,
+            "fetch.max.bytes": 8 << 20,
+            "max.partition.fetch.bytes": 1 << 20,
+        }
+    )
     d = {p: PartitionDigest() for p in ends}
     c.assign([TopicPartition(topic, p, 0) for p in ends])
     start = time.monotonic()
@@ -85,9 +94,15 @@ def confluent(bootstrap: str, topic: str, ends: dict[int, int]) -> dict[int, Par
 def kafka_python(bootstrap: str, topic: str, ends: dict[int, int]) -> dict[int, PartitionDigest]:
     from kafka import KafkaConsumer, TopicPartition
 
-    c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                      auto_offset_reset="none", fetch_max_bytes=8 << 20, max_partition_fetch_bytes=1 << 20,
-                      client_id="tiered-200mb-kafka-python")
+    c = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="none",
+        fetch_max_bytes=8 << 20,
+        max_partition_fetch_bytes=1 << 20,
+        client_id="tiered-200mb-kafka-python",
+    )
     d = {p: PartitionDigest() for p in ends}
     tps = [TopicPartition(topic, p) for p in ends]
     c.assign(tps)
@@ -109,9 +124,15 @@ def aiokafka_(bootstrap: str, topic: str, ends: dict[int, int]) -> dict[int, Par
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     async def run() -> dict[int, PartitionDigest]:
-        c = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                             auto_offset_reset="none", fetch_max_bytes=8 << 20, max_partition_fetch_bytes=1 << 20,
-                             client_id="tiered-200mb-aiokafka")
+        c = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap,
+            group_id=None,
+            enable_auto_commit=False,
+            auto_offset_reset="none",
+            fetch_max_bytes=8 << 20,
+            max_partition_fetch_bytes=1 << 20,
+            client_id="tiered-200mb-aiokafka",
+        )
         await c.start()
         d = {p: PartitionDigest() for p in ends}
         try:

@@ -1,5 +1,6 @@
 """Fixtures for the tiered-storage scenarios: every scenario runs against LocalTieredStorage and against S3 on
 moto's server (one moto process per session; each scenario gets its own key prefix in the bucket)."""
+
 from __future__ import annotations
 
 import re
@@ -39,12 +40,14 @@ def make_backend(request: pytest.FixtureRequest, backend_name: str) -> Callable[
         if backend_name == "local":
             return LocalBackend()
         return S3Backend(request.getfixturevalue("moto_server"), _prefix(request), endpoint=endpoint)
+
     return make
 
 
 @pytest.fixture
-def make_harness(request: pytest.FixtureRequest, tmp_path: Path, make_backend: Callable[..., RemoteBackend]
-                 ) -> Iterator[Callable[..., Harness]]:
+def make_harness(
+    request: pytest.FixtureRequest, tmp_path: Path, make_backend: Callable[..., RemoteBackend]
+) -> Iterator[Callable[..., Harness]]:
     """`make_harness(**broker_overrides)` starts a broker with tiered storage on this test's backend."""
     started: list[Harness] = []
     request.node._strata_brokers = []

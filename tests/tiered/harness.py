@@ -23,6 +23,7 @@ the `__remote_log_metadata` topic decoded by `strata remote-log-metadata`'s read
 wait is bounded and, when it times out, says what it last saw. A failing action is reported with its index and
 description and the actions that ran before it.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -132,21 +133,22 @@ class S3Backend(RemoteBackend):
     def __init__(self, server: Any, prefix: str, endpoint: str | None = None) -> None:
         self.server = server
         self.prefix = prefix
-        self.endpoint = endpoint or server.endpoint     # a proxy in front of the server, for fault scenarios
+        self.endpoint = endpoint or server.endpoint  # a proxy in front of the server, for fault scenarios
 
     def broker_overrides(self, broker_dir: Path) -> dict[str, object]:
-        cfg = self.server.rsm_config(**{"key.prefix": self.prefix, "s3.endpoint.url": self.endpoint,
-                                        "s3.retry.backoff.ms": 50})
+        cfg = self.server.rsm_config(
+            **{"key.prefix": self.prefix, "s3.endpoint.url": self.endpoint, "s3.retry.backoff.ms": 50}
+        )
         out: dict[str, object] = {"remote.log.storage.manager.class.name": "s3"}
         out.update({f"rsm.config.{k}": v for k, v in cfg.items()})
         return out
 
     def list_partition(self, partition_dir: str) -> list[str]:
         pfx = f"{self.prefix}{partition_dir}/"
-        return sorted(k[len(pfx):] for k in self.server.keys(pfx))
+        return sorted(k[len(pfx) :] for k in self.server.keys(pfx))
 
     def list_all(self) -> list[str]:
-        return sorted(k[len(self.prefix):] for k in self.server.keys(self.prefix))
+        return sorted(k[len(self.prefix) :] for k in self.server.keys(self.prefix))
 
     def describe(self) -> str:
         return f"S3 bucket {self.server.bucket} at {self.endpoint}, prefix {self.prefix!r}"
@@ -158,7 +160,7 @@ def segment_objects(names: Sequence[str]) -> dict[tuple[int, str], set[str]]:
     for n in names:
         m = _OBJECT.match(n)
         if m is None:
-            out.setdefault((-1, n), set()).add("?")       # anything else is reported as a stray object
+            out.setdefault((-1, n), set()).add("?")  # anything else is reported as a stray object
             continue
         out.setdefault((int(m.group(1)), m.group(2)), set()).add(m.group(3))
     return out
@@ -220,7 +222,7 @@ class TopicState:
     name: str
     partitions: int
     shape: TopicShape
-    topic_id: str | None = None                # Kafka's base64 form, as in remote object names
+    topic_id: str | None = None  # Kafka's base64 form, as in remote object names
     generation: int = 0
     produced: dict[int, list[Produced]] = field(default_factory=dict)
 
@@ -231,8 +233,9 @@ class TopicState:
 class Harness:
     """One broker process with tiered storage on a backend; runs scenarios against it."""
 
-    def __init__(self, tmp_dir: Path, backend: RemoteBackend, overrides: dict[str, object] | None = None,
-                 name: str = "tiered") -> None:
+    def __init__(
+        self, tmp_dir: Path, backend: RemoteBackend, overrides: dict[str, object] | None = None, name: str = "tiered"
+    ) -> None:
         self.tmp_dir = Path(tmp_dir)
         self.backend = backend
         ov = dict(BASE_OVERRIDES)
@@ -285,8 +288,12 @@ class Harness:
         return off
 
     def offsets(self, topic: str, partition: int) -> dict[str, int]:
-        names = {"earliest(-2)": EARLIEST, "earliest-local(-4)": EARLIEST_LOCAL, "latest-tiered(-5)": LATEST_TIERED,
-                 "latest(-1)": LATEST}
+        names = {
+            "earliest(-2)": EARLIEST,
+            "earliest-local(-4)": EARLIEST_LOCAL,
+            "latest-tiered(-5)": LATEST_TIERED,
+            "latest(-1)": LATEST,
+        }
         return {n: self.offset(topic, partition, s) for n, s in names.items()}
 
     def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -331,8 +338,14 @@ class Harness:
         return out
 
     # -- waiting ---------------------------------------------------------------------------------------------------
-    def wait(self, what: str, probe: Callable[[], Any], ok: Callable[[Any], bool],
-             timeout: float = DEFAULT_WAIT_S, interval: float = 0.1) -> Any:
+    def wait(
+        self,
+        what: str,
+        probe: Callable[[], Any],
+        ok: Callable[[Any], bool],
+        timeout: float = DEFAULT_WAIT_S,
+        interval: float = 0.1,
+    ) -> Any:
         """Poll `probe()` until `ok(value)`; on timeout raise with the last value (or error) seen."""
         deadline = time.monotonic() + timeout
         last: Any = None
@@ -392,8 +405,11 @@ class MetadataTail:
             self._pos[f] = pos
 
     def segments_of(self, topic: str) -> dict[uuid.UUID, list[str]]:
-        return {sid: h for sid, h in self.history.items()
-                if sid in self.meta and self.meta[sid].topic_id_partition.topic == topic}
+        return {
+            sid: h
+            for sid, h in self.history.items()
+            if sid in self.meta and self.meta[sid].topic_id_partition.topic == topic
+        }
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -416,11 +432,13 @@ class CreateTopic(Action):
     records_per_batch: int = 5
     value_size: int = 100
     tiered: bool = True
-    expect_error: str | None = None      # substring of the CreateTopics error (the action then expects a failure)
+    expect_error: str | None = None  # substring of the CreateTopics error (the action then expects a failure)
 
     def describe(self) -> str:
-        return (f"create_topic({self.name!r}, partitions={self.partitions}, batches_per_segment="
-                f"{self.batches_per_segment}, configs={self.configs})")
+        return (
+            f"create_topic({self.name!r}, partitions={self.partitions}, batches_per_segment="
+            f"{self.batches_per_segment}, configs={self.configs})"
+        )
 
     def run(self, h: Harness) -> None:
         shape = shape_for(self.records_per_batch, self.value_size, self.batches_per_segment)
@@ -436,13 +454,19 @@ class CreateTopic(Action):
                     return
                 raise
             if self.expect_error is not None:
-                raise ScenarioError(f"creating {self.name} with {cfg} succeeded; expected an error containing "
-                                    f"{self.expect_error!r}")
+                raise ScenarioError(
+                    f"creating {self.name} with {cfg} succeeded; expected an error containing {self.expect_error!r}"
+                )
             [desc] = a.describe_topics([self.name])
         prev = h.topics.get(self.name)
-        h.topics[self.name] = TopicState(self.name, self.partitions, shape, desc.topic_id,
-                                         generation=(prev.generation + 1) if prev else 0,
-                                         produced={p: [] for p in range(self.partitions)})
+        h.topics[self.name] = TopicState(
+            self.name,
+            self.partitions,
+            shape,
+            desc.topic_id,
+            generation=(prev.generation + 1) if prev else 0,
+            produced={p: [] for p in range(self.partitions)},
+        )
 
 
 @dataclass
@@ -450,7 +474,7 @@ class Produce(Action):
     topic: str
     partition: int
     count: int
-    timestamp_base: int | None = None     # first record's timestamp (default: now); then +1 ms per record
+    timestamp_base: int | None = None  # first record's timestamp (default: now); then +1 ms per record
 
     def describe(self) -> str:
         ts = "" if self.timestamp_base is None else f", timestamp_base={self.timestamp_base}"
@@ -467,9 +491,16 @@ class Produce(Action):
         batches = []
         for b in range(self.count // n):
             base = first + b * n
-            recs = [Produced(base + i, _key(base + i),
-                             _value(t.name, self.partition, base + i, t.shape.value_size, t.generation),
-                             ts0 + (base - first) + i, base) for i in range(n)]
+            recs = [
+                Produced(
+                    base + i,
+                    _key(base + i),
+                    _value(t.name, self.partition, base + i, t.shape.value_size, t.generation),
+                    ts0 + (base - first) + i,
+                    base,
+                )
+                for i in range(n)
+            ]
             batch = _batch(recs)
             if len(batch) != t.shape.batch_bytes:
                 raise ScenarioError(f"batch of {len(batch)} bytes, the topic's shape says {t.shape.batch_bytes}")
@@ -478,11 +509,18 @@ class Produce(Action):
             v = c.pick_version(0, 9)
             # pipelined: every batch is its own request (one batch per append keeps the segment roll exact)
             from kafka.protocol.producer import ProduceRequest, ProduceResponse
+
             P = ProduceRequest.TopicProduceData
             pending = []
             for recs, batch in batches:
-                req = ProduceRequest[v](transactional_id=None, acks=-1, timeout_ms=30000, topic_data=[P(
-                    name=t.name, partition_data=[P.PartitionProduceData(index=self.partition, records=batch)])])
+                req = ProduceRequest[v](
+                    transactional_id=None,
+                    acks=-1,
+                    timeout_ms=30000,
+                    topic_data=[
+                        P(name=t.name, partition_data=[P.PartitionProduceData(index=self.partition, records=batch)])
+                    ],
+                )
                 pending.append((recs, c.send(req)))
             for recs, corr in pending:
                 resp = c.recv(ProduceResponse, v, corr)
@@ -490,8 +528,10 @@ class Produce(Action):
                 if pr.error_code != NONE:
                     raise ScenarioError(f"produce to {t.name}-{self.partition}: error {pr.error_code}")
                 if pr.base_offset != recs[0].offset:
-                    raise ScenarioError(f"produce to {t.name}-{self.partition}: base offset {pr.base_offset}, "
-                                        f"the harness expected {recs[0].offset} (someone else wrote?)")
+                    raise ScenarioError(
+                        f"produce to {t.name}-{self.partition}: base offset {pr.base_offset}, "
+                        f"the harness expected {recs[0].offset} (someone else wrote?)"
+                    )
                 log.extend(recs)
 
 
@@ -508,9 +548,12 @@ class WaitForOffload(Action):
         return f"wait_for_offload({self.topic!r}, {self.partition}, up_to_offset={self.up_to_offset})"
 
     def run(self, h: Harness) -> None:
-        h.wait(f"{self.topic}-{self.partition} offloaded up to offset {self.up_to_offset} (ListOffsets -5)",
-               lambda: h.offsets(self.topic, self.partition),
-               lambda o: o["latest-tiered(-5)"] >= self.up_to_offset, self.timeout)
+        h.wait(
+            f"{self.topic}-{self.partition} offloaded up to offset {self.up_to_offset} (ListOffsets -5)",
+            lambda: h.offsets(self.topic, self.partition),
+            lambda o: o["latest-tiered(-5)"] >= self.up_to_offset,
+            self.timeout,
+        )
 
 
 @dataclass
@@ -531,9 +574,15 @@ class ExpectListOffset(Action):
     def run(self, h: Harness) -> None:
         def ok(r: tuple[int, int, int]) -> bool:
             return r[0] == NONE and r[1] == self.offset and (self.timestamp is None or r[2] == self.timestamp)
-        h.wait(f"ListOffsets({self.spec}) of {self.topic}-{self.partition} == offset {self.offset}"
-               + ("" if self.timestamp is None else f", timestamp {self.timestamp}") + " (error, offset, timestamp)",
-               lambda: h.list_offset(self.topic, self.partition, self.spec), ok, self.timeout)
+
+        h.wait(
+            f"ListOffsets({self.spec}) of {self.topic}-{self.partition} == offset {self.offset}"
+            + ("" if self.timestamp is None else f", timestamp {self.timestamp}")
+            + " (error, offset, timestamp)",
+            lambda: h.list_offset(self.topic, self.partition, self.spec),
+            ok,
+            self.timeout,
+        )
 
 
 @dataclass
@@ -555,8 +604,11 @@ class ExpectRemoteSegments(Action):
 
         def probe() -> dict[str, Any]:
             objs = segment_objects(h.remote_objects(self.topic, self.partition))
-            finished = {kafka_uuid_str(s.segment_id): s.start_offset
-                        for s in h.rlmm_segments(self.topic, self.partition) if s.state == "COPY_SEGMENT_FINISHED"}
+            finished = {
+                kafka_uuid_str(s.segment_id): s.start_offset
+                for s in h.rlmm_segments(self.topic, self.partition)
+                if s.state == "COPY_SEGMENT_FINISHED"
+            }
             return {"stored": {k: sorted(v) for k, v in sorted(objs.items())}, "rlmm_finished": finished}
 
         def ok(o: dict[str, Any]) -> bool:
@@ -566,9 +618,13 @@ class ExpectRemoteSegments(Action):
             ids = {sid: b for b, sid in stored}
             return bases == sorted(self.base_offsets) and complete and ids == o["rlmm_finished"]
 
-        h.wait(f"remote segments of {self.topic}-{self.partition} at {self.base_offsets} with files "
-               f"{sorted(want_files)}, matching the RLMM's COPY_SEGMENT_FINISHED ids ({h.backend.describe()})",
-               probe, ok, self.timeout)
+        h.wait(
+            f"remote segments of {self.topic}-{self.partition} at {self.base_offsets} with files "
+            f"{sorted(want_files)}, matching the RLMM's COPY_SEGMENT_FINISHED ids ({h.backend.describe()})",
+            probe,
+            ok,
+            self.timeout,
+        )
 
 
 @dataclass
@@ -580,19 +636,21 @@ class Consume(Action):
     partition: int
     from_offset: int
     expect_records: int
-    client: str = "wire"          # "wire" (raw Fetch, checks batches) or "confluent" (librdkafka, assign)
+    client: str = "wire"  # "wire" (raw Fetch, checks batches) or "confluent" (librdkafka, assign)
     fetch_version: int = 12
     max_bytes: int = 64 * 1024
     timeout: float = DEFAULT_WAIT_S
 
     def describe(self) -> str:
-        return (f"consume({self.topic!r}, {self.partition}, from_offset={self.from_offset}, "
-                f"expect_records={self.expect_records}, client={self.client})")
+        return (
+            f"consume({self.topic!r}, {self.partition}, from_offset={self.from_offset}, "
+            f"expect_records={self.expect_records}, client={self.client})"
+        )
 
     def run(self, h: Harness) -> None:
         t = h.topic(self.topic)
         h.remote_fetch_baseline[self.topic] = h.remote_fetches(self.topic)
-        expected = t.produced[self.partition][self.from_offset:self.from_offset + self.expect_records]
+        expected = t.produced[self.partition][self.from_offset : self.from_offset + self.expect_records]
         if len(expected) != self.expect_records:
             raise ScenarioError(f"only {len(expected)} records were produced from offset {self.from_offset}")
         if self.client == "confluent":
@@ -609,29 +667,45 @@ class Consume(Action):
         with h.wire() as c:
             while len(got) < self.expect_records:
                 if time.monotonic() > deadline:
-                    raise ScenarioError(f"{self.describe()}: read {len(got)} of {self.expect_records} records "
-                                        f"within {self.timeout}s; last fetch: {last}")
-                resp = c.fetch(t.name, self.partition, offset, version=self.fetch_version, max_wait_ms=500,
-                               max_bytes=self.max_bytes)
+                    raise ScenarioError(
+                        f"{self.describe()}: read {len(got)} of {self.expect_records} records "
+                        f"within {self.timeout}s; last fetch: {last}"
+                    )
+                resp = c.fetch(
+                    t.name,
+                    self.partition,
+                    offset,
+                    version=self.fetch_version,
+                    max_wait_ms=500,
+                    max_bytes=self.max_bytes,
+                )
                 p = resp.responses[0].partitions[0]
                 data = bytes(p.records or b"")
-                last = (f"offset {offset}: error {p.error_code}, hw {p.high_watermark}, log start "
-                        f"{p.log_start_offset}, {len(data)} bytes")
+                last = (
+                    f"offset {offset}: error {p.error_code}, hw {p.high_watermark}, log start "
+                    f"{p.log_start_offset}, {len(data)} bytes"
+                )
                 if p.error_code != NONE:
                     raise ScenarioError(f"{self.describe()}: {last}")
                 for pos, hdr in iter_batches(data):
                     if not first_batch_checked:
                         want = t.produced[self.partition][offset].batch_base
                         if hdr.base_offset != want:
-                            raise ScenarioError(f"{self.describe()}: the first batch fetched at {offset} starts at "
-                                                f"{hdr.base_offset}; the batch holding {offset} starts at {want}")
+                            raise ScenarioError(
+                                f"{self.describe()}: the first batch fetched at {offset} starts at "
+                                f"{hdr.base_offset}; the batch holding {offset} starts at {want}"
+                            )
                         first_batch_checked = True
                     if hdr.last_offset < offset:
-                        raise ScenarioError(f"{self.describe()}: fetch at {offset} returned batch "
-                                            f"[{hdr.base_offset}, {hdr.last_offset}] wholly below it")
+                        raise ScenarioError(
+                            f"{self.describe()}: fetch at {offset} returned batch "
+                            f"[{hdr.base_offset}, {hdr.last_offset}] wholly below it"
+                        )
                     if hdr.base_offset != t.produced[self.partition][hdr.base_offset].batch_base:
-                        raise ScenarioError(f"{self.describe()}: batch at {hdr.base_offset} does not start where "
-                                            "a produced batch started (batches split or merged)")
+                        raise ScenarioError(
+                            f"{self.describe()}: batch at {hdr.base_offset} does not start where "
+                            "a produced batch started (batches split or merged)"
+                        )
                     for r in iter_records(data, pos):
                         if r.offset >= offset and len(got) < self.expect_records:
                             got.append((r.offset, r.key, r.value, r.timestamp))
@@ -641,8 +715,9 @@ class Consume(Action):
     def _confluent(self, h: Harness, expected: list[Produced]) -> None:
         from tests.support import ck
 
-        recs = ck.read_partition(h.broker.bootstrap, self.topic, self.partition, self.from_offset,
-                                 self.expect_records, timeout=self.timeout)
+        recs = ck.read_partition(
+            h.broker.bootstrap, self.topic, self.partition, self.from_offset, self.expect_records, timeout=self.timeout
+        )
         _compare(self.describe(), expected, [(r.offset, r.key, r.value, r.timestamp) for r in recs])
 
 
@@ -673,11 +748,16 @@ class ExpectFetchError(Action):
 
     def run(self, h: Harness) -> None:
         with h.wire() as c:
-            p = c.fetch(self.topic, self.partition, self.offset, version=self.fetch_version,
-                        max_wait_ms=100).responses[0].partitions[0]
+            p = (
+                c.fetch(self.topic, self.partition, self.offset, version=self.fetch_version, max_wait_ms=100)
+                .responses[0]
+                .partitions[0]
+            )
         if p.error_code != self.error:
-            raise ScenarioError(f"{self.describe()}: error {p.error_code}, log start {p.log_start_offset}, "
-                                f"{len(p.records or b'')} bytes")
+            raise ScenarioError(
+                f"{self.describe()}: error {p.error_code}, log start {p.log_start_offset}, "
+                f"{len(p.records or b'')} bytes"
+            )
 
 
 @dataclass
@@ -751,8 +831,7 @@ class UpdateTopicConfig(Action):
                     return
                 raise ScenarioError(f"{self.describe()}: {e}") from None
             if self.expect_error is not None:
-                raise ScenarioError(f"{self.describe()} succeeded; expected an error containing "
-                                    f"{self.expect_error!r}")
+                raise ScenarioError(f"{self.describe()} succeeded; expected an error containing {self.expect_error!r}")
             got = {c.name: c.value for c in a.describe_configs(RESOURCE_TOPIC, self.topic)}
         for k, v in self.set.items():
             if got.get(k) != v:
@@ -794,10 +873,15 @@ class ExpectEmptyRemoteStorage(Action):
             marks = {p: st.partition_deletes.get((t.name, p, tid), []) for p in range(t.partitions)}
             return {"objects_left": left, "partition_delete_states": marks}
 
-        h.wait(f"empty remote storage for {self.topic} ({h.backend.describe()}) and DELETE_PARTITION_FINISHED",
-               probe, lambda o: not o["objects_left"] and all(
-                   m and m[-1] == "DELETE_PARTITION_FINISHED" for m in o["partition_delete_states"].values()),
-               self.timeout)
+        h.wait(
+            f"empty remote storage for {self.topic} ({h.backend.describe()}) and DELETE_PARTITION_FINISHED",
+            probe,
+            lambda o: (
+                not o["objects_left"]
+                and all(m and m[-1] == "DELETE_PARTITION_FINISHED" for m in o["partition_delete_states"].values())
+            ),
+            self.timeout,
+        )
 
 
 @dataclass
@@ -813,14 +897,24 @@ class WaitForRetentionPass(Action):
 
     def run(self, h: Harness) -> None:
         if self.SENTINEL not in h.topics:
-            CreateTopic(self.SENTINEL, 1, {"retention.bytes": "1"}, batches_per_segment=1, records_per_batch=5,
-                        value_size=10, tiered=False).run(h)
+            CreateTopic(
+                self.SENTINEL,
+                1,
+                {"retention.bytes": "1"},
+                batches_per_segment=1,
+                records_per_batch=5,
+                value_size=10,
+                tiered=False,
+            ).run(h)
         t = h.topics[self.SENTINEL]
         for _ in range(2):
             Produce(self.SENTINEL, 0, 10).run(h)
-            want = len(t.produced[0]) - 5          # everything but the active segment (the last batch) goes
-            h.wait(f"a retention pass deletes {self.SENTINEL}'s old segments (earliest offset {want})",
-                   lambda: h.offset(self.SENTINEL, 0, EARLIEST), lambda o, want=want: o == want)
+            want = len(t.produced[0]) - 5  # everything but the active segment (the last batch) goes
+            h.wait(
+                f"a retention pass deletes {self.SENTINEL}'s old segments (earliest offset {want})",
+                lambda: h.offset(self.SENTINEL, 0, EARLIEST),
+                lambda o, want=want: o == want,
+            )
 
 
 @dataclass
@@ -849,8 +943,9 @@ class Scenario:
         self.actions.append(a)
         return self
 
-    def create_topic(self, name: str, partitions: int = 1, configs: dict[str, str] | None = None, **kw: Any
-                     ) -> Scenario:
+    def create_topic(
+        self, name: str, partitions: int = 1, configs: dict[str, str] | None = None, **kw: Any
+    ) -> Scenario:
         return self._add(CreateTopic(name, partitions, dict(configs or {}), **kw))
 
     def produce(self, topic: str, partition: int, count: int, timestamp_base: int | None = None) -> Scenario:
@@ -860,15 +955,17 @@ class Scenario:
         return self._add(WaitForOffload(topic, partition, up_to_offset, **kw))
 
     def expect_earliest_local_offset(self, topic: str, partition: int, offset: int, **kw: Any) -> Scenario:
-        return self._add(ExpectListOffset(topic, partition, EARLIEST_LOCAL, offset,
-                                          label="expect_earliest_local_offset", **kw))
+        return self._add(
+            ExpectListOffset(topic, partition, EARLIEST_LOCAL, offset, label="expect_earliest_local_offset", **kw)
+        )
 
     def expect_earliest_offset(self, topic: str, partition: int, offset: int, **kw: Any) -> Scenario:
         return self._add(ExpectListOffset(topic, partition, EARLIEST, offset, label="expect_earliest_offset", **kw))
 
     def expect_latest_tiered_offset(self, topic: str, partition: int, offset: int, **kw: Any) -> Scenario:
-        return self._add(ExpectListOffset(topic, partition, LATEST_TIERED, offset,
-                                          label="expect_latest_tiered_offset", **kw))
+        return self._add(
+            ExpectListOffset(topic, partition, LATEST_TIERED, offset, label="expect_latest_tiered_offset", **kw)
+        )
 
     def expect_list_offsets(self, topic: str, partition: int, spec: int, offset: int, **kw: Any) -> Scenario:
         return self._add(ExpectListOffset(topic, partition, spec, offset, **kw))
@@ -882,8 +979,7 @@ class Scenario:
     def expect_fetch_error(self, topic: str, partition: int, offset: int, error: int) -> Scenario:
         return self._add(ExpectFetchError(topic, partition, offset, error))
 
-    def expect_fetch_from_remote(self, topic: str, at_least: int | None = None, exactly: int | None = None
-                                 ) -> Scenario:
+    def expect_fetch_from_remote(self, topic: str, at_least: int | None = None, exactly: int | None = None) -> Scenario:
         if at_least is None and exactly is None:
             at_least = 1
         return self._add(ExpectFetchFromRemote(topic, at_least, exactly))
@@ -894,8 +990,13 @@ class Scenario:
     def delete_topic(self, topic: str) -> Scenario:
         return self._add(DeleteTopic(topic))
 
-    def update_topic_config(self, topic: str, set: dict[str, str] | None = None, delete: list[str] | None = None,
-                            expect_error: str | None = None) -> Scenario:
+    def update_topic_config(
+        self,
+        topic: str,
+        set: dict[str, str] | None = None,
+        delete: list[str] | None = None,
+        expect_error: str | None = None,
+    ) -> Scenario:
         return self._add(UpdateTopicConfig(topic, dict(set or {}), list(delete or []), expect_error))
 
     def restart_broker(self) -> Scenario:
@@ -921,8 +1022,10 @@ class Scenario:
                 a.run(h)
             except Exception as e:
                 done = "\n".join(f"  {j}. {x}" for j, x in enumerate(h.log)) or "  (none)"
-                raise ScenarioError(f"scenario {self.name!r} [{h.backend.name}] failed at action {i}: "
-                                    f"{a.describe()}\n{type(e).__name__}: {e}\nactions before it:\n{done}") from e
+                raise ScenarioError(
+                    f"scenario {self.name!r} [{h.backend.name}] failed at action {i}: "
+                    f"{a.describe()}\n{type(e).__name__}: {e}\nactions before it:\n{done}"
+                ) from e
             h.log.append(f"{a.describe()} ({time.monotonic() - started:.2f}s)")
 
 
@@ -938,8 +1041,10 @@ def check_remote_chain(segments: Sequence[RemoteSegment], start: int, end: int) 
     for a, b in itertools.pairwise(finished):
         if b.start_offset != a.end_offset + 1:
             kind = "overlap/duplicate" if b.start_offset <= a.end_offset else "gap"
-            raise ScenarioError(f"remote chain has a {kind} between [{a.start_offset}, {a.end_offset}] and "
-                                f"[{b.start_offset}, {b.end_offset}]: {chain}")
+            raise ScenarioError(
+                f"remote chain has a {kind} between [{a.start_offset}, {a.end_offset}] and "
+                f"[{b.start_offset}, {b.end_offset}]: {chain}"
+            )
 
 
 __all__ = [

@@ -8,6 +8,7 @@ partition's `.log` files total at most local.retention.bytes + one segment), and
 aiokafka (assign, no group) and kafkajs (a consumer group: kafkajs consumes only through groups) read everything
 from offset 0 at the same time; each must return the same per-partition digests, record counts and byte counts.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -53,9 +54,18 @@ def produce(bootstrap: str) -> dict[int, list]:
         acked[msg.partition()].append((msg.offset(), record_digest(msg.key(), msg.value())))
         sizes[msg.partition()] += len(msg.key()) + len(msg.value())
 
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 20, "batch.size": 1000000,
-                  "queue.buffering.max.kbytes": 256 * 1024, "log_level": 3, "enable.idempotence": False,
-                  "max.in.flight.requests.per.connection": 1})
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "linger.ms": 20,
+            "batch.size": 1000000,
+            "queue.buffering.max.kbytes": 256 * 1024,
+            "log_level": 3,
+            "enable.idempotence": False,
+            "max.in.flight.requests.per.connection": 1,
+        }
+    )
     rnd = random.Random(405)
     n = TOTAL_BYTES // (VALUE_SIZE + 14)
     for i in range(n):
@@ -92,8 +102,16 @@ def test_200mb_read_back_from_remote_by_four_clients(tmp_path: Path) -> None:
     t0 = time.monotonic()
     with Harness(tmp_path / "broker", LocalBackend()) as h:
         with h.admin() as a:
-            a.create_topic(TOPIC, PARTITIONS, 1, {"remote.storage.enable": "true", "segment.bytes": str(SEGMENT_BYTES),
-                                                  "local.retention.bytes": str(LOCAL_RETENTION)})
+            a.create_topic(
+                TOPIC,
+                PARTITIONS,
+                1,
+                {
+                    "remote.storage.enable": "true",
+                    "segment.bytes": str(SEGMENT_BYTES),
+                    "local.retention.bytes": str(LOCAL_RETENTION),
+                },
+            )
         expected = produce(h.broker.bootstrap)
         timings["produce"] = time.monotonic() - t0
         ends = {p: expected[p][0] for p in range(PARTITIONS)}
@@ -106,12 +124,22 @@ def test_200mb_read_back_from_remote_by_four_clients(tmp_path: Path) -> None:
         # has cut the local log down to its tail
         def settled(p: int) -> dict[str, int]:
             local = h.local_segments(TOPIC, p)
-            return {"latest_tiered": h.offset(TOPIC, p, LATEST_TIERED), "active_base": max(local),
-                    "local_bytes": sum(local.values()), "local_segments": len(local)}
+            return {
+                "latest_tiered": h.offset(TOPIC, p, LATEST_TIERED),
+                "active_base": max(local),
+                "local_bytes": sum(local.values()),
+                "local_segments": len(local),
+            }
+
         for p in range(PARTITIONS):
-            h.wait(f"{TOPIC}-{p} fully offloaded with only its tail local", lambda p=p: settled(p),
-                   lambda s: s["latest_tiered"] + 1 == s["active_base"]
-                   and s["local_bytes"] <= LOCAL_RETENTION + SEGMENT_BYTES, timeout=120)
+            h.wait(
+                f"{TOPIC}-{p} fully offloaded with only its tail local",
+                lambda p=p: settled(p),
+                lambda s: (
+                    s["latest_tiered"] + 1 == s["active_base"] and s["local_bytes"] <= LOCAL_RETENTION + SEGMENT_BYTES
+                ),
+                timeout=120,
+            )
         timings["offload"] = time.monotonic() - t0 - timings["produce"]
         for p in range(PARTITIONS):
             local, start = h.offset(TOPIC, p, EARLIEST_LOCAL), h.offset(TOPIC, p, EARLIEST)
@@ -125,12 +153,17 @@ def test_200mb_read_back_from_remote_by_four_clients(tmp_path: Path) -> None:
         t1 = time.monotonic()
         for c in CLIENTS:
             if c == "kafkajs":
-                cmd = ["node", str(JS_DIR / "tiered_consume.js"), h.broker.bootstrap, TOPIC, "tiered-200mb-js",
-                       ends_json]
+                cmd = [
+                    "node",
+                    str(JS_DIR / "tiered_consume.js"),
+                    h.broker.bootstrap,
+                    TOPIC,
+                    "tiered-200mb-js",
+                    ends_json,
+                ]
             else:
                 cmd = [sys.executable, "-m", "tests.tiered.clients_consume", c, h.broker.bootstrap, TOPIC, ends_json]
-            procs[c] = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                        text=True)
+            procs[c] = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         results = {}
         for c, proc in procs.items():
             try:
@@ -151,5 +184,7 @@ def test_200mb_read_back_from_remote_by_four_clients(tmp_path: Path) -> None:
         assert got == want, f"{c} read back something else than was produced:\n got  {got}\n want {want}"
     # ~150 MB of it sat only in remote storage: the readers must have gone there
     assert remote_fetches >= 4 * PARTITIONS, remote_fetches
-    print(f"\n200 MB tiered: {json.dumps({k: round(v, 1) for k, v in timings.items()})}, "
-          f"{remote_fetches:.0f} remote fetches")
+    print(
+        f"\n200 MB tiered: {json.dumps({k: round(v, 1) for k, v in timings.items()})}, "
+        f"{remote_fetches:.0f} remote fetches"
+    )

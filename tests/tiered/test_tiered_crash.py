@@ -12,6 +12,7 @@ two). After the restart:
 Segments are ~1 MiB (40 batches of 10 records of 2.5 KB) so a copy takes long enough to be caught mid-way; with
 `local.retention.bytes=1` local copies go as soon as they are remote, so a lost or duplicated segment would show.
 """
+
 from __future__ import annotations
 
 import time
@@ -33,8 +34,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 RECORDS_PER_BATCH = 10
 BATCHES_PER_SEGMENT = 40
-SEG = RECORDS_PER_BATCH * BATCHES_PER_SEGMENT        # 400 records per segment
-COPY_QUOTA = 2_500_000                                # bytes/s: ~2.5 segments per second
+SEG = RECORDS_PER_BATCH * BATCHES_PER_SEGMENT  # 400 records per segment
+COPY_QUOTA = 2_500_000  # bytes/s: ~2.5 segments per second
 ATTEMPTS = 6
 
 
@@ -64,9 +65,14 @@ def _history_on_disk(h: Harness, sid: uuid.UUID) -> list[str]:
 
 def test_kill_during_copy_leaves_no_duplicate_missing_or_orphan_segment(make_harness) -> None:
     h: Harness = make_harness(**{"remote.log.manager.copy.max.bytes.per.second": COPY_QUOTA})
-    Scenario("setup").create_topic("t", partitions=1, configs={"local.retention.bytes": "1"},
-                                   records_per_batch=RECORDS_PER_BATCH, batches_per_segment=BATCHES_PER_SEGMENT,
-                                   value_size=2500).produce("t", 0, 10 * SEG + RECORDS_PER_BATCH).run(h)
+    Scenario("setup").create_topic(
+        "t",
+        partitions=1,
+        configs={"local.retention.bytes": "1"},
+        records_per_batch=RECORDS_PER_BATCH,
+        batches_per_segment=BATCHES_PER_SEGMENT,
+        value_size=2500,
+    ).produce("t", 0, 10 * SEG + RECORDS_PER_BATCH).run(h)
     orphans: list[uuid.UUID] = []
     races_lost = 0
     for attempt in range(ATTEMPTS):
@@ -75,7 +81,7 @@ def test_kill_during_copy_leaves_no_duplicate_missing_or_orphan_segment(make_har
         if hist == ["COPY_SEGMENT_STARTED"]:
             orphans.append(sid)
         else:
-            races_lost += 1          # the copy finished between our read and the kill
+            races_lost += 1  # the copy finished between our read and the kill
         h.broker.start()
         if orphans:
             break
@@ -85,16 +91,20 @@ def test_kill_during_copy_leaves_no_duplicate_missing_or_orphan_segment(make_har
     orphan = orphans[0]
     t = h.topic("t")
     produced = len(t.produced[0])
-    last_closed_end = (produced - 1) // SEG * SEG - 1        # the active segment holds the last partial one
+    last_closed_end = (produced - 1) // SEG * SEG - 1  # the active segment holds the last partial one
     bases = list(range(0, last_closed_end + 1, SEG))
 
     def orphan_cleaned(hh: Harness) -> None:
         st = hh.rlmm()
         seg = st.segments.get(orphan)
-        hh.wait(f"orphan {kafka_uuid_str(orphan)} deleted (RLMM DELETE_SEGMENT_FINISHED, no objects left)",
-                lambda: (hh.rlmm().segments[orphan].history,
-                         [o for o in hh.remote_objects("t", 0) if kafka_uuid_str(orphan) in o]),
-                lambda v: v[0][-1] == "DELETE_SEGMENT_FINISHED" and not v[1])
+        hh.wait(
+            f"orphan {kafka_uuid_str(orphan)} deleted (RLMM DELETE_SEGMENT_FINISHED, no objects left)",
+            lambda: (
+                hh.rlmm().segments[orphan].history,
+                [o for o in hh.remote_objects("t", 0) if kafka_uuid_str(orphan) in o],
+            ),
+            lambda v: v[0][-1] == "DELETE_SEGMENT_FINISHED" and not v[1],
+        )
         hist = hh.rlmm().segments[orphan].history
         assert hist == ["COPY_SEGMENT_STARTED", "DELETE_SEGMENT_STARTED", "DELETE_SEGMENT_FINISHED"], hist
         assert seg is not None
@@ -103,13 +113,17 @@ def test_kill_during_copy_leaves_no_duplicate_missing_or_orphan_segment(make_har
         segs = hh.rlmm_segments("t", 0)
         check_remote_chain(segs, 0, last_closed_end)
         # nothing else is left half-way: every attempt either finished or was deleted
-        states = {kafka_uuid_str(s.segment_id): s.history for s in segs
-                  if s.state not in ("COPY_SEGMENT_FINISHED", "DELETE_SEGMENT_FINISHED")}
+        states = {
+            kafka_uuid_str(s.segment_id): s.history
+            for s in segs
+            if s.state not in ("COPY_SEGMENT_FINISHED", "DELETE_SEGMENT_FINISHED")
+        }
         assert not states, f"segments stuck mid-way: {states}"
         stored = segment_objects(hh.remote_objects("t", 0))
         assert sorted(b for b, _ in stored) == bases, sorted(stored)
 
-    (Scenario("after the kill")
+    (
+        Scenario("after the kill")
         .wait_for_offload("t", 0, up_to_offset=last_closed_end, timeout=60)
         .expect_remote_segments("t", 0, bases, timeout=60)
         .step("orphan cleaned", orphan_cleaned)
@@ -118,6 +132,9 @@ def test_kill_during_copy_leaves_no_duplicate_missing_or_orphan_segment(make_har
         .expect_earliest_local_offset("t", 0, last_closed_end + 1)
         .consume("t", 0, from_offset=0, expect_records=produced, max_bytes=4 << 20, timeout=120)
         .expect_fetch_from_remote("t", at_least=len(bases))
-        .run(h))
-    print(f"[{h.backend.name}] orphan {kafka_uuid_str(orphan)} after {races_lost} lost races; "
-          f"{len(bases)} remote segments")
+        .run(h)
+    )
+    print(
+        f"[{h.backend.name}] orphan {kafka_uuid_str(orphan)} after {races_lost} lost races; "
+        f"{len(bases)} remote segments"
+    )

@@ -9,6 +9,7 @@ locally (local log start 20, latest tiered offset 19).
 * One Fetch naming several remote partitions returns data for all of them (KAFKA-14915 fixed).
 * Remote storage cannot be enabled on compacted topics, nor compaction on tiered topics.
 """
+
 from __future__ import annotations
 
 import re
@@ -71,18 +72,31 @@ def _list_offsets(h: Harness, version: int, specs: list[tuple[int, int]]) -> dic
     kw = {"isolation_level": 0} if version >= 2 else {}
     if version >= 10:
         kw["timeout_ms"] = 30000
-    req = ListOffsetsRequest[version](replica_id=-1, topics=[T(name=TOPIC, partitions=[
-        T.ListOffsetsPartition(partition_index=p, current_leader_epoch=-1, timestamp=ts, max_num_offsets=1)
-        for p, ts in specs])], **kw)
+    req = ListOffsetsRequest[version](
+        replica_id=-1,
+        topics=[
+            T(
+                name=TOPIC,
+                partitions=[
+                    T.ListOffsetsPartition(partition_index=p, current_leader_epoch=-1, timestamp=ts, max_num_offsets=1)
+                    for p, ts in specs
+                ],
+            )
+        ],
+        **kw,
+    )
     with h.wire() as c:
         resp = c.request(req)
     return {p.partition_index: (p.error_code, p.offset) for p in resp.topics[0].partitions}
 
 
-@pytest.mark.parametrize(("sentinel", "min_version", "expected"), [
-    (MAX_TIMESTAMP, 7, 29), (EARLIEST_LOCAL, 8, 20), (LATEST_TIERED, 9, 19), (EARLIEST_PENDING_UPLOAD, 11, 20)])
-def test_list_offsets_sentinels_are_version_gated_per_partition(prepared: Harness, sentinel: int,
-                                                                 min_version: int, expected: int) -> None:
+@pytest.mark.parametrize(
+    ("sentinel", "min_version", "expected"),
+    [(MAX_TIMESTAMP, 7, 29), (EARLIEST_LOCAL, 8, 20), (LATEST_TIERED, 9, 19), (EARLIEST_PENDING_UPLOAD, 11, 20)],
+)
+def test_list_offsets_sentinels_are_version_gated_per_partition(
+    prepared: Harness, sentinel: int, min_version: int, expected: int
+) -> None:
     # below its version: UNSUPPORTED_VERSION for the partition asking it; the other partition (-2) is answered
     got = _list_offsets(prepared, min_version - 1, [(0, sentinel), (1, -2)])
     assert got == {0: (UNSUPPORTED_VERSION, -1), 1: (0, 0)}, got
@@ -92,8 +106,15 @@ def test_list_offsets_sentinels_are_version_gated_per_partition(prepared: Harnes
     assert _list_offsets(prepared, 11, [(2, sentinel)]) == {2: (0, expected)}
 
 
-def _fetch(h: Harness, version: int, offsets: dict[int, int], replica_id: int = -1, max_bytes: int = 1 << 20,
-           partition_max_bytes: int = 64 * 1024, max_wait_ms: int = 500):
+def _fetch(
+    h: Harness,
+    version: int,
+    offsets: dict[int, int],
+    replica_id: int = -1,
+    max_bytes: int = 1 << 20,
+    partition_max_bytes: int = 64 * 1024,
+    max_wait_ms: int = 500,
+):
     T = FetchRequest.FetchTopic
     topic_kw = {"topic_id": _uuid_from_kafka(h.topic(TOPIC).topic_id)} if version >= 13 else {"topic": TOPIC}
     kw = {}
@@ -102,21 +123,49 @@ def _fetch(h: Harness, version: int, offsets: dict[int, int], replica_id: int = 
     else:
         kw["replica_id"] = replica_id
     req = FetchRequest[version](
-        max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=max_bytes, isolation_level=0, session_id=0,
-        session_epoch=-1, topics=[T(partitions=[T.FetchPartition(
-            partition=p, current_leader_epoch=-1, fetch_offset=o, last_fetched_epoch=-1, log_start_offset=-1,
-            partition_max_bytes=partition_max_bytes) for p, o in offsets.items()], **topic_kw)],
-        forgotten_topics_data=[], rack_id="", **kw)
+        max_wait_ms=max_wait_ms,
+        min_bytes=1,
+        max_bytes=max_bytes,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[
+            T(
+                partitions=[
+                    T.FetchPartition(
+                        partition=p,
+                        current_leader_epoch=-1,
+                        fetch_offset=o,
+                        last_fetched_epoch=-1,
+                        log_start_offset=-1,
+                        partition_max_bytes=partition_max_bytes,
+                    )
+                    for p, o in offsets.items()
+                ],
+                **topic_kw,
+            )
+        ],
+        forgotten_topics_data=[],
+        rack_id="",
+        **kw,
+    )
     with h.wire() as c:
         resp = c.request(req)
     assert resp.error_code == 0, resp
     return {p.partition_index: p for p in resp.responses[0].partitions}
 
 
-@pytest.mark.parametrize(("version", "expected_error"), [
-    (11, OFFSET_OUT_OF_RANGE), (12, OFFSET_OUT_OF_RANGE), (13, OFFSET_OUT_OF_RANGE),
-    (14, OFFSET_MOVED_TO_TIERED_STORAGE), (15, OFFSET_MOVED_TO_TIERED_STORAGE),
-    (16, OFFSET_MOVED_TO_TIERED_STORAGE)])
+@pytest.mark.parametrize(
+    ("version", "expected_error"),
+    [
+        (11, OFFSET_OUT_OF_RANGE),
+        (12, OFFSET_OUT_OF_RANGE),
+        (13, OFFSET_OUT_OF_RANGE),
+        (14, OFFSET_MOVED_TO_TIERED_STORAGE),
+        (15, OFFSET_MOVED_TO_TIERED_STORAGE),
+        (16, OFFSET_MOVED_TO_TIERED_STORAGE),
+    ],
+)
 def test_replica_fetch_below_local_start(prepared: Harness, version: int, expected_error: int) -> None:
     below = _fetch(prepared, version, {0: 5}, replica_id=1)[0]
     assert below.error_code == expected_error, (version, below)
@@ -130,7 +179,7 @@ def test_replica_fetch_below_local_start(prepared: Harness, version: int, expect
     consumer = _fetch(prepared, version, {0: 5})[0]
     assert consumer.error_code == 0, consumer
     offsets = [r.offset for r in decode_records(consumer.records)]
-    assert offsets[:5] == [5, 6, 7, 8, 9], offsets     # whole batches: the one holding 5 is [5, 9]
+    assert offsets[:5] == [5, 6, 7, 8, 9], offsets  # whole batches: the one holding 5 is [5, 9]
 
 
 def test_max_bytes_lets_only_the_first_partition_of_a_fetch_exceed_it(prepared: Harness) -> None:
@@ -167,13 +216,15 @@ def test_fetch_of_several_remote_partitions_returns_data_for_all(prepared: Harne
 
 def test_compacted_topics_cannot_use_remote_storage(prepared: Harness) -> None:
     msg = "Remote log storage only supports topics with cleanup.policy=delete"
-    (Scenario("compacted + remote")
+    (
+        Scenario("compacted + remote")
         .create_topic("c1", configs={"cleanup.policy": "compact"}, expect_error=msg)
         .create_topic("c2", configs={"cleanup.policy": "compact,delete"}, expect_error=msg)
         .create_topic("c3", tiered=False, configs={"cleanup.policy": "compact"})
         .update_topic_config("c3", set={"remote.storage.enable": "true"}, expect_error=msg)
         .update_topic_config(TOPIC, set={"cleanup.policy": "compact"}, expect_error=msg)
-        .run(prepared))
+        .run(prepared)
+    )
     with prepared.admin() as a:
         names = a.list_topics()
     assert "c1" not in names and "c2" not in names and "c3" in names
@@ -181,23 +232,42 @@ def test_compacted_topics_cannot_use_remote_storage(prepared: Harness) -> None:
 
 def test_local_retention_cannot_exceed_total_retention(prepared: Harness) -> None:
     # Kafka's LogConfig.validateRemoteStorageRetentionTime/Size, for tiered topics only
-    (Scenario("local vs total retention")
-        .create_topic("r1", configs={"retention.ms": "60000", "local.retention.ms": "120000"},
-                      expect_error="Value must not be more than retention.ms property value: 60000")
-        .create_topic("r2", configs={"retention.bytes": "1000000", "local.retention.bytes": "-1"},
-                      expect_error="Value must not be -1 as retention.bytes value is set as 1000000.")
-        .create_topic("r3", configs={"retention.ms": "60000", "local.retention.ms": "60000",
-                                     "retention.bytes": "1000000", "local.retention.bytes": "-2"})
+    (
+        Scenario("local vs total retention")
+        .create_topic(
+            "r1",
+            configs={"retention.ms": "60000", "local.retention.ms": "120000"},
+            expect_error="Value must not be more than retention.ms property value: 60000",
+        )
+        .create_topic(
+            "r2",
+            configs={"retention.bytes": "1000000", "local.retention.bytes": "-1"},
+            expect_error="Value must not be -1 as retention.bytes value is set as 1000000.",
+        )
+        .create_topic(
+            "r3",
+            configs={
+                "retention.ms": "60000",
+                "local.retention.ms": "60000",
+                "retention.bytes": "1000000",
+                "local.retention.bytes": "-2",
+            },
+        )
         .create_topic("r4", tiered=False, configs={"retention.ms": "60000", "local.retention.ms": "120000"})
-        .update_topic_config("r3", set={"local.retention.bytes": "2000000"},
-                             expect_error="Value must not be more than retention.bytes property value: 1000000")
-        .run(prepared))
+        .update_topic_config(
+            "r3",
+            set={"local.retention.bytes": "2000000"},
+            expect_error="Value must not be more than retention.bytes property value: 1000000",
+        )
+        .run(prepared)
+    )
 
 
 # -- tools --------------------------------------------------------------------------------------------------------
 def _strata(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "strata", *args], cwd=REPO_ROOT, capture_output=True, text=True,
-                          timeout=60, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "strata", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=False
+    )
 
 
 CUSTOM = r"(?:Optional\.empty|Optional\[CustomMetadata\{\d+ bytes\}\])"
@@ -211,15 +281,18 @@ def test_remote_log_metadata_tool_prints_like_kafkas_formatter(prepared: Harness
     lines = [ln for ln in r.stdout.splitlines() if f"{tid}:{TOPIC}-" in ln]
     # per partition: 2 segments, each a RemoteLogSegmentMetadata (STARTED) then an update (FINISHED)
     assert len(lines) == PARTITIONS * 4, r.stdout
-    seg = re.compile(r"^partition: (\d+), offset: (\d+), value: RemoteLogSegmentMetadata\{remoteLogSegmentId="
-                     r"RemoteLogSegmentId\{topicIdPartition=" + re.escape(tid) + r":tp-(\d), id=([A-Za-z0-9_-]{22})\}, "
-                     r"startOffset=(\d+), endOffset=(\d+), brokerId=0, maxTimestampMs=\d+, eventTimestampMs=\d+, "
-                     r"segmentLeaderEpochs=\{0=\5\}, segmentSizeInBytes=(\d+), customMetadata=" + CUSTOM + r", "
-                     r"state=COPY_SEGMENT_STARTED, txnIdxEmpty=(true|false)\}$")
-    upd = re.compile(r"^partition: (\d+), offset: (\d+), value: RemoteLogSegmentMetadataUpdate\{remoteLogSegmentId="
-                     r"RemoteLogSegmentId\{topicIdPartition=" + re.escape(tid) + r":tp-(\d), id=([A-Za-z0-9_-]{22})\}, "
-                     r"customMetadata=" + CUSTOM
-                     + r", state=COPY_SEGMENT_FINISHED, eventTimestampMs=\d+, brokerId=0\}$")
+    seg = re.compile(
+        r"^partition: (\d+), offset: (\d+), value: RemoteLogSegmentMetadata\{remoteLogSegmentId="
+        r"RemoteLogSegmentId\{topicIdPartition=" + re.escape(tid) + r":tp-(\d), id=([A-Za-z0-9_-]{22})\}, "
+        r"startOffset=(\d+), endOffset=(\d+), brokerId=0, maxTimestampMs=\d+, eventTimestampMs=\d+, "
+        r"segmentLeaderEpochs=\{0=\5\}, segmentSizeInBytes=(\d+), customMetadata=" + CUSTOM + r", "
+        r"state=COPY_SEGMENT_STARTED, txnIdxEmpty=(true|false)\}$"
+    )
+    upd = re.compile(
+        r"^partition: (\d+), offset: (\d+), value: RemoteLogSegmentMetadataUpdate\{remoteLogSegmentId="
+        r"RemoteLogSegmentId\{topicIdPartition=" + re.escape(tid) + r":tp-(\d), id=([A-Za-z0-9_-]{22})\}, "
+        r"customMetadata=" + CUSTOM + r", state=COPY_SEGMENT_FINISHED, eventTimestampMs=\d+, brokerId=0\}$"
+    )
     started, finished = {}, set()
     for ln in lines:
         m = seg.match(ln) or upd.match(ln)
@@ -259,11 +332,13 @@ def test_describe_log_dirs_reports_local_sizes(prepared: Harness) -> None:
         assert [d.error_code for d in resp.results] == [0]
         d = resp.results[0]
         assert Path(d.log_dir).is_dir()
-        assert [(t.name, [(p.partition_index, p.partition_size, p.offset_lag, p.is_future_key) for p in t.partitions])
-                for t in d.topics] == [(TOPIC, [(p, seg_bytes, 0, False) for p in range(PARTITIONS)])]
+        assert [
+            (t.name, [(p.partition_index, p.partition_size, p.offset_lag, p.is_future_key) for p in t.partitions])
+            for t in d.topics
+        ] == [(TOPIC, [(p, seg_bytes, 0, False) for p in range(PARTITIONS)])]
         if version >= 4:
             assert d.total_bytes >= d.usable_bytes > 0
-    with prepared.wire() as c:     # null topics: every partition of the broker
+    with prepared.wire() as c:  # null topics: every partition of the broker
         every = c.recv(R, 4, c.send(D[4](topics=None)))
     assert TOPIC in {t.name for d in every.results for t in d.topics}
 
@@ -273,10 +348,12 @@ def test_topics_describe_shows_local_and_remote_offsets(prepared: Harness) -> No
     r = _strata("topics", "--bootstrap-server", prepared.broker.bootstrap, "describe", "--topic", TOPIC)
     assert r.returncode == 0, r.stderr
     parts = [ln.strip() for ln in r.stdout.splitlines()[1:]]
-    assert parts == [f"Topic: {TOPIC}\tPartition: {p}\tLeader: 0\tReplicas: 0\tIsr: 0\tLogStartOffset: 0\t"
-                     f"EndOffset: 30\tLocalLogStartOffset: 20\tLatestTieredOffset: 19\tLocalSize: {seg_bytes}\t"
-                     f"RemoteSize: {2 * seg_bytes}"
-                     for p in range(PARTITIONS)], r.stdout
+    assert parts == [
+        f"Topic: {TOPIC}\tPartition: {p}\tLeader: 0\tReplicas: 0\tIsr: 0\tLogStartOffset: 0\t"
+        f"EndOffset: 30\tLocalLogStartOffset: 20\tLatestTieredOffset: 19\tLocalSize: {seg_bytes}\t"
+        f"RemoteSize: {2 * seg_bytes}"
+        for p in range(PARTITIONS)
+    ], r.stdout
     # a topic without remote storage keeps kafka-topics.sh's columns
     if "plain" not in prepared.topics:
         Scenario("plain").create_topic("plain", tiered=False).run(prepared)

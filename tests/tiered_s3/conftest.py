@@ -1,5 +1,6 @@
 """Fixtures for the S3 end-to-end tiered tests: one moto server per session, and a fault-injecting proxy in front
 of it (`s3_faults.ProxyThread`), one per test."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator

@@ -13,6 +13,7 @@ with a standing *mode*:
 `ProxyThread` runs one on an event loop in a daemon thread, since the broker is a separate process and the test
 bodies are synchronous.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -29,9 +30,9 @@ from tests.support.s3_servers import Fault, FaultProxy
 
 @dataclass
 class FlakyProfile:
-    error_p: float = 0.12          # answer 500 or 503 without forwarding
-    drop_p: float = 0.08           # drop the connection before answering, or half-way through the response
-    delay_p: float = 0.25          # forward after a random delay in [delay_min_s, delay_max_s]
+    error_p: float = 0.12  # answer 500 or 503 without forwarding
+    drop_p: float = 0.08  # drop the connection before answering, or half-way through the response
+    delay_p: float = 0.25  # forward after a random delay in [delay_min_s, delay_max_s]
     delay_min_s: float = 0.02
     delay_max_s: float = 0.4
 
@@ -39,13 +40,14 @@ class FlakyProfile:
 class ModalFaultProxy(FaultProxy):
     MODES = ("pass", "blackhole", "refuse", "flaky")
 
-    def __init__(self, upstream_host: str, upstream_port: int, seed: int = 405,
-                 flaky: FlakyProfile | None = None) -> None:
+    def __init__(
+        self, upstream_host: str, upstream_port: int, seed: int = 405, flaky: FlakyProfile | None = None
+    ) -> None:
         super().__init__(upstream_host, upstream_port)
         self.mode = "pass"
         self.rng = random.Random(seed)
         self.flaky = flaky or FlakyProfile()
-        self.faults_by_mode: Counter[tuple[str, str]] = Counter()   # (mode, fault kind) -> count
+        self.faults_by_mode: Counter[tuple[str, str]] = Counter()  # (mode, fault kind) -> count
 
     def _next_fault(self, method: str, path: str) -> Fault | None:
         queued = super()._next_fault(method, path)
@@ -80,14 +82,14 @@ class ModalFaultProxy(FaultProxy):
         try:
             await super()._handle(reader, writer)
         except asyncio.CancelledError:
-            pass    # a held ("hang") request cancelled by stop(): end quietly (asyncio logs cancelled handlers)
+            pass  # a held ("hang") request cancelled by stop(): end quietly (asyncio logs cancelled handlers)
 
     async def set_mode(self, mode: str) -> None:
         if mode not in self.MODES:
             raise ValueError(f"unknown proxy mode {mode!r}")
         old = self.mode
         if mode == "refuse" and self._server is not None:
-            self._server.close()             # first: from here on connections are refused
+            self._server.close()  # first: from here on connections are refused
         self.mode = mode
         if old == "blackhole" and mode != "blackhole":
             # release the requests held open: their clients gave up on them already (attempt timeouts)

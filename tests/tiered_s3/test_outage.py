@@ -35,6 +35,7 @@ A longer soak is run by hand through the environment (durations in seconds or ms
 ATTEMPT_TIMEOUT_MS, API_TIMEOUT_MS, RETRY_ATTEMPTS, LIST_OFFSETS_TIMEOUT_MS, FETCH_MARGIN_S, CLIENT_BOUND_S, and
 OVERRIDES="key=value;key=value" for any other broker property.) The pytest timeout grows with the outage.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -89,18 +90,18 @@ def _env(name: str, default: float) -> float:
 
 @dataclass(frozen=True)
 class OutageSettings:
-    outage_s: float = 30.0            # blackhole for the first half, refused connections for the second
-    rate: float = 20.0                # produced batches per second (5 records of 1000 bytes each)
-    task_interval_ms: int = 200       # remote.log.manager.task.interval.ms
-    backoff_ms: int = 100             # remote.log.manager.task.retry.backoff.ms
-    backoff_max_ms: int = 2000        # remote.log.manager.task.retry.backoff.max.ms
-    fetch_wait_ms: int = 500          # remote.fetch.max.wait.ms
-    attempt_timeout_ms: int = 1000    # rsm.config.s3.api.call.attempt.timeout.ms
-    api_timeout_ms: int = 3000        # rsm.config.s3.api.call.timeout.ms (all attempts of one S3 call)
-    retry_attempts: int = 3           # rsm.config.s3.retry.max.attempts
+    outage_s: float = 30.0  # blackhole for the first half, refused connections for the second
+    rate: float = 20.0  # produced batches per second (5 records of 1000 bytes each)
+    task_interval_ms: int = 200  # remote.log.manager.task.interval.ms
+    backoff_ms: int = 100  # remote.log.manager.task.retry.backoff.ms
+    backoff_max_ms: int = 2000  # remote.log.manager.task.retry.backoff.max.ms
+    fetch_wait_ms: int = 500  # remote.fetch.max.wait.ms
+    attempt_timeout_ms: int = 1000  # rsm.config.s3.api.call.attempt.timeout.ms
+    api_timeout_ms: int = 3000  # rsm.config.s3.api.call.timeout.ms (all attempts of one S3 call)
+    retry_attempts: int = 3  # rsm.config.s3.retry.max.attempts
     list_offsets_timeout_ms: int = 1500  # remote.list.offsets.request.timeout.ms (KIP-1075; Kafka's default 30000)
-    fetch_margin_s: float = 2.5       # allowed on top of remote.fetch.max.wait.ms for one remote Fetch
-    client_bound_s: float = 3.0       # slowest produce / local fetch allowed (a hang lasts the S3 timeouts or more)
+    fetch_margin_s: float = 2.5  # allowed on top of remote.fetch.max.wait.ms for one remote Fetch
+    client_bound_s: float = 3.0  # slowest produce / local fetch allowed (a hang lasts the S3 timeouts or more)
     # (the bounds absorb the pauses of a loaded 2-core box: broker GC pauses of ~0.5 s, CPU starvation)
     extra: dict[str, str] = field(default_factory=dict)
 
@@ -112,17 +113,21 @@ class OutageSettings:
             if "=" in item:
                 k, v = item.split("=", 1)
                 extra[k.strip()] = v.strip()
-        return cls(outage_s=_env("SECONDS", d.outage_s), rate=_env("RATE", d.rate),
-                   task_interval_ms=int(_env("TASK_INTERVAL_MS", d.task_interval_ms)),
-                   backoff_ms=int(_env("BACKOFF_MS", d.backoff_ms)),
-                   backoff_max_ms=int(_env("BACKOFF_MAX_MS", d.backoff_max_ms)),
-                   fetch_wait_ms=int(_env("FETCH_WAIT_MS", d.fetch_wait_ms)),
-                   attempt_timeout_ms=int(_env("ATTEMPT_TIMEOUT_MS", d.attempt_timeout_ms)),
-                   api_timeout_ms=int(_env("API_TIMEOUT_MS", d.api_timeout_ms)),
-                   retry_attempts=int(_env("RETRY_ATTEMPTS", d.retry_attempts)),
-                   list_offsets_timeout_ms=int(_env("LIST_OFFSETS_TIMEOUT_MS", d.list_offsets_timeout_ms)),
-                   fetch_margin_s=_env("FETCH_MARGIN_S", d.fetch_margin_s),
-                   client_bound_s=_env("CLIENT_BOUND_S", d.client_bound_s), extra=extra)
+        return cls(
+            outage_s=_env("SECONDS", d.outage_s),
+            rate=_env("RATE", d.rate),
+            task_interval_ms=int(_env("TASK_INTERVAL_MS", d.task_interval_ms)),
+            backoff_ms=int(_env("BACKOFF_MS", d.backoff_ms)),
+            backoff_max_ms=int(_env("BACKOFF_MAX_MS", d.backoff_max_ms)),
+            fetch_wait_ms=int(_env("FETCH_WAIT_MS", d.fetch_wait_ms)),
+            attempt_timeout_ms=int(_env("ATTEMPT_TIMEOUT_MS", d.attempt_timeout_ms)),
+            api_timeout_ms=int(_env("API_TIMEOUT_MS", d.api_timeout_ms)),
+            retry_attempts=int(_env("RETRY_ATTEMPTS", d.retry_attempts)),
+            list_offsets_timeout_ms=int(_env("LIST_OFFSETS_TIMEOUT_MS", d.list_offsets_timeout_ms)),
+            fetch_margin_s=_env("FETCH_MARGIN_S", d.fetch_margin_s),
+            client_bound_s=_env("CLIENT_BOUND_S", d.client_bound_s),
+            extra=extra,
+        )
 
     @property
     def recovery_s(self) -> float:
@@ -149,7 +154,7 @@ SETTINGS = OutageSettings.from_env()
 pytestmark = [pytest.mark.integration]
 
 RECORDS_PER_BATCH, VALUE_SIZE, BATCHES_PER_SEGMENT = 5, 1000, 20
-SEG = RECORDS_PER_BATCH * BATCHES_PER_SEGMENT          # records per segment: segment j = [j*SEG, (j+1)*SEG)
+SEG = RECORDS_PER_BATCH * BATCHES_PER_SEGMENT  # records per segment: segment j = [j*SEG, (j+1)*SEG)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -197,13 +202,17 @@ class PacedProducer(Actor):
             while not self.halt.is_set():
                 now = time.monotonic()
                 if now < due:
-                    self.halt.wait(due - now)        # pacing, not synchronisation
+                    self.halt.wait(due - now)  # pacing, not synchronisation
                     continue
                 due = max(due + 1 / self.rate, now - 1.0)
                 base = len(log)
                 ts = int(time.time() * 1000)
-                recs = [Produced(base + i, _key(base + i), _value(t.name, 0, base + i, VALUE_SIZE, t.generation),
-                                 ts + i, base) for i in range(RECORDS_PER_BATCH)]
+                recs = [
+                    Produced(
+                        base + i, _key(base + i), _value(t.name, 0, base + i, VALUE_SIZE, t.generation), ts + i, base
+                    )
+                    for i in range(RECORDS_PER_BATCH)
+                ]
                 started = time.monotonic()
                 resp = c.produce(t.name, 0, _batch(recs), version=v, acks=-1, timeout_ms=30000)
                 pr = resp.responses[0].partition_responses[0]
@@ -234,12 +243,15 @@ class TailConsumer(Actor):
         with self.h.wire() as c:
             while not self.halt.is_set():
                 started = time.monotonic()
-                p = c.fetch(self.topic, 0, self.offset, version=12, max_wait_ms=200,
-                            max_bytes=1 << 20).responses[0].partitions[0]
+                p = (
+                    c.fetch(self.topic, 0, self.offset, version=12, max_wait_ms=200, max_bytes=1 << 20)
+                    .responses[0]
+                    .partitions[0]
+                )
                 self.samples.append((started, time.monotonic() - started))
                 if p.error_code != NONE:
                     self.errors.append((self.offset, p.error_code))
-                    self.halt.wait(0.1)              # a client's retry backoff
+                    self.halt.wait(0.1)  # a client's retry backoff
                     continue
                 data = bytes(p.records or b"")
                 for pos, hdr in iter_batches(data):
@@ -255,7 +267,7 @@ class Probe:
     duration: float
     error: int
     nbytes: int
-    mode: str            # proxy mode when the fetch was sent
+    mode: str  # proxy mode when the fetch was sent
 
 
 class RemoteProber(Actor):
@@ -273,8 +285,11 @@ class RemoteProber(Actor):
             while not self.halt.is_set():
                 mode = self.proxy.mode
                 started = time.monotonic()
-                p = c.fetch(self.topic, 0, self.offset, version=12, max_wait_ms=self.max_wait_ms,
-                            max_bytes=64 * 1024).responses[0].partitions[0]
+                p = (
+                    c.fetch(self.topic, 0, self.offset, version=12, max_wait_ms=self.max_wait_ms, max_bytes=64 * 1024)
+                    .responses[0]
+                    .partitions[0]
+                )
                 data = bytes(p.records or b"")
                 self.probes.append(Probe(started, time.monotonic() - started, p.error_code, len(data), mode))
                 if p.error_code == NONE and data:
@@ -290,7 +305,7 @@ class LibrdkafkaReader(Actor):
         super().__init__("librdkafka-reader")
         self.bootstrap, self.topic, self.count, self.timeout = bootstrap, topic, count, timeout
         self.records: list[tuple[int, bytes | None, bytes | None, int]] = []
-        self.errors: list[tuple[str, bool]] = []          # (error, retriable)
+        self.errors: list[tuple[str, bool]] = []  # (error, retriable)
 
     def body(self) -> None:
         c = ck.consumer(self.bootstrap, **{"fetch.error.backoff.ms": 200})
@@ -316,17 +331,19 @@ class OffsetWatcher(Actor):
     def __init__(self, h: Harness, topic: str) -> None:
         super().__init__("offset-watcher")
         self.h, self.topic = h, topic
-        self.samples: list[tuple[float, int, int]] = []      # (time, local start, latest tiered after)
+        self.samples: list[tuple[float, int, int]] = []  # (time, local start, latest tiered after)
         self.violations: list[tuple[float, int, int, int]] = []
-        self.lag: list[tuple[float, float, float]] = []      # (time, lag segments, lag bytes)
+        self.lag: list[tuple[float, float, float]] = []  # (time, lag segments, lag bytes)
 
     def body(self) -> None:
         with self.h.wire() as c:
+
             def lo(spec: int) -> int:
                 p = c.list_offsets(self.topic, 0, spec, version=9).topics[0].partitions[0]
                 if p.error_code:
                     raise AssertionError(f"ListOffsets({spec}): error {p.error_code}")
                 return p.offset
+
             n = 0
             while not self.halt.is_set():
                 r0 = lo(LATEST_TIERED)
@@ -339,8 +356,13 @@ class OffsetWatcher(Actor):
                 if n % 5 == 0:
                     m = self.h.metrics()
                     lbl = (("partition", "0"), ("topic", self.topic))
-                    self.lag.append((now, m.get(("strata_remote_copy_lag_segments", lbl), 0.0),
-                                     m.get(("strata_remote_copy_lag_bytes", lbl), 0.0)))
+                    self.lag.append(
+                        (
+                            now,
+                            m.get(("strata_remote_copy_lag_segments", lbl), 0.0),
+                            m.get(("strata_remote_copy_lag_bytes", lbl), 0.0),
+                        )
+                    )
                 n += 1
                 self.halt.wait(0.1)
 
@@ -363,12 +385,13 @@ def metric(m: dict, name: str, **labels: str) -> float:
 
 def slow_requests(m: dict, api: str, le: str) -> float:
     """Requests of `api` slower than `le` seconds (strata_network_request_total_time_seconds histogram)."""
-    return (metric(m, "strata_network_request_total_time_seconds_count", api=api)
-            - metric(m, "strata_network_request_total_time_seconds_bucket", api=api, le=le))
+    return metric(m, "strata_network_request_total_time_seconds_count", api=api) - metric(
+        m, "strata_network_request_total_time_seconds_bucket", api=api, le=le
+    )
 
 
 def expected(t: TopicState, start: int, count: int) -> list[tuple[int, bytes, bytes, int]]:
-    return [(r.offset, r.key, r.value, r.timestamp) for r in t.produced[0][start:start + count]]
+    return [(r.offset, r.key, r.value, r.timestamp) for r in t.produced[0][start : start + count]]
 
 
 def first_difference(want: list, got: list) -> str:
@@ -391,12 +414,19 @@ def last_closed_end(leo: int) -> int:
     return active_base - 1
 
 
-def wait(h: Harness, what: str, probe: Callable[[], Any], ok: Callable[[Any], bool], timeout: float = 60.0,
-         actors: tuple[Actor, ...] = ()) -> Any:
+def wait(
+    h: Harness,
+    what: str,
+    probe: Callable[[], Any],
+    ok: Callable[[Any], bool],
+    timeout: float = 60.0,
+    actors: tuple[Actor, ...] = (),
+) -> Any:
     def checked() -> Any:
         for a in actors:
             a.check()
         return probe()
+
     return h.wait(what, checked, ok, timeout, interval=0.2)
 
 
@@ -406,8 +436,12 @@ def wait(h: Harness, what: str, probe: Callable[[], Any], ok: Callable[[Any], bo
 @pytest.mark.timeout(180 + 3 * SETTINGS.outage_s + 2 * SETTINGS.recovery_s)
 def test_remote_storage_outage(moto: MotoServer, s3_proxy: ProxyThread, tmp_path, request) -> None:
     cfg = SETTINGS
-    h = Harness(tmp_path / "broker", S3Backend(moto, key_prefix(request), endpoint=s3_proxy.endpoint),
-                cfg.broker_overrides(), name="outage")
+    h = Harness(
+        tmp_path / "broker",
+        S3Backend(moto, key_prefix(request), endpoint=s3_proxy.endpoint),
+        cfg.broker_overrides(),
+        name="outage",
+    )
     request.node._strata_brokers = [h.broker]
     actors: list[Actor] = []
     h.start()
@@ -434,17 +468,25 @@ def _outage_scenario(h: Harness, proxy: ProxyThread, cfg: OutageSettings, actors
     watcher.start()
 
     # -- before: tiering works (4 segments copied and trimmed locally; the first two read back from S3) ---------
-    wait(h, "4 segments copied and deleted locally", lambda: h.offsets(topic, 0),
-         lambda o: o["latest-tiered(-5)"] >= 4 * SEG - 1 and o["earliest-local(-4)"] >= 4 * SEG,
-         actors=(producer, watcher))
+    wait(
+        h,
+        "4 segments copied and deleted locally",
+        lambda: h.offsets(topic, 0),
+        lambda o: o["latest-tiered(-5)"] >= 4 * SEG - 1 and o["earliest-local(-4)"] >= 4 * SEG,
+        actors=(producer, watcher),
+    )
     Consume(topic, 0, 0, 2 * SEG).run(h)
     # a second tiered topic, for remote deletion during the outage
     audit = "audit"
     create_tiered_topic(h, audit)
     Produce(audit, 0, 3 * SEG + RECORDS_PER_BATCH).run(h)
-    wait(h, f"{audit}: 3 segments copied", lambda: h.offsets(audit, 0),
-         lambda o: o["latest-tiered(-5)"] == 3 * SEG - 1 and o["earliest-local(-4)"] == 3 * SEG,
-         actors=(producer, watcher))
+    wait(
+        h,
+        f"{audit}: 3 segments copied",
+        lambda: h.offsets(audit, 0),
+        lambda o: o["latest-tiered(-5)"] == 3 * SEG - 1 and o["earliest-local(-4)"] == 3 * SEG,
+        actors=(producer, watcher),
+    )
     # inside segment 3: copied, deleted locally, never read, not cached (reading segment 1 read ahead segment 2)
     remote_offset = 3 * SEG + 7
     tail = TailConsumer(h, topic, h.offset(topic, 0, LATEST))
@@ -463,7 +505,7 @@ def _outage_scenario(h: Harness, proxy: ProxyThread, cfg: OutageSettings, actors
     prober.start()
     reader.start()
     # a consumer seeking by time into remote data (offsetsForTimes): the remote time index cannot be read
-    ts_offset = 3 * SEG + 3                      # segment 3: copied, deleted locally, its indexes never read
+    ts_offset = 3 * SEG + 3  # segment 3: copied, deleted locally, its indexes never read
     ts_target = t.produced[0][ts_offset].timestamp
     started = time.monotonic()
     with WireClient.connect(h.broker.bootstrap, timeout=300.0) as c:
@@ -510,17 +552,19 @@ def _outage_scenario(h: Harness, proxy: ProxyThread, cfg: OutageSettings, actors
     by_mode = {m: sorted({(p.error, p.nbytes > 0) for p in out_probes if p.mode == m}) for m in ("blackhole", "refuse")}
     assert all(by_mode.values()), by_mode
     assert any(p.error == KAFKA_STORAGE_ERROR for p in out_probes), by_mode
-    assert metric(m_mid, "strata_delayed_remote_fetch_expires_total", topic=topic) > \
-        metric(m0, "strata_delayed_remote_fetch_expires_total", topic=topic), "no DelayedRemoteFetch expiry"
-    assert metric(m_end, "strata_remote_fetch_errors_total", topic=topic) > \
-        metric(m0, "strata_remote_fetch_errors_total", topic=topic)
+    assert metric(m_mid, "strata_delayed_remote_fetch_expires_total", topic=topic) > metric(
+        m0, "strata_delayed_remote_fetch_expires_total", topic=topic
+    ), "no DelayedRemoteFetch expiry"
+    assert metric(m_end, "strata_remote_fetch_errors_total", topic=topic) > metric(
+        m0, "strata_remote_fetch_errors_total", topic=topic
+    )
 
     # ListOffsets by timestamp needing a remote time index: a retriable error within remote.list.offsets.request.
     # timeout.ms (REQUEST_TIMED_OUT, KIP-1075) or the S3 deadline (KAFKA_STORAGE_ERROR), whichever comes first
     ts_bound = min(cfg.list_offsets_timeout_ms, 2 * cfg.api_timeout_ms) / 1000 + cfg.fetch_margin_s
     assert ts_error in (REQUEST_TIMED_OUT, KAFKA_STORAGE_ERROR), f"ListOffsets by timestamp: error {ts_error}"
     assert ts_took <= ts_bound, f"ListOffsets by timestamp took {ts_took:.2f}s (bound {ts_bound:.1f}s)"
-    if cfg.list_offsets_timeout_ms < cfg.attempt_timeout_ms:     # no S3 attempt can end before the lookup timeout
+    if cfg.list_offsets_timeout_ms < cfg.attempt_timeout_ms:  # no S3 attempt can end before the lookup timeout
         assert ts_error == REQUEST_TIMED_OUT, f"ListOffsets by timestamp: error {ts_error}, expected 7"
 
     # (c) copy lag grows, copies fail, the S3 client times out (blackhole) and gives up (both)
@@ -530,8 +574,9 @@ def _outage_scenario(h: Harness, proxy: ProxyThread, cfg: OutageSettings, actors
     uncopied = [b for b in local_end if b > offs_end["latest-tiered(-5)"]]
     closed_uncopied = len(uncopied) - 1
     assert closed_uncopied >= 0.5 * cfg.rate * cfg.outage_s / BATCHES_PER_SEGMENT, (local_end, offs_end)
-    assert lag_segs >= max(3, closed_uncopied - 2 * cfg.rate * (cfg.backoff_max_ms + cfg.api_timeout_ms) / 1000
-                           / BATCHES_PER_SEGMENT), f"copy lag {lag_segs} segments, {closed_uncopied} waiting"
+    assert lag_segs >= max(
+        3, closed_uncopied - 2 * cfg.rate * (cfg.backoff_max_ms + cfg.api_timeout_ms) / 1000 / BATCHES_PER_SEGMENT
+    ), f"copy lag {lag_segs} segments, {closed_uncopied} waiting"
     assert lag_bytes == lag_segs * seg_bytes, (lag_bytes, lag_segs, seg_bytes)
     outage_lag = [s for ts, s, _ in watcher.lag if t_out <= ts <= t_back]
     assert outage_lag and outage_lag[-1] > outage_lag[0], f"copy lag did not grow: {outage_lag}"
@@ -541,16 +586,18 @@ def _outage_scenario(h: Harness, proxy: ProxyThread, cfg: OutageSettings, actors
     assert metric(m_end, "strata_rsm_s3_errors_total") > metric(m_mid, "strata_rsm_s3_errors_total")
 
     # remote deletion during the outage: attempted (DELETE_SEGMENT_STARTED), the objects still there
-    assert states == {0: "DELETE_SEGMENT_STARTED", SEG: "DELETE_SEGMENT_STARTED", 2 * SEG: "COPY_SEGMENT_FINISHED"}, \
+    assert states == {0: "DELETE_SEGMENT_STARTED", SEG: "DELETE_SEGMENT_STARTED", 2 * SEG: "COPY_SEGMENT_FINISHED"}, (
         states
+    )
     assert stored == {0, SEG, 2 * SEG}, f"{audit}: segment objects in the bucket at {sorted(stored)}"
 
     # (d) nothing local deleted before it is remote
     assert not watcher.violations, f"local log start passed latest tiered + 1: {watcher.violations[:5]}"
     assert offs_end["earliest-local(-4)"] == offs_end["latest-tiered(-5)"] + 1, offs_end
     assert local_end[0] == offs_end["earliest-local(-4)"] and local_end == list(
-        range(local_end[0], local_end[-1] + 1, SEG)), f"local segments {local_end}, offsets {offs_end}"
-    assert offs_end["latest-tiered(-5)"] <= r_out + SEG, (r_out, offs_end)   # at most a copy in flight finished
+        range(local_end[0], local_end[-1] + 1, SEG)
+    ), f"local segments {local_end}, offsets {offs_end}"
+    assert offs_end["latest-tiered(-5)"] <= r_out + SEG, (r_out, offs_end)  # at most a copy in flight finished
 
     phases.append(("outage over, checked", time.monotonic()))
 
@@ -558,25 +605,51 @@ def _outage_scenario(h: Harness, proxy: ProxyThread, cfg: OutageSettings, actors
     prober_ok = prober.got_data.wait(cfg.recovery_s)
     assert prober_ok, f"remote reads did not recover: last probes {prober.probes[-3:]}"
     want = t.produced[0]
-    got = [(r.offset, r.key, r.value, r.timestamp) for pos, _ in iter_batches(prober.data)
-           for r in iter_records(prober.data, pos)]
-    assert got and got[0][0] <= remote_offset and all(
-        (o, k, v, ts) == (want[o].offset, want[o].key, want[o].value, want[o].timestamp) for o, k, v, ts in got)
-    wait(h, "copying resumed while producing", lambda: h.offset(topic, 0, LATEST_TIERED),
-         lambda r: r >= offs_end["latest(-1)"] - SEG, cfg.recovery_s, actors=(producer, watcher, tail))
+    got = [
+        (r.offset, r.key, r.value, r.timestamp)
+        for pos, _ in iter_batches(prober.data)
+        for r in iter_records(prober.data, pos)
+    ]
+    assert (
+        got
+        and got[0][0] <= remote_offset
+        and all((o, k, v, ts) == (want[o].offset, want[o].key, want[o].value, want[o].timestamp) for o, k, v, ts in got)
+    )
+    wait(
+        h,
+        "copying resumed while producing",
+        lambda: h.offset(topic, 0, LATEST_TIERED),
+        lambda r: r >= offs_end["latest(-1)"] - SEG,
+        cfg.recovery_s,
+        actors=(producer, watcher, tail),
+    )
     producer.stop()
     phases.append(("copying resumed", time.monotonic()))
     leo = len(t.produced[0])
     end = last_closed_end(leo)
-    wait(h, f"caught up: latest tiered {end}, local log start {end + 1}, copy lag 0",
-         lambda: (h.offsets(topic, 0), metric(h.metrics(), "strata_remote_copy_lag_segments", **lbl),
-                  metric(h.metrics(), "strata_remote_copy_lag_bytes", **lbl)),
-         lambda o: o[0]["latest-tiered(-5)"] == end and o[0]["earliest-local(-4)"] == end + 1 and o[1:] == (0, 0),
-         cfg.recovery_s, actors=(watcher, tail))
-    wait(h, "the failed copy attempts' COPY_SEGMENT_STARTED orphans deleted",
-         lambda: [(s.start_offset, s.state) for s in h.rlmm_segments(topic, 0)
-                  if s.state not in ("COPY_SEGMENT_FINISHED", "DELETE_SEGMENT_FINISHED")],
-         lambda left: not left, cfg.recovery_s)
+    wait(
+        h,
+        f"caught up: latest tiered {end}, local log start {end + 1}, copy lag 0",
+        lambda: (
+            h.offsets(topic, 0),
+            metric(h.metrics(), "strata_remote_copy_lag_segments", **lbl),
+            metric(h.metrics(), "strata_remote_copy_lag_bytes", **lbl),
+        ),
+        lambda o: o[0]["latest-tiered(-5)"] == end and o[0]["earliest-local(-4)"] == end + 1 and o[1:] == (0, 0),
+        cfg.recovery_s,
+        actors=(watcher, tail),
+    )
+    wait(
+        h,
+        "the failed copy attempts' COPY_SEGMENT_STARTED orphans deleted",
+        lambda: [
+            (s.start_offset, s.state)
+            for s in h.rlmm_segments(topic, 0)
+            if s.state not in ("COPY_SEGMENT_FINISHED", "DELETE_SEGMENT_FINISHED")
+        ],
+        lambda left: not left,
+        cfg.recovery_s,
+    )
     phases.append(("caught up, orphans gone", time.monotonic()))
     segs = h.rlmm_segments(topic, 0)
     orphans = [s for s in segs if s.history[:2] == ["COPY_SEGMENT_STARTED", "DELETE_SEGMENT_STARTED"]]
@@ -585,12 +658,16 @@ def _outage_scenario(h: Harness, proxy: ProxyThread, cfg: OutageSettings, actors
     ExpectRemoteSegments(topic, 0, segment_bases(end)).run(h)
     # the deletions that failed during the outage are retried: DELETE_SEGMENT_FINISHED, objects gone
     ExpectRemoteSegments(audit, 0, [2 * SEG], timeout=cfg.recovery_s).run(h)
-    wait(h, f"{audit}: segments below the log start DELETE_SEGMENT_FINISHED",
-         lambda: {s.start_offset: s.state for s in h.rlmm_segments(audit, 0)},
-         lambda st: st == {0: "DELETE_SEGMENT_FINISHED", SEG: "DELETE_SEGMENT_FINISHED",
-                           2 * SEG: "COPY_SEGMENT_FINISHED"})
+    wait(
+        h,
+        f"{audit}: segments below the log start DELETE_SEGMENT_FINISHED",
+        lambda: {s.start_offset: s.state for s in h.rlmm_segments(audit, 0)},
+        lambda st: (
+            st == {0: "DELETE_SEGMENT_FINISHED", SEG: "DELETE_SEGMENT_FINISHED", 2 * SEG: "COPY_SEGMENT_FINISHED"}
+        ),
+    )
     Consume(audit, 0, 2 * SEG, SEG + RECORDS_PER_BATCH).run(h)
-    Consume(topic, 0, 0, leo).run(h)       # every byte from offset 0, byte for byte
+    Consume(topic, 0, 0, leo).run(h)  # every byte from offset 0, byte for byte
     assert h.list_offset(topic, 0, ts_target, version=7)[:2] == (NONE, ts_offset), "ListOffsets by timestamp"
     phases.append(("consumed from 0", time.monotonic()))
 
@@ -612,15 +689,17 @@ def _outage_scenario(h: Harness, proxy: ProxyThread, cfg: OutageSettings, actors
     out = h.broker.output()
     assert "remote copy failed" in out and "retry_in_s" in out
     assert "Traceback" not in out and "never retrieved" not in out, "unexpected exceptions in the broker log"
-    print(f"\noutage {cfg.outage_s:.0f}s: produced {leo} records ({achieved:.1f} batches/s during the outage, "
-          f"slowest {worst * 1000:.0f} ms); copy lag at the end {lag_segs:.0f} segments / {lag_bytes:.0f} bytes; "
-          f"remote fetches during the outage: {len(out_probes)} "
-          f"(56: {sum(p.error == KAFKA_STORAGE_ERROR for p in out_probes)}, "
-          f"slowest {max(p.duration for p in out_probes) * 1000:.0f} ms); ListOffsets by time: error {ts_error} "
-          f"after {ts_took:.1f}s; "
-          f"failed copy attempts {len(orphans)}; "
-          f"librdkafka retriable errors seen {len(reader.errors)}; phases: "
-          + ", ".join(f"{a} +{t1 - t0:.1f}s" for (_, t0), (a, t1) in itertools.pairwise(phases)))
+    print(
+        f"\noutage {cfg.outage_s:.0f}s: produced {leo} records ({achieved:.1f} batches/s during the outage, "
+        f"slowest {worst * 1000:.0f} ms); copy lag at the end {lag_segs:.0f} segments / {lag_bytes:.0f} bytes; "
+        f"remote fetches during the outage: {len(out_probes)} "
+        f"(56: {sum(p.error == KAFKA_STORAGE_ERROR for p in out_probes)}, "
+        f"slowest {max(p.duration for p in out_probes) * 1000:.0f} ms); ListOffsets by time: error {ts_error} "
+        f"after {ts_took:.1f}s; "
+        f"failed copy attempts {len(orphans)}; "
+        f"librdkafka retriable errors seen {len(reader.errors)}; phases: "
+        + ", ".join(f"{a} +{t1 - t0:.1f}s" for (_, t0), (a, t1) in itertools.pairwise(phases))
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -629,24 +708,35 @@ def _outage_scenario(h: Harness, proxy: ProxyThread, cfg: OutageSettings, actors
 FLAKY_SEGMENTS = 8
 
 
-def fault_harness(moto: MotoServer, proxy: ProxyThread, tmp_path, request, name: str, *, call_timeout_ms: int,
-                  max_attempts: int) -> Harness:
+def fault_harness(
+    moto: MotoServer, proxy: ProxyThread, tmp_path, request, name: str, *, call_timeout_ms: int, max_attempts: int
+) -> Harness:
     """A broker on moto behind the fault proxy, with short RLM backoffs and S3 deadlines so faults resolve fast."""
-    overrides = {"remote.log.manager.task.retry.backoff.ms": 100,
-                 "remote.log.manager.task.retry.backoff.max.ms": 1000,
-                 "rsm.config.s3.api.call.attempt.timeout.ms": 2000,
-                 "rsm.config.s3.api.call.timeout.ms": call_timeout_ms,
-                 "rsm.config.s3.retry.max.attempts": max_attempts, "rsm.config.s3.retry.backoff.max.ms": 200}
-    h = Harness(tmp_path / "broker", S3Backend(moto, key_prefix(request), endpoint=proxy.endpoint), overrides,
-                name=name)
+    overrides = {
+        "remote.log.manager.task.retry.backoff.ms": 100,
+        "remote.log.manager.task.retry.backoff.max.ms": 1000,
+        "rsm.config.s3.api.call.attempt.timeout.ms": 2000,
+        "rsm.config.s3.api.call.timeout.ms": call_timeout_ms,
+        "rsm.config.s3.retry.max.attempts": max_attempts,
+        "rsm.config.s3.retry.backoff.max.ms": 200,
+    }
+    h = Harness(
+        tmp_path / "broker", S3Backend(moto, key_prefix(request), endpoint=proxy.endpoint), overrides, name=name
+    )
     request.node._strata_brokers = [h.broker]
     return h
 
 
 def create_tiered_topic(h: Harness, topic: str) -> None:
     """One partition of SEG-record segments, kept locally only until copied."""
-    CreateTopic(topic, 1, {"local.retention.bytes": "1"}, batches_per_segment=BATCHES_PER_SEGMENT,
-                records_per_batch=RECORDS_PER_BATCH, value_size=VALUE_SIZE).run(h)
+    CreateTopic(
+        topic,
+        1,
+        {"local.retention.bytes": "1"},
+        batches_per_segment=BATCHES_PER_SEGMENT,
+        records_per_batch=RECORDS_PER_BATCH,
+        value_size=VALUE_SIZE,
+    ).run(h)
 
 
 @pytest.mark.timeout(240)
@@ -662,8 +752,13 @@ def test_flaky_s3(moto: MotoServer, s3_proxy: ProxyThread, tmp_path, request) ->
         n = FLAKY_SEGMENTS * SEG + 2 * RECORDS_PER_BATCH
         Produce(topic, 0, n).run(h)
         end = last_closed_end(n)
-        wait(h, f"offloaded up to {end} through the flaky proxy", lambda: h.offsets(topic, 0),
-             lambda o: o["latest-tiered(-5)"] == end and o["earliest-local(-4)"] == end + 1, timeout=120)
+        wait(
+            h,
+            f"offloaded up to {end} through the flaky proxy",
+            lambda: h.offsets(topic, 0),
+            lambda o: o["latest-tiered(-5)"] == end and o["earliest-local(-4)"] == end + 1,
+            timeout=120,
+        )
         t = h.topic(topic)
         got, errors, empties = read_tolerant(h, topic, 0, n, timeout=120)
         diff = first_difference(expected(t, 0, n), got)
@@ -673,12 +768,18 @@ def test_flaky_s3(moto: MotoServer, s3_proxy: ProxyThread, tmp_path, request) ->
         assert not diff, f"librdkafka from 0 through the flaky proxy: {diff}"
         # nothing sticks: lag 0, no orphan left in the RLMM or the bucket, a gapless chain
         lbl = {"topic": topic, "partition": "0"}
-        wait(h, "copy lag 0", lambda: metric(h.metrics(), "strata_remote_copy_lag_segments", **lbl),
-             lambda v: v == 0)
-        wait(h, "failed attempts cleaned up",
-             lambda: [(s.start_offset, s.state) for s in h.rlmm_segments(topic, 0)
-                      if s.state not in ("COPY_SEGMENT_FINISHED", "DELETE_SEGMENT_FINISHED")],
-             lambda left: not left, timeout=90)
+        wait(h, "copy lag 0", lambda: metric(h.metrics(), "strata_remote_copy_lag_segments", **lbl), lambda v: v == 0)
+        wait(
+            h,
+            "failed attempts cleaned up",
+            lambda: [
+                (s.start_offset, s.state)
+                for s in h.rlmm_segments(topic, 0)
+                if s.state not in ("COPY_SEGMENT_FINISHED", "DELETE_SEGMENT_FINISHED")
+            ],
+            lambda left: not left,
+            timeout=90,
+        )
         check_remote_chain(h.rlmm_segments(topic, 0), 0, end)
         ExpectRemoteSegments(topic, 0, segment_bases(end), timeout=90).run(h)
         m = h.metrics()
@@ -694,16 +795,19 @@ def test_flaky_s3(moto: MotoServer, s3_proxy: ProxyThread, tmp_path, request) ->
     copied = set(re.findall(r"copied segment to remote storage.*?base_offset=(\d+)", out))
     assert copied == {str(b) for b in segment_bases(end)}, sorted(copied, key=int)
     assert "Traceback" not in out and "never retrieved" not in out, "unexpected exceptions in the broker log"
-    print(f"\nflaky S3: faults injected {injected}; S3 requests {metric(m, 'strata_rsm_s3_requests_total'):.0f}, "
-          f"retries {metric(m, 'strata_rsm_s3_retries_total'):.0f}, "
-          f"given up {metric(m, 'strata_rsm_s3_errors_total'):.0f}; "
-          f"copy errors {metric(m, 'strata_remote_copy_errors_total', topic=topic):.0f}; consumer saw "
-          f"{errors} storage errors and {empties} empty remote answers")
+    print(
+        f"\nflaky S3: faults injected {injected}; S3 requests {metric(m, 'strata_rsm_s3_requests_total'):.0f}, "
+        f"retries {metric(m, 'strata_rsm_s3_retries_total'):.0f}, "
+        f"given up {metric(m, 'strata_rsm_s3_errors_total'):.0f}; "
+        f"copy errors {metric(m, 'strata_remote_copy_errors_total', topic=topic):.0f}; consumer saw "
+        f"{errors} storage errors and {empties} empty remote answers"
+    )
 
 
 @pytest.mark.timeout(240)
-def test_topic_deleted_while_s3_refuses_is_emptied_once_it_returns(moto: MotoServer, s3_proxy: ProxyThread,
-                                                                    tmp_path, request) -> None:
+def test_topic_deleted_while_s3_refuses_is_emptied_once_it_returns(
+    moto: MotoServer, s3_proxy: ProxyThread, tmp_path, request
+) -> None:
     """Deleting a tiered topic while S3 refuses connections: the remote partition deletion starts, keeps its objects
     while S3 is away, and finishes by itself (objects gone, DELETE_PARTITION_FINISHED) once S3 is back."""
     h = fault_harness(moto, s3_proxy, tmp_path, request, "delete-topic", call_timeout_ms=4000, max_attempts=2)
@@ -711,17 +815,29 @@ def test_topic_deleted_while_s3_refuses_is_emptied_once_it_returns(moto: MotoSer
         topic = "gone"
         create_tiered_topic(h, topic)
         Produce(topic, 0, 3 * SEG + RECORDS_PER_BATCH).run(h)
-        wait(h, "3 segments copied", lambda: h.offsets(topic, 0),
-             lambda o: o["latest-tiered(-5)"] == 3 * SEG - 1 and o["earliest-local(-4)"] == 3 * SEG)
+        wait(
+            h,
+            "3 segments copied",
+            lambda: h.offsets(topic, 0),
+            lambda o: o["latest-tiered(-5)"] == 3 * SEG - 1 and o["earliest-local(-4)"] == 3 * SEG,
+        )
         t = h.topic(topic)
         tid = h.rlmm_segments(topic, 0)[0].topic_id
         s3_proxy.set_mode("refuse")
         DeleteTopic(topic).run(h)
-        wait(h, "remote partition deletion started", lambda: h.rlmm().partition_deletes.get((topic, 0, tid), []),
-             lambda states: states and states[-1] == "DELETE_PARTITION_STARTED")
+        wait(
+            h,
+            "remote partition deletion started",
+            lambda: h.rlmm().partition_deletes.get((topic, 0, tid), []),
+            lambda states: states and states[-1] == "DELETE_PARTITION_STARTED",
+        )
         # the attempts fail while S3 is away: the objects stay and the deletion does not claim to be finished
-        wait(h, "a failed remote deletion in the broker log", lambda: h.broker.output(),
-             lambda out: "remote partition deletion failed" in out)
+        wait(
+            h,
+            "a failed remote deletion in the broker log",
+            lambda: h.broker.output(),
+            lambda out: "remote partition deletion failed" in out,
+        )
         assert segment_objects(h.backend.list_partition(t.partition_dir(0))), "objects deleted while S3 refused"
         assert h.rlmm().partition_deletes[(topic, 0, tid)][-1] == "DELETE_PARTITION_STARTED"
         s3_proxy.set_mode("pass")
@@ -730,8 +846,9 @@ def test_topic_deleted_while_s3_refuses_is_emptied_once_it_returns(moto: MotoSer
     assert "Traceback" not in out and "never retrieved" not in out, "unexpected exceptions in the broker log"
 
 
-def read_tolerant(h: Harness, topic: str, start: int, count: int, timeout: float
-                  ) -> tuple[list[tuple[int, bytes | None, bytes | None, int]], int, int]:
+def read_tolerant(
+    h: Harness, topic: str, start: int, count: int, timeout: float
+) -> tuple[list[tuple[int, bytes | None, bytes | None, int]], int, int]:
     """Read `count` records from `start` like a client: KAFKA_STORAGE_ERROR and empty answers are retried."""
     got: list[tuple[int, bytes | None, bytes | None, int]] = []
     offset, errors, empties = start, 0, 0
@@ -739,8 +856,10 @@ def read_tolerant(h: Harness, topic: str, start: int, count: int, timeout: float
     with h.wire() as c:
         while len(got) < count:
             if time.monotonic() > deadline:
-                raise ScenarioError(f"read {len(got)} of {count} records from {start} within {timeout}s "
-                                    f"({errors} storage errors, {empties} empty answers)")
+                raise ScenarioError(
+                    f"read {len(got)} of {count} records from {start} within {timeout}s "
+                    f"({errors} storage errors, {empties} empty answers)"
+                )
             p = c.fetch(topic, 0, offset, version=12, max_wait_ms=500, max_bytes=64 * 1024).responses[0].partitions[0]
             if p.error_code == KAFKA_STORAGE_ERROR:
                 errors += 1

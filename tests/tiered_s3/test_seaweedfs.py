@@ -7,6 +7,7 @@ The scenario functions are the harness's own, imported unchanged; only the backe
 SeaweedFS server (one per module, a key prefix per test) instead of LocalTieredStorage or moto. No edit to the
 harness or its conftest is needed for that.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
@@ -33,14 +34,16 @@ def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedServe
 def make_backend(request: pytest.FixtureRequest, seaweedfs: SeaweedServer) -> Callable[..., RemoteBackend]:
     def make(endpoint: str | None = None) -> RemoteBackend:
         return S3Backend(seaweedfs, key_prefix(request), endpoint=endpoint)
+
     return make
 
 
 # offload + consume from 0 (wire and librdkafka), mid-batch, across the remote/local boundary
 test_offload_and_consume_from_leader = offload.test_offload_and_consume_from_leader
 # remote retention deleting remote segments and their objects; topic deletion emptying its prefix
-test_delete_records_moves_log_start_and_deletes_remote_segments = \
+test_delete_records_moves_log_start_and_deletes_remote_segments = (
     retention.test_delete_records_moves_log_start_and_deletes_remote_segments
+)
 test_remote_retention_by_bytes = retention.test_remote_retention_by_bytes
 test_remote_retention_by_time = retention.test_remote_retention_by_time
 test_topic_deletion_empties_remote_storage = retention.test_topic_deletion_empties_remote_storage

@@ -2,6 +2,7 @@
 under way), as Kafka's admin client does, and gives up at its timeout; other errors are not retried. The broker
 side here is a scripted one on a real socket: a real cluster answers NOT_CONTROLLER only in a window too short to
 hit on purpose (forwarded requests wait for a new controller to take office)."""
+
 from __future__ import annotations
 
 import socket
@@ -52,15 +53,23 @@ class ScriptedBroker:
     def _answer(self, api_key: int, version: int, corr: int) -> bytes:
         cls = RESPONSE_CLASSES[api_key]
         if api_key == ApiKey.API_VERSIONS:
-            keys = [cls.ApiVersion(api_key=k, min_version=lo, max_version=hi)
-                    for k, (lo, hi) in SUPPORTED_VERSIONS.items()]
+            keys = [
+                cls.ApiVersion(api_key=k, min_version=lo, max_version=hi) for k, (lo, hi) in SUPPORTED_VERSIONS.items()
+            ]
             return encode_response(cls(version=version, error_code=0, api_keys=keys, throttle_time_ms=0), corr)
         assert api_key == ApiKey.CREATE_TOPICS
         self.create_requests += 1
         code = self.script.pop(0) if self.script else 0
-        res = cls.CreatableTopicResult(name="t", topic_id=None, error_code=code, error_message=None,
-                                       topic_config_error_code=0, num_partitions=1, replication_factor=1,
-                                       configs=[])
+        res = cls.CreatableTopicResult(
+            name="t",
+            topic_id=None,
+            error_code=code,
+            error_message=None,
+            topic_config_error_code=0,
+            num_partitions=1,
+            replication_factor=1,
+            configs=[],
+        )
         return encode_response(cls(version=version, throttle_time_ms=0, topics=[res]), corr)
 
     def close(self) -> None:

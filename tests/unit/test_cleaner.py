@@ -1,5 +1,6 @@
 """Log compaction: latest value per key with offsets kept, tombstones and their delete horizon, batch metadata,
 producers' last batches, the bounded offset map, never the active segment, and the crash-safe swap."""
+
 from __future__ import annotations
 
 import itertools
@@ -94,6 +95,7 @@ def fill(log: UnifiedLog, n: int, keys: int, start: int = 0, per_batch: int = 1,
 
 # ---------------------------------------------------------------------------------------------------------------
 
+
 def test_offset_map_put_get_latest_and_full():
     m = OffsetMap(24 * 10, load_factor=0.5)
     assert (m.slots, m.max_entries) == (10, 5)
@@ -131,8 +133,9 @@ def test_keeps_latest_value_per_key_with_offsets_unchanged(tmp_path):
     cleaned = [r for r in after if r[0] < log.active_segment.base_offset]
     assert len({k for _, k, _, _ in cleaned}) == len(cleaned) == 25  # one record per key below the active segment
     assert log.active_segment.read_batch(0, log.active_segment.size) == active_bytes  # never touched
-    assert [r for r in after if r[0] >= log.active_segment.base_offset] == \
-        [r for r in before if r[0] >= log.active_segment.base_offset]
+    assert [r for r in after if r[0] >= log.active_segment.base_offset] == [
+        r for r in before if r[0] >= log.active_segment.base_offset
+    ]
     assert log.log_end_offset == 604 and res.stats.bytes_written < res.stats.bytes_read
     # reopening (clean and recovering) sees the same log
     log.close()
@@ -161,7 +164,7 @@ def test_tombstones_kept_with_delete_horizon_then_dropped(tmp_path):
     recs = records_of(log)
     tomb = [r for r in recs if r[1] == b"key-001"]
     assert len(tomb) == 1 and tomb[0][2] is None and tomb[0][3] == NOW - 5  # record timestamp unchanged
-    (h, _), = [(h, b) for h, b in batches_of(log) if h.base_offset <= tomb[0][0] <= h.last_offset]
+    ((h, _),) = [(h, b) for h, b in batches_of(log) if h.base_offset <= tomb[0][0] <= h.last_offset]
     assert h.attributes & DELETE_HORIZON_MASK and h.base_timestamp == NOW + 1000  # Kafka's delete horizon
 
     # another round before the horizon keeps it (new dirty data so the cleaner has work)
@@ -182,8 +185,16 @@ def test_tombstones_kept_with_delete_horizon_then_dropped(tmp_path):
 def test_rewritten_batch_keeps_metadata_and_codec(tmp_path, codec):
     log = open_log(tmp_path / "t-0")
     vals = [b"x" * 200 + b"%d" % i for i in range(6)]  # compressible
-    append(log, [(b"a", vals[0]), (b"b", vals[1]), (b"a", vals[2]), (b"c", vals[3])], ts=NOW - 10, epoch=7,
-           compression=codec, producer_id=42, producer_epoch=3, base_sequence=0)
+    append(
+        log,
+        [(b"a", vals[0]), (b"b", vals[1]), (b"a", vals[2]), (b"c", vals[3])],
+        ts=NOW - 10,
+        epoch=7,
+        compression=codec,
+        producer_id=42,
+        producer_epoch=3,
+        base_sequence=0,
+    )
     append(log, [(b"z", vals[4])], epoch=7, compression=codec, producer_id=42, producer_epoch=3, base_sequence=4)
     untouched = batches_of(log)[1][1]
     append(log, [(b"b", vals[5])], epoch=8)
@@ -286,6 +297,7 @@ def test_swap_refuses_when_the_log_changed_and_leaves_no_files(tmp_path):
     def racing_swap(fn):
         log.delete_retention_breached_segments(NOW + 10_000)  # retention deletes what is being cleaned
         return fn()
+
     with pytest.raises(CleaningAbortedError):
         cl.clean(log, 0, log.active_segment.base_offset, NOW, swap=racing_swap)
     assert not [f for f in log.dir.iterdir() if f.name.endswith((".cleaned", ".swap"))]
@@ -295,8 +307,15 @@ def test_swap_refuses_when_the_log_changed_and_leaves_no_files(tmp_path):
 # ---------------------------------------------------------------------------------------------------------------
 # crash safety
 
-SWAP_STEPS = ["before-swap", "swap-indexes-renamed", "swap-committed", "old-deleted-0", "old-deleted-1",
-              "final-indexes-renamed", "swapped"]
+SWAP_STEPS = [
+    "before-swap",
+    "swap-indexes-renamed",
+    "swap-committed",
+    "old-deleted-0",
+    "old-deleted-1",
+    "final-indexes-renamed",
+    "swapped",
+]
 
 
 def check_valid(log: UnifiedLog, expected_latest: dict) -> None:
@@ -322,6 +341,7 @@ def test_crash_at_every_step_of_the_swap_leaves_a_valid_log(tmp_path, monkeypatc
         if step in SWAP_STEPS and step not in snapshots:
             snapshots[step] = tmp_path / "crash" / step / "t-0"
             shutil.copytree(log.dir, snapshots[step])
+
     monkeypatch.setattr(segment_swap, "_crash_hook", hook)
     clean(log)
     assert set(snapshots) == set(SWAP_STEPS)
@@ -378,6 +398,7 @@ def test_swap_refuses_a_truncated_log(tmp_path):
         if len(calls) == 2:  # the first group is ready: a follower truncation gets there first
             log.truncate_to(50)
         return fn()
+
     with pytest.raises(CleaningAbortedError):
         Cleaner(1 << 20).clean(log, 0, log.active_segment.base_offset, NOW, swap=truncating_swap)
     assert log.log_end_offset == 50 and [r[0] for r in records_of(log)] == list(range(50))
@@ -387,10 +408,12 @@ def test_swap_refuses_a_truncated_log(tmp_path):
 # ---------------------------------------------------------------------------------------------------------------
 # UnifiedLog.replace_segments on its own (a verbatim copy stands in for a cleaned group)
 
+
 def write_copy(log: UnifiedLog, segs) -> list[tuple[int, int]]:
     """`<base>.*.cleaned` holding every batch of `segs`; returns their (size, next offset) as read."""
-    w = CleanedSegmentWriter(log.dir, segs[0].base_offset, log.config.index_interval_bytes,
-                             log.config.segment_index_bytes)
+    w = CleanedSegmentWriter(
+        log.dir, segs[0].base_offset, log.config.index_interval_bytes, log.config.segment_index_bytes
+    )
     for seg in segs:
         for _, h, raw in iter_segment_batches(seg):
             w.append(raw, h.last_offset, h.max_timestamp)
@@ -444,10 +467,18 @@ def test_replace_segments_refuses_segments_that_changed(tmp_path, change):
     assert all(name.endswith(".cleaned") for name in leftovers(log))  # the caller deletes its .cleaned files
 
 
-@pytest.mark.parametrize("step, completed", [("swap-indexes-renamed", False), ("swap-committed", True),
-                                             ("old-deleted-0", True), ("final-indexes-renamed", True)])
-def test_replace_segments_interrupted_by_a_crash_is_completed_or_rolled_back_on_open(tmp_path, monkeypatch,
-                                                                                     step, completed):
+@pytest.mark.parametrize(
+    "step, completed",
+    [
+        ("swap-indexes-renamed", False),
+        ("swap-committed", True),
+        ("old-deleted-0", True),
+        ("final-indexes-renamed", True),
+    ],
+)
+def test_replace_segments_interrupted_by_a_crash_is_completed_or_rolled_back_on_open(
+    tmp_path, monkeypatch, step, completed
+):
     log = open_log(tmp_path / "t-0")
     fill(log, 90, keys=90, per_batch=3, roll_every=30)
     segs = log.segments
@@ -460,6 +491,7 @@ def test_replace_segments_interrupted_by_a_crash_is_completed_or_rolled_back_on_
     def hook(name: str) -> None:
         if name == step:
             raise Crash(name)
+
     monkeypatch.setattr(segment_swap, "_crash_hook", hook)
     with pytest.raises(Crash):
         log.replace_segments(segs[0].base_offset, segs[:2], state)

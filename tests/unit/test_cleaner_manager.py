@@ -1,5 +1,6 @@
 """Choosing the log to clean (dirty ratio, min/max compaction lag), the cleaner-offset-checkpoint, and the cleaner
 threads driven from an asyncio loop while the loop keeps appending."""
+
 from __future__ import annotations
 
 import asyncio
@@ -187,6 +188,7 @@ def test_cleaner_threads_on_an_event_loop_while_appending(tmp_path):
             await asyncio.sleep(0.01)
         await c.shutdown()
         return i
+
     n = asyncio.run(main())
     values = latest(lg)
     assert values == {b"k%03d" % k: b"v%06d" % max(j for j in range(n) if j % 7 == k) for k in range(7)}
@@ -207,6 +209,7 @@ def test_shutdown_aborts_a_slow_cleaning_promptly(tmp_path):
         t = time.monotonic()
         await c.shutdown()
         return time.monotonic() - t
+
     assert asyncio.run(main()) < 2.0
     assert c.cleanings == 0 and c.manager.checkpointed_offset(lg) is None
     assert not [f for f in lg.dir.iterdir() if f.name.endswith((".cleaned", ".swap"))]

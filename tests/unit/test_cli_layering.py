@@ -1,6 +1,7 @@
 """strata.cli is a client of the Kafka protocol that the server never imports: the server packages must not depend
 on it (scanned with ast, relative imports resolved), the CLI loads none of them until `serve` runs, and its
 registry of subcommands stays consistent."""
+
 from __future__ import annotations
 
 import argparse
@@ -18,10 +19,12 @@ SERVER_PACKAGES = ("broker", "remote", "storage", "protocol", "config")
 def test_server_packages_never_import_the_cli() -> None:
     scanned = list(package_files(REPO, SERVER_PACKAGES))
     assert len(scanned) > 50, "the scan found too few files: did the layout change?"
-    offenders = [f"{path.relative_to(REPO)}:{line}: {module}"
-                 for path, package in scanned
-                 for line, module in imported_modules(path, package)
-                 if module == "strata.cli" or module.startswith("strata.cli.")]
+    offenders = [
+        f"{path.relative_to(REPO)}:{line}: {module}"
+        for path, package in scanned
+        for line, module in imported_modules(path, package)
+        if module == "strata.cli" or module.startswith("strata.cli.")
+    ]
     assert offenders == []
 
 
@@ -39,15 +42,16 @@ def test_usage_names_every_registered_command() -> None:
     for command in COMMANDS:
         command.register(sub)
     assert list(sub.choices) == names
-    build_parser().parse_args(["dump-log"])        # the real parser builds
+    build_parser().parse_args(["dump-log"])  # the real parser builds
 
 
 def test_building_the_cli_loads_no_server_package() -> None:
     """`strata topics` must not pay for the broker, storage or remote stack; only `serve` imports them."""
-    code = ("import sys; from strata.cli.main import build_parser; build_parser(); "
-            "print(sorted(m for m in sys.modules if m.split('.')[:2] in "
-            "(['strata', 'broker'], ['strata', 'storage'], ['strata', 'remote'])))")
-    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60,
-                       check=False)
+    code = (
+        "import sys; from strata.cli.main import build_parser; build_parser(); "
+        "print(sorted(m for m in sys.modules if m.split('.')[:2] in "
+        "(['strata', 'broker'], ['strata', 'storage'], ['strata', 'remote'])))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"

@@ -1,5 +1,6 @@
 """Controller rules over one partition state: clean/unclean election, ISR cleanup, controlled shutdown, preferred
 election, reassignment steps, imbalance detection, and epoch bookkeeping."""
+
 from __future__ import annotations
 
 from strata.broker.cluster.controller import squash, unclean_enabled
@@ -33,7 +34,7 @@ def test_nothing_to_do_when_everyone_is_alive():
 
 def test_dead_leader_is_replaced_by_first_live_isr_replica_in_replica_order():
     new = reconcile(st(1, [3, 1, 2]), view(2, 3))
-    assert new.leader == 2                 # replicas order (1, 2, 3), not ISR order
+    assert new.leader == 2  # replicas order (1, 2, 3), not ISR order
     assert new.isr == (3, 2)
     assert (new.leader_epoch, new.partition_epoch) == (6, 11)
 
@@ -46,7 +47,7 @@ def test_dead_follower_leaves_the_isr_without_a_leader_epoch_bump():
 def test_live_replica_outside_the_isr_is_not_elected_cleanly():
     new = reconcile(st(1, [1]), view(2, 3))
     assert new.leader == -1
-    assert new.isr == (1,)                 # the ISR never empties: 1 holds every committed record
+    assert new.isr == (1,)  # the ISR never empties: 1 holds every committed record
     assert new.leader_epoch == 6
 
 
@@ -95,8 +96,8 @@ def test_preferred_election():
     err, new = preferred(st(2, [1, 2, 3]), view(1, 2, 3))
     assert err == ErrorCode.NONE and new.leader == 1 and new.leader_epoch == 6
     assert preferred(st(1, [1, 2]), view(1, 2))[0] == ErrorCode.ELECTION_NOT_NEEDED
-    assert preferred(st(2, [2, 3]), view(1, 2, 3))[0] == ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE   # not in ISR
-    assert preferred(st(2, [1, 2]), view(2, 3))[0] == ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE     # dead
+    assert preferred(st(2, [2, 3]), view(1, 2, 3))[0] == ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE  # not in ISR
+    assert preferred(st(2, [1, 2]), view(2, 3))[0] == ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE  # dead
     assert preferred(st(2, [1, 2]), view(1, 2, shutting=[1]))[0] == ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
 
 
@@ -113,7 +114,7 @@ def test_reassignment_adds_then_completes_and_elects_from_the_target():
     assert started.replicas == (4, 5, 3, 1, 2)
     assert (started.adding, started.removing) == ((4, 5), (1, 2))
     assert started.leader == 1 and started.partition_epoch == 11
-    assert complete_reassignment(started, view(1, 2, 3, 4, 5)) is None            # 4, 5 not in the ISR yet
+    assert complete_reassignment(started, view(1, 2, 3, 4, 5)) is None  # 4, 5 not in the ISR yet
     caught_up = started.with_changes(isr=(1, 2, 3, 4, 5))
     done = complete_reassignment(caught_up, view(1, 2, 3, 4, 5))
     assert done.replicas == (4, 5, 3) and done.adding == () and done.removing == ()
@@ -150,7 +151,7 @@ def test_squash_counts_one_change():
 def test_imbalance():
     states = [st(1, [1, 2], replicas=(1, 2)), st(2, [1, 2], replicas=(1, 2)), st(2, [2, 1], replicas=(2, 1))]
     assert imbalanced_brokers(states, 10) == {1}
-    assert imbalanced_brokers(states, 50) == set()      # exactly 50% is not above it
+    assert imbalanced_brokers(states, 50) == set()  # exactly 50% is not above it
 
 
 def test_unclean_setting_topic_override_wins():

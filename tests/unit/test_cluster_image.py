@@ -1,5 +1,6 @@
 """MetadataImage: key parsing, per-key revision ordering (a late or duplicate change never undoes a newer one),
 notifications, and the diff a full re-read produces."""
+
 from __future__ import annotations
 
 import json
@@ -44,12 +45,12 @@ def test_older_or_duplicate_changes_are_ignored():
     s1 = PartitionState(1, 0, (1, 2), (1, 2), 0)
     s2 = s1.with_changes(isr=(1,))
     img.apply("partitions/t/0", j(s2.to_json()), 10)
-    assert img.apply("partitions/t/0", j(s1.to_json()), 8) == []        # a late read of an older value
-    assert img.apply("partitions/t/0", j(s2.to_json()), 10) == []       # the watch echo of our own write
+    assert img.apply("partitions/t/0", j(s1.to_json()), 8) == []  # a late read of an older value
+    assert img.apply("partitions/t/0", j(s2.to_json()), 10) == []  # the watch echo of our own write
     assert img.partitions[("t", 0)] == s2
     img.apply("partitions/t/0", None, 12)
     assert ("t", 0) not in img.partitions
-    assert img.apply("partitions/t/0", j(s2.to_json()), 11) == []       # deleted at 12: an 11 put is stale
+    assert img.apply("partitions/t/0", j(s2.to_json()), 11) == []  # deleted at 12: an 11 put is stale
     assert img.mod_revision("partitions/t/0") == 0
 
 
@@ -67,11 +68,14 @@ def test_diff_after_reread():
     old.apply("brokers/2", j(BrokerInfo(2, {}).to_json()), 2)
     old.apply("topics/t", j(TOPIC), 3)
     old.apply("partitions/t/0", j(PartitionState(1, 0, (1, 2), (1, 2)).to_json()), 3)
-    new = MetadataImage.from_kvs([
-        ("brokers/1", j(BrokerInfo(1, {}).to_json()), 2),
-        ("topics/u", j(TOPIC), 9),
-        ("controller", j({"broker_id": 1, "epoch": 1}), 9),
-    ], 10)
+    new = MetadataImage.from_kvs(
+        [
+            ("brokers/1", j(BrokerInfo(1, {}).to_json()), 2),
+            ("topics/u", j(TOPIC), 9),
+            ("controller", j({"broker_id": 1, "epoch": 1}), 9),
+        ],
+        10,
+    )
     changes = new.diff(old)
     assert ("broker", 2) in changes and ("broker", 1) not in changes
     assert ("topic", "t") in changes and ("topic", "u") in changes

@@ -1,5 +1,6 @@
 """Replica placement (Kafka's AdminUtils.assignReplicasToBrokers rules): balanced leaders and followers, rack spread,
 continuation for added partitions, and the replication-factor bound."""
+
 from __future__ import annotations
 
 import random
@@ -14,8 +15,18 @@ from strata.protocol.errors import ErrorCode, KafkaApiError
 def test_rack_unaware_fixed_start_matches_kafka_pattern():
     # Kafka's documented example (AdminUtils scaladoc): 5 brokers, 10 partitions, RF 3, start index 0, shift 0.
     got = assign_replicas({b: None for b in range(5)}, 10, 3, start_index=0)
-    assert got == [[0, 1, 2], [1, 2, 3], [2, 3, 4], [3, 4, 0], [4, 0, 1],
-                   [0, 2, 3], [1, 3, 4], [2, 4, 0], [3, 0, 1], [4, 1, 2]]
+    assert got == [
+        [0, 1, 2],
+        [1, 2, 3],
+        [2, 3, 4],
+        [3, 4, 0],
+        [4, 0, 1],
+        [0, 2, 3],
+        [1, 3, 4],
+        [2, 4, 0],
+        [3, 0, 1],
+        [4, 1, 2],
+    ]
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -42,9 +53,9 @@ def test_rack_aware_spreads_every_partition_over_racks(seed):
     got = assign_replicas(brokers, 24, 3, rng=random.Random(seed))
     for a in got:
         assert len(set(a)) == 3
-        assert len({brokers[b] for b in a}) == 3, a       # one replica per rack
+        assert len({brokers[b] for b in a}) == 3, a  # one replica per rack
     leaders = Counter(a[0] for a in got)
-    assert set(leaders.values()) == {4}                    # 24 partitions / 6 brokers
+    assert set(leaders.values()) == {4}  # 24 partitions / 6 brokers
 
 
 def test_rack_aware_with_fewer_racks_than_rf_uses_every_rack_then_other_brokers():

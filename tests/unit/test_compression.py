@@ -1,5 +1,6 @@
 """strata.protocol.compression: each Kafka codec id round-trips, reads what kafka-python's producer writes
 (xerial snappy included), and an unknown codec id raises UnsupportedCodecError (a WireFormatError)."""
+
 from __future__ import annotations
 
 import pytest
@@ -18,8 +19,9 @@ def test_codec_ids_are_kafkas():
 
 # Not (SNAPPY, b""): kafka.codec writes a bare xerial header for b"" and cannot read it back; a compressed records
 # section is never empty.
-@pytest.mark.parametrize("codec, data", [(c, d) for c in (GZIP, SNAPPY, LZ4, ZSTD) for d in (b"", b"x", PAYLOAD)
-                                         if (c, d) != (SNAPPY, b"")])
+@pytest.mark.parametrize(
+    "codec, data", [(c, d) for c in (GZIP, SNAPPY, LZ4, ZSTD) for d in (b"", b"x", PAYLOAD) if (c, d) != (SNAPPY, b"")]
+)
 def test_round_trip(codec, data):
     packed = compress(codec, data)
     if len(data) > 1000:
@@ -39,7 +41,7 @@ def test_snappy_uses_the_xerial_framing_of_java_clients():
     assert packed[:8] == b"\x82SNAPPY\x00"
     import snappy
 
-    assert decompress(SNAPPY, snappy.compress(PAYLOAD)) == PAYLOAD     # raw snappy is read too
+    assert decompress(SNAPPY, snappy.compress(PAYLOAD)) == PAYLOAD  # raw snappy is read too
 
 
 @pytest.mark.parametrize("codec", [GZIP, SNAPPY, LZ4, ZSTD])
@@ -47,7 +49,7 @@ def test_reads_the_records_sections_kafka_python_writes(codec):
     buf = build_batch([(b"k", b"value " * 100), (None, b"value " * 50)], compression=codec)
     ((pos, h),) = iter_batches(buf)
     assert h.compression == codec
-    section = decompress(codec, buf[pos + 61:pos + h.size])
+    section = decompress(codec, buf[pos + 61 : pos + h.size])
     # a records section of two records: each starts with its length varint; both values are in there
     assert section.count(b"value ") == 150
     assert [r.value for r in iter_records(buf, pos)] == [b"value " * 100, b"value " * 50]

@@ -1,5 +1,6 @@
 """Broker/topic configuration: properties parsing, overrides, synonyms and defaults, validation messages, and how
 DescribeConfigs/IncrementalAlterConfigs derive values and sources from them (no broker process needed)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -30,15 +31,23 @@ REPO = Path(__file__).resolve().parents[2]
 
 # -- properties files ------------------------------------------------------------------------------------------------
 def test_parse_properties_kafka_subset():
-    text = ("# comment\n! also a comment\n\n  broker.id = 3 \nlisteners: PLAINTEXT://h:1\n"
-            "log.dirs=/a,\\\n   /b\nempty=\nflag\n")
-    assert parse_properties(text) == {"broker.id": "3", "listeners": "PLAINTEXT://h:1", "log.dirs": "/a,/b",
-                                      "empty": "", "flag": ""}
+    text = (
+        "# comment\n! also a comment\n\n  broker.id = 3 \nlisteners: PLAINTEXT://h:1\n"
+        "log.dirs=/a,\\\n   /b\nempty=\nflag\n"
+    )
+    assert parse_properties(text) == {
+        "broker.id": "3",
+        "listeners": "PLAINTEXT://h:1",
+        "log.dirs": "/a,/b",
+        "empty": "",
+        "flag": "",
+    }
 
 
 def test_value_may_contain_separators():
     assert parse_properties("metrics.listener=http://127.0.0.1:9464/metrics\n") == {
-        "metrics.listener": "http://127.0.0.1:9464/metrics"}
+        "metrics.listener": "http://127.0.0.1:9464/metrics"
+    }
 
 
 def test_load_file_then_overrides_win(tmp_path):
@@ -49,16 +58,20 @@ def test_load_file_then_overrides_win(tmp_path):
     assert cfg["log.retention.hours"] == 1
     assert cfg["log.dirs"] == ["/x", "/y"]
     assert cfg.listeners[0].port == 1234
-    assert cfg.originals == {"num.partitions": "5", "log.retention.hours": "1",
-                             "listeners": "PLAINTEXT://127.0.0.1:1234", "log.dirs": "/x,/y"}
+    assert cfg.originals == {
+        "num.partitions": "5",
+        "log.retention.hours": "1",
+        "listeners": "PLAINTEXT://127.0.0.1:1234",
+        "log.dirs": "/x,/y",
+    }
 
 
 def test_defaults_are_kafkas():
     cfg = BrokerConfig.from_dict({})
     assert cfg["num.partitions"] == 1
-    assert cfg["log.segment.bytes"] == 1024 ** 3
+    assert cfg["log.segment.bytes"] == 1024**3
     assert cfg["message.max.bytes"] == 1048588
-    assert cfg["log.flush.interval.messages"] == 2 ** 63 - 1
+    assert cfg["log.flush.interval.messages"] == 2**63 - 1
     assert cfg.originals == {}
 
 
@@ -76,17 +89,22 @@ def test_node_id_is_a_synonym_of_broker_id():
 
 def test_log_dirs_fall_back_to_log_dir(tmp_path):
     assert BrokerConfig.from_dict({"log.dir": str(tmp_path / "d")}).log_dirs == [tmp_path / "d"]
-    assert BrokerConfig.from_dict({"log.dirs": f"{tmp_path}/a,{tmp_path}/b"}).log_dirs == [tmp_path / "a",
-                                                                                          tmp_path / "b"]
+    assert BrokerConfig.from_dict({"log.dirs": f"{tmp_path}/a,{tmp_path}/b"}).log_dirs == [
+        tmp_path / "a",
+        tmp_path / "b",
+    ]
 
 
-@pytest.mark.parametrize("raw, message", [
-    ({"num.partitions": "x"}, "Invalid value 'x' for configuration num.partitions: expected a number"),
-    ({"num.partitions": "0"}, "Invalid value '0' for configuration num.partitions: value 0 must be at least 1"),
-    ({"auto.create.topics.enable": "maybe"}, "configuration auto.create.topics.enable: expected a boolean"),
-    ({"log.cleanup.policy": "delete,shred"}, "'shred' is not one of delete, compact"),
-    ({"log.retention.bytes": "-5"}, "must be -1 (unlimited) or >= 0"),
-])
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        ({"num.partitions": "x"}, "Invalid value 'x' for configuration num.partitions: expected a number"),
+        ({"num.partitions": "0"}, "Invalid value '0' for configuration num.partitions: value 0 must be at least 1"),
+        ({"auto.create.topics.enable": "maybe"}, "configuration auto.create.topics.enable: expected a boolean"),
+        ({"log.cleanup.policy": "delete,shred"}, "'shred' is not one of delete, compact"),
+        ({"log.retention.bytes": "-5"}, "must be -1 (unlimited) or >= 0"),
+    ],
+)
 def test_invalid_broker_values_name_the_key(raw, message):
     with pytest.raises(ConfigError) as ei:
         BrokerConfig.from_dict(raw)
@@ -107,17 +125,25 @@ def test_retention_precedence_ms_over_minutes_over_hours():
     assert BrokerConfig.from_dict({})["log.retention.hours"] == 168
     assert BrokerConfig.from_dict({}).topic_defaults()["retention.ms"] == 168 * 3_600_000
     assert BrokerConfig.from_dict({"log.retention.hours": "2"}).topic_defaults()["retention.ms"] == 7_200_000
-    assert BrokerConfig.from_dict({"log.retention.hours": "2", "log.retention.minutes": "3"}
-                                  ).topic_defaults()["retention.ms"] == 180_000
-    assert BrokerConfig.from_dict({"log.retention.minutes": "3", "log.retention.ms": "-1"}
-                                  ).topic_defaults()["retention.ms"] == -1
+    assert (
+        BrokerConfig.from_dict({"log.retention.hours": "2", "log.retention.minutes": "3"}).topic_defaults()[
+            "retention.ms"
+        ]
+        == 180_000
+    )
+    assert (
+        BrokerConfig.from_dict({"log.retention.minutes": "3", "log.retention.ms": "-1"}).topic_defaults()[
+            "retention.ms"
+        ]
+        == -1
+    )
 
 
 def test_roll_and_flush_synonyms():
     d = BrokerConfig.from_dict({"log.roll.hours": "1"}).topic_defaults()
     assert d["segment.ms"] == 3_600_000
     assert BrokerConfig.from_dict({"log.roll.hours": "1", "log.roll.ms": "500"}).topic_defaults()["segment.ms"] == 500
-    assert BrokerConfig.from_dict({}).topic_defaults()["flush.ms"] == 2 ** 63 - 1
+    assert BrokerConfig.from_dict({}).topic_defaults()["flush.ms"] == 2**63 - 1
     assert BrokerConfig.from_dict({"log.flush.scheduler.interval.ms": "9"}).topic_defaults()["flush.ms"] == 9
     assert BrokerConfig.from_dict({"log.flush.interval.ms": "4"}).topic_defaults()["flush.ms"] == 4
 
@@ -138,21 +164,34 @@ def test_log_config_layers_default_broker_override():
 
 # -- topic overrides validation ----------------------------------------------------------------------------------------
 def test_topic_overrides_parse_to_types():
-    v = validate_topic_overrides({"retention.ms": "1000", "cleanup.policy": "compact, delete",
-                                  "preallocate": "true", "min.cleanable.dirty.ratio": "0.25"})
-    assert v == {"retention.ms": 1000, "cleanup.policy": ["compact", "delete"], "preallocate": True,
-                 "min.cleanable.dirty.ratio": 0.25}
+    v = validate_topic_overrides(
+        {
+            "retention.ms": "1000",
+            "cleanup.policy": "compact, delete",
+            "preallocate": "true",
+            "min.cleanable.dirty.ratio": "0.25",
+        }
+    )
+    assert v == {
+        "retention.ms": 1000,
+        "cleanup.policy": ["compact", "delete"],
+        "preallocate": True,
+        "min.cleanable.dirty.ratio": 0.25,
+    }
 
 
-@pytest.mark.parametrize("overrides, message", [
-    ({"retention.msx": "1"}, "Unknown topic config name: retention.msx"),
-    ({"retention.ms": "soon"}, "Invalid value 'soon' for configuration retention.ms: expected a number"),
-    ({"segment.bytes": "13"}, "Invalid value '13' for configuration segment.bytes: value 13 must be at least 14"),
-    ({"cleanup.policy": "archive"}, "cleanup.policy: 'archive' is not one of delete, compact"),
-    ({"min.cleanable.dirty.ratio": "1.5"}, "must be between 0 and 1"),
-    ({"message.timestamp.type": "BrokerTime"}, "is not one of CreateTime, LogAppendTime"),
-    ({"local.retention.ms": "-3"}, "must be -2 (same as total retention), -1 or >= 0"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"retention.msx": "1"}, "Unknown topic config name: retention.msx"),
+        ({"retention.ms": "soon"}, "Invalid value 'soon' for configuration retention.ms: expected a number"),
+        ({"segment.bytes": "13"}, "Invalid value '13' for configuration segment.bytes: value 13 must be at least 14"),
+        ({"cleanup.policy": "archive"}, "cleanup.policy: 'archive' is not one of delete, compact"),
+        ({"min.cleanable.dirty.ratio": "1.5"}, "must be between 0 and 1"),
+        ({"message.timestamp.type": "BrokerTime"}, "is not one of CreateTime, LogAppendTime"),
+        ({"local.retention.ms": "-3"}, "must be -2 (same as total retention), -1 or >= 0"),
+    ],
+)
 def test_topic_override_errors_name_key_and_value(overrides, message):
     with pytest.raises(ConfigError) as ei:
         validate_topic_overrides(overrides)
@@ -163,7 +202,7 @@ def test_format_value_like_kafka():
     assert format_value(True) == "true" and format_value(False) == "false"
     assert format_value(["compact", "delete"]) == "compact,delete"
     assert format_value(0.5) == "0.5"
-    assert format_value(2 ** 63 - 1) == "9223372036854775807"
+    assert format_value(2**63 - 1) == "9223372036854775807"
 
 
 # -- DescribeConfigs entries -------------------------------------------------------------------------------------------
@@ -190,24 +229,30 @@ def test_topic_entries_cover_every_topic_key_with_kafka_sources():
 def test_topic_synonyms_in_kafka_order():
     server = _server(**{"log.segment.bytes": "2000000"})
     e = _by_name(C.topic_config_entries(server, {"segment.bytes": "3000"}))
-    assert e["segment.bytes"].synonyms == [("segment.bytes", "3000", 1), ("log.segment.bytes", "2000000", 4),
-                                           ("log.segment.bytes", "1073741824", 5)]
+    assert e["segment.bytes"].synonyms == [
+        ("segment.bytes", "3000", 1),
+        ("log.segment.bytes", "2000000", 4),
+        ("log.segment.bytes", "1073741824", 5),
+    ]
     assert e["cleanup.policy"].synonyms == [("log.cleanup.policy", "delete", 5)]
-    assert e["remote.storage.enable"].synonyms == []    # no broker synonym: source DEFAULT, no chain
+    assert e["remote.storage.enable"].synonyms == []  # no broker synonym: source DEFAULT, no chain
     assert e["remote.storage.enable"].source == C.SOURCE_DEFAULT_CONFIG
-    assert all(x.synonyms == [] for x in C.topic_config_entries(server, {"segment.bytes": "1"},
-                                                                 include_synonyms=False))
+    assert all(x.synonyms == [] for x in C.topic_config_entries(server, {"segment.bytes": "1"}, include_synonyms=False))
 
 
 def test_retention_chain_starts_at_the_primary_synonym_as_in_kafka():
     # log.retention.hours set: the value follows it, but Kafka reports DEFAULT_CONFIG with no synonyms.
     e = _by_name(C.topic_config_entries(_server(**{"log.retention.hours": "24"}), {}))["retention.ms"]
     assert (e.value, e.source, e.synonyms) == ("86400000", C.SOURCE_DEFAULT_CONFIG, [])
-    e = _by_name(C.topic_config_entries(_server(**{"log.retention.ms": "5000", "log.retention.hours": "24"}),
-                                        {}))["retention.ms"]
+    e = _by_name(C.topic_config_entries(_server(**{"log.retention.ms": "5000", "log.retention.hours": "24"}), {}))[
+        "retention.ms"
+    ]
     assert (e.value, e.source) == ("5000", C.SOURCE_STATIC_BROKER_CONFIG)
-    assert e.synonyms == [("log.retention.ms", "5000", 4), ("log.retention.hours", "24", 4),
-                          ("log.retention.hours", "168", 5)]
+    assert e.synonyms == [
+        ("log.retention.ms", "5000", 4),
+        ("log.retention.hours", "24", 4),
+        ("log.retention.hours", "168", 5),
+    ]
 
 
 def test_topic_entries_filter_and_documentation():
@@ -227,13 +272,14 @@ def test_broker_entries_static_or_default_and_read_only():
     assert (e["log.segment.bytes"].value, e["log.segment.bytes"].source) == ("1073741824", C.SOURCE_DEFAULT_CONFIG)
     assert (e["log.retention.ms"].value, e["log.retention.ms"].source) == (None, C.SOURCE_DEFAULT_CONFIG)
     assert e["log.retention.hours"].source == C.SOURCE_STATIC_BROKER_CONFIG
-    assert e["log.roll.ms"].value is None     # Kafka's default is null; -1 is only our "unset" sentinel
+    assert e["log.roll.ms"].value is None  # Kafka's default is null; -1 is only our "unset" sentinel
     assert all(x.read_only for x in e.values())
 
 
 def test_password_keys_are_never_exposed(monkeypatch):
-    monkeypatch.setitem(BROKER_CONFIG_DEFS, "ssl.key.password", ConfigDef("ssl.key.password", ConfigType.PASSWORD,
-                                                                          None, "secret"))
+    monkeypatch.setitem(
+        BROKER_CONFIG_DEFS, "ssl.key.password", ConfigDef("ssl.key.password", ConfigType.PASSWORD, None, "secret")
+    )
     server = SimpleNamespace(config=BrokerConfig.from_dict({"ssl.key.password": "hunter2"}), broker_id=0)
     (e,) = C.broker_config_entries(server, ["ssl.key.password"])
     assert e.sensitive and e.value is None and e.type == ConfigType.PASSWORD.value
@@ -244,14 +290,18 @@ def test_password_keys_are_never_exposed(monkeypatch):
 
 def _describe(server, resources, version=4, synonyms=False, docs=False):
     Req = REQUEST_CLASSES[ApiKey.DESCRIBE_CONFIGS]
-    req = Req(version=version, resources=[Req.DescribeConfigsResource(resource_type=t, resource_name=n,
-                                                                        configuration_keys=k)
-                                          for t, n, k in resources],
-              include_synonyms=synonyms, include_documentation=docs)
+    req = Req(
+        version=version,
+        resources=[
+            Req.DescribeConfigsResource(resource_type=t, resource_name=n, configuration_keys=k) for t, n, k in resources
+        ],
+        include_synonyms=synonyms,
+        include_documentation=docs,
+    )
     ctx = SimpleNamespace(api_version=version)
     resp = asyncio.run(C.describe_configs(server, ctx, req))
     resp.with_header(correlation_id=1)
-    raw = bytes(resp.encode(header=True, framed=True))    # must encode at every version
+    raw = bytes(resp.encode(header=True, framed=True))  # must encode at every version
     return RESPONSE_CLASSES[ApiKey.DESCRIBE_CONFIGS].decode(raw[4:], version=version, header=True)
 
 
@@ -259,19 +309,41 @@ def _describe(server, resources, version=4, synonyms=False, docs=False):
 def test_describe_configs_handler_resources_and_errors(version):
     server = _server(**{"num.partitions": "3"})
     server.store = SimpleNamespace(topic=lambda n: SimpleNamespace(configs={"retention.ms": "9"}) if n == "t" else None)
-    resp = _describe(server, [(2, "t", ["retention.ms"]), (2, "missing", None), (2, "bad/name", None),
-                              (4, "0", ["num.partitions"]), (4, "", None), (4, "1", None), (4, "x", None),
-                              (8, "0", None), (99, "r", None)], version, synonyms=True, docs=True)
+    resp = _describe(
+        server,
+        [
+            (2, "t", ["retention.ms"]),
+            (2, "missing", None),
+            (2, "bad/name", None),
+            (4, "0", ["num.partitions"]),
+            (4, "", None),
+            (4, "1", None),
+            (4, "x", None),
+            (8, "0", None),
+            (99, "r", None),
+        ],
+        version,
+        synonyms=True,
+        docs=True,
+    )
     r = resp.results
-    assert [x.error_code for x in r] == [0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.INVALID_TOPIC_EXCEPTION,
-                                         0, 0, ErrorCode.INVALID_REQUEST, ErrorCode.INVALID_REQUEST,
-                                         ErrorCode.INVALID_REQUEST, ErrorCode.INVALID_REQUEST]
+    assert [x.error_code for x in r] == [
+        0,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.INVALID_TOPIC_EXCEPTION,
+        0,
+        0,
+        ErrorCode.INVALID_REQUEST,
+        ErrorCode.INVALID_REQUEST,
+        ErrorCode.INVALID_REQUEST,
+        ErrorCode.INVALID_REQUEST,
+    ]
     (topic_entry,) = r[0].configs
     assert (topic_entry.name, topic_entry.value, topic_entry.config_source) == ("retention.ms", "9", 1)
     assert [(s.name, s.value, s.source) for s in topic_entry.synonyms] == [("retention.ms", "9", 1)]
     (broker_entry,) = r[3].configs
     assert (broker_entry.value, broker_entry.config_source, broker_entry.read_only) == ("3", 4, True)
-    assert r[4].configs == []                 # empty name: cluster-wide dynamic defaults, of which there are none
+    assert r[4].configs == []  # empty name: cluster-wide dynamic defaults, of which there are none
     assert "expected 0 or empty string, but received 1" in r[5].error_message
     assert "Broker id must be an integer" in r[6].error_message
     assert "BROKER_LOGGER" in r[7].error_message
@@ -284,26 +356,39 @@ def test_describe_configs_handler_resources_and_errors(version):
 def test_set_delete_append_subtract():
     cur = {"retention.ms": "1000", "segment.bytes": "2000"}
     assert C.apply_incremental_ops(cur, [("retention.ms", C.OP_DELETE, None), ("segment.ms", C.OP_SET, "5")]) == {
-        "segment.bytes": "2000", "segment.ms": "5"}
+        "segment.bytes": "2000",
+        "segment.ms": "5",
+    }
     assert cur == {"retention.ms": "1000", "segment.bytes": "2000"}, "the stored overrides are not mutated"
     # APPEND starts from the key's default (delete) when there is no override, and skips duplicates
     assert C.apply_incremental_ops({}, [("cleanup.policy", C.OP_APPEND, "compact,delete")]) == {
-        "cleanup.policy": "delete,compact"}
-    assert C.apply_incremental_ops({"cleanup.policy": "delete,compact"},
-                                   [("cleanup.policy", C.OP_SUBTRACT, "delete")]) == {"cleanup.policy": "compact"}
+        "cleanup.policy": "delete,compact"
+    }
+    assert C.apply_incremental_ops(
+        {"cleanup.policy": "delete,compact"}, [("cleanup.policy", C.OP_SUBTRACT, "delete")]
+    ) == {"cleanup.policy": "compact"}
     assert C.apply_incremental_ops({}, [("not.a.key", C.OP_DELETE, None)]) == {}
 
 
-@pytest.mark.parametrize("ops, code, message", [
-    ([("retention.ms", C.OP_SET, "abc")], ErrorCode.INVALID_CONFIG,
-     "Invalid value 'abc' for configuration retention.ms"),
-    ([("retention.mss", C.OP_SET, "1")], ErrorCode.INVALID_CONFIG, "Unknown topic config name: retention.mss"),
-    ([("retention.ms", C.OP_APPEND, "1")], ErrorCode.INVALID_CONFIG,
-     "Can't APPEND to key retention.ms because its type is not LIST."),
-    ([("retention.ms", C.OP_SET, None)], ErrorCode.INVALID_CONFIG, "Null value not supported"),
-    ([("cleanup.policy", C.OP_APPEND, "shred")], ErrorCode.INVALID_CONFIG, "'shred' is not one of delete, compact"),
-    ([("retention.ms", 7, "1")], ErrorCode.INVALID_REQUEST, "Unknown alter configs operation type 7"),
-])
+@pytest.mark.parametrize(
+    "ops, code, message",
+    [
+        (
+            [("retention.ms", C.OP_SET, "abc")],
+            ErrorCode.INVALID_CONFIG,
+            "Invalid value 'abc' for configuration retention.ms",
+        ),
+        ([("retention.mss", C.OP_SET, "1")], ErrorCode.INVALID_CONFIG, "Unknown topic config name: retention.mss"),
+        (
+            [("retention.ms", C.OP_APPEND, "1")],
+            ErrorCode.INVALID_CONFIG,
+            "Can't APPEND to key retention.ms because its type is not LIST.",
+        ),
+        ([("retention.ms", C.OP_SET, None)], ErrorCode.INVALID_CONFIG, "Null value not supported"),
+        ([("cleanup.policy", C.OP_APPEND, "shred")], ErrorCode.INVALID_CONFIG, "'shred' is not one of delete, compact"),
+        ([("retention.ms", 7, "1")], ErrorCode.INVALID_REQUEST, "Unknown alter configs operation type 7"),
+    ],
+)
 def test_invalid_ops(ops, code, message):
     with pytest.raises(KafkaApiError) as ei:
         C.apply_incremental_ops({}, ops)
@@ -312,11 +397,14 @@ def test_invalid_ops(ops, code, message):
 
 
 # -- CLI: serve's config errors, docs in sync --------------------------------------------------------------------------
-@pytest.mark.parametrize("override, message", [
-    ("num.partitions=x", "configuration error: Invalid value 'x' for configuration num.partitions"),
-    ("listeners=nonsense", "configuration error: listener 'nonsense' is not of the form NAME://host:port"),
-    ("novalue", "is not of the form key=value"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("num.partitions=x", "configuration error: Invalid value 'x' for configuration num.partitions"),
+        ("listeners=nonsense", "configuration error: listener 'nonsense' is not of the form NAME://host:port"),
+        ("novalue", "is not of the form key=value"),
+    ],
+)
 def test_serve_config_error_exits_2_with_one_line(capsys, override, message):
     assert cli_main(["serve", "--override", override]) == 2
     err = capsys.readouterr().err

@@ -1,5 +1,6 @@
 """One source for each constant: wire sentinels in protocol.constants, defaults in config's ConfigDefs, one bool
 parser, one error-code attribute."""
+
 from __future__ import annotations
 
 import pytest
@@ -10,8 +11,14 @@ from strata.protocol.errors import ErrorCode, KafkaApiError
 
 
 def test_list_offsets_sentinels_are_kafkas():
-    assert (C.LATEST_TIMESTAMP, C.EARLIEST_TIMESTAMP, C.MAX_TIMESTAMP, C.EARLIEST_LOCAL_TIMESTAMP,
-            C.LATEST_TIERED_TIMESTAMP, C.EARLIEST_PENDING_UPLOAD_TIMESTAMP) == (-1, -2, -3, -4, -5, -6)
+    assert (
+        C.LATEST_TIMESTAMP,
+        C.EARLIEST_TIMESTAMP,
+        C.MAX_TIMESTAMP,
+        C.EARLIEST_LOCAL_TIMESTAMP,
+        C.LATEST_TIERED_TIMESTAMP,
+        C.EARLIEST_PENDING_UPLOAD_TIMESTAMP,
+    ) == (-1, -2, -3, -4, -5, -6)
     assert C.LIST_OFFSETS_SENTINEL_MIN_VERSION == {-3: 7, -4: 8, -5: 9, -6: 11}
     assert C.REMOTE_LOG_METADATA_TOPIC == "__remote_log_metadata"
 
@@ -34,8 +41,9 @@ def test_component_configs_default_to_the_config_defs():
     from strata.storage.cleaner_manager import CleanerConfig
 
     values = BrokerConfig.from_dict({}).values
-    assert RemoteLogManagerConfig() == RemoteLogManagerConfig.from_broker(values) \
-        == RemoteLogManagerConfig.from_broker({})
+    assert (
+        RemoteLogManagerConfig() == RemoteLogManagerConfig.from_broker(values) == RemoteLogManagerConfig.from_broker({})
+    )
     assert RemoteLogManagerConfig().task_interval_ms == broker_default("remote.log.manager.task.interval.ms") == 30_000
     assert CleanerConfig().backoff_ms == CleanerConfig.from_broker_config(values).backoff_ms == 15_000
     assert CleanerConfig.from_broker_config({}) == CleanerConfig()
@@ -45,8 +53,20 @@ def test_component_configs_default_to_the_config_defs():
     assert "log.cleaner.backoff.ms" in BROKER_CONFIG_DEFS
 
 
-@pytest.mark.parametrize("raw, value", [(True, True), (False, False), ("true", True), (" TRUE ", True),
-                                        ("1", True), ("yes", True), ("false", False), ("0", False), ("No", False)])
+@pytest.mark.parametrize(
+    "raw, value",
+    [
+        (True, True),
+        (False, False),
+        ("true", True),
+        (" TRUE ", True),
+        ("1", True),
+        ("yes", True),
+        ("false", False),
+        ("0", False),
+        ("No", False),
+    ],
+)
 def test_parse_bool(raw, value):
     assert parse_bool(raw) is value
 

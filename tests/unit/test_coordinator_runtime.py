@@ -2,6 +2,7 @@
 after the append is committed and in FIFO order, a partition's state loaded from its log on leadership, unloaded on
 resignation, and a load that ends after a resignation installing nothing. The group coordinator's use of it is
 covered by test_group_coordinator.py and test_replication_coordinator.py."""
+
 from __future__ import annotations
 
 import asyncio
@@ -58,12 +59,12 @@ def test_writes_are_answered_once_committed_and_state_is_reloaded_from_the_log(t
         rt = CoordinatorRuntime(TOPIC, shard, rm, server.store, clock=lambda: 1000)
         await rt.startup()
         assert rt.loaded.is_set() and not rt.topic_exists()
-        assert rt.check("a") == E.COORDINATOR_NOT_AVAILABLE          # no topic yet
+        assert rt.check("a") == E.COORDINATOR_NOT_AVAILABLE  # no topic yet
         assert await rt.ensure_topic() and rt.topic_exists() and rt.num_partitions == 2
         p = rt.partition_for("a")
-        assert rt.check("a") == E.NOT_COORDINATOR                     # not led here until told so
+        assert rt.check("a") == E.NOT_COORDINATOR  # not led here until told so
         rt.on_become_leader(p)
-        assert rt.check("a") == E.NONE and p not in rt.loading         # an empty log: nothing to load
+        assert rt.check("a") == E.NONE and p not in rt.loading  # an empty log: nothing to load
         # writes queued together land in order; each answers once the HW passed it
         futs = [rt.write(p, [(b"a", b"1")]), rt.write(p, [(b"a", b"2"), (b"b", b"x")]), rt.write(p, [(b"b", None)])]
         assert await asyncio.gather(*futs) == [E.NONE, E.NONE, E.NONE]
@@ -87,6 +88,7 @@ def test_writes_are_answered_once_committed_and_state_is_reloaded_from_the_log(t
         assert shard2.state == {p: {b"a": b"2"}}
         await rt2.shutdown()
         server.log_manager.shutdown()
+
     run(main())
 
 
@@ -101,13 +103,14 @@ def test_a_load_ended_after_a_resignation_installs_nothing(tmp_path):
         rt.on_become_leader(p)
         assert await rt.write(p, [(b"a", b"1")]) == E.NONE
         rt.on_resign(p)
-        rt.on_become_leader(p)             # a load starts ...
+        rt.on_become_leader(p)  # a load starts ...
         assert p in rt.loading
-        rt.on_resign(p)                    # ... and the partition is lost before it ends
+        rt.on_resign(p)  # ... and the partition is lost before it ends
         await until(lambda: not rt.background_tasks)
         assert p not in shard.state and p not in rt.loading and shard.unloaded == [p, p]
         await rt.shutdown()
         server.log_manager.shutdown()
+
     run(main())
 
 
@@ -148,7 +151,7 @@ def test_a_write_is_answered_only_when_its_append_is_committed():
     async def main():
         rm = HeldAppends()
         rt = CoordinatorRuntime(TOPIC, KvShard(), rm, OneTopicStore(), clock=lambda: 1000)
-        assert rt.num_partitions == 3                  # an existing topic keeps its own partition count
+        assert rt.num_partitions == 3  # an existing topic keeps its own partition count
         await rt.startup()
         fut = rt.write(1, [(b"k", b"v")])
         await until(lambda: rm.appended)
@@ -156,4 +159,5 @@ def test_a_write_is_answered_only_when_its_append_is_committed():
         rm.release.set()
         assert await asyncio.wait_for(fut, 5) == E.NONE
         await rt.shutdown()
+
     run(main())

@@ -1,5 +1,6 @@
 """The hand-written FetchResponse encoder (strata.protocol.fetch_response) against kafka-python's codec: byte-for-byte
 equal for every Fetch version the broker advertises, records passed through without copies, codec fallback otherwise."""
+
 from __future__ import annotations
 
 import os
@@ -24,9 +25,16 @@ SMALL = os.urandom(200)  # > 127: a two-byte varint length in flexible versions
 
 
 def part(index, records, *, error=0, hw=100, lso=100, ls=0, aborted=None, preferred=-1):
-    return PartData(partition_index=index, error_code=error, high_watermark=hw, last_stable_offset=lso,
-                    log_start_offset=ls, aborted_transactions=aborted, preferred_read_replica=preferred,
-                    records=records)
+    return PartData(
+        partition_index=index,
+        error_code=error,
+        high_watermark=hw,
+        last_stable_offset=lso,
+        log_start_offset=ls,
+        aborted_transactions=aborted,
+        preferred_read_replica=preferred,
+        records=records,
+    )
 
 
 def response(v, topics, *, throttle=0, error=0, session=0):
@@ -43,15 +51,48 @@ def cases(v):
     yield "one empty partition", response(v, [("topic-a", tid, [part(3, b"")])])
     yield "null records", response(v, [("topic-a", tid, [part(3, None)])])
     yield "memoryview records", response(v, [("t", tid, [part(0, memoryview(BIG)), part(1, memoryview(SMALL))])])
-    yield "mixed", response(v, [
-        ("topic-a", tid, [part(0, BIG, hw=1 << 40, lso=1 << 39, ls=5), part(1, b""), part(2, SMALL),
-                          part(7, b"", error=1, hw=-1, lso=-1, ls=-1)]),
-        ("x" * 200, uuid.uuid4(), [part(i, BIG if i % 3 == 0 else SMALL) for i in range(5)]),
-    ], throttle=17, error=0, session=0)
-    yield "read committed", response(v, [("topic-a", tid, [
-        part(0, BIG, aborted=[]),
-        part(1, SMALL, aborted=[Aborted(producer_id=42, first_offset=7), Aborted(producer_id=-1, first_offset=0)]),
-    ])])
+    yield (
+        "mixed",
+        response(
+            v,
+            [
+                (
+                    "topic-a",
+                    tid,
+                    [
+                        part(0, BIG, hw=1 << 40, lso=1 << 39, ls=5),
+                        part(1, b""),
+                        part(2, SMALL),
+                        part(7, b"", error=1, hw=-1, lso=-1, ls=-1),
+                    ],
+                ),
+                ("x" * 200, uuid.uuid4(), [part(i, BIG if i % 3 == 0 else SMALL) for i in range(5)]),
+            ],
+            throttle=17,
+            error=0,
+            session=0,
+        ),
+    )
+    yield (
+        "read committed",
+        response(
+            v,
+            [
+                (
+                    "topic-a",
+                    tid,
+                    [
+                        part(0, BIG, aborted=[]),
+                        part(
+                            1,
+                            SMALL,
+                            aborted=[Aborted(producer_id=42, first_offset=7), Aborted(producer_id=-1, first_offset=0)],
+                        ),
+                    ],
+                )
+            ],
+        ),
+    )
     yield "top-level error", response(v, [], error=70, session=0)
     yield "many partitions", response(v, [("t", tid, [part(i, SMALL if i % 2 else b"") for i in range(300)])])
 
@@ -84,9 +125,11 @@ def test_large_records_are_not_copied(v):
 def test_tagged_partition_fields_fall_back_to_the_codec(v, field):
     resp = response(v, [("t", uuid.uuid4(), [part(0, SMALL)])])
     p = resp.responses[0].partitions[0]
-    sub = {"diverging_epoch": PartData.EpochEndOffset(epoch=3, end_offset=10),
-           "current_leader": PartData.LeaderIdAndEpoch(leader_id=1, leader_epoch=4),
-           "snapshot_id": PartData.SnapshotId(end_offset=5, epoch=1)}[field]
+    sub = {
+        "diverging_epoch": PartData.EpochEndOffset(epoch=3, end_offset=10),
+        "current_leader": PartData.LeaderIdAndEpoch(leader_id=1, leader_epoch=4),
+        "snapshot_id": PartData.SnapshotId(end_offset=5, epoch=1),
+    }[field]
     setattr(p, field, sub)
     assert encode_fetch_response(resp, v, 1) is None
 

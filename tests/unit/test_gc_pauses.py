@@ -1,4 +1,5 @@
 """GcPauses: every collection of the interpreter lands in the histogram of its generation, until uninstalled."""
+
 from __future__ import annotations
 
 import gc
@@ -9,8 +10,11 @@ from strata.broker.gc_pauses import BUCKETS, GcPauses
 
 
 def _samples(registry: CollectorRegistry) -> dict[tuple[str, str, str], float]:
-    return {(s.name, s.labels.get("generation", ""), s.labels.get("le", "")): s.value
-            for fam in registry.collect() for s in fam.samples}
+    return {
+        (s.name, s.labels.get("generation", ""), s.labels.get("le", "")): s.value
+        for fam in registry.collect()
+        for s in fam.samples
+    }
 
 
 def test_collections_are_counted_per_generation_until_uninstalled() -> None:
@@ -25,7 +29,7 @@ def test_collections_are_counted_per_generation_until_uninstalled() -> None:
         assert s[("strata_gc_pause_seconds_bucket", "2", "+Inf")] == s[("strata_gc_pause_seconds_count", "2", "")]
         assert s[("strata_gc_pause_seconds_sum", "2", "")] > 0
         bounds = [s[("strata_gc_pause_seconds_bucket", "2", repr(b))] for b in BUCKETS]
-        assert bounds == sorted(bounds)            # cumulative
+        assert bounds == sorted(bounds)  # cumulative
     finally:
         pauses.uninstall()
     before = _samples(reg)[("strata_gc_pause_seconds_count", "2", "")]

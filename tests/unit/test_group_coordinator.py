@@ -3,6 +3,7 @@
 Timeouts are short (group.min.session.timeout.ms=10) so expiry paths run in milliseconds; tests wait on
 conditions (bounded), never on fixed sleeps.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -32,9 +33,14 @@ SUB_TU = cp.encode_subscription(["t", "u"])
 
 
 def make_server(tmp_path, **overrides) -> KafkaServer:
-    props = {"log.dirs": str(tmp_path / "data"), "listeners": "PLAINTEXT://127.0.0.1:0", "metrics.listener": "",
-             "group.initial.rebalance.delay.ms": 0, "group.min.session.timeout.ms": 10,
-             "offsets.topic.num.partitions": 3}
+    props = {
+        "log.dirs": str(tmp_path / "data"),
+        "listeners": "PLAINTEXT://127.0.0.1:0",
+        "metrics.listener": "",
+        "group.initial.rebalance.delay.ms": 0,
+        "group.min.session.timeout.ms": 10,
+        "offsets.topic.num.partitions": 3,
+    }
     props.update(overrides)
     server = KafkaServer(BrokerConfig.from_dict(props))
     server.log_manager.startup()
@@ -68,10 +74,31 @@ class H:
         self.coord = self.server.group_coordinator
         return await self.start()
 
-    def params(self, group="g", member_id="", *, protocols=(("range", SUB_T),), version=5, instance=None,
-               session=300, rebalance=2000, client="c", ptype="consumer") -> JoinParams:
-        return JoinParams(group, member_id, instance, client, "/127.0.0.1", session, rebalance, ptype,
-                          [(n, m) for n, m in protocols], version)
+    def params(
+        self,
+        group="g",
+        member_id="",
+        *,
+        protocols=(("range", SUB_T),),
+        version=5,
+        instance=None,
+        session=300,
+        rebalance=2000,
+        client="c",
+        ptype="consumer",
+    ) -> JoinParams:
+        return JoinParams(
+            group,
+            member_id,
+            instance,
+            client,
+            "/127.0.0.1",
+            session,
+            rebalance,
+            ptype,
+            [(n, m) for n, m in protocols],
+            version,
+        )
 
     async def join(self, group="g", member_id="", **kw):
         return await asyncio.wait_for(self.coord.join_group(self.params(group, member_id, **kw)), 10)
@@ -86,8 +113,9 @@ class H:
         return await self.join(group, r.member_id, **kw)
 
     async def sync(self, group, generation, member_id, assignments=(), instance=None):
-        return await asyncio.wait_for(self.coord.sync_group(group, generation, member_id, instance, None, None,
-                                                            list(assignments)), 10)
+        return await asyncio.wait_for(
+            self.coord.sync_group(group, generation, member_id, instance, None, None, list(assignments)), 10
+        )
 
     def group(self, gid="g"):
         return self.coord.groups.get(gid)
@@ -126,9 +154,14 @@ def test_two_step_join_generation_one_and_sync(tmp_path):
         assert r.error == E.MEMBER_ID_REQUIRED and r.member_id.startswith("cli-") and r.generation_id == -1
         assert h.group().is_pending(r.member_id)
         j = await h.join(member_id=r.member_id, version=4)
-        assert (j.error, j.generation_id, j.leader, j.member_id, j.protocol_name) == \
-            (E.NONE, 1, r.member_id, r.member_id, "range")
-        assert j.members == [(r.member_id, None, SUB_T)]          # the leader gets every member's metadata
+        assert (j.error, j.generation_id, j.leader, j.member_id, j.protocol_name) == (
+            E.NONE,
+            1,
+            r.member_id,
+            r.member_id,
+            "range",
+        )
+        assert j.members == [(r.member_id, None, SUB_T)]  # the leader gets every member's metadata
         assert h.group().state == GroupState.COMPLETING_REBALANCE
         asg = cp.encode_assignment([("t", [0, 1])])
         s = await h.sync("g", 1, j.member_id, [(j.member_id, asg)])
@@ -139,6 +172,7 @@ def test_two_step_join_generation_one_and_sync(tmp_path):
         assert h.coord.heartbeat("g", "nobody", None, 1) == E.UNKNOWN_MEMBER_ID
         assert h.coord.heartbeat("other", "nobody", None, 1) == E.UNKNOWN_MEMBER_ID
         await h.close()
+
     run(main())
 
 
@@ -154,6 +188,7 @@ def test_join_v3_needs_no_member_id_and_validation_errors(tmp_path):
         assert (await h.join(ptype="connect", version=3)).error == E.INCONSISTENT_GROUP_PROTOCOL
         assert (await h.join(protocols=(("sticky", SUB_T),), version=3)).error == E.INCONSISTENT_GROUP_PROTOCOL
         await h.close()
+
     run(main())
 
 
@@ -184,9 +219,10 @@ def test_rebalance_on_new_member_and_protocol_vote(tmp_path):
         sa = await h.sync("g", 2, ja.member_id, asg.items())
         assert sa.assignment == asg[ja.member_id]
         assert (await sb).assignment == asg[jb.member_id]
-        assert (await h.sync("g", 2, jc.member_id)).assignment == b""     # left out by the leader: empty
+        assert (await h.sync("g", 2, jc.member_id)).assignment == b""  # left out by the leader: empty
         assert h.group().state == GroupState.STABLE
         await h.close()
+
     run(main())
 
 
@@ -199,6 +235,7 @@ def test_initial_rebalance_delay_collects_members_into_generation_one(tmp_path):
         assert j1.generation_id == j2.generation_id == 1
         assert h.group().num_members == 2
         await h.close()
+
     run(main())
 
 
@@ -221,6 +258,7 @@ def test_session_expiry_evicts_and_rebalances(tmp_path):
         j = await h.join(member_id=ja.member_id, session=2000)
         assert j.generation_id == 3 and [m for m, _, _ in j.members] == [ja.member_id]
         await h.close()
+
     run(main())
 
 
@@ -232,6 +270,7 @@ def test_pending_member_that_never_returns_expires(tmp_path):
         await until(lambda: not h.group().is_pending(r.member_id))
         assert (await h.join(member_id=r.member_id)).error == E.UNKNOWN_MEMBER_ID
         await h.close()
+
     run(main())
 
 
@@ -247,23 +286,28 @@ def test_leave_group(tmp_path):
         assert h.coord.leave_group("nope", [("x", None)])[0] == E.UNKNOWN_MEMBER_ID
         # the empty group's metadata (generation 2, no members) is persisted
         p = h.coord.partition_for("g")
-        await until(lambda: any(isinstance(k, GroupMetadataKey) and v and
-                                decode_group_metadata_value(v).generation == 2 for k, v in h.records(p)))
+        await until(
+            lambda: any(
+                isinstance(k, GroupMetadataKey) and v and decode_group_metadata_value(v).generation == 2
+                for k, v in h.records(p)
+            )
+        )
         await h.close()
+
     run(main())
 
 
 def test_static_membership_replaces_member_without_rebalance_and_fences_old_id(tmp_path):
     async def main():
         h = await H(tmp_path).start()
-        j = await h.join(instance="i1", version=5)           # static members skip MEMBER_ID_REQUIRED
+        j = await h.join(instance="i1", version=5)  # static members skip MEMBER_ID_REQUIRED
         assert j.error == E.NONE and j.member_id.startswith("i1-")
         asg = cp.encode_assignment([("t", [0, 1, 2])])
         await h.sync("g", 1, j.member_id, [(j.member_id, asg)], instance="i1")
         # the same instance restarts (unknown member id): new id, same generation, its old assignment
         j2 = await h.join(instance="i1", version=5)
         assert j2.error == E.NONE and j2.member_id != j.member_id and j2.generation_id == 1
-        assert j2.leader == j.member_id        # < v9: the old leader id, so the client does not re-assign
+        assert j2.leader == j.member_id  # < v9: the old leader id, so the client does not re-assign
         s = await h.sync("g", 1, j2.member_id, instance="i1")
         assert s.error == E.NONE and s.assignment == asg
         assert h.coord.heartbeat("g", j.member_id, "i1", 1) == E.FENCED_INSTANCE_ID
@@ -277,6 +321,7 @@ def test_static_membership_replaces_member_without_rebalance_and_fences_old_id(t
         assert h.coord.leave_group("g", [("", "i1")]) == (E.NONE, [("", "i1", E.NONE)])
         assert h.group().state == GroupState.EMPTY
         await h.close()
+
     run(main())
 
 
@@ -289,6 +334,7 @@ def test_sync_errors(tmp_path):
         bad = await asyncio.wait_for(h.coord.sync_group("g", 1, a.member_id, None, "connect", None, []), 5)
         assert bad.error == E.INCONSISTENT_GROUP_PROTOCOL
         await h.close()
+
     run(main())
 
 
@@ -297,10 +343,11 @@ def test_rebalance_timeout_removes_members_that_do_not_rejoin(tmp_path):
         h = await H(tmp_path).start()
         a = await h.join_new(session=5000, rebalance=100)
         await h.sync("g", 1, a.member_id, [(a.member_id, b"")])
-        b = await h.join_new(session=5000, rebalance=100)   # a never rejoins: dropped after 100 ms
+        b = await h.join_new(session=5000, rebalance=100)  # a never rejoins: dropped after 100 ms
         assert b.generation_id == 2 and [m for m, _, _ in b.members] == [b.member_id]
         assert not h.group().has_member(a.member_id)
         await h.close()
+
     run(main())
 
 
@@ -309,9 +356,10 @@ def test_group_max_size(tmp_path):
         h = await H(tmp_path, **{"group.max.size": 1}).start()
         a = await h.join_new()
         await h.sync("g", 1, a.member_id, [(a.member_id, b"")])
-        assert (await h.join()).error == E.GROUP_MAX_SIZE_REACHED      # full: refused before any member id
+        assert (await h.join()).error == E.GROUP_MAX_SIZE_REACHED  # full: refused before any member id
         assert h.group().num_members == 1 and not h.group().pending_members
         await h.close()
+
     run(main())
 
 
@@ -325,8 +373,10 @@ def test_offset_commit_validation_and_fetch(tmp_path):
         h = await H(tmp_path).start()
         c = h.coord
         # simple (admin) commit to an unknown group creates it; with a generation it is refused
-        assert await c.commit_offsets("s", -1, "", None, {("t", 0): om(5, "meta", 2)}, 8) == \
-            (E.NONE, {("t", 0): E.NONE})
+        assert await c.commit_offsets("s", -1, "", None, {("t", 0): om(5, "meta", 2)}, 8) == (
+            E.NONE,
+            {("t", 0): E.NONE},
+        )
         assert (await c.commit_offsets("x", 3, "m", None, {("t", 0): om(1)}, 8))[0] == E.ILLEGAL_GENERATION
         assert (await c.commit_offsets("x", 3, "m", None, {("t", 0): om(1)}, 9))[0] == E.GROUP_ID_NOT_FOUND
         err, data = c.fetch_offsets("s", [("t", [0, 1])])
@@ -336,18 +386,19 @@ def test_offset_commit_validation_and_fetch(tmp_path):
         assert c.fetch_offsets("s", None) == (E.NONE, [("t", [(0, c.groups["s"].offsets[("t", 0)])])])
         assert c.fetch_offsets("unknown", None) == (E.NONE, [])
         big = om(1, "x" * 5000)
-        assert (await c.commit_offsets("s", -1, "", None, {("t", 1): big}, 8))[1] == \
-            {("t", 1): E.OFFSET_METADATA_TOO_LARGE}
+        assert (await c.commit_offsets("s", -1, "", None, {("t", 1): big}, 8))[1] == {
+            ("t", 1): E.OFFSET_METADATA_TOO_LARGE
+        }
         # members commit with their generation; CompletingRebalance refuses; admin commits refused when not empty
         a = await h.join_new()
-        assert (await c.commit_offsets("g", 1, a.member_id, None, {("t", 0): om(1)}, 8))[0] == \
-            E.REBALANCE_IN_PROGRESS
+        assert (await c.commit_offsets("g", 1, a.member_id, None, {("t", 0): om(1)}, 8))[0] == E.REBALANCE_IN_PROGRESS
         await h.sync("g", 1, a.member_id, [(a.member_id, b"")])
         assert (await c.commit_offsets("g", 1, a.member_id, None, {("t", 0): om(1)}, 8))[0] == E.NONE
         assert (await c.commit_offsets("g", 0, a.member_id, None, {("t", 0): om(1)}, 8))[0] == E.ILLEGAL_GENERATION
         assert (await c.commit_offsets("g", 1, "who", None, {("t", 0): om(1)}, 8))[0] == E.UNKNOWN_MEMBER_ID
         assert (await c.commit_offsets("g", -1, "", None, {("t", 0): om(1)}, 8))[0] == E.UNKNOWN_MEMBER_ID
         await h.close()
+
     run(main())
 
 
@@ -357,8 +408,9 @@ def test_records_are_kafka_formatted_and_survive_restart(tmp_path):
         a = await h.join_new(protocols=(("range", SUB_TU),), client="cli")
         asg = cp.encode_assignment([("t", [0]), ("u", [0])])
         await h.sync("g", 1, a.member_id, [(a.member_id, asg)])
-        assert (await h.coord.commit_offsets("g", 1, a.member_id, None,
-                                             {("t", 0): om(10, "x", 4), ("u", 0): om(3)}, 8))[0] == E.NONE
+        assert (
+            await h.coord.commit_offsets("g", 1, a.member_id, None, {("t", 0): om(10, "x", 4), ("u", 0): om(3)}, 8)
+        )[0] == E.NONE
         p = h.coord.partition_for("g")
         recs = h.records(p)
         keys = [k for k, _ in recs]
@@ -367,8 +419,9 @@ def test_records_are_kafka_formatted_and_survive_restart(tmp_path):
         assert (v.offset, v.metadata, v.leader_epoch) == (10, "x", 4)
         gm = decode_group_metadata_value([val for k, val in recs if k == GroupMetadataKey("g")][-1])
         assert (gm.generation, gm.protocol, gm.leader, gm.protocol_type) == (1, "range", a.member_id, "consumer")
-        assert [(m.member_id, m.client_id, m.subscription, m.assignment) for m in gm.members] == \
-            [(a.member_id, "cli", SUB_TU, asg)]
+        assert [(m.member_id, m.client_id, m.subscription, m.assignment) for m in gm.members] == [
+            (a.member_id, "cli", SUB_TU, asg)
+        ]
         # restart: the group comes back Stable with its member, generation, assignment and offsets
         h = await h.reopen()
         g = h.group()
@@ -382,6 +435,7 @@ def test_records_are_kafka_formatted_and_survive_restart(tmp_path):
         await until(lambda: h.group().state == GroupState.EMPTY)
         assert h.group().generation_id == 2
         await h.close()
+
     run(main())
 
 
@@ -394,8 +448,10 @@ def test_delete_groups_and_offsets(tmp_path):
         await h.sync("g", 1, a.member_id, [(a.member_id, b"")])
         await c.commit_offsets("g", 1, a.member_id, None, {("t", 0): om(1), ("v", 0): om(1)}, 8)
         # OffsetDelete: the subscribed topic is protected while the group has members
-        assert await c.delete_offsets("g", [("t", 0), ("v", 0)]) == \
-            (E.NONE, {("t", 0): E.GROUP_SUBSCRIBED_TO_TOPIC, ("v", 0): E.NONE})
+        assert await c.delete_offsets("g", [("t", 0), ("v", 0)]) == (
+            E.NONE,
+            {("t", 0): E.GROUP_SUBSCRIBED_TO_TOPIC, ("v", 0): E.NONE},
+        )
         assert ("v", 0) not in h.group("g").offsets and ("t", 0) in h.group("g").offsets
         assert (await c.delete_offsets("nope", [("t", 0)]))[0] == E.GROUP_ID_NOT_FOUND
         assert await c.delete_offsets("s", [("t", 1)]) == (E.NONE, {("t", 1): E.NONE})
@@ -409,6 +465,7 @@ def test_delete_groups_and_offsets(tmp_path):
         assert "s" not in h.coord.groups
         assert set(h.group("g").offsets) == {("t", 0)}
         await h.close()
+
     run(main())
 
 
@@ -421,7 +478,7 @@ def test_offset_retention(tmp_path):
         a = await h.join_new(protocols=(("range", SUB_T),))
         await h.sync("g", 1, a.member_id, [(a.member_id, b"")])
         await c.commit_offsets("g", 1, a.member_id, None, {("t", 0): om(1), ("u", 0): om(1)}, 8)
-        assert await c.expire_offsets(now + 30_000) == (0, 0)          # nothing is a minute old yet
+        assert await c.expire_offsets(now + 30_000) == (0, 0)  # nothing is a minute old yet
         # a minute later: the simple group loses its offset and is deleted; the Stable group keeps the offset
         # of its subscribed topic t but loses u's
         assert await c.expire_offsets(now + 61_000) == (2, 1)
@@ -435,6 +492,7 @@ def test_offset_retention(tmp_path):
         h = await h.reopen()
         assert h.coord.groups == {}
         await h.close()
+
     run(main())
 
 
@@ -450,6 +508,7 @@ def test_load_in_progress_and_inactive(tmp_path):
         h.coord.loading.discard(p)
         await h.close()
         assert h.coord.heartbeat("g", "m", None, 1) == E.COORDINATOR_NOT_AVAILABLE
+
     run(main())
 
 
@@ -461,14 +520,17 @@ def test_list_and_describe(tmp_path):
         await h.sync("g", 1, a.member_id, [(a.member_id, b"x")])
         await c.commit_offsets("s", -1, "", None, {("t", 0): om(1)}, 8)
         err, groups = c.list_groups()
-        assert err == E.NONE and [(g.group_id, g.state.value, g.protocol_type) for g in groups] == \
-            [("g", "Stable", "consumer"), ("s", "Empty", None)]
+        assert err == E.NONE and [(g.group_id, g.state.value, g.protocol_type) for g in groups] == [
+            ("g", "Stable", "consumer"),
+            ("s", "Empty", None),
+        ]
         assert [g.group_id for g in c.list_groups(["stable"])[1]] == ["g"]
         assert c.list_groups(None, ["consumer"])[1] == []
         assert [g.group_id for g in c.list_groups(None, ["Classic"])[1]] == ["g", "s"]
         assert c.describe_group("nope") == (E.GROUP_ID_NOT_FOUND, None)
         assert c.describe_group("g")[1].members[a.member_id].assignment == b"x"
         await h.close()
+
     run(main())
 
 
@@ -479,7 +541,7 @@ def test_shutdown_answers_parked_requests(tmp_path, parked):
         a = await h.join_new(rebalance=60000)
         await h.sync("g", 1, a.member_id, [(a.member_id, b"")])
         r = await h.join(rebalance=60000)
-        t = h.join_task(member_id=r.member_id, rebalance=60000)   # parked until a rejoins (60 s)
+        t = h.join_task(member_id=r.member_id, rebalance=60000)  # parked until a rejoins (60 s)
         if parked == "sync":
             await until(lambda: h.group().state == GroupState.PREPARING_REBALANCE)
             ja = await h.join(member_id=a.member_id, rebalance=60000)
@@ -490,6 +552,7 @@ def test_shutdown_answers_parked_requests(tmp_path, parked):
         assert not t.done()
         await h.close()
         assert (await asyncio.wait_for(t, 5)).error == E.NOT_COORDINATOR
+
     run(main())
 
 
@@ -498,11 +561,12 @@ def test_commit_with_retention_time_writes_value_version_1_and_expires_on_its_ow
         h = await H(tmp_path).start()
         c = h.coord
         now = int(time.time() * 1000)
-        o = OffsetAndMetadata(9, -1, "", now, now + 1000)      # OffsetCommit v2-4 with retention_time_ms=1000
+        o = OffsetAndMetadata(9, -1, "", now, now + 1000)  # OffsetCommit v2-4 with retention_time_ms=1000
         assert (await c.commit_offsets("r", -1, "", None, {("t", 0): o}, 2))[1] == {("t", 0): E.NONE}
         [(_, raw)] = [(k, v) for k, v in h.records(c.partition_for("r")) if isinstance(k, OffsetCommitKey)]
         assert raw[:2] == b"\x00\x01" and decode_offset_commit_value(raw).expire_timestamp == now + 1000
         assert await c.expire_offsets(now + 999) == (0, 0)
-        assert await c.expire_offsets(now + 1000) == (1, 1)    # long before offsets.retention.minutes
+        assert await c.expire_offsets(now + 1000) == (1, 1)  # long before offsets.retention.minutes
         await h.close()
+
     run(main())

@@ -1,6 +1,7 @@
 """__consumer_offsets record formats against golden bytes written out by hand from Kafka's message schemas
 (group-coordinator OffsetCommitKey/OffsetCommitValue/GroupMetadataKey/GroupMetadataValue .json), and the
 group -> partition mapping against Java's String.hashCode."""
+
 import pytest
 
 from strata.broker.group.records import (
@@ -22,14 +23,14 @@ from strata.broker.group.records import (
 )
 from strata.protocol import consumer_protocol as cp
 
-TS = 1700000000000          # 0x0000018BCFE56800
+TS = 1700000000000  # 0x0000018BCFE56800
 TS_BYTES = bytes.fromhex("0000018bcfe56800")
 
 
 # -- keys ---------------------------------------------------------------------------------------------------------
 def test_offset_commit_key_version_1():
     raw = encode_offset_commit_key("g1", "t", 3)
-    assert raw == bytes.fromhex("0001" "0002") + b"g1" + bytes.fromhex("0001") + b"t" + bytes.fromhex("00000003")
+    assert raw == bytes.fromhex("00010002") + b"g1" + bytes.fromhex("0001") + b"t" + bytes.fromhex("00000003")
     assert decode_key(raw) == OffsetCommitKey("g1", "t", 3)
     # key version 0 has the same layout (older brokers wrote it)
     assert decode_key(bytes.fromhex("0000") + raw[2:]) == OffsetCommitKey("g1", "t", 3)
@@ -37,40 +38,53 @@ def test_offset_commit_key_version_1():
 
 def test_group_metadata_key_version_2():
     raw = encode_group_metadata_key("g1")
-    assert raw == bytes.fromhex("0002" "0002") + b"g1"
+    assert raw == bytes.fromhex("00020002") + b"g1"
     assert decode_key(raw) == GroupMetadataKey("g1")
 
 
 def test_keys_of_other_record_types_are_skipped():
     # version 3+ keys are KIP-848 consumer-group records: not ours, the loader ignores them
-    assert decode_key(bytes.fromhex("0003" "0002") + b"g1") is None
+    assert decode_key(bytes.fromhex("00030002") + b"g1") is None
 
 
 # -- offset commit values -------------------------------------------------------------------------------------------
 def test_offset_commit_value_version_3_with_leader_epoch():
     om = OffsetAndMetadata(offset=100, leader_epoch=5, metadata="m", commit_timestamp=TS)
     raw = encode_offset_commit_value(om)
-    assert raw == (bytes.fromhex("0003" "0000000000000064" "00000005" "0001") + b"m" + TS_BYTES)
+    assert raw == (bytes.fromhex("00030000000000000064000000050001") + b"m" + TS_BYTES)
     back = decode_offset_commit_value(raw)
-    assert (back.offset, back.leader_epoch, back.metadata, back.commit_timestamp, back.expire_timestamp) == \
-        (100, 5, "m", TS, -1)
+    assert (back.offset, back.leader_epoch, back.metadata, back.commit_timestamp, back.expire_timestamp) == (
+        100,
+        5,
+        "m",
+        TS,
+        -1,
+    )
 
 
-@pytest.mark.parametrize("version,tail,expire", [
-    (0, b"", -1),
-    (1, bytes.fromhex("0000018bcfe56801"), TS + 1),     # v1 carries an expire timestamp
-    (2, b"", -1),
-])
+@pytest.mark.parametrize(
+    "version,tail,expire",
+    [
+        (0, b"", -1),
+        (1, bytes.fromhex("0000018bcfe56801"), TS + 1),  # v1 carries an expire timestamp
+        (2, b"", -1),
+    ],
+)
 def test_older_offset_commit_values_decode(version, tail, expire):
-    raw = bytes([0, version]) + bytes.fromhex("000000000000002a" "0000") + TS_BYTES + tail
+    raw = bytes([0, version]) + bytes.fromhex("000000000000002a0000") + TS_BYTES + tail
     om = decode_offset_commit_value(raw)
-    assert (om.offset, om.leader_epoch, om.metadata, om.commit_timestamp, om.expire_timestamp) == \
-        (42, -1, "", TS, expire)
+    assert (om.offset, om.leader_epoch, om.metadata, om.commit_timestamp, om.expire_timestamp) == (
+        42,
+        -1,
+        "",
+        TS,
+        expire,
+    )
 
 
 def test_flexible_offset_commit_value_version_4_decodes():
     # compact string "ab" = varint(3) + bytes; then an empty tagged-field section
-    raw = bytes.fromhex("0004" "0000000000000007" "ffffffff" "03") + b"ab" + TS_BYTES + b"\x00"
+    raw = bytes.fromhex("00040000000000000007ffffffff03") + b"ab" + TS_BYTES + b"\x00"
     om = decode_offset_commit_value(raw)
     assert (om.offset, om.leader_epoch, om.metadata, om.commit_timestamp) == (7, -1, "ab", TS)
 
@@ -82,10 +96,22 @@ def test_truncated_value_is_an_error():
 
 # -- group metadata values ------------------------------------------------------------------------------------------
 MEMBER = MemberMetadata("m1", None, "c", "/h", 300000, 45000, b"\x00\x01", b"")
-GOLDEN_V3 = (bytes.fromhex("0003" "0008") + b"consumer" + bytes.fromhex("00000007" "0005") + b"range"
-             + bytes.fromhex("0002") + b"m1" + TS_BYTES
-             + bytes.fromhex("00000001" "0002") + b"m1" + bytes.fromhex("ffff" "0001") + b"c"
-             + bytes.fromhex("0002") + b"/h" + bytes.fromhex("000493e0" "0000afc8" "00000002" "0001" "00000000"))
+GOLDEN_V3 = (
+    bytes.fromhex("00030008")
+    + b"consumer"
+    + bytes.fromhex("000000070005")
+    + b"range"
+    + bytes.fromhex("0002")
+    + b"m1"
+    + TS_BYTES
+    + bytes.fromhex("000000010002")
+    + b"m1"
+    + bytes.fromhex("ffff0001")
+    + b"c"
+    + bytes.fromhex("0002")
+    + b"/h"
+    + bytes.fromhex("000493e00000afc800000002000100000000")
+)
 
 
 def test_group_metadata_value_version_3():
@@ -98,16 +124,33 @@ def test_group_metadata_value_version_3():
 def test_empty_group_metadata_value():
     v = GroupMetadataValue("consumer", 9, None, None, TS, [])
     raw = encode_group_metadata_value(v)
-    assert raw == (bytes.fromhex("0003" "0008") + b"consumer" + bytes.fromhex("00000009" "ffff" "ffff")
-                   + TS_BYTES + bytes.fromhex("00000000"))
+    assert raw == (
+        bytes.fromhex("00030008")
+        + b"consumer"
+        + bytes.fromhex("00000009ffffffff")
+        + TS_BYTES
+        + bytes.fromhex("00000000")
+    )
     assert decode_group_metadata_value(raw) == v
 
 
 def test_group_metadata_value_version_0_and_static_member_v3():
     # v0: no rebalanceTimeout (falls back to the session timeout), no timestamp, no instance id
-    raw0 = (bytes.fromhex("0000" "0008") + b"consumer" + bytes.fromhex("00000001" "0005") + b"range"
-            + bytes.fromhex("0002") + b"m1" + bytes.fromhex("00000001" "0002") + b"m1" + bytes.fromhex("0001")
-            + b"c" + bytes.fromhex("0002") + b"/h" + bytes.fromhex("0000afc8" "00000000" "00000000"))
+    raw0 = (
+        bytes.fromhex("00000008")
+        + b"consumer"
+        + bytes.fromhex("000000010005")
+        + b"range"
+        + bytes.fromhex("0002")
+        + b"m1"
+        + bytes.fromhex("000000010002")
+        + b"m1"
+        + bytes.fromhex("0001")
+        + b"c"
+        + bytes.fromhex("0002")
+        + b"/h"
+        + bytes.fromhex("0000afc80000000000000000")
+    )
     v0 = decode_group_metadata_value(raw0)
     assert v0.current_state_timestamp == -1
     assert v0.members[0] == MemberMetadata("m1", None, "c", "/h", 45000, 45000, b"", b"")
@@ -117,22 +160,49 @@ def test_group_metadata_value_version_0_and_static_member_v3():
 
 
 def test_flexible_group_metadata_value_version_4_decodes():
-    raw = (bytes.fromhex("0004" "09") + b"consumer" + bytes.fromhex("00000003" "06") + b"range"
-           + bytes.fromhex("03") + b"m1" + TS_BYTES + bytes.fromhex("02")
-           + bytes.fromhex("03") + b"m1" + bytes.fromhex("00" "02") + b"c" + bytes.fromhex("03") + b"/h"
-           + bytes.fromhex("000493e0" "0000afc8" "03") + b"\x00\x01" + bytes.fromhex("01" "00") + b"\x00")
+    raw = (
+        bytes.fromhex("000409")
+        + b"consumer"
+        + bytes.fromhex("0000000306")
+        + b"range"
+        + bytes.fromhex("03")
+        + b"m1"
+        + TS_BYTES
+        + bytes.fromhex("02")
+        + bytes.fromhex("03")
+        + b"m1"
+        + bytes.fromhex("0002")
+        + b"c"
+        + bytes.fromhex("03")
+        + b"/h"
+        + bytes.fromhex("000493e00000afc803")
+        + b"\x00\x01"
+        + bytes.fromhex("0100")
+        + b"\x00"
+    )
     v = decode_group_metadata_value(raw)
-    assert (v.protocol_type, v.generation, v.protocol, v.leader, v.current_state_timestamp) == \
-        ("consumer", 3, "range", "m1", TS)
+    assert (v.protocol_type, v.generation, v.protocol, v.leader, v.current_state_timestamp) == (
+        "consumer",
+        3,
+        "range",
+        "m1",
+        TS,
+    )
     assert v.members == [MEMBER]
 
 
 # -- partitioning ---------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("s,h", [
-    ("", 0), ("a", 97), ("hello", 99162322), ("Hello World", -862545276),
-    ("polygenelubricants", -2147483648),       # Integer.MIN_VALUE: Utils.abs maps it to 0
-    ("\U0001F600", 1772899),                    # hashed as two UTF-16 surrogates, as Java does
-])
+@pytest.mark.parametrize(
+    "s,h",
+    [
+        ("", 0),
+        ("a", 97),
+        ("hello", 99162322),
+        ("Hello World", -862545276),
+        ("polygenelubricants", -2147483648),  # Integer.MIN_VALUE: Utils.abs maps it to 0
+        ("\U0001f600", 1772899),  # hashed as two UTF-16 surrogates, as Java does
+    ],
+)
 def test_java_string_hash(s, h):
     assert java_string_hash(s) == h
 

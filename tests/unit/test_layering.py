@@ -6,6 +6,7 @@
   anything but `self`/`cls` (or an instance the class itself just made with `cls.__new__`), nor a mutating call or
   `del` on one (`log._segments.insert(...)`).
 """
+
 from __future__ import annotations
 
 import ast
@@ -51,10 +52,15 @@ def _foreign_underscore_writes(tree: ast.AST) -> list[tuple[int, str]]:
         if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
             continue
         own = {"self", "cls"}
-        for node in ast.walk(fn):      # instances a classmethod makes of its own class: h = cls.__new__(cls)
-            if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
-                    and isinstance(node.value.func, ast.Attribute) and node.value.func.attr == "__new__"
-                    and isinstance(node.value.func.value, ast.Name) and node.value.func.value.id == "cls"):
+        for node in ast.walk(fn):  # instances a classmethod makes of its own class: h = cls.__new__(cls)
+            if (
+                isinstance(node, ast.Assign)
+                and isinstance(node.value, ast.Call)
+                and isinstance(node.value.func, ast.Attribute)
+                and node.value.func.attr == "__new__"
+                and isinstance(node.value.func.value, ast.Name)
+                and node.value.func.value.id == "cls"
+            ):
                 own |= {t.id for t in node.targets if isinstance(t, ast.Name)}
         for node in ast.walk(fn):
             targets: list[ast.expr] = []
@@ -62,17 +68,26 @@ def _foreign_underscore_writes(tree: ast.AST) -> list[tuple[int, str]]:
                 targets = node.targets
             elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
                 targets = [node.target]
-            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr"
-                  and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)
-                  and str(node.args[1].value).startswith("_")):
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "setattr"
+                and len(node.args) >= 2
+                and isinstance(node.args[1], ast.Constant)
+                and str(node.args[1].value).startswith("_")
+            ):
                 found.append((node.lineno, f"setattr(..., {node.args[1].value!r})"))
             elif isinstance(node, ast.Delete):
                 targets = node.targets
-            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                  and node.func.attr in MUTATORS and _foreign_private(node.func.value, own)):
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in MUTATORS
+                and _foreign_private(node.func.value, own)
+            ):
                 found.append((node.lineno, ast.unparse(node.func)))
             for target in targets:
-                while isinstance(target, ast.Subscript):       # log._bases[i] = ...: a write into its state too
+                while isinstance(target, ast.Subscript):  # log._bases[i] = ...: a write into its state too
                     target = target.value
                 for x in ast.walk(target):
                     if _foreign_private(x, own):
@@ -85,14 +100,20 @@ MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "update", "a
 
 def _foreign_private(x: ast.AST, own: set[str]) -> bool:
     """`x` is `obj._name` with obj neither self/cls nor an instance the class just made."""
-    return (isinstance(x, ast.Attribute) and x.attr.startswith("_") and not x.attr.startswith("__")
-            and not (isinstance(x.value, ast.Name) and x.value.id in own))
+    return (
+        isinstance(x, ast.Attribute)
+        and x.attr.startswith("_")
+        and not x.attr.startswith("__")
+        and not (isinstance(x.value, ast.Name) and x.value.id in own)
+    )
 
 
 def test_no_module_writes_another_objects_underscore_attributes() -> None:
-    offenders = [f"{path.relative_to(REPO)}:{line}: {what}"
-                 for path, _ in package_files(REPO, ["broker", "remote", "storage", "protocol", "config", "pipeline"])
-                 for line, what in _foreign_underscore_writes(ast.parse(path.read_text()))]
+    offenders = [
+        f"{path.relative_to(REPO)}:{line}: {what}"
+        for path, _ in package_files(REPO, ["broker", "remote", "storage", "protocol", "config", "pipeline"])
+        for line, what in _foreign_underscore_writes(ast.parse(path.read_text()))
+    ]
     assert offenders == []
 
 
@@ -112,5 +133,6 @@ def test_the_write_check_sees_foreign_writes() -> None:
         "    def make(cls, f):\n"
         "        h = cls.__new__(cls)\n"
         "        h._f = f\n"
-        "        return h\n")
+        "        return h\n"
+    )
     assert [line for line, _ in _foreign_underscore_writes(tree)] == [2, 3, 4, 6, 7]

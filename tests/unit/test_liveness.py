@@ -3,6 +3,7 @@
 The metadata store is a small in-memory stand-in (the etcd path is covered end to end in
 tests/cluster/test_cluster_basics.py); the peer is a real asyncio listener on loopback.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -58,14 +59,17 @@ async def _peer(port: int) -> tuple[asyncio.AbstractServer, list[asyncio.StreamW
 
     async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conns.append(writer)
+
     return await asyncio.start_server(accept, "127.0.0.1", port), conns
 
 
 async def _watching(store: _Store, port: int, me: int = 1, peer: int = 2) -> PeerWatch:
-    store.image.brokers = {me: BrokerInfo(me, {"PLAINTEXT": ("127.0.0.1", 1)}, incarnation="me"),
-                           peer: BrokerInfo(peer, {"PLAINTEXT": ("127.0.0.1", port)}, incarnation="inc-a")}
+    store.image.brokers = {
+        me: BrokerInfo(me, {"PLAINTEXT": ("127.0.0.1", 1)}, incarnation="me"),
+        peer: BrokerInfo(peer, {"PLAINTEXT": ("127.0.0.1", port)}, incarnation="inc-a"),
+    }
     store.image.controller = _Controller(me)
-    watch = PeerWatch(store, me, "PLAINTEXT", lambda: True)   # type: ignore[arg-type]
+    watch = PeerWatch(store, me, "PLAINTEXT", lambda: True)  # type: ignore[arg-type]
     watch.start()
     return watch
 
@@ -76,7 +80,7 @@ async def _case_a_closed_connection_and_a_refusing_listener_revoke_the_watched_i
     watch = await _watching(store, port)
     try:
         await async_wait_until(lambda: len(watch.connected) == 1, timeout=5)
-        server.close()                   # the process dies: listener gone, then its connections close
+        server.close()  # the process dies: listener gone, then its connections close
         await server.wait_closed()
         for w in conns:
             w.transport.abort()
@@ -88,13 +92,13 @@ async def _case_a_closed_connection_and_a_refusing_listener_revoke_the_watched_i
 
 async def _case_a_peer_that_was_never_reached_is_not_declared_dead() -> None:
     """A broker registers before its listener opens: refusals before a first connection prove nothing."""
-    store, port = _Store(), _free_port()     # nothing listens
+    store, port = _Store(), _free_port()  # nothing listens
     watch = await _watching(store, port)
     try:
         await asyncio.sleep(0)
         with pytest.raises(WaitTimeout):
             await async_wait_until(lambda: store.revoked, timeout=1.5)
-        server, _ = await _peer(port)        # the listener opens late: watched from then on
+        server, _ = await _peer(port)  # the listener opens late: watched from then on
         await async_wait_until(lambda: len(watch.connected) == 1, timeout=5)
         server.close()
         await server.wait_closed()
@@ -121,12 +125,13 @@ async def _case_a_closed_connection_to_a_listening_peer_is_reopened_not_revoked(
 
 def test_the_controller_watches_every_broker_and_the_others_watch_the_controller() -> None:
     store = _Store()
-    store.image.brokers = {i: BrokerInfo(i, {"PLAINTEXT": ("127.0.0.1", 9000 + i)}, incarnation=f"i{i}")
-                           for i in (1, 2, 3)}
+    store.image.brokers = {
+        i: BrokerInfo(i, {"PLAINTEXT": ("127.0.0.1", 9000 + i)}, incarnation=f"i{i}") for i in (1, 2, 3)
+    }
     store.image.controller = _Controller(1)
-    as_controller = PeerWatch(store, 1, "PLAINTEXT", lambda: True)   # type: ignore[arg-type]
+    as_controller = PeerWatch(store, 1, "PLAINTEXT", lambda: True)  # type: ignore[arg-type]
     assert {p[0] for p in as_controller.wanted()} == {2, 3}
-    as_follower = PeerWatch(store, 2, "PLAINTEXT", lambda: False)    # type: ignore[arg-type]
+    as_follower = PeerWatch(store, 2, "PLAINTEXT", lambda: False)  # type: ignore[arg-type]
     assert {p[0] for p in as_follower.wanted()} == {1}
     store.image.controller = None
     assert as_follower.wanted() == set()

@@ -1,4 +1,5 @@
 """RemotePartitionRemover's reading of a led metadata partition: which user partitions still need deleting."""
+
 from __future__ import annotations
 
 import asyncio
@@ -48,21 +49,33 @@ class FollowingRLMM:
 def test_deletions_left_marked_or_started_are_run_and_a_late_mark_after_finished_is_ignored() -> None:
     async def scenario() -> None:
         io = InMemoryMetadataTopicIO(1)
-        for tip, state in [(T1, D.DELETE_PARTITION_MARKED), (T1, D.DELETE_PARTITION_STARTED),
-                           (T1, D.DELETE_PARTITION_FINISHED), (T1, D.DELETE_PARTITION_MARKED),
-                           (T2, D.DELETE_PARTITION_MARKED), (T2, D.DELETE_PARTITION_STARTED)]:
+        for tip, state in [
+            (T1, D.DELETE_PARTITION_MARKED),
+            (T1, D.DELETE_PARTITION_STARTED),
+            (T1, D.DELETE_PARTITION_FINISHED),
+            (T1, D.DELETE_PARTITION_MARKED),
+            (T2, D.DELETE_PARTITION_MARKED),
+            (T2, D.DELETE_PARTITION_STARTED),
+        ]:
             m = RemotePartitionDeleteMetadata(tip, state, int(time.time() * 1000), 1)
             await io.append(0, build_batch([(None, serialize(m))]))
         rlm, rlmm = Deleter(), FollowingRLMM()
         leads = {0}
-        remover = RemotePartitionRemover(rlm, rlmm, io, num_partitions=1, interval_ms=1000,
-                                         is_leader=lambda p: p in leads, wait_for_appends=io.wait_for_data)
+        remover = RemotePartitionRemover(
+            rlm,
+            rlmm,
+            io,
+            num_partitions=1,
+            interval_ms=1000,
+            is_leader=lambda p: p in leads,
+            wait_for_appends=io.wait_for_data,
+        )
         assert remover.run_once() == [0]
         assert remover.pending() == {T2: D.DELETE_PARTITION_STARTED}
         await asyncio.gather(*remover._removing.values())
         assert rlm.deleted == [T2]
-        assert rlmm.followed == set()              # followed for the deletion only
-        leads.clear()                              # led elsewhere now: its state is dropped here
+        assert rlmm.followed == set()  # followed for the deletion only
+        leads.clear()  # led elsewhere now: its state is dropped here
         assert remover.run_once() == [] and remover.pending() == {}
 
     asyncio.run(asyncio.wait_for(scenario(), 10))
@@ -93,11 +106,18 @@ def test_a_failed_removal_is_retried_after_a_backoff_not_only_at_the_task_interv
         m = RemotePartitionDeleteMetadata(T1, D.DELETE_PARTITION_MARKED, int(time.time() * 1000), 1)
         await io.append(0, build_batch([(None, serialize(m))]))
         rlm = FlakyDeleter(failures=1)
-        remover = RemotePartitionRemover(rlm, FollowingRLMM(), io, num_partitions=1, interval_ms=600_000,
-                                         is_leader=lambda p: True, wait_for_appends=no_appends)
+        remover = RemotePartitionRemover(
+            rlm,
+            FollowingRLMM(),
+            io,
+            num_partitions=1,
+            interval_ms=600_000,
+            is_leader=lambda p: True,
+            wait_for_appends=no_appends,
+        )
         remover.start()
         try:
-            deadline = time.monotonic() + 10     # the interval (10 min) is far off: only the retry can do it
+            deadline = time.monotonic() + 10  # the interval (10 min) is far off: only the retry can do it
             while rlm.deleted != [T1]:
                 assert time.monotonic() < deadline, f"not retried: {rlm.attempts} attempt(s)"
                 await asyncio.sleep(0.05)

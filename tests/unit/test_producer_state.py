@@ -1,5 +1,6 @@
 """Idempotent-producer state: sequence/epoch rules, dedupe of the last 5 batches, Kafka's snapshot format,
 snapshots at roll/close, recovery (snapshot + replay, after crash and truncation), expiry, producer id blocks."""
+
 from __future__ import annotations
 
 import asyncio
@@ -40,11 +41,17 @@ def open_log(tmp_path: Path, needs_recovery: bool = False, **cfg_kw) -> UnifiedL
     return UnifiedLog.open(tmp_path / "idem-0", TID, default_log_config(**cfg_kw), needs_recovery=needs_recovery)
 
 
-def pbatch(seq: int, n: int = 2, pid: int = PID, epoch: int = 0, ts: int = NOW, txn: bool = False,
-           tag: str = "") -> bytes:
-    return build_batch([f"{tag}p{pid}e{epoch}s{seq}+{i}".encode().ljust(30, b".") for i in range(n)],
-                       producer_id=pid, producer_epoch=epoch, base_sequence=seq, timestamp=ts,
-                       is_transactional=txn)
+def pbatch(
+    seq: int, n: int = 2, pid: int = PID, epoch: int = 0, ts: int = NOW, txn: bool = False, tag: str = ""
+) -> bytes:
+    return build_batch(
+        [f"{tag}p{pid}e{epoch}s{seq}+{i}".encode().ljust(30, b".") for i in range(n)],
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=seq,
+        timestamp=ts,
+        is_transactional=txn,
+    )
 
 
 def values(log: UnifiedLog) -> list[bytes]:
@@ -54,12 +61,15 @@ def values(log: UnifiedLog) -> list[bytes]:
 
 def state(log: UnifiedLog) -> dict[int, tuple]:
     """Comparable producer state: epoch, coordinator epoch, last timestamp and batch metadata per producer id."""
-    return {pid: (e.producer_epoch, e.coordinator_epoch, e.last_timestamp, tuple(e.batches))
-            for pid, e in log.producer_state.producers.items()}
+    return {
+        pid: (e.producer_epoch, e.coordinator_epoch, e.last_timestamp, tuple(e.batches))
+        for pid, e in log.producer_state.producers.items()
+    }
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # sequence and epoch rules
+
 
 def test_in_order_sequences_are_appended_and_tracked(tmp_path):
     log = open_log(tmp_path)
@@ -67,18 +77,17 @@ def test_in_order_sequences_are_appended_and_tracked(tmp_path):
     assert log.append_as_leader(pbatch(3, 2), 0).first_offset == 3
     e = log.producer_state.last_entry(PID)
     assert (e.producer_epoch, e.first_seq, e.last_seq, e.last_data_offset) == (0, 0, 4, 4)
-    assert [(b.first_seq, b.last_seq, b.first_offset, b.last_offset) for b in e.batches] == [(0, 2, 0, 2),
-                                                                                            (3, 4, 3, 4)]
+    assert [(b.first_seq, b.last_seq, b.first_offset, b.last_offset) for b in e.batches] == [(0, 2, 0, 2), (3, 4, 3, 4)]
 
 
 def test_sequence_gap_is_out_of_order_and_writes_nothing(tmp_path):
     log = open_log(tmp_path)
     log.append_as_leader(pbatch(0, 2), 0)
     with pytest.raises(OutOfOrderSequenceError) as ei:
-        log.append_as_leader(pbatch(3, 1), 0)       # expected 2
+        log.append_as_leader(pbatch(3, 1), 0)  # expected 2
     assert ei.value.error_code == 45
     with pytest.raises(OutOfOrderSequenceError):
-        log.append_as_leader(pbatch(1, 2), 0)       # overlaps, not a duplicate of a whole batch
+        log.append_as_leader(pbatch(1, 2), 0)  # overlaps, not a duplicate of a whole batch
     assert log.log_end_offset == 2
     assert log.producer_state.last_entry(PID).last_seq == 1
     assert log.append_as_leader(pbatch(2, 1), 0).first_offset == 2
@@ -100,8 +109,8 @@ def test_new_epoch_must_start_at_sequence_zero(tmp_path):
         log.append_as_leader(pbatch(5, 1, epoch=1), 0)
     assert log.append_as_leader(pbatch(0, 1, epoch=1), 0).first_offset == 5
     e = log.producer_state.last_entry(PID)
-    assert (e.producer_epoch, e.last_seq, len(e.batches)) == (1, 0, 1)   # a new epoch forgets the old batches
-    with pytest.raises(InvalidProducerEpochError):                       # and fences the old epoch
+    assert (e.producer_epoch, e.last_seq, len(e.batches)) == (1, 0, 1)  # a new epoch forgets the old batches
+    with pytest.raises(InvalidProducerEpochError):  # and fences the old epoch
         log.append_as_leader(pbatch(5, 1, epoch=0), 0)
 
 
@@ -117,7 +126,7 @@ def test_unknown_producer_may_start_at_any_sequence(tmp_path):
 
 def test_sequence_wraps_after_int32_max(tmp_path):
     log = open_log(tmp_path)
-    log.append_as_leader(pbatch(INT32_MAX - 1, 3), 0)                   # sequences MAX-1, MAX, 0
+    log.append_as_leader(pbatch(INT32_MAX - 1, 3), 0)  # sequences MAX-1, MAX, 0
     assert log.producer_state.last_entry(PID).last_seq == 0
     with pytest.raises(OutOfOrderSequenceError):
         log.append_as_leader(pbatch(0, 1), 0)
@@ -133,7 +142,7 @@ def test_several_batches_of_one_append_are_validated_in_order(tmp_path):
     info = log.append_as_leader(ok, 0)
     assert (info.first_offset, info.last_offset, info.duplicate) == (0, 5, False)
     assert log.producer_state.last_entry(PID).last_seq == 4
-    bad = pbatch(5, 1) + pbatch(7, 1)                                    # the second one has a gap
+    bad = pbatch(5, 1) + pbatch(7, 1)  # the second one has a gap
     with pytest.raises(OutOfOrderSequenceError):
         log.append_as_leader(bad, 0)
     assert log.log_end_offset == 6 and log.producer_state.last_entry(PID).last_seq == 4
@@ -150,12 +159,13 @@ def test_batches_without_producer_id_are_untouched(tmp_path):
     log = open_log(tmp_path)
     plain = build_batch([b"a", b"b"], timestamp=NOW)
     log.append_as_leader(plain, 0)
-    log.append_as_leader(plain, 0)                                        # no dedupe without a producer id
+    log.append_as_leader(plain, 0)  # no dedupe without a producer id
     assert log.log_end_offset == 4 and len(log.producer_state) == 0
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # dedupe
+
 
 def test_each_of_the_last_five_batches_is_deduplicated_with_its_original_offsets(tmp_path):
     log = open_log(tmp_path, segment_bytes=1 << 20)
@@ -168,11 +178,11 @@ def test_each_of_the_last_five_batches_is_deduplicated_with_its_original_offsets
         sent.append((b, info.first_offset, info.last_offset))
         seq += n
     leo, before = log.log_end_offset, values(log)
-    for b, first, last in sent[1:]:                                        # the last 5
+    for b, first, last in sent[1:]:  # the last 5
         info = log.append_as_leader(b, 0)
         assert info.duplicate and (info.first_offset, info.last_offset) == (first, last)
         assert (info.record_count, info.valid_bytes) == (0, 0)
-        assert info.log_append_time == info.max_timestamp == NOW            # Kafka: the batch's timestamp
+        assert info.log_append_time == info.max_timestamp == NOW  # Kafka: the batch's timestamp
     assert log.log_end_offset == leo and values(log) == before
     # the 6th newest is no longer remembered: it is out of order, not a duplicate
     with pytest.raises(OutOfOrderSequenceError):
@@ -221,24 +231,45 @@ def test_follower_appends_update_state_without_validation(tmp_path):
 # ---------------------------------------------------------------------------------------------------------------
 # snapshot format
 
+
 def test_snapshot_golden_bytes_follow_kafkas_producer_snapshot_v1_schema():
     e1 = ProducerStateEntry(1, 0, -1, 1_700_000_000_000)
     e1.batches.append(BatchMetadata(last_seq=9, last_offset=109, offset_delta=4, timestamp=1_700_000_000_000))
-    e2 = ProducerStateEntry(7, 3, 5, -1)                                  # epoch known, no batch retained
+    e2 = ProducerStateEntry(7, 3, 5, -1)  # epoch known, no batch retained
     body = bytes.fromhex(
-        "00000002"                                                        # ProducerEntries: 2 (int32)
-        "0000000000000001" "0000" "00000009" "000000000000006d" "00000004" "0000018bcfe56800" "ffffffff"
+        "00000002"  # ProducerEntries: 2 (int32)
+        "0000000000000001"
+        "0000"
+        "00000009"
+        "000000000000006d"
+        "00000004"
+        "0000018bcfe56800"
+        "ffffffff"
         "ffffffffffffffff"
-        "0000000000000007" "0003" "ffffffff" "ffffffffffffffff" "00000000" "ffffffffffffffff" "00000005"
-        "ffffffffffffffff")
+        "0000000000000007"
+        "0003"
+        "ffffffff"
+        "ffffffffffffffff"
+        "00000000"
+        "ffffffffffffffff"
+        "00000005"
+        "ffffffffffffffff"
+    )
     # Version int16 = 1, then Crc uint32 = CRC32C of everything after the CRC field
     expected = bytes.fromhex("0001") + crc32c(body).to_bytes(4, "big") + body
-    assert encode_snapshot([e2, e1]) == expected                          # entries in producer id order
+    assert encode_snapshot([e2, e1]) == expected  # entries in producer id order
     back = decode_snapshot(expected)
-    assert [(e.producer_id, e.producer_epoch, e.coordinator_epoch, e.last_timestamp, e.current_txn_first_offset,
-             list(e.batches)) for e in back] == [
-        (1, 0, -1, 1_700_000_000_000, -1, [BatchMetadata(9, 109, 4, 1_700_000_000_000)]),
-        (7, 3, 5, -1, -1, [])]
+    assert [
+        (
+            e.producer_id,
+            e.producer_epoch,
+            e.coordinator_epoch,
+            e.last_timestamp,
+            e.current_txn_first_offset,
+            list(e.batches),
+        )
+        for e in back
+    ] == [(1, 0, -1, 1_700_000_000_000, -1, [BatchMetadata(9, 109, 4, 1_700_000_000_000)]), (7, 3, 5, -1, -1, [])]
     assert back[0].first_seq == 5 and back[0].batches[0].first_offset == 105
 
 
@@ -263,7 +294,7 @@ def test_snapshots_at_roll_and_clean_close_and_reload(tmp_path):
         seq += 4
     bases = [s.base_offset for s in log.segments]
     psm = log.producer_state
-    assert psm.snapshot_offsets == bases[1:]                              # one per rolled-to segment base
+    assert psm.snapshot_offsets == bases[1:]  # one per rolled-to segment base
     for off in bases[1:]:
         path = psm.snapshot_file(off)
         assert path.name == f"{off:020d}.snapshot" and path.exists()
@@ -273,12 +304,13 @@ def test_snapshots_at_roll_and_clean_close_and_reload(tmp_path):
     assert sorted(p.name for p in psm.take_unflushed_snapshots()) == [f"{b:020d}.snapshot" for b in bases[1:]]
     before, leo = state(log), log.log_end_offset
     log.close()
-    assert (log.dir / f"{leo:020d}.snapshot").exists()                   # clean shutdown: snapshot at the LEO
+    assert (log.dir / f"{leo:020d}.snapshot").exists()  # clean shutdown: snapshot at the LEO
     reopened = open_log(tmp_path)
     assert reopened.producer_state.map_end_offset == leo
     # the file keeps only the last batch per producer (Kafka's format): compare those
-    assert {pid: (s[0], s[3][-1:]) for pid, s in state(reopened).items()} == \
-        {pid: (s[0], s[3][-1:]) for pid, s in before.items()}
+    assert {pid: (s[0], s[3][-1:]) for pid, s in state(reopened).items()} == {
+        pid: (s[0], s[3][-1:]) for pid, s in before.items()
+    }
     assert reopened.append_as_leader(pbatch(seq - 4, 4), 0).duplicate
     assert reopened.append_as_leader(pbatch(seq, 1), 0).first_offset == leo
 
@@ -294,7 +326,7 @@ def test_flush_fsyncs_the_snapshots_written_at_roll(tmp_path, monkeypatch):
     log.flush()
     assert sorted(p.name for p in synced) == [f"{o:020d}.snapshot" for o in log.producer_state.snapshot_offsets]
     log.flush()
-    assert len(synced) == 2                                                 # each one once
+    assert len(synced) == 2  # each one once
 
 
 def test_crash_recovery_replays_after_the_latest_snapshot(tmp_path):
@@ -309,12 +341,12 @@ def test_crash_recovery_replays_after_the_latest_snapshot(tmp_path):
     before, leo = state(log), log.log_end_offset
     # crash: no close(); the roll snapshots are there, the active segment must be replayed
     reopened = open_log(tmp_path, needs_recovery=True)
-    assert state(reopened) == before                                       # all 5 batches rebuilt by the replay
+    assert state(reopened) == before  # all 5 batches rebuilt by the replay
     for b, first in sent[-5:]:
         info = reopened.append_as_leader(b, 0)
         assert info.duplicate and info.first_offset == first
     assert reopened.log_end_offset == leo
-    assert (reopened.dir / f"{leo:020d}.snapshot").exists()              # the rebuild ends with a snapshot
+    assert (reopened.dir / f"{leo:020d}.snapshot").exists()  # the rebuild ends with a snapshot
 
 
 def test_corrupt_latest_snapshot_falls_back_to_an_older_one(tmp_path):
@@ -330,10 +362,11 @@ def test_corrupt_latest_snapshot_falls_back_to_an_older_one(tmp_path):
     data[-1] ^= 0xFF
     path.write_bytes(bytes(data))
     reopened = open_log(tmp_path, needs_recovery=True)
-    assert state(reopened) == before                                       # older snapshot + a longer replay
+    assert state(reopened) == before  # older snapshot + a longer replay
     assert latest not in reopened.producer_state.snapshot_offsets and not path.exists()
-    assert {e.producer_id for e in read_snapshot(reopened.producer_state.snapshot_file(reopened.log_end_offset))} \
-        == {PID}
+    assert {e.producer_id for e in read_snapshot(reopened.producer_state.snapshot_file(reopened.log_end_offset))} == {
+        PID
+    }
 
 
 def test_truncation_rebuilds_state_from_the_log(tmp_path):
@@ -343,7 +376,7 @@ def test_truncation_rebuilds_state_from_the_log(tmp_path):
     while log.num_segments < 3:
         offsets.append(log.append_as_leader(pbatch(seq, 3), 0).first_offset)
         seq += 3
-    cut = offsets[-4]                                                      # drop the last 4 batches
+    cut = offsets[-4]  # drop the last 4 batches
     assert log.truncate_to(cut)
     e = log.producer_state.last_entry(PID)
     assert e.last_data_offset == cut - 1 and e.last_seq == 3 * (len(offsets) - 4) - 1
@@ -364,11 +397,11 @@ def test_retention_deletes_snapshots_with_their_segments(tmp_path):
         log.append_as_leader(pbatch(seq, 3, ts=old), 0)
         seq += 3
     log.update_high_watermark(log.log_end_offset)
-    log.append_as_leader(pbatch(seq, 1), 0)                                 # a fresh active segment
+    log.append_as_leader(pbatch(seq, 1), 0)  # a fresh active segment
     log.roll()
     log.append_as_leader(pbatch(seq + 1, 1), 0)
     log.update_high_watermark(log.log_end_offset)
-    assert log.delete_retention_breached_segments(NOW) == 4                 # the one holding a fresh batch stays
+    assert log.delete_retention_breached_segments(NOW) == 4  # the one holding a fresh batch stays
     start = log.log_start_offset
     assert min(log.producer_state.snapshot_offsets) >= start
     on_disk = sorted(int(p.name[:20]) for p in log.dir.glob("*.snapshot"))
@@ -402,7 +435,7 @@ def test_stray_snapshots_are_removed_on_open(tmp_path):
         seq += 3
     log.close()
     leo = log.log_end_offset
-    stray = log.dir / f"{1:020d}.snapshot"                                # no segment starts at 1
+    stray = log.dir / f"{1:020d}.snapshot"  # no segment starts at 1
     stray.write_bytes(encode_snapshot([]))
     reopened = open_log(tmp_path)
     assert not stray.exists()
@@ -426,7 +459,7 @@ def test_snapshot_files_survive_manager_reload(tmp_path):
     psm.replay([(1, 0, 0, 2, NOW, 0, False)])
     psm.update_map_end_offset(3)
     path = psm.take_snapshot(sync=True)
-    assert path is not None and psm.take_snapshot() is None                # nothing new: no second file
+    assert path is not None and psm.take_snapshot() is None  # nothing new: no second file
     again = ProducerStateManager(d)
     assert again.snapshot_offsets == [3]
     again.truncate_and_reload(0, 3)
@@ -464,15 +497,19 @@ def test_one_batch_shortcut_matches_the_general_validation(tmp_path):
         outcomes.add(results[0][0])
         if results[0] == ("ok",):
             offset += delta + 1
-        assert {p: (x.producer_epoch, x.coordinator_epoch, x.last_timestamp, x.current_txn_first_offset,
-                    tuple(x.batches)) for p, x in fast.producers.items()} == \
-            {p: (x.producer_epoch, x.coordinator_epoch, x.last_timestamp, x.current_txn_first_offset,
-                 tuple(x.batches)) for p, x in general.producers.items()}
+        assert {
+            p: (x.producer_epoch, x.coordinator_epoch, x.last_timestamp, x.current_txn_first_offset, tuple(x.batches))
+            for p, x in fast.producers.items()
+        } == {
+            p: (x.producer_epoch, x.coordinator_epoch, x.last_timestamp, x.current_txn_first_offset, tuple(x.batches))
+            for p, x in general.producers.items()
+        }
     assert outcomes >= {"ok", "dup", "OutOfOrderSequenceError", "InvalidProducerEpochError", "InvalidTxnStateError"}
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # producer ids
+
 
 def test_producer_id_blocks_are_persisted_and_never_reused(tmp_path):
     from strata.broker.metadata_store import LocalMetadataStore
@@ -484,9 +521,10 @@ def test_producer_id_blocks_are_persisted_and_never_reused(tmp_path):
         mgr = ProducerIdManager(store, block_size=3)
         ids = [await mgr.generate() for _ in range(4)]
         assert ids == [1000, 1001, 1002, 1003]
-        reopened = LocalMetadataStore(tmp_path)                           # "restart": a new block after the old
+        reopened = LocalMetadataStore(tmp_path)  # "restart": a new block after the old
         mgr2 = ProducerIdManager(reopened, block_size=3)
         assert await mgr2.generate() == 1006
+
     asyncio.run(main())
 
 
@@ -494,11 +532,12 @@ def _init_producer_id(services, version: int, transactional_id: str | None):
     from strata.broker.handlers.producer import init_producer_id
     from strata.protocol.registry import REQUEST_CLASSES, ApiKey, encode_response
 
-    req = REQUEST_CLASSES[ApiKey.INIT_PRODUCER_ID](version=version, transactional_id=transactional_id,
-                                                   transaction_timeout_ms=60000)
+    req = REQUEST_CLASSES[ApiKey.INIT_PRODUCER_ID](
+        version=version, transactional_id=transactional_id, transaction_timeout_ms=60000
+    )
     ctx = SimpleNamespace(api_version=version, client_id="t")
     resp = asyncio.run(init_producer_id(services, ctx, req))
-    frame = encode_response(resp, 5)                                       # encodes at every version
+    frame = encode_response(resp, 5)  # encodes at every version
     assert len(frame) > 8
     return resp
 
@@ -512,11 +551,12 @@ def test_init_producer_id_handler(tmp_path):
     assert [(r.error_code, r.producer_id, r.producer_epoch) for r in got] == [(0, i, 0) for i in range(6)]
     r = _init_producer_id(services, 4, "my-txn")
     assert (r.error_code, r.producer_id, r.producer_epoch) == (53, -1, -1)  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    assert _init_producer_id(services, 4, "").error_code == 42                # INVALID_REQUEST, as Kafka
+    assert _init_producer_id(services, 4, "").error_code == 42  # INVALID_REQUEST, as Kafka
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # a follower restoring producer state from a remote segment's snapshot
+
 
 def test_restore_from_snapshot_makes_a_remote_snapshot_the_state(tmp_path):
     leader = open_log(tmp_path / "leader")

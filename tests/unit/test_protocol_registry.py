@@ -1,4 +1,5 @@
 """The advertised ApiVersions table is coherent and every advertised API has a handler."""
+
 import struct
 
 import pytest
@@ -17,6 +18,7 @@ from strata.protocol.registry import (
 
 def test_every_advertised_api_has_a_handler():
     from strata.broker.apis import build_handlers
+
     assert set(build_handlers()) == set(SUPPORTED_VERSIONS)
 
 
@@ -26,15 +28,25 @@ def test_advertised_ranges_within_codec_and_kafka_floors():
     # KAFKA-18659: Produce min 0; magic-v2 floors and kafka-python's Metadata >= 4 inference rule.
     assert SUPPORTED_VERSIONS[ApiKey.PRODUCE][0] == 0
     assert SUPPORTED_VERSIONS[ApiKey.FETCH][0] >= 4
-    assert SUPPORTED_VERSIONS[ApiKey.METADATA][1] >= 10      # topic ids
+    assert SUPPORTED_VERSIONS[ApiKey.METADATA][1] >= 10  # topic ids
     # never advertise what does not exist yet (telemetry 71, KIP-848 68); InitProducerId without KIP-939 2PC (v6)
     for absent in (68, 71):
         assert absent not in SUPPORTED_VERSIONS
     assert SUPPORTED_VERSIONS[ApiKey.INIT_PRODUCER_ID] == (0, 5)
     # the classic group APIs, as Kafka 4.2 advertises them (OffsetCommit/OffsetFetch v10 name topics by id)
     assert {k: SUPPORTED_VERSIONS[k] for k in (8, 9, 10, 11, 12, 13, 14, 15, 16, 42, 47)} == {
-        8: (2, 10), 9: (1, 10), 10: (0, 6), 11: (0, 9), 12: (0, 4), 13: (0, 5), 14: (0, 5), 15: (0, 6),
-        16: (0, 5), 42: (0, 2), 47: (0, 0)}
+        8: (2, 10),
+        9: (1, 10),
+        10: (0, 6),
+        11: (0, 9),
+        12: (0, 4),
+        13: (0, 5),
+        14: (0, 5),
+        15: (0, 6),
+        16: (0, 5),
+        42: (0, 2),
+        47: (0, 0),
+    }
 
 
 def test_unsupported_api_versions_is_a_v0_body_with_error_35():
@@ -45,7 +57,8 @@ def test_unsupported_api_versions_is_a_v0_body_with_error_35():
     assert resp.header.correlation_id == 42
     assert resp.error_code == 35
     assert [(a.api_key, a.min_version, a.max_version) for a in resp.api_keys] == [
-        (18, *SUPPORTED_VERSIONS[ApiKey.API_VERSIONS])]
+        (18, *SUPPORTED_VERSIONS[ApiKey.API_VERSIONS])
+    ]
 
 
 def test_request_round_trip_through_registry():
@@ -62,10 +75,15 @@ def test_request_round_trip_through_registry():
 
 def test_trailing_bytes_and_truncation_are_malformed():
     import pytest
+
     Req = REQUEST_CLASSES[ApiKey.METADATA]
-    for version in (8, 12):       # classic and flexible encodings
-        req = Req(version=version, topics=[Req.MetadataRequestTopic(name="a")], allow_auto_topic_creation=True,
-                  include_topic_authorized_operations=False)
+    for version in (8, 12):  # classic and flexible encodings
+        req = Req(
+            version=version,
+            topics=[Req.MetadataRequestTopic(name="a")],
+            allow_auto_topic_creation=True,
+            include_topic_authorized_operations=False,
+        )
         req.with_header(correlation_id=1, client_id="c")
         payload = bytes(req.encode(header=True, framed=True))[4:]
         assert decode_request(payload, 3, version).body.topics[0].name == "a"
@@ -84,6 +102,7 @@ def test_librdkafka_all_topics_metadata_v13_with_trailing_bytes():
 
 def test_negative_array_count_is_malformed():
     import struct as st
+
     # Produce v7: null transactional id, acks, timeout, then topic_data with a negative (non-nullable) count
     payload = st.pack(">hhih", 0, 7, 1, -1) + st.pack(">hhii", -1, 1, 1000, -5) + b"\xaa" * 16
     with pytest.raises(ValueError):

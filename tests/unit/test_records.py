@@ -1,4 +1,5 @@
 """strata.protocol.records: header layout, validation, in-place rewrites, record decoding."""
+
 from __future__ import annotations
 
 import struct
@@ -16,7 +17,8 @@ def _batch(n: int = 3, **kw) -> bytearray:
 def test_header_fields_match_hand_decoded_layout():
     b = _batch(3, base_offset=42, producer_id=7, producer_epoch=2, base_sequence=10, partition_leader_epoch=4)
     base, length, ple, magic, crc, attrs, lod, bts, mts, pid, pep, bseq, cnt = struct.unpack_from(  # noqa: RUF059 - the header's layout
-        ">qiibIhiqqqhii", b, 0)
+        ">qiibIhiqqqhii", b, 0
+    )
     h = R.BatchHeader(b)
     assert (h.base_offset, h.batch_length, h.size) == (42, length, length + 12) and h.size == len(b)
     assert (h.partition_leader_epoch, h.magic, h.crc, h.attributes) == (4, 2, crc, attrs)
@@ -33,7 +35,7 @@ def test_iter_batches_stops_at_truncated_tail():
     buf = bytes(a + b)
     assert [(p, h.base_offset) for p, h in R.iter_batches(buf)] == [(0, 0), (len(a), 2)]
     assert [p for p, _ in R.iter_batches(buf[:-1])] == [0]
-    assert [p for p, _ in R.iter_batches(buf[:len(a) + 30])] == [0]
+    assert [p for p, _ in R.iter_batches(buf[: len(a) + 30])] == [0]
 
 
 def test_validate_accepts_good_batch_and_rejects_bad_ones():
@@ -94,10 +96,17 @@ def test_compressed_batches_decode(codec):
 
 
 def test_record_timestamps_and_sequences():
-    b = R.build_batch([(b"a", b"1", None, 100), (b"b", None, None, 300), (None, b"3", None, 200)],
-                      producer_id=1, producer_epoch=0, base_sequence=5)
+    b = R.build_batch(
+        [(b"a", b"1", None, 100), (b"b", None, None, 300), (None, b"3", None, 200)],
+        producer_id=1,
+        producer_epoch=0,
+        base_sequence=5,
+    )
     h = R.BatchHeader(b)
     assert (h.base_timestamp, h.max_timestamp) == (100, 300)
     recs = list(R.iter_records(b))
     assert [(r.timestamp, r.key, r.value, r.sequence) for r in recs] == [
-        (100, b"a", b"1", 5), (300, b"b", None, 6), (200, None, b"3", 7)]
+        (100, b"a", b"1", 5),
+        (300, b"b", None, 6),
+        (200, None, b"3", 7),
+    ]

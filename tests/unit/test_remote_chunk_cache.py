@@ -1,4 +1,5 @@
 """strata.remote.chunk_cache: LRU bounds per tier, shared in-flight loads, cancellation, prefetch, disk tier reuse."""
+
 from __future__ import annotations
 
 import asyncio
@@ -27,6 +28,7 @@ class Source:
             if i in self.fail:
                 raise OSError(f"boom {i}")
             return bytes([i % 256]) * self.size
+
         return load
 
     def index_loader(self, seg: str):
@@ -199,6 +201,7 @@ def test_bad_arguments():
 def test_runs_of_missing_chunks_load_together_and_failures_reach_every_waiter():
     """With a run loader, adjacent missing chunks come from one call; a cached chunk splits the run, a lone
     missing chunk goes to the per-chunk loader; a failed run fails each of its chunks and is not cached."""
+
     async def body():
         src = Source(10)
         runs: list[range] = []
@@ -206,15 +209,14 @@ def test_runs_of_missing_chunks_load_together_and_failures_reach_every_waiter():
 
         async def run_loader(run: range) -> list[bytes]:
             runs.append(run)
-            await asyncio.sleep(0)           # a real load awaits its GET: the readers are waiting on it by then
+            await asyncio.sleep(0)  # a real load awaits its GET: the readers are waiting on it by then
             if fail["on"]:
                 raise OSError("run boom")
             return [bytes([i % 256]) * 10 for i in run]
 
         cache = ChunkCache(10_000, prefetch_chunks=2)
-        await cache.get(ChunkKey("s", 2), src.loader("s", 2))            # chunk 2 cached: splits 0..4
-        got = await cache.get_chunks("s", range(5), src.index_loader("s"), chunk_count=10,
-                                     run_loader=run_loader)
+        await cache.get(ChunkKey("s", 2), src.loader("s", 2))  # chunk 2 cached: splits 0..4
+        got = await cache.get_chunks("s", range(5), src.index_loader("s"), chunk_count=10, run_loader=run_loader)
         assert got == [bytes([i]) * 10 for i in range(5)]
         await cache.drain()
         # 0-1 and 3-4 requested, 5-6 prefetched as a run of their own; nothing per chunk but the first get of 2
@@ -227,8 +229,10 @@ def test_runs_of_missing_chunks_load_together_and_failures_reach_every_waiter():
             await cache.get_chunks("s", range(7, 9), src.index_loader("s"), run_loader=run_loader)
         assert ChunkKey("s", 7) not in cache and ChunkKey("s", 8) not in cache
         fail["on"] = False
-        assert await cache.get_chunks("s", range(7, 9), src.index_loader("s"), run_loader=run_loader) == \
-            [b"\x07" * 10, b"\x08" * 10]
+        assert await cache.get_chunks("s", range(7, 9), src.index_loader("s"), run_loader=run_loader) == [
+            b"\x07" * 10,
+            b"\x08" * 10,
+        ]
         await cache.close()
 
     asyncio.run(body())
@@ -237,6 +241,7 @@ def test_runs_of_missing_chunks_load_together_and_failures_reach_every_waiter():
 def test_runs_are_capped_at_max_run_chunks():
     """A long run of missing chunks is split into loads of at most `max_run_chunks` (one GET each, each within one
     attempt timeout); a lone chunk left over goes to the per-chunk loader."""
+
     async def body():
         src = Source(10)
         runs: list[range] = []
@@ -258,6 +263,7 @@ def test_runs_are_capped_at_max_run_chunks():
 def test_close_fails_loads_cancelled_before_they_started(kind):
     """close() cancels background loads; one cancelled before its first step never runs its own clean-up, so
     close() fails its waiters itself: a reader gets CancelledError instead of waiting forever."""
+
     async def body():
         src = Source(10)
 
@@ -266,7 +272,7 @@ def test_close_fails_loads_cancelled_before_they_started(kind):
 
         cache = ChunkCache(10_000)
         if kind == "run":
-            cache.load_runs("s", range(3), run_loader)            # registered, its task not started yet
+            cache.load_runs("s", range(3), run_loader)  # registered, its task not started yet
         else:
             cache.prefetch(ChunkKey("s", 0), src.loader("s", 0))
         waiter = asyncio.ensure_future(cache.get(ChunkKey("s", 0), src.loader("s", 0)))

@@ -1,5 +1,6 @@
 """The RLM's copier, expiration and reader pools are separate thread pools (remote/executors.py): an RSM's blocking
 work runs on the pool of the RLM path that asks for it, the loads a read spawns included."""
+
 from __future__ import annotations
 
 import asyncio
@@ -27,15 +28,18 @@ def test_rsm_work_runs_on_the_pool_of_the_calling_path(tmp_path: Path, monkeypat
         def spy(*args, _name=name, _original=original):
             seen[_name] = threading.current_thread().name
             return _original(*args)
+
         monkeypatch.setattr(rsm, name, spy)
-    meta = RemoteLogSegmentMetadata(RemoteLogSegmentId(TopicIdPartition(uuid.uuid4(), "t", 0), uuid.uuid4()),
-                                    0, 9, 0, 0, 0, 100, {0: 0})
+    meta = RemoteLogSegmentMetadata(
+        RemoteLogSegmentId(TopicIdPartition(uuid.uuid4(), "t", 0), uuid.uuid4()), 0, 9, 0, 0, 0, 100, {0: 0}
+    )
     data = LogSegmentData(seg, tmp_path / "i.index", tmp_path / "t.timeindex", None, tmp_path / "p.snapshot", b"")
 
     async def as_path(pool: str, coro_fn):
         async def body():
             POOL.set(pool)
             return await coro_fn()
+
         return await asyncio.create_task(body())
 
     async def body() -> bytes:

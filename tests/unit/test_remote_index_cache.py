@@ -1,5 +1,6 @@
 """strata.remote.index_cache: lookups agree with the storage layer's indexes, one fetch per segment under concurrency,
 LRU bounded by bytes, reuse after restart, transaction index collection, errors not cached."""
+
 from __future__ import annotations
 
 import asyncio
@@ -48,10 +49,10 @@ def test_lookups_match_storage_indexes(tmp_path):
     oi = OffsetIndex(seg.offset_index, seg.base_offset, 1 << 20)
     ti = TimeIndex(seg.time_index, seg.base_offset, 1 << 20)
     assert oi.entries > 10 and ti.entries > 10
-    offsets = [seg.base_offset - 5, seg.base_offset, seg.next_offset + 100] + \
-        [random.Random(1).randrange(seg.base_offset, seg.next_offset) for _ in range(50)]
-    stamps = [0, seg.max_timestamp + 1] + [ts for *_, ts in seg.batches[::5]] + \
-        [ts - 1 for *_, ts in seg.batches[::9]]
+    offsets = [seg.base_offset - 5, seg.base_offset, seg.next_offset + 100] + [
+        random.Random(1).randrange(seg.base_offset, seg.next_offset) for _ in range(50)
+    ]
+    stamps = [0, seg.max_timestamp + 1] + [ts for *_, ts in seg.batches[::5]] + [ts - 1 for *_, ts in seg.batches[::9]]
 
     async def body():
         cache = RemoteIndexCache(rsm, tmp_path / "cache")

@@ -1,5 +1,6 @@
 """KIP-956 byte-rate quota (remote/quota.py), on a fake clock: the copier records a copy's bytes before it starts,
 so copiers running at once cannot all pass one check and overshoot together."""
+
 from __future__ import annotations
 
 import asyncio
@@ -17,7 +18,7 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 
     async def sleep(delay: float) -> None:
         now[0] += delay
-        await real_sleep(0)             # let the other copiers run, as a real sleep would
+        await real_sleep(0)  # let the other copiers run, as a real sleep would
 
     monkeypatch.setattr(quota.time, "monotonic", lambda: now[0])
     monkeypatch.setattr(quota.asyncio, "sleep", sleep)
@@ -31,7 +32,7 @@ def test_concurrent_acquires_are_paid_for_one_after_the_other(clock: list[float]
     async def copier() -> None:
         await q.acquire(1000)
         starts.append(clock[0])
-        await asyncio.sleep(0.001)      # the copy itself: other copiers get the loop meanwhile
+        await asyncio.sleep(0.001)  # the copy itself: other copiers get the loop meanwhile
 
     async def body() -> None:
         await asyncio.gather(*(copier() for _ in range(5)))

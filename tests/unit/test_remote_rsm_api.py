@@ -1,5 +1,6 @@
 """strata.remote.metadata and strata.remote.rsm: data classes, state machine, naming, ranges, loading by class name,
 and LocalTieredStorage basics (the full contract runs in tests/integration/test_rsm_contract.py)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -37,9 +38,17 @@ TIP = TopicIdPartition(uuid.UUID("c0ffee00-0000-4000-8000-000000000001"), "order
 
 
 def md(start=100, end=199, **kw):
-    return RemoteLogSegmentMetadata(RemoteLogSegmentId(TIP, kw.pop("sid", uuid.UUID(int=1))), start, end, 1234,
-                                    broker_id=1, event_timestamp_ms=5, segment_size_in_bytes=4096,
-                                    segment_leader_epochs=kw.pop("epochs", {3: 150, 2: 100}), **kw)
+    return RemoteLogSegmentMetadata(
+        RemoteLogSegmentId(TIP, kw.pop("sid", uuid.UUID(int=1))),
+        start,
+        end,
+        1234,
+        broker_id=1,
+        event_timestamp_ms=5,
+        segment_size_in_bytes=4096,
+        segment_leader_epochs=kw.pop("epochs", {3: 150, 2: 100}),
+        **kw,
+    )
 
 
 def test_metadata_validation_and_update():
@@ -50,15 +59,21 @@ def test_metadata_validation_and_update():
         md(start=10, end=9)
     with pytest.raises(ValueError):
         md(epochs={})
-    up = RemoteLogSegmentMetadataUpdate(m.remote_log_segment_id, 99, {"remote_size": 10},
-                                        RemoteLogSegmentState.COPY_SEGMENT_FINISHED, 2)
+    up = RemoteLogSegmentMetadataUpdate(
+        m.remote_log_segment_id, 99, {"remote_size": 10}, RemoteLogSegmentState.COPY_SEGMENT_FINISHED, 2
+    )
     m2 = m.create_with_update(up)
     assert (m2.state, m2.event_timestamp_ms, m2.broker_id, m2.custom_metadata) == (
-        RemoteLogSegmentState.COPY_SEGMENT_FINISHED, 99, 2, {"remote_size": 10})
+        RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
+        99,
+        2,
+        {"remote_size": 10},
+    )
     assert m.state == RemoteLogSegmentState.COPY_SEGMENT_STARTED  # immutable
     assert hash(m2) == hash(m) and m2 != m
-    other = RemoteLogSegmentMetadataUpdate(RemoteLogSegmentId(TIP, uuid.uuid4()), 1, None,
-                                           RemoteLogSegmentState.DELETE_SEGMENT_STARTED, 1)
+    other = RemoteLogSegmentMetadataUpdate(
+        RemoteLogSegmentId(TIP, uuid.uuid4()), 1, None, RemoteLogSegmentState.DELETE_SEGMENT_STARTED, 1
+    )
     with pytest.raises(ValueError):
         m.create_with_update(other)
     with pytest.raises(ValueError):
@@ -88,14 +103,27 @@ def test_kafka_names():
     m = md()
     assert partition_dir_name(TIP) == "orders-7-wP_uAAAAQACAAAAAAAAAAQ"
     assert segment_file_name(m, ".log") == "00000000000000000100-AAAAAAAAAAAAAAAAAAAAAQ.log"
-    assert [t.suffix for t in IndexType] == [".index", ".timeindex", ".snapshot", ".txnindex",
-                                             ".leader_epoch_checkpoint"]
+    assert [t.suffix for t in IndexType] == [
+        ".index",
+        ".timeindex",
+        ".snapshot",
+        ".txnindex",
+        ".leader_epoch_checkpoint",
+    ]
 
 
-@pytest.mark.parametrize("start,end,size,expected", [
-    (0, None, 10, (0, 10)), (0, 0, 10, (0, 1)), (9, 9, 10, (9, 10)), (3, 100, 10, (3, 10)),
-    (10, None, 10, (10, 10)), (12, 20, 10, (12, 12)), (0, None, 0, (0, 0)),
-])
+@pytest.mark.parametrize(
+    "start,end,size,expected",
+    [
+        (0, None, 10, (0, 10)),
+        (0, 0, 10, (0, 1)),
+        (9, 9, 10, (9, 10)),
+        (3, 100, 10, (3, 10)),
+        (10, None, 10, (10, 10)),
+        (12, 20, 10, (12, 12)),
+        (0, None, 0, (0, 0)),
+    ],
+)
 def test_resolve_range(start, end, size, expected):
     assert resolve_range(start, end, size) == expected
 
@@ -121,8 +149,7 @@ def test_load_by_class_name(tmp_path):
     assert load_rsm_class("strata.remote.local_tiered.LocalTieredStorage") is LocalTieredStorage
     with pytest.raises(ValueError):
         load_rsm_class("strata.remote.metadata:TopicIdPartition")
-    rsm = create_remote_storage_manager("local", {"remote.log.storage.system.enable": "true"},
-                                        default_dir=tmp_path)
+    rsm = create_remote_storage_manager("local", {"remote.log.storage.system.enable": "true"}, default_dir=tmp_path)
     assert rsm.root == tmp_path / "kafka-tiered-storage" and rsm.root.is_dir()
     rsm = create_remote_storage_manager("local", {"rsm.config.dir": str(tmp_path / "x")})
     assert rsm.root == tmp_path / "x" / "kafka-tiered-storage"
@@ -148,8 +175,9 @@ def test_local_tiered_layout_copy_fetch_delete(tmp_path):
 
     prefix = f"orders-7-wP_uAAAAQACAAAAAAAAAAQ/00000000000000005000-{m.remote_log_segment_id.id_str}"
     asyncio.run(rsm.copy_log_segment_data(m, seg.segment_data()))
-    assert rsm.list_files() == sorted(prefix + s for s in (".log", ".index", ".timeindex", ".txnindex",
-                                                           ".snapshot", ".leader_epoch_checkpoint"))
+    assert rsm.list_files() == sorted(
+        prefix + s for s in (".log", ".index", ".timeindex", ".txnindex", ".snapshot", ".leader_epoch_checkpoint")
+    )
     asyncio.run(body())
     assert rsm.list_files() == []
 

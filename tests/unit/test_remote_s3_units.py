@@ -1,6 +1,7 @@
 """strata.remote.s3 and its modules without a server: chunk maths, the manifest, zstd chunks (s3_manifest),
 configuration (s3_config), and the retry engine of s3_client (error classification, backoff, per-attempt timeout,
 overall deadline) against a fake client."""
+
 from __future__ import annotations
 
 import asyncio
@@ -43,21 +44,25 @@ def test_compressed_manifest_offsets_and_json_roundtrip():
     assert m.stored_size == 75
     assert [m.stored_chunk_range(i) for i in range(3)] == [(0, 30), (30, 70), (70, 75)]
     raw = m.to_json()
-    assert raw == (b'{"version":1,"chunk_size":100,"original_size":250,"compression":"zstd",'
-                   b'"stored_chunk_sizes":[30,40,5]}')
+    assert raw == (
+        b'{"version":1,"chunk_size":100,"original_size":250,"compression":"zstd","stored_chunk_sizes":[30,40,5]}'
+    )
     assert SegmentManifest.from_json(raw) == m
     plain = SegmentManifest(100, 250)
     assert SegmentManifest.from_json(plain.to_json()) == plain
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"chunk_size": 100, "original_size": 250, "compression": "zstd", "stored_chunk_sizes": (30, 40)},  # too few
-    {"chunk_size": 100, "original_size": 250, "compression": "zstd", "stored_chunk_sizes": (30, 0, 1)},
-    {"chunk_size": 100, "original_size": 250, "compression": "lz4", "stored_chunk_sizes": (1, 1, 1)},
-    {"chunk_size": 100, "original_size": 250, "stored_chunk_sizes": (1, 1, 1)},
-    {"chunk_size": 0, "original_size": 250},
-    {"chunk_size": 100, "original_size": 250, "version": 2},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"chunk_size": 100, "original_size": 250, "compression": "zstd", "stored_chunk_sizes": (30, 40)},  # too few
+        {"chunk_size": 100, "original_size": 250, "compression": "zstd", "stored_chunk_sizes": (30, 0, 1)},
+        {"chunk_size": 100, "original_size": 250, "compression": "lz4", "stored_chunk_sizes": (1, 1, 1)},
+        {"chunk_size": 100, "original_size": 250, "stored_chunk_sizes": (1, 1, 1)},
+        {"chunk_size": 0, "original_size": 250},
+        {"chunk_size": 100, "original_size": 250, "version": 2},
+    ],
+)
 def test_manifest_rejects_inconsistent_values(kwargs):
     with pytest.raises(ValueError):
         SegmentManifest(**kwargs)
@@ -94,17 +99,28 @@ def test_first_batch_compression_heuristic(tmp_path):
 
 
 def test_config_parsing_and_validation():
-    c = S3Config.from_mapping({"s3.bucket.name": "b", "s3.path.style.access.enabled": "true",
-                               "s3.api.call.timeout.ms": "1500", "compression.enabled": "TRUE",
-                               "custom.metadata.fields.include": "remote_size, object_key", "key.prefix": "p/",
-                               "unrelated.key": "x"})
+    c = S3Config.from_mapping(
+        {
+            "s3.bucket.name": "b",
+            "s3.path.style.access.enabled": "true",
+            "s3.api.call.timeout.ms": "1500",
+            "compression.enabled": "TRUE",
+            "custom.metadata.fields.include": "remote_size, object_key",
+            "key.prefix": "p/",
+            "unrelated.key": "x",
+        }
+    )
     assert (c.bucket, c.path_style, c.api_call_timeout_s, c.compression, c.key_prefix) == ("b", True, 1.5, True, "p/")
     assert c.custom_metadata_fields == ("REMOTE_SIZE", "OBJECT_KEY")
     assert c.chunk_size == 4 * 1024 * 1024 and c.access_key_id is None
-    for bad in ({}, {"s3.bucket.name": "b", "aws.access.key.id": "k"},
-                {"s3.bucket.name": "b", "s3.multipart.upload.part.size": str(1024 * 1024)},
-                {"s3.bucket.name": "b", "chunk.size": "0"}, {"s3.bucket.name": "b", "compression.enabled": "maybe"},
-                {"s3.bucket.name": "b", "custom.metadata.fields.include": "NOPE"}):
+    for bad in (
+        {},
+        {"s3.bucket.name": "b", "aws.access.key.id": "k"},
+        {"s3.bucket.name": "b", "s3.multipart.upload.part.size": str(1024 * 1024)},
+        {"s3.bucket.name": "b", "chunk.size": "0"},
+        {"s3.bucket.name": "b", "compression.enabled": "maybe"},
+        {"s3.bucket.name": "b", "custom.metadata.fields.include": "NOPE"},
+    ):
         with pytest.raises(ValueError):
             S3Config.from_mapping(bad)
 
@@ -113,14 +129,17 @@ def test_object_keys_follow_kafka_layout():
     from tests.unit.test_remote_rsm_api import md
 
     rsm = S3RemoteStorageManager(S3Config(bucket="b", key_prefix="tiered/"))
-    assert rsm.object_key(md(), ".log") == \
-        "tiered/orders-7-wP_uAAAAQACAAAAAAAAAAQ/00000000000000000100-AAAAAAAAAAAAAAAAAAAAAQ.log"
+    assert (
+        rsm.object_key(md(), ".log")
+        == "tiered/orders-7-wP_uAAAAQACAAAAAAAAAAQ/00000000000000000100-AAAAAAAAAAAAAAAAAAAAAQ.log"
+    )
 
 
 # -- retry engine --------------------------------------------------------------------------------------------------
 def client_error(code: str, status: int) -> ClientError:
-    return ClientError({"Error": {"Code": code, "Message": "m"}, "ResponseMetadata": {"HTTPStatusCode": status}},
-                       "GetObject")
+    return ClientError(
+        {"Error": {"Code": code, "Message": "m"}, "ResponseMetadata": {"HTTPStatusCode": status}}, "GetObject"
+    )
 
 
 def make_client(**kw) -> S3Client:
@@ -141,14 +160,20 @@ def scripted(*outcomes):
         if isinstance(o, BaseException):
             raise o
         return o
+
     return op, state
 
 
 def test_retriable_errors_are_retried_until_success():
     async def body():
         client = make_client(max_attempts=5)
-        op, st = scripted(client_error("ServiceUnavailable", 503), client_error("InternalError", 500),
-                          EndpointConnectionError(endpoint_url="http://x"), client_error("SlowDown", 503), "ok")
+        op, st = scripted(
+            client_error("ServiceUnavailable", 503),
+            client_error("InternalError", 500),
+            EndpointConnectionError(endpoint_url="http://x"),
+            client_error("SlowDown", 503),
+            "ok",
+        )
         assert await client.call("GET k", op) == "ok"
         assert st["calls"] == 5 and client.stats.retries == 4 and client.stats.errors == 0
 
@@ -166,12 +191,15 @@ def test_attempts_are_bounded():
     asyncio.run(body())
 
 
-@pytest.mark.parametrize("code,status,exc,retriable", [
-    ("NoSuchKey", 404, RemoteResourceNotFoundError, False),
-    ("AccessDenied", 403, RemoteStorageError, False),
-    ("NoSuchBucket", 404, RemoteStorageError, False),
-    ("InvalidRange", 416, RemoteStorageError, False),
-])
+@pytest.mark.parametrize(
+    "code,status,exc,retriable",
+    [
+        ("NoSuchKey", 404, RemoteResourceNotFoundError, False),
+        ("AccessDenied", 403, RemoteStorageError, False),
+        ("NoSuchBucket", 404, RemoteStorageError, False),
+        ("InvalidRange", 416, RemoteStorageError, False),
+    ],
+)
 def test_non_retriable_errors_fail_at_once(code, status, exc, retriable):
     async def body():
         client = make_client(max_attempts=5)

@@ -1,5 +1,6 @@
 """strata.remote.remote_metrics.RemoteStorageStatsCollector: S3Stats, ChunkCacheStats and IndexCacheStats exported at
 scrape time under strata_rsm_s3_*, strata_remote_chunk_cache_*, strata_remote_index_cache_*."""
+
 from __future__ import annotations
 
 import asyncio
@@ -16,8 +17,11 @@ from strata.remote.s3 import S3Config, S3RemoteStorageManager
 
 def samples(metrics: RemoteMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     text = generate_latest(metrics.registry).decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for fam in text_string_to_metric_families(text) for s in fam.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }
 
 
 class FakeIndexCache:
@@ -48,9 +52,12 @@ def test_s3_chunk_and_index_stats_are_read_at_scrape_time() -> None:
 
     got = samples(m)
     want = {
-        ("strata_rsm_s3_requests_total", ()): 7, ("strata_rsm_s3_retries_total", ()): 3,
-        ("strata_rsm_s3_errors_total", ()): 1, ("strata_rsm_s3_timeouts_total", ()): 2,
-        ("strata_rsm_s3_upload_bytes_total", ()): 1000, ("strata_rsm_s3_download_bytes_total", ()): 500,
+        ("strata_rsm_s3_requests_total", ()): 7,
+        ("strata_rsm_s3_retries_total", ()): 3,
+        ("strata_rsm_s3_errors_total", ()): 1,
+        ("strata_rsm_s3_timeouts_total", ()): 2,
+        ("strata_rsm_s3_upload_bytes_total", ()): 1000,
+        ("strata_rsm_s3_download_bytes_total", ()): 500,
         ("strata_rsm_s3_multipart_aborts_total", ()): 1,
         ("strata_remote_chunk_cache_hits_total", (("tier", "memory"),)): 5,
         ("strata_remote_chunk_cache_hits_total", (("tier", "disk"),)): 2,
@@ -60,10 +67,12 @@ def test_s3_chunk_and_index_stats_are_read_at_scrape_time() -> None:
         ("strata_remote_chunk_cache_evictions_total", (("tier", "memory"),)): 6,
         ("strata_remote_chunk_cache_evictions_total", (("tier", "disk"),)): 0,
         ("strata_remote_chunk_cache_size_bytes", (("tier", "memory"),)): 0,
-        ("strata_remote_index_cache_hits_total", ()): 9, ("strata_remote_index_cache_misses_total", ()): 2,
+        ("strata_remote_index_cache_hits_total", ()): 9,
+        ("strata_remote_index_cache_misses_total", ()): 2,
         ("strata_remote_index_cache_load_errors_total", ()): 1,
         ("strata_remote_index_cache_evictions_total", ()): 1,
-        ("strata_remote_index_cache_size_bytes", ()): 4096, ("strata_remote_index_cache_entries", ()): 2,
+        ("strata_remote_index_cache_size_bytes", ()): 4096,
+        ("strata_remote_index_cache_entries", ()): 2,
     }
     assert {k: got.get(k) for k in want} == want
 
@@ -93,6 +102,7 @@ def test_chunk_cache_size_gauge_follows_the_cache() -> None:
 
         async def load() -> bytes:
             return b"x" * 1000
+
         await cache.get(ChunkKey("s", 0), load)
         await cache.get(ChunkKey("s", 0), load)
         got = samples(m)

@@ -1,4 +1,5 @@
 """Pure helpers of the follower tier state machine (broker/cluster/replica_fetcher_tier_state.py)."""
+
 from __future__ import annotations
 
 import pytest

@@ -2,6 +2,7 @@
 unloaded (parked members answered NOT_COORDINATOR, requests NOT_COORDINATOR), a partition won again is reloaded from
 its log (COORDINATOR_LOAD_IN_PROGRESS meanwhile). Driven through ReplicaManager.apply_partition_state, as a metadata
 change would, on a single broker whose store is patched to say another broker leads."""
+
 from __future__ import annotations
 
 import asyncio
@@ -38,7 +39,7 @@ def test_coordinator_unloads_on_resign_and_reloads_on_election(tmp_path):
         assert c.check_group(gid) == E.NOT_COORDINATOR
         assert c.fetch_offsets(gid, None)[0] == E.NOT_COORDINATOR
         other = next(g for g in (f"x{i}" for i in range(100)) if c.partition_for(g) != p)
-        assert c.check_group(other) == E.NONE              # other partitions are unaffected
+        assert c.check_group(other) == E.NONE  # other partitions are unaffected
         # ... and back here (epoch 2): the groups are loaded again from the log
         back = PartitionState(0, 2, (0, 7), (0, 7), 2)
         store.partition_state = lambda t, i: back if (t, i) == (OFFSETS_TOPIC, p) else real(t, i)
@@ -54,6 +55,7 @@ def test_coordinator_unloads_on_resign_and_reloads_on_election(tmp_path):
         res = (await rm.append_records([(OFFSETS_TOPIC, p, b"")], internal=True))[0]
         assert res.error == E.NOT_LEADER_OR_FOLLOWER and res.current_leader == (7, 1)
         await h.close()
+
     run(main())
 
 
@@ -66,10 +68,11 @@ def test_a_load_finishing_after_a_resignation_installs_nothing(tmp_path):
         err, _ = await c.commit_offsets(gid, -1, "", None, {("t", 0): OffsetAndMetadata(3)}, 8)
         assert err == E.NONE
         c.on_resign(p)
-        c.on_become_leader(p)              # a load starts ...
+        c.on_become_leader(p)  # a load starts ...
         assert p in c.loading and c.check_group(gid) == E.COORDINATOR_LOAD_IN_PROGRESS
-        c.on_resign(p)                     # ... and the partition is lost before it ends
-        await until(lambda: not c.runtime.background_tasks)      # the load ran to its end
+        c.on_resign(p)  # ... and the partition is lost before it ends
+        await until(lambda: not c.runtime.background_tasks)  # the load ran to its end
         assert gid not in c.groups and p not in c.loading
         await h.close()
+
     run(main())

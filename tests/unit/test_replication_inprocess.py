@@ -3,6 +3,7 @@ codec on the follower requests, a fake metadata store (etcd + controller) and a 
 
 Waits are on conditions (bounded), never fixed sleeps; time-based ISR shrinks are driven by advancing the clock.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -70,6 +71,7 @@ def test_acks_all_completes_when_the_isr_has_the_records_and_replicas_are_identi
         assert c[2].log(T).leader_epoch_cache.entries == c[1].log(T).leader_epoch_cache.entries
         assert c[1].rm.under_replicated_count == 0 and c[1].rm.leader_count == 1 and c[2].rm.leader_count == 0
         await c.close()
+
     run(main())
 
 
@@ -79,6 +81,7 @@ def test_produce_to_a_follower_names_the_leader(tmp_path, monkeypatch, clock):
         r = (await c[2].rm.append_records([(T, 0, recs(b"a"))]))[0]
         assert (r.error, r.current_leader) == (E.NOT_LEADER_OR_FOLLOWER, (1, 0))
         await c.close()
+
     run(main())
 
 
@@ -91,8 +94,7 @@ def test_not_enough_replicas_before_append_and_after_append(tmp_path, monkeypatc
         for i in (2, 3):
             c[i].down = True
             await c[i].rm.fetcher_manager.shutdown()
-        parked = asyncio.ensure_future(leader.append_records([(T, 0, recs(b"b"))], required_acks=-1,
-                                                             timeout_ms=30_000))
+        parked = asyncio.ensure_future(leader.append_records([(T, 0, recs(b"b"))], required_acks=-1, timeout_ms=30_000))
         await until(lambda: leader.produce_purgatory.size == 1, what="produce parked")
         clock.advance(c[1].config["replica.lag.time.max.ms"] + 1)
         leader.maybe_shrink_isr()
@@ -108,6 +110,7 @@ def test_not_enough_replicas_before_append_and_after_append(tmp_path, monkeypatc
         assert c[1].metrics.isr_shrinks._value.get() == 1
         assert leader.under_replicated_count == 1
         await c.close()
+
     run(main())
 
 
@@ -120,8 +123,9 @@ def test_a_stalled_follower_in_the_isr_times_the_produce_out(tmp_path, monkeypat
         r = (await c[1].rm.append_records([(T, 0, recs(b"a"))], required_acks=-1, timeout_ms=300))[0]
         assert r.error == E.REQUEST_TIMED_OUT and r.base_offset == 0
         assert time.monotonic() - started >= 0.29
-        assert c[2].log(T).log_end_offset == 1         # written and replicated to 2, but 3 is still in the ISR
+        assert c[2].log(T).log_end_offset == 1  # written and replicated to 2, but 3 is still in the ISR
         await c.close()
+
     run(main())
 
 
@@ -130,12 +134,12 @@ def test_follower_leaves_the_isr_after_the_lag_and_rejoins_when_caught_up(tmp_pa
         c = await make_cluster(tmp_path, monkeypatch, clock)
         leader = c[1].rm
         await leader.append_records([(T, 0, recs(b"a"))], required_acks=-1, timeout_ms=10_000)
-        await c[3].rm.fetcher_manager.shutdown()            # 3 stops fetching (its broker hangs)
+        await c[3].rm.fetcher_manager.shutdown()  # 3 stops fetching (its broker hangs)
         for i in range(3):
             r = (await leader.append_records([(T, 0, recs(b"b%d" % i))], required_acks=1))[0]
             assert r.error == E.NONE
         leader.maybe_shrink_isr()
-        assert c.store.partition_state(T, 0).isr == (1, 2, 3)      # not lagging long enough yet
+        assert c.store.partition_state(T, 0).isr == (1, 2, 3)  # not lagging long enough yet
         await until(lambda: c[1].partition(T).followers[2].log_end_offset == 4, what="2 caught up")
         clock.advance(c[1].config["replica.lag.time.max.ms"] + 1)
         leader.maybe_shrink_isr()
@@ -150,6 +154,7 @@ def test_follower_leaves_the_isr_after_the_lag_and_rejoins_when_caught_up(tmp_pa
         assert c[1].metrics.isr_expands._value.get() == 1 and c[1].metrics.isr_shrinks._value.get() == 1
         assert batches(c[3].log(T)) == batches(c[1].log(T))
         await c.close()
+
     run(main())
 
 
@@ -159,19 +164,22 @@ def test_a_lost_compare_and_set_re_reads_the_state(tmp_path, monkeypatch, clock)
         leader = c[1].rm
         await leader.append_records([(T, 0, recs(b"a"))], required_acks=-1, timeout_ms=10_000)
         await c[3].rm.fetcher_manager.shutdown()
-        await leader.append_records([(T, 0, recs(b"b"))], required_acks=1)      # 3 falls behind
+        await leader.append_records([(T, 0, recs(b"b"))], required_acks=1)  # 3 falls behind
         await until(lambda: c[1].partition(T).followers[2].log_end_offset == 2, what="2 caught up")
         clock.advance(c[1].config["replica.lag.time.max.ms"] + 1)
         c.store.conflict_next_alter = True
         leader.maybe_shrink_isr()
         # the conflicting write bumped the partition epoch; the leader re-applied it and shrinks on the next check
-        await until(lambda: c[1].partition(T).partition_epoch == 1 and c[1].partition(T).pending_isr is None,
-                    what="re-read after the conflict")
+        await until(
+            lambda: c[1].partition(T).partition_epoch == 1 and c[1].partition(T).pending_isr is None,
+            what="re-read after the conflict",
+        )
         assert c.store.partition_state(T, 0).isr == (1, 2, 3) and not c.store.alters
         leader.maybe_shrink_isr()
         await until(lambda: c.store.partition_state(T, 0).isr == (1, 2), what="shrink after the conflict")
         assert c.store.partition_state(T, 0).partition_epoch == 2
         await c.close()
+
     run(main())
 
 
@@ -179,6 +187,7 @@ def test_new_leader_old_leader_truncates_its_divergent_tail(tmp_path, monkeypatc
     """KIP-101 scenario 2 in miniature: the old leader appended records no follower got (acks=1), a follower is
     elected and takes different records at the same offsets; the old leader comes back as follower, truncates to the
     end of the common epoch and ends with the new leader's log."""
+
     async def main():
         c = await make_cluster(tmp_path, monkeypatch, clock, min_isr=1)
         leader = c[1].rm
@@ -195,8 +204,7 @@ def test_new_leader_old_leader_truncates_its_divergent_tail(tmp_path, monkeypatc
         c.store.elect(T, 0, leader=2, isr=(2, 3))
         c[3].rm.fetcher_manager.start()
         c[3].rm.fetcher_manager.add_partition(c[3].partition(T))
-        r = (await c[2].rm.append_records([(T, 0, recs(b"new1", b"new2"))], required_acks=-1,
-                                          timeout_ms=10_000))[0]
+        r = (await c[2].rm.append_records([(T, 0, recs(b"new1", b"new2"))], required_acks=-1, timeout_ms=10_000))[0]
         assert (r.error, r.base_offset) == (E.NONE, 2)
         # 1 hears about it and becomes follower: OffsetForLeaderEpoch(0) -> (0, 2): its 2..4 go
         c[1].stopped = False
@@ -208,12 +216,14 @@ def test_new_leader_old_leader_truncates_its_divergent_tail(tmp_path, monkeypatc
         assert [e for _, _, e, _ in batches(c[1].log(T))] == [0, 1]
         assert c[1].log(T).leader_epoch_cache.entries == c[2].log(T).leader_epoch_cache.entries
         await c.close()
+
     run(main())
 
 
 def test_diverging_epoch_on_fetch_truncates_too(tmp_path, monkeypatch, clock):
     """KIP-320: a follower already Fetching (its truncation done) whose log then diverges is told so by the Fetch
     response (diverging_epoch) and truncates without another OffsetForLeaderEpoch round."""
+
     async def main():
         c = await make_cluster(tmp_path, monkeypatch, clock, ids=(1, 2), min_isr=1)
         sent = install_transport(monkeypatch, c, clock)
@@ -223,16 +233,17 @@ def test_diverging_epoch_on_fetch_truncates_too(tmp_path, monkeypatch, clock):
         f_log = c[2].log(T)
         f_log.append_as_follower(build_batch([b"ghost"], base_offset=1, partition_leader_epoch=5))
         assert f_log.log_end_offset == 2 and f_log.latest_epoch == 5
-        c.store.set_state(T, 0, c.store.partition_state(T, 0).with_changes(leader_epoch=6))   # 1 re-elected, epoch 6
+        c.store.set_state(T, 0, c.store.partition_state(T, 0).with_changes(leader_epoch=6))  # 1 re-elected, epoch 6
         await c[1].rm.append_records([(T, 0, recs(b"b", b"c"))], required_acks=1)
         fs = c[2].rm.fetcher_manager
         fs.start()
         f = fs.fetchers[1]
         st = f.partitions[(T, 0)]
-        st.state = "Fetching"                                   # skip the OffsetForLeaderEpoch round
+        st.state = "Fetching"  # skip the OffsetForLeaderEpoch round
         await until(lambda: batches(f_log) == batches(c[1].log(T)), what="follower converged")
         assert not any(k == ApiKey.OFFSET_FOR_LEADER_EPOCH for _, k, _ in sent)
         await c.close()
+
     run(main())
 
 
@@ -249,11 +260,12 @@ def test_stop_replica_when_reassigned_away_and_on_topic_deletion(tmp_path, monke
         dirs = [c[i].log(T).dir for i in (1, 2)]
         info = await c.store.delete_topic(T)
         for i in (1, 2):
-            c[i].rm.remove_topic(info)          # what KafkaServer.on_metadata_change does on a deletion
-            c[i].rm.remove_topic(info)          # idempotent
+            c[i].rm.remove_topic(info)  # what KafkaServer.on_metadata_change does on a deletion
+            c[i].rm.remove_topic(info)  # idempotent
         assert all((T, 0) not in c[i].rm.partitions for i in (1, 2))
         assert not any(d.exists() for d in dirs)
         await c.close()
+
     run(main())
 
 
@@ -268,6 +280,7 @@ def test_offline_partition_has_no_leader_and_nobody_fetches(tmp_path, monkeypatc
         r = (await c[1].rm.append_records([(T, 0, recs(b"a"))]))[0]
         assert r.error == E.NOT_LEADER_OR_FOLLOWER and r.current_leader is None
         await c.close()
+
     run(main())
 
 
@@ -277,19 +290,20 @@ def test_a_follower_position_counts_even_when_the_response_has_no_room_for_its_d
         install_transport(monkeypatch, c, clock)
         await c.store.create_topic(T, 2, {}, replication_factor=2)
         leader = c[1].rm
-        await c[2].rm.fetcher_manager.shutdown()          # drive the follower's fetches by hand
+        await c[2].rm.fetcher_manager.shutdown()  # drive the follower's fetches by hand
         for p in (0, 1):
             await leader.append_records([(T, p, recs(b"x" * 500))], required_acks=1)
         specs = [FetchSpec(T, p, 1, 1 << 20, 0, log_start_offset=0) for p in (0, 1)]
         res = await leader.fetch(specs, max_bytes=100, min_bytes=1, max_wait_ms=0, replica_id=2)
-        assert res[0].records == b"" and res[1].records == b""    # nothing new: both at the LEO
+        assert res[0].records == b"" and res[1].records == b""  # nothing new: both at the LEO
         assert [c[1].partition(T, p).followers[2].log_end_offset for p in (0, 1)] == [1, 1]
         assert [c[1].log(T, p).high_watermark for p in (0, 1)] == [1, 1]
         for p in (0, 1):
             await leader.append_records([(T, p, recs(b"y" * 500))], required_acks=1)
         specs = [FetchSpec(T, p, 1, 1 << 20, 0, log_start_offset=0) for p in (0, 1)]
         res = await leader.fetch(specs, max_bytes=100, min_bytes=1, max_wait_ms=0, replica_id=2)
-        assert len(res[0].records) > 100 and res[1].records == b""   # the first batch alone fills the response
-        assert c[1].partition(T, 1).followers[2].last_fetch_leader_leo == 2     # p1's fetch was still recorded
+        assert len(res[0].records) > 100 and res[1].records == b""  # the first batch alone fills the response
+        assert c[1].partition(T, 1).followers[2].last_fetch_leader_leo == 2  # p1's fetch was still recorded
         await c.close()
+
     run(main())

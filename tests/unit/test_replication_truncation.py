@@ -1,6 +1,7 @@
 """Follower truncation decisions (KIP-101/KIP-279) from the leader's OffsetForLeaderEpoch answers: the leader answers
 from its own epoch cache (LeaderEpochFileCache.end_offset_for, as the OffsetForLeaderEpoch handler does), the
 follower decides with replica_fetcher.truncation_offset, round after round until it is done."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,8 +14,13 @@ def cache(*entries: tuple[int, int]) -> LeaderEpochFileCache:
     return LeaderEpochFileCache(None, [EpochEntry(e, o) for e, o in entries])
 
 
-def converge(follower: LeaderEpochFileCache, follower_leo: int, leader: LeaderEpochFileCache, leader_leo: int,
-             max_rounds: int = 10) -> tuple[int, int]:
+def converge(
+    follower: LeaderEpochFileCache,
+    follower_leo: int,
+    leader: LeaderEpochFileCache,
+    leader_leo: int,
+    max_rounds: int = 10,
+) -> tuple[int, int]:
     """Run the truncation rounds a Truncating follower runs; returns (final LEO, rounds)."""
     leo = follower_leo
     for rounds in range(1, max_rounds + 1):
@@ -70,14 +76,17 @@ def test_an_epoch_that_started_at_the_leo_without_data_is_dropped() -> None:
     leader = cache((0, 0), (2, 5), (4, 12))
     leo, _ = converge(follower, 10, leader, 15)
     assert leo == 10
-    assert follower.latest_epoch == 2          # epoch 3 held no data and must not survive
+    assert follower.latest_epoch == 2  # epoch 3 held no data and must not survive
 
 
-@pytest.mark.parametrize(("leader_epoch", "leader_end", "expected"), [
-    (-1, -1, (40, True)),           # the leader knows nothing of this epoch: keep the log (OOR settles it)
-    (-1, 25, (25, True)),           # an answer without an epoch: truncate to its offset
-    (7, 30, (10, True)),            # our epoch 8 starts at 10: "epoch 7" ends there for us, whatever the leader has
-])
+@pytest.mark.parametrize(
+    ("leader_epoch", "leader_end", "expected"),
+    [
+        (-1, -1, (40, True)),  # the leader knows nothing of this epoch: keep the log (OOR settles it)
+        (-1, 25, (25, True)),  # an answer without an epoch: truncate to its offset
+        (7, 30, (10, True)),  # our epoch 8 starts at 10: "epoch 7" ends there for us, whatever the leader has
+    ],
+)
 def test_edge_answers(leader_epoch, leader_end, expected) -> None:
     follower = cache((8, 10))
     assert truncation_offset(40, lambda e: follower.end_offset_for(e, 40), leader_epoch, leader_end) == expected

@@ -1,4 +1,5 @@
 """KafkaApis gives every handler the broker's services and a RequestContext built from its connection."""
+
 from __future__ import annotations
 
 import asyncio
@@ -14,8 +15,11 @@ from strata.protocol.registry import REQUEST_CLASSES, ApiKey
 
 
 def test_a_handler_gets_the_services_and_the_context_of_its_connection(tmp_path: Path) -> None:
-    server = KafkaServer(BrokerConfig.from_dict({"log.dirs": str(tmp_path / "data"), "metrics.listener": "",
-                                                 "listeners": "PLAINTEXT://127.0.0.1:0"}))
+    server = KafkaServer(
+        BrokerConfig.from_dict(
+            {"log.dirs": str(tmp_path / "data"), "metrics.listener": "", "listeners": "PLAINTEXT://127.0.0.1:0"}
+        )
+    )
     seen: list[tuple[BrokerServices, RequestContext]] = []
 
     async def record(services: BrokerServices, ctx: RequestContext, req: Any) -> None:

@@ -4,6 +4,7 @@ After both replicas lose an unflushed tail, or an unclean election, remote stora
 runs past where E ends in the surviving log. The RLMM's highest offset for E then overstates what this log has in
 remote storage: copying must resume at the epoch's end here, and local retention must not delete past it.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -49,15 +50,17 @@ class CacheRLMM(RemoteLogMetadataManager):
     async def put_remote_partition_delete_metadata(self, metadata: RemotePartitionDeleteMetadata) -> None:
         self.delete_state = metadata
 
-    def remote_log_segment_metadata(self, tip: TopicIdPartition, leader_epoch: int,
-                                    offset: int) -> RemoteLogSegmentMetadata | None:
+    def remote_log_segment_metadata(
+        self, tip: TopicIdPartition, leader_epoch: int, offset: int
+    ) -> RemoteLogSegmentMetadata | None:
         return self.cache.remote_log_segment_metadata(leader_epoch, offset)
 
     def highest_offset_for_epoch(self, tip: TopicIdPartition, epoch: int) -> int | None:
         return self.cache.highest_offset_for_epoch(epoch)
 
-    def list_remote_log_segments(self, tip: TopicIdPartition,
-                                 leader_epoch: int | None = None) -> list[RemoteLogSegmentMetadata]:
+    def list_remote_log_segments(
+        self, tip: TopicIdPartition, leader_epoch: int | None = None
+    ) -> list[RemoteLogSegmentMetadata]:
         if leader_epoch is None:
             return self.cache.list_all_remote_log_segments()
         return self.cache.list_remote_log_segments(leader_epoch)
@@ -65,8 +68,9 @@ class CacheRLMM(RemoteLogMetadataManager):
     def partition_delete_metadata(self, tip: TopicIdPartition) -> RemotePartitionDeleteMetadata | None:
         return self.delete_state
 
-    def on_partition_leadership_changes(self, leader_partitions: Iterable[TopicIdPartition],
-                                        follower_partitions: Iterable[TopicIdPartition]) -> None:
+    def on_partition_leadership_changes(
+        self, leader_partitions: Iterable[TopicIdPartition], follower_partitions: Iterable[TopicIdPartition]
+    ) -> None:
         self.followed |= set(leader_partitions) | set(follower_partitions)
 
     def on_stop_partitions(self, partitions: Iterable[TopicIdPartition]) -> None:
@@ -85,17 +89,20 @@ class CacheRLMM(RemoteLogMetadataManager):
         return None
 
     def copied(self, tip: TopicIdPartition, start: int, end: int, epochs: dict[int, int]) -> None:
-        m = RemoteLogSegmentMetadata(RemoteLogSegmentId(tip, uuid.uuid4()), start, end, NOW, 1, NOW, 100, epochs,
-                                     S.COPY_SEGMENT_STARTED)
+        m = RemoteLogSegmentMetadata(
+            RemoteLogSegmentId(tip, uuid.uuid4()), start, end, NOW, 1, NOW, 100, epochs, S.COPY_SEGMENT_STARTED
+        )
         self.cache.add_copy_in_progress_segment(m)
-        self.cache.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
-            m.remote_log_segment_id, NOW, None, S.COPY_SEGMENT_FINISHED, 1))
+        self.cache.update_remote_log_segment_metadata(
+            RemoteLogSegmentMetadataUpdate(m.remote_log_segment_id, NOW, None, S.COPY_SEGMENT_FINISHED, 1)
+        )
 
 
 def _log(tmp_path: Path, epochs: list[tuple[int, int]]) -> UnifiedLog:
     """A log of 10-record batches: (epoch, number of batches) in order."""
-    log = UnifiedLog.open(tmp_path / "t-0", uuid.UUID(int=7), default_log_config(segment_bytes=1 << 20),
-                          needs_recovery=False)
+    log = UnifiedLog.open(
+        tmp_path / "t-0", uuid.UUID(int=7), default_log_config(segment_bytes=1 << 20), needs_recovery=False
+    )
     for epoch, n in epochs:
         for _ in range(n):
             log.append_as_leader(build_batch([b"v"] * 10, timestamp=NOW), leader_epoch=epoch, now_ms=NOW)
@@ -103,15 +110,20 @@ def _log(tmp_path: Path, epochs: list[tuple[int, int]]) -> UnifiedLog:
 
 
 def _rlm(tmp_path: Path, rlmm: CacheRLMM) -> RemoteLogManager:
-    return RemoteLogManager(RemoteLogManagerConfig(), LocalTieredStorage(tmp_path / "rsm"), rlmm, broker_id=1,
-                            index_cache_dir=tmp_path / "idx")
+    return RemoteLogManager(
+        RemoteLogManagerConfig(),
+        LocalTieredStorage(tmp_path / "rsm"),
+        rlmm,
+        broker_id=1,
+        index_cache_dir=tmp_path / "idx",
+    )
 
 
 def test_a_divergent_segment_of_an_epoch_counts_only_up_to_where_the_epoch_ends_here(tmp_path: Path) -> None:
-    log = _log(tmp_path, [(0, 4), (2, 3)])          # epoch 0: 0..39, epoch 2: 40..69
+    log = _log(tmp_path, [(0, 4), (2, 3)])  # epoch 0: 0..39, epoch 2: 40..69
     tip = topic_id_partition(log)
     rlmm = CacheRLMM()
-    rlmm.copied(tip, 0, 59, {0: 0})                  # the old leader's epoch-0 data ran to 59 before it was lost
+    rlmm.copied(tip, 0, 59, {0: 0})  # the old leader's epoch-0 data ran to 59 before it was lost
     rlm = _rlm(tmp_path, rlmm)
     assert asyncio.run(rlm.find_highest_remote_offset(log)) == 39
     assert asyncio.run(rlm.sync_highest_copied_offset(log)) == 39
@@ -122,18 +134,18 @@ def test_a_divergent_segment_of_an_epoch_counts_only_up_to_where_the_epoch_ends_
 
 
 def test_a_lower_recomputation_replaces_a_stale_highest_offset(tmp_path: Path) -> None:
-    log = _log(tmp_path, [(0, 2), (3, 2)])          # epoch 0: 0..19, epoch 3: 20..39
+    log = _log(tmp_path, [(0, 2), (3, 2)])  # epoch 0: 0..19, epoch 3: 20..39
     tip = topic_id_partition(log)
     rlmm = CacheRLMM()
     rlmm.copied(tip, 0, 9, {0: 0})
-    log.highest_offset_in_remote_storage = 35         # learnt while this replica followed another lineage
+    log.highest_offset_in_remote_storage = 35  # learnt while this replica followed another lineage
     assert asyncio.run(_rlm(tmp_path, rlmm).sync_highest_copied_offset(log)) == 9
 
 
 def test_nothing_of_the_lineage_copied_is_minus_one_and_an_empty_lineage_is_unknown(tmp_path: Path) -> None:
     log = _log(tmp_path, [(1, 2)])
     rlmm = CacheRLMM()
-    rlmm.copied(topic_id_partition(log), 0, 9, {0: 0})     # another lineage's epoch only
+    rlmm.copied(topic_id_partition(log), 0, 9, {0: 0})  # another lineage's epoch only
     rlm = _rlm(tmp_path, rlmm)
     assert asyncio.run(rlm.find_highest_remote_offset(log)) == -1
     empty = UnifiedLog.open(tmp_path / "e-0", uuid.UUID(int=8), default_log_config(), needs_recovery=False)
@@ -147,17 +159,18 @@ def test_truncation_below_the_highest_remote_offset_lowers_it(tmp_path: Path) ->
     log.highest_offset_in_remote_storage = 49
     assert log.truncate_to(30)
     assert log.highest_offset_in_remote_storage == 29
-    log.truncate_to(100)                               # past the LEO: nothing changes
+    log.truncate_to(100)  # past the LEO: nothing changes
     assert log.highest_offset_in_remote_storage == 29
 
 
 def _meta(tip: TopicIdPartition, start: int, end: int, epochs: dict[int, int]) -> RemoteLogSegmentMetadata:
-    return RemoteLogSegmentMetadata(RemoteLogSegmentId(tip, uuid.uuid4()), start, end, NOW, 1, NOW, 100, epochs,
-                                    S.COPY_SEGMENT_FINISHED)
+    return RemoteLogSegmentMetadata(
+        RemoteLogSegmentId(tip, uuid.uuid4()), start, end, NOW, 1, NOW, 100, epochs, S.COPY_SEGMENT_FINISHED
+    )
 
 
 def test_a_remote_read_stops_where_the_segment_leaves_this_lineage(tmp_path: Path) -> None:
-    log = _log(tmp_path, [(0, 3), (2, 3)])          # epoch 0: 0..29, epoch 2: 30..59
+    log = _log(tmp_path, [(0, 3), (2, 3)])  # epoch 0: 0..29, epoch 2: 30..59
     tip = topic_id_partition(log)
     # the old leader's segment: epoch 0 ran on to 49 there
     assert lineage_end_in_segment(log, _meta(tip, 20, 49, {0: 20}), 0) == 29

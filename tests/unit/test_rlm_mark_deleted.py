@@ -1,5 +1,6 @@
 """Topic deletion's DELETE_PARTITION_MARKED is written until it is recorded: when every replica of the topic is down,
 nobody else would mark it, and the remote data would stay in the bucket for good."""
+
 from __future__ import annotations
 
 import asyncio
@@ -34,13 +35,21 @@ class FlakyIO(InMemoryMetadataTopicIO):
 
 async def _managers(tmp_path: Path, failures: int) -> tuple[RemoteLogManager, TopicBasedRemoteLogMetadataManager]:
     rlmm = TopicBasedRemoteLogMetadataManager(
-        FlakyIO(failures), tmp_path / "rlmm", {"remote.log.metadata.topic.num.partitions": "1",
-                                               "remote.log.metadata.topic.replication.factor": "1"},
-        broker_id=1, snapshot_interval_s=0)
+        FlakyIO(failures),
+        tmp_path / "rlmm",
+        {"remote.log.metadata.topic.num.partitions": "1", "remote.log.metadata.topic.replication.factor": "1"},
+        broker_id=1,
+        snapshot_interval_s=0,
+    )
     await rlmm.start()
-    rlmm.on_partition_leadership_changes([], TIPS)       # followed, to read the marks back
-    rlm = RemoteLogManager(RemoteLogManagerConfig(retry_backoff_ms=20, retry_backoff_max_ms=50),
-                           LocalTieredStorage(tmp_path / "rsm"), rlmm, broker_id=1, index_cache_dir=tmp_path / "idx")
+    rlmm.on_partition_leadership_changes([], TIPS)  # followed, to read the marks back
+    rlm = RemoteLogManager(
+        RemoteLogManagerConfig(retry_backoff_ms=20, retry_backoff_max_ms=50),
+        LocalTieredStorage(tmp_path / "rsm"),
+        rlmm,
+        broker_id=1,
+        index_cache_dir=tmp_path / "idx",
+    )
     return rlm, rlmm
 
 
@@ -55,7 +64,7 @@ def test_marks_that_fail_are_retried_until_recorded(tmp_path: Path) -> None:
             await wait_until_async(lambda: all(rlmm.is_ready(t) for t in TIPS), timeout=10)
             assert await rlm.mark_partitions_deleted(TIPS, wait_s=10) == 0
             assert _states(rlmm) == [D.DELETE_PARTITION_MARKED] * 3
-            assert rlmm.io.appends >= 4 + 3          # every failed append was tried again
+            assert rlmm.io.appends >= 4 + 3  # every failed append was tried again
         finally:
             await rlm.close()
             await rlmm.close()
@@ -68,7 +77,7 @@ def test_marks_not_recorded_within_the_wait_go_on_in_the_background(tmp_path: Pa
         rlm, rlmm = await _managers(tmp_path, failures=2)
         try:
             await wait_until_async(lambda: all(rlmm.is_ready(t) for t in TIPS), timeout=10)
-            assert await rlm.mark_partitions_deleted(TIPS, wait_s=0) == 3       # the caller does not wait
+            assert await rlm.mark_partitions_deleted(TIPS, wait_s=0) == 3  # the caller does not wait
             await wait_until_async(lambda: _states(rlmm) == [D.DELETE_PARTITION_MARKED] * 3, timeout=10)
         finally:
             await rlm.close()

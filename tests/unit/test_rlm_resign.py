@@ -1,5 +1,6 @@
 """Leadership moving away while a segment is being copied (KIP-405): the old leader finishes that copy -- the new
 leader may copy the same offsets again, and expiration removes the duplicate -- and starts no other."""
+
 from __future__ import annotations
 
 import asyncio
@@ -39,29 +40,38 @@ class GatedStorage(LocalTieredStorage):
 
 def test_a_copy_in_flight_when_leadership_moves_away_finishes_and_no_other_starts(tmp_path: Path) -> None:
     async def scenario() -> None:
-        log = UnifiedLog.open(tmp_path / "t-0", uuid.UUID(int=9),
-                              default_log_config(segment_bytes=1024, remote_storage_enable=True), needs_recovery=False)
+        log = UnifiedLog.open(
+            tmp_path / "t-0",
+            uuid.UUID(int=9),
+            default_log_config(segment_bytes=1024, remote_storage_enable=True),
+            needs_recovery=False,
+        )
         for _ in range(40):
             log.append_as_leader(build_batch([b"x" * 100], timestamp=NOW), leader_epoch=0, now_ms=NOW)
         log.update_high_watermark(log.log_end_offset)
         assert len(log.segments) > 3
         tip = topic_id_partition(log)
         rlmm = TopicBasedRemoteLogMetadataManager(
-            InMemoryMetadataTopicIO(), tmp_path / "rlmm", {"remote.log.metadata.topic.num.partitions": "3",
-                                                           "remote.log.metadata.topic.replication.factor": "1"},
-            broker_id=1, snapshot_interval_s=0)
+            InMemoryMetadataTopicIO(),
+            tmp_path / "rlmm",
+            {"remote.log.metadata.topic.num.partitions": "3", "remote.log.metadata.topic.replication.factor": "1"},
+            broker_id=1,
+            snapshot_interval_s=0,
+        )
         await rlmm.start()
         rlmm.on_partition_leadership_changes([tip], [])
         rsm = GatedStorage(tmp_path / "rsm")
-        rlm = RemoteLogManager(RemoteLogManagerConfig(task_interval_ms=20), rsm, rlmm, broker_id=1,
-                               index_cache_dir=tmp_path / "idx")
+        rlm = RemoteLogManager(
+            RemoteLogManagerConfig(task_interval_ms=20), rsm, rlmm, broker_id=1, index_cache_dir=tmp_path / "idx"
+        )
         try:
             rlm.on_leadership_change([(log, 0)], [])
             await asyncio.wait_for(rsm.started.wait(), 10)
-            rlm.on_leadership_change([], [log])                  # a follower now, the first copy still running
+            rlm.on_leadership_change([], [log])  # a follower now, the first copy still running
             rsm.gate.set()
-            await wait_until_async(lambda: [s.state for s in rlmm.list_remote_log_segments(tip)]
-                                   == [S.COPY_SEGMENT_FINISHED], timeout=10)
+            await wait_until_async(
+                lambda: [s.state for s in rlmm.list_remote_log_segments(tip)] == [S.COPY_SEGMENT_FINISHED], timeout=10
+            )
             # the former leadership's copy task ends after that copy: nothing else was or will be copied
             await wait_until_async(lambda: not rlm._resigning, timeout=10)
             assert rsm.copies == 1

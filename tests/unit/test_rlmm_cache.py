@@ -1,4 +1,5 @@
 """RemoteLogMetadataCache / RemotePartitionMetadataStore: Kafka's state machine and lookups by epoch and offset."""
+
 from __future__ import annotations
 
 import uuid
@@ -27,10 +28,22 @@ P = RemotePartitionDeleteState
 TIP = TopicIdPartition(uuid.UUID(int=0xABC), "orders", 0)
 
 
-def seg(start: int, end: int, epochs: dict[int, int], *, size: int = 10, txn_empty: bool = True,
-        tip: TopicIdPartition = TIP) -> RemoteLogSegmentMetadata:
-    return RemoteLogSegmentMetadata(RemoteLogSegmentId(tip, uuid.uuid4()), start, end, 1000 + end, 1, 1,
-                                    size, epochs, S.COPY_SEGMENT_STARTED, None, txn_empty)
+def seg(
+    start: int, end: int, epochs: dict[int, int], *, size: int = 10, txn_empty: bool = True, tip: TopicIdPartition = TIP
+) -> RemoteLogSegmentMetadata:
+    return RemoteLogSegmentMetadata(
+        RemoteLogSegmentId(tip, uuid.uuid4()),
+        start,
+        end,
+        1000 + end,
+        1,
+        1,
+        size,
+        epochs,
+        S.COPY_SEGMENT_STARTED,
+        None,
+        txn_empty,
+    )
 
 
 def upd(m: RemoteLogSegmentMetadata, state: S) -> RemoteLogSegmentMetadataUpdate:
@@ -55,12 +68,13 @@ def new_cache() -> RemoteLogMetadataCache:
 
 # -- state machine -----------------------------------------------------------------------------------------------------
 
+
 def test_full_lifecycle_and_visibility_per_state() -> None:
     c = new_cache()
     m = seg(0, 99, {0: 0})
     c.add_copy_in_progress_segment(m)
-    assert c.remote_log_segment_metadata(0, 50) is None                      # not readable while copying
-    assert [sid(x) for x in c.list_remote_log_segments(0)] == [sid(m)]        # but listed (for cleanup)
+    assert c.remote_log_segment_metadata(0, 50) is None  # not readable while copying
+    assert [sid(x) for x in c.list_remote_log_segments(0)] == [sid(m)]  # but listed (for cleanup)
     assert c.highest_offset_for_epoch(0) is None
     c.update_remote_log_segment_metadata(upd(m, S.COPY_SEGMENT_FINISHED))
     got = c.remote_log_segment_metadata(0, 50)
@@ -73,7 +87,7 @@ def test_full_lifecycle_and_visibility_per_state() -> None:
     assert [x.state for x in c.list_remote_log_segments(0)] == [S.DELETE_SEGMENT_STARTED]
     c.update_remote_log_segment_metadata(upd(m, S.DELETE_SEGMENT_FINISHED))
     assert c.list_all_remote_log_segments() == [] and c.list_remote_log_segments(0) == []
-    assert c.highest_offset_for_epoch(0) == 99                                  # never goes down (as Kafka)
+    assert c.highest_offset_for_epoch(0) == 99  # never goes down (as Kafka)
 
 
 def test_copy_started_may_go_straight_to_delete() -> None:
@@ -85,14 +99,17 @@ def test_copy_started_may_go_straight_to_delete() -> None:
     assert c.segment_count() == 0
 
 
-@pytest.mark.parametrize("path, illegal", [
-    ([], S.COPY_SEGMENT_FINISHED),                                     # unknown segment: not found (below)
-    ([S.COPY_SEGMENT_FINISHED], S.COPY_SEGMENT_STARTED),
-    ([], S.DELETE_SEGMENT_FINISHED),
-    ([S.COPY_SEGMENT_FINISHED], S.DELETE_SEGMENT_FINISHED),
-    ([S.DELETE_SEGMENT_STARTED], S.COPY_SEGMENT_FINISHED),
-    ([S.COPY_SEGMENT_FINISHED, S.DELETE_SEGMENT_STARTED], S.COPY_SEGMENT_FINISHED),
-])
+@pytest.mark.parametrize(
+    "path, illegal",
+    [
+        ([], S.COPY_SEGMENT_FINISHED),  # unknown segment: not found (below)
+        ([S.COPY_SEGMENT_FINISHED], S.COPY_SEGMENT_STARTED),
+        ([], S.DELETE_SEGMENT_FINISHED),
+        ([S.COPY_SEGMENT_FINISHED], S.DELETE_SEGMENT_FINISHED),
+        ([S.DELETE_SEGMENT_STARTED], S.COPY_SEGMENT_FINISHED),
+        ([S.COPY_SEGMENT_FINISHED, S.DELETE_SEGMENT_STARTED], S.COPY_SEGMENT_FINISHED),
+    ],
+)
 def test_illegal_transitions_raise_and_leave_the_cache_unchanged(path: list[S], illegal: S) -> None:
     c = new_cache()
     m = seg(0, 9, {0: 0})
@@ -122,19 +139,22 @@ def test_same_state_is_idempotent_and_add_must_be_copy_started() -> None:
     c = new_cache()
     m = seg(0, 9, {0: 0})
     c.add_copy_in_progress_segment(m)
-    c.add_copy_in_progress_segment(m)                      # replay of the same event
+    c.add_copy_in_progress_segment(m)  # replay of the same event
     copied_once = c.state_view()
     assert len(copied_once[0]) == 1
     c.update_remote_log_segment_metadata(upd(m, S.COPY_SEGMENT_FINISHED))
     c.update_remote_log_segment_metadata(upd(m, S.COPY_SEGMENT_FINISHED))
     assert sid(c.remote_log_segment_metadata(0, 5)) == sid(m)
     with pytest.raises(InvalidStateTransitionError):
-        c.add_copy_in_progress_segment(RemoteLogSegmentMetadata(
-            RemoteLogSegmentId(TIP, uuid.uuid4()), 0, 9, 1, 1, 1, 10, {0: 0}, S.COPY_SEGMENT_FINISHED))
+        c.add_copy_in_progress_segment(
+            RemoteLogSegmentMetadata(
+                RemoteLogSegmentId(TIP, uuid.uuid4()), 0, 9, 1, 1, 1, 10, {0: 0}, S.COPY_SEGMENT_FINISHED
+            )
+        )
 
 
 def test_update_of_unknown_segment_is_dropped_while_catching_up() -> None:
-    c = RemoteLogMetadataCache()                           # not initialized: base record may be gone (retention)
+    c = RemoteLogMetadataCache()  # not initialized: base record may be gone (retention)
     c.update_remote_log_segment_metadata(upd(seg(0, 9, {0: 0}), S.COPY_SEGMENT_FINISHED))
     assert c.segment_count() == 0
     c.mark_initialized()
@@ -144,6 +164,7 @@ def test_update_of_unknown_segment_is_dropped_while_catching_up() -> None:
 
 # -- lookups -----------------------------------------------------------------------------------------------------------
 
+
 def test_lookup_by_epoch_and_offset_respects_epoch_boundaries_inside_segments() -> None:
     c = new_cache()
     s1, s2, s3 = seg(0, 99, {0: 0}), seg(100, 199, {0: 100, 1: 150}), seg(200, 299, {1: 200, 3: 250})
@@ -151,16 +172,19 @@ def test_lookup_by_epoch_and_offset_respects_epoch_boundaries_inside_segments() 
     assert sid(c.remote_log_segment_metadata(0, 0)) == sid(s1)
     assert sid(c.remote_log_segment_metadata(0, 99)) == sid(s1)
     assert sid(c.remote_log_segment_metadata(0, 149)) == sid(s2)
-    assert c.remote_log_segment_metadata(0, 150) is None          # epoch 0 ends at 149 in s2
+    assert c.remote_log_segment_metadata(0, 150) is None  # epoch 0 ends at 149 in s2
     assert sid(c.remote_log_segment_metadata(1, 150)) == sid(s2)
     assert sid(c.remote_log_segment_metadata(1, 249)) == sid(s3)
     assert c.remote_log_segment_metadata(1, 250) is None
     assert sid(c.remote_log_segment_metadata(3, 299)) == sid(s3)
     assert c.remote_log_segment_metadata(3, 300) is None
-    assert c.remote_log_segment_metadata(2, 220) is None          # epoch never seen
-    assert c.remote_log_segment_metadata(1, 149) is None          # below the epoch's first offset
-    assert (c.highest_offset_for_epoch(0), c.highest_offset_for_epoch(1), c.highest_offset_for_epoch(3)) == \
-        (149, 249, 299)
+    assert c.remote_log_segment_metadata(2, 220) is None  # epoch never seen
+    assert c.remote_log_segment_metadata(1, 149) is None  # below the epoch's first offset
+    assert (c.highest_offset_for_epoch(0), c.highest_offset_for_epoch(1), c.highest_offset_for_epoch(3)) == (
+        149,
+        249,
+        299,
+    )
     assert c.highest_offset_for_epoch(2) is None
     assert [sid(x) for x in c.list_remote_log_segments(1)] == [sid(s2), sid(s3)]
     assert [sid(x) for x in c.list_all_remote_log_segments()] == [sid(s1), sid(s2), sid(s3)]
@@ -175,7 +199,7 @@ def test_divergent_lineages_two_segments_for_the_same_offsets_in_different_epoch
     new = seg(100, 199, {3: 100, 4: 120})
     copied(c, base, old, new)
     assert sid(c.remote_log_segment_metadata(4, 150)) == sid(new)
-    assert sid(c.remote_log_segment_metadata(3, 110)) == sid(new)   # the later upload supersedes in epoch 3
+    assert sid(c.remote_log_segment_metadata(3, 110)) == sid(new)  # the later upload supersedes in epoch 3
     # Offset 150 lies in epoch 4 in the new lineage (its epoch cache asks for (4, 150)); a lineage where epoch 3 runs
     # past 119 (the old leader's, if a later unclean election makes it survive) finds the replaced upload.
     assert sid(c.remote_log_segment_metadata(3, 150)) == sid(old)
@@ -191,7 +215,7 @@ def test_divergent_lineages_two_segments_for_the_same_offsets_in_different_epoch
     copied(c2, a, b)
     assert sid(c2.remote_log_segment_metadata(7, 550)) == sid(a)
     assert sid(c2.remote_log_segment_metadata(8, 550)) == sid(b)
-    c2.update_remote_log_segment_metadata(upd(a, S.DELETE_SEGMENT_STARTED))   # the orphan goes
+    c2.update_remote_log_segment_metadata(upd(a, S.DELETE_SEGMENT_STARTED))  # the orphan goes
     assert c2.remote_log_segment_metadata(7, 550) is None
     assert sid(c2.remote_log_segment_metadata(8, 550)) == sid(b)
 
@@ -203,7 +227,7 @@ def test_reupload_superseding_earlier_segments_in_the_same_epoch() -> None:
     copied(c, s0, s1)
     assert sid(c.remote_log_segment_metadata(0, 50)) == sid(s1)
     assert sid(c.remote_log_segment_metadata(0, 150)) == sid(s1)
-    assert {sid(x) for x in c.list_remote_log_segments(0)} == {sid(s0), sid(s1)}   # s0 unreferenced, still listed
+    assert {sid(x) for x in c.list_remote_log_segments(0)} == {sid(s0), sid(s1)}  # s0 unreferenced, still listed
     c2 = new_cache()
     t0, t1, t2 = seg(10, 90, {0: 10}), seg(5, 100, {0: 5}), seg(101, 200, {0: 101})
     copied(c2, t0, t1, t2)
@@ -224,7 +248,7 @@ def test_sizes_counts_and_txn_index_walk() -> None:
     assert c.remote_log_size() == 1500 and c.remote_log_size(0) == 300 and c.remote_log_size(1) == 1400
     assert c.segment_count() == 4 and c.copied_size_bytes() == 700
     assert sid(c.next_segment_with_txn_index(1, 160)) == sid(s3)
-    assert sid(c.next_segment_with_txn_index(0, 10)) is None   # epoch 0 ends before the segment with aborted txns
+    assert sid(c.next_segment_with_txn_index(0, 10)) is None  # epoch 0 ends before the segment with aborted txns
     assert c.next_segment_with_txn_index(1, 300) is None
     c.update_remote_log_segment_metadata(upd(s3, S.DELETE_SEGMENT_STARTED))
     assert c.next_segment_with_txn_index(1, 160) is None
@@ -232,6 +256,7 @@ def test_sizes_counts_and_txn_index_walk() -> None:
 
 
 # -- store -------------------------------------------------------------------------------------------------------------
+
 
 def test_store_readiness_not_found_and_partition_deletion() -> None:
     store = RemotePartitionMetadataStore()

@@ -7,6 +7,7 @@ with a lagging follower) until `release_hw(p)`. `read` returns whole batches fro
 offset, only below the high watermark; `block_reads(p)` makes reads of a partition return nothing (a slow disk)
 until `unblock_reads(p)`. Everything is event driven: no timers.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -33,8 +34,9 @@ class InMemoryMetadataTopicIO:
     # -- MetadataTopicIO ----------------------------------------------------------------------------------------------
     async def ensure_topic(self, num_partitions: int, replication_factor: int, retention_ms: int) -> None:
         if self.num_partitions is not None and self.num_partitions != num_partitions:
-            raise RuntimeError(f"__remote_log_metadata exists with {self.num_partitions} partitions, "
-                               f"not {num_partitions}")
+            raise RuntimeError(
+                f"__remote_log_metadata exists with {self.num_partitions} partitions, not {num_partitions}"
+            )
         self.num_partitions = num_partitions
         self.created.append((num_partitions, replication_factor, retention_ms))
 
@@ -63,7 +65,7 @@ class InMemoryMetadataTopicIO:
         hw = self.hw.get(partition, 0)
         out = bytearray()
         for batch in self.logs.get(partition, []):
-            (_, h), = iter_batches(batch)
+            ((_, h),) = iter_batches(batch)
             if h.next_offset <= offset:
                 continue
             if h.next_offset > hw:
@@ -147,6 +149,7 @@ class InMemoryMetadataTopicIO:
 
 # -- tests of the fake: it must behave like a log, or the RLMM tests prove nothing -------------------------------------
 
+
 def test_append_assigns_offsets_and_read_returns_whole_batches_from_the_holding_one() -> None:
     async def main() -> None:
         io = InMemoryMetadataTopicIO()
@@ -156,13 +159,14 @@ def test_append_assigns_offsets_and_read_returns_whole_batches_from_the_holding_
         assert io.end_offset(1) == 3 and io.end_offset(0) == 0
         data = io.read(1, 1, 1 << 20)
         batches = [h for _, h in iter_batches(data)]
-        assert [h.base_offset for h in batches] == [0, 2]          # the batch holding offset 1 comes whole
+        assert [h.base_offset for h in batches] == [0, 2]  # the batch holding offset 1 comes whole
         assert [r.value for _, h in iter_batches(data) for r in iter_records(data, _)] == [b"a", b"b", b"c"]
         assert io.read(1, 3, 1 << 20) == b""
-        one = io.read(1, 0, 1)                                         # at least one whole batch
+        one = io.read(1, 0, 1)  # at least one whole batch
         assert [h.base_offset for _, h in iter_batches(one)] == [0]
         with pytest.raises(ValueError):
             io.read(3, 0, 10)
+
     asyncio.run(main())
 
 
@@ -181,6 +185,7 @@ def test_held_high_watermark_hides_data_and_delays_append() -> None:
         assert await task == 0
         await waiter
         assert io.end_offset(0) == 1 and io.read(0, 0, 1 << 20) != b""
+
     asyncio.run(main())
 
 
@@ -191,4 +196,5 @@ def test_ensure_topic_rejects_a_different_partition_count() -> None:
             await io.ensure_topic(50, 3, -1)
         await io.ensure_topic(5, 3, -1)
         assert io.created == [(5, 3, -1)]
+
     asyncio.run(main())

@@ -1,4 +1,5 @@
 """kill -9 right after append loses nothing: appends go straight to the fd (no user-space buffer)."""
+
 from __future__ import annotations
 
 import signal

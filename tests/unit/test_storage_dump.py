@@ -1,4 +1,5 @@
 """strata.storage.dump: kafka-dump-log.sh compatible text for .log, .index, .timeindex."""
+
 from __future__ import annotations
 
 import io
@@ -11,11 +12,21 @@ from strata.storage.log import UnifiedLog
 
 
 def _log(tmp_path):
-    log = UnifiedLog.open(tmp_path / "t-0", uuid.UUID(int=5),
-                          default_log_config(segment_bytes=1 << 20, index_interval_bytes=100), needs_recovery=False)
-    log.append_as_leader(build_batch([(b"k1", b"hello", [("h1", b"x"), ("h2", None)], 1000),
-                                      (None, b"world", None, 1005)],
-                                     producer_id=9, producer_epoch=1, base_sequence=0), 3)
+    log = UnifiedLog.open(
+        tmp_path / "t-0",
+        uuid.UUID(int=5),
+        default_log_config(segment_bytes=1 << 20, index_interval_bytes=100),
+        needs_recovery=False,
+    )
+    log.append_as_leader(
+        build_batch(
+            [(b"k1", b"hello", [("h1", b"x"), ("h2", None)], 1000), (None, b"world", None, 1005)],
+            producer_id=9,
+            producer_epoch=1,
+            base_sequence=0,
+        ),
+        3,
+    )
     for i in range(3):
         log.append_as_leader(build_batch([b"v" * 80], timestamp=2000 + i), 3)
     log.flush()
@@ -33,6 +44,7 @@ def test_dump_log_batches_and_records(tmp_path):
     seg = log.segments[0]
     first = seg.read_batch(0, 61)
     from strata.protocol.records import BatchHeader
+
     h = BatchHeader(first)
     text, err = _dump(seg.log_path, print_data_log=True)
     lines = text.splitlines()
@@ -41,12 +53,16 @@ def test_dump_log_batches_and_records(tmp_path):
     assert lines[2] == (
         "baseOffset: 0 lastOffset: 1 count: 2 baseSequence: 0 lastSequence: 1 producerId: 9 producerEpoch: 1 "
         "partitionLeaderEpoch: 3 isTransactional: false isControl: false deleteHorizonMs: OptionalLong.empty "
-        f"position: 0 CreateTime: 1005 size: {h.size} magic: 2 compresscodec: none crc: {h.crc} isvalid: true")
-    assert lines[3] == ("| offset: 0 CreateTime: 1000 keySize: 2 valueSize: 5 sequence: 0 headerKeys: [h1,h2] "
-                        "key: k1 payload: hello")
+        f"position: 0 CreateTime: 1005 size: {h.size} magic: 2 compresscodec: none crc: {h.crc} isvalid: true"
+    )
+    assert lines[3] == (
+        "| offset: 0 CreateTime: 1000 keySize: 2 valueSize: 5 sequence: 0 headerKeys: [h1,h2] key: k1 payload: hello"
+    )
     assert lines[4] == "| offset: 1 CreateTime: 1005 keySize: -1 valueSize: 5 sequence: 1 headerKeys: [] payload: world"
-    assert lines[5].startswith("baseOffset: 2 lastOffset: 2 count: 1 baseSequence: -1 lastSequence: -1 "
-                               "producerId: -1 producerEpoch: -1 partitionLeaderEpoch: 3 ")
+    assert lines[5].startswith(
+        "baseOffset: 2 lastOffset: 2 count: 1 baseSequence: -1 lastSequence: -1 "
+        "producerId: -1 producerEpoch: -1 partitionLeaderEpoch: 3 "
+    )
     assert f"position: {h.size} CreateTime: 2000 " in lines[5]
     assert len(lines) == 2 + 3 + 2 * 3 and err == ""
     shallow, _ = _dump(seg.log_path)
@@ -71,12 +87,14 @@ def test_dump_indexes(tmp_path):
     seg = log.segments[0]
     assert seg.offset_index.entries >= 1
     text, err = _dump(seg.offset_index.path)
-    expected = [f"offset: {o} position: {p}" for o, p in
-                (seg.offset_index.entry(i) for i in range(seg.offset_index.entries))]
+    expected = [
+        f"offset: {o} position: {p}" for o, p in (seg.offset_index.entry(i) for i in range(seg.offset_index.entries))
+    ]
     assert text.splitlines()[1:] == expected and err == ""
     text, err = _dump(seg.time_index.path)
-    expected = [f"timestamp: {t} offset: {o}" for t, o in
-                (seg.time_index.entry(i) for i in range(seg.time_index.entries))]
+    expected = [
+        f"timestamp: {t} offset: {o}" for t, o in (seg.time_index.entry(i) for i in range(seg.time_index.entries))
+    ]
     assert text.splitlines()[1:] == expected and err == ""
 
 

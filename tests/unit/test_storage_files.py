@@ -1,4 +1,5 @@
 """On-disk formats: .index, .timeindex, checkpoints, leader-epoch-checkpoint, partition.metadata."""
+
 from __future__ import annotations
 
 import struct

@@ -1,4 +1,5 @@
 """UnifiedLog: append/read, rolls, timestamps, flush, recovery, retention, delete_records, truncation."""
+
 from __future__ import annotations
 
 import os
@@ -193,8 +194,9 @@ def test_roll_by_segment_ms_and_explicit_roll(tmp_path):
 def test_fetch_offset_by_timestamp(tmp_path):
     log = open_log(tmp_path, segment_bytes=2048, index_interval_bytes=100)
     for i in range(40):  # timestamps NOW + 10*i, records i*2, i*2+1 (second record +5 ms)
-        log.append_as_leader(build_batch([(None, b"a" * 30, None, NOW + 10 * i),
-                                          (None, b"b" * 30, None, NOW + 10 * i + 5)]), 1)
+        log.append_as_leader(
+            build_batch([(None, b"a" * 30, None, NOW + 10 * i), (None, b"b" * 30, None, NOW + 10 * i + 5)]), 1
+        )
     assert log.num_segments > 2
     t = log.fetch_offset_by_timestamp(NOW + 100)
     assert (t.timestamp, t.offset, t.leader_epoch) == (NOW + 100, 20, 1)
@@ -239,8 +241,14 @@ def test_clean_reopen_keeps_everything(tmp_path):
     leo, nseg = log.log_end_offset, log.num_segments
     log.flush()
     log.close()
-    log = UnifiedLog.open(tmp_path / "my-topic-0", TID, default_log_config(segment_bytes=4096,
-                          index_interval_bytes=256), recovery_point=leo, high_watermark=50, needs_recovery=False)
+    log = UnifiedLog.open(
+        tmp_path / "my-topic-0",
+        TID,
+        default_log_config(segment_bytes=4096, index_interval_bytes=256),
+        recovery_point=leo,
+        high_watermark=50,
+        needs_recovery=False,
+    )
     assert (log.log_end_offset, log.num_segments, log.high_watermark) == (leo, nseg, 50)
     assert read_all(log) == list(range(leo))
     assert log.fetch_offset_by_timestamp(NOW + 10).offset == 30
@@ -314,8 +322,13 @@ def test_clean_open_trusts_data_but_recovery_open_from_recovery_point_only(tmp_p
         f.seek(100)
         f.write(b"\xff\xff")
     rp = segs[-1].base_offset
-    log = UnifiedLog.open(tmp_path / "my-topic-0", TID, default_log_config(segment_bytes=2048,
-                          index_interval_bytes=256), recovery_point=rp, needs_recovery=True)
+    log = UnifiedLog.open(
+        tmp_path / "my-topic-0",
+        TID,
+        default_log_config(segment_bytes=2048, index_interval_bytes=256),
+        recovery_point=rp,
+        needs_recovery=True,
+    )
     assert log.log_end_offset == 80  # the segment below the recovery point was not rescanned
 
 
@@ -328,7 +341,7 @@ def test_retention_by_time_includes_an_expired_active_segment(tmp_path):
     n = log.num_segments
     assert n >= 3
     leo = log.log_end_offset
-    log.update_high_watermark(leo - 1)          # the active segment is not wholly committed yet: it stays
+    log.update_high_watermark(leo - 1)  # the active segment is not wholly committed yet: it stays
     assert log.delete_retention_breached_segments(now_ms=NOW + 500) == 0
     assert log.delete_retention_breached_segments(now_ms=NOW + 60_000) == n - 1
     assert log.num_segments == 1 and log.active_segment.size > 0
@@ -336,7 +349,7 @@ def test_retention_by_time_includes_an_expired_active_segment(tmp_path):
     assert log.delete_retention_breached_segments(now_ms=NOW + 60_000) == 1
     assert log.num_segments == 1 and log.active_segment.size == 0
     assert log.log_start_offset == log.active_segment.base_offset == log.local_log_start_offset == leo
-    assert log.delete_retention_breached_segments(now_ms=NOW + 60_000) == 0    # an empty active segment stays
+    assert log.delete_retention_breached_segments(now_ms=NOW + 60_000) == 0  # an empty active segment stays
     assert not list(log.dir.glob("*.deleted"))
     assert len(list(log.dir.glob("*.log"))) == 1
     with pytest.raises(OffsetOutOfRangeError):

@@ -1,4 +1,5 @@
 """LogManager: startup/shutdown, checkpoints, clean-shutdown marker, recovery decision, deletion."""
+
 from __future__ import annotations
 
 import os
@@ -102,7 +103,7 @@ def test_retention_and_flush_scheduling(tmp_path):
     assert lm.flush_dirty_logs(now_ms=log.last_flush_time_ms + 100) == [log]
     log.update_high_watermark(log.log_end_offset)
     n = log.num_segments
-    assert lm.run_retention(now_ms=NOW + 60_000) == n      # every segment expired, the active one included
+    assert lm.run_retention(now_ms=NOW + 60_000) == n  # every segment expired, the active one included
     assert log.log_start_offset == log.log_end_offset
     assert (tmp_path / "d" / "log-start-offset-checkpoint").read_text() == f"0\n1\nt 0 {log.log_start_offset}\n"
     lm.shutdown()

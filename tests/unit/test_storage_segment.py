@@ -1,4 +1,5 @@
 """LogSegment and edge cases of UnifiedLog: index entries, index-full rolls, corrupt indexes, flush in a thread."""
+
 from __future__ import annotations
 
 import threading
@@ -40,9 +41,12 @@ def test_index_entries_are_last_offset_to_batch_start(tmp_path):
 
 
 def test_full_offset_index_rolls(tmp_path):
-    log = UnifiedLog.open(tmp_path / "t-0", uuid.UUID(int=1),
-                          default_log_config(segment_bytes=1 << 20, index_interval_bytes=1, segment_index_bytes=24),
-                          needs_recovery=False)
+    log = UnifiedLog.open(
+        tmp_path / "t-0",
+        uuid.UUID(int=1),
+        default_log_config(segment_bytes=1 << 20, index_interval_bytes=1, segment_index_bytes=24),
+        needs_recovery=False,
+    )
     for _ in range(12):
         log.append_as_leader(build_batch([b"a" * 10]), 0)
     assert log.num_segments >= 3
@@ -70,8 +74,12 @@ def test_zero_filled_index_tail_is_rebuilt_on_clean_open(tmp_path):
 
 
 def test_compressed_batches_with_log_append_time(tmp_path):
-    log = UnifiedLog.open(tmp_path / "t-0", uuid.UUID(int=1),
-                          default_log_config(message_timestamp_type="LogAppendTime"), needs_recovery=False)
+    log = UnifiedLog.open(
+        tmp_path / "t-0",
+        uuid.UUID(int=1),
+        default_log_config(message_timestamp_type="LogAppendTime"),
+        needs_recovery=False,
+    )
     log.append_as_leader(build_batch([b"a"], timestamp=1), 0, now_ms=NOW)
     info = log.append_as_leader(build_batch([b"c" * 100] * 5, compression=GZIP, timestamp=1), 0, now_ms=NOW + 7)
     assert (info.first_offset, info.last_offset, info.log_append_time) == (1, 5, NOW + 7)
@@ -85,11 +93,19 @@ def test_compressed_batches_with_log_append_time(tmp_path):
 
 def test_control_batch_rejected_from_clients_allowed_for_coordinator(tmp_path):
     log = UnifiedLog.open(tmp_path / "t-0", uuid.UUID(int=1), default_log_config(), needs_recovery=False)
-    b = bytearray(build_batch([(b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x00")], producer_id=5,
-                              producer_epoch=0, base_sequence=-1, is_transactional=True))
+    b = bytearray(
+        build_batch(
+            [(b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x00")],
+            producer_id=5,
+            producer_epoch=0,
+            base_sequence=-1,
+            is_transactional=True,
+        )
+    )
     attrs = int.from_bytes(b[21:23], "big") | 0x20
     b[21:23] = attrs.to_bytes(2, "big")
     from crc32c import crc32c
+
     b[17:21] = crc32c(bytes(b[21:])).to_bytes(4, "big")
     with pytest.raises(InvalidRecordError):
         log.append_as_leader(bytes(b), 0)
@@ -98,8 +114,9 @@ def test_control_batch_rejected_from_clients_allowed_for_coordinator(tmp_path):
 
 
 def test_flush_in_a_thread_while_appending(tmp_path):
-    log = UnifiedLog.open(tmp_path / "t-0", uuid.UUID(int=1), default_log_config(segment_bytes=8192),
-                          needs_recovery=False)
+    log = UnifiedLog.open(
+        tmp_path / "t-0", uuid.UUID(int=1), default_log_config(segment_bytes=8192), needs_recovery=False
+    )
     errors: list[BaseException] = []
     stop = threading.Event()
     observed: list[int] = []

@@ -1,5 +1,6 @@
 """strata.protocol.wire at its bounds: Kafka's UNSIGNED_VARINT / VARINT / VARLONG limits, truncated and
 overlong input, compact strings/bytes, tagged fields and the ByteReader's single error type."""
+
 from __future__ import annotations
 
 import struct
@@ -35,20 +36,37 @@ def _enc(writer, v) -> bytes:
 
 
 # Kafka's ByteUtilsTest vectors: value -> encoding
-@pytest.mark.parametrize("v, enc", [
-    (0, b"\x00"), (1, b"\x01"), (127, b"\x7f"), (128, b"\x80\x01"), (300, b"\xac\x02"), (16383, b"\xff\x7f"),
-    (16384, b"\x80\x80\x01"), ((1 << 32) - 1, b"\xff\xff\xff\xff\x0f"),
-])
+@pytest.mark.parametrize(
+    "v, enc",
+    [
+        (0, b"\x00"),
+        (1, b"\x01"),
+        (127, b"\x7f"),
+        (128, b"\x80\x01"),
+        (300, b"\xac\x02"),
+        (16383, b"\xff\x7f"),
+        (16384, b"\x80\x80\x01"),
+        ((1 << 32) - 1, b"\xff\xff\xff\xff\x0f"),
+    ],
+)
 def test_uvarint_encodings(v, enc):
     assert _enc(write_uvarint, v) == enc
     assert read_uvarint(enc, 0) == (v, len(enc))
     assert read_uvarint(memoryview(b"\x00" + enc), 1) == (v, len(enc) + 1)
 
 
-@pytest.mark.parametrize("v, enc", [
-    (0, b"\x00"), (-1, b"\x01"), (1, b"\x02"), (-64, b"\x7f"), (64, b"\x80\x01"),
-    (I32_MAX, b"\xfe\xff\xff\xff\x0f"), (I32_MIN, b"\xff\xff\xff\xff\x0f"),
-])
+@pytest.mark.parametrize(
+    "v, enc",
+    [
+        (0, b"\x00"),
+        (-1, b"\x01"),
+        (1, b"\x02"),
+        (-64, b"\x7f"),
+        (64, b"\x80\x01"),
+        (I32_MAX, b"\xfe\xff\xff\xff\x0f"),
+        (I32_MIN, b"\xff\xff\xff\xff\x0f"),
+    ],
+)
 def test_varint_zigzag_encodings(v, enc):
     assert _enc(write_varint, v) == enc
     assert read_varint(enc, 0) == (v, len(enc))
@@ -73,7 +91,7 @@ def test_random_round_trips_match_the_zigzag_definition():
         for v in values + [lo, hi, lo + 1, hi - 1, -8192, 8191, -8193, 8192]:
             enc = _enc(writer, v)
             zz = 2 * v if v >= 0 else -2 * v - 1
-            assert len(enc) == max(1, -(-zz.bit_length() // 7))     # 7 bits a byte, minimal
+            assert len(enc) == max(1, -(-zz.bit_length() // 7))  # 7 bits a byte, minimal
             if bits == 32:
                 assert enc == _enc(write_uvarint, zz)
             assert reader(enc + b"\xff", 0) == (v, len(enc))
@@ -93,11 +111,14 @@ def test_too_long_varints_are_rejected(reader, max_bytes):
     assert reader(b"\x80" * (max_bytes - 1) + b"\x00", 0) == (0, max_bytes)
 
 
-@pytest.mark.parametrize("reader, enc", [
-    (read_uvarint, b"\xff\xff\xff\xff\x10"),     # 2**32: the fifth byte may hold only 4 bits
-    (read_varint, b"\xff\xff\xff\xff\x7f"),
-    (read_varlong, b"\xff" * 9 + b"\x02"),       # the tenth byte may hold only 1 bit
-])
+@pytest.mark.parametrize(
+    "reader, enc",
+    [
+        (read_uvarint, b"\xff\xff\xff\xff\x10"),  # 2**32: the fifth byte may hold only 4 bits
+        (read_varint, b"\xff\xff\xff\xff\x7f"),
+        (read_varlong, b"\xff" * 9 + b"\x02"),  # the tenth byte may hold only 1 bit
+    ],
+)
 def test_values_beyond_the_type_are_rejected(reader, enc):
     with pytest.raises(WireFormatError, match="does not fit"):
         reader(enc, 0)
@@ -113,9 +134,14 @@ def test_truncated_varints_are_rejected(reader, data):
 
 
 def test_writers_reject_values_outside_their_type():
-    for writer, v in [(write_uvarint, -1), (write_uvarint, 1 << 32), (write_varint, I32_MAX + 1),
-                      (write_varint, I32_MIN - 1), (write_varlong, I64_MAX + 1),
-                      (write_varlong, I64_MIN - 1)]:
+    for writer, v in [
+        (write_uvarint, -1),
+        (write_uvarint, 1 << 32),
+        (write_varint, I32_MAX + 1),
+        (write_varint, I32_MIN - 1),
+        (write_varlong, I64_MAX + 1),
+        (write_varlong, I64_MIN - 1),
+    ]:
         with pytest.raises(WireFormatError):
             _enc(writer, v)
 
@@ -160,8 +186,8 @@ def test_byte_reader_reads_every_type():
     write_compact_string(out, "topic")
     write_compact_string(out, None)
     write_compact_bytes(out, b"\x00\x01")
-    out += b"\x03"                                   # compact array of 2
-    out += b"\x00"                                   # no tagged fields
+    out += b"\x03"  # compact array of 2
+    out += b"\x00"  # no tagged fields
     r = ByteReader(bytes(out))
     assert (r.int8(), r.int16(), r.int32(), r.int64(), r.boolean(), r.uuid()) == (-1, -2, -3, -4, True, u)
     assert (r.uvarint(), r.varint(), r.varlong()) == (300, -5, I64_MIN)
@@ -173,10 +199,20 @@ def test_byte_reader_reads_every_type():
     r.done()
 
 
-@pytest.mark.parametrize("read", [
-    lambda r: r.int8(), lambda r: r.int16(), lambda r: r.int32(), lambda r: r.int64(), lambda r: r.uuid(),
-    lambda r: r.uvarint(), lambda r: r.varint(), lambda r: r.varlong(), lambda r: r.take(1),
-])
+@pytest.mark.parametrize(
+    "read",
+    [
+        lambda r: r.int8(),
+        lambda r: r.int16(),
+        lambda r: r.int32(),
+        lambda r: r.int64(),
+        lambda r: r.uuid(),
+        lambda r: r.uvarint(),
+        lambda r: r.varint(),
+        lambda r: r.varlong(),
+        lambda r: r.take(1),
+    ],
+)
 def test_byte_reader_raises_its_error_on_truncated_input(read):
     class DomainError(WireFormatError):
         pass
