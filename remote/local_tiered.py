@@ -10,6 +10,7 @@ crash never leaves a torn file under a final name); the partition directory is f
 retention deletes the local segment as soon as the copy returns. All blocking file work runs in a thread pool
 (`executor`, default: the loop's default executor), so the event loop never waits on the disk.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -21,6 +22,8 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any, TypeVar
+
+from strata.config import parse_bool
 
 from .metadata import LogSegmentData, RemoteLogSegmentMetadata, TopicIdPartition
 from .rsm import (
@@ -70,8 +73,9 @@ def _unlink_quietly(path: Path) -> None:
 
 
 class LocalTieredStorage(RemoteStorageManager):
-    def __init__(self, root: Path | str, *, executor: Executor | None = None, broker_id: int = -1,
-                 fsync: bool = True) -> None:
+    def __init__(
+        self, root: Path | str, *, executor: Executor | None = None, broker_id: int = -1, fsync: bool = True
+    ) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.broker_id = broker_id
@@ -79,12 +83,18 @@ class LocalTieredStorage(RemoteStorageManager):
         self._fsync = fsync
 
     @classmethod
-    def from_config(cls, configs: Mapping[str, Any], *, broker_id: int = -1, default_dir: Path | None = None,
-                    executor: Executor | None = None) -> LocalTieredStorage:
+    def from_config(
+        cls,
+        configs: Mapping[str, Any],
+        *,
+        broker_id: int = -1,
+        default_dir: Path | None = None,
+        executor: Executor | None = None,
+    ) -> LocalTieredStorage:
         base = configs.get("dir") or default_dir
         if not base:
             raise ValueError("LocalTieredStorage needs rsm.config.dir (or a default directory)")
-        fsync = str(configs.get("fsync.enable", "true")).strip().lower() != "false"
+        fsync = parse_bool(configs.get("fsync.enable", True))
         return cls(Path(base) / ROOT_STORAGE_DIR_NAME, executor=executor, broker_id=broker_id, fsync=fsync)
 
     # -- helpers -------------------------------------------------------------------------------------------------
@@ -98,8 +108,9 @@ class LocalTieredStorage(RemoteStorageManager):
             raise RemoteResourceNotFoundError(f"not found in local tiered storage: {e.filename}") from e
         except OSError as e:
             # a full or read-only disk will not heal by retrying at once, but an operator can fix it: retriable
-            raise RemoteStorageError(f"local tiered storage I/O error: {e}",
-                                     retriable=e.errno not in (errno.EINVAL, errno.EISDIR)) from e
+            raise RemoteStorageError(
+                f"local tiered storage I/O error: {e}", retriable=e.errno not in (errno.EINVAL, errno.EISDIR)
+            ) from e
 
     def partition_dir(self, tip: TopicIdPartition) -> Path:
         return self.root / partition_dir_name(tip)
@@ -108,8 +119,9 @@ class LocalTieredStorage(RemoteStorageManager):
         return self.partition_dir(metadata.topic_id_partition) / segment_file_name(metadata, suffix)
 
     # -- RSM API -------------------------------------------------------------------------------------------------
-    async def copy_log_segment_data(self, metadata: RemoteLogSegmentMetadata,
-                                    segment_data: LogSegmentData) -> dict[str, Any] | None:
+    async def copy_log_segment_data(
+        self, metadata: RemoteLogSegmentMetadata, segment_data: LogSegmentData
+    ) -> dict[str, Any] | None:
         await self._run(self._copy_sync, metadata, segment_data)
         return None
 
@@ -136,8 +148,9 @@ class LocalTieredStorage(RemoteStorageManager):
                 except FileNotFoundError as e:
                     if src.exists():
                         raise
-                    raise RemoteStorageError(f"cannot copy {metadata.remote_log_segment_id}: local file {src} "
-                                             "is missing", retriable=False) from e
+                    raise RemoteStorageError(
+                        f"cannot copy {metadata.remote_log_segment_id}: local file {src} is missing", retriable=False
+                    ) from e
             if self._fsync:
                 _fsync_path(pdir, directory=True)
         except BaseException:
@@ -145,11 +158,11 @@ class LocalTieredStorage(RemoteStorageManager):
             self._delete_sync(metadata)
             raise
 
-    async def fetch_log_segment(self, metadata: RemoteLogSegmentMetadata, start_position: int,
-                                end_position: int | None = None) -> bytes:
+    async def fetch_log_segment(
+        self, metadata: RemoteLogSegmentMetadata, start_position: int, end_position: int | None = None
+    ) -> bytes:
         resolve_range(start_position, end_position, 1 << 62)  # argument errors before any I/O
-        return await self._run(self._read_range, self.segment_path(metadata, LOG_SUFFIX), start_position,
-                               end_position)
+        return await self._run(self._read_range, self.segment_path(metadata, LOG_SUFFIX), start_position, end_position)
 
     @staticmethod
     def _read_range(path: Path, start: int, end: int | None) -> bytes:
@@ -168,8 +181,9 @@ class LocalTieredStorage(RemoteStorageManager):
         finally:
             os.close(fd)
 
-    async def fetch_log_segment_into(self, metadata: RemoteLogSegmentMetadata, start_position: int,
-                                     buffer: memoryview) -> int:
+    async def fetch_log_segment_into(
+        self, metadata: RemoteLogSegmentMetadata, start_position: int, buffer: memoryview
+    ) -> int:
         resolve_range(start_position, None, 1 << 62)
         if not len(buffer):
             return 0
@@ -182,7 +196,7 @@ class LocalTieredStorage(RemoteStorageManager):
             start, stop = resolve_range(start, start + len(buffer) - 1, os.fstat(fd).st_size)
             done = 0
             while done < stop - start:
-                n = os.preadv(fd, [buffer[done:stop - start]], start + done)
+                n = os.preadv(fd, [buffer[done : stop - start]], start + done)
                 if not n:
                     break
                 done += n

@@ -27,6 +27,7 @@ Errors: `RemoteStorageError` (`retriable` True: I/O failures, timeouts, 5xx) and
 Object names are those of Kafka's LocalTieredStorage (`RemoteTopicPartitionDirectory`/`RemoteLogSegmentFileset`):
 `<topic>-<partition>-<topicIdBase64url>/<startOffset 20 digits>-<segmentIdBase64url><suffix>`.
 """
+
 from __future__ import annotations
 
 import abc
@@ -121,22 +122,39 @@ def resolve_range(start_position: int, end_position: int | None, size: int) -> t
 class RemoteStorageManager(abc.ABC):
     """Kafka's RemoteStorageManager; see the module docstring for the contract."""
 
-    @abc.abstractmethod
-    async def copy_log_segment_data(self, metadata: RemoteLogSegmentMetadata,
-                                    segment_data: LogSegmentData) -> dict[str, Any] | None: ...
+    @classmethod
+    def from_config(
+        cls,
+        configs: Mapping[str, Any],
+        *,
+        broker_id: int = -1,
+        default_dir: Path | None = None,
+        executor: Executor | None = None,
+    ) -> Self:
+        """The RSM `remote.log.storage.manager.class.name` names, built from its `rsm.config.*` keys (prefix
+        stripped). An RSM that can be named in a broker's configuration overrides this (Kafka calls configure())."""
+        raise NotImplementedError(f"{cls.__name__} cannot be built from rsm.config.* keys")
 
     @abc.abstractmethod
-    async def fetch_log_segment(self, metadata: RemoteLogSegmentMetadata, start_position: int,
-                                end_position: int | None = None) -> bytes: ...
+    async def copy_log_segment_data(
+        self, metadata: RemoteLogSegmentMetadata, segment_data: LogSegmentData
+    ) -> dict[str, Any] | None: ...
 
-    async def fetch_log_segment_pieces(self, metadata: RemoteLogSegmentMetadata, start_position: int,
-                                       end_position: int | None = None) -> list[memoryview]:
+    @abc.abstractmethod
+    async def fetch_log_segment(
+        self, metadata: RemoteLogSegmentMetadata, start_position: int, end_position: int | None = None
+    ) -> bytes: ...
+
+    async def fetch_log_segment_pieces(
+        self, metadata: RemoteLogSegmentMetadata, start_position: int, end_position: int | None = None
+    ) -> list[memoryview]:
         """`fetch_log_segment`'s bytes as consecutive pieces: a chunked store hands out its chunks as they are
         instead of joining them (the RLM's read path sends the pieces to the client unjoined)."""
         return [memoryview(await self.fetch_log_segment(metadata, start_position, end_position))]
 
-    async def fetch_log_segment_into(self, metadata: RemoteLogSegmentMetadata, start_position: int,
-                                     buffer: memoryview) -> int:
+    async def fetch_log_segment_into(
+        self, metadata: RemoteLogSegmentMetadata, start_position: int, buffer: memoryview
+    ) -> int:
         """The segment's bytes from `start_position` written into `buffer` (at most its length; fewer at the end
         of the segment); returns how many. A reader that reuses its buffers (Spark's direct mode reads whole
         segments in fixed-size pieces) saves a fresh buffer per piece, whose pages cost more CPU to fault in than
@@ -145,7 +163,7 @@ class RemoteStorageManager(abc.ABC):
         if not len(buffer):
             return 0
         data = await self.fetch_log_segment(metadata, start_position, start_position + len(buffer) - 1)
-        buffer[:len(data)] = data
+        buffer[: len(data)] = data
         return len(data)
 
     @abc.abstractmethod
@@ -181,9 +199,14 @@ class RemoteStorageManager(abc.ABC):
         """Hint (not part of Kafka's interface): a sequential reader reaches this segment soon; start loading its
         first `read_ahead_bytes` from `start_position` in the background. No-op by default."""
 
-    async def stream_log_segment(self, metadata: RemoteLogSegmentMetadata, start_position: int,
-                                 end_position: int | None = None, *, piece_size: int = 1 << 20
-                                 ) -> AsyncIterator[bytes]:
+    async def stream_log_segment(
+        self,
+        metadata: RemoteLogSegmentMetadata,
+        start_position: int,
+        end_position: int | None = None,
+        *,
+        piece_size: int = 1 << 20,
+    ) -> AsyncIterator[bytes]:
         """Yield the range [start_position, end_position] (inclusive; None = to the end) in pieces of at most
         `piece_size` bytes, each obtained with `fetch_log_segment`."""
         if piece_size <= 0:
@@ -222,7 +245,7 @@ _ALIASES = {
 def strip_rsm_prefix(configs: Mapping[str, Any]) -> dict[str, Any]:
     """Accept either the broker's full config (keeps only `rsm.config.*`, prefix removed) or already-stripped keys."""
     if any(k.startswith(RSM_CONFIG_PREFIX) for k in configs):
-        return {k[len(RSM_CONFIG_PREFIX):]: v for k, v in configs.items() if k.startswith(RSM_CONFIG_PREFIX)}
+        return {k[len(RSM_CONFIG_PREFIX) :]: v for k, v in configs.items() if k.startswith(RSM_CONFIG_PREFIX)}
     return dict(configs)
 
 
@@ -241,13 +264,13 @@ def load_rsm_class(class_name: str) -> type[RemoteStorageManager]:
     return cls
 
 
-def create_remote_storage_manager(class_name: str, configs: Mapping[str, Any], *, broker_id: int = -1,
-                                  default_dir: Path | None = None) -> RemoteStorageManager:
+def create_remote_storage_manager(
+    class_name: str, configs: Mapping[str, Any], *, broker_id: int = -1, default_dir: Path | None = None
+) -> RemoteStorageManager:
     """Build the configured RSM. `configs` are the `rsm.config.*` keys (prefix stripped or not); `default_dir` is
     where LocalTieredStorage lives when `rsm.config.dir` is unset."""
     cls = load_rsm_class(class_name)
-    return cls.from_config(strip_rsm_prefix(configs), broker_id=broker_id,  # type: ignore[attr-defined]
-                           default_dir=default_dir)
+    return cls.from_config(strip_rsm_prefix(configs), broker_id=broker_id, default_dir=default_dir)
 
 
 __all__ = [
