@@ -21,7 +21,7 @@ from __future__ import annotations
 import struct
 import uuid
 from collections.abc import Callable, Iterable
-from typing import ClassVar
+from typing import Any, ClassVar
 
 __all__ = [
     "MAX_STRING_LENGTH",
@@ -258,12 +258,17 @@ class ByteReader:
         self.pos = end
         return b
 
-    def _unpack(self, st: struct.Struct) -> int:
+    def fields(self, st: struct.Struct) -> tuple[Any, ...]:
+        """Several fixed-size fields in one unpack (`st` a big-endian format such as ">hiq")."""
         pos = self.pos
         if pos + st.size > len(self.buf):
             raise self.error(f"truncated input: need {st.size} bytes at position {pos}, have {len(self.buf) - pos}")
         self.pos = pos + st.size
-        return st.unpack_from(self.buf, pos)[0]
+        return st.unpack_from(self.buf, pos)
+
+    def _unpack(self, st: struct.Struct) -> int:
+        value: int = self.fields(st)[0]
+        return value
 
     def int8(self) -> int:
         return self._unpack(_I8)
@@ -298,6 +303,20 @@ class ByteReader:
 
     def varlong(self) -> int:
         return self._varint(read_varlong)
+
+    def nullable_string(self) -> str | None:
+        """Kafka's classic NULLABLE_STRING: int16 length (-1: null), then UTF-8."""
+        n = self.int16()
+        if n < -1:
+            raise self.error(f"string length {n}")
+        return None if n == -1 else self._decode(self.take(n))
+
+    def string(self) -> str:
+        """Kafka's classic STRING: int16 length, then UTF-8."""
+        s = self.nullable_string()
+        if s is None:
+            raise self.error("null string in a non-nullable field")
+        return s
 
     def compact_nullable_bytes(self) -> Buffer | None:
         n = self.uvarint()

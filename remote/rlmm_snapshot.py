@@ -40,6 +40,7 @@ from pathlib import Path
 
 from crc32c import crc32c
 
+from strata.protocol.wire import ByteReader, WireFormatError
 from strata.storage.checkpoints import atomic_write
 
 from .metadata import RemoteLogSegmentId, RemotePartitionDeleteMetadata, TopicIdPartition
@@ -61,8 +62,8 @@ _REF = struct.Struct(">q16s")
 _EPOCH_HEAD = struct.Struct(">iq")
 
 
-class SnapshotFormatError(ValueError):
-    pass
+class SnapshotFormatError(WireFormatError):
+    """A snapshot file that does not decode."""
 
 
 @dataclass
@@ -109,20 +110,9 @@ def encode_snapshot(
     return bytes(out)
 
 
-class _Cursor:
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.pos = 0
-
-    def take(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.data):
-            raise SnapshotFormatError(f"truncated snapshot at byte {self.pos}")
-        b = self.data[self.pos : self.pos + n]
-        self.pos += n
-        return b
-
-    def unpack(self, st: struct.Struct) -> tuple:
-        return st.unpack(self.take(st.size))
+class _Reader(ByteReader):
+    __slots__ = ()
+    error = SnapshotFormatError
 
 
 def decode_snapshot(data: bytes, tip: TopicIdPartition) -> PartitionSnapshot:
@@ -131,38 +121,33 @@ def decode_snapshot(data: bytes, tip: TopicIdPartition) -> PartitionSnapshot:
     body, (crc,) = data[:-4], _U32.unpack(data[-4:])
     if crc32c(body) != crc:
         raise SnapshotFormatError("snapshot CRC mismatch")
-    c = _Cursor(body)
-    version, mpart, offset, count = c.unpack(_HEADER)
+    c = _Reader(body)
+    version, mpart, offset, count = c.fields(_HEADER)
     if version != SNAPSHOT_VERSION:
         raise SnapshotFormatError(f"unsupported snapshot version {version}")
     cache = RemoteLogMetadataCache()
     by_uuid: dict[uuid.UUID, RemoteLogSegmentId] = {}
     for _ in range(count):
-        (n,) = c.unpack(_I32)
-        entry = deserialize(c.take(n))
+        entry = deserialize(c.take(c.int32()))
         if not isinstance(entry, RemoteLogSegmentMetadataSnapshot):
             raise SnapshotFormatError(f"unexpected {type(entry).__name__} among snapshot entries")
         m = entry.to_metadata(tip)
         cache.id_to_segment[m.remote_log_segment_id] = m
         by_uuid[entry.segment_id] = m.remote_log_segment_id
 
-    def sid_of(raw: bytes) -> RemoteLogSegmentId:
-        u = uuid.UUID(bytes=raw)
+    def sid_of(u: uuid.UUID) -> RemoteLogSegmentId:
         sid = by_uuid.get(u)
         # DELETE_SEGMENT_FINISHED segments may stay referenced by an epoch in Kafka's structures; they have no entry
         return sid if sid is not None else RemoteLogSegmentId(tip, u)
 
-    (epochs,) = c.unpack(_I32)
-    for _ in range(epochs):
-        epoch, highest = c.unpack(_EPOCH_HEAD)
-        (nref,) = c.unpack(_I32)
-        refs = [(start, sid_of(raw)) for start, raw in (c.unpack(_REF) for _ in range(nref))]
-        (nunref,) = c.unpack(_I32)
-        unrefs = [sid_of(c.take(16)) for _ in range(nunref)]
+    for _ in range(c.int32()):
+        epoch, highest = c.fields(_EPOCH_HEAD)
+        refs = [(start, sid_of(uuid.UUID(bytes=raw))) for start, raw in (c.fields(_REF) for _ in range(c.int32()))]
+        unrefs = [sid_of(c.uuid()) for _ in range(c.int32())]
         state = RemoteLogLeaderEpochState()
         state.restore(refs, unrefs, None if highest < 0 else highest)
         cache.epoch_entries[epoch] = state
-    (dlen,) = c.unpack(_I32)
+    dlen = c.int32()
     delete_metadata = None
     if dlen >= 0:
         d = deserialize(c.take(dlen))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from crc32c import crc32c
 
 from strata.remote.metadata import (
     RemoteLogSegmentId,
@@ -290,3 +291,24 @@ def test_partition_delete_transitions() -> None:
     assert is_valid_partition_delete_transition(P.DELETE_PARTITION_STARTED, P.DELETE_PARTITION_STARTED)
     assert not is_valid_partition_delete_transition(P.DELETE_PARTITION_MARKED, P.DELETE_PARTITION_FINISHED)
     assert not is_valid_partition_delete_transition(P.DELETE_PARTITION_FINISHED, P.DELETE_PARTITION_MARKED)
+
+
+# -- the cache's snapshot file (remote/rlmm_snapshot.py) ----------------------------------------------------------------
+
+
+def test_snapshot_round_trip_and_every_truncation_is_a_format_error() -> None:
+    from strata.remote.rlmm_snapshot import SnapshotFormatError, decode_snapshot, encode_snapshot
+
+    cache = new_cache()
+    a, b = seg(0, 99, {0: 0}), seg(100, 199, {0: 100, 2: 150})
+    copied(cache, a, b)
+    data = encode_snapshot(3, 4242, cache, None)
+    back = decode_snapshot(data, TIP)
+    assert (back.metadata_partition, back.metadata_partition_offset, back.delete_metadata) == (3, 4242, None)
+    assert set(back.cache.id_to_segment) == {a.remote_log_segment_id, b.remote_log_segment_id}
+    assert sid(back.cache.remote_log_segment_metadata(2, 160)) == b.remote_log_segment_id
+    body = data[:-4]
+    for cut in range(len(body)):  # a body cut anywhere, with a CRC that matches what is left
+        short = body[:cut] + crc32c(body[:cut]).to_bytes(4, "big")
+        with pytest.raises(SnapshotFormatError):
+            decode_snapshot(short, TIP)

@@ -211,6 +211,9 @@ def test_byte_reader_reads_every_type():
         lambda r: r.varint(),
         lambda r: r.varlong(),
         lambda r: r.take(1),
+        lambda r: r.fields(struct.Struct(">iq")),
+        lambda r: r.string(),
+        lambda r: r.nullable_string(),
     ],
 )
 def test_byte_reader_raises_its_error_on_truncated_input(read):
@@ -240,6 +243,28 @@ def test_byte_reader_rejects_nulls_garbage_negative_takes_and_bad_utf8():
         ByteReader(b"\x02\xff").compact_string()
     with pytest.raises(WireFormatError, match="longer than 5 bytes"):
         ByteReader(b"\xff" * 6).uvarint()
+
+
+def test_classic_strings_and_fixed_fields():
+    out = bytearray()
+    write_string(out, "grüße")
+    write_string(out, None)
+    write_string(out, "")
+    out += struct.pack(">hiq", 7, -8, 9)
+    r = ByteReader(bytes(out))
+    assert (r.string(), r.nullable_string(), r.string()) == ("grüße", None, "")
+    assert r.fields(struct.Struct(">hiq")) == (7, -8, 9)
+    r.done()
+    with pytest.raises(WireFormatError, match="null string"):
+        ByteReader(b"\xff\xff").string()
+    with pytest.raises(WireFormatError, match="string length -2"):
+        ByteReader(b"\xff\xfeab").nullable_string()
+    with pytest.raises(WireFormatError, match="truncated"):
+        ByteReader(b"\x00\x05abc").string()  # length past the end
+    with pytest.raises(WireFormatError, match="UTF-8"):
+        ByteReader(b"\x00\x01\xff").string()
+    with pytest.raises(WireFormatError, match="truncated"):
+        ByteReader(b"\x00" * 13, 2).fields(struct.Struct(">hiq"))
 
 
 def test_take_returns_a_slice_of_the_buffer_type():
