@@ -293,7 +293,7 @@ def test_partition_delete_transitions() -> None:
     assert not is_valid_partition_delete_transition(P.DELETE_PARTITION_FINISHED, P.DELETE_PARTITION_MARKED)
 
 
-# -- the cache's snapshot file (remote/rlmm_snapshot.py) ----------------------------------------------------------------
+# -- the cache's snapshot file (remote/rlmm_snapshot.py) -----------------------------------------------------------
 
 
 def test_snapshot_round_trip_and_every_truncation_is_a_format_error() -> None:
