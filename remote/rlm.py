@@ -547,7 +547,7 @@ class RemoteLogManager:
         finished = sorted((s for s in all_segs if s.state == COPY_FINISHED), key=lambda s: s.start_offset)
         copying = st.copying if st is not None else set()
         doomed: list[RemoteLogSegmentMetadata] = []
-        # orphans: failed/abandoned copies, and segments none of whose epochs are in our lineage
+        # orphans: failed/abandoned copies (a segment of another lineage goes only once below the log start offset)
         for s in all_segs:
             if s.state == RemoteLogSegmentState.DELETE_SEGMENT_STARTED:
                 doomed.append(s)  # a deletion that failed (remote storage down): retried until done, as Kafka does
@@ -565,7 +565,6 @@ class RemoteLogManager:
                 doomed.append(s)
         kept = []
         for s in finished:
-            # (a segment outside our lineage is dropped here too, but only once below the log start offset)
             if s.end_offset < ulog.log_start_offset:
                 doomed.append(s)
             else:
