@@ -151,7 +151,7 @@ class ReplicaFetcher:
     def rm(self) -> ReplicaManager:
         return self.manager.rm
 
-    def _current(self, st: PartitionFetchState) -> Partition | None:
+    def current_partition(self, st: PartitionFetchState) -> Partition | None:
         """The partition if `st` is still how we follow it (same object, still a follower in that epoch)."""
         if self.partitions.get(st.key) is not st:
             return None
@@ -160,7 +160,8 @@ class ReplicaFetcher:
             return None
         return p
 
-    def _delay(self, st: PartitionFetchState, seconds: float) -> None:
+    def delay(self, st: PartitionFetchState, seconds: float) -> None:
+        """Fetch `st` again only `seconds` from now (backoff)."""
         st.delayed_until = time.monotonic() + seconds
 
     async def _connection(self) -> BrokerConnection:
@@ -186,7 +187,8 @@ class ReplicaFetcher:
             await conn.close()  # reset while connecting (the broker re-registered): connect to what it is now
         raise BrokerConnectionError(f"connection to broker {self.source_id} keeps being reset")
 
-    async def _request(self, api_key: int, version: int, timeout_s: float | None = None, **fields: Any) -> Any:
+    async def request(self, api_key: int, version: int, timeout_s: float | None = None, **fields: Any) -> Any:
+        """One request to the leader on this fetcher's connection (made on demand)."""
         conn = await self._connection()
         return await conn.request(api_key, version, timeout_s, **fields)
 
@@ -199,7 +201,7 @@ class ReplicaFetcher:
                 now = time.monotonic()
                 ready = [st for st in self.partitions.values() if st.delayed_until <= now]
                 for st in ready:
-                    if self._current(st) is None and self.partitions.get(st.key) is st:
+                    if self.current_partition(st) is None and self.partitions.get(st.key) is st:
                         del self.partitions[st.key]  # stale: the partition moved on (cannot happen, but
                         #                                  a state that never sends a request must not spin)
                 truncating = [st for st in ready if st.state == TRUNCATING and self.partitions.get(st.key) is st]
@@ -225,17 +227,17 @@ class ReplicaFetcher:
             except BrokerConnectionError as e:
                 log.info("fetch from leader failed", leader=self.source_id, error=str(e))
                 for st in self.partitions.values():
-                    self._delay(st, backoff)
+                    self.delay(st, backoff)
             except Exception:
                 log.exception("replica fetcher round failed", leader=self.source_id)
                 for st in self.partitions.values():
-                    self._delay(st, backoff)
+                    self.delay(st, backoff)
 
     # ---- truncation (OffsetForLeaderEpoch) ---------------------------------------------------------------------
     async def _truncate(self, states: list[PartitionFetchState]) -> bool:
         asks: dict[Key, tuple[PartitionFetchState, int]] = {}
         for st in states:
-            p = self._current(st)
+            p = self.current_partition(st)
             if p is None:
                 continue
             latest = p.log.latest_epoch
@@ -254,7 +256,7 @@ class ReplicaFetcher:
             by_topic.setdefault(topic, []).append(
                 T.OffsetForLeaderPartition(partition=idx, current_leader_epoch=st.leader_epoch, leader_epoch=latest)
             )
-        resp = await self._request(
+        resp = await self.request(
             ApiKey.OFFSET_FOR_LEADER_EPOCH,
             OFFSET_FOR_LEADER_EPOCH_VERSION,
             replica_id=self.rm.broker_id,
@@ -267,7 +269,7 @@ class ReplicaFetcher:
                 if entry is None:
                     continue
                 st, asked = entry
-                p = self._current(st)
+                p = self.current_partition(st)
                 if p is None:
                     continue
                 err = pr.error_code
@@ -279,7 +281,7 @@ class ReplicaFetcher:
                         leader=self.source_id,
                         error=_name(err),
                     )
-                    self._delay(st, EPOCH_RACE_RETRY_S if _is_epoch_race(err) else backoff)
+                    self.delay(st, EPOCH_RACE_RETRY_S if _is_epoch_race(err) else backoff)
                     continue
                 offset, done = truncation_offset(
                     p.log.log_end_offset, p.log.end_offset_for_epoch, pr.leader_epoch, pr.end_offset
@@ -311,7 +313,7 @@ class ReplicaFetcher:
         sent: dict[tuple[uuid.UUID, int], tuple[PartitionFetchState, int]] = {}
         by_topic: dict[uuid.UUID, list] = {}
         for st in states:
-            p = self._current(st)
+            p = self.current_partition(st)
             if p is None:
                 continue
             ulog = p.log
@@ -349,7 +351,7 @@ class ReplicaFetcher:
         timeout = cfg["replica.socket.timeout.ms"] / 1000.0 + wait_ms / 1000.0
         self._fetch_in_flight, self._interrupted = True, False
         try:
-            resp = await self._request(ApiKey.FETCH, FETCH_VERSION, timeout, **fields)
+            resp = await self.request(ApiKey.FETCH, FETCH_VERSION, timeout, **fields)
         except BrokerConnectionError:
             if self._interrupted:
                 return True  # _interrupt_fetch: go round at once with the new partitions
@@ -360,7 +362,7 @@ class ReplicaFetcher:
         if resp.error_code:
             log.info("fetch refused", leader=self.source_id, error=_name(resp.error_code))
             for st, _ in sent.values():
-                self._delay(st, backoff)
+                self.delay(st, backoff)
             return True
         for tr in resp.responses:
             for pd in tr.partitions:
@@ -368,14 +370,14 @@ class ReplicaFetcher:
                 if entry is None:
                     continue
                 st, leo_at_request = entry
-                p = self._current(st)
+                p = self.current_partition(st)
                 if p is None or p.log.log_end_offset != leo_at_request or st.state != FETCHING:
                     continue
                 try:
                     await self._process_partition(p, st, pd, backoff)
                 except StorageError as e:
                     log.warning("follower append failed", topic=st.topic, partition=st.partition, error=str(e))
-                    self._delay(st, backoff)
+                    self.delay(st, backoff)
         return True
 
     async def _process_partition(self, p: Partition, st: PartitionFetchState, pd: Any, backoff: float) -> None:
@@ -418,12 +420,14 @@ class ReplicaFetcher:
         log.info(
             "follower fetch error", topic=st.topic, partition=st.partition, leader=self.source_id, error=_name(err)
         )
-        self._delay(st, EPOCH_RACE_RETRY_S if _is_epoch_race(err) else backoff)
+        self.delay(st, EPOCH_RACE_RETRY_S if _is_epoch_race(err) else backoff)
 
-    async def _leader_offset(self, st: PartitionFetchState, timestamp: int) -> int:
+    async def list_offset(self, st: PartitionFetchState, timestamp: int) -> tuple[int, int]:
+        """(offset, leader epoch) the leader answers to a ListOffsets of `timestamp` (a sentinel: -1 latest, -2
+        earliest, -4 earliest local) for `st`; LeaderError when it answers an error."""
         Req = _request_class(ApiKey.LIST_OFFSETS)
         T = Req.ListOffsetsTopic
-        resp = await self._request(
+        resp = await self.request(
             ApiKey.LIST_OFFSETS,
             LIST_OFFSETS_VERSION,
             replica_id=self.rm.broker_id,
@@ -443,16 +447,16 @@ class ReplicaFetcher:
             for pr in t.partitions:
                 if pr.partition_index == st.partition:
                     if pr.error_code:
-                        raise _LeaderError(pr.error_code)
-                    return pr.offset
-        raise _LeaderError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                        raise LeaderError(pr.error_code)
+                    return pr.offset, pr.leader_epoch
+        raise LeaderError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
 
     async def _handle_out_of_range(self, p: Partition, st: PartitionFetchState) -> None:
         """Kafka's fetchOffsetAndTruncate: behind the leader's log start -> start over there; ahead of its end
         (only after an unclean election) -> truncate to it."""
         try:
-            leader_end = await self._leader_offset(st, -1)
-            if self._current(st) is not p:
+            leader_end = (await self.list_offset(st, -1))[0]
+            if self.current_partition(st) is not p:
                 return
             ulog = p.log
             if leader_end < ulog.log_end_offset:
@@ -465,8 +469,8 @@ class ReplicaFetcher:
                 )
                 self.manager.truncate(p, leader_end)
                 return
-            leader_start = await self._leader_offset(st, -2)
-            if self._current(st) is not p:
+            leader_start = (await self.list_offset(st, -2))[0]
+            if self.current_partition(st) is not p:
                 return
             if leader_start > ulog.log_end_offset:
                 log.info(
@@ -478,9 +482,9 @@ class ReplicaFetcher:
                 )
                 self.manager.truncate_fully(p, leader_start)
             else:  # in range after all (the leader's log moved meanwhile): retry after a pause
-                self._delay(st, self.rm.config["replica.fetch.backoff.ms"] / 1000.0)
-        except _LeaderError as e:
-            self._delay(st, self.rm.config["replica.fetch.backoff.ms"] / 1000.0)
+                self.delay(st, self.rm.config["replica.fetch.backoff.ms"] / 1000.0)
+        except LeaderError as e:
+            self.delay(st, self.rm.config["replica.fetch.backoff.ms"] / 1000.0)
             log.info("out-of-range handling failed", topic=st.topic, partition=st.partition, error=_name(e.error_code))
 
     async def build_remote_log_aux_state(self, p: Partition, st: PartitionFetchState) -> None:
@@ -499,10 +503,10 @@ class ReplicaFetcher:
             await build_remote_log_aux_state(self, p, st)
             return
         try:
-            local_start = await self._leader_offset(st, -4)
-            leader_start = await self._leader_offset(st, -2)
-        except _LeaderError as e:
-            self._delay(st, self.rm.config["replica.fetch.backoff.ms"] / 1000.0)
+            local_start = (await self.list_offset(st, -4))[0]
+            leader_start = (await self.list_offset(st, -2))[0]
+        except LeaderError as e:
+            self.delay(st, self.rm.config["replica.fetch.backoff.ms"] / 1000.0)
             log.info(
                 "ListOffsets for the tiered rebuild failed",
                 topic=st.topic,
@@ -510,7 +514,7 @@ class ReplicaFetcher:
                 error=_name(e.error_code),
             )
             return
-        if self._current(st) is not p:
+        if self.current_partition(st) is not p:
             return
         log.info(
             "follower below the leader's local log start (tiered): starting over there",
@@ -523,7 +527,9 @@ class ReplicaFetcher:
         self.manager.truncate_fully(p, local_start, log_start_offset=min(leader_start, local_start))
 
 
-class _LeaderError(Exception):
+class LeaderError(Exception):
+    """The leader answered a request of the fetcher with an error (`error_code`)."""
+
     def __init__(self, code: int) -> None:
         super().__init__(_name(code))
         self.error_code = code

@@ -65,34 +65,12 @@ def backoff_s(base_s: float, attempt: int) -> float:
 
 async def _list_offset(f: ReplicaFetcher, st: PartitionFetchState, timestamp: int) -> tuple[int, int]:
     """(offset, leader epoch) the leader answers for a special ListOffsets timestamp."""
-    from strata.protocol.registry import REQUEST_CLASSES
+    from .replica_fetcher import LeaderError
 
-    T = REQUEST_CLASSES[ApiKey.LIST_OFFSETS].ListOffsetsTopic
-    from .replica_fetcher import LIST_OFFSETS_VERSION
-
-    resp = await f._request(
-        ApiKey.LIST_OFFSETS,
-        LIST_OFFSETS_VERSION,
-        replica_id=f.rm.broker_id,
-        isolation_level=0,
-        topics=[
-            T(
-                name=st.topic,
-                partitions=[
-                    T.ListOffsetsPartition(
-                        partition_index=st.partition, current_leader_epoch=st.leader_epoch, timestamp=timestamp
-                    )
-                ],
-            )
-        ],
-    )
-    for t in resp.topics:
-        for pr in t.partitions:
-            if pr.partition_index == st.partition:
-                if pr.error_code:
-                    raise AuxStateError(f"ListOffsets {timestamp}: error {pr.error_code}")
-                return pr.offset, pr.leader_epoch
-    raise AuxStateError(f"ListOffsets {timestamp}: partition missing from the answer")
+    try:
+        return await f.list_offset(st, timestamp)
+    except LeaderError as e:
+        raise AuxStateError(f"ListOffsets {timestamp}: error {e.error_code}") from None
 
 
 async def _epoch_end_offset(f: ReplicaFetcher, st: PartitionFetchState, epoch: int) -> tuple[int, int]:
@@ -102,7 +80,7 @@ async def _epoch_end_offset(f: ReplicaFetcher, st: PartitionFetchState, epoch: i
     from .replica_fetcher import OFFSET_FOR_LEADER_EPOCH_VERSION
 
     T = REQUEST_CLASSES[ApiKey.OFFSET_FOR_LEADER_EPOCH].OffsetForLeaderTopic
-    resp = await f._request(
+    resp = await f.request(
         ApiKey.OFFSET_FOR_LEADER_EPOCH,
         OFFSET_FOR_LEADER_EPOCH_VERSION,
         replica_id=f.rm.broker_id,
@@ -159,7 +137,7 @@ async def _rebuild(f: ReplicaFetcher, p: Partition, st: PartitionFetchState) -> 
     if rlm is None or rlmm is None or not p.log.remote_log_enabled:
         raise AuxStateError("remote log storage is not (yet) running for this partition on this broker")
     next_offset, epoch = await _start_point(f, p, st)
-    if f._current(st) is not p:
+    if f.current_partition(st) is not p:
         return False
     tip = topic_id_partition(p.log)
     try:
@@ -179,7 +157,7 @@ async def _rebuild(f: ReplicaFetcher, p: Partition, st: PartitionFetchState) -> 
         producers = decode_snapshot(await rlm.rsm.fetch_index(meta, IndexType.PRODUCER_SNAPSHOT))
     finally:
         POOL.reset(pool)
-    if f._current(st) is not p:
+    if f.current_partition(st) is not p:
         return False
     segments = rlmm.list_remote_log_segments(tip)
     earliest_remote = min((s.start_offset for s in segments), default=meta.start_offset)
@@ -225,7 +203,7 @@ async def build_remote_log_aux_state(f: ReplicaFetcher, p: Partition, st: Partit
             retry_in_s=delay,
             error=str(e) or repr(e),
         )
-        f._delay(st, delay)
+        f.delay(st, delay)
         return False
     _attempts.pop(st, None)
     return done

@@ -222,7 +222,7 @@ def install_transport(monkeypatch, cluster: FakeCluster, clock: FakeClock | None
         sent.append((self.source_id, api_key, version))
         return await _dispatch(node, api_key, version, fields)
 
-    monkeypatch.setattr(replica_fetcher.ReplicaFetcher, "_request", request)
+    monkeypatch.setattr(replica_fetcher.ReplicaFetcher, "request", request)
     if clock is not None:
         import strata.broker.partition
         import strata.broker.replica_manager
