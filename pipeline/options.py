@@ -66,7 +66,8 @@ def _lower(options: Mapping[str, Any]) -> dict[str, str]:
     return {str(k).lower(): ("" if v is None else str(v)) for k, v in options.items()}
 
 
-def _bool(name: str, raw: str | None, default: bool) -> bool:
+def bool_option(name: str, raw: str | None, default: bool) -> bool:
+    """A boolean Spark option (true/false, 1/0, yes/no in any case); OptionError names the option otherwise."""
     if raw is None or raw == "":
         return default
     try:
@@ -279,8 +280,8 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: bool) -> Sour
         starting_strategy_latest=strategy == "latest",
         min_partitions=_int("minPartitions", opts.get("minpartitions"), minimum=1),
         max_records_per_partition=_int("maxRecordsPerPartition", opts.get("maxrecordsperpartition"), minimum=1),
-        include_headers=_bool("includeHeaders", opts.get("includeheaders"), False),
-        fail_on_data_loss=_bool("failOnDataLoss", opts.get("failondataloss"), True),
+        include_headers=bool_option("includeHeaders", opts.get("includeheaders"), False),
+        fail_on_data_loss=bool_option("failOnDataLoss", opts.get("failondataloss"), True),
         max_offsets_per_trigger=_int("maxOffsetsPerTrigger", opts.get("maxoffsetspertrigger"), minimum=1),
         read_mode=read_mode,
         rsm_class=(opts.get("rsm.class.name") or opts.get("remote.log.storage.manager.class.name") or "s3").strip(),

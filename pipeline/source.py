@@ -36,7 +36,7 @@ from pyspark.sql.types import (
 )
 
 from .client import TP, Cluster, DataLossError, data_loss_message
-from .options import parse_sink_options, parse_source_options
+from .options import bool_option, parse_sink_options, parse_source_options
 from .planning import OffsetRange, plan_batch, plan_ranges, resolve_starts
 from .reading import read_range
 from .sink import SinkCommit, check_sink_schema, produce_rows
@@ -293,7 +293,7 @@ class StrataDataSource(DataSource):
 
     def schema(self) -> StructType:
         raw = {str(k).lower(): str(v) for k, v in self.options.items()}
-        return source_schema(raw.get("includeheaders", "false").strip().lower() == "true")
+        return source_schema(bool_option("includeHeaders", raw.get("includeheaders"), False))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return StrataBatchReader(self.options, schema)

@@ -62,10 +62,8 @@ def squash(orig: PartitionState, final: PartitionState) -> PartitionState:
 
 
 def unclean_enabled(config: BrokerConfig, topic_configs: dict[str, str] | None) -> bool:
-    v = (topic_configs or {}).get("unclean.leader.election.enable")
-    if v is not None:
-        return str(v).strip().lower() == "true"
-    return bool(config["unclean.leader.election.enable"])
+    """The topic's unclean.leader.election.enable, else the broker's (as the topic's typed LogConfig resolves it)."""
+    return bool(config.log_config(topic_configs)["unclean.leader.election.enable"])
 
 
 class Controller:

@@ -28,6 +28,7 @@ from aetcd import rpc
 from aetcd.exceptions import ClientError
 from aetcd.exceptions import _handle_exception as _map_grpc_error
 
+from strata.config import parse_bool
 from strata.protocol.errors import ErrorCode, KafkaApiError
 
 from ..metadata_store import MetadataStore, TopicInfo, _new_cluster_id
@@ -548,8 +549,7 @@ class EtcdMetadataStore(MetadataStore):
                             {
                                 "topic_id": str(info.topic_id),
                                 "partitions": info.partitions,
-                                "remote_storage": str(info.configs.get("remote.storage.enable", "false")).lower()
-                                == "true",
+                                "remote_storage": parse_bool(info.configs.get("remote.storage.enable", False)),
                             }
                         ),
                     ),

@@ -80,15 +80,15 @@ def test_parse_bool_rejects_anything_else_unless_empty_has_a_value():
 
 
 def test_the_rsm_and_spark_options_share_the_parser():
-    from strata.pipeline.options import OptionError, _bool
+    from strata.pipeline.options import OptionError, bool_option
     from strata.remote.s3_config import _bool as s3_bool
 
     assert s3_bool("") is False and s3_bool("Yes") is True
     with pytest.raises(ValueError):
         s3_bool("maybe")
-    assert _bool("x", None, True) is True and _bool("x", "0", True) is False
+    assert bool_option("x", None, True) is True and bool_option("x", "0", True) is False
     with pytest.raises(OptionError):
-        _bool("x", "maybe", True)
+        bool_option("x", "maybe", True)
 
 
 def test_errors_carry_their_code_as_error_code():
