@@ -65,7 +65,7 @@ class StandaloneCluster:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/", timeout=2) as r:
                 state = json.load(r)
-        except OSError:
+        except (OSError, ValueError):  # not up yet; a master still starting may answer its HTML page
             return 0
         return sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE")
 
