@@ -8,7 +8,7 @@ metadata store, purgatories, the fetcher). Times are monotonic milliseconds.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Container
 from dataclasses import dataclass
 
 from strata.protocol.errors import ErrorCode
@@ -67,7 +67,13 @@ class Partition:
     follower (leader_id -1)."""
 
     def __init__(
-        self, topic: TopicInfo, index: int, log: UnifiedLog, local_broker_id: int = 0, max_lag_ms: float = 30000
+        self,
+        topic: TopicInfo,
+        index: int,
+        log: UnifiedLog,
+        local_broker_id: int = 0,
+        max_lag_ms: float = 30000,
+        ineligible: Callable[[], Container[int]] = frozenset,
     ) -> None:
         self.topic = topic
         self.index = index
@@ -75,7 +81,7 @@ class Partition:
         self.local_broker_id = local_broker_id
         self.max_lag_ms = max_lag_ms  # replica.lag.time.max.ms
         # brokers that may not join the ISR now (controlled shutdown: MetadataStore.shutting_down)
-        self.ineligible: Callable[[], Collection[int]] = frozenset
+        self.ineligible = ineligible
         self.leader_id = -1
         self.leader_epoch = -1
         self.partition_epoch = -1

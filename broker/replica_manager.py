@@ -208,8 +208,9 @@ class ReplicaManager:
             return
         if p is None:
             ulog = self.log_manager.get_or_create_log(topic, index, info.topic_id, self.config.log_config(info.configs))
-            p = self.partitions[key] = Partition(info, index, ulog, self.broker_id, self.max_lag_ms)
-            p.ineligible = self._ineligible_brokers  # type: ignore[assignment]  # `in` only: a Container
+            p = self.partitions[key] = Partition(
+                info, index, ulog, self.broker_id, self.max_lag_ms, ineligible=self._ineligible_brokers
+            )
         else:
             p.topic = info
             if not p.is_newer_or_same(state):
