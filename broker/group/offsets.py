@@ -72,11 +72,9 @@ class OffsetMetadataManager:
         kvs = []
         accepted = {}
         for tp, om in offsets.items():
-            # (metadata is a nullable string on the wire: None from a client, though typed str)
-            if om.metadata and len(om.metadata.encode()) > self.metadata_max_bytes:
+            if len(om.metadata.encode()) > self.metadata_max_bytes:
                 results[tp] = E.OFFSET_METADATA_TOO_LARGE
                 continue
-            om.metadata = om.metadata or ""
             version = 1 if om.expire_timestamp >= 0 else 3  # Kafka's offsetCommitValueVersion()
             kvs.append((encode_offset_commit_key(group_id, tp[0], tp[1]), encode_offset_commit_value(om, version)))
             accepted[tp] = om

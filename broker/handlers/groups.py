@@ -193,8 +193,9 @@ async def offset_commit(services: BrokerServices, ctx: RequestContext, req: Any)
             epoch = p.committed_leader_epoch if v >= 6 else -1
             # v2-4 may carry a retention time: Kafka then stores an expire timestamp (value version 1)
             expire = now + retention if retention is not None and retention >= 0 else -1
+            # committed_metadata is nullable on the wire; Kafka stores null as "" (OffsetAndMetadata.NO_METADATA)
             offsets[tp] = OffsetAndMetadata(
-                p.committed_offset, -1 if epoch is None else epoch, p.committed_metadata, now, expire
+                p.committed_offset, -1 if epoch is None else epoch, p.committed_metadata or "", now, expire
             )
         order.append((name, parts, getattr(t, "topic_id", None)))
     top = E.NONE
