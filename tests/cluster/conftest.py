@@ -7,9 +7,10 @@ the output tail of every broker of its clusters (running or not) and of etcd.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
+import pluggy
 import pytest
 
 from tests.support.cluster_proc import StrataCluster
@@ -17,7 +18,9 @@ from tests.support.s3_servers import MotoServer
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pluggy.Result[pytest.TestReport], None]:
     outcome = yield
     rep = outcome.get_result()
     if rep.failed:

@@ -55,9 +55,10 @@ class ClusterScenario:
     def __init__(self, name: str, topic: str) -> None:
         self.name = name
         self.topic = topic
-        self.actions: list[tuple[str, Callable[[StrataCluster, Memory], None]]] = []
+        # an action's return value (if any) is ignored
+        self.actions: list[tuple[str, Callable[[StrataCluster, Memory], object]]] = []
 
-    def _add(self, description: str, fn: Callable[[StrataCluster, Memory], None]) -> Self:
+    def _add(self, description: str, fn: Callable[[StrataCluster, Memory], object]) -> Self:
         self.actions.append((description, fn))
         return self
 
@@ -186,8 +187,8 @@ class ClusterScenario:
         return self._add(description, fn)
 
 
-def _first_difference(got: list[bytes], want: list[bytes]) -> str:
+def _first_difference(got: list[bytes | None], want: list[bytes]) -> str:
     for i, (a, b) in enumerate(zip(got, want)):
         if a != b:
-            return f"offset {i}: got {a[:14]!r}, expected {b[:14]!r}"
+            return f"offset {i}: got {(a if a is None else a[:14])!r}, expected {b[:14]!r}"
     return f"got {len(got)} records, expected {len(want)}"

@@ -93,6 +93,7 @@ def test_unacknowledged_reads_are_recovered_not_errors() -> None:
 def test_ack_without_offset_is_counted_and_checked_by_partition() -> None:
     h, reads = _history()
     v0 = reads[0].value
+    assert v0 is not None
     h.ack(v0, reads[0].partition, None)
     v = check(h, reads)
     assert v.ok and v.acked_without_offset == [v0]

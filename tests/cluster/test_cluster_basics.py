@@ -53,7 +53,7 @@ def test_brokers_register_with_their_racks_and_replicas_spread_over_them(topolog
         }
         assert md.controller_id in c.ids
     c.create_topic("spread", 6, 3)
-    leaders = Counter()
+    leaders: Counter[int] = Counter()
     for p in range(6):
         meta = c.partition_meta("spread", p)
         assert sorted(meta.replicas) == [1, 2, 3] and set(meta.isr) == {1, 2, 3} and meta.offline == ()
@@ -87,7 +87,9 @@ def test_a_killed_broker_is_deregistered_and_its_partitions_fail_over_within_the
     survivor = next(i for i in c.live_ids() if i != victim)
     assert victim in {b.node_id for b in c.metadata([], via=survivor).brokers}
     c.wait_registered(timeout=DEPARTED_BROKER_GRACE_S + 10)
-    session = FAST_FAILOVER["broker.session.timeout.ms"] / 1000
+    session_ms = FAST_FAILOVER["broker.session.timeout.ms"]
+    assert isinstance(session_ms, int)
+    session = session_ms / 1000
     assert took < session + 3.0, f"failover took {took:.1f}s with a {session:.0f}s session"
     for p in range(3):
         meta = c.partition_meta("fo", p)

@@ -43,10 +43,11 @@ def _consume(c: Consumer, n: int, timeout: float = 60.0) -> list[Any]:
     while len(out) < n:
         assert time.monotonic() < deadline, f"consumed {len(out)}/{n} in {timeout}s"
         for m in c.consume(min(100, n - len(out)), timeout=0.5):
-            if m.error() is None:
+            err = m.error()
+            if err is None:
                 out.append(m)
-            elif m.error().code() != KafkaError._PARTITION_EOF:
-                raise AssertionError(f"consume error: {m.error()}")
+            elif err.code() != KafkaError._PARTITION_EOF:
+                raise AssertionError(f"consume error: {err}")
     return out
 
 

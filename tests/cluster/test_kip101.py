@@ -23,6 +23,8 @@ truncate to the end offset of its last common epoch (OffsetForLeaderEpoch) and f
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.cluster.checker import History, check, encode_value
@@ -37,15 +39,14 @@ def _produce(c, topic: str, name: str, n: int, history: History) -> list[tuple[i
     values = [encode_value(name, i) for i in range(n)]
     for v in values:
         history.send(v, 0)
-    acks = produce_all(
-        c.bootstrap, topic, [Rec(0, None, v) for v in values], **{"linger.ms": 0, "batch.num.messages": 5}
-    )
+    conf: dict[str, Any] = {"linger.ms": 0, "batch.num.messages": 5}
+    acks = produce_all(c.bootstrap, topic, [Rec(0, None, v) for v in values], **conf)
     for v, (p, off) in zip(values, acks):
         history.ack(v, p, off)
     return acks
 
 
-def _values(c, topic: str) -> list[bytes]:
+def _values(c, topic: str) -> list[bytes | None]:
     return [r.value for r in sorted(read_all(c.bootstrap, topic, 1), key=lambda r: r.offset)]
 
 

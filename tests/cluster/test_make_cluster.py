@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
@@ -24,6 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _node_settings(seaweed: SeaweedServer) -> dict[str, object]:
     spec = importlib.util.spec_from_file_location("strata_make_cluster", REPO / "scripts/cluster.py")
+    assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod.node_settings(seaweed)
@@ -71,7 +73,8 @@ def test_make_cluster_topology_replicates_over_internal_and_tiers_to_seaweedfs(c
         c.wait_isr(topic, 1)
 
         values = [f"{i:06d}".encode() + b"x" * 1000 for i in range(600)]  # ~600 KB: ~9 segments
-        acks = produce_all(c.bootstrap, topic, [Rec(1, None, v) for v in values], **{"batch.size": 16384})
+        conf: dict[str, Any] = {"batch.size": 16384}
+        acks = produce_all(c.bootstrap, topic, [Rec(1, None, v) for v in values], **conf)
         assert [off for _, off in acks] == list(range(600))
         c.wait_isr(topic, 1)  # replicated over INTERNAL (min.insync.replicas=2)
 
@@ -95,12 +98,14 @@ def test_make_cluster_topology_replicates_over_internal_and_tiers_to_seaweedfs(c
         )
         try:
             consumer.assign([TopicPartition(topic, 1, 0)])
-            got: list[bytes] = []
+            got: list[bytes | None] = []
+
+            def read_all_600() -> bool:
+                got.extend(m.value() for m in consumer.consume(200, timeout=0.5) if m.error() is None)
+                return len(got) >= 600
+
             wait_until(
-                lambda: (
-                    got.extend(m.value() for m in consumer.consume(200, timeout=0.5) if m.error() is None)
-                    or len(got) >= 600
-                ),
+                read_all_600,
                 timeout=60,
                 message=lambda: f"read {len(got)} of 600",
             )

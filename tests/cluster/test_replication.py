@@ -105,7 +105,7 @@ def test_acks_all_does_not_wait_for_a_dead_follower_taken_out_of_the_isr(cluster
     c.create_topic(topic, 1, 3, {"min.insync.replicas": 1})
     leader = c.leader_of(topic, 0)
     follower = next(i for i in c.replicas_of(topic, 0) if i != leader)
-    acks_all = {"acks": "all", "request.timeout.ms": 10000, "message.timeout.ms": 20000}
+    acks_all: dict[str, Any] = {"acks": "all", "request.timeout.ms": 10000, "message.timeout.ms": 20000}
     produce_all(c.bootstrap, topic, [Rec(0, None, b"before")], **acks_all)
     c.wait_full_isr(topic, 1)
     c.kill9(follower)

@@ -6,6 +6,7 @@ on a 3-broker cluster: each broker hosts one of its three partitions and reads t
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from strata.cli.admin_client import AdminClient
 from tests.cluster.checker import encode_value
@@ -38,11 +39,12 @@ def test_brokers_follow_metadata_partitions_they_do_not_host(
     leaders = {c.leader_of(TOPIC, p) for p in range(PARTITIONS)}
     assert leaders == set(c.ids), leaders  # every broker leads some partitions (and follows others)
     values = {p: [encode_value(f"p{p}", i, 200) for i in range(RECORDS)] for p in range(PARTITIONS)}
+    conf: dict[str, Any] = {"linger.ms": 5, "batch.size": 2048}
     produce_all(
         c.bootstrap,
         TOPIC,
         [Rec(p, None, v) for p in range(PARTITIONS) for v in values[p]],
-        **{"linger.ms": 5, "batch.size": 2048},
+        **conf,
     )
 
     wait_tiered_everywhere(c, TOPIC, PARTITIONS)
@@ -58,7 +60,7 @@ def test_brokers_follow_metadata_partitions_they_do_not_host(
         timeout=60,
         message=lambda: f"earliest local offsets {earliest_local()}",
     )
-    got: dict[int, list[bytes]] = {p: [] for p in range(PARTITIONS)}
+    got: dict[int, list[bytes | None]] = {p: [] for p in range(PARTITIONS)}
     for r in sorted(read_all(c.bootstrap, TOPIC, PARTITIONS), key=lambda r: (r.partition, r.offset)):
         got[r.partition].append(r.value)
     assert got == values
@@ -70,5 +72,5 @@ def test_brokers_follow_metadata_partitions_they_do_not_host(
     wait_until(
         lambda: all(first_local(i, p) > 0 for p in range(PARTITIONS) for i in c.replicas_of(TOPIC, p)),
         timeout=60,
-        message=lambda: {(i, p): first_local(i, p) for p in range(PARTITIONS) for i in c.replicas_of(TOPIC, p)},
+        message=lambda: str({(i, p): first_local(i, p) for p in range(PARTITIONS) for i in c.replicas_of(TOPIC, p)}),
     )

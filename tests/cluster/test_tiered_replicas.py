@@ -54,7 +54,7 @@ def _produce(c: StrataCluster, start: int, end: int, acks: str) -> None:
     assert not errors, errors
 
 
-def _consume_all(c: StrataCluster, n: int) -> list[bytes]:
+def _consume_all(c: StrataCluster, n: int) -> list[bytes | None]:
     from confluent_kafka import Consumer, TopicPartition
 
     cons = Consumer(
@@ -62,7 +62,7 @@ def _consume_all(c: StrataCluster, n: int) -> list[bytes]:
     )
     try:
         cons.assign([TopicPartition(TOPIC, 0, 0)])
-        out: list[bytes] = []
+        out: list[bytes | None] = []
 
         def more() -> bool:
             m = cons.poll(1.0)

@@ -6,6 +6,7 @@ partition that fails over meanwhile is finished by its new leader."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from strata.cli.admin_client import AdminClient
 from strata.cli.remote_log_metadata import remote_log_state
@@ -37,11 +38,12 @@ def test_remote_data_of_a_topic_whose_replicas_are_all_down_is_deleted_by_the_me
     c.create_topic(
         TOPIC, replica_assignment=[[DOWN]] * PARTITIONS, config={"remote.storage.enable": True, "segment.bytes": 4096}
     )
+    conf: dict[str, Any] = {"linger.ms": 5, "batch.size": 2048}
     produce_all(
         c.bootstrap,
         TOPIC,
         [Rec(p, None, encode_value(f"p{p}", i, 200)) for p in range(PARTITIONS) for i in range(60)],
-        **{"linger.ms": 5, "batch.size": 2048},
+        **conf,
     )
 
     wait_tiered_everywhere(c, TOPIC, PARTITIONS)
@@ -52,7 +54,7 @@ def test_remote_data_of_a_topic_whose_replicas_are_all_down_is_deleted_by_the_me
     with AdminClient(c.bootstrap, timeout=30) as admin:
         admin.delete_topic(TOPIC)
 
-    def deleted() -> dict | None:
+    def deleted() -> dict[int, list[str]] | None:
         st = remote_log_state(c.bootstrap)
         states = {p: hist for (t, p, _), hist in st.partition_deletes.items() if t == TOPIC}
         done = len(states) == PARTITIONS and all(h[-1] == "DELETE_PARTITION_FINISHED" for h in states.values())
@@ -67,6 +69,7 @@ def test_remote_data_of_a_topic_whose_replicas_are_all_down_is_deleted_by_the_me
             f"objects left {len(moto.keys(topic_prefix))}"
         ),
     )
+    assert states is not None  # wait_until returns only a truthy value
     for hist in states.values():
         assert hist[0] == "DELETE_PARTITION_MARKED" and "DELETE_PARTITION_STARTED" in hist, hist
     st = remote_log_state(c.bootstrap)
@@ -88,11 +91,12 @@ def test_a_tiered_topic_deleted_while_its_replicas_were_down_is_removed_when_one
     c.create_topic(
         topic, replica_assignment=[[DOWN]] * 2, config={"remote.storage.enable": True, "segment.bytes": 4096}
     )
+    conf: dict[str, Any] = {"linger.ms": 5, "batch.size": 2048}
     produce_all(
         c.bootstrap,
         topic,
         [Rec(p, None, encode_value(f"p{p}", i, 200)) for p in range(2) for i in range(60)],
-        **{"linger.ms": 5, "batch.size": 2048},
+        **conf,
     )
     wait_tiered_everywhere(c, topic, 2)
     assert moto.keys(topic_prefix)

@@ -68,7 +68,11 @@ def replicate_metadata_topic(c: StrataCluster, replicas: list[int] | None = None
     assert resp.error_code == 0
     assert all(p.error_code == 0 for t in resp.responses for p in t.partitions), resp
     for i in range(n):
-        wait_until(lambda i=i: set(c.replicas_of("__remote_log_metadata", i)) == set(replicas), timeout=30)
+
+        def reassigned(i: int = i) -> bool:
+            return set(c.replicas_of("__remote_log_metadata", i)) == set(replicas)
+
+        wait_until(reassigned, timeout=30)
         c.wait_isr("__remote_log_metadata", i, set(replicas), timeout=30)
 
 
@@ -81,11 +85,12 @@ def produce(c: StrataCluster, topic: str, name: str, n: int) -> int:
     twice (and librdkafka may then acknowledge it without an offset), so they take the `n` offsets from the log end
     on. Returns the first of them."""
     start = list_offset(c, topic, LATEST)
+    conf: dict[str, Any] = {"linger.ms": 0, "batch.num.messages": 1, "enable.idempotence": True}
     produce_all(
         c.bootstrap,
         topic,
         [Rec(0, None, v) for v in values(name, n)],
-        **{"linger.ms": 0, "batch.num.messages": 1, "enable.idempotence": True},
+        **conf,
     )
     wait_until(
         lambda: list_offset(c, topic, LATEST) == start + n,

@@ -167,6 +167,7 @@ def read_all(
         ends = wait_until(covering, timeout=min(timeout, 30.0), interval=0.2)
     except AssertionError:
         ends = end_offsets(bootstrap, topic, partitions)
+    assert ends is not None  # wait_until returns only a truthy value
     c = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -185,12 +186,15 @@ def read_all(
         while any(pos[p] < ends[p] for p in pos):
             assert time.monotonic() < deadline, f"read_all: positions {pos} short of ends {ends} after {timeout}s"
             for m in c.consume(500, timeout=0.5):
-                if m.error() is not None:
-                    if m.error().code() == KafkaError._PARTITION_EOF:
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
                         continue
-                    raise AssertionError(f"read_all: {m.error()}")
-                out.append(Read(m.partition(), m.offset(), m.value()))
-                pos[m.partition()] = m.offset() + 1
+                    raise AssertionError(f"read_all: {err}")
+                m_part, m_off = m.partition(), m.offset()
+                assert m_part is not None and m_off is not None  # set on every consumed message
+                out.append(Read(m_part, m_off, m.value()))
+                pos[m_part] = m_off + 1
     finally:
         c.close()
     return out

@@ -49,7 +49,7 @@ class PartitionDigest:
         self.count += 1
         self.bytes += len(key or b"") + len(value or b"")
 
-    def result(self) -> list:
+    def result(self) -> list[int | str]:
         return [self.count, self.bytes, self.h.hexdigest()]
 
 
@@ -85,7 +85,9 @@ def confluent(bootstrap: str, topic: str, ends: dict[int, int]) -> dict[int, Par
             for m in c.consume(num_messages=10000, timeout=0.5):
                 if m.error() is not None:
                     raise KafkaException(m.error())
-                d[m.partition()].add(m.offset(), m.key(), m.value())
+                part, offset = m.partition(), m.offset()
+                assert part is not None and offset is not None  # set on every consumed message
+                d[part].add(offset, m.key(), m.value())
     finally:
         c.close()
     return d
@@ -162,7 +164,7 @@ def main() -> None:
     ends = {int(p): int(e) for p, e in json.loads(ends_json).items()}
     started = time.monotonic()
     d = CLIENTS[client](bootstrap, topic, ends)
-    out = {str(p): d[p].result() for p in sorted(d)}
+    out: dict[str, list[int | str] | float] = {str(p): d[p].result() for p in sorted(d)}
     out["seconds"] = round(time.monotonic() - started, 2)
     print(json.dumps(out))
 

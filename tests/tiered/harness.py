@@ -249,7 +249,7 @@ class Harness:
         self.log: list[str] = []
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
-    def start(self) -> Harness:
+    def start(self) -> Self:
         self.broker.start()
         return self
 
@@ -395,6 +395,7 @@ class MetadataTail:
                 continue
             for bpos, hdr in iter_batches(data):
                 for r in iter_records(data, bpos):
+                    assert r.value is not None  # every metadata record has a value
                     m = deserialize(r.value)
                     if isinstance(m, RemoteLogSegmentMetadata):
                         self.meta[m.segment_id] = m
@@ -721,7 +722,9 @@ class Consume(Action):
         _compare(self.describe(), expected, [(r.offset, r.key, r.value, r.timestamp) for r in recs])
 
 
-def _compare(what: str, expected: list[Produced], got: list[tuple[int, bytes | None, bytes | None, int]]) -> None:
+def _compare(
+    what: str, expected: list[Produced], got: Sequence[tuple[int, bytes | None, bytes | None, int | None]]
+) -> None:
     if len(got) != len(expected):
         raise ScenarioError(f"{what}: read {len(got)} records, expected {len(expected)}")
     for e, (off, key, value, ts) in zip(expected, got):
@@ -869,6 +872,7 @@ class ExpectEmptyRemoteStorage(Action):
         def probe() -> dict[str, Any]:
             left = [o for o in h.backend.list_all() if o.split("/", 1)[0] in dirs]
             st = h.rlmm()
+            assert t.topic_id is not None
             tid = _uuid_from_kafka(t.topic_id)
             marks = {p: st.partition_deletes.get((t.name, p, tid), []) for p in range(t.partitions)}
             return {"objects_left": left, "partition_delete_states": marks}
@@ -910,10 +914,14 @@ class WaitForRetentionPass(Action):
         for _ in range(2):
             Produce(self.SENTINEL, 0, 10).run(h)
             want = len(t.produced[0]) - 5  # everything but the active segment (the last batch) goes
+
+            def reached(o: int, want: int = want) -> bool:
+                return o == want
+
             h.wait(
                 f"a retention pass deletes {self.SENTINEL}'s old segments (earliest offset {want})",
                 lambda: h.offset(self.SENTINEL, 0, EARLIEST),
-                lambda o, want=want: o == want,
+                reached,
             )
 
 

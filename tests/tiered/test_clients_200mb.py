@@ -11,6 +11,7 @@ from offset 0 at the same time; each must return the same per-partition digests,
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import random
@@ -134,7 +135,7 @@ def test_200mb_read_back_from_remote_by_four_clients(tmp_path: Path) -> None:
         for p in range(PARTITIONS):
             h.wait(
                 f"{TOPIC}-{p} fully offloaded with only its tail local",
-                lambda p=p: settled(p),
+                functools.partial(settled, p),
                 lambda s: (
                     s["latest_tiered"] + 1 == s["active_base"] and s["local_bytes"] <= LOCAL_RETENTION + SEGMENT_BYTES
                 ),

@@ -17,6 +17,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
@@ -35,6 +36,7 @@ from tests.tiered.harness import (
     UNSUPPORTED_VERSION,
     Harness,
     LocalBackend,
+    RemoteBackend,
     S3Backend,
     Scenario,
     _uuid_from_kafka,
@@ -48,6 +50,7 @@ PARTITIONS = 3
 
 @pytest.fixture(scope="module", params=BACKENDS)
 def prepared(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
+    backend: RemoteBackend
     if request.param == "local":
         backend = LocalBackend()
     else:
@@ -116,7 +119,13 @@ def _fetch(
     max_wait_ms: int = 500,
 ):
     T = FetchRequest.FetchTopic
-    topic_kw = {"topic_id": _uuid_from_kafka(h.topic(TOPIC).topic_id)} if version >= 13 else {"topic": TOPIC}
+    topic_kw: dict[str, Any]
+    if version >= 13:
+        tid = h.topic(TOPIC).topic_id
+        assert tid is not None
+        topic_kw = {"topic_id": _uuid_from_kafka(tid)}
+    else:
+        topic_kw = {"topic": TOPIC}
     kw = {}
     if version >= 15:
         kw["replica_state"] = FetchRequest.ReplicaState(replica_id=replica_id, replica_epoch=-1)
@@ -276,6 +285,7 @@ CUSTOM = r"(?:Optional\.empty|Optional\[CustomMetadata\{\d+ bytes\}\])"
 def test_remote_log_metadata_tool_prints_like_kafkas_formatter(prepared: Harness) -> None:
     bs = prepared.broker.bootstrap
     tid = prepared.topic(TOPIC).topic_id
+    assert tid is not None
     r = _strata("remote-log-metadata", "--bootstrap-server", bs)
     assert r.returncode == 0, r.stderr
     lines = [ln for ln in r.stdout.splitlines() if f"{tid}:{TOPIC}-" in ln]

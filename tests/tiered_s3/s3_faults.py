@@ -22,10 +22,13 @@ import re
 import threading
 import uuid
 from collections import Counter
+from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Self
+from typing import Any, Self, TypeVar
 
 from tests.support.s3_servers import Fault, FaultProxy
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -124,10 +127,10 @@ class ProxyThread:
     def mode(self) -> str:
         return self.proxy.mode
 
-    def _call(self, coro, timeout: float = 10.0):  # type: ignore[no-untyped-def]
+    def _call(self, coro: Coroutine[Any, Any, T], timeout: float = 10.0) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
-    def start(self) -> ProxyThread:
+    def start(self) -> Self:
         self._thread.start()
         self._call(self.proxy.start())
         return self

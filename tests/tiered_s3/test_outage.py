@@ -314,11 +314,14 @@ class LibrdkafkaReader(Actor):
             deadline = time.monotonic() + self.timeout
             while len(self.records) < self.count and time.monotonic() < deadline and not self.halt.is_set():
                 for m in c.consume(num_messages=500, timeout=0.5):
-                    if m.error() is not None:
-                        self.errors.append((str(m.error()), m.error().retriable()))
+                    err = m.error()
+                    if err is not None:
+                        self.errors.append((str(err), err.retriable()))
                         continue
                     if len(self.records) < self.count:
-                        self.records.append((m.offset(), m.key(), m.value(), m.timestamp()[1]))
+                        offset = m.offset()
+                        assert offset is not None  # set on every consumed message
+                        self.records.append((offset, m.key(), m.value(), m.timestamp()[1]))
         finally:
             c.close()
 
@@ -712,7 +715,7 @@ def fault_harness(
     moto: MotoServer, proxy: ProxyThread, tmp_path, request, name: str, *, call_timeout_ms: int, max_attempts: int
 ) -> Harness:
     """A broker on moto behind the fault proxy, with short RLM backoffs and S3 deadlines so faults resolve fast."""
-    overrides = {
+    overrides: dict[str, object] = {
         "remote.log.manager.task.retry.backoff.ms": 100,
         "remote.log.manager.task.retry.backoff.max.ms": 1000,
         "rsm.config.s3.api.call.attempt.timeout.ms": 2000,
