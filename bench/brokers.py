@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -454,4 +455,5 @@ def make_strata(
     )
 
 
-FACTORIES = {"strata": make_strata, "tansu": make_tansu}
+# each takes the log directory, then options of its own (keywords)
+FACTORIES: dict[str, Callable[..., Broker]] = {"strata": make_strata, "tansu": make_tansu}

@@ -324,7 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     settings = Settings.quick() if args.quick else Settings()
     ctx = RunContext(settings=settings, run_id=time.strftime("%H%M%S"))
-    scenarios: list[Scenario] = [
+    # cluster scenarios: their run() takes no broker (None: the cluster they start themselves)
+    scenarios: list[ClusterScenario | LeaderFailover] = [
         ClusterScenario(ProduceThroughput(partitions=8, acks=-1)),
         *(ClusterScenario(ProduceLatency(partitions=1, acks=-1), latency_rate_mib=rate) for rate in args.latency_rate),
         LeaderFailover(kills=1 if args.quick else args.kills),

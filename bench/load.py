@@ -243,8 +243,8 @@ def consume_worker(cfg: dict, barrier, out) -> None:
         c.list_topics(topic=topic, timeout=15)
         targets: dict[int, int] = {int(k): v for k, v in cfg["targets"].items() if v > 0}
         watermarks = {}
-        for part in targets:
-            watermarks[part] = c.get_watermark_offsets(TopicPartition(topic, part), timeout=15)
+        for p in targets:
+            watermarks[p] = c.get_watermark_offsets(TopicPartition(topic, p), timeout=15)
         expected = sum(targets.values())
         barrier.wait(timeout=120)
         start = time.monotonic()
@@ -273,6 +273,7 @@ def consume_worker(cfg: dict, barrier, out) -> None:
                     n += 1
                     nbytes += len(m)
                     part = m.partition()
+                    assert part is not None  # a message (not an error event) always names its partition
                     got[part] += 1
                     if got[part] >= targets[part]:
                         pending.discard(part)
@@ -407,6 +408,7 @@ def group_consume_worker(cfg: dict, barrier, out) -> None:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     res: dict[str, Any] = {"worker": cfg["worker"]}
+    reported = False
     status, go, stop = cfg["status"], cfg["go"], cfg["stop"]
     c = None
     try:
@@ -471,6 +473,7 @@ def group_consume_worker(cfg: dict, barrier, out) -> None:
                     n += 1
                     nbytes += len(m)
                     part = m.partition()
+                    assert part is not None  # a message (not an error event) always names its partition
                     got[part] = got.get(part, 0) + 1
                     if got[part] >= targets.get(part, 0):
                         pending.discard(part)
@@ -499,7 +502,7 @@ def group_consume_worker(cfg: dict, barrier, out) -> None:
             rebalances_after_go=st["rebalances_after_go"],
         )
         out.put(res)
-        res = None
+        reported = True
         with contextlib.suppress(Exception):
             while not stop.wait(0.05):  # stay in the group until every member is done
                 c.poll(0)
@@ -510,7 +513,7 @@ def group_consume_worker(cfg: dict, barrier, out) -> None:
         with contextlib.suppress(Exception):
             barrier.abort()
     finally:
-        if res is not None:
+        if not reported:
             out.put(res)
         if c is not None:
             with contextlib.suppress(Exception):

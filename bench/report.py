@@ -44,7 +44,7 @@ def table_rows(results: dict) -> list[dict]:
             counts[m["label"]] = counts.get(m["label"], 0) + 1
     for sc in results["scenarios"]:
         for m in sc["metric_specs"]:
-            vals = {}
+            vals: dict[str, Any] = {}  # a metric (JSON number), None or "FAILED", per broker
             for b in BROKERS:
                 r = sc["results"].get(b)
                 if r is None:

@@ -160,6 +160,11 @@ def log(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
+def _exit_code(b: Broker) -> int | None:
+    """The exit code of the broker's process (None: still running, or not started)."""
+    return b.proc.returncode if b.proc is not None else None
+
+
 def run_one(
     sc: Scenario, name: str, b: Broker | None, ctx: RunContext, rep: int, others: list[Broker] | None = None
 ) -> dict:
@@ -170,7 +175,7 @@ def run_one(
         return {"skipped": f"{name} is not running"}
     if not b.alive():
         log(f"{sc.name} on {name}: broker is down")
-        return {"error": f"{name} exited with code {b.proc.returncode}; log tail:\n{b.log_tail(20)}"}
+        return {"error": f"{name} exited with code {_exit_code(b)}; log tail:\n{b.log_tail(20)}"}
     others_quiet_s = sum(o.wait_quiet() for o in others or () if o is not b and o.alive())
     quiet_s = b.wait_quiet()
     t0 = time.monotonic()
@@ -183,7 +188,7 @@ def run_one(
     r["waited_for_others_quiet_s"] = others_quiet_s
     if not b.alive():
         r.setdefault("errors", []).append(
-            f"broker exited with code {b.proc.returncode} during the scenario; log tail:\n{b.log_tail(20)}"
+            f"broker exited with code {_exit_code(b)} during the scenario; log tail:\n{b.log_tail(20)}"
         )
     mt = r.get("metrics") or {}
     shown = ", ".join(f"{k}={report._fmt(v)}" for k, v in mt.items())
@@ -222,8 +227,8 @@ def selected_groups(args: argparse.Namespace) -> list[tuple[str, str]]:
             return list(OPTIONAL_GROUPS)
         return [g for g in OPTIONAL_GROUPS if g[0] in wanted]
     if args.scenarios:  # --scenarios alone: only the groups it names
-        wanted = [w.strip() for w in args.scenarios.split(",") if w.strip()]
-        return [g for g in OPTIONAL_GROUPS if any(w in g[0] for w in wanted)]
+        named = [w.strip() for w in args.scenarios.split(",") if w.strip()]
+        return [g for g in OPTIONAL_GROUPS if any(w in g[0] for w in named)]
     return list(OPTIONAL_GROUPS)
 
 
@@ -381,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
 
         for i, sc in enumerate(scenarios):
-            entry = {
+            entry: dict[str, Any] = {
                 "name": sc.name,
                 "kind": sc.kind,
                 "params": sc.params(),
@@ -405,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
                 info["after_rss_mib"] = b.measure_idle_rss()
                 info["peak_rss_mib"] = b.peak_rss()
             else:
-                info["notes"].append(f"not alive at the end (exit code {b.proc.returncode})")
+                info["notes"].append(f"not alive at the end (exit code {_exit_code(b)})")
     finally:
         for name, b in brokers.items():
             t0 = time.monotonic()

@@ -7,6 +7,7 @@ To add a scenario: subclass ``Scenario``, implement ``run`` and ``metrics``, and
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -428,7 +429,8 @@ class RawFetchThroughput(Scenario):
         return out
 
 
-def _median(xs: list[float]) -> float | None:
+def _median(xs: Sequence[float | None]) -> float | None:
+    """The median of the values that are not None (None: there are none)."""
     s = sorted(x for x in xs if x is not None)
     if not s:
         return None
@@ -586,6 +588,7 @@ class GroupJoinLatency(Scenario):
         if not good:
             return out
         med = _median(good)
+        assert med is not None  # good is not empty
         out["metrics"] = {
             "first_record_ms": med * 1000,
             "assign_ms": (_median([r["assign_s"] for r in runs]) or 0.0) * 1000,

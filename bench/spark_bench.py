@@ -213,9 +213,11 @@ def measure(mib: int = 512, partitions: int = 2, reps: int = 3, storage: str = "
         def timed(name: str, fn: Any) -> dict[str, Any]:
             best: dict[str, Any] | None = None
             for _ in range(reps):
-                cpu0 = _cpu_seconds(broker.pid)
+                pid = broker.pid
+                assert pid is not None, "the broker is running"
+                cpu0 = _cpu_seconds(pid)
                 seconds, n, nbytes = fn()
-                cpu = _cpu_seconds(broker.pid) - cpu0
+                cpu = _cpu_seconds(pid) - cpu0
                 if n != records:
                     raise RuntimeError(f"{name}: read {n} records, expected {records}")
                 run = {
@@ -231,7 +233,7 @@ def measure(mib: int = 512, partitions: int = 2, reps: int = 3, storage: str = "
             assert best is not None
             return best
 
-        out = {
+        out: dict[str, Any] = {
             "storage": STORAGE_NAMES[storage],
             "topic_mib": mib,
             "partitions": partitions,

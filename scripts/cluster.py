@@ -36,7 +36,7 @@ _COMPOSE_ONLY = {"metadata.store.connect", "log.dirs", "metrics.listener", "rsm.
 
 def node_settings(seaweed: SeaweedServer) -> dict[str, object]:
     """config/cluster-node.properties for brokers on loopback next to `seaweed` (run with split listeners)."""
-    props = {
+    props: dict[str, object] = {
         k: v
         for k, v in parse_properties((REPO / "config/cluster-node.properties").read_text()).items()
         if k not in _COMPOSE_ONLY

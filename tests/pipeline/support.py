@@ -145,30 +145,37 @@ def consume_all(bootstrap: str, topic: str, partitions: list[int] | None = None)
 
         def step() -> bool:
             for m in c.consume(1000, timeout=0.5):
-                if m.error():
-                    if m.error().code() == KafkaError._PARTITION_EOF:
-                        if m.offset() >= ends[m.partition()]:
-                            done.add(m.partition())
+                err = m.error()
+                if err:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        p, offset = m.partition(), m.offset()
+                        assert p is not None and offset is not None, "a partition EOF event names its position"
+                        if offset >= ends[p]:
+                            done.add(p)
                         continue
-                    raise AssertionError(m.error())
-                if m.offset() >= ends[m.partition()]:
-                    done.add(m.partition())
+                    raise AssertionError(err)
+                p, offset = m.partition(), m.offset()
+                assert p is not None and offset is not None, "a consumed message has a partition and an offset"
+                if offset >= ends[p]:
+                    done.add(p)
                     continue
                 ts_type, ts = m.timestamp()
+                headers = m.headers() or []
+                assert isinstance(headers, list), headers  # a consumed message's headers: [(key, value), ...]
                 out.append(
                     (
-                        m.partition(),
-                        m.offset(),
+                        p,
+                        offset,
                         m.key(),
                         m.value(),
                         ts,
                         {1: 0, 2: 1}.get(ts_type, -1),
-                        [(k, v) for k, v in (m.headers() or [])],
+                        [(k, v) for k, v in headers],
                     )
                 )
-                pos[m.partition()] = m.offset()
-                if m.offset() + 1 >= ends[m.partition()]:
-                    done.add(m.partition())
+                pos[p] = offset
+                if offset + 1 >= ends[p]:
+                    done.add(p)
             return done >= set(parts)
 
         wait_until(step, timeout=120, interval=0, message=lambda: f"consumed up to {pos}, ends {ends}")

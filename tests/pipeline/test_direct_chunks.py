@@ -35,6 +35,7 @@ def _write_log(dir: Path) -> tuple[Path, Path, Path, Path, int]:
     offset = 0
     codecs = [NONE, NONE, NONE, GZIP, SNAPPY, LZ4, ZSTD]
     for b in range(120):
+        recs: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int]]
         if b in (30, 77):
             recs = [(b"big-%d" % b, rnd.randbytes(150 * 1024), [("h", b"big")], 1_000 + offset)]
         else:

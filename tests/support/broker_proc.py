@@ -19,7 +19,7 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import ClassVar
+from typing import IO, ClassVar
 
 from .kafka_wire import WireClient
 from .waiting import WaitTimeout, wait_until
@@ -78,7 +78,7 @@ class StrataBroker:
         self.overrides: dict[str, str] = {k: _prop(v) for k, v in (overrides or {}).items()}
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
-        self._out = None
+        self._out: IO[bytes] | None = None
 
     # -- addresses ---------------------------------------------------------------------------------------------
     @property
@@ -133,14 +133,14 @@ class StrataBroker:
         assert not self.is_running(), "already running"
         self.props_path.write_text("".join(f"{k}={v}\n" for k, v in self.base_props.items()))
         self.starts += 1
-        self._out = open(self.output_path, "ab")  # noqa: SIM115 - lives as long as the process
-        self._out.write(f"\n===== start #{self.starts}: {' '.join(self.command())}\n".encode())
-        self._out.flush()
+        out = self._out = open(self.output_path, "ab")  # noqa: SIM115 - lives as long as the process
+        out.write(f"\n===== start #{self.starts}: {' '.join(self.command())}\n".encode())
+        out.flush()
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
             self.command(),
             cwd=str(REPO_ROOT),
-            stdout=self._out,
+            stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env=env,

@@ -244,7 +244,7 @@ def _free_subnet() -> ipaddress.IPv4Network:
     }
     base = (os.getpid() * 7) % 1024
     for k in range(1024):
-        net = ipaddress.ip_network(f"10.{200 + (base + k) // 256 % 4}.{(base + k) % 256}.0/24")
+        net = ipaddress.IPv4Network(f"10.{200 + (base + k) // 256 % 4}.{(base + k) % 256}.0/24")
         if not any(net.overlaps(u) for u in used):
             return net
     raise RuntimeError("no free 10.200.0.0/14 subnet for the test network")
@@ -285,7 +285,7 @@ class StrataCluster:
         self._closed = False
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
-    def start(self, i: int | None = None, timeout: float | None = None) -> StrataCluster:
+    def start(self, i: int | None = None, timeout: float | None = None) -> Self:
         """Without `i`: start etcd and every broker, wait until all are registered. With `i`: start broker i (its
         ports, data and properties kept) and wait until every live broker sees it registered."""
         timeout = timeout or self.start_timeout
@@ -461,7 +461,7 @@ class StrataCluster:
                 return None
             return ld
 
-        return wait_until(
+        leader = wait_until(
             ok,
             timeout,
             interval=0.05,
@@ -469,6 +469,8 @@ class StrataCluster:
                 f"leader of {topic}-{partition} (not in {sorted(excluded)}): {self._describe(topic, partition)}"
             ),
         )
+        assert leader is not None  # wait_until returns only a truthy value
+        return leader
 
     def wait_isr(
         self,
@@ -485,7 +487,7 @@ class StrataCluster:
             want = set(isr) if isr is not None else set(views[0].replicas)
             return want if all(set(v.isr) == want for v in views) else None
 
-        return wait_until(
+        got = wait_until(
             ok,
             timeout,
             interval=0.05,
@@ -494,6 +496,8 @@ class StrataCluster:
                 f"{sorted(isr) if isr is not None else 'replicas'}: {self._describe(topic, partition)}"
             ),
         )
+        assert got is not None  # wait_until returns only a truthy value
+        return got
 
     def wait_full_isr(self, topic: str, partitions: int, timeout: float = 30.0) -> None:
         for p in range(partitions):

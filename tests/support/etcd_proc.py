@@ -24,7 +24,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import ClassVar
+from typing import IO, ClassVar
 
 import pytest
 
@@ -62,7 +62,7 @@ class EtcdProcess:
         self.data_dir = self.tmp_dir / f"{name}.data"
         self.output_path = self.tmp_dir / f"{name}.out"
         self.proc: subprocess.Popen[bytes] | None = None
-        self._out = None
+        self._out: IO[bytes] | None = None
 
     @property
     def host(self) -> str:
@@ -145,13 +145,13 @@ class EtcdProcess:
     def _start_once(self, timeout: float) -> EtcdProcess:
         assert not self.is_running(), "already running"
         self._out = open(self.output_path, "ab")  # noqa: SIM115 - lives as long as the process
-        self.proc = subprocess.Popen(
+        proc = self.proc = subprocess.Popen(
             self.command(), stdout=self._out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
         )
         EtcdProcess.live.add(self)
         try:
             wait_until(
-                lambda: self.healthy() or (self.proc.poll() is not None and "exited"),
+                lambda: self.healthy() or (proc.poll() is not None and "exited"),
                 timeout,
                 interval=0.05,
                 message=f"etcd {self.name} on {self.url} healthy",
@@ -197,6 +197,7 @@ class EtcdProcess:
 
     def pause(self) -> None:
         assert self.is_running()
+        assert self.proc is not None
         os.kill(self.proc.pid, signal.SIGSTOP)
 
     def resume(self) -> None:

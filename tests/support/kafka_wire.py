@@ -44,7 +44,7 @@ class ConnectionClosed(Exception):
     """The broker closed the connection (EOF or reset)."""
 
 
-def response_class(request: Any) -> type:
+def response_class(request: Any) -> type[Any]:
     cls = type(request)[None]
     if cls in _RESPONSES:
         return _RESPONSES[cls]
@@ -129,7 +129,7 @@ class WireClient:
         self.send_raw(bytes(request.encode(header=True, framed=True)))
         return corr
 
-    def recv(self, response_cls: type, version: int, correlation_id: int) -> Any:
+    def recv(self, response_cls: type[Any], version: int, correlation_id: int) -> Any:
         payload = self.recv_frame()
         resp = response_cls.decode(payload, version=version, header=True)
         got = resp.header.correlation_id
@@ -294,7 +294,7 @@ def corrupt_crc(batch: bytes) -> bytes:
 
 def decode_records(records: bytes | None) -> list[Any]:
     """All records (offset, key, value, headers, timestamp) of a Fetch response's record set."""
-    out = []
+    out: list[Any] = []
     if not records:
         return out
     mr = MemoryRecords(bytes(records))

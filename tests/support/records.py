@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-Header = tuple[str, bytes]
+Header = tuple[str, bytes | None]  # Kafka record headers may have a null value
 
 
 @dataclass(frozen=True)
@@ -113,6 +113,11 @@ def expected_offset_for_time(records: Sequence[Rec], target: int) -> int:
     return -1
 
 
+def _timestamp(r: Rec) -> int:
+    assert r.timestamp is not None, f"partition {r.partition} offset {r.offset}: record read back has no timestamp"
+    return r.timestamp
+
+
 @dataclass
 class Collected:
     """Records read back, grouped per partition, in arrival order."""
@@ -147,17 +152,20 @@ def check_roundtrip(
     if lookup_time is None:
         return got_all
     # a target between records (60% into each partition), and one after the newest record
-    targets, expect_off = {}, {}
+    targets: dict[int, int] = {}
+    expect_off: dict[int, int] = {}
     for p, got in got_all.items():
         k = len(got) * 3 // 5
-        targets[p] = got[k].timestamp
-        expect_off[p] = expected_offset_for_time(got, targets[p])
+        ts = got[k].timestamp
+        assert ts is not None, f"partition {p}: record read back at offset {got[k].offset} has no timestamp"
+        targets[p] = ts
+        expect_off[p] = expected_offset_for_time(got, ts)
     found = lookup_time(dict(targets))
     assert found == expect_off, f"offsets for times {targets}: got {found}, expected {expect_off}"
     for p, off in found.items():
         tail = read(p, off, len(exp[p]) - off)
         assert_partition_matches(exp[p][off:], tail, p, off, check_timestamps=check_timestamps)
-    after = {p: max(r.timestamp for r in got) + 1 for p, got in got_all.items()}
+    after = {p: max(_timestamp(r) for r in got) + 1 for p, got in got_all.items()}
     found = lookup_time(after)
     assert found == {p: -1 for p in after}, f"offsets for times after the newest record {after}: got {found}"
     return got_all

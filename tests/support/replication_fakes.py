@@ -24,7 +24,7 @@ from strata.broker.handlers import offset_for_leader_epoch as ofle_handler
 from strata.broker.metadata_store import MetadataStore, TopicInfo
 from strata.broker.metrics import BrokerMetrics
 from strata.broker.replica_manager import ReplicaManager
-from strata.config import BrokerConfig
+from strata.config import BrokerConfig, LogConfig
 from strata.protocol.registry import REQUEST_CLASSES, RESPONSE_CLASSES, ApiKey, decode_request, encode_response
 from strata.storage.log_manager import LogManager
 
@@ -113,6 +113,7 @@ class FakeClusterStore(MetadataStore):
         cur = self._states.get((topic, partition))
         if self.conflict_next_alter:
             self.conflict_next_alter = False
+            assert cur is not None, f"{topic}-{partition}: no state to conflict with"
             # the controller got there first: the partition epoch moved
             self.set_state(topic, partition, cur.with_changes())
             raise StaleStateError("conflict (injected)")
@@ -140,17 +141,18 @@ class Node:
         self.cluster = cluster
         self.broker_id = broker_id
         self.config = BrokerConfig.from_dict(props)
-        self.log_manager = LogManager(
-            [data],
-            lambda topic: self.config.log_config(
-                cluster.store.topic(topic).configs if cluster.store.topic(topic) else None
-            ),
-        )
+
+        def log_config(topic: str) -> LogConfig:
+            info = cluster.store.topic(topic)
+            return self.config.log_config(info.configs if info else None)
+
+        self.log_manager = LogManager([data], log_config)
         self.log_manager.startup()
         self.metrics = BrokerMetrics()
         self.rm = ReplicaManager(self.config, self.log_manager, cluster.store, self.metrics)
         self.down = False  # requests to it fail (connection refused)
-        self.shim = SimpleNamespace(
+        # stands in for BrokerServices: only what the Fetch, ListOffsets and OffsetForLeaderEpoch handlers read
+        self.shim: Any = SimpleNamespace(
             replica_manager=self.rm,
             store=cluster.store,
             config=self.config,
@@ -163,9 +165,11 @@ class Node:
         if self.stopped:
             return
         if kind == "partition":
+            assert isinstance(key, tuple), key  # (topic, partition)
             topic, p = key
             self.rm.apply_partition_state(topic, p, self.cluster.store.partition_state(topic, p))
         elif kind == "topic":
+            assert isinstance(key, str), key  # the topic name
             info = self.cluster.store.topic(key)
             if info is not None:
                 self.rm.on_topic_change(info)
@@ -205,7 +209,8 @@ async def _dispatch(node: Node, api_key: int, version: int, fields: dict[str, An
     req.with_header(correlation_id=7, client_id="test-fetcher")
     frame = bytes(req.encode(header=True, framed=True))[4:]
     body = decode_request(frame, api_key, version).body
-    ctx = SimpleNamespace(api_version=version, conn=SimpleNamespace(listener="PLAINTEXT", peer="test"))
+    # stands in for RequestContext: what the handlers read
+    ctx: Any = SimpleNamespace(api_version=version, conn=SimpleNamespace(listener="PLAINTEXT", peer="test"))
     resp = await HANDLERS[api_key](node.shim, ctx, body)
     return RESPONSE_CLASSES[api_key].decode(encode_response(resp, 7)[4:], version=version, header=True)
 

@@ -122,7 +122,7 @@ class S3Server:
     def choose_port(self) -> int:
         return free_port()
 
-    def start(self) -> S3Server:
+    def start(self) -> Self:
         """Start the server on free ports; when another process took one of them between our choice and the
         server's bind (seen with parallel test workers), start again on new ones."""
         chosen = not self.port
@@ -373,7 +373,7 @@ class FaultProxy:
     def add(self, *faults: Fault) -> None:
         self.faults.extend(faults)
 
-    async def start(self) -> FaultProxy:
+    async def start(self) -> Self:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
@@ -437,7 +437,8 @@ class FaultProxy:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
-        self._handlers.add(task)  # type: ignore[arg-type]
+        assert task is not None, "asyncio.start_server runs each connection handler in its own task"
+        self._handlers.add(task)
         self._conns.add(writer)
         try:
             msg = await self._read_message(reader, writer)
@@ -505,7 +506,7 @@ class FaultProxy:
         finally:
             self._conns.discard(writer)
             writer.close()
-            self._handlers.discard(task)  # type: ignore[arg-type]
+            self._handlers.discard(task)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

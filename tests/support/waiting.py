@@ -28,7 +28,7 @@ def wait_until(
         try:
             last_value = cond()
             if last_value:
-                return last_value  # type: ignore[return-value]
+                return last_value
             last_exc = None
         except Exception as exc:  # noqa: BLE001 - any probe failure means "not ready yet"
             last_exc = exc
