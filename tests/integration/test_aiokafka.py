@@ -129,8 +129,12 @@ async def scenario(bs: str, codec: str) -> None:
             return {tp.partition: (-1 if v is None else v.offset) for tp, v in res.items()}
 
         # the two lookups check_roundtrip performs: 60% into each partition, and past the newest record
-        mid = {p: got[p][len(got[p]) * 3 // 5].timestamp for p in got}
-        after = {p: max(r.timestamp for r in got[p]) + 1 for p in got}
+        def stamp(r: Rec) -> int:
+            assert r.timestamp is not None  # read back: every record has its timestamp
+            return r.timestamp
+
+        mid = {p: stamp(got[p][len(got[p]) * 3 // 5]) for p in got}
+        after = {p: max(stamp(r) for r in got[p]) + 1 for p in got}
         times[tuple(sorted(mid.items()))] = await lookup(mid)
         times[tuple(sorted(after.items()))] = await lookup(after)
         # and read from the looked-up offsets with the client itself

@@ -18,6 +18,7 @@ import random
 import re
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -73,7 +74,7 @@ def read_all(bs: str, topic: str) -> list[Rec]:
     return out
 
 
-def produce(bs: str, topic: str, pairs: list[tuple[bytes, bytes | None]], **conf) -> list[int]:
+def produce(bs: str, topic: str, pairs: Sequence[tuple[bytes, bytes | None]], **conf) -> list[int]:
     recs = [Rec(partition=0, key=k, value=v) for k, v in pairs]
     res = ck.produce_all(bs, topic, recs, **{"linger.ms": 20, "batch.num.messages": 500, **conf})
     return [off for _, off in res]

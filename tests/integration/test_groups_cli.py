@@ -26,7 +26,7 @@ def strata(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-_capture = None
+_capture: pytest.CaptureFixture[str] | None = None
 
 
 @pytest.fixture(autouse=True)
@@ -41,6 +41,7 @@ def groups(bs: str, *args: str) -> subprocess.CompletedProcess[str]:
     """`strata groups ...` in-process (the CLI is plain argparse + sockets); the result looks like a subprocess's."""
     from strata.cli.main import main
 
+    assert _capture is not None
     _capture.readouterr()
     argv = ["groups", "--bootstrap-server", bs, *args]
     rc = main(argv)

@@ -26,8 +26,9 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-if __name__ != "__main__":
+if TYPE_CHECKING or __name__ != "__main__":  # a member process (run as a script) needs none of these
     import pytest
 
     from strata.cli.groups import GroupAdmin
@@ -68,7 +69,9 @@ def _member_confluent(bs: str, topic: str, group: str, client_id: str, stop: thr
     while not stop.is_set():
         msgs = [m for m in c.consume(500, 0.2) if m.error() is None]
         for m in msgs:
-            _emit(m.partition(), m.offset(), m.value())
+            p, o = m.partition(), m.offset()
+            assert p is not None and o is not None  # set on every consumed message
+            _emit(p, o, m.value())
         if msgs:
             try:
                 c.commit(asynchronous=False)

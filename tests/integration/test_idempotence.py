@@ -16,7 +16,7 @@ import pytest
 from kafka import KafkaProducer
 from kafka.protocol.producer.transaction import InitProducerIdRequest, InitProducerIdResponse
 
-from strata.protocol.records import build_batch, iter_batches
+from strata.protocol.records import BatchHeader, build_batch, iter_batches
 from tests.support import ck
 from tests.support.ack_drop_proxy import AckDropProxy
 from tests.support.kafka_wire import WireClient, decode_records
@@ -29,7 +29,7 @@ OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 def read_log(bootstrap: str, topic: str, partition: int) -> tuple[list[tuple[int, bytes]], list]:
     """Every (offset, value) of a partition, and the stored batch headers, read with raw Fetches up to the HW."""
     records: list[tuple[int, bytes]] = []
-    headers = []
+    headers: list[BatchHeader] = []
     with WireClient.connect(bootstrap) as c:
         v = c.pick_version(1, 11)
         offset = 0

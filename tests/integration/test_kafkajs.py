@@ -61,13 +61,18 @@ def kafkajs_read(bs: str, topic: str, group: str, starts: dict[int, int], ends: 
     def unb64(x: str | None) -> bytes | None:
         return None if x is None else base64.b64decode(x)
 
+    def header(k: str, v: str | None) -> tuple[str, bytes]:
+        value = unb64(v)
+        assert value is not None, f"header {k!r}: null value"  # the records produced have no null header values
+        return k, value
+
     return {
         int(p): [
             Rec(
                 partition=int(p),
                 key=unb64(k),
                 value=unb64(v),
-                headers=tuple((hk, unb64(hv)) for hk, hv in h),
+                headers=tuple(header(hk, hv) for hk, hv in h),
                 timestamp=ts,
                 offset=off,
             )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, TopicPartition
@@ -59,19 +60,21 @@ def produce_small_batches(bs: str, topic: str, n: int, value_size: int, ts_base:
         for i in range(n)
     ]
     # small batches so segments roll at a fine granularity
-    ck.produce_all(bs, topic, records, **{"batch.num.messages": 10, "linger.ms": 0})
+    small: dict[str, Any] = {"batch.num.messages": 10, "linger.ms": 0}
+    ck.produce_all(bs, topic, records, **small)
     return records
 
 
 def check_reads_from_zero(bs: str, topic: str, start: int, leo: int) -> None:
     """Fetch at 0 -> OFFSET_OUT_OF_RANGE (raw), and each client's auto.offset.reset behaviour."""
-    with WireClient.connect(bs) as c:
-        part = c.fetch(topic, 0, 0, version=c.pick_version(1, 11)).responses[0].partitions[0]
+    with WireClient.connect(bs) as w:
+        part = w.fetch(topic, 0, 0, version=w.pick_version(1, 11)).responses[0].partitions[0]
         assert part.error_code == OFFSET_OUT_OF_RANGE
         assert part.log_start_offset in (-1, start)  # Fetch v5+ reports the log start offset
 
     # librdkafka, auto.offset.reset=earliest: silently restarts at the log start offset
-    got = ck.read_partition(bs, topic, 0, 0, 5, **{"auto.offset.reset": "earliest"})
+    earliest: dict[str, Any] = {"auto.offset.reset": "earliest"}
+    got = ck.read_partition(bs, topic, 0, 0, 5, **earliest)
     assert got[0].offset == start
 
     # librdkafka, auto.offset.reset=error: the consumer reports the out-of-range condition

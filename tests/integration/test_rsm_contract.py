@@ -47,7 +47,7 @@ class Backend:
         self.kind = kind
         self.tmp = tmp
         self.prefix = f"t-{uuid.uuid4().hex[:8]}/"
-        self.server = None
+        self.server: MotoServer | SeaweedServer | None = None
         if kind != "local":
             self.server = request.getfixturevalue("moto" if kind.startswith("moto") else "seaweed")
 
@@ -65,6 +65,7 @@ class Backend:
         if self.kind.endswith("nocache"):
             cfg["fetch.chunk.cache.size"] = 0
         cfg.update(extra)
+        assert self.server is not None
         return S3RemoteStorageManager.from_config(self.server.rsm_config(**cfg))
 
     def stored(self) -> list[str]:
@@ -72,6 +73,7 @@ class Backend:
         if self.kind == "local":
             root = self.tmp / "remote"
             return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+        assert self.server is not None
         return [k[len(self.prefix) :] for k in self.server.keys(self.prefix)]
 
 
@@ -576,7 +578,7 @@ def test_chunks_of_one_get_hold_only_their_own_bytes(moto, tmp_path):
 
     def held(chunk) -> int:
         pieces = chunk.pieces if isinstance(chunk, BufferChain) else [chunk]
-        return sum(len(p.obj) if isinstance(p, memoryview) else len(p) for p in pieces)
+        return sum(memoryview(p.obj).nbytes if isinstance(p, memoryview) else len(p) for p in pieces)
 
     async def body():
         async with S3RemoteStorageManager.from_config(cfg) as rsm:

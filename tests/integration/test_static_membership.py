@@ -83,6 +83,7 @@ def test_static_member_rejoins_without_a_rebalance(broker) -> None:
                 timeout=30,
                 message="static-a back in the group",
             )
+            assert after is not None
             a_after = next(m for m in after.members if m.group_instance_id == "static-a")
             b_after = next(m for m in after.members if m.group_instance_id == "static-b")
             assert len(after.members) == 2

@@ -20,6 +20,7 @@ import struct
 import threading
 import time
 import urllib.request
+from typing import Any
 
 from crc32c import crc32c
 
@@ -91,7 +92,7 @@ def test_fetch_waiting_for_min_bytes_is_answered_by_an_append(broker) -> None:
     bs = broker.bootstrap
     with WireClient.connect(bs) as w:
         w.create_topic("wake")
-    got: dict[str, object] = {}
+    got: dict[str, Any] = {}  # the seconds waited (float) and the records (the untyped response's field)
 
     def long_poll() -> None:
         with WireClient.connect(bs, timeout=60) as c:

@@ -124,9 +124,10 @@ class H:
         """Decoded (key, value bytes) of one __consumer_offsets partition, in log order."""
         log = self.server.replica_manager.get_partition(OFFSETS_TOPIC, partition).log
         data = log.read(log.log_start_offset, 1 << 24, None, True).records
-        out = []
+        out: list[tuple[object, bytes | None]] = []
         for pos, _ in iter_batches(data):
             for r in iter_records(data, pos):
+                assert r.key is not None  # every __consumer_offsets record has a key
                 out.append((decode_key(r.key), r.value))
         return out
 

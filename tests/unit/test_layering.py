@@ -91,6 +91,7 @@ def _foreign_underscore_writes(tree: ast.AST) -> list[tuple[int, str]]:
                     target = target.value
                 for x in ast.walk(target):
                     if _foreign_private(x, own):
+                        assert isinstance(node, ast.stmt)  # targets come from statements only
                         found.append((node.lineno, ast.unparse(x)))
     return sorted(set(found))
 

@@ -54,7 +54,7 @@ def pbatch(
     )
 
 
-def values(log: UnifiedLog) -> list[bytes]:
+def values(log: UnifiedLog) -> list[bytes | None]:
     data = log.read(log.log_start_offset, 1 << 30).records
     return [r.value for p, _ in iter_batches(data) for r in iter_records(data, p)]
 
@@ -530,12 +530,21 @@ def test_producer_id_blocks_are_persisted_and_never_reused(tmp_path):
 
 def _init_producer_id(services, version: int, transactional_id: str | None):
     from strata.broker.handlers.producer import init_producer_id
+    from strata.broker.request_context import RequestContext
     from strata.protocol.registry import REQUEST_CLASSES, ApiKey, encode_response
 
     req = REQUEST_CLASSES[ApiKey.INIT_PRODUCER_ID](
         version=version, transactional_id=transactional_id, transaction_timeout_ms=60000
     )
-    ctx = SimpleNamespace(api_version=version, client_id="t")
+    ctx = RequestContext(
+        api_key=ApiKey.INIT_PRODUCER_ID,
+        api_version=version,
+        correlation_id=1,
+        client_id="t",
+        received=0.0,
+        listener="PLAINTEXT",
+        client_address="127.0.0.1:0",
+    )
     resp = asyncio.run(init_producer_id(services, ctx, req))
     frame = encode_response(resp, 5)  # encodes at every version
     assert len(frame) > 8

@@ -45,6 +45,7 @@ def test_s3_chunk_and_index_stats_are_read_at_scrape_time() -> None:
 
     rsm.stats.requests, rsm.stats.retries, rsm.stats.errors, rsm.stats.timeouts = 7, 3, 1, 2
     rsm.stats.bytes_uploaded, rsm.stats.bytes_downloaded, rsm.stats.multipart_aborts = 1000, 500, 1
+    assert rsm.chunk_cache is not None
     cs = rsm.chunk_cache.stats
     cs.memory_hits, cs.disk_hits, cs.misses, cs.load_errors, cs.prefetches, cs.memory_evictions = 5, 2, 4, 1, 3, 6
     idx.stats.hits, idx.stats.misses, idx.stats.load_errors, idx.stats.evictions = 9, 2, 1, 1

@@ -4,6 +4,8 @@ follower decides with replica_fetcher.truncation_offset, round after round until
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 
 from strata.broker.cluster.replica_fetcher import truncation_offset
@@ -27,7 +29,7 @@ def converge(
         latest = follower.latest_epoch
         assert latest is not None
         epoch, end = leader.end_offset_for(latest, leader_leo)
-        offset, done = truncation_offset(leo, lambda e, leo=leo: follower.end_offset_for(e, leo), epoch, end)
+        offset, done = truncation_offset(leo, partial(follower.end_offset_for, log_end_offset=leo), epoch, end)
         assert offset <= leo
         leo = offset
         follower.truncate_from_end(leo)

@@ -79,6 +79,7 @@ def test_full_lifecycle_and_visibility_per_state() -> None:
     assert c.highest_offset_for_epoch(0) is None
     c.update_remote_log_segment_metadata(upd(m, S.COPY_SEGMENT_FINISHED))
     got = c.remote_log_segment_metadata(0, 50)
+    assert got is not None
     assert sid(got) == sid(m) and got.state == S.COPY_SEGMENT_FINISHED and got.broker_id == 9
     assert got.custom_metadata == {"u": 1} and got.event_timestamp_ms == 2
     assert c.highest_offset_for_epoch(0) == 99
@@ -275,7 +276,8 @@ def test_store_readiness_not_found_and_partition_deletion() -> None:
         store.handle_segment_metadata(seg(0, 9, {0: 0}, tip=TopicIdPartition(uuid.uuid4(), "other", 1)))
     for st in (P.DELETE_PARTITION_MARKED, P.DELETE_PARTITION_STARTED):
         store.handle_partition_delete(RemotePartitionDeleteMetadata(TIP, st, 1, 1))
-        assert store.partition_delete_state(TIP).state == st
+        pd = store.partition_delete_state(TIP)
+        assert pd is not None and pd.state == st
         assert store.cache_for(TIP).segment_count() == 1
     store.handle_partition_delete(RemotePartitionDeleteMetadata(TIP, P.DELETE_PARTITION_FINISHED, 1, 1))
     assert store.partition_delete_state(TIP) is None

@@ -109,7 +109,7 @@ class InMemoryMetadataTopicIO:
 
     def records(self, partition: int) -> list[tuple[int, bytes | None]]:
         """(offset, value) of every record in the log of `partition` (committed or not)."""
-        out = []
+        out: list[tuple[int, bytes | None]] = []
         for batch in self.logs.get(partition, []):
             out.extend((r.offset, r.value) for r in iter_records(batch))
         return out

@@ -9,7 +9,6 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from test_rlmm_fake_io import InMemoryMetadataTopicIO
 
 from strata.remote.metadata import (
     RemoteLogSegmentId,
@@ -36,6 +35,7 @@ from strata.remote.rlmm_types import (
     RlmmConfig,
 )
 from strata.remote.rsm import RemoteResourceNotFoundError, RemoteStorageError
+from tests.unit.test_rlmm_fake_io import InMemoryMetadataTopicIO
 
 S = RemoteLogSegmentState
 P = RemotePartitionDeleteState
@@ -116,6 +116,11 @@ def sid(m: RemoteLogSegmentMetadata | None):
     return None if m is None else m.remote_log_segment_id
 
 
+def value(v: bytes | None) -> bytes:
+    assert v is not None  # the metadata topic holds no tombstones
+    return v
+
+
 # -- writes and lookups -----------------------------------------------------------------------------------------------
 
 
@@ -133,11 +138,12 @@ def test_writes_go_to_the_partitioned_topic_and_are_applied_when_the_call_return
         assert rlmm.remote_log_segment_metadata(U1, 0, 10) is None
         await rlmm.update_remote_log_segment_metadata(upd(m, S.COPY_SEGMENT_FINISHED, {"k": "v"}))
         got = rlmm.remote_log_segment_metadata(U1, 0, 10)
+        assert got is not None
         assert sid(got) == sid(m) and got.custom_metadata == {"k": "v"}
         assert rlmm.highest_offset_for_epoch(U1, 0) == 99 and rlmm.highest_offset_for_epoch(U1, 1) is None
         # the topic holds exactly Kafka's values, null keys, on the partitioner's partition
         recs = io.records(MP)
-        assert [deserialize(v) for _, v in recs] == [m, upd(m, S.COPY_SEGMENT_FINISHED, {"k": "v"})]
+        assert [deserialize(value(v)) for _, v in recs] == [m, upd(m, S.COPY_SEGMENT_FINISHED, {"k": "v"})]
         assert all(p == MP for p in io.logs)
         from strata.protocol.records import iter_records
 
@@ -431,7 +437,8 @@ def test_partition_deletion_flow(tmp_path: Path) -> None:
         assert snapshot_path(tmp_path, U1).exists()
         for st in (P.DELETE_PARTITION_MARKED, P.DELETE_PARTITION_STARTED):
             await rlmm.put_remote_partition_delete_metadata(RemotePartitionDeleteMetadata(U1, st, 5, 1))
-            assert rlmm.partition_delete_metadata(U1).state == st
+            pd = rlmm.partition_delete_metadata(U1)
+            assert pd is not None and pd.state == st
         await rlmm.update_remote_log_segment_metadata(upd(m, S.DELETE_SEGMENT_STARTED))
         await rlmm.update_remote_log_segment_metadata(upd(m, S.DELETE_SEGMENT_FINISHED))
         await rlmm.put_remote_partition_delete_metadata(
@@ -444,7 +451,8 @@ def test_partition_deletion_flow(tmp_path: Path) -> None:
         await rlmm.put_remote_partition_delete_metadata(
             RemotePartitionDeleteMetadata(OTHER, P.DELETE_PARTITION_STARTED, 7, 1)
         )
-        assert deserialize(io.records(metadata_partition(OTHER, NUM_PARTITIONS))[-1][1]).topic_id_partition == OTHER
+        last = deserialize(value(io.records(metadata_partition(OTHER, NUM_PARTITIONS))[-1][1]))
+        assert isinstance(last, RemotePartitionDeleteMetadata) and last.topic_id_partition == OTHER
         await rlmm.snapshot_now()
         assert not snapshot_path(tmp_path, U1).exists()
         await rlmm.close()
@@ -473,7 +481,9 @@ def test_restart_from_snapshot_plus_tail_rebuilds_an_identical_cache(tmp_path: P
             RemotePartitionDeleteMetadata(U2, P.DELETE_PARTITION_MARKED, 1, 1)
         )
         await first.snapshot_now()
-        snap_offset = read_snapshot_file(tmp_path / "broker", U1).metadata_partition_offset
+        snap = read_snapshot_file(tmp_path / "broker", U1)
+        assert snap is not None
+        snap_offset = snap.metadata_partition_offset
         assert snap_offset == io.end_offset(MP)
         assert read_committed_offsets(tmp_path / "broker") == {MP: snap_offset}
         assert (tmp_path / "broker" / COMMITTED_OFFSETS_FILE_NAME).read_text() == f"0\n{MP} {snap_offset}\n"
@@ -523,7 +533,8 @@ def test_snapshot_beyond_the_topic_end_is_discarded(tmp_path: Path) -> None:
         await rlmm.wait_until_ready(U1)
         await copy(rlmm, seg(U1, 0, 9, {0: 0}))
         await rlmm.close()
-        assert read_snapshot_file(tmp_path, U1).metadata_partition_offset == 2
+        snap = read_snapshot_file(tmp_path, U1)
+        assert snap is not None and snap.metadata_partition_offset == 2
         recreated = InMemoryMetadataTopicIO()  # the metadata topic was deleted/recreated
         again = manager(recreated, tmp_path)
         await again.start()
@@ -582,6 +593,7 @@ def test_periodic_snapshots(tmp_path: Path) -> None:
         ticks.put_nowait(None)  # the interval elapses: one round of snapshots
         await sleeping.wait()  # ... done, and the writer sleeps again
         snap = read_snapshot_file(tmp_path, U1)
+        assert snap is not None
         assert snap.metadata_partition_offset == 2 and intervals == [12.5, 12.5]
         assert snap.cache.state_view() == rlmm.store.caches[U1].state_view()
         assert read_committed_offsets(tmp_path) == {MP: 2}

@@ -4,6 +4,7 @@ BytesApiMessageSerde framing, round trips, version-1 tagged fields, and the Remo
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 
@@ -50,7 +51,7 @@ EPOCHS = h(
 
 
 def segment(**kw) -> RemoteLogSegmentMetadata:
-    args = {
+    args: dict[str, Any] = {
         "remote_log_segment_id": SID,
         "start_offset": 100,
         "end_offset": 199,
@@ -191,6 +192,7 @@ def test_raw_custom_metadata_from_another_rsm_is_kept_byte_for_byte() -> None:
     raw = b"\x00\xffnot json"
     value = SEGMENT_GOLDEN[:-3] + h("0b") + raw + h("00 00")
     m = deserialize(value)
+    assert isinstance(m, RemoteLogSegmentMetadata)
     assert m.custom_metadata == {RAW_CUSTOM_METADATA_KEY: "AP9ub3QganNvbg=="}
     assert serialize(m) == value
 
