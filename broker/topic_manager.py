@@ -50,8 +50,16 @@ class TopicManager:
         self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]
     ) -> tuple[int, dict[str, str]]:
         validate_topic_name(name)
-        if name in self.store.topics():
+        topics = self.store.topics()
+        if name in topics:
             raise KafkaApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        # '.' and '_' map to the same metric names, so Kafka refuses a topic whose name differs only in them
+        collision = name.replace(".", "_")
+        for other in topics:
+            if other.replace(".", "_") == collision:
+                raise KafkaApiError(
+                    ErrorCode.INVALID_TOPIC_EXCEPTION, f"Topic '{name}' collides with existing topic: {other}"
+                )
         if partitions == -1:
             partitions = self.config["num.partitions"]
         if partitions <= 0 or partitions > MAX_PARTITIONS:

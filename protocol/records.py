@@ -199,6 +199,36 @@ def validate_batch(buf: Buffer, pos: int = 0) -> BatchHeader:
     return BatchHeader.from_fields(validate_batch_fields(buf, pos))
 
 
+def check_produce_records(version: int, records: Buffer) -> None:
+    """What a Produce request (v3+) may carry for one partition, checked before anything is appended (Kafka's
+    ProduceRequest.validateRecords): at least one batch, magic 2, exactly one batch, and no zstd below v7.
+
+    Raises RecordBatchError: INVALID_RECORD, or UNSUPPORTED_COMPRESSION_TYPE for zstd below v7. Only the first
+    batch's header is read; the batch itself is validated on append."""
+    total = len(records)
+    if total == 0:
+        raise RecordBatchError(
+            f"Produce requests with version {version} must have at least one record batch per partition"
+        )
+    if total > MAGIC_OFFSET and records[MAGIC_OFFSET] != 2:
+        raise RecordBatchError(
+            f"Produce requests with version {version} are only allowed to contain record batches with magic version 2"
+        )
+    if total <= ATTRIBUTES_OFFSET + 1:
+        return  # too short for a batch header: append's validation says what is wrong
+    if version < 7 and records[ATTRIBUTES_OFFSET + 1] & COMPRESSION_MASK == ZSTD:
+        raise RecordBatchError(
+            f"Produce requests with version {version} are not allowed to use ZStandard compression",
+            ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
+        )
+    (length,) = _I32.unpack_from(records, LOG_OVERHEAD - 4)
+    if length >= 0 and LOG_OVERHEAD + length < total:
+        raise RecordBatchError(
+            f"Produce requests with version {version} are only allowed to contain exactly one record batch "
+            "per partition"
+        )
+
+
 def validate_replicated_batch(buf: Buffer, pos: int = 0) -> BatchHeader:
     """Check a batch a follower copies from its leader: magic 2, sane length inside the buffer, CRC.
 

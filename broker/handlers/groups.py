@@ -190,6 +190,9 @@ async def offset_commit(services: BrokerServices, ctx: RequestContext, req: Any)
             if info is None:
                 pre[tp] = unknown
                 continue
+            if not 0 <= p.partition_index < info.partitions:  # as Kafka: only partitions the topic has
+                pre[tp] = E.UNKNOWN_TOPIC_OR_PARTITION
+                continue
             epoch = p.committed_leader_epoch if v >= 6 else -1
             # v2-4 may carry a retention time: Kafka then stores an expire timestamp (value version 1)
             expire = now + retention if retention is not None and retention >= 0 else -1

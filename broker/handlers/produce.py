@@ -6,6 +6,7 @@ import uuid
 from typing import Any
 
 from strata.protocol.errors import ErrorCode
+from strata.protocol.records import RecordBatchError, check_produce_records
 from strata.protocol.registry import ApiKey, response_class
 
 from ..network import CloseConnection
@@ -38,18 +39,24 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
         fixed_error = ErrorCode.INVALID_REQUIRED_ACKS
 
     entries: list[tuple[str, int, bytes | memoryview]] = []
-    slots: list[tuple[int, int, ErrorCode | None]] = []  # (topic idx, partition idx, pre-append error)
+    # (topic idx, partition idx, pre-append error and its message)
+    slots: list[tuple[int, int, int | None, str | None]] = []
     for ti, (td, name, _tid) in enumerate(topics):
         for pd in td.partition_data:
-            err = fixed_error
+            err: int | None = fixed_error
+            message = None
             if err is None:
                 if name is None:
                     err = ErrorCode.UNKNOWN_TOPIC_ID
                 elif pd.records is None:
                     err = ErrorCode.INVALID_RECORD
                 else:
-                    entries.append((name, pd.index, pd.records))
-            slots.append((ti, pd.index, err))
+                    try:
+                        check_produce_records(v, pd.records)
+                        entries.append((name, pd.index, pd.records))
+                    except RecordBatchError as e:
+                        err, message = e.error_code, str(e)
+            slots.append((ti, pd.index, err, message))
 
     # another broker's RLMM writing to a metadata partition led here (see RLMM_PRODUCER_CLIENT_ID)
     internal = (
@@ -71,9 +78,16 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
     any_error = False
     by_topic: dict[int, list] = {}
     leaders: set[int] = set()
-    for ti, index, err in slots:
+    for ti, index, err, message in slots:
         if err is not None:
-            pr = PartResp(index=index, error_code=err, base_offset=-1, log_append_time_ms=-1, log_start_offset=-1)
+            pr = PartResp(
+                index=index,
+                error_code=err,
+                base_offset=-1,
+                log_append_time_ms=-1,
+                log_start_offset=-1,
+                error_message=message,
+            )
         else:
             r = next(results)
             err = r.error

@@ -237,3 +237,77 @@ def test_clients_cannot_write_the_remote_log_metadata_topic(broker_factory):
         err, _ = produce_error(w.produce("__consumer_offsets", 0, batch, version=w.pick_version(0, 7)))
         assert err == ErrorCode.INVALID_TOPIC_EXCEPTION
     assert_serves(b.bootstrap)
+
+
+# -- accepted before, refused as Kafka refuses them ------------------------------------------------------------
+def test_produce_records_must_be_exactly_one_v2_batch(bs):
+    """Kafka's ProduceRequest.validateRecords (v3+): no batch, two batches, or zstd below v7 are refused per
+    partition, with a message (v8+), and nothing is appended."""
+    from strata.protocol.errors import ErrorCode
+
+    topic = new_topic(bs)
+    one = build_batch([(b"k", b"v", [])])
+    with WireClient.connect(bs) as c:
+        v = c.pick_version(8, 9)
+        for records, want in (
+            (one + one, "exactly one record batch per partition"),
+            (b"", "at least one record batch"),
+        ):
+            pr = c.produce(topic, 0, records, version=v).responses[0].partition_responses[0]
+            assert (pr.error_code, pr.base_offset) == (ErrorCode.INVALID_RECORD, -1)
+            assert want in pr.error_message
+        zstd = build_batch([(b"k", b"z" * 100, [])], compression=4)
+        pr = c.produce(topic, 0, zstd, version=6).responses[0].partition_responses[0]
+        assert pr.error_code == ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
+        assert c.list_offsets(topic, 0, -1, version=c.pick_version(2, 5)).topics[0].partitions[0].offset == 0
+        # the same batches, as Kafka takes them: one at a time, zstd from v7 on
+        assert produce_error(c.produce(topic, 0, one, version=v)) == (0, 0)
+        assert produce_error(c.produce(topic, 0, zstd, version=7)) == (0, 1)
+    assert_serves(bs)
+
+
+def test_a_topic_name_colliding_in_dots_and_underscores_is_refused(bs):
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import NewTopic
+
+    base = f"fz{uuid.uuid4().hex[:8]}"
+    ck.create_topic(bs, f"{base}.col", 1)
+    a = ck.admin(bs)
+    fs = a.create_topics([NewTopic(f"{base}_col", num_partitions=1, replication_factor=1)], request_timeout=30)
+    with pytest.raises(KafkaException) as ei:
+        fs[f"{base}_col"].result(timeout=30)
+    err = ei.value.args[0]
+    assert err.code() == KafkaError.TOPIC_EXCEPTION  # INVALID_TOPIC_EXCEPTION (17)
+    assert f"collides with existing topic: {base}.col" in err.str()
+    assert f"{base}_col" not in a.list_topics(timeout=30).topics
+    assert_serves(bs)
+
+
+def test_offset_commit_to_a_partition_the_topic_does_not_have(bs):
+    from kafka.protocol.consumer import OffsetCommitRequest
+
+    from strata.protocol.errors import ErrorCode
+
+    topic = new_topic(bs)  # one partition
+    T = OffsetCommitRequest.OffsetCommitRequestTopic
+    P = T.OffsetCommitRequestPartition
+    with WireClient.connect(bs) as c:
+        v = c.pick_version(8, 8)
+        req = OffsetCommitRequest[v](
+            group_id=f"g-{uuid.uuid4().hex[:8]}",
+            generation_id_or_member_epoch=-1,
+            member_id="",
+            group_instance_id=None,
+            topics=[
+                T(
+                    name=topic,
+                    partitions=[P(partition_index=i, committed_offset=5, committed_metadata=None) for i in (-1, 1)],
+                )
+            ],
+        )
+        resp = c.request(req)
+        assert [(p.partition_index, p.error_code) for p in resp.topics[0].partitions] == [
+            (-1, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+            (1, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+        ]
+    assert_serves(bs)
