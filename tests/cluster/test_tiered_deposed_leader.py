@@ -14,8 +14,9 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from typing import Any
 
-from strata.cli.remote_log_metadata import remote_log_state
+from strata.cli.remote_log_metadata import RemoteSegment, remote_log_state
 from tests.cluster.tiered_support import (
     TIERED_CLUSTER,
     copied_segments,
@@ -34,6 +35,7 @@ TOPIC = "deposed-leader"
 RETENTION_MS = 10 * 60 * 1000
 EXPIRES_IN_S = 20.0  # after the produce: enough to tier the segments and freeze the leader first
 OLD, NEW = 1, 2
+PRODUCER: dict[str, Any] = {"linger.ms": 0, "batch.num.messages": 1, "enable.idempotence": True}
 
 
 def _bootstrap(c: StrataCluster, i: int) -> str:
@@ -57,7 +59,7 @@ def test_leader_frozen_past_its_lease_deletes_nothing_after_it_resumes(
         c.bootstrap,
         TOPIC,
         [Rec(0, None, v, timestamp=ts) for v in values("old", 60)],
-        **{"linger.ms": 0, "batch.num.messages": 1, "enable.idempotence": True},
+        **PRODUCER,
     )
     wait_until(lambda: len(copied_segments(c, TOPIC)) >= 3, timeout=30, message="segments tiered by the first leader")
     tiered = {s.segment_id for s in copied_segments(c, TOPIC)}
@@ -89,7 +91,7 @@ def test_leader_frozen_past_its_lease_deletes_nothing_after_it_resumes(
         _bootstrap(c, new_leader),
         TOPIC,
         [Rec(0, None, v) for v in values("new", 60)],
-        **{"linger.ms": 0, "batch.num.messages": 1, "enable.idempotence": True},
+        **PRODUCER,
     )
     wait_until(
         lambda: len(copied_segments_via(c, new_leader)) >= 3,
@@ -102,7 +104,7 @@ def test_leader_frozen_past_its_lease_deletes_nothing_after_it_resumes(
     assert fresh <= {s.segment_id for s in copied_segments_via(c, new_leader)}
 
 
-def copied_segments_via(c: StrataCluster, i: int) -> list:
+def copied_segments_via(c: StrataCluster, i: int) -> list[RemoteSegment]:
     """COPY_SEGMENT_FINISHED segments of partition 0 as broker i's metadata records say (never through the frozen
     broker, which would hold a client until its timeout)."""
     st = remote_log_state(_bootstrap(c, i))
