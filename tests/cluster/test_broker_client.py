@@ -46,9 +46,9 @@ def _connection(proxy: FaultProxy) -> BrokerConnection:
     return BrokerConnection("127.0.0.1", proxy.port, "test-broker-client", TIMEOUT_S)
 
 
-def test_concurrent_requests_on_one_connection_each_get_their_own_response(broker: StrataBroker) -> None:
+def test_concurrent_requests_on_one_connection_each_get_their_own_response(module_broker: StrataBroker) -> None:
     async def scenario() -> None:
-        async with FaultProxy(broker.host, broker.port) as proxy:
+        async with FaultProxy(module_broker.host, module_broker.port) as proxy:
             proxy.delay_s = 0.01
             conn = _connection(proxy)
             try:
@@ -62,9 +62,9 @@ def test_concurrent_requests_on_one_connection_each_get_their_own_response(broke
     _run(scenario())
 
 
-def test_a_caller_that_gives_up_leaves_no_stale_response_for_the_next_request(broker: StrataBroker) -> None:
+def test_a_caller_that_gives_up_leaves_no_stale_response_for_the_next_request(module_broker: StrataBroker) -> None:
     async def scenario() -> None:
-        async with FaultProxy(broker.host, broker.port) as proxy:
+        async with FaultProxy(module_broker.host, module_broker.port) as proxy:
             conn = _connection(proxy)
             try:
                 proxy.delay_s = 1.0
@@ -79,9 +79,9 @@ def test_a_caller_that_gives_up_leaves_no_stale_response_for_the_next_request(br
     _run(scenario())
 
 
-def test_a_timed_out_request_poisons_its_connection_and_the_next_request_reconnects(broker: StrataBroker) -> None:
+def test_a_timed_out_request_poisons_its_socket_and_the_next_request_reconnects(module_broker: StrataBroker) -> None:
     async def scenario() -> None:
-        async with FaultProxy(broker.host, broker.port) as proxy:
+        async with FaultProxy(module_broker.host, module_broker.port) as proxy:
             conn = _connection(proxy)
             try:
                 assert await _metadata(conn, "warm") == "warm"
@@ -103,9 +103,9 @@ def test_a_timed_out_request_poisons_its_connection_and_the_next_request_reconne
     _run(scenario())
 
 
-def test_close_from_another_task_between_a_responses_size_and_body(broker: StrataBroker) -> None:
+def test_close_from_another_task_between_a_responses_size_and_body(module_broker: StrataBroker) -> None:
     async def scenario() -> None:
-        async with FaultProxy(broker.host, broker.port) as proxy:
+        async with FaultProxy(module_broker.host, module_broker.port) as proxy:
             conn = _connection(proxy)
             try:
                 assert await _metadata(conn, "warm") == "warm"
@@ -125,10 +125,10 @@ def test_close_from_another_task_between_a_responses_size_and_body(broker: Strat
 
 @pytest.mark.parametrize("after_bytes", [2, 4, 9])
 def test_a_response_cut_midway_fails_the_request_and_the_next_one_reconnects(
-    broker: StrataBroker, after_bytes: int
+    module_broker: StrataBroker, after_bytes: int
 ) -> None:
     async def scenario() -> None:
-        async with FaultProxy(broker.host, broker.port) as proxy:
+        async with FaultProxy(module_broker.host, module_broker.port) as proxy:
             conn = _connection(proxy)
             try:
                 proxy.cut(after_bytes)
