@@ -18,9 +18,10 @@ from strata.protocol.constants import REMOTE_LOG_METADATA_TOPIC
 from strata.protocol.errors import ErrorCode, KafkaApiError
 from strata.protocol.registry import REQUEST_CLASSES, ApiKey
 from strata.remote.executors import RemoteExecutors
+from strata.remote.metadata import TopicIdPartition
 from strata.remote.partition_remover import RemotePartitionRemover
 from strata.remote.remote_metrics import RemoteMetrics
-from strata.remote.rlm import RemoteLogManager, RemoteLogManagerConfig
+from strata.remote.rlm import LeadershipProbe, RemoteLogManager, RemoteLogManagerConfig
 from strata.remote.rlmm import TopicBasedRemoteLogMetadataManager
 from strata.remote.rsm import create_remote_storage_manager
 
@@ -59,6 +60,34 @@ _RETRIABLE_APPEND_ERRORS = {
     ErrorCode.NOT_ENOUGH_REPLICAS,
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
 }
+
+
+LEADERSHIP_PROBE_TIMEOUT_S = 5.0
+
+
+def leadership_probe(replicas: ReplicaManager, store: MetadataStore, broker_id: int) -> LeadershipProbe:
+    """The RLM's check before each remote deletion and copy: this broker leads the partition at `epoch` in the
+    cluster's metadata as read now (a linearizable read of the partition's keys from etcd, applied to the image at
+    once, so a deposed leader also becomes follower now instead of when its watch catches up), and in its replica
+    manager. One etcd read per remote deletion or copy: both are per segment, rare next to produce traffic."""
+
+    async def probe(tip: TopicIdPartition, epoch: int) -> bool:
+        refresh = getattr(store, "refresh_topics", None)  # the etcd store; the single-broker store is always current
+        if refresh is not None:
+            await asyncio.wait_for(refresh([tip.topic]), LEADERSHIP_PROBE_TIMEOUT_S)
+        state = store.partition_state(tip.topic, tip.partition)
+        p = replicas.partitions.get((tip.topic, tip.partition))
+        return (
+            state is not None
+            and state.leader == broker_id
+            and state.leader_epoch == epoch
+            and p is not None
+            and p.topic.topic_id == tip.topic_id
+            and p.is_leader
+            and p.leader_epoch == epoch
+        )
+
+    return probe
 
 
 class MetadataAppendError(RuntimeError):
@@ -387,6 +416,7 @@ def build_tiered_storage(
         broker_id=cfg.broker_id,
         index_cache_dir=Path(data_dir) / "remote-log-index-cache",
         metrics=remote_metrics,
+        leadership_probe=leadership_probe(replicas, store, cfg.broker_id),
     )
     rlm_cfg = rlm.config  # Kafka's three pools, kept apart (remote/executors.py)
     rsm.use_executors(

@@ -25,7 +25,7 @@ import struct
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,6 +63,11 @@ log = structlog.get_logger("strata.remote")
 COPY_FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 COPY_STARTED = RemoteLogSegmentState.COPY_SEGMENT_STARTED
 NEW_LEADER_CATCH_UP_S = 30.0  # bound on _catch_up_as_new_leader
+
+
+LeadershipProbe = Callable[[TopicIdPartition, int], Awaitable[bool]]
+"""Asks the broker whether it still leads a partition at a leader epoch, from the cluster's authoritative metadata
+(not this broker's possibly stale view): a broker frozen past its session resumes believing it leads."""
 
 
 class RemoteReaderQueueFullError(RemoteStorageError):
@@ -184,11 +189,13 @@ class RemoteLogManager:
         broker_id: int,
         index_cache_dir: Path,
         metrics: RemoteMetrics | None = None,
+        leadership_probe: LeadershipProbe | None = None,
     ) -> None:
         self.config = config
         self.rsm = rsm
         self.rlmm = rlmm
         self.broker_id = broker_id
+        self.leadership_probe = leadership_probe
         self.metrics = metrics or RemoteMetrics()
         self.index_cache = RemoteIndexCache(rsm, index_cache_dir, config.index_cache_bytes)
         self._empty_snapshot_dir = Path(index_cache_dir).parent / "remote-log-empty-snapshots"
@@ -386,7 +393,7 @@ class RemoteLogManager:
     async def _expire_loop(self, st: _PartitionTasks) -> None:
         POOL.set(EXPIRATION)
         await self._wait_ready(st.tip)
-        while not self._closed:
+        while not self._closed and not st.resigned:  # the flag holds even if a library swallowed the cancellation
             delay = self.config.task_interval_ms / 1000.0
             try:
                 async with self._expire_slots, self._task_busy():
@@ -397,6 +404,30 @@ class RemoteLogManager:
                 delay = self._backoff_s(2)
                 log.warning("remote expiration failed", partition=str(st.tip), error=str(e))
             await asyncio.sleep(delay)
+
+    # ---- leadership checks ------------------------------------------------------------------------------------
+    def _holds(self, st: _PartitionTasks, epoch: int) -> bool:
+        """This broker's own view: the task's leadership is current and still at `epoch`."""
+        return not self._closed and not st.resigned and self._leaders.get(st.tip) is st and st.leader_epoch == epoch
+
+    async def still_leader(self, st: _PartitionTasks, epoch: int) -> bool:
+        """Checked before every remote deletion and before every new copy (Kafka's RLMTask checks per segment): the
+        leadership the pass started with is still this broker's, in its own view and in the cluster's (the probe).
+        Cancellation alone is not enough: a library that turns a CancelledError into its own timeout error (all
+        timers fire at once when a frozen process resumes) would let the pass run on, and a broker resumed after
+        a SIGSTOP believes it leads until the metadata watch catches up. A probe that fails counts as "no"."""
+        if not self._holds(st, epoch):
+            return False
+        if self.leadership_probe is None:
+            return True
+        try:
+            ok = await self.leadership_probe(st.tip, epoch)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - unknown leadership: do nothing this pass
+            log.warning("cannot confirm leadership", partition=str(st.tip), leader_epoch=epoch, error=repr(e))
+            return False
+        return ok and self._holds(st, epoch)
 
     # ---- copy -----------------------------------------------------------------------------------------------
     async def find_highest_remote_offset(self, ulog: UnifiedLog) -> int | None:
@@ -447,10 +478,13 @@ class RemoteLogManager:
         if ulog.config.values.get("remote.log.copy.disable"):
             return 0
         copied = 0
+        epoch = st.leader_epoch if st is not None else -1
         for seg, end in self.copy_candidates(ulog):
-            if st is not None and st.resigned:
-                break
+            if st is not None and not await self.still_leader(st, epoch):
+                break  # deposed: no new copy (one already in flight finishes, as in Kafka)
             self.metrics.copy_throttle_ms.inc(await self.copy_quota.acquire(seg.size))
+            if st is not None and not await self.still_leader(st, epoch):
+                break  # the quota wait can be long
             await self._copy_segment(ulog, seg, end, st)
             copied += 1
         return copied
@@ -538,8 +572,14 @@ class RemoteLogManager:
     async def expire_remote_segments(
         self, ulog: UnifiedLog, st: _PartitionTasks | None = None, now_ms: int | None = None
     ) -> int:
-        """Apply retention.ms / retention.bytes over local + remote, the log start offset, and orphan cleanup."""
+        """Apply retention.ms / retention.bytes over local + remote, the log start offset, and orphan cleanup.
+
+        With `st` (the leader's task), every deletion first checks that this broker still leads at the epoch the
+        pass started with; the first "no" ends the pass, leaving the rest to the new leader."""
         tip = topic_id_partition(ulog)
+        epoch = st.leader_epoch if st is not None else -1
+        if st is not None and not self._holds(st, epoch):
+            return 0
         now = _now_ms() if now_ms is None else now_ms
         cfg = ulog.config
         listed = time.perf_counter()
@@ -548,21 +588,17 @@ class RemoteLogManager:
         copying = st.copying if st is not None else set()
         doomed: list[RemoteLogSegmentMetadata] = []
         # orphans: failed/abandoned copies (a segment of another lineage goes only once below the log start offset)
+        # Another broker's COPY_SEGMENT_STARTED may be a former leader's copy still in flight (it finishes after
+        # resigning): only once it is older than the grace period is it abandoned.
+        grace_ms = max(self.config.task_interval_ms * 4, 60_000)
         for s in all_segs:
             if s.state == RemoteLogSegmentState.DELETE_SEGMENT_STARTED:
                 doomed.append(s)  # a deletion that failed (remote storage down): retried until done, as Kafka does
-            elif (
-                s.state == COPY_STARTED
-                and s.segment_id not in copying
-                and (
-                    s.end_offset <= ulog.highest_offset_in_remote_storage
-                    or (
-                        s.broker_id == self.broker_id
-                        and now - s.event_timestamp_ms > max(self.config.task_interval_ms * 4, 60_000)
-                    )
-                )
-            ):
-                doomed.append(s)
+            elif s.state == COPY_STARTED and s.segment_id not in copying:
+                aged = now - s.event_timestamp_ms > grace_ms
+                mine = s.broker_id == self.broker_id
+                if (s.end_offset <= ulog.highest_offset_in_remote_storage and (mine or aged)) or (mine and aged):
+                    doomed.append(s)
         kept = []
         for s in finished:
             if s.end_offset < ulog.log_start_offset:
@@ -587,7 +623,12 @@ class RemoteLogManager:
         deleted = 0
         lag = list(doomed)  # RemoteDeleteLag*: eligible for deletion, not deleted yet
         self._update_delete_lag(labels, lag)
+        deposed = False
         for s in doomed:
+            if st is not None and not await self.still_leader(st, epoch):
+                deposed = True
+                log.info("leadership lost: remote expiration pass stopped", partition=str(tip), leader_epoch=epoch)
+                break
             if await self._delete_segment(ulog.topic, s):
                 deleted += 1
                 lag.remove(s)
@@ -596,7 +637,7 @@ class RemoteLogManager:
             new_start = kept[0].start_offset
         else:
             new_start = ulog.local_log_start_offset
-        if deleted and new_start > ulog.log_start_offset:
+        if deleted and not deposed and new_start > ulog.log_start_offset:
             ulog.advance_log_start_offset(new_start)
         self._update_size_metrics(ulog, kept)
         return deleted

@@ -1,8 +1,12 @@
 """An asyncio connection from this broker to another one (followers' Fetch, OffsetForLeaderEpoch, ListOffsets, and
 admin requests forwarded to the controller).
 
-Plain Kafka wire protocol through kafka-python's codec, one request in flight at a time (a ReplicaFetcher owns its
-connection and sends its requests in sequence, as Kafka's fetcher threads do).
+Plain Kafka wire protocol through kafka-python's codec. Each socket has one owner of its read side, a reader task
+that matches every response to its pending request by correlation id (as Kafka's NetworkClient does), so a close
+from another task, a caller that gives up, or several callers at once never leave a half-read frame or a stale
+response for the next request. A request that times out poisons its socket: the socket is closed and every request
+pending on it fails with `BrokerConnectionError` (retriable: the callers back off and retry); the next request opens
+a new socket.
 """
 
 from __future__ import annotations
@@ -16,10 +20,68 @@ from typing import Any
 from strata.protocol.registry import REQUEST_CLASSES, RESPONSE_CLASSES, rewrite_request_header
 
 _SIZE = struct.Struct(">i")
+_CLOSE_WAIT_S = 1.0
 
 
 class BrokerConnectionError(Exception):
     """The peer is unreachable, closed the connection, timed out, or answered garbage."""
+
+
+class _Socket:
+    """One TCP connection: its writer, its reader task, and the requests waiting for a response on it."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: str) -> None:
+        self.reader, self.writer, self.peer = reader, writer, peer
+        self.pending: dict[int, asyncio.Future[bytes]] = {}
+        self.abandoned: set[int] = set()  # requests whose caller stopped waiting: their responses are dropped
+        self.error: BrokerConnectionError | None = None
+        self.task = asyncio.get_running_loop().create_task(self._read_loop(), name=f"broker-client-{peer}")
+
+    async def _read_loop(self) -> None:
+        try:
+            while True:
+                (size,) = _SIZE.unpack(await self.reader.readexactly(4))
+                if size < 4:
+                    raise BrokerConnectionError(f"bad response size {size} from {self.peer}")
+                payload = await self.reader.readexactly(size)
+                (corr,) = _SIZE.unpack_from(payload, 0)
+                fut = self.pending.pop(corr, None)
+                if fut is None:
+                    if corr in self.abandoned:
+                        self.abandoned.discard(corr)
+                        continue
+                    raise BrokerConnectionError(
+                        f"response from {self.peer} with correlation id {corr} matches no request"
+                    )
+                if not fut.done():
+                    fut.set_result(payload)
+        except (OSError, EOFError, asyncio.IncompleteReadError) as e:
+            self.fail(BrokerConnectionError(f"connection to {self.peer} lost: {e!r}"))
+        except BrokerConnectionError as e:
+            self.fail(e)
+        except Exception as e:  # noqa: BLE001 - whatever broke the reader, the requests waiting must hear of it
+            self.fail(BrokerConnectionError(f"reading from {self.peer} failed: {e!r}"))
+
+    def fail(self, error: BrokerConnectionError) -> None:
+        """Close the socket; every request pending on it fails with `error`. Idempotent."""
+        if self.error is not None:
+            return
+        self.error = error
+        pending, self.pending = self.pending, {}
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(error)
+        self.writer.close()
+
+    async def closed(self) -> None:
+        """Wait (bounded) for the reader task and the socket to finish."""
+        if self.task is not asyncio.current_task():
+            self.task.cancel()
+            await asyncio.gather(self.task, return_exceptions=True)
+        try:
+            await asyncio.wait_for(self.writer.wait_closed(), _CLOSE_WAIT_S)
+        except (TimeoutError, OSError):
+            pass
 
 
 class BrokerConnection:
@@ -27,70 +89,103 @@ class BrokerConnection:
         self.host, self.port = host, port
         self.client_id = client_id
         self.timeout_s = timeout_s
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
+        self._sock: _Socket | None = None
         self._corr = itertools.count(1)
+        self._connecting = asyncio.Lock()
+        self._closes = 0  # close() calls: a connect that a close overtook does not install its socket
+
+    @property
+    def peer(self) -> str:
+        return f"{self.host}:{self.port}"
 
     @property
     def connected(self) -> bool:
-        return self._writer is not None and not self._writer.is_closing()
+        return self._sock is not None and self._sock.error is None
 
     async def connect(self) -> None:
-        try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), self.timeout_s)
-        except (TimeoutError, OSError) as e:
-            raise BrokerConnectionError(f"cannot connect to {self.host}:{self.port}: {e!r}") from None
-        self._reader, self._writer = reader, writer
-        sock = writer.get_extra_info("socket")
-        if sock is not None:
+        """Open a socket unless one is open (callers at once share one connect)."""
+        async with self._connecting:
+            if self.connected:
+                return
+            closes = self._closes
             try:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # small fetch requests go at once
-            except OSError:
-                pass
+                reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), self.timeout_s)
+            except (TimeoutError, OSError) as e:
+                raise BrokerConnectionError(f"cannot connect to {self.peer}: {e!r}") from None
+            sock = writer.get_extra_info("socket")
+            if sock is not None:
+                try:
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # small fetch requests go at once
+                except OSError:
+                    pass
+            new = _Socket(reader, writer, self.peer)
+            if closes != self._closes:  # closed while connecting: the close wins
+                new.fail(BrokerConnectionError(f"connection to {self.peer} closed while connecting"))
+                await new.closed()
+                raise new.error or BrokerConnectionError("closed")
+            self._sock = new
 
     async def request(self, api_key: int, version: int, timeout_s: float | None = None, **fields: Any) -> Any:
-        """Send one request and return its decoded response body; the connection is closed on any failure."""
-        corr = next(self._corr) & 0x7FFFFFFF
+        """Send one request and return its decoded response body."""
+        corr = self._next_corr()
         req = REQUEST_CLASSES[api_key][version](**fields)
         req.with_header(correlation_id=corr, client_id=self.client_id)
         payload = await self._roundtrip(bytes(req.encode(header=True, framed=True)), corr, timeout_s)
         try:
             return RESPONSE_CLASSES[api_key].decode(payload, version=version, header=True)
-        except Exception as e:  # noqa: BLE001 - an undecodable response: the stream is out of sync
+        except Exception as e:  # noqa: BLE001 - an undecodable response: the peer is not speaking our protocol
             await self.close()
-            raise BrokerConnectionError(f"bad response from {self.host}:{self.port}: {e!r}") from None
+            raise BrokerConnectionError(f"bad response from {self.peer}: {e!r}") from None
 
     async def forward(self, request: bytes | memoryview, client_id: str | None, timeout_s: float) -> bytes:
         """Send a client's request as it came (under our correlation id and `client_id`); return the response
         payload, header included, undecoded."""
-        corr = next(self._corr) & 0x7FFFFFFF
+        corr = self._next_corr()
         body = rewrite_request_header(request, corr, client_id)
         return await self._roundtrip(_SIZE.pack(len(body)) + body, corr, timeout_s)
+
+    def _next_corr(self) -> int:
+        return next(self._corr) & 0x7FFFFFFF
 
     async def _roundtrip(self, frame: bytes, corr: int, timeout_s: float | None) -> bytes:
         if not self.connected:
             await self.connect()
-        assert self._reader is not None and self._writer is not None
+        sock = self._sock
+        if sock is None or sock.error is not None:  # closed by another task right after connecting
+            raise BrokerConnectionError(f"connection to {self.peer} closed")
+        fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        sock.pending[corr] = fut
+        limit = timeout_s or self.timeout_s
         try:
-            self._writer.write(frame)
-            await self._writer.drain()
-            head = await asyncio.wait_for(self._reader.readexactly(4), timeout_s or self.timeout_s)
-            (size,) = _SIZE.unpack(head)
-            payload = await asyncio.wait_for(self._reader.readexactly(size), self.timeout_s)
-        except (TimeoutError, OSError, EOFError, asyncio.IncompleteReadError) as e:
-            await self.close()
-            raise BrokerConnectionError(f"request to {self.host}:{self.port} failed: {e!r}") from None
-        got = _SIZE.unpack_from(payload, 0)[0] if len(payload) >= 4 else None
-        if got != corr:
-            await self.close()
-            raise BrokerConnectionError(f"correlation id {got} != {corr}")
-        return payload
+            async with asyncio.timeout(limit):
+                sock.writer.write(frame)
+                await sock.writer.drain()
+                return await fut
+        except TimeoutError:
+            err = BrokerConnectionError(f"request to {self.peer} timed out after {limit:.1f}s; connection closed")
+            await self._poison(sock, err)
+            raise err from None
+        except (OSError, RuntimeError) as e:  # the write side failed (reset, or the transport already closed)
+            err = BrokerConnectionError(f"request to {self.peer} failed: {e!r}")
+            await self._poison(sock, err)
+            raise err from None
+        except asyncio.CancelledError:
+            if sock.pending.pop(corr, None) is not None:
+                sock.abandoned.add(corr)  # its response, if it comes, is dropped by the reader
+            raise
+
+    async def _poison(self, sock: _Socket, error: BrokerConnectionError) -> None:
+        """A socket whose state is unknown (a response may still come) is never reused."""
+        sock.fail(error)
+        if self._sock is sock:
+            self._sock = None
+        await sock.closed()
 
     async def close(self) -> None:
-        w, self._writer, self._reader = self._writer, None, None
-        if w is not None:
-            w.close()
-            try:
-                await asyncio.wait_for(w.wait_closed(), 1.0)
-            except (TimeoutError, OSError):
-                pass
+        """Close the socket: every request pending on it fails with BrokerConnectionError; a later request
+        reconnects."""
+        self._closes += 1
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            sock.fail(BrokerConnectionError(f"connection to {self.peer} closed"))
+            await sock.closed()

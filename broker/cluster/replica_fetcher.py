@@ -181,10 +181,15 @@ class ReplicaFetcher:
                 f"broker-{self.rm.broker_id}-fetcher-{self.source_id}",
                 cfg["replica.socket.timeout.ms"] / 1000.0,
             )
-            await conn.connect()
+            try:
+                await conn.connect()
+            except BrokerConnectionError:
+                if self.conn is conn:
+                    raise
+                continue  # closed while connecting (the broker re-registered): connect to what it is now
             if self.conn is conn:
                 return conn
-            await conn.close()  # reset while connecting (the broker re-registered): connect to what it is now
+            await conn.close()  # reset while connecting: connect to what it is now
         raise BrokerConnectionError(f"connection to broker {self.source_id} keeps being reset")
 
     async def request(self, api_key: int, version: int, timeout_s: float | None = None, **fields: Any) -> Any:

@@ -147,6 +147,11 @@ def remote_fetches(c: StrataCluster, i: int, topic: str) -> float:
     return _counter(c, i, "strata_remote_fetch_requests", topic)
 
 
+def remote_deletes(c: StrataCluster, i: int, topic: str) -> float:
+    """Remote segment deletions broker i started for `topic` (RemoteDeleteRequestsPerSec)."""
+    return _counter(c, i, "strata_remote_delete_requests", topic)
+
+
 def aux_state_builds(c: StrataCluster, i: int, topic: str) -> float:
     """Follower rebuilds from remote storage broker i attempted for `topic` (BuildRemoteLogAuxStateRequestsPerSec)."""
     return _counter(c, i, "strata_remote_build_aux_state_requests", topic)

@@ -5,19 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
-from strata.config import default_log_config
-from strata.protocol.records import build_batch
 from strata.remote.local_tiered import LocalTieredStorage
 from strata.remote.metadata import RemoteLogSegmentState as S
 from strata.remote.rlm import RemoteLogManager, RemoteLogManagerConfig, topic_id_partition
-from strata.remote.rlmm import TopicBasedRemoteLogMetadataManager
-from strata.storage.log import UnifiedLog
 from tests.support.waiting import wait_until_async
-from tests.unit.test_rlmm_fake_io import InMemoryMetadataTopicIO
+from tests.unit.test_rlm_deposed import open_tiered_log, started_rlmm
 
 NOW = int(time.time() * 1000)
 
@@ -40,26 +35,9 @@ class GatedStorage(LocalTieredStorage):
 
 def test_a_copy_in_flight_when_leadership_moves_away_finishes_and_no_other_starts(tmp_path: Path) -> None:
     async def scenario() -> None:
-        log = UnifiedLog.open(
-            tmp_path / "t-0",
-            uuid.UUID(int=9),
-            default_log_config(segment_bytes=1024, remote_storage_enable=True),
-            needs_recovery=False,
-        )
-        for _ in range(40):
-            log.append_as_leader(build_batch([b"x" * 100], timestamp=NOW), leader_epoch=0, now_ms=NOW)
-        log.update_high_watermark(log.log_end_offset)
-        assert len(log.segments) > 3
+        log = open_tiered_log(tmp_path / "t-0", NOW)
         tip = topic_id_partition(log)
-        rlmm = TopicBasedRemoteLogMetadataManager(
-            InMemoryMetadataTopicIO(),
-            tmp_path / "rlmm",
-            {"remote.log.metadata.topic.num.partitions": "3", "remote.log.metadata.topic.replication.factor": "1"},
-            broker_id=1,
-            snapshot_interval_s=0,
-        )
-        await rlmm.start()
-        rlmm.on_partition_leadership_changes([tip], [])
+        rlmm = await started_rlmm(tmp_path / "rlmm", tip)
         rsm = GatedStorage(tmp_path / "rsm")
         rlm = RemoteLogManager(
             RemoteLogManagerConfig(task_interval_ms=20), rsm, rlmm, broker_id=1, index_cache_dir=tmp_path / "idx"
