@@ -36,6 +36,24 @@ def key_value(s: str) -> tuple[str, str]:
     return k.strip(), v.strip()
 
 
+def raw_key_value(s: str) -> tuple[str, str]:
+    """argparse type of the console tools' KEY=VALUE properties: the value kept as typed, since separators such
+    as ``key.separator= `` or a tab are whitespace (Kafka does not trim them either)."""
+    k, sep, v = s.partition("=")
+    if not sep or not k.strip():
+        raise argparse.ArgumentTypeError(f"{s!r} is not of the form key=value")
+    return k.strip(), v
+
+
+def add_property_options(p: argparse.ArgumentParser, names: tuple[str, ...], what: str, files: tuple[str, ...]) -> None:
+    """A console tool's ``--property KEY=VALUE`` (repeatable, under Kafka's aliases `names`, into
+    ``args.property``) and its properties-file option (`files`, into ``args.property_file``)."""
+    p.add_argument(
+        *names, dest="property", type=raw_key_value, action="append", default=[], metavar="KEY=VALUE", help=what
+    )
+    p.add_argument(*files, dest="property_file", metavar="FILE", help="the same properties from a file")
+
+
 def add_bootstrap_option(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--bootstrap-server",
@@ -71,3 +89,25 @@ def add_action_command(sub: SubParsers, name: str, help: str, run: Callable[[arg
         return ap
 
     return action
+
+
+class Progress:
+    """Progress of long work on stderr (never stdout, which may be piped into another tool): silent for the first
+    `after` seconds, then one line every `every` seconds, so quick runs print nothing extra."""
+
+    def __init__(self, what: str, total: int | None = None, after: float = 2.0, every: float = 2.0) -> None:
+        import time
+
+        self._clock = time.monotonic
+        self.what, self.total, self.every = what, total, every
+        self._next = self._clock() + after
+        self.shown = False
+
+    def update(self, done: int, unit: str = "") -> None:
+        now = self._clock()
+        if now < self._next:
+            return
+        self._next = now + self.every
+        of = f"/{self.total}" if self.total is not None else ""
+        print(f"{self.what}: {done}{of}{' ' + unit if unit else ''}", file=sys.stderr, flush=True)
+        self.shown = True

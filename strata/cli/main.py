@@ -9,15 +9,27 @@ files offline (``dump-log``).
 from __future__ import annotations
 
 import argparse
+import os
+import signal
+import sys
 
-from . import dump_log, groups, pipeline, remote_log_metadata, serve, topics
+from . import console_consumer, console_producer, dump_log, groups, pipeline, remote_log_metadata, serve, topics
 from .common import Command
 
 # in the order of `strata --help`
-COMMANDS: tuple[Command, ...] = (serve, topics, dump_log, groups, remote_log_metadata, pipeline)
+COMMANDS: tuple[Command, ...] = (
+    serve,
+    topics,
+    dump_log,
+    groups,
+    remote_log_metadata,
+    pipeline,
+    console_producer,
+    console_consumer,
+)
 # The usage line has always listed them in this other order; kept as it was (tests/unit/test_cli_layering.py
 # checks that it names every command).
-USAGE = "{serve,topics,groups,dump-log,remote-log-metadata,pipeline}"
+USAGE = "{serve,topics,groups,dump-log,remote-log-metadata,pipeline,console-producer,console-consumer}"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,5 +42,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    result: int = args.func(args)
+    try:
+        result: int = args.func(args)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # the reader of stdout went away (`strata ... | head`): stop quietly, as a Unix tool killed by SIGPIPE
+        # does; stdout is pointed at /dev/null so that the interpreter's final flush cannot fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # noqa: BLE001 -- a bug or an unforeseen failure: still one line, never a traceback
+        print(f"strata {args.command}: error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
     return result
