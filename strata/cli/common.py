@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from typing import Protocol, TypeAlias
+from typing import Any, Protocol, TypeAlias
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
@@ -70,6 +70,24 @@ def add_timeout_option(p: argparse.ArgumentParser) -> None:
 ActionAdder: TypeAlias = Callable[[str, Callable[..., int], str], argparse.ArgumentParser]
 
 
+def run_action(prog: str, connect: Callable[[str, float], Any], args: argparse.Namespace) -> int:
+    """Run the chosen action (``args.action_func(client, args)``) over one connection; a readable error (AdminError,
+    or the command's own usage error, a subclass of UsageError) becomes one line and exit code 1."""
+    from .admin_client import AdminError
+
+    try:
+        with connect(args.bootstrap_server, args.timeout) as client:
+            result: int = args.action_func(client, args)
+            return result
+    except (AdminError, UsageError) as e:
+        error(prog, str(e))
+        return 1
+
+
+class UsageError(Exception):
+    """Options that do not fit together, found after parsing; printed as one line."""
+
+
 def add_action_command(sub: SubParsers, name: str, help: str, run: Callable[[argparse.Namespace], int]) -> ActionAdder:
     """A command with actions over one broker connection (``strata topics create``, ``strata groups list``):
     --bootstrap-server and --timeout before the action, --bootstrap-server also after it, as kafka-topics.sh
@@ -111,3 +129,9 @@ class Progress:
         of = f"/{self.total}" if self.total is not None else ""
         print(f"{self.what}: {done}{of}{' ' + unit if unit else ''}", file=sys.stderr, flush=True)
         self.shown = True
+
+
+def table(rows: list[list[str]]) -> str:
+    """Left-aligned columns as kafka-consumer-groups.sh prints them (trailing blanks trimmed)."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join(" ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)

@@ -13,7 +13,22 @@ import os
 import signal
 import sys
 
-from . import console_consumer, console_producer, dump_log, groups, pipeline, remote_log_metadata, serve, topics
+from . import (
+    broker_api_versions,
+    console_consumer,
+    console_producer,
+    delete_records,
+    dump_log,
+    get_offsets,
+    groups,
+    leader_election,
+    log_dirs,
+    pipeline,
+    reassign_partitions,
+    remote_log_metadata,
+    serve,
+    topics,
+)
 from .common import Command
 
 # in the order of `strata --help`
@@ -26,10 +41,19 @@ COMMANDS: tuple[Command, ...] = (
     pipeline,
     console_producer,
     console_consumer,
+    get_offsets,
+    delete_records,
+    log_dirs,
+    broker_api_versions,
+    reassign_partitions,
+    leader_election,
 )
 # The usage line has always listed them in this other order; kept as it was (tests/unit/test_cli_layering.py
 # checks that it names every command).
-USAGE = "{serve,topics,groups,dump-log,remote-log-metadata,pipeline,console-producer,console-consumer}"
+USAGE = (
+    "{serve,topics,groups,dump-log,remote-log-metadata,pipeline,console-producer,console-consumer,"
+    "get-offsets,delete-records,log-dirs,broker-api-versions,reassign-partitions,leader-election}"
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
