@@ -17,6 +17,7 @@ from . import (
     broker_api_versions,
     console_consumer,
     console_producer,
+    consumer_perf_test,
     delete_records,
     dump_log,
     get_offsets,
@@ -24,6 +25,7 @@ from . import (
     leader_election,
     log_dirs,
     pipeline,
+    producer_perf_test,
     reassign_partitions,
     remote_log_metadata,
     serve,
@@ -47,12 +49,15 @@ COMMANDS: tuple[Command, ...] = (
     broker_api_versions,
     reassign_partitions,
     leader_election,
+    producer_perf_test,
+    consumer_perf_test,
 )
 # The usage line has always listed them in this other order; kept as it was (tests/unit/test_cli_layering.py
 # checks that it names every command).
 USAGE = (
     "{serve,topics,groups,dump-log,remote-log-metadata,pipeline,console-producer,console-consumer,"
-    "get-offsets,delete-records,log-dirs,broker-api-versions,reassign-partitions,leader-election}"
+    "get-offsets,delete-records,log-dirs,broker-api-versions,reassign-partitions,leader-election,"
+    "producer-perf-test,consumer-perf-test}"
 )
 
 
