@@ -130,6 +130,9 @@ class Progress:
         print(f"{self.what}: {done}{of}{' ' + unit if unit else ''}", file=sys.stderr, flush=True)
         self.shown = True
 
+    def percent(self, done: int, total: int) -> None:
+        self.update(done * 100 // max(total, 1), "% done")
+
 
 def table(rows: list[list[str]]) -> str:
     """Left-aligned columns as kafka-consumer-groups.sh prints them (trailing blanks trimmed)."""
