@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + signal.SIGPIPE
     except KeyboardInterrupt:
         return 130
-    except Exception as e:  # noqa: BLE001 -- a tool's bug or unforeseen failure: one line, never a traceback
+    except Exception as e:  # a tool's bug or an unforeseen failure: one line, never a traceback
         if args.command in ("serve", "pipeline"):
             raise  # a server or a Spark job that dies keeps its traceback for its log
         print(f"strata {args.command}: error: {type(e).__name__}: {e}", file=sys.stderr)
