@@ -140,6 +140,9 @@ def test_consumer_start_positions_and_exits(module_broker):
     r = consume(b, "--topic", "con-pos", "--from-timestamp", str(base + 3500), "--timeout-ms", "3000")
     assert sorted(ok(r).split()) == ["p0-4", "p1-4"]
 
+    r = consume(b, "--include", "con-p.s", "--from-beginning", "--max-messages", "10")  # a regex over topics
+    assert sorted(ok(r).split()) == sorted(f"p{p}-{i}" for p in (0, 1) for i in range(5))
+
     # latest (the default): nothing to print, --timeout-ms ends the run
     r = consume(b, "--topic", "con-pos", "--timeout-ms", "1500")
     assert ok(r) == "" and "Processed a total of 0 messages" in r.stderr
