@@ -93,8 +93,9 @@ def run(args: argparse.Namespace) -> int:
         error(PROG, f"bad producer setting: {e}")
         return 2
     try:
-        for n, line in enumerate(sys.stdin, start=1):
-            headers, key, value = reader.parse(line.rstrip("\r\n") if line.endswith("\n") else line, n)
+        for n, raw in enumerate(sys.stdin.buffer, start=1):  # UTF-8 whatever the locale, as Kafka's reader
+            line = raw.decode("utf-8", "replace").removesuffix("\n").removesuffix("\r")
+            headers, key, value = reader.parse(line, n)
             if any(v is None for _, v in headers) or (key is None and value is None):
                 # kafka-python's producer refuses both (Kafka's does not): say so instead of its TypeError
                 raise FormatError(
