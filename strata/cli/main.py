@@ -1,9 +1,10 @@
-"""``strata`` command line: argument parsing and subcommand dispatch.
+"""``strata`` command line: argument parsing, subcommand dispatch, and what every subcommand shares at the top:
+quiet exit when stdout's reader goes away (``| head``), one error line instead of a traceback.
 
 Each subcommand is a module of this package (see strata.cli.common.Command); adding one means writing that
-module and naming it in COMMANDS and USAGE. Only ``serve`` imports the broker runtime; the others speak the
-Kafka protocol through strata.cli.admin_client, so they work against any Kafka-compatible broker, or read
-files offline (``dump-log``).
+module and naming it in COMMANDS and USAGE. Only ``serve`` imports the broker runtime; the admin commands speak
+the Kafka protocol through strata.cli.admin_client, the data-path ones (console producer/consumer, perf tests)
+through kafka-python's clients, so they work against any Kafka-compatible broker; ``dump-log`` reads files offline.
 """
 
 from __future__ import annotations
