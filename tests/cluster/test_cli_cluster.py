@@ -56,7 +56,7 @@ def test_groups_list_merges_every_coordinator(cluster: StrataCluster) -> None:
     assert sorted(g for g in listed if g.startswith("cl-grp-")) == sorted(ids)
 
 
-def test_leader_election_restores_the_preferred_leader(cluster: StrataCluster) -> None:
+def test_leader_election_restores_the_preferred_leader(cluster: StrataCluster, tmp_path: Path) -> None:
     c = cluster
     c.create_topic("cl-el", 1, 3)
     preferred = c.replicas_of("cl-el", 0)[0]
@@ -70,6 +70,18 @@ def test_leader_election_restores_the_preferred_leader(cluster: StrataCluster) -
     c.wait_leader("cl-el", 0, among=[preferred])
     out = ok(strata(*run, "--topic", "cl-el", "--partition", "0"))
     assert out.splitlines() == ["Valid replica already elected for partitions cl-el-0"]
+    spec = tmp_path / "elect.json"
+    spec.write_text(json.dumps({"partitions": [{"topic": "cl-el", "partition": 0}]}))
+    out = ok(strata(*run, "--path-to-json-file", str(spec)))
+    assert out.splitlines() == ["Valid replica already elected for partitions cl-el-0"]
+
+    c.restart(preferred)  # again, then every partition that needs it at once
+    c.wait_isr("cl-el", 0)
+    assert c.leader_of("cl-el", 0) != preferred
+    out = ok(strata(*run, "--all-topic-partitions")).splitlines()
+    assert out[0].startswith("Successfully completed leader election (PREFERRED) for partitions ")
+    assert "cl-el-0" in out[0].split("partitions ", 1)[1].split(", ")
+    c.wait_leader("cl-el", 0, among=[preferred])
     assert fails(strata(*run, "--partition", "0"), 1).endswith(
         "exactly one of --topic, --path-to-json-file or --all-topic-partitions is required"
     )
