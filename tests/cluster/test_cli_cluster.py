@@ -78,9 +78,9 @@ def test_leader_election_restores_the_preferred_leader(cluster: StrataCluster, t
     c.restart(preferred)  # again, then every partition that needs it at once
     c.wait_isr("cl-el", 0)
     assert c.leader_of("cl-el", 0) != preferred
-    out = ok(strata(*run, "--all-topic-partitions")).splitlines()
-    assert out[0].startswith("Successfully completed leader election (PREFERRED) for partitions ")
-    assert "cl-el-0" in out[0].split("partitions ", 1)[1].split(", ")
+    first = ok(strata(*run, "--all-topic-partitions")).splitlines()[0]
+    assert first.startswith("Successfully completed leader election (PREFERRED) for partitions ")
+    assert "cl-el-0" in first.split("partitions ", 1)[1].split(", ")
     c.wait_leader("cl-el", 0, among=[preferred])
     assert fails(strata(*run, "--partition", "0"), 1).endswith(
         "exactly one of --topic, --path-to-json-file or --all-topic-partitions is required"
