@@ -1,6 +1,7 @@
-"""The `strata` commands that need a cluster, run as a user runs them against three brokers on etcd:
-`groups list` sees the groups of every coordinator, `leader-election` moves leadership back to the preferred
-replica, `reassign-partitions` generate/execute/verify moves a replica to another broker (data still readable)."""
+"""The `strata` commands that need a cluster, run as a user runs them against three brokers on etcd: `groups list`
+sees the groups of every coordinator, `leader-election` moves leadership back to the preferred replica,
+`reassign-partitions` generate/execute/verify moves a replica to another broker (data still readable), `log-dirs`
+and `broker-api-versions` ask every broker."""
 
 from __future__ import annotations
 
@@ -140,3 +141,25 @@ def test_reassign_generate_execute_verify(cluster: StrataCluster, tmp_path: Path
 
     plan.write_text(json.dumps({"partitions": [{"topic": "cl-ra", "partition": 0, "replicas": [9]}]}))
     assert fails(strata(*run, "execute", "--reassignment-json-file", str(plan)), 1).endswith("Unknown broker id(s): 9")
+
+
+def test_log_dirs_and_api_versions_ask_every_broker(cluster: StrataCluster) -> None:
+    c = cluster
+    c.create_topic("cl-ld", 1, 2)
+    holders = set(c.replicas_of("cl-ld", 0))
+    out = ok(strata("log-dirs", "--bootstrap-server", c.broker(1).bootstrap, "describe", "--topic-list", "cl-ld"))
+    lines = out.splitlines()
+    assert lines[1] == "Received log directory information from brokers 1,2,3"
+    doc = json.loads(lines[2])
+    found = {
+        br["broker"]
+        for br in doc["brokers"]
+        for d in br["logDirs"]
+        for p in d["partitions"]
+        if p["partition"] == "cl-ld-0"
+    }
+    assert found == holders
+
+    out = ok(strata("broker-api-versions", "--bootstrap-server", c.broker(2).bootstrap))
+    heads = [line for line in out.splitlines() if line.endswith(" -> (")]
+    assert [h.split(" (id: ")[1].split(" ")[0] for h in heads] == ["1", "2", "3"]
