@@ -1,5 +1,8 @@
-"""Dump `.log`, `.index` and `.timeindex` files as text in the format of Kafka's `kafka-dump-log.sh`
-(DumpLogSegments), so operators can diff Strata's files against Kafka's and tools that parse that output work.
+"""Dump `.log`, `.index`, `.timeindex`, `.txnindex` and producer-state `.snapshot` files as text in the format of
+Kafka's `kafka-dump-log.sh` (DumpLogSegments), so operators can diff Strata's files against Kafka's and tools that
+parse that output work. Also reads what Kafka's tool does not: `leader-epoch-checkpoint` files, and the files of a
+remote segment (`<base offset 20 digits>-<segment id>.log`, `.index`, ..., `.leader_epoch_checkpoint`) as the
+LocalTieredStorage writes them or as downloaded from S3.
 
     python -m strata.storage.dump --files 00000000000000000000.log[,...] [--print-data-log] [--deep-iteration]
 """
@@ -7,9 +10,13 @@
 from __future__ import annotations
 
 import argparse
+import mmap
 import os
+import re
 import struct
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
@@ -23,7 +30,44 @@ from strata.protocol.records import (
     iter_records,
 )
 
+from .checkpoints import CheckpointFormatError
+from .epoch_cache import decode_checkpoint
 from .index import OffsetIndex, TimeIndex
+from .producer_state import CorruptSnapshotError, decode_snapshot
+
+#: called with (bytes done, bytes in all) while a big file is read, for progress lines
+ProgressFn = Callable[[int, int], None]
+# `<base offset>.log` (local) or `<base offset>-<segment id, base64url>.log` (remote fileset)
+_BASE_OFFSET = re.compile(r"(\d{20})(?:-[A-Za-z0-9_-]+)?\.")
+_TXN_ENTRY = struct.Struct(">hqqqq")  # version, producerId, firstOffset, lastOffset, lastStableOffset
+
+
+def base_offset(path: Path) -> int:
+    """The base offset a segment file's name carries (ValueError when it carries none)."""
+    m = _BASE_OFFSET.match(path.name)
+    if not m:
+        raise ValueError(f"{path.name} is not named <20-digit offset>[-<segment id>].<suffix>")
+    return int(m.group(1))
+
+
+@contextmanager
+def _mapped(path: Path) -> Iterator[bytes | memoryview]:
+    """The file's bytes without reading them all into memory (a segment may be a GiB)."""
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            yield b""
+            return
+        m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        view = memoryview(m)
+        try:
+            yield view
+        finally:
+            try:
+                view.release()
+                m.close()
+            except BufferError:  # a slice still alive; the mapping goes with the process
+                pass
+
 
 _CONTROL_TYPES = {
     0: "ABORT",
@@ -71,11 +115,28 @@ def _control_suffix(key: bytes | None, value: bytes | None) -> str:
     return f" controlType: {name}({type_id})"
 
 
-def dump_log(path: Path, out: TextIO, err: TextIO, print_data_log: bool = False, deep: bool = False) -> None:
-    deep = deep or print_data_log
-    if path.name.endswith(".log"):
-        out.write(f"Log starting offset: {int(path.name.split('.')[0])}\n")
-    data = path.read_bytes()
+def dump_log(
+    path: Path,
+    out: TextIO,
+    err: TextIO,
+    print_data_log: bool = False,
+    deep: bool = False,
+    progress: ProgressFn | None = None,
+) -> None:
+    out.write(f"Log starting offset: {base_offset(path)}\n")
+    with _mapped(path) as data:
+        _dump_batches(path, data, out, err, print_data_log, deep or print_data_log, progress)
+
+
+def _dump_batches(
+    path: Path,
+    data: bytes | memoryview,
+    out: TextIO,
+    err: TextIO,
+    print_data_log: bool,
+    deep: bool,
+    progress: ProgressFn | None,
+) -> None:
     pos = 0
     last_offset = -1
     gaps: list[tuple[int, int]] = []
@@ -105,6 +166,8 @@ def dump_log(path: Path, out: TextIO, err: TextIO, print_data_log: bool = False,
                         line += f" payload: {_text(r.value)}"
                 out.write(line + "\n")
         pos += h.size
+        if progress is not None:
+            progress(pos, len(data))
     if pos < len(data):
         out.write(f"Found {len(data) - pos} invalid bytes at the end of {path.name}\n")
     if gaps:
@@ -128,7 +191,7 @@ def _open_log_data(path: Path) -> bytes:
 
 
 def dump_index(path: Path, out: TextIO, err: TextIO) -> None:
-    base = int(path.name.split(".")[0])
+    base = base_offset(path)
     idx = OffsetIndex(path, base, os.path.getsize(path) or 8)
     try:
         if idx.entries == 0:
@@ -154,7 +217,7 @@ def dump_index(path: Path, out: TextIO, err: TextIO) -> None:
 
 
 def dump_time_index(path: Path, out: TextIO, err: TextIO) -> None:
-    base = int(path.name.split(".")[0])
+    base = base_offset(path)
     ti = TimeIndex(path, base, os.path.getsize(path) or 12)
     index_path = path.with_name(path.name.split(".")[0] + ".index")
     oi = (
@@ -212,6 +275,52 @@ def dump_time_index(path: Path, out: TextIO, err: TextIO) -> None:
             err.write(f"Indexed offset: {a}, found log offset: {b}\n")
 
 
+def dump_producer_snapshot(path: Path, out: TextIO, err: TextIO) -> None:
+    """Producer state as DumpLogSegments prints it (one line per producer, with its last batch)."""
+    try:
+        entries = decode_snapshot(path.read_bytes())
+    except CorruptSnapshotError as exc:
+        err.write(f"{exc}\n")
+        return
+    for e in entries:
+        txn = f"OptionalLong[{e.current_txn_first_offset}]" if e.current_txn_first_offset >= 0 else "OptionalLong.empty"
+        line = (
+            f"producerId: {e.producer_id} producerEpoch: {e.producer_epoch} coordinatorEpoch: {e.coordinator_epoch} "
+            f"currentTxnFirstOffset: {txn} lastTimestamp: {e.last_timestamp} "
+        )
+        if e.batches:
+            b = e.batches[0]
+            line += (
+                f"firstSequence: {b.first_seq} lastSequence: {b.last_seq} lastOffset: {b.last_offset} "
+                f"offsetDelta: {b.offset_delta} timestamp: {b.timestamp}"
+            )
+        out.write(line + "\n")
+
+
+def dump_txn_index(path: Path, out: TextIO, err: TextIO) -> None:
+    """Aborted transactions, one line each as DumpLogSegments prints them."""
+    data = path.read_bytes()
+    usable = len(data) - len(data) % _TXN_ENTRY.size
+    for pos in range(0, usable, _TXN_ENTRY.size):
+        version, pid, first, last, lso = _TXN_ENTRY.unpack_from(data, pos)
+        out.write(
+            f"version: {version} producerId: {pid} firstOffset: {first} lastOffset: {last} lastStableOffset: {lso}\n"
+        )
+    if usable != len(data):
+        err.write(f"Found {len(data) - usable} invalid bytes at the end of {path.name}\n")
+
+
+def dump_epoch_checkpoint(path: Path, out: TextIO, err: TextIO) -> None:
+    """A leader-epoch checkpoint: the first offset of each leader epoch (not in Kafka's tool)."""
+    try:
+        entries = decode_checkpoint(path.read_bytes(), path.name)
+    except CheckpointFormatError as exc:
+        err.write(f"{exc}\n")
+        return
+    for entry in entries:
+        out.write(f"epoch: {entry.epoch} startOffset: {entry.start_offset}\n")
+
+
 def dump_file(
     path: Path,
     out: TextIO | None = None,
@@ -219,24 +328,32 @@ def dump_file(
     *,
     print_data_log: bool = False,
     deep_iteration: bool = False,
+    progress: ProgressFn | None = None,
 ) -> None:
     out = sys.stdout if out is None else out
     err = sys.stderr if err is None else err
     path = Path(path)
     out.write(f"Dumping {path}\n")
-    if path.name.endswith(".log"):
-        dump_log(path, out, err, print_data_log, deep_iteration)
-    elif path.name.endswith(".index"):
+    name = path.name
+    if name.endswith(".log"):
+        dump_log(path, out, err, print_data_log, deep_iteration, progress)
+    elif name.endswith(".index"):
         dump_index(path, out, err)
-    elif path.name.endswith(".timeindex"):
+    elif name.endswith(".timeindex"):
         dump_time_index(path, out, err)
+    elif name.endswith(".txnindex"):
+        dump_txn_index(path, out, err)
+    elif name.endswith(".snapshot"):
+        dump_producer_snapshot(path, out, err)
+    elif name == "leader-epoch-checkpoint" or name.endswith(".leader_epoch_checkpoint"):
+        dump_epoch_checkpoint(path, out, err)
     else:
         err.write(f"Ignoring unknown file {path}\n")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="strata dump-log", description="Dump Kafka-format log segment files.")
-    ap.add_argument("--files", help="comma-separated .log/.index/.timeindex files")
+    ap.add_argument("--files", help="comma-separated segment, index, snapshot or checkpoint files")
     ap.add_argument("paths", nargs="*", help="files (alternative to --files)")
     ap.add_argument("--print-data-log", action="store_true", help="print record keys and payloads")
     ap.add_argument("--deep-iteration", action="store_true", help="print record metadata")

@@ -74,6 +74,9 @@ def _at_controller(request: Callable[P, T]) -> Callable[P, T]:
     return run
 
 
+at_controller = _at_controller  # for the requests subcommand modules send themselves (ElectLeaders, ...)
+
+
 @dataclass
 class PartitionDescription:
     partition: int
@@ -87,6 +90,17 @@ class PartitionDescription:
     local_log_start_offset: int | None = None  # ListOffsets -4 (v8+); None when the broker cannot answer it
     latest_tiered_offset: int | None = None  # ListOffsets -5 (v9+): highest offset in remote storage, -1: none
     local_size: int | None = None  # DescribeLogDirs on the leader: bytes of its local segments
+
+
+@dataclass
+class BrokerNode:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+    def __str__(self) -> str:  # as Kafka's Node.toString, which its tools print
+        return f"{self.host}:{self.port} (id: {self.node_id} rack: {self.rack if self.rack is not None else 'null'})"
 
 
 @dataclass
@@ -245,6 +259,32 @@ class AdminClient:
     def list_topics(self, include_internal: bool = True) -> list[str]:
         resp = self.metadata(None)
         return sorted(t.name for t in resp.topics if include_internal or not t.is_internal)
+
+    def all_partitions(self, include_internal: bool = True) -> dict[str, list[int]]:
+        """Every topic's partition ids (one Metadata request)."""
+        resp = self.metadata(None)
+        return {
+            t.name: sorted(p.partition_index for p in t.partitions)
+            for t in resp.topics
+            if not t.error_code and (include_internal or not t.is_internal)
+        }
+
+    def brokers(self) -> list[BrokerNode]:
+        """The cluster's live brokers, by id (Metadata)."""
+        resp = self.metadata([])
+        return sorted(
+            (BrokerNode(b.node_id, b.host, b.port, getattr(b, "rack", None)) for b in resp.brokers),
+            key=lambda b: b.node_id,
+        )
+
+    def peer(self, host: str, port: int) -> AdminClient:
+        """A connection to another broker of the cluster (this one for its own address), kept until close()."""
+        if (host, port) == (self.host, self.port):
+            return self
+        key = (host, port)
+        if key not in self._peers:
+            self._peers[key] = AdminClient(f"{host}:{port}", self.timeout)
+        return self._peers[key]
 
     def topic_partitions(self, topic: str) -> list[int]:
         """The partition ids of one topic (AdminError when it does not exist)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from typing import Protocol, TypeAlias
+from typing import Any, Protocol, TypeAlias
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
@@ -36,6 +36,24 @@ def key_value(s: str) -> tuple[str, str]:
     return k.strip(), v.strip()
 
 
+def raw_key_value(s: str) -> tuple[str, str]:
+    """argparse type of the console tools' KEY=VALUE properties: the value kept as typed, since separators such
+    as ``key.separator= `` or a tab are whitespace (Kafka does not trim them either)."""
+    k, sep, v = s.partition("=")
+    if not sep or not k.strip():
+        raise argparse.ArgumentTypeError(f"{s!r} is not of the form key=value")
+    return k.strip(), v
+
+
+def add_property_options(p: argparse.ArgumentParser, names: tuple[str, ...], what: str, files: tuple[str, ...]) -> None:
+    """A console tool's ``--property KEY=VALUE`` (repeatable, under Kafka's aliases `names`, into
+    ``args.property``) and its properties-file option (`files`, into ``args.property_file``)."""
+    p.add_argument(
+        *names, dest="property", type=raw_key_value, action="append", default=[], metavar="KEY=VALUE", help=what
+    )
+    p.add_argument(*files, dest="property_file", metavar="FILE", help="the same properties from a file")
+
+
 def add_bootstrap_option(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--bootstrap-server",
@@ -50,6 +68,24 @@ def add_timeout_option(p: argparse.ArgumentParser) -> None:
 
 
 ActionAdder: TypeAlias = Callable[[str, Callable[..., int], str], argparse.ArgumentParser]
+
+
+def run_action(prog: str, connect: Callable[[str, float], Any], args: argparse.Namespace) -> int:
+    """Run the chosen action (``args.action_func(client, args)``) over one connection; a readable error (AdminError,
+    or the command's own usage error, a subclass of UsageError) becomes one line and exit code 1."""
+    from .admin_client import AdminError
+
+    try:
+        with connect(args.bootstrap_server, args.timeout) as client:
+            result: int = args.action_func(client, args)
+            return result
+    except (AdminError, UsageError) as e:
+        error(prog, str(e))
+        return 1
+
+
+class UsageError(Exception):
+    """Options that do not fit together, found after parsing; printed as one line."""
 
 
 def add_action_command(sub: SubParsers, name: str, help: str, run: Callable[[argparse.Namespace], int]) -> ActionAdder:
@@ -71,3 +107,34 @@ def add_action_command(sub: SubParsers, name: str, help: str, run: Callable[[arg
         return ap
 
     return action
+
+
+class Progress:
+    """Progress of long work on stderr (never stdout, which may be piped into another tool): silent for the first
+    `after` seconds, then one line every `every` seconds, so quick runs print nothing extra."""
+
+    def __init__(self, what: str, total: int | None = None, after: float = 2.0, every: float = 2.0) -> None:
+        import time
+
+        self._clock = time.monotonic
+        self.what, self.total, self.every = what, total, every
+        self._next = self._clock() + after
+        self.shown = False
+
+    def update(self, done: int, unit: str = "") -> None:
+        now = self._clock()
+        if now < self._next:
+            return
+        self._next = now + self.every
+        of = f"/{self.total}" if self.total is not None else ""
+        print(f"{self.what}: {done}{of}{' ' + unit if unit else ''}", file=sys.stderr, flush=True)
+        self.shown = True
+
+    def percent(self, done: int, total: int) -> None:
+        self.update(done * 100 // max(total, 1), "% done")
+
+
+def table(rows: list[list[str]]) -> str:
+    """Left-aligned columns as kafka-consumer-groups.sh prints them (trailing blanks trimmed)."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join(" ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)

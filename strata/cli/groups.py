@@ -15,8 +15,9 @@ from strata.protocol.consumer_protocol import PROTOCOL_TYPE, ConsumerProtocolErr
 from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import REQUEST_CLASSES, ApiKey
 
-from .admin_client import EARLIEST, LATEST, AdminClient, AdminError, check_error, error_text
-from .common import SubParsers, add_action_command, error
+from . import group_offsets
+from .admin_client import LATEST, AdminClient, AdminError, check_error, error_text
+from .common import SubParsers, add_action_command, error, table
 
 NAME = "groups"
 
@@ -53,17 +54,6 @@ class ListedGroup:
 class GroupAdmin(AdminClient):
     """AdminClient plus the group APIs. Requests for a group go to its coordinator."""
 
-    def __init__(self, bootstrap: str = "127.0.0.1:9092", timeout: float = 30.0) -> None:
-        super().__init__(bootstrap, timeout)
-        self._bootstrap = bootstrap
-        self._coordinators: dict[tuple[str, int], AdminClient] = {}
-
-    def close(self) -> None:
-        for c in self._coordinators.values():
-            c.close()
-        self._coordinators.clear()
-        super().close()
-
     # -- plumbing --------------------------------------------------------------------------------------------
     def find_coordinator(self, group: str) -> tuple[int, str, int]:
         v = self.api_version(ApiKey.FIND_COORDINATOR)
@@ -81,34 +71,18 @@ class GroupAdmin(AdminClient):
 
     def _coordinator(self, group: str) -> AdminClient:
         _, host, port = self.find_coordinator(group)
-        if (host, port) == (self.host, self.port):
-            return self
-        key = (host, port)
-        if key not in self._coordinators:
-            self._coordinators[key] = AdminClient(f"{host}:{port}", self.timeout)
-        return self._coordinators[key]
+        return self.peer(host, port)
 
     # -- groups ----------------------------------------------------------------------------------------------
     def list_groups(self, states: list[str] | None = None) -> list[ListedGroup]:
-        v = self.api_version(ApiKey.LIST_GROUPS)
-        fields: dict[str, Any] = {}
-        if v >= 4:
-            fields["states_filter"] = list(states or [])
-        elif states:
-            raise AdminError("the broker cannot filter groups by state (ListGroups < v4)")
-        if v >= 5:
-            fields["types_filter"] = []
-        resp = self.request(ApiKey.LIST_GROUPS, v, **fields)
-        check_error(resp.error_code, what="ListGroups: ")
-        return sorted(
-            (
-                ListedGroup(
-                    g.group_id, g.protocol_type, getattr(g, "group_state", "") or "", getattr(g, "group_type", "") or ""
-                )
-                for g in resp.groups
-            ),
-            key=lambda g: g.group_id,
-        )
+        """Every group of the cluster: ListGroups answers only the groups its broker coordinates, so it goes to
+        every broker and the answers are merged, as Kafka's admin client does."""
+        merged: dict[str, ListedGroup] = {}
+        conns: list[AdminClient] = [self.peer(n.host, n.port) for n in self.brokers()] or [self]
+        for conn in conns:
+            for g in _list_groups_at(conn, states):
+                merged[g.group_id] = g
+        return [merged[g] for g in sorted(merged)]
 
     def describe_group(self, group: str) -> GroupDescription:
         c = self._coordinator(group)
@@ -228,17 +202,31 @@ class GroupAdmin(AdminClient):
         return {p.partition_index: p.error_code for t in resp.topics for p in t.partitions}
 
 
+def _list_groups_at(conn: AdminClient, states: list[str] | None) -> list[ListedGroup]:
+    v = conn.api_version(ApiKey.LIST_GROUPS)
+    fields: dict[str, Any] = {}
+    if v >= 4:
+        fields["states_filter"] = list(states or [])
+    elif states:
+        raise AdminError("the broker cannot filter groups by state (ListGroups < v4)")
+    if v >= 5:
+        fields["types_filter"] = []
+    resp = conn.request(ApiKey.LIST_GROUPS, v, **fields)
+    check_error(resp.error_code, what=f"ListGroups at {conn.host}:{conn.port}: ")
+    return [
+        ListedGroup(
+            g.group_id, g.protocol_type, getattr(g, "group_state", "") or "", getattr(g, "group_type", "") or ""
+        )
+        for g in resp.groups
+    ]
+
+
 # =============================================================================================================
 # `strata groups`
-def _table(rows: list[list[str]]) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join(" ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
-
-
 def _groups_list(a: GroupAdmin, args: argparse.Namespace) -> int:
     groups = a.list_groups([args.state] if args.state else None)
     if args.state:
-        print(_table([["GROUP", "STATE"]] + [[g.group_id, g.state] for g in groups]))
+        print(table([["GROUP", "STATE"]] + [[g.group_id, g.state] for g in groups]))
     else:
         for g in groups:
             print(g.group_id)
@@ -291,7 +279,7 @@ def _groups_describe(a: GroupAdmin, args: argparse.Namespace) -> int:
         if not m.partitions():
             rows.append([group, "-", "-", "-", "-", "-", m.member_id, m.host, m.client_id])
     print()
-    print(_table(rows))
+    print(table(rows))
     print(f"\nState: {desc.state}  Members: {len(desc.members)}")
     return 0
 
@@ -310,37 +298,6 @@ def _groups_delete(a: GroupAdmin, args: argparse.Namespace) -> int:
     return 0
 
 
-def _groups_reset(a: GroupAdmin, args: argparse.Namespace) -> int:
-    group = args.group
-    desc = a.describe_group(group)
-    if desc.state not in ("Empty", "Dead"):
-        raise AdminError(
-            f"Assignments can only be reset if the group '{group}' is inactive, but the current state is {desc.state}."
-        )
-    topic, _, plist = args.topic.partition(":")
-    parts = [int(x) for x in plist.split(",") if x] if plist else a.topic_partitions(topic)
-    starts = a.list_offsets(topic, parts, EARLIEST)
-    ends = a.list_offsets(topic, parts, LATEST)
-    plan: dict[tuple[str, int], int] = {}
-    for p in parts:
-        if args.to_earliest:
-            target = starts[p]
-        elif args.to_latest:
-            target = ends[p]
-        else:
-            target = min(max(args.to_offset, starts[p]), ends[p])  # clamped into the log, as Kafka does
-        plan[(topic, p)] = target
-    if args.execute:
-        a.commit_offsets(group, plan)
-    rows = [["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]]
-    rows += [[group, t, str(p), str(o)] for (t, p), o in sorted(plan.items())]
-    print()
-    print(_table(rows))
-    if not args.execute:
-        print("\n(dry run: nothing was changed; add --execute to commit these offsets)")
-    return 0
-
-
 def run(args: argparse.Namespace) -> int:
     try:
         with GroupAdmin(args.bootstrap_server, timeout=args.timeout) as a:
@@ -352,19 +309,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(sub: SubParsers) -> None:
-    action = add_action_command(sub, NAME, "list, describe, delete consumer groups or reset their offsets", run)
+    action = add_action_command(sub, NAME, "list, describe, delete consumer groups, reset or delete their offsets", run)
     ls = action("list", _groups_list, "group ids")
     ls.add_argument("--state", help="only groups in this state (Empty, Stable, PreparingRebalance, ...)")
     d = action("describe", _groups_describe, "offsets, log end offsets, lag and members")
     d.add_argument("--group", required=True)
     x = action("delete", _groups_delete, "delete empty groups and their offsets")
     x.add_argument("--group", required=True, action="append", help="repeatable")
-    r = action("reset-offsets", _groups_reset, "move an inactive group's committed offsets")
-    r.add_argument("--group", required=True)
-    r.add_argument("--topic", required=True, help="TOPIC or TOPIC:P1,P2")
-    to = r.add_mutually_exclusive_group(required=True)
-    to.add_argument("--to-earliest", action="store_true")
-    to.add_argument("--to-latest", action="store_true")
-    to.add_argument("--to-offset", type=int, metavar="N")
-    r.add_argument("--execute", action="store_true", help="commit (default: print the plan only)")
-    r.add_argument("--dry-run", action="store_true", help="print the plan only (the default)")
+    group_offsets.register_actions(action)

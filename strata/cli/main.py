@@ -1,23 +1,65 @@
-"""``strata`` command line: argument parsing and subcommand dispatch.
+"""``strata`` command line: argument parsing, subcommand dispatch, and what every subcommand shares at the top:
+quiet exit when stdout's reader goes away (``| head``), one error line instead of a traceback.
 
 Each subcommand is a module of this package (see strata.cli.common.Command); adding one means writing that
-module and naming it in COMMANDS and USAGE. Only ``serve`` imports the broker runtime; the others speak the
-Kafka protocol through strata.cli.admin_client, so they work against any Kafka-compatible broker, or read
-files offline (``dump-log``).
+module and naming it in COMMANDS and USAGE. Only ``serve`` imports the broker runtime; the admin commands speak
+the Kafka protocol through strata.cli.admin_client, the data-path ones (console producer/consumer, perf tests)
+through kafka-python's clients, so they work against any Kafka-compatible broker; ``dump-log`` reads files offline.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
+import sys
 
-from . import dump_log, groups, pipeline, remote_log_metadata, serve, topics
+from . import (
+    broker_api_versions,
+    console_consumer,
+    console_producer,
+    consumer_perf_test,
+    delete_records,
+    dump_log,
+    get_offsets,
+    groups,
+    leader_election,
+    log_dirs,
+    pipeline,
+    producer_perf_test,
+    reassign_partitions,
+    remote_log_metadata,
+    serve,
+    topics,
+)
 from .common import Command
 
 # in the order of `strata --help`
-COMMANDS: tuple[Command, ...] = (serve, topics, dump_log, groups, remote_log_metadata, pipeline)
+COMMANDS: tuple[Command, ...] = (
+    serve,
+    topics,
+    dump_log,
+    groups,
+    remote_log_metadata,
+    pipeline,
+    console_producer,
+    console_consumer,
+    get_offsets,
+    delete_records,
+    log_dirs,
+    broker_api_versions,
+    reassign_partitions,
+    leader_election,
+    producer_perf_test,
+    consumer_perf_test,
+)
 # The usage line has always listed them in this other order; kept as it was (tests/unit/test_cli_layering.py
 # checks that it names every command).
-USAGE = "{serve,topics,groups,dump-log,remote-log-metadata,pipeline}"
+USAGE = (
+    "{serve,topics,groups,dump-log,remote-log-metadata,pipeline,console-producer,console-consumer,"
+    "get-offsets,delete-records,log-dirs,broker-api-versions,reassign-partitions,leader-election,"
+    "producer-perf-test,consumer-perf-test}"
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,5 +72,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    result: int = args.func(args)
+    try:
+        result: int = args.func(args)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # the reader of stdout went away (`strata ... | head`): stop quietly, as a Unix tool killed by SIGPIPE
+        # does; stdout is pointed at /dev/null so that the interpreter's final flush cannot fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # a tool's bug or an unforeseen failure: one line, never a traceback
+        if args.command in ("serve", "pipeline"):
+            raise  # a server or a Spark job that dies keeps its traceback for its log
+        print(f"strata {args.command}: error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
     return result

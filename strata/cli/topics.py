@@ -8,14 +8,14 @@ from __future__ import annotations
 import argparse
 
 from .admin_client import RESOURCE_TOPIC, AdminClient, AdminError
-from .common import SubParsers, add_action_command, error, key_value
+from .common import SubParsers, UsageError, add_action_command, key_value, run_action
 from .remote_log_metadata import RemoteLogState, remote_log_state_or_none, tiered_describe_fields
 
 NAME = "topics"
 SOURCE_DEFAULT_CONFIG = 5
 
 
-class _UsageError(Exception):
+class _UsageError(UsageError):
     pass
 
 
@@ -44,13 +44,7 @@ def register(sub: SubParsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        with AdminClient(args.bootstrap_server, timeout=args.timeout) as a:
-            result: int = args.action_func(a, args)
-            return result
-    except (AdminError, _UsageError) as e:
-        error("strata topics", str(e))
-        return 1
+    return run_action("strata topics", AdminClient, args)
 
 
 def _create(a: AdminClient, args: argparse.Namespace) -> int:
