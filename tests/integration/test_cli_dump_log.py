@@ -21,8 +21,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 @pytest.fixture
 def rolled(broker):
-    """Topic `dl` (1 partition, 1 KiB segments, an index entry every 100 bytes) with 60 records from an idempotent producer, so segments roll
-    and a producer snapshot is written at each roll."""
+    """Topic `dl` (1 partition, 1 KiB segments, an index entry every 100 bytes) with 60 records from an idempotent
+    producer, so segments roll and a producer snapshot is written at each roll."""
     ck.create_topic(broker.bootstrap, "dl", 1, config={"segment.bytes": "1024", "index.interval.bytes": "100"})
     p = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True, "linger.ms": 0, **ck.QUIET})
     for i in range(60):
