@@ -9,6 +9,7 @@ from strata.protocol.errors import ErrorCode, KafkaApiError
 from strata.protocol.registry import ApiKey, response_class
 from strata.storage.errors import StorageError
 
+from ..authorized_ops import CLUSTER_NAME, ResourceType, requested_operations
 from ..request_context import RequestContext
 from ..services import BrokerServices
 from . import configs as config_handlers
@@ -184,7 +185,9 @@ async def describe_cluster(services: BrokerServices, ctx: RequestContext, req: A
         cluster_id=services.store.cluster_id,
         controller_id=services.store.controller_id,
         brokers=brokers,
-        authorized_operations=None,
+        authorized_operations=requested_operations(
+            ctx, bool(req.include_cluster_authorized_operations), ResourceType.CLUSTER, CLUSTER_NAME
+        ),
     )
 
 

@@ -11,6 +11,7 @@ from typing import Any
 from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import ApiKey, response_class
 
+from ..authorized_ops import ResourceType, requested_operations
 from ..group import OFFSETS_TOPIC
 from ..group.coordinator import JoinParams
 from ..group.group import GROUP_TYPE, GroupState
@@ -21,8 +22,6 @@ from ..services import BrokerServices
 E = ErrorCode
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
-# AclOperation codes a group resource supports (READ, DELETE, DESCRIBE): all of them, as there is no authorizer.
-GROUP_AUTHORIZED_OPERATIONS = {3, 6, 8}
 
 
 def _client_host(ctx: RequestContext) -> str:
@@ -367,9 +366,10 @@ async def describe_groups(services: BrokerServices, ctx: RequestContext, req: An
     D = Resp.DescribedGroup
     M = D.DescribedGroupMember
     v = ctx.api_version
-    ops = GROUP_AUTHORIZED_OPERATIONS if v >= 3 and req.include_authorized_operations else None
+    asked = v >= 3 and bool(req.include_authorized_operations)
     out = []
     for gid in req.groups:
+        ops = requested_operations(ctx, asked, ResourceType.GROUP, gid)
         err, g = services.group_coordinator.describe_group(gid)
         if err == E.GROUP_ID_NOT_FOUND:
             if v >= 6:

@@ -8,6 +8,7 @@ from typing import Any
 from strata.protocol.errors import ErrorCode, KafkaApiError
 from strata.protocol.registry import ApiKey, response_class
 
+from ..authorized_ops import CLUSTER_NAME, ResourceType, requested_operations
 from ..request_context import RequestContext
 from ..services import BrokerServices
 from .admin import live_brokers
@@ -88,6 +89,13 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
         topics.append(
             Topic(error_code=0, name=info.name, topic_id=info.topic_id, is_internal=info.internal, partitions=parts)
         )
+    if v >= 8 and req.include_topic_authorized_operations:
+        for t in topics:
+            t.authorized_operations = requested_operations(ctx, True, ResourceType.TOPIC, t.name or "")
+    # v8-10 only: v11 moved the cluster's operations to DescribeCluster
+    cluster_ops = requested_operations(
+        ctx, 8 <= v <= 10 and bool(req.include_cluster_authorized_operations), ResourceType.CLUSTER, CLUSTER_NAME
+    )
     brokers = [
         Resp.MetadataResponseBroker(node_id=b, host=host, port=port, rack=rack)
         for b, (host, port), rack in live_brokers(services, ctx.listener, DEPARTED_BROKER_GRACE_S)
@@ -100,4 +108,5 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
         controller_id=store.controller_id,
         topics=topics,
         error_code=0,
+        authorized_operations=cluster_ops,
     )

@@ -1,0 +1,97 @@
+"""Kafka's authorized operations: the AclOperation codes a principal may perform on a resource, which Metadata,
+DescribeCluster and DescribeGroups return as a bit set when the client asks (``include_*_authorized_operations``).
+
+Every handler computes them through :func:`authorized_operations`, so the authorizer of the security work decides
+them in one place; without an authorizer, Kafka answers every operation the resource type supports
+(``AclOperation.supportedOperations``), and so does Strata.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+from .request_context import RequestContext
+
+
+class AclOperation(IntEnum):
+    """Kafka's AclOperation codes (the bit positions of an authorized-operations field)."""
+
+    READ = 3
+    WRITE = 4
+    CREATE = 5
+    DELETE = 6
+    ALTER = 7
+    DESCRIBE = 8
+    CLUSTER_ACTION = 9
+    DESCRIBE_CONFIGS = 10
+    ALTER_CONFIGS = 11
+    IDEMPOTENT_WRITE = 12
+
+
+class ResourceType(IntEnum):
+    """Kafka's (ACL) ResourceType codes."""
+
+    TOPIC = 2
+    GROUP = 3
+    CLUSTER = 4
+
+
+CLUSTER_NAME = "kafka-cluster"  # the cluster resource's name in Kafka's ACLs
+
+_Op = AclOperation
+SUPPORTED_OPERATIONS: dict[ResourceType, frozenset[AclOperation]] = {
+    ResourceType.TOPIC: frozenset(
+        {_Op.READ, _Op.WRITE, _Op.CREATE, _Op.DESCRIBE, _Op.DELETE, _Op.ALTER, _Op.DESCRIBE_CONFIGS, _Op.ALTER_CONFIGS}
+    ),
+    # Kafka 4.x: group configs (KIP-848) made DESCRIBE_CONFIGS and ALTER_CONFIGS group operations
+    ResourceType.GROUP: frozenset({_Op.READ, _Op.DESCRIBE, _Op.DELETE, _Op.DESCRIBE_CONFIGS, _Op.ALTER_CONFIGS}),
+    ResourceType.CLUSTER: frozenset(
+        {
+            _Op.CREATE,
+            _Op.CLUSTER_ACTION,
+            _Op.DESCRIBE_CONFIGS,
+            _Op.ALTER_CONFIGS,
+            _Op.IDEMPOTENT_WRITE,
+            _Op.ALTER,
+            _Op.DESCRIBE,
+        }
+    ),
+}
+
+
+def _client_host(ctx: RequestContext) -> str:
+    host = ctx.client_address.rpartition(":")[0] if ":" in ctx.client_address else ctx.client_address
+    return host.strip("[]")
+
+
+def authorized_operations(ctx: RequestContext, resource_type: ResourceType, resource_name: str) -> set[int]:
+    """The supported operations on the resource that the request's principal may perform (all without an
+    authorizer)."""
+    supported = SUPPORTED_OPERATIONS[resource_type]
+    authorizer = ctx.authorizer
+    if authorizer is None:
+        return {int(op) for op in supported}
+    host = _client_host(ctx)
+    return {
+        int(op)
+        for op in supported
+        if authorizer.authorize(ctx.principal, host, int(op), int(resource_type), resource_name)
+    }
+
+
+def requested_operations(
+    ctx: RequestContext, asked: bool, resource_type: ResourceType, resource_name: str
+) -> set[int] | None:
+    """The field's value: the authorized operations if the client asked, else None (encoded as INT32_MIN, Kafka's
+    "not requested")."""
+    return authorized_operations(ctx, resource_type, resource_name) if asked else None
+
+
+__all__ = [
+    "CLUSTER_NAME",
+    "SUPPORTED_OPERATIONS",
+    "AclOperation",
+    "ResourceType",
+    "authorized_operations",
+    "requested_operations",
+]
