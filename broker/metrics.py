@@ -159,7 +159,7 @@ class BrokerMetrics:
         if not url:
             return None
         u = urlparse(url if "://" in url else f"http://{url}")
-        host, port = u.hostname or "127.0.0.1", u.port or 9464
+        host, port = u.hostname or "127.0.0.1", 9464 if u.port is None else u.port
         self._server, _thread = start_http_server(port, addr=host, registry=self.registry)
         return host, self._server.server_address[1]
 

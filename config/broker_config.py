@@ -7,10 +7,25 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from .defs import ConfigDef, ConfigError, at_least, retention_value
 from .defs import ConfigType as T
 from .topic_config import TOPIC_CONFIG_DEFS, TOPIC_TO_BROKER_SYNONYM, LogConfig
+
+
+def _check_metrics_listener(url: str) -> None:
+    """http://host:port[/path], or empty (disabled): a bad value fails at load, not when the broker binds it."""
+    if not url:
+        return
+    u = urlparse(url if "://" in url else f"http://{url}")
+    try:
+        _ = u.port  # raises for a port that is not a number in 0..65535
+    except ValueError:
+        raise ConfigError(f"{url!r} has no valid port (expected http://host:port/metrics)") from None
+    if u.scheme != "http" or not u.hostname:
+        raise ConfigError(f"{url!r} is not of the form http://host:port/metrics")
+
 
 _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("broker.id", T.INT, 0, "this broker's id (node.id is a synonym)", at_least(0)),
@@ -267,12 +282,22 @@ _BROKER_DEFS: list[ConfigDef] = [
         "expire a transactional id idle this long (kept for Kafka parity: no transactions yet)",
         at_least(1),
     ),
-    ConfigDef("metrics.listener", T.STRING, "http://127.0.0.1:9464/metrics", "Prometheus endpoint; empty disables it"),
+    ConfigDef(
+        "metrics.listener",
+        T.STRING,
+        "http://127.0.0.1:9464/metrics",
+        "Prometheus endpoint; empty disables it",
+        _check_metrics_listener,
+    ),
     ConfigDef("log.format", T.STRING, "console", "console or json", choices=("console", "json")),
     ConfigDef("log.level", T.STRING, "INFO", "", choices=("DEBUG", "INFO", "WARNING", "ERROR")),
 ]
 
 BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in _BROKER_DEFS}
+
+# Keys under these prefixes belong to plugins (Kafka's remote.log.storage.manager.impl.prefix and
+# remote.log.metadata.manager.impl.prefix defaults) or to one listener: not reported as unknown.
+PLUGIN_PREFIXES = ("rsm.config.", "rlmm.config.", "listener.name.")
 
 
 def broker_default(key: str) -> Any:
@@ -313,9 +338,12 @@ class Listener:
         try:
             name, rest = spec.split("://", 1)
             host, port = rest.rsplit(":", 1)
-            return cls(name.upper(), host.strip("[]"), int(port))
+            listener = cls(name.upper(), host.strip("[]"), int(port))
         except ValueError:
             raise ConfigError(f"listener {spec!r} is not of the form NAME://host:port") from None
+        if not 0 <= listener.port <= 65535:
+            raise ConfigError(f"listener {spec!r}: port {listener.port} is not between 0 and 65535")
+        return listener
 
 
 @dataclass
@@ -365,6 +393,10 @@ class BrokerConfig:
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.values.get(key, default)
+
+    def unknown_keys(self) -> list[str]:
+        """Keys the user set that no broker config defines (Kafka logs them as unused; typos end up here)."""
+        return sorted(k for k in self.originals if k not in BROKER_CONFIG_DEFS and not k.startswith(PLUGIN_PREFIXES))
 
     @property
     def broker_id(self) -> int:
