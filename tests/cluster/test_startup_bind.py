@@ -18,7 +18,7 @@ from tests.support.broker_proc import REPO_ROOT, free_port
 from tests.support.cluster_proc import StrataCluster
 
 
-def _etcd(url: str, path: str, body: dict[str, str]) -> dict:
+def _etcd(url: str, path: str, body: dict[str, object]) -> dict:
     req = urllib.request.Request(f"{url}{path}", data=json.dumps(body).encode(), method="POST")
     with urllib.request.urlopen(req, timeout=10) as r:  # etcd's v3 JSON gateway
         return json.loads(r.read())
