@@ -260,6 +260,16 @@ class KafkaServer:
                 f"cluster.id={self.store.cluster_id}\nnode.id={self.broker_id}\nversion=1\n"
             )
 
+    def _offline(self) -> int:
+        """Partitions whose leader is none (-1) or a broker that is not registered: nobody can serve them."""
+        live = set(self.store.brokers())
+        offline = 0
+        for name, info in list(self.store.topics().items()):
+            for p in range(info.partitions):
+                state = self.store.partition_state(name, p)
+                offline += state is None or state.leader not in live
+        return offline
+
     def _is_controller(self) -> bool:
         """Whether this broker is the cluster's active controller now."""
         return self.controller is not None and self.controller.active
@@ -323,6 +333,8 @@ class KafkaServer:
                 self.tiered.rlm.start_marking_deleted(self._deleted_while_down)
         await self.group_coordinator.startup()  # loads __consumer_offsets in the background
         self.metrics.register_log_collector(self.replica_manager.all_logs)
+        # one broker alone (local metadata) is its own controller and leads every partition
+        self.metrics.register_controller(self._is_controller if self.cluster_mode else lambda: True, self._offline)
         self.gc_pauses.install(self.metrics.registry)
         await self.socket_server.start()  # bound at the beginning: now accepting
         if self.cluster_mode:
