@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
-import os
 import signal
 import sys
 import time
@@ -31,7 +30,7 @@ from .gc_pauses import GcPauses, freeze_startup_objects
 from .group import GroupCoordinator
 from .metadata_store import LocalMetadataStore, MetadataStore
 from .metrics import BrokerMetrics
-from .network import ListenerBindError, SocketServer
+from .network import ListenerBindError, SocketServer, bind_failure_reason
 from .partition import Partition
 from .producer_ids import ProducerIdManager
 from .replica_manager import ReplicaManager
@@ -77,10 +76,6 @@ class StartupError(Exception):
     the address or path), exit code 2, no traceback."""
 
 
-def _reason(e: OSError) -> str:
-    return os.strerror(e.errno).lower() if e.errno else str(e)
-
-
 def check_log_dirs(config: BrokerConfig) -> None:
     """Every log dir exists (created if missing) and takes a file: found here, not as a traceback halfway through
     loading the logs."""
@@ -94,7 +89,7 @@ def check_log_dirs(config: BrokerConfig) -> None:
             probe.write_bytes(b"")
             probe.unlink()
         except OSError as e:
-            raise StartupError(f"{setting}: cannot use {d}: {_reason(e)}") from None
+            raise StartupError(f"{setting}: cannot use {d}: {bind_failure_reason(e)}") from None
 
 
 def check_remote_storage(config: BrokerConfig) -> None:
@@ -281,18 +276,35 @@ class KafkaServer:
         try:
             self.metrics_address = self.metrics.start_http(url)
         except OSError as e:
-            raise StartupError(f"metrics.listener: cannot bind {url}: {_reason(e)}") from None
+            raise StartupError(f"metrics.listener: cannot bind {url}: {bind_failure_reason(e)}") from None
         try:
             await self.socket_server.bind()
         except ListenerBindError as e:
             self.metrics.stop_http()
             raise StartupError(str(e)) from None
 
+    async def unbind(self) -> None:
+        """Undo bind() when the startup fails before serving."""
+        await self.socket_server.stop()
+        self.metrics.stop_http()
+
+    def _bound_identity(self) -> BrokerInfo:
+        """This broker's registration with the advertised endpoints as bound (ephemeral ports resolved)."""
+        bound = {a.name: self.endpoints.advertised_endpoint(a.name) for a in self.config.advertised_listeners}
+        return BrokerInfo(self.broker_id, bound, self.me.rack, self.me.incarnation)
+
     async def start(self) -> None:
         start = time.monotonic()
         await self.bind()
         if self.cluster_mode:
-            await self.store.start()  # cluster id and the metadata image
+            try:
+                await self.store.start()  # cluster id and the metadata image
+            except Exception as e:  # noqa: BLE001 - whatever the etcd client raises: one line, not a traceback
+                await self.unbind()
+                raise StartupError(
+                    f"metadata.store.connect: cannot reach etcd at {self.config['metadata.store.connect']}: {e}"
+                ) from None
+            self.me = self._bound_identity()  # registered below with the ports actually bound
             self._write_meta_properties()
             from .group.records import OFFSETS_TOPIC
 
@@ -337,13 +349,8 @@ class KafkaServer:
         self.metrics.register_controller(self._is_controller if self.cluster_mode else lambda: True, self._offline)
         self.gc_pauses.install(self.metrics.registry)
         await self.socket_server.start()  # bound at the beginning: now accepting
-        if self.cluster_mode:
-            bound = {a.name: self.endpoints.advertised_endpoint(a.name) for a in self.config.advertised_listeners}
-            if bound != self.me.endpoints:  # ephemeral ports: advertise what was bound
-                self.me = BrokerInfo(self.broker_id, bound, self.me.rack, self.me.incarnation)
-                await self.store.register(self.me)
-            if self.peer_watch is not None:
-                self.peer_watch.start()
+        if self.peer_watch is not None:  # (cluster mode)
+            self.peer_watch.start()
         if self.log_cleaner is not None:  # compaction; its swaps run on this loop
             self.metrics.register_log_cleaner(self.log_cleaner)
             await self.log_cleaner.start()

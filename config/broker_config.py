@@ -27,6 +27,21 @@ def _check_metrics_listener(url: str) -> None:
         raise ConfigError(f"{url!r} is not of the form http://host:port/metrics")
 
 
+def _check_store_connect(spec: str) -> None:
+    """Empty (one broker, local metadata) or etcd://host[:port][,host[:port]...]."""
+    if not spec:
+        return
+    if not spec.startswith("etcd://"):
+        raise ConfigError(f"{spec!r} must start with etcd://")
+    hosts = [h.strip().rstrip("/") for h in spec[len("etcd://") :].split(",") if h.strip().rstrip("/")]
+    if not hosts:
+        raise ConfigError(f"{spec!r} names no etcd endpoint")
+    for h in hosts:
+        _, sep, port = h.rpartition(":")
+        if sep and not (port.isdigit() and 0 < int(port) <= 65535):
+            raise ConfigError(f"{spec!r}: {h!r} has no valid port")
+
+
 _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("broker.id", T.INT, 0, "this broker's id (node.id is a synonym)", at_least(0)),
     ConfigDef("node.id", T.INT, -1, "synonym of broker.id"),
@@ -126,6 +141,7 @@ _BROKER_DEFS: list[ConfigDef] = [
         T.STRING,
         "",
         "etcd://host:port[,host:port] selects the etcd metadata store; empty: one broker, local file store",
+        _check_store_connect,
     ),
     ConfigDef("metadata.store.prefix", T.STRING, "/strata", "etcd key prefix; keys live under <prefix>/<cluster.id>/"),
     ConfigDef(
@@ -410,6 +426,35 @@ class BrokerConfig:
     def advertised_listeners(self) -> list[Listener]:
         adv = self.values["advertised.listeners"]
         return [Listener.parse(s) for s in adv] if adv else self.listeners
+
+    def check_listeners(self) -> None:
+        """What Kafka's KafkaConfig checks of the listener settings, with its reasons: distinct listener names, each
+        with a security protocol in listener.security.protocol.map (and only PLAINTEXT is implemented), advertised
+        listeners and inter.broker.listener.name among them."""
+        protocols = {}
+        for entry in self.values["listener.security.protocol.map"]:
+            name, sep, protocol = entry.partition(":")
+            if not sep:
+                raise ConfigError(f"listener.security.protocol.map: {entry!r} is not of the form NAME:PROTOCOL")
+            protocols[name.strip().upper()] = protocol.strip().upper()
+        names = [lst.name for lst in self.listeners]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"listeners: each listener must have a different name, got {', '.join(names)}")
+        for lst in self.listeners:
+            protocol = protocols.get(lst.name)
+            if protocol is None:
+                raise ConfigError(f"listeners: listener {lst.name} is not in listener.security.protocol.map")
+            if protocol != "PLAINTEXT":
+                raise ConfigError(f"listeners: listener {lst.name} uses {protocol}; only PLAINTEXT is implemented")
+        for adv in self.advertised_listeners:
+            if adv.name not in names:
+                raise ConfigError(f"advertised.listeners: {adv.name} is not a listener name in listeners")
+        inter = self.inter_broker_listener_name.upper()
+        if inter and inter not in {a.name for a in self.advertised_listeners}:
+            raise ConfigError(
+                f"inter.broker.listener.name must be a listener name defined in advertised.listeners: {inter} is not "
+                f"one of {', '.join(a.name for a in self.advertised_listeners)}"
+            )
 
     @property
     def inter_broker_listener_name(self) -> str:
