@@ -30,7 +30,7 @@ log = structlog.get_logger("strata.network")
 _SIZE = struct.Struct(">i")
 
 
-def bind_failure_reason(e: OSError) -> str:
+def os_error_text(e: OSError) -> str:
     """`address already in use`, `cannot assign requested address`, `name or service not known` (a host that does
     not resolve): the OS's words, without asyncio's wrapping."""
     if e.errno is not None and e.errno > 0:
@@ -42,7 +42,7 @@ class ListenerBindError(OSError):
     """A listener whose address could not be bound; the message names the setting, the listener and the address."""
 
     def __init__(self, listener: Listener, cause: OSError) -> None:
-        reason = bind_failure_reason(cause)
+        reason = os_error_text(cause)
         super().__init__(
             cause.errno, f"listeners: cannot bind {listener.name} {listener.host}:{listener.port}: {reason}"
         )

@@ -30,7 +30,7 @@ from .gc_pauses import GcPauses, freeze_startup_objects
 from .group import GroupCoordinator
 from .metadata_store import LocalMetadataStore, MetadataStore
 from .metrics import BrokerMetrics
-from .network import ListenerBindError, SocketServer, bind_failure_reason
+from .network import ListenerBindError, SocketServer, os_error_text
 from .partition import Partition
 from .producer_ids import ProducerIdManager
 from .replica_manager import ReplicaManager
@@ -89,7 +89,7 @@ def check_log_dirs(config: BrokerConfig) -> None:
             probe.write_bytes(b"")
             probe.unlink()
         except OSError as e:
-            raise StartupError(f"{setting}: cannot use {d}: {bind_failure_reason(e)}") from None
+            raise StartupError(f"{setting}: cannot use {d}: {os_error_text(e)}") from None
 
 
 def check_remote_storage(config: BrokerConfig) -> None:
@@ -276,7 +276,7 @@ class KafkaServer:
         try:
             self.metrics_address = self.metrics.start_http(url)
         except OSError as e:
-            raise StartupError(f"metrics.listener: cannot bind {url}: {bind_failure_reason(e)}") from None
+            raise StartupError(f"metrics.listener: cannot bind {url}: {os_error_text(e)}") from None
         try:
             await self.socket_server.bind()
         except ListenerBindError as e:
