@@ -33,11 +33,10 @@ run: $(BASE_STAMP)
 
 # Debian packages the tests use (kcat; etcd for the cluster tests; a JRE for the Spark tests; nodejs/npm for kafkajs,
 # in node-deps). Installed only when missing; needs root, as on our machines and CI.
-system-deps:
+system-deps: etcd-dep
 	@command -v kcat >/dev/null 2>&1 || { \
 		echo "installing Debian packages: kcat"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; }
-	@$(MAKE) --no-print-directory etcd-dep
 	@command -v java >/dev/null 2>&1 || { \
 		echo "installing Debian packages: openjdk-17-jre-headless"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null; }
