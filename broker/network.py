@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import socket
 import struct
 import time
@@ -27,6 +28,27 @@ from .request_context import ANONYMOUS, KafkaPrincipal
 log = structlog.get_logger("strata.network")
 
 _SIZE = struct.Struct(">i")
+
+
+def os_error_text(e: OSError) -> str:
+    """`address already in use`, `cannot assign requested address`, `name or service not known` (a host that does
+    not resolve): the OS's words, without asyncio's wrapping."""
+    if e.errno is not None and e.errno > 0:
+        return os.strerror(e.errno).lower()
+    return (e.strerror or str(e)).lower()
+
+
+class ListenerBindError(OSError):
+    """A listener whose address could not be bound; the message names the setting, the listener and the address."""
+
+    def __init__(self, listener: Listener, cause: OSError) -> None:
+        reason = os_error_text(cause)
+        super().__init__(
+            cause.errno, f"listeners: cannot bind {listener.name} {listener.host}:{listener.port}: {reason}"
+        )
+
+    def __str__(self) -> str:
+        return str(self.strerror)
 
 
 class CloseConnection(Exception):
@@ -75,19 +97,36 @@ class SocketServer:
         self._ids = itertools.count(1)
         self._sweeper: asyncio.Task | None = None
 
-    async def start(self) -> None:
+    async def bind(self) -> None:
+        """Bind every listener without accepting connections yet: a taken port ends the startup before the broker
+        registers anywhere or loads a partition (Kafka binds its acceptors first, then enables request
+        processing). Raises ListenerBindError naming the listener; what was bound is closed again."""
         for lst in self.listeners:
-            srv = await asyncio.start_server(
-                partial(self._serve, listener=lst.name),
-                lst.host or None,
-                lst.port,
-                reuse_address=True,
-                limit=1 << 20,
-                backlog=1024,
-            )
+            try:
+                srv = await asyncio.start_server(
+                    partial(self._serve, listener=lst.name),
+                    lst.host or None,
+                    lst.port,
+                    reuse_address=True,
+                    limit=1 << 20,
+                    backlog=1024,
+                    start_serving=False,
+                )
+            except OSError as e:
+                for bound in self.servers:
+                    bound.close()
+                self.servers.clear()
+                self.bound.clear()
+                raise ListenerBindError(lst, e) from None
             self.servers.append(srv)
-            sock = srv.sockets[0]
-            self.bound[lst.name] = sock.getsockname()[:2]
+            self.bound[lst.name] = srv.sockets[0].getsockname()[:2]
+
+    async def start(self) -> None:
+        """Accept connections on every listener (bound first if bind() was not called)."""
+        if not self.servers:
+            await self.bind()
+        for lst, srv in zip(self.listeners, self.servers, strict=True):
+            await srv.start_serving()
             log.info("listening", listener=lst.name, address=f"{lst.host}:{self.bound[lst.name][1]}")
         if self.idle_s:
             self._sweeper = asyncio.create_task(self._sweep_idle(self.idle_s))

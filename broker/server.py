@@ -7,6 +7,7 @@ and given what it needs through its constructor; the request handlers get a Brok
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import signal
 import sys
@@ -16,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from strata.config import BrokerConfig
+from strata.config import BrokerConfig, ConfigError
+from strata.protocol.uuids import kafka_uuid_str
 from strata.storage.cleaner_manager import CleanerConfig, LogCleaner
 from strata.storage.log_manager import LogManager
 
@@ -28,7 +30,7 @@ from .gc_pauses import GcPauses, freeze_startup_objects
 from .group import GroupCoordinator
 from .metadata_store import LocalMetadataStore, MetadataStore
 from .metrics import BrokerMetrics
-from .network import SocketServer
+from .network import ListenerBindError, SocketServer, os_error_text
 from .partition import Partition
 from .producer_ids import ProducerIdManager
 from .replica_manager import ReplicaManager
@@ -67,6 +69,46 @@ def configure_logging(fmt: str = "console", level: str = "INFO") -> None:
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
+
+
+class StartupError(Exception):
+    """A startup failure the operator fixes in the configuration: reported as one line naming the setting (and
+    the address or path), exit code 2, no traceback."""
+
+
+def check_log_dirs(config: BrokerConfig) -> None:
+    """Every log dir exists (created if missing) and takes a file: found here, not as a traceback halfway through
+    loading the logs."""
+    setting = "log.dirs" if config["log.dirs"] else "log.dir"
+    for d in config.log_dirs:
+        try:
+            if d.exists() and not d.is_dir():
+                raise NotADirectoryError(errno.ENOTDIR, "not a directory")
+            d.mkdir(parents=True, exist_ok=True)
+            probe = d / ".strata-write-check"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as e:
+            raise StartupError(f"{setting}: cannot use {d}: {os_error_text(e)}") from None
+
+
+def check_remote_storage(config: BrokerConfig) -> None:
+    """The configured RemoteStorageManager class loads (with tiered storage on)."""
+    if not config["remote.log.storage.system.enable"]:
+        return
+    from strata.remote.rsm import load_rsm_class
+
+    name = config["remote.log.storage.manager.class.name"]
+    try:
+        load_rsm_class(name)
+    except (ImportError, ValueError) as e:
+        raise StartupError(f"remote.log.storage.manager.class.name: cannot load {name!r}: {e}") from None
+
+
+def warn_unknown_configs(config: BrokerConfig) -> None:
+    """Kafka's AbstractConfig.logUnused wording (the value is not logged: it may be a secret)."""
+    for key in config.unknown_keys():
+        log.warning(f"The configuration '{key}' was supplied but isn't a known config.")
 
 
 class KafkaServer:
@@ -202,25 +244,67 @@ class KafkaServer:
                     if "=" in line and not line.startswith("#")
                 )
                 if props.get("cluster.id") and props["cluster.id"] != self.store.cluster_id:
-                    raise SystemExit(
-                        f"log dir {d} belongs to cluster {props['cluster.id']}, not {self.store.cluster_id}"
+                    raise StartupError(
+                        f"log.dirs: {d} belongs to cluster {props['cluster.id']}, not {self.store.cluster_id}"
                     )
                 if props.get("node.id") and int(props["node.id"]) != self.broker_id:
-                    raise SystemExit(f"log dir {d} belongs to node {props['node.id']}, not {self.broker_id}")
+                    raise StartupError(f"log.dirs: {d} belongs to node {props['node.id']}, not {self.broker_id}")
                 continue
             p.write_text(
                 f"#\n#{time.strftime('%a %b %d %H:%M:%S UTC %Y', time.gmtime())}\n"
                 f"cluster.id={self.store.cluster_id}\nnode.id={self.broker_id}\nversion=1\n"
             )
 
+    def _offline(self) -> int:
+        """Partitions whose leader is none (-1) or a broker that is not registered: nobody can serve them."""
+        live = set(self.store.brokers())
+        offline = 0
+        for name, info in list(self.store.topics().items()):
+            for p in range(info.partitions):
+                state = self.store.partition_state(name, p)
+                offline += state is None or state.leader not in live
+        return offline
+
     def _is_controller(self) -> bool:
         """Whether this broker is the cluster's active controller now."""
         return self.controller is not None and self.controller.active
 
+    async def bind(self) -> None:
+        """Bind the metrics listener and every Kafka listener (not accepting yet): the first thing start() does,
+        so a taken port ends the startup before the broker registers with etcd or leads any partition."""
+        url = self.config["metrics.listener"]
+        try:
+            self.metrics_address = self.metrics.start_http(url)
+        except OSError as e:
+            raise StartupError(f"metrics.listener: cannot bind {url}: {os_error_text(e)}") from None
+        try:
+            await self.socket_server.bind()
+        except ListenerBindError as e:
+            self.metrics.stop_http()
+            raise StartupError(str(e)) from None
+
+    async def unbind(self) -> None:
+        """Undo bind() when the startup fails before serving."""
+        await self.socket_server.stop()
+        self.metrics.stop_http()
+
+    def _bound_identity(self) -> BrokerInfo:
+        """This broker's registration with the advertised endpoints as bound (ephemeral ports resolved)."""
+        bound = {a.name: self.endpoints.advertised_endpoint(a.name) for a in self.config.advertised_listeners}
+        return BrokerInfo(self.broker_id, bound, self.me.rack, self.me.incarnation)
+
     async def start(self) -> None:
         start = time.monotonic()
+        await self.bind()
         if self.cluster_mode:
-            await self.store.start()  # cluster id and the metadata image
+            try:
+                await self.store.start()  # cluster id and the metadata image
+            except Exception as e:  # noqa: BLE001 - whatever the etcd client raises: one line, not a traceback
+                await self.unbind()
+                raise StartupError(
+                    f"metadata.store.connect: cannot reach etcd at {self.config['metadata.store.connect']}: {e}"
+                ) from None
+            self.me = self._bound_identity()  # registered below with the ports actually bound
             self._write_meta_properties()
             from .group.records import OFFSETS_TOPIC
 
@@ -261,16 +345,12 @@ class KafkaServer:
                 self.tiered.rlm.start_marking_deleted(self._deleted_while_down)
         await self.group_coordinator.startup()  # loads __consumer_offsets in the background
         self.metrics.register_log_collector(self.replica_manager.all_logs)
+        # one broker alone (local metadata) is its own controller and leads every partition
+        self.metrics.register_controller(self._is_controller if self.cluster_mode else lambda: True, self._offline)
         self.gc_pauses.install(self.metrics.registry)
-        self.metrics_address = self.metrics.start_http(self.config["metrics.listener"])
-        await self.socket_server.start()
-        if self.cluster_mode:
-            bound = {a.name: self.endpoints.advertised_endpoint(a.name) for a in self.config.advertised_listeners}
-            if bound != self.me.endpoints:  # ephemeral ports: advertise what was bound
-                self.me = BrokerInfo(self.broker_id, bound, self.me.rack, self.me.incarnation)
-                await self.store.register(self.me)
-            if self.peer_watch is not None:
-                self.peer_watch.start()
+        await self.socket_server.start()  # bound at the beginning: now accepting
+        if self.peer_watch is not None:  # (cluster mode)
+            self.peer_watch.start()
         if self.log_cleaner is not None:  # compaction; its swaps run on this loop
             self.metrics.register_log_cleaner(self.log_cleaner)
             await self.log_cleaner.start()
@@ -396,7 +476,7 @@ class KafkaServer:
                 old = getattr(self.store, "deleted_topic", lambda name: None)(key)
                 if old is not None and any(k[0] == key for k in rm.partitions):
                     rm.remove_topic(old)
-                    log.info("deleted topic", topic=key, topic_id=str(old.topic_id))
+                    log.info("deleted topic", topic=key, topic_id=kafka_uuid_str(old.topic_id))
             else:
                 rm.on_topic_change(info)  # config changes made through another broker
         elif kind == "broker":
@@ -474,6 +554,7 @@ class KafkaServer:
 def run(config: BrokerConfig) -> int:
     """Serve until SIGTERM/SIGINT; returns the process exit code."""
     configure_logging(config["log.format"], config["log.level"])
+    warn_unknown_configs(config)
     try:
         import uvloop
 
@@ -482,7 +563,13 @@ def run(config: BrokerConfig) -> int:
         log.warning("uvloop not available, using the default asyncio loop")
 
     async def main() -> int:
-        server = KafkaServer(config)
+        try:
+            check_log_dirs(config)
+            check_remote_storage(config)
+            server = KafkaServer(config)
+        except (StartupError, ConfigError) as e:
+            print(f"strata: {e}", file=sys.stderr)
+            return 2
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -490,6 +577,9 @@ def run(config: BrokerConfig) -> int:
         diagnostics.install(loop)
         try:
             await server.start()
+        except StartupError as e:
+            print(f"strata: {e}", file=sys.stderr)
+            return 2
         except OSError as e:
             log.error("cannot start", error=str(e))
             await asyncio.get_running_loop().run_in_executor(None, server.log_manager.shutdown)
@@ -501,4 +591,4 @@ def run(config: BrokerConfig) -> int:
     return asyncio.run(main())
 
 
-__all__ = ["KafkaServer", "run", "configure_logging"]
+__all__ = ["KafkaServer", "StartupError", "configure_logging", "run"]

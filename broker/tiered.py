@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from strata.config import ConfigError
 from strata.protocol.constants import REMOTE_LOG_METADATA_TOPIC
 from strata.protocol.errors import ErrorCode, KafkaApiError
 from strata.protocol.registry import REQUEST_CLASSES, ApiKey
@@ -387,12 +388,15 @@ def build_tiered_storage(
     data_dir = cfg.log_dirs[0]
     # LocalTieredStorage puts its root at `<rsm.config.dir>/kafka-tiered-storage` (as Kafka's); the default dir is
     # the first log dir, so the data lands in `<log.dir>/kafka-tiered-storage`.
-    rsm = create_remote_storage_manager(
-        cfg["remote.log.storage.manager.class.name"],
-        cfg.prefixed("rsm.config."),
-        broker_id=cfg.broker_id,
-        default_dir=data_dir,
-    )
+    try:
+        rsm = create_remote_storage_manager(
+            cfg["remote.log.storage.manager.class.name"],
+            cfg.prefixed("rsm.config."),
+            broker_id=cfg.broker_id,
+            default_dir=data_dir,
+        )
+    except ValueError as e:  # the RSM's own settings (rsm.config.*): strata serve reports one line, exit 2
+        raise ConfigError(f"remote storage manager: {e}") from None
     rlmm_cfg = {
         k: cfg[k]
         for k in (

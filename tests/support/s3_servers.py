@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
 
+from scripts.seaweed import free_port_pairs, weed_mini_command
 from tests.support.waiting import wait_until
 
 ACCESS_KEY = "strata-test"
@@ -261,72 +262,7 @@ class SeaweedServer(S3Server):
         return free_port_pairs(1)[0]
 
     def command(self) -> list[str]:
-        (self.workdir / "data").mkdir(exist_ok=True)
-        # SeaweedFS components find each other's gRPC port as HTTP port + 10000 in places (the admin plugin worker
-        # does), so every service gets a free pair (p, p + 10000)
-        names = ["master", "volume", "filer", "admin"]
-        s3 = self.port
-        ports = dict(zip(names, free_port_pairs(len(names), avoid={s3, s3 + GRPC_OFFSET})))
-        args = [
-            _venv_bin("weed"),
-            "mini",
-            f"-dir={self.workdir / 'data'}",
-            "-ip=127.0.0.1",
-            "-ip.bind=127.0.0.1",
-            f"-s3.port={s3}",
-            f"-s3.port.grpc={s3 + GRPC_OFFSET}",
-            "-s3.port.iceberg=0",
-            "-s3.port.lance=0",
-            "-webdav=false",
-            "-admin.ui=false",
-        ]
-        for name, port in ports.items():
-            args += [f"-{name}.port={port}", f"-{name}.port.grpc={port + GRPC_OFFSET}"]
-        return args
-
-
-GRPC_OFFSET = 10000
-
-
-def _pair_port_range() -> range:
-    """Ports p such that p and p + 10000 both lie below the kernel's ephemeral range: an outgoing connection's
-    local port can take a free port from under a server that has not bound it yet, which is how `weed mini` once
-    died on its filer's gRPC port (p + 10000 was in 32768-60999)."""
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            low = int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 32768
-    top = low - GRPC_OFFSET
-    return range(10000, top) if top - 10000 >= 2000 else range(20000, 55000)
-
-
-def free_port_pairs(n: int, avoid: set[int] | None = None) -> list[int]:
-    """`n` ports p such that p and p + 10000 are both free (and not in `avoid`); see `_pair_port_range`."""
-    rnd = random.Random()
-    ports = _pair_port_range()
-    out: list[int] = []
-    avoid = set(avoid or ())
-    for _ in range(2000):
-        p = rnd.choice(ports)
-        if p in avoid or p + GRPC_OFFSET in avoid or p in out:
-            continue
-        socks = []
-        try:
-            for q in (p, p + GRPC_OFFSET):
-                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                socks.append(s)
-                s.bind(("127.0.0.1", q))
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-        out.append(p)
-        avoid.update((p, p + GRPC_OFFSET))
-        if len(out) == n:
-            return out
-    raise RuntimeError("no free port pairs found")
+        return weed_mini_command(_venv_bin("weed"), self.workdir, self.port)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

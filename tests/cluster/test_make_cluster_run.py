@@ -1,0 +1,112 @@
+"""`make cluster` as a newcomer runs it: scripts/cluster.py from a checkout without tests/ (it must not import the
+test package), three brokers, etcd and SeaweedFS up, S3 credentials on no command line (`ps -ef`) and in no file
+but 0600 ones, tiering to S3 working with the credentials it was given, its data dir ignored by git, and the Make
+target installing neither the test, Spark nor bench extras."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import stat
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import yaml
+from confluent_kafka import Producer
+
+from tests.support.broker_proc import REPO_ROOT, free_port
+from tests.support.checkout import copy_checkout
+from tests.support.waiting import wait_until
+
+SECRET = "strata-secret"  # scripts/cluster.py's S3 secret (docker-compose.yml's MinIO password)
+
+
+def _metric(url: str, name: str) -> float:
+    text = urllib.request.urlopen(url, timeout=5).read().decode()
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
+
+
+def test_make_cluster_keeps_credentials_off_command_lines_and_tiers_to_s3(tmp_path: Path) -> None:
+    repo = copy_checkout(tmp_path / "repo", exclude=("tests",))
+    data, out = tmp_path / "data", tmp_path / "cluster.out"
+    port, metrics_port = free_port(), free_port()
+    cmd = [sys.executable, str(repo / "scripts/cluster.py"), "--data-dir", str(data), "--port", str(port)]
+    cmd += ["--metrics-port", str(metrics_port)]
+    with open(out, "wb") as f:
+        proc = subprocess.Popen(cmd, cwd=repo, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        wait_until(
+            lambda: "Strata cluster is up." in out.read_text() or proc.poll() is not None,
+            timeout=240,
+            message=lambda: out.read_text()[-3000:],
+        )
+        text = out.read_text()
+        assert proc.poll() is None, text[-3000:]
+        assert "Traceback" not in text
+        bootstrap = re.search(r"bootstrap servers: (\S+)", text)
+        assert bootstrap is not None
+        # broker i on port+i-1 and metrics on metrics-port+i-1, unless another process holds one of them
+        assert len(bootstrap.group(1).split(",")) == 3
+        urls = re.findall(r"metrics (http://127\.0\.0\.1:\d+/metrics)", text)
+        assert len(urls) == 3
+
+        # -ww: whole command lines (cut at the terminal width, a secret could hide past the cut)
+        ps = subprocess.run(["ps", "-efww"], capture_output=True, text=True, check=True).stdout
+        assert SECRET not in ps
+        assert "aws.secret" not in ps and "AWS_SECRET" not in ps
+        serving = [line for line in ps.splitlines() if "strata serve" in line and str(data) in line]
+        assert len(serving) == 3, serving
+        for i in (1, 2, 3):
+            props = data / f"broker{i}" / "server.properties"
+            assert stat.S_IMODE(props.stat().st_mode) == 0o600
+            assert SECRET not in props.read_text()
+
+        # the brokers reach S3 with the credentials of their environment: segments of a tiered topic get copied
+        subprocess.run(
+            [sys.executable, "-m", "strata", "topics", "--bootstrap-server", bootstrap.group(1), "create"]
+            + ["--topic", "demo", "--partitions", "1", "--replication-factor", "3"]
+            + ["--config", "remote.storage.enable=true", "--config", "segment.bytes=65536"],
+            cwd=repo,
+            check=True,
+            timeout=60,
+        )
+        p = Producer({"bootstrap.servers": bootstrap.group(1), "batch.size": 16384, "linger.ms": 1})
+        for _ in range(400):
+            p.produce("demo", b"x" * 1000)
+            p.poll(0)
+        assert p.flush(60) == 0
+        wait_until(lambda: sum(_metric(u, "strata_remote_copy_requests_total") for u in urls) > 0, timeout=90)
+        assert sum(_metric(u, "strata_rsm_s3_errors_total") for u in urls) == 0
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGTERM)  # the supervisor: brokers, then etcd and SeaweedFS
+        proc.wait(timeout=180)
+    assert proc.returncode == 0, out.read_text()[-3000:]
+    assert out.read_text().rstrip().endswith("stopped")
+
+
+def test_make_cluster_installs_no_test_spark_or_bench_extra_and_its_data_is_ignored() -> None:
+    plan = subprocess.run(
+        ["make", "-n", "-B", "cluster"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    installs = [line for line in plan.splitlines() if "pip install" in line]
+    assert any("'.[client,cluster]'" in line for line in installs), installs
+    assert not any(extra in line for line in installs for extra in ("test", "spark", "bench", "dev")), installs
+    assert "openjdk" not in plan and "kcat" not in plan
+    ignored = subprocess.run(["git", "check-ignore", "-q", "strata-cluster/broker1/x.log"], cwd=REPO_ROOT, check=False)
+    assert ignored.returncode == 0
+
+
+def test_compose_services_keep_the_s3_secret_off_their_command_lines() -> None:
+    """docker-compose.yml, the same topology in containers: the secret only in environments, where `ps` does not
+    show it (minio-init used to pass it to `mc alias set`)."""
+    services = yaml.safe_load((REPO_ROOT / "docker-compose.yml").read_text())["services"]
+    secret = services["minio"]["environment"]["MINIO_ROOT_PASSWORD"]
+    for name, svc in services.items():
+        for key in ("command", "entrypoint"):
+            value = svc.get(key) or []
+            assert secret not in (value if isinstance(value, str) else " ".join(map(str, value))), (name, key)
+        assert secret not in " ".join(map(str, (svc.get("healthcheck") or {}).get("test", []))), name
