@@ -7,7 +7,6 @@ and given what it needs through its constructor; the request handlers get a Brok
 from __future__ import annotations
 
 import asyncio
-import logging
 import signal
 import sys
 import time
@@ -20,9 +19,10 @@ from strata.config import BrokerConfig
 from strata.storage.cleaner_manager import CleanerConfig, LogCleaner
 from strata.storage.log_manager import LogManager
 
-from . import diagnostics
+from . import diagnostics, loggers
 from .apis import KafkaApis
 from .cluster.model import BrokerInfo
+from .dynamic_config import DynamicBrokerConfig
 from .endpoints import BrokerEndpoints
 from .gc_pauses import GcPauses, freeze_startup_objects
 from .group import GroupCoordinator
@@ -49,7 +49,7 @@ log = structlog.get_logger("strata.server")
 
 def configure_logging(fmt: str = "console", level: str = "INFO") -> None:
     """structlog to stderr: console renderer by default, one JSON object per line with log.format=json."""
-    lvl = getattr(logging, level.upper(), logging.INFO)
+    loggers.LEVELS.reset(level)  # per-logger levels: the BROKER_LOGGER config resource (broker/loggers.py)
     renderer = (
         structlog.processors.JSONRenderer()
         if fmt == "json"
@@ -57,14 +57,15 @@ def configure_logging(fmt: str = "console", level: str = "INFO") -> None:
     )
     structlog.configure(
         processors=[
+            loggers.filter_by_level,
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
             renderer,
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(lvl),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        wrapper_class=structlog.make_filtering_bound_logger(loggers.MIN_LEVEL),
+        logger_factory=loggers.NamedPrintLoggerFactory(sys.stderr),
         cache_logger_on_first_use=True,
     )
 
@@ -98,6 +99,9 @@ class KafkaServer:
         else:
             self.store = LocalMetadataStore(self.log_dirs[0], config["cluster.id"] or None, me)
             self._write_meta_properties()
+        self.dynamic_config = DynamicBrokerConfig(config, self.store, self.broker_id)
+        if not self.cluster_mode:
+            self.dynamic_config.load()  # before any component reads its settings (etcd's: once the store started)
         # Cluster mode, built at start once the broker is registered: they subscribe to the store's changes
         # when built, after the replica manager's own subscription.
         self.controller: Controller | None = None
@@ -153,6 +157,7 @@ class KafkaServer:
             self.topic_manager = TopicManager(config, self.store, self.replica_manager)
         self.group_coordinator = GroupCoordinator.from_broker_config(config, self.replica_manager, self.store)
         self.replica_manager.leadership_listeners.append(self._on_leadership_change)
+        self.dynamic_config.attach(self.replica_manager, self.log_cleaner)
         self.services = BrokerServices(
             config=config,
             broker_id=self.broker_id,
@@ -221,6 +226,7 @@ class KafkaServer:
         start = time.monotonic()
         if self.cluster_mode:
             await self.store.start()  # cluster id and the metadata image
+            self.dynamic_config.load()
             self._write_meta_properties()
             from .group.records import OFFSETS_TOPIC
 
@@ -230,6 +236,7 @@ class KafkaServer:
         if self._etcd_store is not None:  # (cluster mode)
             self._delete_stray_logs(self._etcd_store)
         self.store.add_listener(self.on_metadata_change)  # no await before the load: no change is missed
+        self.store.add_listener(self.dynamic_config.on_metadata_change)
         self.replica_manager.load_partitions()
         self.replica_manager.start()  # replica fetchers for the partitions this broker follows
         if self._etcd_store is not None:
@@ -462,6 +469,7 @@ class KafkaServer:
         await self.replica_manager.shutdown()  # replica fetchers stop before the logs close
         if self.tiered is not None:
             await self.tiered.close()  # the partition remover, the RLM, the RLMM and its connections
+        await self.dynamic_config.close()  # a cleaner restart in flight
         if self.log_cleaner is not None:
             await self.log_cleaner.shutdown()  # aborts a cleaning in progress before the logs close
         await asyncio.get_running_loop().run_in_executor(None, self.log_manager.shutdown)

@@ -1,0 +1,91 @@
+"""Dynamic broker configs and group configs: Kafka's precedence of the layers, the sources and synonyms DescribeConfigs
+reports for them, and the validation of alters (read-only keys, types, group bounds)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from strata.broker.handlers import configs as C
+from strata.config import BrokerConfig, ConfigError
+from strata.config.dynamic import group_config_values, validate_dynamic_broker_configs
+
+
+def _by_name(entries):
+    return {e.name: e for e in entries}
+
+
+def test_layers_precedence_broker_over_default_over_static():
+    cfg = BrokerConfig.from_dict({"log.retention.hours": "24", "message.max.bytes": "1000"})
+    changed = cfg.apply_dynamic(
+        {"log.retention.ms": "5000", "message.max.bytes": "2000"}, {"message.max.bytes": "3000"}
+    )
+    assert {"log.retention.ms", "message.max.bytes"} <= changed
+    assert cfg["message.max.bytes"] == 3000
+    assert cfg.log_config().retention_ms == 5000, "a dynamic log.retention.ms beats a static log.retention.hours"
+    assert cfg.log_config().max_message_bytes == 3000, "topic defaults follow the dynamic broker value"
+    assert cfg.apply_dynamic({}, {}) == {"log.retention.ms", "message.max.bytes"}
+    assert cfg["message.max.bytes"] == 1000 and cfg.log_config().retention_ms == 24 * 3_600_000
+
+
+def test_describe_sources_and_synonyms_of_dynamic_values():
+    cfg = BrokerConfig.from_dict({"message.max.bytes": "1000"})
+    cfg.apply_dynamic({"message.max.bytes": "2000"}, {"message.max.bytes": "3000"})
+    services = SimpleNamespace(config=cfg, broker_id=0)
+    e = _by_name(C.broker_config_entries(services, ["message.max.bytes"]))["message.max.bytes"]
+    assert (e.value, e.source, e.read_only) == ("3000", C.SOURCE_DYNAMIC_BROKER_CONFIG, False)
+    assert e.synonyms == [
+        ("message.max.bytes", "3000", C.SOURCE_DYNAMIC_BROKER_CONFIG),
+        ("message.max.bytes", "2000", C.SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG),
+        ("message.max.bytes", "1000", C.SOURCE_STATIC_BROKER_CONFIG),
+        ("message.max.bytes", "1048588", C.SOURCE_DEFAULT_CONFIG),
+    ]
+    # the empty name: only the cluster-wide defaults, without the broker's own layer
+    (d,) = C.broker_config_entries(services, None, per_broker=False)
+    assert (d.name, d.value, d.source) == ("message.max.bytes", "2000", C.SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG)
+    assert [s[2] for s in d.synonyms] == [3, 4, 5]
+    # a topic without an override: its max.message.bytes comes from the broker's dynamic config
+    t = _by_name(C.topic_config_entries(services, {}, ["max.message.bytes"]))["max.message.bytes"]
+    assert (t.value, t.source) == ("3000", C.SOURCE_DYNAMIC_BROKER_CONFIG)
+
+
+@pytest.mark.parametrize(
+    "configs, per_broker, message",
+    [
+        ({"num.partitions": "3"}, True, "Cannot update these configs dynamically: Set(num.partitions)"),
+        (
+            {"log.dirs": "/x", "listeners": "a"},
+            False,
+            "Cannot update these configs dynamically: Set(listeners, log.dirs)",
+        ),
+        ({"log.retention.hours": "1"}, True, "Cannot update these configs dynamically"),  # only log.retention.ms is
+        ({"message.max.bytes": "big"}, True, "Invalid value big for configuration message.max.bytes"),
+        ({"remote.log.manager.copy.max.bytes.per.second": "0"}, False, "must be at least 1"),
+    ],
+)
+def test_dynamic_validation(configs, per_broker, message):
+    with pytest.raises(ConfigError) as ei:
+        validate_dynamic_broker_configs(configs, per_broker)
+    assert message in str(ei.value)
+
+
+def test_dynamic_validation_accepts_kafkas_dynamic_keys():
+    assert validate_dynamic_broker_configs(
+        {"log.retention.ms": "1", "log.cleaner.threads": "2", "remote.fetch.max.wait.ms": "100"}, False
+    ) == {"log.retention.ms": 1, "log.cleaner.threads": 2, "remote.fetch.max.wait.ms": 100}
+
+
+def test_group_configs_within_broker_bounds():
+    broker = BrokerConfig.from_dict({}).values
+    v = group_config_values(broker, {"consumer.session.timeout.ms": "50000"})
+    assert v == {"consumer.session.timeout.ms": 50000, "consumer.heartbeat.interval.ms": 5000}
+    for overrides, message in [
+        ({"consumer.session.timeout.ms": "1000"}, "must be greater than or equal to group.consumer.min.session"),
+        ({"consumer.session.timeout.ms": "70000"}, "must be less than or equal to group.consumer.max.session"),
+        ({"consumer.heartbeat.interval.ms": "20000"}, "must be less than or equal to group.consumer.max.heartbeat"),
+        ({"consumer.heartbeat.interval.ms": "x"}, "Invalid value x"),
+        ({"share.session.timeout.ms": "1"}, "Unknown group config name: share.session.timeout.ms"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            group_config_values(broker, overrides)
