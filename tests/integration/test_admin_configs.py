@@ -5,7 +5,7 @@ kafka-python's alter_configs (API 33) and Strata's own admin client for the raw 
 from __future__ import annotations
 
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, ResourceType
 
 from strata.cli.admin_client import RESOURCE_BROKER, RESOURCE_TOPIC, AdminClient
@@ -303,3 +303,107 @@ def test_group_configs(broker):
     broker.restart()
     with AdminClient(broker.bootstrap) as a:
         assert _entries(a, GROUP, "grp-a")["consumer.heartbeat.interval.ms"].value == "6000"
+
+
+def test_confluent_group_configs(broker):
+    """librdkafka maps its GROUP resource type to config resource 32."""
+    adm = ck.admin(broker.bootstrap)
+    r = ConfigResource(
+        ResourceType.GROUP,
+        "grp-ck",
+        incremental_configs=[
+            ConfigEntry("consumer.session.timeout.ms", "50000", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    adm.incremental_alter_configs([r])[r].result(timeout=30)
+    d = ConfigResource(ResourceType.GROUP, "grp-ck")
+    entries = adm.describe_configs([d])[d].result(timeout=30)
+    assert entries["consumer.session.timeout.ms"].value == "50000"
+    assert entries["consumer.session.timeout.ms"].source == ConfigSource.GROUP_CONFIG.value
+    assert entries["consumer.heartbeat.interval.ms"].source == ConfigSource.DEFAULT_CONFIG.value
+    bad = ConfigResource(
+        ResourceType.GROUP,
+        "grp-ck",
+        incremental_configs=[
+            ConfigEntry("consumer.session.timeout.ms", "100", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    with pytest.raises(KafkaException) as ei:
+        adm.incremental_alter_configs([bad])[bad].result(timeout=30)
+    assert ei.value.args[0].code() == KafkaError.INVALID_CONFIG
+
+
+def test_kafka_python_broker_logger_and_group(broker):
+    """kafka-python names BROKER_LOGGER (8) and GROUP (32), which confluent-kafka's Python API cannot express for
+    loggers."""
+    from kafka.admin import ConfigResource as KPResource
+    from kafka.admin import ConfigResourceType, KafkaAdminClient
+
+    kp = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=30000)
+    try:
+        out = kp.describe_configs(
+            [KPResource(ConfigResourceType.BROKER_LOGGER, "0"), KPResource(ConfigResourceType.GROUP, "grp-kp")],
+            config_filter="all",
+        )
+    finally:
+        kp.close()
+    text = repr(out)
+    assert "'root'" in text and "'INFO'" in text, text
+    assert "consumer.session.timeout.ms" in text and "'45000'" in text, text
+
+
+@pytest.fixture
+def two_brokers(request: pytest.FixtureRequest, tmp_path):
+    from tests.support.cluster_proc import StrataCluster
+
+    c = StrataCluster(tmp_path / "cluster", size=2)
+    request.node._strata_brokers = []
+    try:
+        c.start()
+        request.node._strata_brokers.extend(c.brokers.values())
+        yield c
+    finally:
+        c.close()
+
+
+def test_cluster_dynamic_configs_reach_every_broker(two_brokers):
+    """Alters sent to the broker that is not the controller are forwarded to the controller, stored in etcd and
+    applied by every broker; a BROKER resource names the broker the client sent it to; BROKER_LOGGER stays on the
+    broker it names."""
+    with AdminClient(two_brokers.brokers[1].bootstrap) as a:
+        ctl = a.request(ApiKey.DESCRIBE_CLUSTER, 0, include_cluster_authorized_operations=False).controller_id
+    other = 2 if ctl == 1 else 1
+    with AdminClient(two_brokers.brokers[ctl].bootstrap) as ac, AdminClient(two_brokers.brokers[other].bootstrap) as ao:
+        assert _incremental(ao, BROKER, "", [("log.retention.bytes", SET, "77777777")]).error_code == 0
+        for a, bid in ((ac, ctl), (ao, other)):
+            wait_until(
+                lambda a=a, bid=bid: (
+                    _entries(a, BROKER, str(bid), ["log.retention.bytes"])["log.retention.bytes"].value == "77777777"
+                ),
+                timeout=30,
+            )
+        # forwarded, the controller checks the name against the broker the client sent the request to
+        assert _incremental(ao, BROKER, str(other), [("message.max.bytes", SET, "4000")]).error_code == 0
+        e = wait_until(
+            lambda: (
+                (x := _entries(ao, BROKER, str(other), ["message.max.bytes"])["message.max.bytes"]).config_source == 2
+                and x
+            ),
+            timeout=30,
+        )
+        assert e.value == "4000"
+        mine = _entries(ac, BROKER, str(ctl), ["message.max.bytes"])["message.max.bytes"]
+        assert mine.config_source == 5, "a per-broker config is that broker's only"
+        r = _incremental(ao, BROKER, str(ctl), [("message.max.bytes", SET, "4000")])
+        assert r.error_code == ErrorCode.INVALID_REQUEST, "a broker's configs are altered through that broker"
+
+        assert _incremental(ao, BROKER_LOGGER, str(other), [("strata.topics", SET, "WARN")]).error_code == 0
+        assert _entries(ao, BROKER_LOGGER, str(other))["strata.topics"].value == "WARN"
+        ctl_loggers = _entries(ac, BROKER_LOGGER, str(ctl))
+        assert "strata.topics" not in ctl_loggers or ctl_loggers["strata.topics"].value == "INFO"
+
+    two_brokers.restart(other)
+    with AdminClient(two_brokers.brokers[other].bootstrap) as ao:
+        e = _entries(ao, BROKER, str(other), ["message.max.bytes", "log.retention.bytes"])
+        assert (e["message.max.bytes"].value, e["message.max.bytes"].config_source) == ("4000", 2)
+        assert (e["log.retention.bytes"].value, e["log.retention.bytes"].config_source) == ("77777777", 3)

@@ -89,3 +89,20 @@ def test_group_configs_within_broker_bounds():
     ]:
         with pytest.raises(ConfigError, match=message):
             group_config_values(broker, overrides)
+
+
+def test_cluster_image_keeps_config_resources():
+    from strata.broker.cluster.image import MetadataImage
+
+    img = MetadataImage()
+    assert img.apply("configs/4/", b'{"log.retention.ms": "5"}', 3) == [("config", (4, ""))]
+    assert img.apply("configs/32/team/a", b'{"consumer.session.timeout.ms": "50000"}', 4) == [
+        ("config", (32, "team/a"))
+    ]
+    assert img.configs == {(4, ""): {"log.retention.ms": "5"}, (32, "team/a"): {"consumer.session.timeout.ms": "50000"}}
+    assert img.mod_revision("configs/4/") == 3
+    assert img.apply("configs/4/", b'{"log.retention.ms": "6"}', 2) == [], "an older change is ignored"
+    old = MetadataImage.from_kvs([(k, v, r) for k, v, r in [("configs/4/", b'{"log.retention.ms": "5"}', 3)]], 3)
+    new = MetadataImage.from_kvs([("configs/4/", b'{"log.retention.ms": "7"}', 5)], 5)
+    assert new.diff(old) == [("config", (4, ""))]
+    assert img.apply("configs/4/", None, 6) == [("config", (4, ""))] and (4, "") not in img.configs
