@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import argparse
 
-from . import dump_log, groups, pipeline, remote_log_metadata, serve, topics
+from . import configs, dump_log, groups, pipeline, remote_log_metadata, serve, topics
 from .common import Command
 
 # in the order of `strata --help`
-COMMANDS: tuple[Command, ...] = (serve, topics, dump_log, groups, remote_log_metadata, pipeline)
+COMMANDS: tuple[Command, ...] = (serve, topics, configs, dump_log, groups, remote_log_metadata, pipeline)
 # The usage line has always listed them in this other order; kept as it was (tests/unit/test_cli_layering.py
 # checks that it names every command).
-USAGE = "{serve,topics,groups,dump-log,remote-log-metadata,pipeline}"
+USAGE = "{serve,topics,configs,groups,dump-log,remote-log-metadata,pipeline}"
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -402,8 +402,88 @@ def test_cluster_dynamic_configs_reach_every_broker(two_brokers):
         ctl_loggers = _entries(ac, BROKER_LOGGER, str(ctl))
         assert "strata.topics" not in ctl_loggers or ctl_loggers["strata.topics"].value == "INFO"
 
+    # `strata configs` asks the named broker, whatever the bootstrap server
+    from tests.integration.test_admin_cli import ok, strata
+
+    out = ok(
+        strata(
+            "configs",
+            "--bootstrap-server",
+            two_brokers.brokers[ctl].bootstrap,
+            "describe",
+            "--entity-type",
+            "brokers",
+            "--entity-name",
+            str(other),
+        )
+    )
+    assert "message.max.bytes=4000 sensitive=false" in out
+
     two_brokers.restart(other)
     with AdminClient(two_brokers.brokers[other].bootstrap) as ao:
         e = _entries(ao, BROKER, str(other), ["message.max.bytes", "log.retention.bytes"])
         assert (e["message.max.bytes"].value, e["message.max.bytes"].config_source) == ("4000", 2)
         assert (e["log.retention.bytes"].value, e["log.retention.bytes"].config_source) == ("77777777", 3)
+
+
+def test_strata_configs_cli(broker):
+    """`strata configs` as kafka-configs.sh users type it, against the broker."""
+    from tests.integration.test_admin_cli import fails, ok, strata
+
+    def configs(*args: str):
+        return strata("configs", "--bootstrap-server", broker.bootstrap, *args)
+
+    with AdminClient(broker.bootstrap) as a:
+        a.create_topic("cli-cfg", 1, 1)
+    out = ok(
+        configs(
+            "alter",
+            "--entity-type",
+            "brokers",
+            "--entity-name",
+            "0",
+            "--add-config",
+            "log.retention.ms=3600000,log.cleanup.policy=[delete,compact]",
+        )
+    )
+    assert out.strip() == "Completed updating config for broker 0."
+    out = ok(configs("describe", "--entity-type", "brokers", "--entity-name", "0"))
+    lines = out.splitlines()
+    assert lines[0] == "Dynamic configs for broker 0 are:"
+    assert "  log.retention.ms=3600000 sensitive=false synonyms={DYNAMIC_BROKER_CONFIG:log.retention.ms=3600000" in out
+    assert "  log.cleanup.policy=delete,compact sensitive=false" in out and len(lines) == 3
+    out = ok(configs("describe", "--entity-type", "brokers", "--entity-name", "0", "--all"))
+    assert out.startswith("All configs for broker 0 are:") and "num.partitions=1 sensitive=false" in out
+
+    ok(configs("alter", "--entity-type", "brokers", "--entity-default", "--add-config", "message.max.bytes=500000"))
+    out = ok(configs("describe", "--entity-type", "brokers", "--entity-default"))
+    assert out.splitlines()[0] == "Default configs for brokers in the cluster are:"
+    assert "message.max.bytes=500000" in out
+
+    out = ok(
+        configs("alter", "--entity-type", "topics", "--entity-name", "cli-cfg", "--add-config", "retention.ms=5000")
+    )
+    assert out.strip() == "Completed updating config for topic cli-cfg."
+    assert "retention.ms=5000" in ok(configs("describe", "--entity-type", "topics", "--entity-name", "cli-cfg"))
+    ok(configs("alter", "--entity-type", "topics", "--entity-name", "cli-cfg", "--delete-config", "retention.ms"))
+    assert "retention.ms" not in ok(configs("describe", "--entity-type", "topics", "--entity-name", "cli-cfg"))
+
+    ok(configs("alter", "--entity-type", "broker-loggers", "--entity-name", "0", "--add-config", "strata.topics=DEBUG"))
+    assert "strata.topics=DEBUG" in ok(configs("describe", "--entity-type", "broker-loggers", "--entity-name", "0"))
+    ok(
+        configs(
+            "alter",
+            "--entity-type",
+            "groups",
+            "--entity-name",
+            "g",
+            "--add-config",
+            "consumer.session.timeout.ms=50000",
+        )
+    )
+    assert "consumer.session.timeout.ms=50000" in ok(
+        configs("describe", "--entity-type", "groups", "--entity-name", "g")
+    )
+
+    err = fails(configs("alter", "--entity-type", "brokers", "--entity-name", "0", "--add-config", "num.partitions=1"))
+    assert "Cannot update these configs dynamically: Set(num.partitions)" in err  # one line, exit 1 (fails)
