@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .broker_config import BROKER_CONFIG_DEFS
+from .broker_config import BROKER_CONFIG_DEFS, BrokerConfig
 from .defs import ConfigDef, ConfigError, at_least
 from .defs import ConfigType as T
 from .topic_config import TOPIC_TO_BROKER_SYNONYM
@@ -74,6 +74,29 @@ def validate_dynamic_broker_configs(configs: Mapping[str, str], per_broker: bool
         except ConfigError as e:
             raise ConfigError(f"Invalid value {raw} for configuration {key}: {e}") from None
     return out
+
+
+def validate_broker_reconfiguration(config: BrokerConfig) -> None:
+    """Kafka's DynamicLogConfig.validateReconfiguration on the effective config the dynamic layers give: the local
+    retention of tiered topics may not exceed, nor be unlimited under, a limited total retention."""
+    d = config.topic_defaults()
+    for local_key, total_key, local_broker_key, total_broker_key in (
+        ("local.retention.ms", "retention.ms", "log.local.retention.ms", "log.retention.ms"),
+        ("local.retention.bytes", "retention.bytes", "log.local.retention.bytes", "log.retention.bytes"),
+    ):
+        local, total = d[local_key], d[total_key]
+        if total == -1 or local == -2:
+            continue
+        if local == -1:
+            raise ConfigError(
+                f"Invalid value -1 for configuration {local_broker_key}: Value must not be -1 as {total_broker_key} "
+                f"value is set as {total}."
+            )
+        if local > total:
+            raise ConfigError(
+                f"Invalid value {local} for configuration {local_broker_key}: Value must not be more than "
+                f"{total_broker_key} property value: {total}"
+            )
 
 
 # Group configs: name -> (definition, the broker key that gives its default)
@@ -135,5 +158,6 @@ __all__ = [
     "GROUP_CONFIG_DEFS",
     "PER_BROKER_CONFIGS",
     "group_config_values",
+    "validate_broker_reconfiguration",
     "validate_dynamic_broker_configs",
 ]

@@ -18,6 +18,7 @@ from typing import Any
 from strata.config import (
     BROKER_CONFIG_DEFS,
     TOPIC_CONFIG_DEFS,
+    BrokerConfig,
     ConfigError,
     ConfigType,
     LogConfig,
@@ -28,6 +29,7 @@ from strata.config.dynamic import (
     DYNAMIC_BROKER_CONFIGS,
     GROUP_CONFIG_DEFS,
     group_config_values,
+    validate_broker_reconfiguration,
     validate_dynamic_broker_configs,
 )
 from strata.config.topic_config import TOPIC_TO_BROKER_SYNONYM, validate_topic_overrides
@@ -404,15 +406,21 @@ Op = tuple[str, int, str | None]
 ConfigsChange = Callable[[dict[str, str]], dict[str, str]]
 
 
-def _broker_change(ops: list[Op], replacement: dict[str, str] | None, per_broker: bool) -> ConfigsChange:
-    """The stored dynamic broker configs -> the new ones: `ops` applied (incremental) or `replacement` (legacy)."""
+def _broker_change(
+    services: BrokerServices, ops: list[Op], replacement: dict[str, str] | None, per_broker: bool
+) -> ConfigsChange:
+    """The stored dynamic broker configs -> the new ones: `ops` applied (incremental) or `replacement` (legacy),
+    checked alone and, merged with the other layers of this broker's config, as a whole."""
 
     def change(current: dict[str, str]) -> dict[str, str]:
         new = (
             dict(replacement) if replacement is not None else _apply_ops(current, ops, BROKER_CONFIG_DEFS.get, "broker")
         )
+        cfg = services.config
+        default, mine = (cfg.dynamic_default, new) if per_broker else (new, cfg.dynamic_broker)
         try:
             validate_dynamic_broker_configs(new, per_broker)
+            validate_broker_reconfiguration(BrokerConfig.from_dict({**cfg.originals, **default, **mine}))
         except ConfigError as e:  # Kafka answers INVALID_REQUEST here (KAFKA-13609)
             raise KafkaApiError(ErrorCode.INVALID_REQUEST, str(e)) from None
         return new
@@ -590,7 +598,7 @@ async def _alter_stored_resource(
     change: ConfigsChange
     if r.resource_type == RESOURCE_BROKER:
         name = _check_alter_broker_name(services, ctx, r.resource_name)
-        change = _broker_change(ops, replacement, per_broker=bool(name))
+        change = _broker_change(services, ops, replacement, per_broker=bool(name))
     else:
         name = _check_group_name(r.resource_name)
         change = _group_change(services, ops, replacement)

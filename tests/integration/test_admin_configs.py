@@ -487,3 +487,11 @@ def test_strata_configs_cli(broker):
 
     err = fails(configs("alter", "--entity-type", "brokers", "--entity-name", "0", "--add-config", "num.partitions=1"))
     assert "Cannot update these configs dynamically: Set(num.partitions)" in err  # one line, exit 1 (fails)
+
+
+def test_local_retention_beyond_total_is_refused(broker):
+    with AdminClient(broker.bootstrap) as a:
+        assert _incremental(a, BROKER, "", [("log.retention.ms", SET, "100000")]).error_code == 0
+        r = _incremental(a, BROKER, "0", [("log.local.retention.ms", SET, "200000")])
+        assert r.error_code == ErrorCode.INVALID_REQUEST and "must not be more than log.retention.ms" in r.error_message
+        assert _incremental(a, BROKER, "0", [("log.local.retention.ms", SET, "50000")]).error_code == 0

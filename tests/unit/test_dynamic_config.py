@@ -106,3 +106,18 @@ def test_cluster_image_keeps_config_resources():
     new = MetadataImage.from_kvs([("configs/4/", b'{"log.retention.ms": "7"}', 5)], 5)
     assert new.diff(old) == [("config", (4, ""))]
     assert img.apply("configs/4/", None, 6) == [("config", (4, ""))] and (4, "") not in img.configs
+
+
+def test_local_retention_checked_against_total_as_kafka_does():
+    from strata.config.dynamic import validate_broker_reconfiguration
+
+    ok = BrokerConfig.from_dict({"log.retention.ms": "1000", "log.local.retention.ms": "500"})
+    validate_broker_reconfiguration(ok)
+    validate_broker_reconfiguration(BrokerConfig.from_dict({"log.retention.ms": "-1", "log.local.retention.ms": "-1"}))
+    for props, message in [
+        ({"log.retention.ms": "1000", "log.local.retention.ms": "2000"}, "must not be more than log.retention.ms"),
+        ({"log.retention.ms": "1000", "log.local.retention.ms": "-1"}, "must not be -1 as log.retention.ms"),
+        ({"log.retention.bytes": "10", "log.local.retention.bytes": "20"}, "more than log.retention.bytes"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            validate_broker_reconfiguration(BrokerConfig.from_dict(props))
