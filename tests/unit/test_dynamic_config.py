@@ -121,3 +121,34 @@ def test_local_retention_checked_against_total_as_kafka_does():
     ]:
         with pytest.raises(ConfigError, match=message):
             validate_broker_reconfiguration(BrokerConfig.from_dict(props))
+
+
+def test_log_cleaner_reconfigure_restarts_threads_with_new_settings(tmp_path):
+    """Kafka's LogCleaner.reconfigure: a throttled cleaning in progress is aborted, the threads start again with the
+    new settings (here two threads, no throttle) and the log gets cleaned."""
+    import asyncio
+    import time
+
+    from strata.storage.cleaner_manager import CleanerConfig
+    from tests.unit.test_cleaner_manager import cleaner_for, fill, open_log
+
+    lg = open_log(tmp_path)
+    fill(lg, 600, keys=5)
+    c = cleaner_for(tmp_path, [lg], backoff_ms=10, max_io_bytes_per_second=2000.0)  # would take ~30 s
+
+    async def main() -> None:
+        await c.start()
+        deadline = time.monotonic() + 10
+        while not c.manager.in_progress:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.01)
+        await c.reconfigure(CleanerConfig(num_threads=2, backoff_ms=10))
+        assert len(c.cleaners) == 2
+        deadline = time.monotonic() + 30
+        while c.cleanings < 1:
+            assert time.monotonic() < deadline, "the reconfigured cleaner did not clean"
+            await asyncio.sleep(0.01)
+        await c.shutdown()
+
+    asyncio.run(main())
+    assert c.manager.checkpointed_offset(lg) is not None
