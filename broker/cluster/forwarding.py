@@ -73,13 +73,13 @@ def forwarding_broker_id(client_id: str | None) -> int | None:
 
 
 def _local_only(api_key: int, req: Any) -> bool:
-    """BROKER_LOGGER changes are made by the broker the client sent them to, never forwarded (Kafka's broker
-    applies them before forwarding the rest)."""
+    """BROKER_LOGGER changes are made by the broker the client sent them to, so a request holding one is answered
+    here (Kafka's broker applies them and forwards the rest; dynamic BROKER configs in the same request are
+    written to etcd from here, by the same compare-and-set as the controller's)."""
     return (
         api_key == ApiKey.INCREMENTAL_ALTER_CONFIGS
         and req is not None
-        and bool(req.resources)
-        and all(r.resource_type == BROKER_LOGGER_RESOURCE for r in req.resources)
+        and any(r.resource_type == BROKER_LOGGER_RESOURCE for r in req.resources or ())
     )
 
 
