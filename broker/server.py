@@ -100,6 +100,7 @@ class KafkaServer:
             self.store = LocalMetadataStore(self.log_dirs[0], config["cluster.id"] or None, me)
             self._write_meta_properties()
         self.dynamic_config = DynamicBrokerConfig(config, self.store, self.broker_id)
+        self.store.add_listener(self.dynamic_config.on_metadata_change)  # from the start: no change is missed
         if not self.cluster_mode:
             self.dynamic_config.load()  # before any component reads its settings (etcd's: once the store started)
         # Cluster mode, built at start once the broker is registered: they subscribe to the store's changes
@@ -236,7 +237,6 @@ class KafkaServer:
         if self._etcd_store is not None:  # (cluster mode)
             self._delete_stray_logs(self._etcd_store)
         self.store.add_listener(self.on_metadata_change)  # no await before the load: no change is missed
-        self.store.add_listener(self.dynamic_config.on_metadata_change)
         self.replica_manager.load_partitions()
         self.replica_manager.start()  # replica fetchers for the partitions this broker follows
         if self._etcd_store is not None:
