@@ -80,6 +80,7 @@ def build_handlers() -> dict[int, HandlerFn]:
         ApiKey.DELETE_RECORDS: admin.delete_records,
         ApiKey.DESCRIBE_CONFIGS: configs.describe_configs,
         ApiKey.INCREMENTAL_ALTER_CONFIGS: configs.incremental_alter_configs,
+        ApiKey.ALTER_CONFIGS: configs.alter_configs,
         ApiKey.DESCRIBE_CLUSTER: admin.describe_cluster,
         ApiKey.DESCRIBE_LOG_DIRS: log_dirs.describe_log_dirs,
         ApiKey.ELECT_LEADERS: cluster_admin.elect_leaders,
@@ -165,7 +166,7 @@ class KafkaApis:
             self.authorizer,
         )
         fwd = self.services.controller_channel
-        if fwd is not None and fwd.should_forward(hdr.api_key, ctx.client_id):
+        if fwd is not None and fwd.should_forward(hdr.api_key, ctx.client_id, req):
             forwarded = await fwd.forward(payload, hdr.api_key, hdr.api_version, ctx.client_id, req)
             if forwarded is not None:
                 self._completed(name, received, req)

@@ -1,4 +1,4 @@
-"""Cluster metadata (topics, topic ids, partition counts, topic config overrides).
+"""Cluster metadata (topics, topic ids, partition counts, topic config overrides, dynamic broker and group configs).
 
 `MetadataStore` is the interface; `LocalMetadataStore` keeps it in one JSON file for a single broker. The etcd-backed
 store of a cluster implements the same interface, so the rest of the broker never knows which it has.
@@ -138,6 +138,18 @@ class MetadataStore(ABC):
     @abstractmethod
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicInfo: ...
 
+    def config_overrides(self, resource_type: int, name: str) -> dict[str, str]:
+        """Dynamic configs of a non-topic config resource (ConfigResource type and name: BROKER with a broker id or
+        "" for the cluster-wide default, GROUP with a group id); {} when none is set."""
+        return {}
+
+    async def update_config_overrides(
+        self, resource_type: int, name: str, change: Callable[[dict[str, str]], dict[str, str]]
+    ) -> dict[str, str]:
+        """Replace the resource's dynamic configs by `change(current)` atomically (re-run on a concurrent change;
+        what `change` raises propagates and nothing is written); listeners hear ('config', (type, name))."""
+        raise NotImplementedError
+
     @abstractmethod
     async def alter_partition(self, topic: str, partition: int, new: PartitionState) -> PartitionState:
         """Compare-and-set: `new.partition_epoch` must be the stored epoch + 1, else StaleStateError."""
@@ -159,7 +171,8 @@ class MetadataStore(ABC):
         return True
 
     def add_listener(self, callback: Callable[[str, object], None]) -> None:
-        """callback(kind, key) after the image changed: kind is 'topic', 'partition', 'broker' or 'controller'."""
+        """callback(kind, key) after the image changed: kind is 'topic', 'partition', 'broker', 'controller' or
+        'config' (key: (resource type, name))."""
         self._listeners.append(callback)
 
     def _notify(self, kind: str, key: object) -> None:
@@ -190,10 +203,13 @@ class LocalMetadataStore(MetadataStore):
         self._topics: dict[str, TopicInfo] = {}
         self.cluster_id = cluster_id or ""
         self._next_producer_id = 0
+        self._configs: dict[tuple[int, str], dict[str, str]] = {}
         if self.path.exists():
             data = json.loads(self.path.read_text())
             self.cluster_id = data.get("cluster_id") or self.cluster_id
             self._next_producer_id = int(data.get("next_producer_id_block", 0))
+            for c in data.get("configs", []):
+                self._configs[(int(c["resource_type"]), str(c["name"]))] = dict(c["configs"])
             self._topics = {t["name"]: TopicInfo.from_json(t) for t in data.get("topics", [])}
             for t in self._topics.values():  # files written before assignments were recorded
                 if len(t.assignments) != t.partitions:
@@ -209,6 +225,9 @@ class LocalMetadataStore(MetadataStore):
             "cluster_id": self.cluster_id,
             "topics": [t.to_json() for t in sorted(self._topics.values(), key=lambda t: t.name)],
             "next_producer_id_block": self._next_producer_id,
+            "configs": [
+                {"resource_type": t, "name": n, "configs": c} for (t, n), c in sorted(self._configs.items()) if c
+            ],
         }
         tmp = self.path.with_suffix(".tmp")
         with open(tmp, "w") as f:
@@ -289,6 +308,21 @@ class LocalMetadataStore(MetadataStore):
         self._save()
         self._notify("topic", name)
         return info
+
+    def config_overrides(self, resource_type: int, name: str) -> dict[str, str]:
+        return dict(self._configs.get((resource_type, name), {}))
+
+    async def update_config_overrides(
+        self, resource_type: int, name: str, change: Callable[[dict[str, str]], dict[str, str]]
+    ) -> dict[str, str]:
+        new = dict(change(self.config_overrides(resource_type, name)))
+        if new:
+            self._configs[(resource_type, name)] = new
+        else:
+            self._configs.pop((resource_type, name), None)
+        self._save()
+        self._notify("config", (resource_type, name))
+        return new
 
     async def allocate_producer_id_block(self, size: int) -> int:
         if size <= 0:

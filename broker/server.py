@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import logging
 import signal
 import sys
 import time
@@ -22,9 +21,10 @@ from strata.protocol.uuids import kafka_uuid_str
 from strata.storage.cleaner_manager import CleanerConfig, LogCleaner
 from strata.storage.log_manager import LogManager
 
-from . import diagnostics
+from . import diagnostics, loggers
 from .apis import KafkaApis
 from .cluster.model import BrokerInfo
+from .dynamic_config import DynamicBrokerConfig
 from .endpoints import BrokerEndpoints
 from .gc_pauses import GcPauses, freeze_startup_objects
 from .group import GroupCoordinator
@@ -51,7 +51,7 @@ log = structlog.get_logger("strata.server")
 
 def configure_logging(fmt: str = "console", level: str = "INFO") -> None:
     """structlog to stderr: console renderer by default, one JSON object per line with log.format=json."""
-    lvl = getattr(logging, level.upper(), logging.INFO)
+    loggers.LEVELS.reset(level)  # per-logger levels: the BROKER_LOGGER config resource (broker/loggers.py)
     renderer = (
         structlog.processors.JSONRenderer()
         if fmt == "json"
@@ -59,14 +59,15 @@ def configure_logging(fmt: str = "console", level: str = "INFO") -> None:
     )
     structlog.configure(
         processors=[
+            loggers.filter_by_level,
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
             renderer,
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(lvl),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        wrapper_class=structlog.make_filtering_bound_logger(loggers.MIN_LEVEL),
+        logger_factory=loggers.NamedPrintLoggerFactory(sys.stderr),
         cache_logger_on_first_use=True,
     )
 
@@ -140,6 +141,10 @@ class KafkaServer:
         else:
             self.store = LocalMetadataStore(self.log_dirs[0], config["cluster.id"] or None, me)
             self._write_meta_properties()
+        self.dynamic_config = DynamicBrokerConfig(config, self.store, self.broker_id)
+        self.store.add_listener(self.dynamic_config.on_metadata_change)  # from the start: no change is missed
+        if not self.cluster_mode:
+            self.dynamic_config.load()  # before any component reads its settings (etcd's: once the store started)
         # Cluster mode, built at start once the broker is registered: they subscribe to the store's changes
         # when built, after the replica manager's own subscription.
         self.controller: Controller | None = None
@@ -195,6 +200,7 @@ class KafkaServer:
             self.topic_manager = TopicManager(config, self.store, self.replica_manager)
         self.group_coordinator = GroupCoordinator.from_broker_config(config, self.replica_manager, self.store)
         self.replica_manager.leadership_listeners.append(self._on_leadership_change)
+        self.dynamic_config.attach(self.replica_manager, self.log_cleaner)
         self.services = BrokerServices(
             config=config,
             broker_id=self.broker_id,
@@ -305,6 +311,7 @@ class KafkaServer:
                     f"metadata.store.connect: cannot reach etcd at {self.config['metadata.store.connect']}: {e}"
                 ) from None
             self.me = self._bound_identity()  # registered below with the ports actually bound
+            self.dynamic_config.load()
             self._write_meta_properties()
             from .group.records import OFFSETS_TOPIC
 
@@ -542,6 +549,7 @@ class KafkaServer:
         await self.replica_manager.shutdown()  # replica fetchers stop before the logs close
         if self.tiered is not None:
             await self.tiered.close()  # the partition remover, the RLM, the RLMM and its connections
+        await self.dynamic_config.close()  # a cleaner restart in flight
         if self.log_cleaner is not None:
             await self.log_cleaner.shutdown()  # aborts a cleaning in progress before the logs close
         await asyncio.get_running_loop().run_in_executor(None, self.log_manager.shutdown)

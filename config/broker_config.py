@@ -218,6 +218,15 @@ _BROKER_DEFS: list[ConfigDef] = [
         "group.max.session.timeout.ms", T.INT, 1800000, "largest session timeout a member may ask for", at_least(0)
     ),
     ConfigDef("group.max.size", T.INT, 2**31 - 1, "members per group", at_least(1)),
+    # consumer protocol (KIP-848) group settings: the defaults and bounds of the GROUP config resources
+    ConfigDef("group.consumer.session.timeout.ms", T.INT, 45000, "default consumer.session.timeout.ms", at_least(1)),
+    ConfigDef("group.consumer.min.session.timeout.ms", T.INT, 45000, "", at_least(1)),
+    ConfigDef("group.consumer.max.session.timeout.ms", T.INT, 60000, "", at_least(1)),
+    ConfigDef(
+        "group.consumer.heartbeat.interval.ms", T.INT, 5000, "default consumer.heartbeat.interval.ms", at_least(1)
+    ),
+    ConfigDef("group.consumer.min.heartbeat.interval.ms", T.INT, 5000, "", at_least(1)),
+    ConfigDef("group.consumer.max.heartbeat.interval.ms", T.INT, 15000, "", at_least(1)),
     ConfigDef("offsets.topic.num.partitions", T.INT, 50, "partitions of __consumer_offsets (set once)", at_least(1)),
     ConfigDef("offsets.topic.replication.factor", T.SHORT, 1, "replication factor of __consumer_offsets", at_least(1)),
     ConfigDef(
@@ -364,10 +373,15 @@ class Listener:
 
 @dataclass
 class BrokerConfig:
-    """Validated broker properties. ``values`` holds every known key, ``originals`` what the user set."""
+    """Validated broker properties. ``values`` holds every known key's effective value, ``originals`` what the
+    properties file and overrides set (the static layer), ``dynamic_default`` and ``dynamic_broker`` the dynamic
+    configs of the cluster-wide default and of this broker (config/dynamic.py), which take precedence in that
+    order: broker, default, static."""
 
     values: dict[str, Any]
     originals: dict[str, str] = field(default_factory=dict)
+    dynamic_default: dict[str, str] = field(default_factory=dict)
+    dynamic_broker: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: str | os.PathLike | None = None, overrides: Iterable[str] = ()) -> BrokerConfig:
@@ -403,6 +417,18 @@ class BrokerConfig:
         if values["node.id"] >= 0 and "broker.id" not in raw:
             values["broker.id"] = values["node.id"]
         return cls(values, originals)
+
+    def apply_dynamic(self, cluster_default: Mapping[str, str], per_broker: Mapping[str, str]) -> set[str]:
+        """Make the given dynamic layers current and return the keys whose effective value changed. ``values`` is
+        updated in place: every component holds this one object. Raises ConfigError (nothing changed) if a value
+        does not parse."""
+        merged = {**self.originals, **cluster_default, **per_broker}
+        new = BrokerConfig.from_dict(merged).values
+        changed = {k for k in new.keys() | self.values.keys() if new.get(k) != self.values.get(k)}
+        self.values.clear()
+        self.values.update(new)
+        self.dynamic_default, self.dynamic_broker = dict(cluster_default), dict(per_broker)
+        return changed
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]
@@ -498,15 +524,16 @@ class BrokerConfig:
         return out
 
     def broker_set_topic_keys(self) -> set[str]:
-        """Topic keys whose broker synonym the user set explicitly (reported as STATIC_BROKER_CONFIG)."""
+        """Topic keys whose broker synonym the user set explicitly (statically or dynamically)."""
         keys = set()
+        set_keys = set(self.originals) | set(self.dynamic_default) | set(self.dynamic_broker)
         for topic_key, broker_key in TOPIC_TO_BROKER_SYNONYM.items():
             fam = {broker_key}
             if broker_key == "log.retention.ms":
                 fam |= {"log.retention.minutes", "log.retention.hours"}
             if broker_key == "log.roll.ms":
                 fam |= {"log.roll.hours"}
-            if fam & set(self.originals):
+            if fam & set_keys:
                 keys.add(topic_key)
         return keys
 

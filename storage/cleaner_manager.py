@@ -290,9 +290,19 @@ class LogCleaner:
     ) -> None:
         self.config = config
         self.manager = LogCleanerManager(log_dirs, logs)
+        self.cleaners = self._build_cleaners(config)
+        self.is_live = is_live or (lambda _log: True)
+        self.cleanings = 0
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._wake: asyncio.Event | None = None
+        self._stopping = False
+
+    @staticmethod
+    def _build_cleaners(config: CleanerConfig) -> list[Cleaner]:
         threads = max(config.num_threads, 0)
         per_thread = config.dedupe_buffer_size // max(threads, 1)
-        self.cleaners = [
+        return [
             Cleaner(
                 per_thread,
                 config.io_buffer_load_factor,
@@ -302,12 +312,18 @@ class LogCleaner:
             )
             for _ in range(threads)
         ]
-        self.is_live = is_live or (lambda _log: True)
-        self.cleanings = 0
-        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
-        self._tasks: list[asyncio.Task] = []
-        self._wake: asyncio.Event | None = None
+
+    async def reconfigure(self, config: CleanerConfig) -> None:
+        """Kafka's LogCleaner.reconfigure (dynamic log.cleaner.* configs): stop the threads, aborting a cleaning in
+        progress, and start them again with the new settings (if they were running)."""
+        running = bool(self._tasks)
+        if running:
+            await self.shutdown()
+        self.config = config
+        self.cleaners = self._build_cleaners(config)
         self._stopping = False
+        if running:
+            await self.start()
 
     # -- metrics (kafka.log:type=LogCleaner / LogCleanerManager) -----------------------------------------------
     @property

@@ -19,7 +19,7 @@ import json
 import math
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import aetcd
@@ -675,6 +675,25 @@ class EtcdMetadataStore(MetadataStore):
                 return self.image.topics.get(name, new_info)
             await self._refresh_key(f"topics/{name}", res.ranges[0], res.revision)
         raise KafkaApiError(ErrorCode.UNKNOWN_SERVER_ERROR, f"Topic '{name}' kept changing.")
+
+    def config_overrides(self, resource_type: int, name: str) -> dict[str, str]:
+        return dict(self.image.configs.get((resource_type, name), {}))
+
+    async def update_config_overrides(
+        self, resource_type: int, name: str, change: Callable[[dict[str, str]], dict[str, str]]
+    ) -> dict[str, str]:
+        """CAS loop on `configs/<type>/<name>` (deleted when the set becomes empty)."""
+        rel = f"configs/{resource_type}/{name}"
+        key = self.key(rel)
+        for _ in range(10):
+            new = dict(change(self.config_overrides(resource_type, name)))
+            op = _put(key, _j(new)) if new else _delete(key)
+            res = await self.txn([_cmp(key, "mod", "==", self.image.mod_revision(rel))], [op], [_get(key)])
+            if res.succeeded:
+                self._apply(rel, _j(new) if new else None, res.revision)
+                return new
+            await self._refresh_key(rel, res.ranges[0], res.revision)
+        raise KafkaApiError(ErrorCode.UNKNOWN_SERVER_ERROR, f"Configs of {name!r} kept changing.")
 
     # ---- partition state --------------------------------------------------------------------------------------
     async def alter_partition(self, topic: str, partition: int, new: PartitionState) -> PartitionState:

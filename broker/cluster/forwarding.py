@@ -40,12 +40,14 @@ CONTROLLER_APIS = frozenset(
         ApiKey.DELETE_TOPICS,
         ApiKey.CREATE_PARTITIONS,
         ApiKey.INCREMENTAL_ALTER_CONFIGS,
+        ApiKey.ALTER_CONFIGS,
         ApiKey.ELECT_LEADERS,
         ApiKey.ALTER_PARTITION_REASSIGNMENTS,
         ApiKey.LIST_PARTITION_REASSIGNMENTS,
     }
 )
 FORWARDED_PREFIX = "strata-forwarded-by-"
+BROKER_LOGGER_RESOURCE = 8  # ConfigResource.Type.BROKER_LOGGER
 DEFAULT_TIMEOUT_S = 30.0
 FORWARDED_SETTLE_S = 3.0  # a forwarded request waits this long for this broker to take up the controllership
 AUTO_CREATE_VERSION = 7
@@ -60,6 +62,27 @@ def forwarded_client_id(broker_id: int, client_id: str | None) -> str:
     return f"{FORWARDED_PREFIX}{broker_id}:{client_id or ''}"
 
 
+def forwarding_broker_id(client_id: str | None) -> int | None:
+    """The id of the broker that forwarded a request (None if it came from a client): a BROKER config resource
+    names the broker the client sent it to."""
+    if not is_forwarded(client_id):
+        return None
+    assert client_id is not None
+    head = client_id[len(FORWARDED_PREFIX) :].partition(":")[0]
+    return int(head) if head.isdigit() else None
+
+
+def _local_only(api_key: int, req: Any) -> bool:
+    """BROKER_LOGGER changes are made by the broker the client sent them to, so a request holding one is answered
+    here (Kafka's broker applies them and forwards the rest; dynamic BROKER configs in the same request are
+    written to etcd from here, by the same compare-and-set as the controller's)."""
+    return (
+        api_key == ApiKey.INCREMENTAL_ALTER_CONFIGS
+        and req is not None
+        and any(r.resource_type == BROKER_LOGGER_RESOURCE for r in req.resources or ())
+    )
+
+
 def topics_named(api_key: int, version: int, req: Any, store: MetadataStore) -> list[str]:
     """The topics a controller request changes (read back from etcd after it)."""
     if api_key == ApiKey.CREATE_TOPICS or api_key == ApiKey.CREATE_PARTITIONS:
@@ -72,7 +95,7 @@ def topics_named(api_key: int, version: int, req: Any, store: MetadataStore) -> 
             info = store.topic_by_id(t.topic_id) if t.name is None and t.topic_id is not None else None
             names.append(info.name if info is not None else t.name)
         return [n for n in names if n]
-    if api_key == ApiKey.INCREMENTAL_ALTER_CONFIGS:
+    if api_key == ApiKey.INCREMENTAL_ALTER_CONFIGS or api_key == ApiKey.ALTER_CONFIGS:
         return [r.resource_name for r in req.resources if r.resource_type == 2]
     if api_key == ApiKey.ELECT_LEADERS:
         return [t.topic for t in req.topic_partitions or []]
@@ -108,8 +131,13 @@ class ControllerChannel:
     def is_controller(self) -> bool:
         return self._is_controller()
 
-    def should_forward(self, api_key: int, client_id: str | None) -> bool:
-        return api_key in CONTROLLER_APIS and not is_forwarded(client_id) and not self.is_controller()
+    def should_forward(self, api_key: int, client_id: str | None, req: Any = None) -> bool:
+        return (
+            api_key in CONTROLLER_APIS
+            and not is_forwarded(client_id)
+            and not self.is_controller()
+            and not _local_only(api_key, req)
+        )
 
     def forwarded_too_early(self, api_key: int, client_id: str | None) -> bool:
         """A request forwarded here because the sender's image names this broker controller, before this broker has

@@ -39,6 +39,7 @@ class MetadataImage:
     revision: int = 0  # highest revision applied
     deleted_topics: dict[str, TopicInfo] = field(default_factory=dict)  # last deletion of each name
     departed: dict[int, tuple[BrokerInfo, float]] = field(default_factory=dict)  # lease gone: (info, monotonic)
+    configs: dict[tuple[int, str], dict[str, str]] = field(default_factory=dict)  # configs/<type>/<name>
 
     def mod_revision(self, key: str) -> int:
         """The key's mod_revision if it exists in the image, else 0 (etcd's compare value for 'absent')."""
@@ -59,6 +60,8 @@ class MetadataImage:
             return rest in self.deleting
         if kind == "shutdown":
             return _int(rest) in self.shutdown
+        if kind == "configs":
+            return config_key(rest) in self.configs
         return key in self.revs
 
     def apply(self, key: str, value: bytes | None, revision: int) -> list[Change]:
@@ -123,6 +126,13 @@ class MetadataImage:
             else:
                 self.shutdown[bid] = d
             return [("broker", bid)]
+        if kind == "configs":
+            ck = config_key(rest)
+            if d is None:
+                self.configs.pop(ck, None)
+            else:
+                self.configs[ck] = {str(k): str(v) for k, v in d.items()}
+            return [("config", ck)]
         return []
 
     @classmethod
@@ -148,6 +158,9 @@ class MetadataImage:
         for tp in sorted(set(old.partitions) | set(self.partitions)):
             if old.partitions.get(tp) != self.partitions.get(tp):
                 out.append(("partition", tp))
+        for ck in sorted(set(old.configs) | set(self.configs)):
+            if old.configs.get(ck) != self.configs.get(ck):
+                out.append(("config", ck))
         if old.controller != self.controller:
             out.append(("controller", self.controller.broker_id if self.controller else -1))
         for name, info in old.deleted_topics.items():
@@ -174,6 +187,12 @@ def topic_from_json(name: str, d: dict) -> TopicInfo:
         bool(d.get("internal", False)),
         assignments,
     )
+
+
+def config_key(rest: str) -> tuple[int, str]:
+    """(resource type, name) of a `configs/<type>/<name>` key (the name may be empty or hold slashes)."""
+    t, _, name = rest.partition("/")
+    return _int(t), name
 
 
 def _int(s: str) -> int:

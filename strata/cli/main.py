@@ -16,6 +16,7 @@ import sys
 
 from . import (
     broker_api_versions,
+    configs,
     console_consumer,
     console_producer,
     consumer_perf_test,
@@ -38,6 +39,7 @@ from .common import Command
 COMMANDS: tuple[Command, ...] = (
     serve,
     topics,
+    configs,
     dump_log,
     groups,
     remote_log_metadata,
@@ -56,7 +58,7 @@ COMMANDS: tuple[Command, ...] = (
 # The usage line has always listed them in this other order; kept as it was (tests/unit/test_cli_layering.py
 # checks that it names every command).
 USAGE = (
-    "{serve,topics,groups,dump-log,remote-log-metadata,pipeline,console-producer,console-consumer,"
+    "{serve,topics,configs,groups,dump-log,remote-log-metadata,pipeline,console-producer,console-consumer,"
     "get-offsets,delete-records,log-dirs,broker-api-versions,reassign-partitions,leader-election,"
     "producer-perf-test,consumer-perf-test}"
 )

@@ -1,7 +1,7 @@
 """DescribeConfigs / IncrementalAlterConfigs against a live broker: sources and synonyms after alters, persistence
 across a restart, the altered config taking effect on the log, error codes, every DescribeConfigs version, and the
-real clients' admin APIs (confluent-kafka for both, kafka-python for describe; kafka-python alters with AlterConfigs,
-which Strata does not advertise)."""
+real clients' admin APIs (confluent-kafka for both, kafka-python for describe). Broker, broker-logger and group
+resources and the legacy AlterConfigs: test_admin_configs.py."""
 
 from __future__ import annotations
 
@@ -173,12 +173,13 @@ def test_resource_errors(cfg_broker):
             _raw_alter(a, TOPIC, "cfg-missing", [("retention.ms", 0, "1")]).error_code
             == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         )
-        res = _raw_alter(a, BROKER, "0", [("log.retention.ms", 0, "1")])
-        assert res.error_code == ErrorCode.INVALID_REQUEST and "server.properties" in res.error_message
+        res = _raw_alter(a, BROKER, "0", [("num.partitions", 0, "3")])  # read-only: not a dynamic config
+        assert res.error_code == ErrorCode.INVALID_REQUEST
+        assert res.error_message == "Cannot update these configs dynamically: Set(num.partitions)"
         r = _raw_describe(
             a,
             4,
-            [(TOPIC, "cfg-missing", None), (BROKER, "1", None), (BROKER, "zero", None), (BROKER_LOGGER, "0", None)],
+            [(TOPIC, "cfg-missing", None), (BROKER, "1", None), (BROKER, "zero", None), (BROKER_LOGGER, "1", None)],
         )
         assert [x.error_code for x in r] == [
             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
@@ -196,7 +197,8 @@ def test_broker_resource(cfg_broker):
     assert (c["num.partitions"].value, c["num.partitions"].source) == ("2", 4)
     assert (c["message.max.bytes"].value, c["message.max.bytes"].source) == ("1048588", 5)
     assert c["listeners"].value == f"PLAINTEXT://127.0.0.1:{cfg_broker.port}"
-    assert all(x.read_only for x in c.values())
+    assert c["listeners"].read_only and c["num.partitions"].read_only
+    assert not c["message.max.bytes"].read_only  # a dynamic broker config (test_admin_configs.py)
 
 
 @pytest.mark.parametrize("version", [1, 2, 3, 4])
@@ -252,7 +254,8 @@ def test_confluent_incremental_alter_and_describe(cfg_broker):
 
     broker = ConfigResource(ResourceType.BROKER, "0")
     b = adm.describe_configs([broker])[broker].result(timeout=30)
-    assert b["log.segment.bytes"].value == "2000000" and b["log.segment.bytes"].is_read_only
+    assert b["log.segment.bytes"].value == "2000000" and not b["log.segment.bytes"].is_read_only
+    assert b["num.partitions"].is_read_only
 
 
 def test_kafka_python_describe_configs(cfg_broker):

@@ -23,6 +23,7 @@ from strata.config import (
     validate_topic_overrides,
 )
 from strata.config.defs import ConfigDef
+from strata.config.dynamic import DYNAMIC_BROKER_CONFIGS
 from strata.protocol.errors import ErrorCode, KafkaApiError
 from strata.protocol.registry import REQUEST_CLASSES, RESPONSE_CLASSES, ApiKey
 
@@ -273,7 +274,9 @@ def test_broker_entries_static_or_default_and_read_only():
     assert (e["log.retention.ms"].value, e["log.retention.ms"].source) == (None, C.SOURCE_DEFAULT_CONFIG)
     assert e["log.retention.hours"].source == C.SOURCE_STATIC_BROKER_CONFIG
     assert e["log.roll.ms"].value is None  # Kafka's default is null; -1 is only our "unset" sentinel
-    assert all(x.read_only for x in e.values())
+    # read-only unless Kafka's DynamicBrokerConfig lets it change at runtime
+    assert all(x.read_only == (x.name not in DYNAMIC_BROKER_CONFIGS) for x in e.values())
+    assert e["num.partitions"].read_only and not e["log.retention.ms"].read_only
 
 
 def test_password_keys_are_never_exposed(monkeypatch):
@@ -335,7 +338,7 @@ def test_describe_configs_handler_resources_and_errors(version):
         0,
         ErrorCode.INVALID_REQUEST,
         ErrorCode.INVALID_REQUEST,
-        ErrorCode.INVALID_REQUEST,
+        0,
         ErrorCode.INVALID_REQUEST,
     ]
     (topic_entry,) = r[0].configs
@@ -346,7 +349,7 @@ def test_describe_configs_handler_resources_and_errors(version):
     assert r[4].configs == []  # empty name: cluster-wide dynamic defaults, of which there are none
     assert "expected 0 or empty string, but received 1" in r[5].error_message
     assert "Broker id must be an integer" in r[6].error_message
-    assert "BROKER_LOGGER" in r[7].error_message
+    assert ("root", 6) in [(c.name, c.config_source) for c in r[7].configs]  # DYNAMIC_BROKER_LOGGER_CONFIG
     if version >= 3:
         assert topic_entry.config_type == ConfigType.LONG.value
         assert topic_entry.documentation == TOPIC_CONFIG_DEFS["retention.ms"].doc
