@@ -20,10 +20,12 @@ from strata.protocol.registry import (
     api_name,
     decode_request,
     encode_response,
+    invalid_request_response,
     is_supported,
     peek_header,
     unsupported_api_versions_response,
 )
+from strata.protocol.request_nulls import NullFieldError
 
 from .cluster.forwarding import reframe
 from .network import CloseConnection, Connection
@@ -141,6 +143,24 @@ class KafkaApis:
         name = api_name(hdr.api_key)
         try:
             decoded = decode_request(payload, hdr.api_key, hdr.api_version)
+        except NullFieldError as e:
+            # Kafka's parser refuses it (InvalidRequestException); answer INVALID_REQUEST where the response can
+            # say so, else close. One line, no traceback: the client is at fault, not the broker.
+            answer = invalid_request_response(hdr.api_key, hdr.api_version, hdr.correlation_id)
+            log.warning(
+                "invalid request: null in a non-nullable field",
+                conn=conn.id,
+                peer=conn.peer,
+                api=name,
+                version=hdr.api_version,
+                client_id=e.client_id,
+                field=e.field,
+                answer="INVALID_REQUEST" if answer is not None else "close",
+            )
+            self.metrics.request_errors.labels(name).inc()
+            if answer is None:
+                raise CloseConnection from None
+            return answer
         except Exception as e:  # noqa: BLE001 - whatever the codec raises on a bad body: close this connection only
             log.warning(
                 "closing connection: undecodable request",
