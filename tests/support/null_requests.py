@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from scripts.gen_request_nulls import attribute
 from strata.protocol.registry import REQUEST_CLASSES, SUPPORTED_VERSIONS
 from strata.protocol.request_nulls_table import REQUEST_FIELDS
 
@@ -56,15 +57,11 @@ def null_cases() -> list[NullCase]:
     ]
 
 
-def _attribute(json_name: str) -> str:
-    return "".join(("_" + c.lower()) if c.isupper() and i else c.lower() for i, c in enumerate(json_name))
-
-
 def _nested(cls: Any, fields: list[dict[str, Any]], attr: str) -> tuple[str, bool, list[dict[str, Any]]]:
     """The type name of the struct (array) field `attr` of `cls`, whether it is an array, its JSON fields."""
     common = {c["name"]: c["fields"] for c in cls._json.get("commonStructs", [])}
     for f in fields:
-        if _attribute(f["name"]) == attr:
+        if attribute(f["name"]) == attr:
             type_name = f["type"].removeprefix("[]")
             return type_name, f["type"].startswith("[]"), f.get("fields") or common[type_name]
     raise KeyError(attr)
