@@ -161,7 +161,7 @@ def test_max_connections_per_ip_closes_the_excess_with_kafkas_log_line(broker_fa
 
 
 def test_max_connections_per_ip_overrides(broker_factory) -> None:
-    broker = broker_factory(**{"max.connections.per.ip": 0, "max.connections.per.ip.overrides": "localhost:2"})
+    broker = broker_factory(**{"max.connections.per.ip": 0, "max.connections.per.ip.overrides": "127.0.0.1:2"})
     with WireClient.connect(broker.bootstrap) as a, WireClient.connect(broker.bootstrap) as b:
         assert a.api_versions(0).error_code == 0 and b.api_versions(0).error_code == 0
         with WireClient.connect(broker.bootstrap) as c:
