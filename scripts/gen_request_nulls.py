@@ -1,9 +1,11 @@
 """Generate protocol/request_nulls_table.py from Apache Kafka's message JSON specs.
 
-For every API Strata advertises (strata.protocol.registry.SUPPORTED_VERSIONS) it writes, from
-`<Name>Request.json`, the fields that may hold a null on the wire (strings, bytes, records, arrays, structs) with the
-versions they exist in and the versions in which Kafka allows a null (`nullableVersions`), nested as the schema
-nests them; and, from `<Name>Response.json`, the versions whose response has a top-level ErrorCode.
+For every request API of the codec (strata.protocol.registry.REQUEST_CLASSES: the APIs Strata advertises in
+SUPPORTED_VERSIONS and those it may advertise next, so that advertising one needs no regeneration), over its
+`validVersions` and any advertised version, it writes from `<Name>Request.json` the fields that may hold a null on
+the wire (strings, bytes, records, arrays, structs) with the versions they exist in and the versions in which Kafka
+allows a null (`nullableVersions`), nested as the schema nests them; and, from `<Name>Response.json`, the versions
+whose response has a top-level ErrorCode.
 
     python scripts/gen_request_nulls.py [MESSAGE_DIR]
 
@@ -105,9 +107,12 @@ def build(message_dir: Path) -> tuple[dict[int, Any], dict[int, tuple[int, int]]
     """(REQUEST_FIELDS, TOP_LEVEL_ERROR_CODE) as the specs in `message_dir` define them."""
     requests: dict[int, Any] = {}
     errors: dict[int, tuple[int, int]] = {}
-    for key, (lo, hi) in sorted(SUPPORTED_VERSIONS.items()):
+    for key in sorted(REQUEST_CLASSES):
         name = REQUEST_CLASSES[key].name.removesuffix("Request")
         req = load(message_dir / f"{name}Request.json")
+        lo, hi = versions(req["validVersions"])
+        if key in SUPPORTED_VERSIONS:
+            lo, hi = min(lo, SUPPORTED_VERSIONS[key][0]), max(hi, SUPPORTED_VERSIONS[key][1])
         common = {s["name"]: s["fields"] for s in req.get("commonStructs", [])}
         requests[key] = fields(req["fields"], common, lo, hi)
         resp = load(message_dir / f"{name}Response.json")
