@@ -14,10 +14,8 @@ Limits (Kafka's SocketServer / ConnectionQuotas):
   connection of another listener is closed instead.
 * `max.connections.per.ip` (+ overrides): a connection beyond its address's limit is accepted and closed at once,
   with Kafka's log line.
-* `queued.max.requests`: requests being processed at once across all connections; beyond it no further frame is
-  read from any socket (backpressure, not an error). Requests that wait for *other* requests to make progress (Fetch
-  long polls, which replication also rides on, and the JoinGroup/SyncGroup barriers) leave Kafka's request queue
-  while parked in a purgatory; Strata cannot tell when a handler parks, so they take no slot.
+* `queued.max.requests` is KafkaApis' (broker/apis.py): a request waiting for a slot is one this connection has
+  read, and with one request per connection in progress nothing more is read from it.
 
 Frames larger than `socket.request.max.bytes`, negative sizes and undecodable requests close that connection only.
 """
@@ -44,7 +42,6 @@ from .request_context import ANONYMOUS, KafkaPrincipal
 log = structlog.get_logger("strata.network")
 
 _SIZE = struct.Struct(">i")
-_API_KEY = struct.Struct(">h")
 
 READ_LIMIT = 1 << 20  # StreamReader buffer; it stops reading the socket at twice this
 # Write buffer water marks: drain() waits above HIGH until the buffer is below LOW. A response larger than HIGH
@@ -53,9 +50,6 @@ WRITE_HIGH = 1 << 20
 WRITE_LOW = 256 << 10
 LISTEN_BACKLOG = 1024
 ACCEPT_BACKOFF_S = 0.1  # after EMFILE/ENFILE: retry accepting later rather than spin
-
-# Fetch, JoinGroup, SyncGroup: they wait on other requests, see the module docstring.
-_UNQUEUED_APIS = frozenset({1, 11, 14})
 
 
 class CloseConnection(Exception):
@@ -148,7 +142,6 @@ class SocketServer:
         self._per_ip: dict[str, int] = {}
         self._open = 0  # admitted connections, counted from accept (before their processor runs)
         self._slot_freed = asyncio.Event()
-        self._request_slots = asyncio.Semaphore(self.quotas.queued_max_requests)
         self._tasks: set[asyncio.Task] = set()
         self._acceptors: list[asyncio.Task] = []
         self.bound: dict[str, tuple[str, int]] = {}
@@ -332,28 +325,21 @@ class SocketServer:
                 )
                 raise CloseConnection
             payload = await reader.readexactly(size)
-            queued = size < 2 or _API_KEY.unpack_from(payload)[0] not in _UNQUEUED_APIS
-            if queued:
-                await self._request_slots.acquire()
+            conn.busy = True
             try:
-                conn.busy = True
-                try:
-                    response = await self.handler(conn, payload)
-                finally:
-                    conn.busy = False
-                    conn.last_active = time.monotonic()
-                del payload
-                if response is not None:
-                    if isinstance(response, list):
-                        writer.writelines(response)
-                    else:
-                        writer.write(response)
-                    # the transport holds what it has not sent; this frame must not (an exception's traceback
-                    # would keep the frame, and with it the response, until the cyclic GC runs)
-                    del response
+                response = await self.handler(conn, payload)
             finally:
-                if queued:
-                    self._request_slots.release()
+                conn.busy = False
+                conn.last_active = time.monotonic()
+            del payload
+            if response is not None:
+                if isinstance(response, list):
+                    writer.writelines(response)
+                else:
+                    writer.write(response)
+                # the transport holds what it has not sent; this frame must not (an exception's traceback would
+                # keep the frame, and with it the response, until the cyclic GC runs)
+                del response
             await self._drain(conn)
 
     async def _drain(self, conn: Connection) -> None:

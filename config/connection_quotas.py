@@ -1,5 +1,5 @@
-"""Kafka's connection limits (SocketServerConfigs): `max.connections`, `max.connections.per.ip`,
-`max.connections.per.ip.overrides` and `queued.max.requests`, parsed and checked once at startup.
+"""Kafka's connection limits (SocketServerConfigs): `max.connections`, `max.connections.per.ip` and
+`max.connections.per.ip.overrides`, parsed and checked once at startup.
 
 As in Kafka's KafkaConfig, `max.connections.per.ip` may be 0 only when overrides are set, and an override naming an
 address that does not resolve is a configuration error. Host names are resolved here, once, as Kafka resolves them
@@ -19,7 +19,6 @@ from .defs import ConfigError
 MAX_CONNECTIONS = "max.connections"
 MAX_CONNECTIONS_PER_IP = "max.connections.per.ip"
 MAX_CONNECTIONS_PER_IP_OVERRIDES = "max.connections.per.ip.overrides"
-QUEUED_MAX_REQUESTS = "queued.max.requests"
 
 
 def _resolve(host: str) -> str:
@@ -58,12 +57,11 @@ def parse_overrides(raw: str) -> dict[str, int]:
 
 @dataclass(frozen=True, slots=True)
 class ConnectionQuotas:
-    """What the acceptor and the processors enforce; the defaults are Kafka's."""
+    """What the acceptor enforces; the defaults are Kafka's."""
 
     max_connections: int = 2**31 - 1
     max_connections_per_ip: int = 2**31 - 1
     per_ip_overrides: Mapping[str, int] = field(default_factory=dict)
-    queued_max_requests: int = 500
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> ConnectionQuotas:
@@ -74,7 +72,7 @@ class ConnectionQuotas:
                 f"{MAX_CONNECTIONS_PER_IP} can be set to zero only if"
                 f" {MAX_CONNECTIONS_PER_IP_OVERRIDES} property is set."
             )
-        return cls(values[MAX_CONNECTIONS], per_ip, overrides, values[QUEUED_MAX_REQUESTS])
+        return cls(values[MAX_CONNECTIONS], per_ip, overrides)
 
     def max_for(self, address: str) -> int:
         """The connection limit of one client address."""

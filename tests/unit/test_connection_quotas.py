@@ -9,8 +9,9 @@ from strata.config.connection_quotas import parse_overrides
 
 
 def test_defaults_are_kafkas() -> None:
-    q = BrokerConfig.from_dict({}).connection_quotas
-    assert (q.max_connections, q.max_connections_per_ip, q.queued_max_requests) == (2**31 - 1, 2**31 - 1, 500)
+    cfg = BrokerConfig.from_dict({})
+    q = cfg.connection_quotas
+    assert (q.max_connections, q.max_connections_per_ip, cfg["queued.max.requests"]) == (2**31 - 1, 2**31 - 1, 500)
     assert q.max_for("10.0.0.1") == 2**31 - 1
 
 
