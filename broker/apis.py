@@ -6,6 +6,7 @@ else is a protocol error that closes the connection (ApiVersions excepted: it an
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -20,10 +21,12 @@ from strata.protocol.registry import (
     api_name,
     decode_request,
     encode_response,
+    invalid_request_response,
     is_supported,
     peek_header,
     unsupported_api_versions_response,
 )
+from strata.protocol.request_nulls import NullFieldError
 
 from .cluster.forwarding import reframe
 from .network import CloseConnection, Connection
@@ -49,6 +52,19 @@ _BOUNDED_APIS = frozenset(
 
 
 HandlerFn = Callable[[BrokerServices, RequestContext, Any], Awaitable[Any]]
+
+# Requests that wait for *other* requests to make progress: a Fetch long poll (replication rides on Fetch too), the
+# JoinGroup and SyncGroup barriers, an acks=-1 Produce waiting for followers' fetches. Kafka takes them out of its
+# request queue while they wait in a purgatory; Strata cannot tell when a handler parks, so they take no
+# queued.max.requests slot (holding one while parked could starve the very requests they wait for).
+_WAITING_APIS = frozenset({ApiKey.FETCH, ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP})
+
+
+def takes_request_slot(api_key: int, req: Any) -> bool:
+    """Whether this request counts against `queued.max.requests` while its handler runs."""
+    if api_key in _WAITING_APIS:
+        return False
+    return not (api_key == ApiKey.PRODUCE and req.acks == -1)
 
 
 def build_handlers() -> dict[int, HandlerFn]:
@@ -107,6 +123,10 @@ class KafkaApis:
         self.metrics = services.metrics
         self.authorizer = authorizer
         self.handlers = build_handlers()
+        # queued.max.requests: requests in progress at once across all connections. A request waiting here has been
+        # read, and its connection reads nothing more until it is answered: backpressure, as Kafka's full request
+        # queue stops its processors from reading.
+        self.request_slots = asyncio.Semaphore(services.config["queued.max.requests"])
         missing = set(SUPPORTED_VERSIONS) - set(self.handlers)
         if missing:
             raise RuntimeError(f"advertised APIs without a handler: {sorted(missing)}")
@@ -141,6 +161,24 @@ class KafkaApis:
         name = api_name(hdr.api_key)
         try:
             decoded = decode_request(payload, hdr.api_key, hdr.api_version)
+        except NullFieldError as e:
+            # Kafka's parser refuses it (InvalidRequestException); answer INVALID_REQUEST where the response can
+            # say so, else close. One line, no traceback: the client is at fault, not the broker.
+            answer = invalid_request_response(hdr.api_key, hdr.api_version, hdr.correlation_id)
+            log.warning(
+                "invalid request: null in a non-nullable field",
+                conn=conn.id,
+                peer=conn.peer,
+                api=name,
+                version=hdr.api_version,
+                client_id=e.client_id,
+                field=e.field,
+                answer="INVALID_REQUEST" if answer is not None else "close",
+            )
+            self.metrics.request_errors.labels(name).inc()
+            if answer is None:
+                raise CloseConnection from None
+            return answer
         except Exception as e:  # noqa: BLE001 - whatever the codec raises on a bad body: close this connection only
             log.warning(
                 "closing connection: undecodable request",
@@ -173,6 +211,9 @@ class KafkaApis:
                 return reframe(forwarded, hdr.correlation_id)
         elif fwd is not None and fwd.forwarded_too_early(hdr.api_key, ctx.client_id):
             await fwd.settle_forwarded()
+        slot = self.request_slots if takes_request_slot(hdr.api_key, req) else None
+        if slot is not None:
+            await slot.acquire()
         try:
             resp = await self.handlers[hdr.api_key](self.services, ctx, req)
         except CloseConnection:
@@ -182,6 +223,9 @@ class KafkaApis:
             log.exception("request failed", api=name, version=hdr.api_version, client_id=ctx.client_id)
             self.metrics.request_errors.labels(name).inc()
             raise CloseConnection from None
+        finally:
+            if slot is not None:
+                slot.release()
         elapsed = self._completed(name, received, req)
         if hdr.api_key in _BOUNDED_APIS and elapsed > getattr(req, "max_wait_ms", 0) / 1000 + SLOW_REQUEST_S:
             # A client waits for this answer before anything else it sent on the connection (heartbeats included).

@@ -76,6 +76,14 @@ class BrokerMetrics:
         # kafka.server:type=socket-server-metrics
         self.connections = Gauge("strata_network_connections", "Open client connections", registry=r)
         self.connections_created = Counter("strata_network_connections_created", "Connections accepted", registry=r)
+        # kafka.network:type=Acceptor,name=AcceptorBlockedPercent,listener=*: time the acceptor waited at
+        # max.connections (a counter of seconds: its rate is the blocked fraction)
+        self.acceptor_blocked = Counter(
+            "strata_network_acceptor_blocked_seconds",
+            "Time the acceptor stopped accepting because max.connections was reached",
+            ["listener"],
+            registry=r,
+        )
         # kafka.server:type=DelayedOperationPurgatory
         self.purgatory_size = Gauge(
             "strata_purgatory_size", "Operations waiting in a purgatory", ["purgatory"], registry=r

@@ -222,6 +222,8 @@ class KafkaServer:
             max_request_bytes=config["socket.request.max.bytes"],
             idle_ms=config["connections.max.idle.ms"],
             metrics=self.metrics,
+            quotas=config.connection_quotas,
+            inter_broker_listener=config.inter_broker_listener_name or config.listeners[0].name,
         )
         # partitions of tiered topics deleted while this broker was down
         self._deleted_while_down: list[TopicIdPartition] = []

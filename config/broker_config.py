@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from .connection_quotas import ConnectionQuotas
 from .defs import ConfigDef, ConfigError, at_least, retention_value
 from .defs import ConfigType as T
 from .topic_config import TOPIC_CONFIG_DEFS, TOPIC_TO_BROKER_SYNONYM, LogConfig
@@ -115,7 +116,12 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("socket.send.buffer.bytes", T.INT, 102400, ""),
     ConfigDef("socket.receive.buffer.bytes", T.INT, 102400, ""),
     ConfigDef("connections.max.idle.ms", T.LONG, 600000, "close connections idle this long"),
-    ConfigDef("queued.max.requests", T.INT, 500, "", at_least(1)),
+    ConfigDef(
+        "queued.max.requests", T.INT, 500, "requests in progress at once; beyond it no socket is read", at_least(1)
+    ),
+    ConfigDef("max.connections", T.INT, 2**31 - 1, "broker-wide; at the limit new connections wait", at_least(0)),
+    ConfigDef("max.connections.per.ip", T.INT, 2**31 - 1, "beyond it a new connection is closed", at_least(0)),
+    ConfigDef("max.connections.per.ip.overrides", T.STRING, "", "host:count,... overriding max.connections.per.ip"),
     ConfigDef("fetch.max.bytes", T.INT, 55 * 1024 * 1024, "broker cap on a fetch response", at_least(0)),
     # replication (Kafka's ReplicationConfigs)
     ConfigDef(
@@ -416,6 +422,7 @@ class BrokerConfig:
             originals[key] = str(v)
         if values["node.id"] >= 0 and "broker.id" not in raw:
             values["broker.id"] = values["node.id"]
+        ConnectionQuotas.from_values(values)  # KafkaConfig's checks, at load: a bad value fails with exit code 2
         return cls(values, originals)
 
     def apply_dynamic(self, cluster_default: Mapping[str, str], per_broker: Mapping[str, str]) -> set[str]:
@@ -486,6 +493,10 @@ class BrokerConfig:
     def inter_broker_listener_name(self) -> str:
         """The listener brokers reach each other on; empty: each broker's first endpoint."""
         return self.values.get("inter.broker.listener.name") or ""
+
+    @property
+    def connection_quotas(self) -> ConnectionQuotas:
+        return ConnectionQuotas.from_values(self.values)
 
     @property
     def log_dirs(self) -> list[Path]:

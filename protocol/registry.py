@@ -15,6 +15,8 @@ from typing import Any
 import kafka.protocol as _kp
 from kafka.protocol.api_message import ApiMessage
 
+from .errors import ErrorCode
+from .request_nulls import NullFieldError, first_null, has_top_level_error
 from .wire import skip_tagged_fields
 
 
@@ -172,6 +174,8 @@ def decode_request(payload: bytes | memoryview, api_key: int, version: int) -> D
     (client_id_len,) = struct.unpack_from(">h", data, 8)
     pos = 10
     client_id = None
+    if client_id_len < -1:
+        raise ValueError(f"client id length {client_id_len}")
     if client_id_len >= 0:
         if pos + client_id_len > len(data):
             raise ValueError("client id runs past the end of the request")
@@ -187,6 +191,9 @@ def decode_request(payload: bytes | memoryview, api_key: int, version: int) -> D
         # v13), but a body that does not re-encode to the bytes it came from was read leniently by the codec
         # (kafka-python turns a negative array count into []), which Kafka's parser refuses.
         raise ValueError(f"malformed request body ({len(data) - end} bytes after a non-canonical body)")
+    null = first_null(api_key, version, body)
+    if null is not None:
+        raise NullFieldError(null, client_id)
     return DecodedRequest(client_id, body)
 
 
@@ -198,6 +205,15 @@ def encode_response(resp: Any, correlation_id: int) -> bytes:
     """Frame a response; ApiVersions always uses response header v0, kafka-python handles that."""
     resp.with_header(correlation_id=correlation_id)
     return bytes(resp.encode(header=True, framed=True))
+
+
+def invalid_request_response(api_key: int, version: int, correlation_id: int) -> bytes | None:
+    """INVALID_REQUEST (42) in the response's top-level error code, every other field at its default; None when
+    that version of the response has no top-level error code (the caller closes the connection)."""
+    if not has_top_level_error(api_key, version):
+        return None
+    resp = RESPONSE_CLASSES[api_key](version=version, error_code=ErrorCode.INVALID_REQUEST)
+    return encode_response(resp, correlation_id)
 
 
 def unsupported_api_versions_response(correlation_id: int) -> bytes:
