@@ -1,0 +1,322 @@
+"""Record-level checks of a producer's magic-v2 batch (Kafka's LogValidator and DefaultRecord.readFrom): the
+record section holds exactly `recordsCount` well-formed records, offset deltas 0..n-1, and what the per-record
+checks (keys on compacted topics, timestamps) need.
+
+The walk is one Python loop over the records with each varint's one-byte form inlined: per record it reads the
+length, attributes, timestamp delta, offset delta, key length, value length and header count and skips the key,
+value and headers (bench/validate_bench.py measures it). Compressed sections are inflated with
+`compression.iter_decompressed`, piece by piece, and walked as the pieces come: a bomb costs at most the bound.
+
+Errors, as Kafka answers them: a record section that does not parse is INVALID_RECORD (Kafka's
+InvalidRecordException from DefaultRecord.readFrom); a payload that does not decompress CORRUPT_MESSAGE; one that
+inflates beyond the bound MESSAGE_TOO_LARGE; codec ids 5-7 UNSUPPORTED_COMPRESSION_TYPE.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import NamedTuple
+
+from .compression import CorruptPayloadError, InflateLimitError, UnsupportedCodecError, iter_decompressed
+from .errors import ErrorCode
+from .records import HEADER_SIZE, NONE, Buffer, RecordBatchError
+from .wire import WireFormatError, read_varint, read_varlong
+
+__all__ = [
+    "INFLATE_CHUNK",
+    "RecordErrors",
+    "RecordsScan",
+    "ScannedRecords",
+    "check_records",
+    "inflate_limit",
+    "iter_record_fields",
+    "scan_records",
+]
+
+INFLATE_CHUNK = 256 * 1024
+MIN_INFLATE_LIMIT = 64 * 1024 * 1024
+
+
+def inflate_limit(max_message_bytes: int) -> int:
+    """The most bytes one batch's records may inflate to: 64 x `max.message.bytes` (the compressed bound), at least
+    64 MiB. Real data compresses 2-20x (JSON, logs) and librdkafka bounds a batch's uncompressed size by
+    batch.size (1 MB); 64 MiB takes ~0.1 s to inflate and walk, while a 1 MB gzip of zeros inflates to 1 GiB."""
+    return max(MIN_INFLATE_LIMIT, 64 * max_message_bytes)
+
+
+class RecordsScan(NamedTuple):
+    """What the walk learnt: the smallest and largest timestamp delta, and the indexes of keyless records
+    (only when asked: compacted topics)."""
+
+    min_ts_delta: int
+    max_ts_delta: int
+    keyless: list[int] | None
+
+
+def _invalid(message: str) -> RecordBatchError:
+    return RecordBatchError(message, ErrorCode.INVALID_RECORD)
+
+
+def _walk(
+    p: bytes | bytearray,
+    i: int,
+    n: int,
+    idx: int,
+    count: int,
+    lo: int,
+    hi: int,
+    keyless: list[int] | None,
+    partial: bool,
+) -> tuple[int, int, int, int]:
+    """Walk whole records of `p[i:n]` from record number `idx`; return (position, records done, lo, hi).
+
+    With `partial`, stop before a record that is not wholly in the buffer (more is coming); otherwise that is an
+    error. Raises RecordBatchError (INVALID_RECORD) for a malformed record."""
+    try:
+        while idx < count:
+            start = i
+            if partial and n - i < 5 and all(b >= 0x80 for b in p[i:n]):
+                return i, idx, lo, hi  # the length varint itself is cut
+            c = p[i]
+            if c < 0x80:
+                length, i = (c >> 1) ^ -(c & 1), i + 1
+            else:
+                length, i = read_varint(p, i)
+            end = i + length
+            if end > n:
+                if partial:
+                    return start, idx, lo, hi
+                raise _invalid("Incorrect declared batch size, premature EOF reached")
+            if length < 6:
+                raise _invalid(f"Invalid record size {length}")
+            c = p[i + 1]  # p[i]: attributes, unused
+            if c < 0x80:
+                d, j = (c >> 1) ^ -(c & 1), i + 2
+            else:
+                d, j = read_varlong(p, i + 1)
+            if d < lo:
+                lo = d
+            if d > hi:
+                hi = d
+            c = p[j]
+            if c < 0x80:
+                od, j = (c >> 1) ^ -(c & 1), j + 1
+            else:
+                od, j = read_varint(p, j)
+            if od != idx:
+                raise _invalid(f"Record {idx} of the batch has offset delta {od}: inner offsets must be 0..n-1")
+            c = p[j]
+            if c < 0x80:
+                kl, j = (c >> 1) ^ -(c & 1), j + 1
+            else:
+                kl, j = read_varint(p, j)
+            if kl >= 0:
+                j += kl
+            elif keyless is not None:
+                keyless.append(idx)
+            c = p[j]
+            if c < 0x80:
+                vl, j = (c >> 1) ^ -(c & 1), j + 1
+            else:
+                vl, j = read_varint(p, j)
+            if vl > 0:
+                j += vl
+            if p[j] == 0:  # no headers: the common case
+                j += 1
+            else:
+                hc, j = read_varint(p, j)
+                if hc < 0 or hc > end - j:
+                    raise _invalid(f"Found invalid number of record headers {hc}")
+                for _ in range(hc):
+                    hk, j = read_varint(p, j)
+                    if hk < 0:
+                        raise _invalid(f"Invalid negative header key size {hk}")
+                    hv, j = read_varint(p, j + hk)
+                    if hv > 0:
+                        j += hv
+            if j != end:
+                raise _invalid(
+                    f"Invalid record size: expected to read {length} bytes in record payload, but instead read "
+                    f"{j - end + length}"
+                )
+            i = end
+            idx += 1
+    except (IndexError, WireFormatError):
+        raise _invalid("Found invalid record structure") from None
+    return i, idx, lo, hi
+
+
+def scan_records(
+    buf: Buffer, pos: int, size: int, codec: int, count: int, *, want_keyless: bool, limit: int
+) -> RecordsScan:
+    """Walk the `count` records of the batch of `size` bytes at `buf[pos]` (codec `codec`): exactly `count`
+    well-formed records, offset deltas 0..n-1, nothing left over. Raises RecordBatchError with Kafka's code."""
+    keyless: list[int] | None = [] if want_keyless else None
+    lo, hi = 1 << 63, -(1 << 63)
+    if codec == NONE:
+        p = bytes(buf[pos + HEADER_SIZE : pos + size])
+        i, idx, lo, hi = _walk(p, 0, len(p), 0, count, lo, hi, keyless, False)
+        if i != len(p):
+            raise _invalid("Incorrect declared batch size, records still remaining in file")
+        return RecordsScan(lo, hi, keyless)
+    acc = bytearray()  # inflated bytes not walked yet: a record cut by a piece boundary
+    idx = 0
+    try:
+        for piece in iter_decompressed(codec, memoryview(buf)[pos + HEADER_SIZE : pos + size], limit, INFLATE_CHUNK):
+            if idx == count:
+                raise _invalid("Incorrect declared batch size, records still remaining in file")
+            acc += piece
+            i, idx, lo, hi = _walk(acc, 0, len(acc), idx, count, lo, hi, keyless, True)
+            del acc[:i]  # O(1) in CPython: the bytearray moves its start
+    except UnsupportedCodecError as e:
+        raise RecordBatchError(str(e), ErrorCode.UNSUPPORTED_COMPRESSION_TYPE) from None
+    except CorruptPayloadError as e:
+        raise RecordBatchError(str(e), ErrorCode.CORRUPT_MESSAGE) from None
+    except InflateLimitError as e:
+        raise RecordBatchError(str(e), ErrorCode.MESSAGE_TOO_LARGE) from None
+    if acc and idx == count:
+        raise _invalid("Incorrect declared batch size, records still remaining in file")
+    if idx != count:
+        raise _invalid("Incorrect declared batch size, premature EOF reached")
+    return RecordsScan(lo, hi, keyless)
+
+
+# A decoded record's fields: offset delta, timestamp delta, key, value, headers.
+RecordFields = tuple[int, int, "bytes | None", "bytes | None", list[tuple[str, "bytes | None"]]]
+
+
+def _decode_one(p: bytearray, i: int) -> tuple[RecordFields, int]:
+    length, i = read_varint(p, i)
+    end = i + length
+    if length < 0 or end > len(p):
+        raise IndexError
+    ts_delta, j = read_varlong(p, i + 1)
+    off_delta, j = read_varint(p, j)
+    kl, j = read_varint(p, j)
+    key = None if kl < 0 else bytes(p[j : j + kl])
+    j += max(kl, 0)
+    vl, j = read_varint(p, j)
+    value = None if vl < 0 else bytes(p[j : j + vl])
+    j += max(vl, 0)
+    hc, j = read_varint(p, j)
+    if hc < 0 or hc > end - j:
+        raise IndexError
+    headers: list[tuple[str, bytes | None]] = []
+    for _ in range(hc):
+        hk, j = read_varint(p, j)
+        name = p[j : j + hk].decode("utf-8", "replace")
+        hv, j = read_varint(p, j + hk)
+        headers.append((name, None if hv < 0 else bytes(p[j : j + hv])))
+        j += max(hv, 0)
+    if j != end:
+        raise IndexError
+    return (off_delta, ts_delta, key, value, headers), end
+
+
+def iter_record_fields(buf: Buffer, pos: int, size: int, codec: int, count: int, limit: int) -> Iterator[RecordFields]:
+    """Decode the records of the batch at `buf[pos]` lazily, inflating in bounded pieces (ListOffsets, dump-log,
+    the coordinators' loaders). Raises RecordBatchError when the section is malformed or inflates past `limit`."""
+    acc = bytearray()
+    done = 0
+    try:
+        for piece in iter_decompressed(codec, memoryview(buf)[pos + HEADER_SIZE : pos + size], limit, INFLATE_CHUNK):
+            acc += piece
+            i = 0
+            while done < count:
+                try:
+                    rec, nxt = _decode_one(acc, i)
+                except (IndexError, WireFormatError):
+                    break  # not wholly in this piece (or malformed: told apart at the end)
+                yield rec
+                done += 1
+                i = nxt
+            del acc[:i]
+    except UnsupportedCodecError as e:
+        raise RecordBatchError(str(e), ErrorCode.UNSUPPORTED_COMPRESSION_TYPE) from None
+    except CorruptPayloadError as e:
+        raise RecordBatchError(str(e), ErrorCode.CORRUPT_MESSAGE) from None
+    except InflateLimitError as e:
+        raise RecordBatchError(str(e), ErrorCode.MESSAGE_TOO_LARGE) from None
+    if done != count or acc:
+        raise _invalid("Found invalid record structure")
+
+
+class ScannedRecords(bytes):
+    """A producer's records whose walk (`scan`, keyless records included) was done off the event loop: the Produce
+    handler hands these to the append, which then skips its own walk."""
+
+    scan: RecordsScan
+
+
+class RecordErrors(NamedTuple):
+    """Kafka's RecordValidationException: the error code, top-level message, and (batch index, message) list."""
+
+    error_code: int
+    message: str
+    errors: list[tuple[int, str]]
+
+
+def check_records(
+    buf: Buffer,
+    pos: int,
+    size: int,
+    fields: tuple,
+    scan: RecordsScan,
+    *,
+    partition: str,
+    compacted: bool,
+    log_append_time: bool,
+    ts_min: int,
+    ts_max: int,
+    limit: int,
+) -> tuple[int, RecordErrors | None]:
+    """Kafka's per-record checks (LogValidator.validateRecord) of a walked batch: keys on a compacted topic, then
+    timestamps. Returns (the batch's largest record timestamp, the errors or None).
+
+    `fields` is the header tuple (HEADER order); [ts_min, ts_max] the timestamps message.timestamp.before/after.max.ms
+    allow. One error per record, key first, as Kafka."""
+    base_ts, batch_max, count = fields[7], fields[8], fields[12]
+    flagged_lat = bool(fields[5] & 0x08)
+    if flagged_lat:
+        largest = batch_max  # every record of a LogAppendTime batch reads maxTimestamp
+    else:
+        largest = base_ts + scan.max_ts_delta
+    keyless = scan.keyless if compacted and scan.keyless else []
+    bad_ts: list[tuple[int, int]] = []  # (index, timestamp)
+    if log_append_time:
+        if flagged_lat:
+            bad_ts = [(i, batch_max) for i in range(count)]
+    elif flagged_lat:
+        if batch_max != -1 and not ts_min <= batch_max <= ts_max:
+            bad_ts = [(i, batch_max) for i in range(count)]
+    elif base_ts + scan.min_ts_delta < ts_min or largest > ts_max:
+        # rare: find which records (a second, bounded walk that decodes timestamps)
+        for i, rec in enumerate(iter_record_fields(buf, pos, size, fields[5] & 0x07, count, limit)):
+            ts = base_ts + rec[1]
+            if ts != -1 and not ts_min <= ts <= ts_max:
+                bad_ts.append((i, ts))
+    if not keyless and not bad_ts:
+        return largest, None
+    errors: dict[int, tuple[str, bool]] = {}  # index -> (message, is timestamp error)
+    for i, ts in bad_ts:
+        if log_append_time:
+            msg = "Invalid timestamp type in message. Producer should not set timestamp type to LogAppendTime."
+        else:
+            msg = (
+                f"Timestamp {ts} of message with offset {i} is out of range. The timestamp should be within "
+                f"[{ts_min}, {ts_max}]"
+            )
+        errors[i] = (msg, True)
+    for i in keyless:
+        errors[i] = (f"Compacted topic cannot accept message without key in topic partition {partition}", False)
+    listed = sorted(errors.items())
+    if any(is_ts for _, (_, is_ts) in listed):
+        code, message = ErrorCode.INVALID_TIMESTAMP, "One or more records have been rejected due to invalid timestamp"
+    else:
+        shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, (m, _) in listed[:3])
+        code = ErrorCode.INVALID_RECORD
+        message = (
+            f"One or more records have been rejected due to {len(listed)} record errors in total, and only "
+            f"showing the first three errors at most: [{shown}]"
+        )
+    return largest, RecordErrors(code, message, [(i, m) for i, (m, _) in listed])
