@@ -72,26 +72,39 @@ def _walk(
 
     With `partial`, stop before a record that is not wholly in the buffer (more is coming); otherwise that is an
     error. Raises RecordBatchError (INVALID_RECORD) for a malformed record."""
+    # Measured (bench/validate_bench.py): each field's one- and two-byte varint forms inline, one bound check per
+    # record for a cut length varint, and a for loop: 500 records of 100 bytes walked in ~0.4 ms instead of 0.6.
+    safe = n - 5 if partial else n
     try:
-        while idx < count:
+        for idx in range(idx, count):  # noqa: B020 - idx is the loop's start and its result
+            if i > safe and all(b >= 0x80 for b in p[i:n]):
+                if partial:
+                    return i, idx, lo, hi  # the length varint itself is cut: more is coming
+                raise _invalid("Incorrect declared batch size, premature EOF reached")
             start = i
-            if partial and n - i < 5 and all(b >= 0x80 for b in p[i:n]):
-                return i, idx, lo, hi  # the length varint itself is cut
             c = p[i]
             if c < 0x80:
-                length, i = (c >> 1) ^ -(c & 1), i + 1
+                length = (c >> 1) ^ -(c & 1)
+                i += 1
             else:
-                length, i = read_varint(p, i)
+                c2 = p[i + 1]
+                if c2 < 0x80:
+                    c = (c & 0x7F) | (c2 << 7)
+                    length = (c >> 1) ^ -(c & 1)
+                    i += 2
+                else:
+                    length, i = read_varint(p, i)
             end = i + length
             if end > n:
                 if partial:
-                    return start, idx, lo, hi
+                    return start, idx, lo, hi  # not wholly here: more is coming
                 raise _invalid("Incorrect declared batch size, premature EOF reached")
             if length < 6:
                 raise _invalid(f"Invalid record size {length}")
             c = p[i + 1]  # p[i]: attributes, unused
             if c < 0x80:
-                d, j = (c >> 1) ^ -(c & 1), i + 2
+                d = (c >> 1) ^ -(c & 1)
+                j = i + 2
             else:
                 d, j = read_varlong(p, i + 1)
             if d < lo:
@@ -99,15 +112,16 @@ def _walk(
             if d > hi:
                 hi = d
             c = p[j]
-            if c < 0x80:
-                od, j = (c >> 1) ^ -(c & 1), j + 1
+            if c == idx << 1 and c < 0x80:  # the expected offset delta in one byte
+                j += 1
             else:
                 od, j = read_varint(p, j)
-            if od != idx:
-                raise _invalid(f"Record {idx} of the batch has offset delta {od}: inner offsets must be 0..n-1")
+                if od != idx:
+                    raise _invalid(f"Record {idx} of the batch has offset delta {od}: inner offsets must be 0..n-1")
             c = p[j]
             if c < 0x80:
-                kl, j = (c >> 1) ^ -(c & 1), j + 1
+                kl = (c >> 1) ^ -(c & 1)
+                j += 1
             else:
                 kl, j = read_varint(p, j)
             if kl >= 0:
@@ -116,11 +130,16 @@ def _walk(
                 keyless.append(idx)
             c = p[j]
             if c < 0x80:
-                vl, j = (c >> 1) ^ -(c & 1), j + 1
+                j += 1 if c & 1 else 1 + (c >> 1)  # odd: negative length, a null value
             else:
-                vl, j = read_varint(p, j)
-            if vl > 0:
-                j += vl
+                c2 = p[j + 1]
+                if c2 < 0x80:
+                    c = (c & 0x7F) | (c2 << 7)
+                    j += 2 if c & 1 else 2 + (c >> 1)
+                else:
+                    vl, j = read_varint(p, j)
+                    if vl > 0:
+                        j += vl
             if p[j] == 0:  # no headers: the common case
                 j += 1
             else:
@@ -140,7 +159,8 @@ def _walk(
                     f"{j - end + length}"
                 )
             i = end
-            idx += 1
+        else:
+            idx = count
     except (IndexError, WireFormatError):
         raise _invalid("Found invalid record structure") from None
     return i, idx, lo, hi

@@ -361,7 +361,7 @@ class UnifiedLog:
             if from_client:
                 # Kafka's LogValidator: walk the records (inflating in bounded pieces), then per-record checks
                 try:
-                    scan = prescan or scan_records(
+                    scan = (prescan if pos == 0 else None) or scan_records(
                         mv, pos, size, f[5] & COMPRESSION_MASK, f[12], want_keyless=compacted, limit=limit
                     )
                     max_ts_of_batch, rejected = check_records(
