@@ -113,7 +113,10 @@ def main(argv: list[str] | None = None) -> int:
             res = json.loads(subprocess.run(cmd, cwd=repo, check=True, capture_output=True, text=True).stdout)
             for case, us in res.items():
                 best[label][case] = min(best[label].get(case, float("inf")), us)
-    print(f"{'case (us per append, per MB of records)':36} " + " ".join(f"{k + ' us':>10} {k + ' us/MB':>11}" for k in repos))
+    print(
+        f"{'case (us per append, per MB of records)':36} "
+        + " ".join(f"{k + ' us':>10} {k + ' us/MB':>11}" for k in repos)
+    )
     for case in best["new"]:
         mb = RECORDS * int(case.split()[1].rstrip("B")) / 1e6  # per MB of records (uncompressed)
         cols = " ".join(f"{best[k][case]:10.1f} {best[k][case] / mb:11.0f}" for k in repos)

@@ -74,7 +74,7 @@ def _walk(
     error. Raises RecordBatchError (INVALID_RECORD) for a malformed record."""
     # Measured (bench/validate_bench.py): each field's one- and two-byte varint forms inline, one bound check per
     # record for a cut length varint, and a for loop: 500 records of 100 bytes walked in ~0.4 ms instead of 0.6.
-    safe = n - 5 if partial else n
+    safe = n - 5 if partial else n - 1
     try:
         for idx in range(idx, count):  # noqa: B020 - idx is the loop's start and its result
             if i > safe and all(b >= 0x80 for b in p[i:n]):
