@@ -118,8 +118,10 @@ def iter_decompressed(codec: int, data: Buffer, limit: int, chunk: int = 256 * 1
             yield piece
     except (CorruptPayloadError, InflateLimitError):
         raise
-    except (WireFormatError, zlib.error, RuntimeError, ValueError, *_library_errors()) as e:  # a corrupt stream
-        raise CorruptPayloadError(f"{COMPRESSION_NAMES[codec]} record section does not decompress: {e}") from None
+    except Exception as e:
+        if isinstance(e, (WireFormatError, zlib.error, RuntimeError, ValueError, *_library_errors())):
+            raise CorruptPayloadError(f"{COMPRESSION_NAMES[codec]} record section does not decompress: {e}") from None
+        raise
 
 
 def _library_errors() -> tuple[type[Exception], ...]:
@@ -148,7 +150,7 @@ def _gzip_pieces(data: Buffer, chunk: int, limit: int) -> Iterator[bytes]:
 
 
 def _lz4_pieces(data: Buffer, chunk: int, limit: int) -> Iterator[bytes]:
-    import lz4.frame
+    import lz4.frame  # type: ignore[import-untyped]
 
     d = lz4.frame.LZ4FrameDecompressor()
     out = d.decompress(data, max_length=chunk)

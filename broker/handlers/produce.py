@@ -12,7 +12,6 @@ from strata.protocol.records import (
     COMPRESSION_MASK,
     HEADER,
     HEADER_SIZE,
-    Buffer,
     RecordBatchError,
     check_produce_records,
     is_crc_valid,
@@ -31,7 +30,7 @@ PRESCAN_MIN_COMPRESSED_BYTES = 16 * 1024
 PRESCAN_MIN_RECORDS = 2000
 
 
-async def prescan_large_batches(services: BrokerServices, entries: list[tuple[str, int, Buffer]]) -> None:
+async def prescan_large_batches(services: BrokerServices, entries: list[tuple[str, int, bytes | memoryview]]) -> None:
     """Walk the records of large batches off the event loop (inflating a compressed one is the costly part), so a
     1 MB batch, or a bomb stopped by the inflation bound, does not stall other clients. The walked batch replaces
     the entry as ScannedRecords; the append then only applies the per-record checks. Bad batches are left to the
@@ -84,7 +83,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
     elif req.acks not in (0, 1, -1):
         fixed_error = ErrorCode.INVALID_REQUIRED_ACKS
 
-    entries: list[tuple[str, int, Buffer]] = []
+    entries: list[tuple[str, int, bytes | memoryview]] = []
     # (topic idx, partition idx, pre-append error and its message)
     slots: list[tuple[int, int, int | None, str | None]] = []
     for ti, (td, name, _tid) in enumerate(topics):
