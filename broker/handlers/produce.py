@@ -24,10 +24,11 @@ from ..services import BrokerServices
 from ..tiered import REMOTE_LOG_METADATA_TOPIC, RLMM_PRODUCER_CLIENT_ID
 from .leadership import leader_endpoints
 
-# A batch whose record walk costs more than a thread hop (~0.1 ms, bench/validate_bench.py) is walked in a worker
-# thread: compressed sections (inflation releases the GIL) of at least this many bytes, or this many records.
-PRESCAN_MIN_COMPRESSED_BYTES = 16 * 1024
-PRESCAN_MIN_RECORDS = 2000
+# Where the record walk leaves the event loop (bench/validate_bench.py): a thread hop costs ~0.06-0.1 ms, the walk
+# ~1 us per record plus inflation (which releases the GIL). Batches worth ~1 ms of walking or more go to a worker
+# thread: 1,000 records, or a compressed section of 64 KiB (a bomb stopped by the bound costs ~0.1-0.5 s there).
+PRESCAN_MIN_COMPRESSED_BYTES = 64 * 1024
+PRESCAN_MIN_RECORDS = 1000
 
 
 async def prescan_large_batches(services: BrokerServices, entries: list[tuple[str, int, bytes | memoryview]]) -> None:
