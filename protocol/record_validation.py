@@ -105,6 +105,10 @@ def _walk(
             if c < 0x80:
                 d = (c >> 1) ^ -(c & 1)
                 j = i + 2
+            elif p[i + 2] < 0x80:
+                c = (c & 0x7F) | (p[i + 2] << 7)
+                d = (c >> 1) ^ -(c & 1)
+                j = i + 3
             else:
                 d, j = read_varlong(p, i + 1)
             if d < lo:
@@ -112,8 +116,11 @@ def _walk(
             if d > hi:
                 hi = d
             c = p[j]
-            if c == idx << 1 and c < 0x80:  # the expected offset delta in one byte
+            z = idx << 1  # the expected offset delta, zigzag-encoded: one byte below 64, two below 8192
+            if c == z and z < 0x80:
                 j += 1
+            elif z < 0x4000 and c == (z & 0x7F) | 0x80 and p[j + 1] == z >> 7 and z >= 0x80:
+                j += 2
             else:
                 od, j = read_varint(p, j)
                 if od != idx:
