@@ -63,18 +63,21 @@ def extras() -> dict[str, float]:
     """The record walk alone and one asyncio.to_thread hop, in microseconds (best of many)."""
     import asyncio
 
-    from strata.protocol.record_validation import scan_records
+    from strata.protocol import record_validation as rv
 
     out: dict[str, float] = {}
-    for size in SIZES:
-        for name in ("none", "lz4", "zstd"):
-            b = _batch(size, CODECS[name])
-            best = float("inf")
-            for _ in range(100):
-                t = time.perf_counter()
-                scan_records(b, 0, len(b), CODECS[name], RECORDS, want_keyless=False, limit=1 << 26)
-                best = min(best, time.perf_counter() - t)
-            out[f"walk {name:6} {size:4}B x{RECORDS}"] = best * 1e6
+    impls = {"py": rv._walk_py} | ({"c": rv._walk_c} if rv.COMPILED_WALK else {})
+    for impl, fn in impls.items():
+        rv._walk = fn
+        for size in SIZES:
+            for name in ("none", "lz4", "zstd"):
+                b = _batch(size, CODECS[name])
+                best = float("inf")
+                for _ in range(100):
+                    t = time.perf_counter()
+                    rv.scan_records(b, 0, len(b), CODECS[name], RECORDS, want_keyless=False, limit=1 << 26)
+                    best = min(best, time.perf_counter() - t)
+                out[f"scan ({impl}) {name:6} {size:4}B x{RECORDS}"] = best * 1e6
 
     async def hops() -> float:
         best = float("inf")
