@@ -60,7 +60,7 @@ def _invalid(message: str) -> RecordBatchError:
 
 
 def _walk_py(
-    p: bytes | bytearray,
+    p: Buffer,
     i: int,
     n: int,
     idx: int,
@@ -176,7 +176,7 @@ def _walk_py(
 
 
 def _walk_c(
-    p: bytes | bytearray,
+    p: Buffer,
     i: int,
     n: int,
     idx: int,
@@ -209,7 +209,8 @@ def scan_records(
     keyless: list[int] | None = [] if want_keyless else None
     lo, hi = (1 << 63) - 1, -(1 << 63)
     if codec == NONE:
-        p = bytes(buf[pos + HEADER_SIZE : pos + size])
+        view = memoryview(buf)[pos + HEADER_SIZE : pos + size]
+        p = view if COMPILED_WALK else bytes(view)  # the C walk reads the buffer in place; Python indexes bytes faster
         i, idx, lo, hi = _walk(p, 0, len(p), 0, count, lo, hi, keyless, False)
         if i != len(p):
             raise _invalid("Incorrect declared batch size, records still remaining in file")
