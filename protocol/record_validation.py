@@ -298,10 +298,12 @@ def iter_record_fields(buf: Buffer, pos: int, size: int, codec: int, count: int,
 
 
 class ScannedRecords(bytes):
-    """A producer's records whose walk (`scan`, keyless records included) was done off the event loop: the Produce
-    handler hands these to the append, which then skips its own walk."""
+    """A producer's records whose walk was done off the event loop: the Produce handler hands these to the append,
+    which then skips its own walk and uses `scan` (keyless records included) or raises `error` (a bomb is not
+    inflated a second time, on the loop)."""
 
-    scan: RecordsScan
+    scan: RecordsScan | None = None
+    error: RecordBatchError | None = None
 
 
 class RecordErrors(NamedTuple):

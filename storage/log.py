@@ -335,6 +335,7 @@ class UnifiedLog:
         max_allowed_ts = now + cfg.values["message.timestamp.after.max.ms"]
         limit = inflate_limit(max_message_bytes)
         prescan = records.scan if isinstance(records, ScannedRecords) else None
+        prescan_error = records.error if isinstance(records, ScannedRecords) else None
         restamp: list[tuple[int, int]] = []
         infos: list[tuple] = []
         compacted = cfg.compact
@@ -361,6 +362,8 @@ class UnifiedLog:
             if from_client:
                 # Kafka's LogValidator: walk the records (inflating in bounded pieces), then per-record checks
                 try:
+                    if prescan_error is not None and pos == 0:
+                        raise prescan_error
                     scan = (prescan if pos == 0 else None) or scan_records(
                         mv, pos, size, f[5] & COMPRESSION_MASK, f[12], want_keyless=compacted, limit=limit
                     )

@@ -35,8 +35,8 @@ PRESCAN_MIN_RECORDS = 1000 if not COMPILED_WALK else 1 << 31
 async def prescan_large_batches(services: BrokerServices, entries: list[tuple[str, int, bytes | memoryview]]) -> None:
     """Walk the records of large batches off the event loop (inflating a compressed one is the costly part), so a
     1 MB batch, or a bomb stopped by the inflation bound, does not stall other clients. The walked batch replaces
-    the entry as ScannedRecords; the append then only applies the per-record checks. Bad batches are left to the
-    append, which reports them."""
+    the entry as ScannedRecords (with the walk's result or its error); the append then only applies the
+    per-record checks, or reports the error."""
     jobs = []
     for k, (name, index, records) in enumerate(entries):
         if len(records) < HEADER_SIZE:
@@ -56,10 +56,13 @@ async def prescan_large_batches(services: BrokerServices, entries: list[tuple[st
         return
     results = await asyncio.gather(*(j for _, j in jobs), return_exceptions=True)
     for (k, _), res in zip(jobs, results):
-        if isinstance(res, RecordsScan):
+        if isinstance(res, RecordsScan | RecordBatchError):
             name, index, records = entries[k]
             scanned = ScannedRecords(records)
-            scanned.scan = res
+            if isinstance(res, RecordsScan):
+                scanned.scan = res
+            else:
+                scanned.error = res
             entries[k] = (name, index, scanned)
 
 
