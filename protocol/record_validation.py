@@ -217,13 +217,46 @@ def scan_records(
         return RecordsScan(lo, hi, keyless)
     acc = bytearray()  # inflated bytes not walked yet: a record cut by a piece boundary
     idx = 0
+    skip = 0  # bytes of a big record's value still to come (skipped, not gathered)
+    tail = 0  # then the size of its header section
     try:
         for piece in iter_decompressed(codec, memoryview(buf)[pos + HEADER_SIZE : pos + size], limit, INFLATE_CHUNK):
+            if skip:
+                if skip >= len(piece):
+                    skip -= len(piece)
+                    continue
+                piece, skip = piece[skip:], 0
+            if not piece:
+                continue
             if idx == count:
                 raise _invalid("Incorrect declared batch size, records still remaining in file")
             acc += piece
-            i, idx, lo, hi = _walk(acc, 0, len(acc), idx, count, lo, hi, keyless, True)
-            del acc[:i]  # O(1) in CPython: the bytearray moves its start
+            while True:
+                if tail:
+                    if len(acc) < tail:
+                        break
+                    _check_headers(acc, tail)
+                    del acc[:tail]
+                    tail = 0
+                    idx += 1
+                i, idx, lo, hi = _walk(acc, 0, len(acc), idx, count, lo, hi, keyless, True)
+                del acc[:i]  # O(1) in CPython: the bytearray moves its start
+                if idx == count or not acc:
+                    break
+                head = _big_record_head(acc, idx)
+                if head is None:
+                    break  # an ordinary record cut by the piece boundary: the next piece completes it
+                end, value_end, d, key_len = head
+                lo, hi = min(lo, d), max(hi, d)
+                if key_len < 0 and keyless is not None:
+                    keyless.append(idx)
+                tail = end - value_end
+                if value_end <= len(acc):
+                    del acc[:value_end]
+                    continue
+                skip = value_end - len(acc)
+                acc.clear()
+                break
     except UnsupportedCodecError as e:
         raise RecordBatchError(str(e), ErrorCode.UNSUPPORTED_COMPRESSION_TYPE) from None
     except CorruptPayloadError as e:
@@ -232,9 +265,53 @@ def scan_records(
         raise RecordBatchError(str(e), ErrorCode.MESSAGE_TOO_LARGE) from None
     if acc and idx == count:
         raise _invalid("Incorrect declared batch size, records still remaining in file")
-    if idx != count:
+    if idx != count or skip or tail:
         raise _invalid("Incorrect declared batch size, premature EOF reached")
     return RecordsScan(lo, hi, keyless)
+
+
+BIG_RECORD = 1 << 20  # a record larger than this is walked without gathering its value in memory
+
+
+def _big_record_head(p: bytearray, idx: int) -> tuple[int, int, int, int] | None:
+    """The record at the start of `p`, cut by a piece boundary: when it is larger than BIG_RECORD and its head (up
+    to the value length) is here, (its end, its value's end, timestamp delta, key length), else None."""
+    try:
+        length, j = read_varint(p, 0)
+        if length < BIG_RECORD:
+            return None
+        end = j + length
+        d, j = read_varlong(p, j + 1)
+        od, j = read_varint(p, j)
+        kl, j = read_varint(p, j)
+        vl, j = read_varint(p, j + max(kl, 0))
+    except (IndexError, WireFormatError):
+        return None  # the head is not wholly here yet (or malformed: the walk says so once it is)
+    if od != idx:
+        raise _invalid(f"Record {idx} of the batch has offset delta {od}: inner offsets must be 0..n-1")
+    value_end = j + max(vl, 0)
+    if value_end >= end:
+        raise _invalid(f"Invalid record size: expected to read {length} bytes in record payload, but instead read more")
+    return end, value_end, d, kl
+
+
+def _check_headers(p: bytearray, n: int) -> None:
+    """The header section of a big record, `p[:n]`: a count and that many headers, exactly `n` bytes."""
+    try:
+        hc, j = read_varint(p, 0)
+        if hc < 0 or hc > n - j:
+            raise _invalid(f"Found invalid number of record headers {hc}")
+        for _ in range(hc):
+            hk, j = read_varint(p, j)
+            if hk < 0:
+                raise _invalid(f"Invalid negative header key size {hk}")
+            hv, j = read_varint(p, j + hk)
+            if hv > 0:
+                j += hv
+    except (IndexError, WireFormatError):
+        raise _invalid("Found invalid record structure") from None
+    if j != n:
+        raise _invalid(f"Invalid record size: the headers of a record take {j} bytes, not {n}")
 
 
 # A decoded record's fields: offset delta, timestamp delta, key, value, headers.
