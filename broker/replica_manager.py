@@ -59,6 +59,7 @@ class ProduceResult:
     log_start_offset: int = -1
     message: str | None = None
     current_leader: tuple[int, int] | None = None  # (leader id, leader epoch) with NOT_LEADER_OR_FOLLOWER
+    record_errors: list[tuple[int, str]] | None = None  # Produce v8+: (batch index, message) of rejected records
 
 
 @dataclass(slots=True)
@@ -534,7 +535,7 @@ class ReplicaManager:
             try:
                 info_ = p.append_records_to_leader(records)
             except StorageError as e:
-                results.append(ProduceResult(ErrorCode(e.error_code), message=str(e)))
+                results.append(ProduceResult(ErrorCode(e.error_code), message=str(e), record_errors=e.record_errors))
                 self.metrics.failed_produce.labels(topic).inc()
                 self.metrics.bytes_rejected.labels(topic).inc(len(records))
                 continue

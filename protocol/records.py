@@ -1,7 +1,8 @@
 """Magic-v2 record batches (Kafka's DefaultRecordBatch) as bytes: header view, validation, in-place rewrites.
 
 Sans-IO and allocation-light: the broker stores and forwards batches without decoding records, so everything on the
-hot path works on the 61-byte header only. Record decoding (`iter_records`) exists for dump-log and tests.
+hot path works on the 61-byte header only. Record decoding (`iter_records`) is for dump-log, ListOffsets and tests;
+a producer's records are checked by `record_validation`.
 
 Header layout (big-endian), offsets in bytes::
 
@@ -282,6 +283,14 @@ def set_log_append_time(buf: bytearray | memoryview, pos: int, timestamp: int) -
     _U32.pack_into(buf, pos + CRC_OFFSET, compute_crc(buf, pos, size))
 
 
+def set_max_timestamp(buf: bytearray | memoryview, pos: int, timestamp: int) -> None:
+    """Rewrite a CreateTime batch's maxTimestamp (the largest record timestamp, as Kafka's leader sets it) and
+    fix the CRC."""
+    _I64.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, timestamp)
+    size = _I32.unpack_from(buf, pos + LENGTH_OFFSET)[0] + LOG_OVERHEAD
+    _U32.pack_into(buf, pos + CRC_OFFSET, compute_crc(buf, pos, size))
+
+
 def read_offset_and_length(buf: Buffer, pos: int) -> tuple[int, int]:
     """(baseOffset, batchLength) at `pos`: the 12 bytes every log scan needs."""
     return _OFFSET_LEN.unpack_from(buf, pos)
@@ -300,16 +309,21 @@ class Record(NamedTuple):
     sequence: int = -1
 
 
-def iter_records(buf: Buffer, pos: int = 0) -> Iterator[Record]:
-    """Decode (decompressing if needed) the records of the batch at `pos`. For dump-log, ListOffsets and tests."""
-    from kafka.record.default_records import DefaultRecordBatch  # lazy: heavy import, off the hot path
+def iter_records(buf: Buffer, pos: int = 0, limit: int | None = None) -> Iterator[Record]:
+    """Decode the records of the batch at `pos` lazily, inflating a compressed section in bounded pieces: never
+    more than `limit` inflated bytes (default record_validation.MIN_INFLATE_LIMIT), whatever a stored batch claims.
+    Raises RecordBatchError past the limit or on a malformed section. For ListOffsets, dump-log, loaders, tests."""
+    from .record_validation import MIN_INFLATE_LIMIT, iter_record_fields  # imports this module
 
     h = BatchHeader(buf, pos)
-    raw = bytes(memoryview(buf)[pos : pos + h.size]) if not isinstance(buf, bytes) else buf[pos : pos + h.size]
-    base_seq = h.base_sequence
-    for r in DefaultRecordBatch(raw):
-        seq = -1 if base_seq < 0 else (base_seq + (r.offset - h.base_offset)) & 0x7FFFFFFF
-        yield Record(r.offset, r.timestamp, r.key, r.value, list(r.headers), seq)
+    base_offset, base_ts, base_seq = h.base_offset, h.base_timestamp, h.base_sequence
+    lat = h.timestamp_type == LOG_APPEND_TIME
+    for off_delta, ts_delta, key, value, headers in iter_record_fields(
+        buf, pos, h.size, h.compression, h.records_count, MIN_INFLATE_LIMIT if limit is None else limit
+    ):
+        seq = -1 if base_seq < 0 else (base_seq + off_delta) & 0x7FFFFFFF
+        ts = h.max_timestamp if lat else base_ts + ts_delta
+        yield Record(base_offset + off_delta, ts, key, value, headers, seq)
 
 
 RecordSpec = bytes | None | tuple
@@ -381,6 +395,7 @@ __all__ = [
     "set_base_offset",
     "set_partition_leader_epoch",
     "set_log_append_time",
+    "set_max_timestamp",
     "read_offset_and_length",
     "iter_records",
     "build_batch",

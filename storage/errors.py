@@ -10,6 +10,7 @@ class StorageError(Exception):
     """Base of storage failures; `error_code` is the Kafka protocol error code."""
 
     error_code: int = ErrorCode.UNKNOWN_SERVER_ERROR
+    record_errors: list[tuple[int, str]] | None = None  # per-record rejections (batch index, message)
 
 
 class OffsetOutOfRangeError(StorageError):
@@ -40,10 +41,27 @@ class InvalidRecordError(StorageError):
     error_code = ErrorCode.INVALID_RECORD
 
 
+class UnsupportedCompressionTypeError(StorageError):
+    error_code = ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
+
+
+def record_validation_error(error_code: int, message: str, record_errors: list[tuple[int, str]]) -> StorageError:
+    """Kafka's RecordValidationException: records of a batch failed the per-record checks (INVALID_TIMESTAMP or
+    INVALID_RECORD); Produce v8+ lists them in `record_errors` as (batch index, message)."""
+    e = (InvalidTimestampError if error_code == ErrorCode.INVALID_TIMESTAMP else InvalidRecordError)(message)
+    e.record_errors = record_errors
+    return e
+
+
+_BY_CODE: dict[int, type[StorageError]] = {
+    c.error_code: c
+    for c in (CorruptRecordError, RecordTooLargeError, InvalidTimestampError, UnsupportedCompressionTypeError)
+}
+
+
 def from_batch_error(e: RecordBatchError) -> StorageError:
     """Translate strata.protocol.records' validation error (which cannot import storage) to the storage exception."""
-    cls = CorruptRecordError if e.error_code == CorruptRecordError.error_code else InvalidRecordError
-    return cls(str(e))
+    return _BY_CODE.get(e.error_code, InvalidRecordError)(str(e))
 
 
 __all__ = [
@@ -55,5 +73,7 @@ __all__ = [
     "InvalidTimestampError",
     "KafkaStorageError",
     "InvalidRecordError",
+    "record_validation_error",
+    "UnsupportedCompressionTypeError",
     "from_batch_error",
 ]

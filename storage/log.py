@@ -23,7 +23,9 @@ from strata.protocol.constants import (  # ListOffsets sentinels, re-exported fo
     LATEST_TIMESTAMP,
     MAX_TIMESTAMP,
 )
+from strata.protocol.record_validation import ScannedRecords, check_records, inflate_limit, scan_records
 from strata.protocol.records import (
+    COMPRESSION_MASK,
     CONTROL_MASK,
     HEADER_SIZE,
     LOG_APPEND_TIME,
@@ -34,6 +36,7 @@ from strata.protocol.records import (
     iter_records,
     set_base_offset_and_epoch,
     set_log_append_time,
+    set_max_timestamp,
     validate_batch_fields,
     validate_replicated_batch,
 )
@@ -42,12 +45,12 @@ from .checkpoints import fsync_path
 from .epoch_cache import LEADER_EPOCH_CHECKPOINT, EpochEntry, LeaderEpochFileCache
 from .errors import (
     InvalidRecordError,
-    InvalidTimestampError,
     KafkaStorageError,
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
     RecordTooLargeError,
     from_batch_error,
+    record_validation_error,
 )
 from .producer_state import ProducerStateEntry, ProducerStateManager, end_marker_coordinator_epoch
 from .record_codec import check_keys_present
@@ -330,6 +333,10 @@ class UnifiedLog:
         max_message_bytes = cfg.max_message_bytes
         min_ts = now - cfg.values["message.timestamp.before.max.ms"]
         max_allowed_ts = now + cfg.values["message.timestamp.after.max.ms"]
+        limit = inflate_limit(max_message_bytes)
+        prescan = records.scan if isinstance(records, ScannedRecords) else None
+        prescan_error = records.error if isinstance(records, ScannedRecords) else None
+        restamp: list[tuple[int, int]] = []
         infos: list[tuple] = []
         compacted = cfg.compact
         producer_batches: list[tuple] = []
@@ -351,14 +358,37 @@ class UnifiedLog:
                     raise InvalidRecordError("clients may not write control batches")
                 if f[9] >= 0 and f[11] < 0:
                     raise InvalidRecordError("batch has a producer id but no base sequence")
-            if compacted and not f[5] & CONTROL_MASK:
+            max_ts_of_batch = f[8]
+            if from_client:
+                # Kafka's LogValidator: walk the records (inflating in bounded pieces), then per-record checks
+                try:
+                    if prescan_error is not None and pos == 0:
+                        raise prescan_error
+                    scan = (prescan if pos == 0 else None) or scan_records(
+                        mv, pos, size, f[5] & COMPRESSION_MASK, f[12], want_keyless=compacted, limit=limit
+                    )
+                    max_ts_of_batch, rejected = check_records(
+                        mv,
+                        pos,
+                        size,
+                        f,
+                        scan,
+                        partition=f"{self.topic}-{self.partition}",
+                        compacted=compacted,
+                        log_append_time=log_append_time,
+                        ts_min=min_ts,
+                        ts_max=max_allowed_ts,
+                        limit=limit,
+                    )
+                except RecordBatchError as e:
+                    raise from_batch_error(e) from None
+                if rejected is not None:
+                    raise record_validation_error(rejected.error_code, rejected.message, rejected.errors)
+                if max_ts_of_batch != f[8] and not log_append_time:
+                    restamp.append((pos, max_ts_of_batch))  # as Kafka: maxTimestamp = the largest record's
+            elif compacted and not f[5] & CONTROL_MASK:
                 check_keys_present(mv, pos, size)  # compacted topics reject null keys (INVALID_RECORD)
-            if not log_append_time and (f[7] < min_ts or f[8] < min_ts or f[8] > max_allowed_ts):
-                # per-batch bounds (the first record's and the max timestamp): no per-record decoding
-                raise InvalidTimestampError(
-                    f"timestamp out of range [{min_ts}, {max_allowed_ts}] (base {f[7]}, max {f[8]})"
-                )
-            infos.append((pos, size, f[12], f[8]))
+            infos.append((pos, size, f[12], max_ts_of_batch))
             if f[9] >= 0:  # idempotent/transactional producer: header fields only
                 ts = now if log_append_time else f[8]
                 producer_batches.append((f[9], f[10], f[11], f[6], ts, next_offset, bool(f[5] & TRANSACTIONAL_MASK)))
@@ -388,6 +418,8 @@ class UnifiedLog:
                     duplicate=True,
                 )
         buf = bytearray(mv)
+        for pos, ts in restamp:
+            set_max_timestamp(buf, pos, ts)
         first = offset = self.log_end_offset
         max_ts = -1
         batches: list[tuple[int, int, int, int]] = []

@@ -11,7 +11,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 
-from strata.protocol.compression import UnsupportedCodecError, compress, decompress
+from strata.protocol.compression import compress, iter_decompressed
+from strata.protocol.record_validation import MIN_INFLATE_LIMIT
 from strata.protocol.records import (
     COMPRESSION_MASK,
     CRC_OFFSET,
@@ -35,13 +36,14 @@ class CorruptBatchError(WireFormatError):
 
 
 def batch_payload(batch: bytes | memoryview, h: BatchHeader) -> bytes:
-    """The (decompressed) record section of the batch `batch` (which starts at its header)."""
+    """The (decompressed) record section of the batch `batch` (which starts at its header), inflated under the
+    bound every broker-side inflation has (a stored bomb raises CorruptBatchError instead of taking the memory)."""
     raw = bytes(batch[HEADER_SIZE : h.size])
     if not h.compression:
         return raw
     try:
-        return decompress(h.compression, raw)
-    except UnsupportedCodecError as e:
+        return b"".join(iter_decompressed(h.compression, raw, MIN_INFLATE_LIMIT))
+    except WireFormatError as e:
         raise CorruptBatchError(str(e)) from None
 
 

@@ -7,6 +7,7 @@ Kafka's ReplicaManager does.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from strata.protocol.constants import CONSUMER_REPLICA_ID, DEBUG_REPLICA_ID
@@ -59,7 +60,8 @@ async def lookup(
         if found is not None:
             epoch = found.leader_epoch if found.leader_epoch is not None else -1
             return found.timestamp, found.offset, epoch
-    found = ulog.fetch_offset_by_timestamp(ts)
+    # A lookup by time may inflate stored batches (bounded by iter_records): a worker thread keeps the loop free.
+    found = await asyncio.to_thread(ulog.fetch_offset_by_timestamp, ts)
     if found is None:
         return -1, -1, -1
     epoch = found.leader_epoch if found.leader_epoch is not None else -1
