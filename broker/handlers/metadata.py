@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
+
+import structlog
 
 from strata.protocol.errors import ErrorCode, KafkaApiError
 from strata.protocol.registry import ApiKey, response_class
 
+from ..metadata_store import validate_topic_name
+from ..replica_manager import YIELD_EVERY
 from ..request_context import RequestContext
 from ..services import BrokerServices
-from .admin import live_brokers
+from .admin import MAX_RECORDS_PER_USER_OP, TOO_LARGE, live_brokers
+
+log = structlog.get_logger("strata.metadata")
 
 # A broker whose lease just expired while it led partitions stays in the Metadata broker list this long. The
 # controller moves its leaderships at that moment, so without it one response both names the new leaders and drops
@@ -28,6 +35,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
     v = ctx.api_version
     store = services.store
     allow_auto = v < 4 or bool(req.allow_auto_topic_creation)
+    too_many = False
 
     wanted: list[tuple[str | None, uuid.UUID | None]]  # (name, topic id asked for)
     if req.topics is None:
@@ -40,12 +48,35 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
                 wanted.append((info.name if info else None, t.topic_id))
             else:
                 wanted.append((t.name, None))
+        wanted = list(dict.fromkeys(wanted))  # Kafka answers each topic once, however often it is asked for
 
+    auto = allow_auto and services.config["auto.create.topics.enable"]
+    if auto:
+        # Kafka creates a Metadata request's unknown topics in one CreateTopics to its controller, which refuses a
+        # batch of more than MAX_RECORDS_PER_USER_OP records; the topics are then answered as being created.
+        missing = sum(1 for name, _ in wanted if name is not None and store.topic(name) is None)
+        if missing * (1 + services.config["num.partitions"]) > MAX_RECORDS_PER_USER_OP:
+            log.warning("not auto-creating the topics of a Metadata request: " + TOO_LARGE, topics=missing)
+            auto = False
+            too_many = True
     live = store.brokers()
     topics = []
+    work = 0  # topics and partitions answered since the last yield
     for name, tid in wanted:
+        if work >= YIELD_EVERY:
+            work = 0
+            await asyncio.sleep(0)  # a request for thousands of topics lets other connections be served
+        work += 1
         info = store.topic(name) if name is not None else None
-        if info is None and name is not None and allow_auto and services.config["auto.create.topics.enable"]:
+        if info is None and name is not None and too_many:
+            try:
+                validate_topic_name(name)
+                code = ErrorCode.LEADER_NOT_AVAILABLE
+            except KafkaApiError as e:
+                code = e.error_code
+            topics.append(Topic(error_code=code, name=name, topic_id=None, is_internal=False, partitions=[]))
+            continue
+        if info is None and name is not None and auto:
             try:
                 info = await services.topic_manager.auto_create_topic(name)
             except KafkaApiError as e:
@@ -59,6 +90,10 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
             continue
         parts = []
         for i in range(info.partitions):
+            work += 1
+            if work >= YIELD_EVERY:
+                work = 0
+                await asyncio.sleep(0)
             st = store.partition_state(info.name, i)
             if st is None:  # being created: its state is not written (or not seen) yet
                 parts.append(
