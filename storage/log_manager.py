@@ -12,6 +12,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +34,7 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 PARTITION_METADATA_FILE = "partition.metadata"
 DELETE_DIR_SUFFIX = "-delete"
 ZERO_UUID = uuid.UUID(int=0)
+FSYNC_THREADS = 16
 
 TopicPartition = tuple[str, int]
 
@@ -46,8 +48,21 @@ class NewLog:
     log: UnifiedLog
 
 
-def write_partition_metadata(dir: Path, topic_id: uuid.UUID) -> None:
-    atomic_write(dir / PARTITION_METADATA_FILE, f"version: 0\ntopic_id: {kafka_uuid_str(topic_id)}\n".encode())
+def write_partition_metadata(dir: Path, topic_id: uuid.UUID, sync: bool = True) -> None:
+    data = f"version: 0\ntopic_id: {kafka_uuid_str(topic_id)}\n".encode()
+    atomic_write(dir / PARTITION_METADATA_FILE, data, sync=sync)
+
+
+def fsync_all(paths: list[Path]) -> None:
+    """fsync many files and dirs at once: concurrent fsyncs share the file system's journal commits, where one after
+    the other each waits for its own (2,000 partitions' metadata: ~28 s one by one on a busy disk)."""
+    if len(paths) <= 1:
+        for p in paths:
+            fsync_path(p)
+        return
+    with ThreadPoolExecutor(max_workers=min(FSYNC_THREADS, len(paths)), thread_name_prefix="strata-fsync") as pool:
+        for _ in pool.map(fsync_path, paths):
+            pass
 
 
 def read_partition_metadata(dir: Path) -> uuid.UUID | None:
@@ -169,7 +184,7 @@ class LogManager:
         """Create the dirs and files of new partition logs, without registering them (`adopt_logs` does, on the
         event loop): the file-system work of a large CreateTopics may run in a worker thread. All or nothing: on an
         OSError (say EMFILE, "Too many open files") what was made is closed and removed before it is raised, so no
-        half-made partition dir is left to trouble a restart. Each log dir is fsynced once, not once per partition."""
+        half-made partition dir is left to trouble a restart. The files are made durable together at the end."""
         counts = self._dir_counts()
         made: list[NewLog] = []
         dirs: list[Path] = []
@@ -180,10 +195,11 @@ class LogManager:
                 d = log_dir / f"{topic}-{i}"
                 d.mkdir(parents=True, exist_ok=True)
                 dirs.append(d)
-                write_partition_metadata(d, topic_id)
+                write_partition_metadata(d, topic_id, sync=False)
                 made.append(NewLog((topic, i), log_dir, UnifiedLog.open(d, topic_id, config, needs_recovery=False)))
-            for log_dir in {n.log_dir for n in made}:
-                fsync_path(log_dir)
+            # durable before the create is answered: each partition.metadata, its dir entry, the partition dirs
+            fsync_all([f for d in dirs for f in (d / PARTITION_METADATA_FILE, d)])
+            fsync_all(sorted({n.log_dir for n in made}))
         except BaseException:
             self.discard_logs(made, dirs)
             raise
