@@ -11,13 +11,14 @@ import structlog
 from strata.protocol.errors import ErrorCode, KafkaApiError
 from strata.protocol.registry import ApiKey, response_class
 
-from ..metadata_store import validate_topic_name
+from ..metadata_store import TopicInfo, validate_topic_name
 from ..replica_manager import YIELD_EVERY
 from ..request_context import RequestContext
 from ..services import BrokerServices
 from .admin import MAX_RECORDS_PER_USER_OP, TOO_LARGE, live_brokers
 
 log = structlog.get_logger("strata.metadata")
+AUTO_CREATE_CONCURRENCY = 16
 
 # A broker whose lease just expired while it led partitions stays in the Metadata broker list this long. The
 # controller moves its leaderships at that moment, so without it one response both names the new leaders and drops
@@ -59,6 +60,9 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
             log.warning("not auto-creating the topics of a Metadata request: " + TOO_LARGE, topics=missing)
             auto = False
             too_many = True
+    created: dict[str, TopicInfo | KafkaApiError | None] = {}
+    if auto:
+        created = await _auto_create(services, [n for n, _ in wanted if n is not None and store.topic(n) is None])
     live = store.brokers()
     topics = []
     work = 0  # topics and partitions answered since the last yield
@@ -76,14 +80,14 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
                 code = e.error_code
             topics.append(Topic(error_code=code, name=name, topic_id=None, is_internal=False, partitions=[]))
             continue
-        if info is None and name is not None and auto:
-            try:
-                info = await services.topic_manager.auto_create_topic(name)
-            except KafkaApiError as e:
+        if info is None and name is not None and name in created:
+            made = created[name]
+            if isinstance(made, KafkaApiError):
                 topics.append(
-                    Topic(error_code=e.error_code, name=name, topic_id=None, is_internal=False, partitions=[])
+                    Topic(error_code=made.error_code, name=name, topic_id=None, is_internal=False, partitions=[])
                 )
                 continue
+            info = made
         if info is None:
             code = ErrorCode.UNKNOWN_TOPIC_ID if name is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             topics.append(Topic(error_code=code, name=name, topic_id=tid, is_internal=False, partitions=[]))
@@ -136,3 +140,18 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
         topics=topics,
         error_code=0,
     )
+
+
+async def _auto_create(services: BrokerServices, names: list[str]) -> dict[str, TopicInfo | KafkaApiError | None]:
+    """Create the unknown topics a Metadata request names, AUTO_CREATE_CONCURRENCY at a time: each waits mostly on
+    fsyncs in worker threads, which then overlap (one after the other, 2,000 topics took 4 minutes)."""
+    slots = asyncio.Semaphore(AUTO_CREATE_CONCURRENCY)
+
+    async def create(name: str) -> TopicInfo | KafkaApiError | None:
+        async with slots:
+            try:
+                return await services.topic_manager.auto_create_topic(name)
+            except KafkaApiError as e:
+                return e
+
+    return dict(zip(names, await asyncio.gather(*(create(n) for n in names))))

@@ -31,6 +31,7 @@ from tests.support.kafka_wire import WireClient, build_batch, response_class
 from tests.support.waiting import wait_until
 
 NONE = 0
+LEADER_NOT_AVAILABLE = 5
 POLICY_VIOLATION = 44
 PINGS = 3  # answers a responsive broker gives on the other connection before the big answer
 BIG = 100_000
@@ -215,6 +216,23 @@ def test_create_topics_over_kafkas_record_bound_is_a_policy_violation(broker: St
         assert w.metadata(["too-big", "small"]).topics[0].error_code == 3
         ok = w.request(create_request("fits", 9_999, validate_only=True))
         assert ok.topics[0].error_code == NONE
+
+
+def test_auto_creation_over_kafkas_record_bound_creates_nothing(broker: StrataBroker) -> None:
+    """Kafka auto-creates a Metadata request's unknown topics in one CreateTopics to its controller: 5,001 topics of
+    one partition are 10,002 records, which the controller refuses, so they stay "being created" (and are not)."""
+    names = [f"auto-{i}" for i in range(5_001)]
+    req = MetadataRequest[8](
+        topics=[MetadataRequest.MetadataRequestTopic(name=n) for n in names],
+        allow_auto_topic_creation=True,
+        include_cluster_authorized_operations=False,
+        include_topic_authorized_operations=False,
+    )
+    with WireClient.connect(broker.bootstrap, timeout=120) as w:
+        resp = w.request(req)
+        assert {t.error_code for t in resp.topics} == {LEADER_NOT_AVAILABLE}
+        assert w.metadata(None).topics == []
+    assert not [d for d in broker.log_dir.iterdir() if d.name.startswith("auto-")]
 
 
 def test_describe_groups_repeating_one_id_answers_each_without_memory_growing_with_it(broker: StrataBroker) -> None:
