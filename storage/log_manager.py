@@ -34,7 +34,7 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 PARTITION_METADATA_FILE = "partition.metadata"
 DELETE_DIR_SUFFIX = "-delete"
 ZERO_UUID = uuid.UUID(int=0)
-FSYNC_THREADS = 16
+FSYNC_THREADS = 16  # threads making or fsyncing partition files together
 
 TopicPartition = tuple[str, int]
 
@@ -186,17 +186,31 @@ class LogManager:
         OSError (say EMFILE, "Too many open files") what was made is closed and removed before it is raised, so no
         half-made partition dir is left to trouble a restart. The files are made durable together at the end."""
         counts = self._dir_counts()
+        plan: list[tuple[TopicPartition, Path]] = []
+        for i in partitions:
+            log_dir = min(self.log_dirs, key=lambda d: counts[d])
+            counts[log_dir] += 1
+            plan.append(((topic, i), log_dir))
+        dirs = [log_dir / f"{tp[0]}-{tp[1]}" for tp, log_dir in plan]
+
+        def make(tp: TopicPartition, log_dir: Path, d: Path) -> NewLog:
+            d.mkdir(parents=True, exist_ok=True)
+            write_partition_metadata(d, topic_id, sync=False)
+            return NewLog(tp, log_dir, UnifiedLog.open(d, topic_id, config, needs_recovery=False))
+
         made: list[NewLog] = []
-        dirs: list[Path] = []
+        failure: BaseException | None = None
+        # file creation waits on the file system more than on the interpreter: several partitions at once
+        with ThreadPoolExecutor(max_workers=min(FSYNC_THREADS, len(plan) or 1), thread_name_prefix="strata-mk") as pool:
+            futures = [pool.submit(make, tp, log_dir, d) for (tp, log_dir), d in zip(plan, dirs)]
+            for f in futures:
+                try:
+                    made.append(f.result())
+                except BaseException as e:  # noqa: BLE001 - the first failure is raised once all are settled
+                    failure = failure or e
         try:
-            for i in partitions:
-                log_dir = min(self.log_dirs, key=lambda d: counts[d])
-                counts[log_dir] += 1
-                d = log_dir / f"{topic}-{i}"
-                d.mkdir(parents=True, exist_ok=True)
-                dirs.append(d)
-                write_partition_metadata(d, topic_id, sync=False)
-                made.append(NewLog((topic, i), log_dir, UnifiedLog.open(d, topic_id, config, needs_recovery=False)))
+            if failure is not None:
+                raise failure
             # durable before the create is answered: each partition.metadata, its dir entry, the partition dirs
             fsync_all([f for d in dirs for f in (d / PARTITION_METADATA_FILE, d)])
             fsync_all(sorted({n.log_dir for n in made}))
