@@ -137,7 +137,10 @@ class LoopWatchdog:
             reported_beat = beat
             next_report = stalled * 2
             self.stalls += 1
-            self._report(stalled)
+            try:
+                self._report(stalled)
+            except Exception:  # noqa: BLE001, S110 - the watchdog must outlive a failing log line
+                pass
 
     def _report(self, stalled: float) -> None:
         task = asyncio.current_task(self.loop) if not self.loop.is_closed() else None
@@ -147,7 +150,8 @@ class LoopWatchdog:
             stalled_s=round(stalled, 3),
             task=task.get_name() if task is not None else None,
             coroutine=getattr(coro, "__qualname__", None),
-            stack=loop_thread_stack(self._loop_thread),
+            # not `stack=`: structlog's console renderer takes that key for a formatted traceback
+            running=" > ".join(loop_thread_stack(self._loop_thread)),
         )
 
 

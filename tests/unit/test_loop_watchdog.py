@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+from structlog.dev import ConsoleRenderer
+from structlog.processors import JSONRenderer
 from structlog.testing import capture_logs
 
 from strata.broker.diagnostics import LoopWatchdog
@@ -36,7 +38,9 @@ def test_a_blocked_loop_is_reported_with_what_blocks_it() -> None:
     assert wd.stalls >= 1
     stalled = [e for e in logs if e["event"] == "event loop stalled"]
     assert stalled, logs
-    assert any("_hold_the_loop" in frame for frame in stalled[0]["stack"]), stalled[0]
+    assert "in _hold_the_loop" in stalled[0]["running"].split(" > ")[-1], stalled[0]
+    for render in (ConsoleRenderer(colors=False), JSONRenderer()):  # the broker's two log formats
+        assert "_hold_the_loop" in render(None, "warning", dict(stalled[0]))
     assert stalled[0]["coroutine"] is not None and "main" in stalled[0]["coroutine"]
     ended = [e for e in logs if e["event"] == "event loop stall ended"]
     assert ended and ended[0]["stalled_s"] >= 0.2, logs
