@@ -34,6 +34,7 @@ NONE = 0
 LEADER_NOT_AVAILABLE = 5
 POLICY_VIOLATION = 44
 MEMBER_ID_REQUIRED = 79
+TOO_LARGE = "Unable to perform excessively large batch operation."
 PINGS = 3  # answers a responsive broker gives on the other connection before the big answer
 BIG = 100_000
 
@@ -217,6 +218,13 @@ def test_create_topics_over_kafkas_record_bound_is_a_policy_violation(broker: St
         assert w.metadata(["too-big", "small"]).topics[0].error_code == 3
         ok = w.request(create_request("fits", 9_999, validate_only=True))
         assert ok.topics[0].error_code == NONE
+        # CreatePartitions writes one record per new partition
+        assert w.create_topic("grows", partitions=1).topics[0].error_code == NONE
+        CP = REQUEST_CLASSES[ApiKey.CREATE_PARTITIONS]
+        for count, code in ((10_002, POLICY_VIOLATION), (10_001, NONE)):
+            topic = CP.CreatePartitionsTopic(name="grows", count=count, assignments=None)
+            got = w.request(CP[1](topics=[topic], timeout_ms=10_000, validate_only=True)).results[0]
+            assert (got.error_code, got.error_message if code else None) == (code, TOO_LARGE if code else None)
 
 
 def test_auto_creation_over_kafkas_record_bound_creates_nothing(broker: StrataBroker) -> None:
