@@ -15,9 +15,13 @@ from typing import Any
 import kafka.protocol as _kp
 from kafka.protocol.api_message import ApiMessage
 
+from . import codec_tagged
 from .errors import ErrorCode
 from .request_nulls import NullFieldError, first_null, has_top_level_error
 from .wire import skip_tagged_fields
+
+
+codec_tagged.install()  # before any decoder is compiled: tagged fields read without copying the frame
 
 
 def _load_all() -> tuple[dict[int, type[ApiMessage]], dict[int, type[ApiMessage]]]:
