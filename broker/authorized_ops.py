@@ -8,35 +8,9 @@ them in one place; without an authorizer, Kafka answers every operation the reso
 
 from __future__ import annotations
 
-from enum import IntEnum
+from strata.protocol.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 from .request_context import RequestContext
-
-
-class AclOperation(IntEnum):
-    """Kafka's AclOperation codes (the bit positions of an authorized-operations field)."""
-
-    READ = 3
-    WRITE = 4
-    CREATE = 5
-    DELETE = 6
-    ALTER = 7
-    DESCRIBE = 8
-    CLUSTER_ACTION = 9
-    DESCRIBE_CONFIGS = 10
-    ALTER_CONFIGS = 11
-    IDEMPOTENT_WRITE = 12
-
-
-class ResourceType(IntEnum):
-    """Kafka's (ACL) ResourceType codes."""
-
-    TOPIC = 2
-    GROUP = 3
-    CLUSTER = 4
-
-
-CLUSTER_NAME = "kafka-cluster"  # the cluster resource's name in Kafka's ACLs
 
 _Op = AclOperation
 SUPPORTED_OPERATIONS: dict[ResourceType, frozenset[AclOperation]] = {
