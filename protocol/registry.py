@@ -20,7 +20,6 @@ from .errors import ErrorCode
 from .request_nulls import NullFieldError, first_null, has_top_level_error
 from .wire import skip_tagged_fields
 
-
 codec_tagged.install()  # before any decoder is compiled: tagged fields read without copying the frame
 
 
