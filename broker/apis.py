@@ -81,6 +81,7 @@ def build_handlers() -> dict[int, HandlerFn]:
         offset_for_leader_epoch,
         produce,
         producer,
+        scram_admin,
     )
 
     return {
@@ -114,6 +115,8 @@ def build_handlers() -> dict[int, HandlerFn]:
         ApiKey.LIST_GROUPS: groups.list_groups,
         ApiKey.DESCRIBE_GROUPS: groups.describe_groups,
         ApiKey.DELETE_GROUPS: groups.delete_groups,
+        ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: scram_admin.describe_user_scram_credentials,
+        ApiKey.ALTER_USER_SCRAM_CREDENTIALS: scram_admin.alter_user_scram_credentials,
     }
 
 
