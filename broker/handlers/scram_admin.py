@@ -70,10 +70,11 @@ async def describe_user_scram_credentials(services: BrokerServices, ctx: Request
     results = []
     for user, duplicate in asked.items():
         creds = by_user.get(user, [])
+        infos: list[Any] = []
         if duplicate:
-            code, msg, infos = ErrorCode.DUPLICATE_RESOURCE, _DESCRIBE_DUPLICATE + user, []
+            code, msg = ErrorCode.DUPLICATE_RESOURCE, _DESCRIBE_DUPLICATE + user
         elif not creds:
-            code, msg, infos = ErrorCode.RESOURCE_NOT_FOUND, _DESCRIBE_UNKNOWN + user, []
+            code, msg = ErrorCode.RESOURCE_NOT_FOUND, _DESCRIBE_UNKNOWN + user
         else:
             code, msg = ErrorCode.NONE, None
             infos = [Result.CredentialInfo(mechanism=int(c.mechanism), iterations=c.iterations) for c in creds]
