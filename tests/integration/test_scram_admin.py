@@ -6,7 +6,9 @@ and a change on one broker of an etcd cluster described by another within a seco
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future
 from pathlib import Path
+from typing import cast
 
 import pytest
 import scramp
@@ -59,7 +61,7 @@ def _ck_alter(bootstrap: str, alterations: list) -> dict[str, KafkaException | N
 
 def _described(bootstrap: str) -> dict[str, list[tuple[int, int]]]:
     admin = ck.admin(bootstrap)
-    descs = admin.describe_user_scram_credentials().result(30)
+    descs = cast(Future, admin.describe_user_scram_credentials()).result(30)  # users=None: one future
     return {u: sorted((i.mechanism.value, i.iterations) for i in d.scram_credential_infos) for u, d in descs.items()}
 
 
@@ -100,7 +102,7 @@ def test_confluent_alter_describe_delete_and_restart(broker_factory) -> None:
     assert _described(b.bootstrap) == {"alice": [(1, 8192), (2, 16384)], "bob": [(2, 4096)]}
 
     admin = ck.admin(b.bootstrap)
-    futs = admin.describe_user_scram_credentials(["bob", "nobody"])
+    futs = cast(dict[str, Future], admin.describe_user_scram_credentials(["bob", "nobody"]))
     assert [i.mechanism.value for i in futs["bob"].result(30).scram_credential_infos] == [2]
     with pytest.raises(KafkaException) as e:
         futs["nobody"].result(30)
