@@ -51,6 +51,10 @@ _BOUNDED_APIS = frozenset(
 )
 
 
+# Requests whose body carries a secret (AlterUserScramCredentials: a SaltedPassword, which authenticates as its user;
+# SaslAuthenticate (36): the client's token): an undecodable one is logged without its first bytes.
+_SECRET_BEARING_APIS = frozenset({ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 36})
+
 HandlerFn = Callable[[BrokerServices, RequestContext, Any], Awaitable[Any]]
 
 # Requests that wait for *other* requests to make progress: a Fetch long poll (replication rides on Fetch too), the
@@ -190,7 +194,7 @@ class KafkaApis:
                 api=name,
                 version=hdr.api_version,
                 error=repr(e),
-                head=bytes(payload[:48]).hex(),
+                head=bytes(payload[:48]).hex() if hdr.api_key not in _SECRET_BEARING_APIS else None,
             )
             self.metrics.request_errors.labels(name).inc()
             raise CloseConnection from None

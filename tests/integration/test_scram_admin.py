@@ -35,6 +35,7 @@ from tests.support import ck
 from tests.support.broker_proc import StrataBroker
 from tests.support.cli_run import fails, ok, strata
 from tests.support.etcd_proc import etcd_binary
+from tests.support.kafka_wire import WireClient
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -181,6 +182,23 @@ def test_kafka_errors_per_user(broker) -> None:
         }
         empty = a.request(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, users=[])  # empty = every user, as null
         assert sorted(r.user for r in empty.results) == ["good", "ok"]
+
+
+def test_undecodable_alter_is_logged_without_its_salted_password(broker) -> None:
+    R = REQUEST_CLASSES[ApiKey.ALTER_USER_SCRAM_CREDENTIALS]
+    secret = bytes(range(0xA0, 0xC0))
+    up = R.ScramCredentialUpsertion(name="a", mechanism=1, iterations=4096, salt=b"s", salted_password=secret)
+    req = R(version=0, deletions=[], upsertions=[up])
+    req.with_header(correlation_id=1, client_id="c")
+    frame = bytes(req.encode(header=True, framed=True))
+    body = frame[4:-2] + b"\xff\xff"  # the tagged fields at the end replaced by garbage: undecodable
+    with WireClient.connect(broker.bootstrap) as w:
+        w.send_raw(len(body).to_bytes(4, "big") + body)
+        assert w.wait_closed()
+    wait_until(lambda: "undecodable request" in broker.output(), 10, message="the refusal logged")
+    assert secret.hex()[:16] not in broker.output()
+    with AdminClient(broker.bootstrap) as a:  # still serving
+        assert a.describe_user_scram_credentials() == []
 
 
 def test_cli_users_scram_and_configs_users(broker, tmp_path: Path, capsys) -> None:
