@@ -121,10 +121,10 @@ async def alter_user_scram_credentials(services: BrokerServices, ctx: RequestCon
         results = [Result(user=u, error_code=code, error_message=msg) for u in users]
         return Resp(version=ctx.api_version, throttle_time_ms=0, results=results)
 
+    if not _authorized(ctx, AclOperation.ALTER):  # first, as Kafka's ControllerApis
+        return refuse_all(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, _CLUSTER_AUTH_FAILED)
     if not services.topic_manager.is_controller():
         return refuse_all(ErrorCode.NOT_CONTROLLER, _NOT_CONTROLLER)
-    if not _authorized(ctx, AclOperation.ALTER):
-        return refuse_all(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, _CLUSTER_AUTH_FAILED)
     deletions: dict[str, Any] = {}
     upsertions: dict[str, Any] = {}
     errors: dict[str, Outcome] = {}

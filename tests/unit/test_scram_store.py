@@ -8,18 +8,25 @@ import asyncio
 import json
 import stat
 from pathlib import Path
+from typing import cast
 
 import pytest
 import scramp
 
 from strata.broker.cluster.image import MetadataImage, scram_rel
+from strata.broker.handlers.scram_admin import alter_user_scram_credentials, describe_user_scram_credentials
 from strata.broker.metadata_store import LocalMetadataStore, MetadataStore
+from strata.broker.request_context import KafkaPrincipal, RequestContext
+from strata.broker.security.authorizer import StandardAuthorizer
 from strata.broker.security.scram import (
     ScramAuthenticationError,
     ScramServerExchange,
     credential_from_password,
     credential_from_salted_password,
 )
+from strata.broker.services import BrokerServices
+from strata.protocol.errors import ErrorCode
+from strata.protocol.registry import REQUEST_CLASSES, ApiKey
 from strata.protocol.scram import ScramMechanism, salted_password
 
 SHA256, SHA512 = ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512
@@ -71,3 +78,29 @@ def test_image_applies_scram_keys_and_diffs_them() -> None:
     assert reread.diff(img) == [("scram", ("team/alice", SHA256))]
     assert img.apply(rel, None, 6) == [("scram", ("team/alice", SHA256))]
     assert img.scram == {} and img.mod_revision(rel) == 0
+
+
+def _ctx(api_key: int, authorizer: StandardAuthorizer) -> RequestContext:
+    return RequestContext(
+        api_key, 0, 1, "c", 0.0, "PLAINTEXT", "127.0.0.1:5000", KafkaPrincipal("User", "eve"), authorizer
+    )
+
+
+def test_without_cluster_permission_both_apis_answer_cluster_authorization_failed() -> None:
+    """Kafka checks DESCRIBE / ALTER on the CLUSTER resource; a denied request touches no broker service."""
+    deny = StandardAuthorizer(super_users=["User:admin"], allow_everyone_if_no_acl_found=False)
+    services = cast(BrokerServices, None)  # never reached when denied
+    D = REQUEST_CLASSES[ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS]
+    req = D(version=0, users=[D.UserName(name="alice"), D.UserName(name="bob")])
+    resp = asyncio.run(describe_user_scram_credentials(services, _ctx(50, deny), req))
+    assert resp.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    assert [r.error_code for r in resp.results] == [ErrorCode.CLUSTER_AUTHORIZATION_FAILED] * 2
+
+    A = REQUEST_CLASSES[ApiKey.ALTER_USER_SCRAM_CREDENTIALS]
+    up = A.ScramCredentialUpsertion(name="bob", mechanism=1, iterations=4096, salt=b"s", salted_password=b"p")
+    req = A(version=0, deletions=[A.ScramCredentialDeletion(name="alice", mechanism=1)], upsertions=[up, up])
+    resp = asyncio.run(alter_user_scram_credentials(services, _ctx(51, deny), req))
+    assert [(r.user, r.error_code) for r in resp.results] == [
+        ("alice", ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
+        ("bob", ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
+    ]
