@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 from strata.protocol.scram import ScramMechanism
 
-from .admin_client import AdminClient, AdminError, DescribedConfig
+from .admin_client import AdminClient, AdminError, DescribedConfig, ScramUpsertion
 from .common import SubParsers, UsageError, add_action_command, error
 from .users import MECHANISMS, parse_scram_config, print_credentials
 
@@ -81,9 +81,12 @@ def run(args: argparse.Namespace) -> int:
             and (args.entity_type, args.action) != (USERS, "describe")
         ):
             raise _UsageError("one of the arguments --entity-name --entity-default is required")
+        users_change = _users_change(args) if args.entity_type == USERS and args.action == "alter" else None
         with AdminClient(args.bootstrap_server, timeout=args.timeout) as a:
+            if users_change is not None:
+                return _alter_users(a, args.entity_name, *users_change)
             if args.entity_type == USERS:
-                return _describe_users(a, args) if args.action == "describe" else _alter_users(a, args)
+                return _describe_users(a, args)
             result: int = args.action_func(a, args)
             return result
     except (AdminError, _UsageError, UsageError) as e:
@@ -190,8 +193,9 @@ def _describe_users(a: AdminClient, args: argparse.Namespace) -> int:
     )
 
 
-def _alter_users(a: AdminClient, args: argparse.Namespace) -> int:
-    """kafka-configs' SCRAM credential configs: a mechanism name = [iterations=N,]password=P, or deleted by name."""
+def _users_change(args: argparse.Namespace) -> tuple[list[ScramUpsertion], list[str]]:
+    """kafka-configs' SCRAM credential configs: a mechanism name = [iterations=N,]password=P, or deleted by name;
+    checked (and salted) before connecting."""
     if not args.add_config and not args.delete_config:
         raise _UsageError("alter needs --add-config or --delete-config")
     user = args.entity_name
@@ -203,10 +207,14 @@ def _alter_users(a: AdminClient, args: argparse.Namespace) -> int:
             "Only SCRAM credential configs can be altered for 'users' using --bootstrap-server. "
             f"Unexpected config names: {','.join(unknown)}"
         )
+    return [parse_scram_config(user, k, v) for k, v in to_set.items()], to_delete
+
+
+def _alter_users(a: AdminClient, user: str, upsertions: list[ScramUpsertion], to_delete: list[str]) -> int:
     # one request per mechanism: Kafka's controller refuses a user named twice in one request (DUPLICATE_RESOURCE)
     for k in to_delete:
         a.alter_user_scram_credentials(deletions=[(user, ScramMechanism.from_name(k))])
-    for k, v in to_set.items():
-        a.alter_user_scram_credentials([parse_scram_config(user, k, v)])
+    for up in upsertions:
+        a.alter_user_scram_credentials([up])
     print(f"Completed updating config for user {user}.")
     return 0

@@ -17,9 +17,10 @@ from pathlib import Path
 from strata.protocol.scram import MIN_ITERATIONS, ScramMechanism
 
 from .admin_client import AdminClient, ScramUpsertion, UserScramCredentials, error_text
-from .common import SubParsers, UsageError, add_action_command, run_action
+from .common import SubParsers, UsageError, add_action_command, error, run_action
 
 NAME = "users"
+PROG = "strata users scram"
 MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 DEFAULT_ITERATIONS = MIN_ITERATIONS  # kafka-configs' default (4096)
 # kafka-configs' value of a SCRAM config: [iterations=N,]password=P
@@ -50,7 +51,13 @@ def _user_and_mechanism(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    return run_action("strata users scram", lambda bs, t: AdminClient(bs, timeout=t), args)
+    if args.action == "add":  # before connecting: a prompt or a missing source comes first
+        try:
+            args.password = read_password(args)
+        except UsageError as e:
+            error(PROG, str(e))
+            return 1
+    return run_action(PROG, lambda bs, t: AdminClient(bs, timeout=t), args)
 
 
 def read_password(args: argparse.Namespace) -> str:
@@ -74,9 +81,8 @@ def read_password(args: argparse.Namespace) -> str:
 
 
 def _add(a: AdminClient, args: argparse.Namespace) -> int:
-    password = read_password(args)
     mech = ScramMechanism.from_name(args.mechanism)
-    a.alter_user_scram_credentials([ScramUpsertion.from_password(args.user, mech, password, args.iterations)])
+    a.alter_user_scram_credentials([ScramUpsertion.from_password(args.user, mech, args.password, args.iterations)])
     print(f"Completed updating {args.mechanism} credential for user {args.user}.")
     return 0
 

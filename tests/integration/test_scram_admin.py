@@ -222,6 +222,15 @@ def test_cli_users_scram_and_configs_users(broker, tmp_path: Path, capsys) -> No
     assert "UNACCEPTABLE_CREDENTIAL" in err or "iterations" in err
     assert "x" not in [u.user for u in AdminClient(bs).describe_user_scram_credentials()]
 
+    # refused before connecting: no password source off a terminal; a config that is no SCRAM mechanism
+    nowhere = "127.0.0.1:1"
+    err = fails(strata("users", "scram", "add", "--bootstrap-server", nowhere, "--user", "x", "--mechanism",
+                       "SCRAM-SHA-256", stdin=""))  # fmt: skip
+    assert "--password-file or --password-stdin" in err
+    err = fails(strata("configs", "--bootstrap-server", nowhere, "alter", "--entity-type", "users", "--entity-name",
+                       "x", "--add-config", "producer_byte_rate=1024"))  # fmt: skip
+    assert "Unexpected config names: producer_byte_rate" in err
+
     ok(strata("users", "scram", "delete", "--bootstrap-server", bs, "--user", "bob", "--mechanism", "SCRAM-SHA-512"))
     assert "RESOURCE_NOT_FOUND" in fails(
         strata("users", "scram", "delete", "--bootstrap-server", bs, "--user", "bob", "--mechanism", "SCRAM-SHA-512")
