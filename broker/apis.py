@@ -55,6 +55,10 @@ _BOUNDED_APIS = frozenset(
 # small structs costs tens of milliseconds).
 DECODE_OFF_LOOP_BYTES = 1 << 20
 
+# Requests whose body carries a secret (AlterUserScramCredentials: a SaltedPassword, which authenticates as its user;
+# SaslAuthenticate (36): the client's token): an undecodable one is logged without its first bytes.
+_SECRET_BEARING_APIS = frozenset({ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 36})
+
 HandlerFn = Callable[[BrokerServices, RequestContext, Any], Awaitable[Any]]
 
 # Requests that wait for *other* requests to make progress: a Fetch long poll (replication rides on Fetch too), the
@@ -85,6 +89,7 @@ def build_handlers() -> dict[int, HandlerFn]:
         offset_for_leader_epoch,
         produce,
         producer,
+        scram_admin,
     )
 
     return {
@@ -118,6 +123,8 @@ def build_handlers() -> dict[int, HandlerFn]:
         ApiKey.LIST_GROUPS: groups.list_groups,
         ApiKey.DESCRIBE_GROUPS: groups.describe_groups,
         ApiKey.DELETE_GROUPS: groups.delete_groups,
+        ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: scram_admin.describe_user_scram_credentials,
+        ApiKey.ALTER_USER_SCRAM_CREDENTIALS: scram_admin.alter_user_scram_credentials,
     }
 
 
@@ -196,7 +203,7 @@ class KafkaApis:
                 api=name,
                 version=hdr.api_version,
                 error=repr(e),
-                head=bytes(payload[:48]).hex(),
+                head=bytes(payload[:48]).hex() if hdr.api_key not in _SECRET_BEARING_APIS else None,
             )
             self.metrics.request_errors.labels(name).inc()
             raise CloseConnection from None

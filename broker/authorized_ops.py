@@ -33,7 +33,7 @@ SUPPORTED_OPERATIONS: dict[ResourceType, frozenset[AclOperation]] = {
 }
 
 
-def _client_host(ctx: RequestContext) -> str:
+def client_host(ctx: RequestContext) -> str:
     host = ctx.client_address.rpartition(":")[0] if ":" in ctx.client_address else ctx.client_address
     return host.strip("[]")
 
@@ -45,7 +45,7 @@ def authorized_operations(ctx: RequestContext, resource_type: ResourceType, reso
     authorizer = ctx.authorizer
     if authorizer is None:
         return {int(op) for op in supported}
-    host = _client_host(ctx)
+    host = client_host(ctx)
     return {
         int(op)
         for op in supported
@@ -67,5 +67,6 @@ __all__ = [
     "AclOperation",
     "ResourceType",
     "authorized_operations",
+    "client_host",
     "requested_operations",
 ]
