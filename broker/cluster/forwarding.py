@@ -6,8 +6,9 @@ The controller is the one broker that creates, deletes and grows topics, alters 
 request, starts reassignments and alters SCRAM credentials; every topic or partition change is still a
 compare-and-set transaction in etcd, so a controller deposed mid-request cannot overwrite its successor's work. A
 forwarded request is marked by its client id, so a broker that lost the controller role while the request
-travelled answers NOT_CONTROLLER instead of forwarding it again (clients retry it). Before answering, the forwarding broker reads the changed topics back from etcd, so the
-client's next request to it sees what the controller did.
+travelled answers NOT_CONTROLLER instead of forwarding it again (clients retry it). Before answering, the
+forwarding broker reads the changed topics back from etcd, so the client's next request to it sees what the
+controller did.
 """
 
 from __future__ import annotations
