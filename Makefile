@@ -6,7 +6,7 @@ PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.installed
 BASE_STAMP := $(VENV)/.installed-base
 
-.PHONY: run test test-unit bench cluster lint typecheck fmt venv system-deps node-deps clean
+.PHONY: run test test-unit bench cluster lint typecheck fmt venv system-deps node-deps clean fuzz
 
 # `make run` needs only the broker's own dependencies; tests, bench and Spark add their extras on top.
 # A fresh Debian has python3 without venv/ensurepip (package python3-venv): installed first when missing (root).
@@ -65,6 +65,13 @@ test-unit: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m bench.run
+
+# The protocol fuzzer (tests/fuzz, README "Fuzzing") against a fresh broker for FUZZ_SECONDS, seed FUZZ_SEED; prints
+# inputs per API, crashes, hangs, stalls, max RSS and the canary's state, keeps each finding's input in fuzz-out/.
+FUZZ_SECONDS ?= 1200
+FUZZ_SEED ?= 1
+fuzz: $(STAMP)
+	$(PY) -m tests.fuzz --seconds $(FUZZ_SECONDS) --seed $(FUZZ_SEED)
 
 # etcd + 3 brokers + SeaweedFS (tiered storage) on loopback, as docker-compose.yml lays them out; Ctrl-C stops all.
 cluster: $(STAMP) system-deps

@@ -91,6 +91,7 @@ def make_input(
     client_id = f"fz-{index}".encode()
     req = RequestBuilder(ctx, rnd).build(api_key, version)
     detail = "as built"
+    refuse = False
     if strategy == "null":
         detail = mutate.set_null(rnd, req, version) or "no nullable slot"
     elif strategy == "extreme":
@@ -108,6 +109,8 @@ def make_input(
         req.topic_data = req.topic_data[:1]
         req.acks = rnd.choice((-1, 1))
         detail = f"{what} -> {topic.name}"
+        keyless_compacted = what == "keyless" and topic.name == ctx.compacted
+        refuse = keyless_compacted or not what.startswith(("corrupt-compressed", "timestamp", "keyless"))
     req.with_header(correlation_id=corr, client_id=client_id.decode())
     try:
         frame = bytes(req.encode(header=True, framed=True))
@@ -136,7 +139,7 @@ def make_input(
         detail,
         _SIZE.pack(len(payload)) + payload,
         correlation_id=correlation if expects_answer else None,
-        tags={"acks0": not expects_answer},
+        tags={"acks0": not expects_answer, "refuse": strategy == "records" and refuse},
     )
 
 

@@ -51,7 +51,6 @@ LOG_MARKERS = (
     "Task exception was never retrieved",
     "Exception in callback",
 )
-_EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Failure)\b.*)$")
 _FRAME_LINE = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 _SIZE = struct.Struct(">i")
 
@@ -138,7 +137,8 @@ class Summary:
             "outcomes: " + ", ".join(f"{k}={v}" for k, v in sorted(self.outcomes.items())),
             f"crashes={self.count('crash')} hangs={self.count('hang')} stalls={self.count('stall')} "
             f"tracebacks={self.count('traceback')} unresponsive={self.count('unresponsive')} "
-            f"bad responses={self.count('bad-response')} rss={self.count('rss')}",
+            f"bad responses={self.count('bad-response')} accepted bad batches={self.count('accepted')} "
+            f"rss={self.count('rss')}",
             f"max RSS {self.max_rss_mib:.0f} MiB; legitimate long waits {self.long_waits}; "
             f"restarts: {', '.join(self.restarts) or 'none'}",
             f"canary: {'intact' if self.canary_ok else 'BROKEN'} ({self.canary_checks} checks)",
@@ -412,9 +412,18 @@ class Fuzzer:
             self.record("bad-response", inp, f"correlation id {corr} != {inp.correlation_id}", "")
             return
         try:
-            RESPONSE_CLASSES[inp.api_key].decode(body, version=inp.version, header=True)
+            resp = RESPONSE_CLASSES[inp.api_key].decode(body, version=inp.version, header=True)
         except Exception as e:  # noqa: BLE001 - the client's codec refuses what the broker wrote
             self.record("bad-response", inp, f"response undecodable: {type(e).__name__}: {e}"[:200], "")
+            return
+        if inp.tags.get("refuse"):
+            # a batch Kafka refuses (CORRUPT_MESSAGE, INVALID_RECORD, ...) must not be acknowledged
+            kind = inp.detail.split(" -> ")[0]
+            for t in resp.responses:
+                for p in t.partition_responses:
+                    if p.error_code == 0:
+                        why = f"bad batch {kind} acknowledged with error 0 (base offset {p.base_offset})"
+                        self.record("accepted", inp, why, "")
 
     # -- log ---------------------------------------------------------------------------------------------------
     def _log_size(self) -> int:
@@ -565,37 +574,46 @@ def _placeholder(index: int, what: str) -> FuzzInput:
 
 
 def _tracebacks(chunk: str) -> list[tuple[str, str, str]]:
-    """(symptom, where, excerpt) of each traceback or error line in a piece of broker output."""
+    """(symptom, where, excerpt) of each traceback or error line in a piece of broker output.
+
+    The symptom is the last exception of a chain ("During handling of the above exception ..."), where is the
+    innermost frame in Strata's code."""
     lines = chunk.splitlines()
     out: list[tuple[str, str, str]] = []
     i = 0
     while i < len(lines):
-        line = lines[i]
-        if not any(m in line for m in LOG_MARKERS):
+        if not any(m in lines[i] for m in LOG_MARKERS):
             i += 1
             continue
-        j, where, symptom = i + 1, "", ""
-        while j < len(lines) and j < i + 400:
-            m = _FRAME_LINE.search(lines[j])
-            if m and "site-packages" not in m.group(1) and "/lib/python" not in m.group(1):
-                path = m.group(1)
-                for root in ("/broker/", "/protocol/", "/storage/", "/remote/", "/config/", "/strata/"):
-                    if root in path:
-                        path = path[path.rindex(root) + 1 :]
+        j, where, symptom, in_tb = i, "", "", False
+        while j < len(lines) and j < i + 600:
+            line = lines[j]
+            if line.startswith("Traceback (most recent call last)"):
+                in_tb = True
+            elif in_tb:
+                m = _FRAME_LINE.search(line)
+                if m:
+                    if "site-packages" not in m.group(1) and "/lib/python" not in m.group(1):
+                        where = f"{_short_path(m.group(1))}:{m.group(2)} {m.group(3)}"
+                elif line.strip() and not line[0].isspace():
+                    symptom, in_tb = line.strip(), False
+                    nxt = next((x for x in lines[j + 1 : j + 4] if x.strip()), "")
+                    if not nxt.startswith(("During handling", "The above exception")):
                         break
-                where = f"{path}:{m.group(2)} {m.group(3)}"
-            e = _EXC_LINE.match(lines[j].strip())
-            if e and not lines[j].startswith(" " * 4):
-                symptom = e.group(1)
-                break
-            if any(mk in lines[j] for mk in LOG_MARKERS) and j > i + 1:
+            elif j > i and any(mk in line for mk in LOG_MARKERS):
+                j -= 1  # the next event starts here
                 break
             j += 1
-        if not symptom:
-            symptom = line.strip()[:200]
-        out.append((symptom[:300], where, "\n".join(lines[i : j + 1])))
+        out.append(((symptom or lines[i].strip())[:300], where, "\n".join(lines[i : j + 1])))
         i = j + 1
     return out
+
+
+def _short_path(path: str) -> str:
+    for root in ("/broker/", "/protocol/", "/storage/", "/remote/", "/config/", "/strata/"):
+        if root in path:
+            return path[path.rindex(root) + 1 :]
+    return path
 
 
 def replay(broker: StrataBroker, data: bytes, framed: bool = True, hang_s: float = 15.0) -> str:
