@@ -138,7 +138,7 @@ def bomb_payload(codec: int, inflated: int, kind: str) -> bytes:
         zc = zstandard.ZstdCompressor(level=1).compressobj()
         return b"".join([zc.compress(unit) for _ in range(chunks)] + [zc.flush()])
     if codec == 3:
-        import lz4.frame
+        import lz4.frame  # type: ignore[import-untyped]
 
         lc = lz4.frame.LZ4FrameCompressor(block_linked=False)
         return lc.begin() + b"".join(lc.compress(unit) for _ in range(chunks)) + lc.flush()
@@ -208,9 +208,9 @@ def bad_batch(rnd: random.Random, bomb_bytes: int) -> tuple[str, bytes]:
     if kind == "bomb":
         content = rnd.choice(("zeros", "records"))
         inflated = bomb_bytes if codec != 2 else min(bomb_bytes, 64 << 20)
-        payload = bomb_payload(codec, inflated, content)
+        bomb = bomb_payload(codec, inflated, content)
         count = rnd.choice((1, 3, 2**31 - 1))
-        return f"bomb-{CODECS[codec]}-{content}", raw_batch(payload, count, attributes=codec)
+        return f"bomb-{CODECS[codec]}-{content}", raw_batch(bomb, count, attributes=codec)
     if kind == "two-batches":
         return kind, raw_batch(recs, 3) + raw_batch(recs, 3)
     if kind == "timestamp":

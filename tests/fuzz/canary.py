@@ -70,7 +70,7 @@ class Canary:
                 assert time.monotonic() < deadline, f"canary: {left} records not read back within {timeout}s"
                 for m in c.consume(num_messages=1000, timeout=0.5):
                     assert m.error() is None, f"canary: consumer error {m.error()}"
-                    got[(m.topic(), m.partition())].append(ck.msg_to_rec(m))
+                    got[(m.topic() or "", m.partition() or 0)].append(ck.msg_to_rec(m))
                     left -= 1
             for (name, p), prs in want.items():
                 try:
