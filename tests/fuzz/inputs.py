@@ -21,7 +21,7 @@ from typing import Any
 from strata.protocol.registry import REQUEST_CLASSES, SUPPORTED_VERSIONS, api_name
 
 from . import batches, mutate
-from .values import FuzzContext, RequestBuilder
+from .values import WAIT_FIELDS, FuzzContext, RequestBuilder
 
 STRATEGIES = (
     ("valid", 14),
@@ -131,6 +131,10 @@ def make_input(
     elif strategy == "header":
         payload, detail, correlation = _mutate_header(rnd, payload, api_key, version, client_id)
     expects_answer = not (api_key == 0 and getattr(req, "acks", 1) == 0)
+    # what the request asks the broker to wait for, known here without decoding (the fuzzer's own decoder would
+    # meet the same traps as the broker's): the longest wait field, and a JoinGroup's group
+    wait_ms = max((getattr(req, f, 0) or 0 for f in WAIT_FIELDS if isinstance(getattr(req, f, 0), int)), default=0)
+    group_id = getattr(req, "group_id", None) if api_key == 11 else None
     return FuzzInput(
         index,
         strategy,
@@ -139,7 +143,12 @@ def make_input(
         detail,
         _SIZE.pack(len(payload)) + payload,
         correlation_id=correlation if expects_answer else None,
-        tags={"acks0": not expects_answer, "refuse": strategy == "records" and refuse},
+        tags={
+            "acks0": not expects_answer,
+            "refuse": strategy == "records" and refuse,
+            "wait_ms": wait_ms,
+            "group_id": group_id,
+        },
     )
 
 

@@ -26,6 +26,8 @@ INT_EXTREMES = {
     "int64": (-(2**63), -1, 0, 1, 2**63 - 1, 2**31),
 }
 
+FRESH_GROUP_PREFIX = "fz-own-"
+
 # Fields that make the broker wait on purpose: kept short in valid requests (see Fuzzer.hang_s).
 WAIT_FIELDS = ("timeout_ms", "max_wait_ms", "rebalance_timeout_ms", "timeout")
 
@@ -135,6 +137,8 @@ class RequestBuilder:
         if topicish:
             return ctx.topic(rnd)
         if name in ("group_id", "groups", "group_ids", "key") and self.api_key != 44:
+            if rnd.random() < 0.3:  # a group of its own: a JoinGroup to it has nobody to wait for
+                return f"{FRESH_GROUP_PREFIX}{rnd.getrandbits(40):x}"
             return rnd.choice(ctx.groups)
         if name == "resource_name":
             return rnd.choice((ctx.topic(rnd), "0", ""))
