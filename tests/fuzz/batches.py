@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import random
 import struct
-import time
 import zlib
 from typing import Any
 
@@ -19,6 +18,9 @@ import crc32c
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 HEADER = struct.Struct(">qiibIhiqqqhii")  # baseOffset .. recordsCount
+# Record timestamps are fixed so that an input is the same bytes whenever it is generated (2026-01-01T00:00Z; in the
+# past, as Kafka's message.timestamp.after.max.ms wants).
+TIMESTAMP = 1_767_225_600_000
 CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 
 
@@ -34,7 +36,7 @@ def valid_batch(rnd: random.Random, codec: int = 0, n: int | None = None, keyed:
         base_sequence=-1,
         batch_size=1 << 30,
     )
-    now = int(time.time() * 1000)
+    now = TIMESTAMP
     for i in range(n if n is not None else rnd.randrange(1, 6)):
         key = f"fz-key-{rnd.randrange(100)}".encode() if keyed or rnd.random() < 0.5 else None
         value = rnd.randbytes(rnd.choice((0, 10, 100, 1000)))
@@ -95,7 +97,7 @@ def raw_batch(
     length_delta: int = 0,
 ) -> bytes:
     """A batch with the given records section and header fields; CRC computed unless ``fix_crc`` is False."""
-    ts = int(time.time() * 1000) if base_ts is None else base_ts
+    ts = TIMESTAMP if base_ts is None else base_ts
     lod = count - 1 if last_offset_delta is None else last_offset_delta
     length = HEADER.size - 12 + len(records) + length_delta
     head = HEADER.pack(0, length, -1, magic, 0, attributes, lod, ts, ts, -1, -1, -1, count)

@@ -199,7 +199,7 @@ class RequestBuilder:
         if name == "isolation_level":
             return rnd.choice((0, 1))
         if name == "timestamp":
-            return rnd.choice((-1, -2, -3, -4, -5, -6, 0, 1_700_000_000_000, 2**62))
+            return rnd.choice((-1, -2, -3, -4, -5, -6, 0, batches.TIMESTAMP, 2**62))
         if name == "key_type":
             return rnd.choice((0, 1, 2))
         if name == "config_operation":
