@@ -4,7 +4,8 @@ Passes only with 0 crashes, hangs, stalls, tracebacks, unresponsive checks and b
 after every batch, and the canary intact after every batch and after a clean and a ``kill -9`` restart. On failure
 the message is the run's summary: each distinct finding with the seed and index that regenerate its input
 (``python -m tests.fuzz replay --seed S --index I``). ``FUZZ_SEED``, ``FUZZ_CI_INPUTS`` and ``FUZZ_CI_SECONDS``
-change the run; ``make fuzz`` runs the same fuzzer for 20 minutes.
+change the run, ``FUZZ_HANG_S`` (15), ``FUZZ_STALL_S`` (5) and ``FUZZ_RSS_LIMIT_MIB`` (1024) its bounds; ``make fuzz``
+runs the same fuzzer for 20 minutes.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ def test_fuzz_broker_survives_and_keeps_the_canary(tmp_path: Path) -> None:
             max_inputs=CI_INPUTS,
             max_seconds=CI_SECONDS,
             out_dir=tmp_path / "fuzz-out",
+            hang_s=float(os.environ.get("FUZZ_HANG_S", "15")),
+            stall_s=float(os.environ.get("FUZZ_STALL_S", "5")),
+            rss_limit_mib=int(os.environ.get("FUZZ_RSS_LIMIT_MIB", "1024")),
         )
         fuzzer = Fuzzer(broker, cfg)
         fuzzer.prepare()
