@@ -9,6 +9,7 @@ read-only and IncrementalAlterConfigs on a BROKER resource is refused.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -292,10 +293,12 @@ def apply_incremental_ops(current: dict[str, str], ops: Iterable[tuple[str, int,
             )
         old = _split_list(new[name]) if name in new else list(d.default)
         items = _split_list(value)
-        if op == OP_APPEND:
-            merged = old + [x for x in items if x not in old]
+        if op == OP_APPEND:  # sets: a value may list many items, and a request may carry many of them
+            present = set(old)
+            merged = old + [x for x in items if x not in present]
         else:
-            merged = [x for x in old if x not in items]
+            removed = set(items)
+            merged = [x for x in old if x not in removed]
         new[name] = ",".join(merged)
     try:
         validate_topic_overrides(new)
@@ -317,8 +320,7 @@ async def incremental_alter_configs(services: BrokerServices, ctx: RequestContex
         try:
             if counts[(r.resource_type, r.resource_name)] > 1:
                 raise KafkaApiError(ErrorCode.INVALID_REQUEST, "Each resource must appear at most once.")
-            names = [c.name for c in r.configs]
-            dups = sorted({n for n in names if names.count(n) > 1})
+            dups = sorted(n for n, k in Counter(c.name for c in r.configs).items() if k > 1)
             if dups:
                 raise KafkaApiError(ErrorCode.INVALID_REQUEST, f"Error due to duplicate config keys: {dups}")
             if r.resource_type == RESOURCE_TOPIC:

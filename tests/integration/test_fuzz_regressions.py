@@ -10,12 +10,13 @@ from kafka.protocol.consumer import JoinGroupRequest, SyncGroupRequest
 
 from strata.protocol import consumer_protocol as cp
 from strata.protocol.registry import REQUEST_CLASSES
+from tests.support import ck
 from tests.support.kafka_wire import WireClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
-NONE, MEMBER_ID_REQUIRED = 0, 79
-FIND_COORDINATOR = 10
+NONE, INVALID_REQUEST, MEMBER_ID_REQUIRED = 0, 42, 79
+FIND_COORDINATOR, INCREMENTAL_ALTER_CONFIGS = 10, 44
 SUB = cp.encode_subscription(["fz"])
 
 
@@ -61,3 +62,22 @@ def test_join_group_listing_one_protocol_twice_completes_the_rebalance(module_br
         assert sync.error_code == NONE, sync
     out = module_broker.output()
     assert "supports none of" not in out and "Traceback" not in out, module_broker.tail(40)
+
+
+def test_incremental_alter_configs_with_100k_copies_of_one_config_answers_invalid_request(module_broker) -> None:
+    """IncrementalAlterConfigs v0 naming one config 100,000 times in one resource (fuzz seed 7 index 13733, seed 2
+    index 7635) is refused as Kafka refuses it ("Error due to duplicate config keys"). The duplicate check counted
+    each name with list.count (quadratic): the broker stopped answering every client for hours."""
+    ck.create_topic(module_broker.bootstrap, "fuzz-configs", 1)
+    Req = REQUEST_CLASSES[INCREMENTAL_ALTER_CONFIGS]
+    R = Req.AlterConfigsResource
+    cfg = R.AlterableConfig(name="retention.ms", config_operation=0, value="1000")
+    req = Req[0](
+        resources=[R(resource_type=2, resource_name="fuzz-configs", configs=[cfg] * 100_000)], validate_only=False
+    )
+    with WireClient(module_broker.host, module_broker.port, timeout=60) as c:
+        resp = c.request(req)
+    [res] = resp.responses
+    assert res.error_code == INVALID_REQUEST and "duplicate config keys" in res.error_message, res
+    with WireClient(module_broker.host, module_broker.port, timeout=30) as c:
+        assert c.api_versions(0).error_code == NONE
