@@ -489,3 +489,23 @@ def test_alter_configs_repeating_a_key_40k_times_is_refused_without_stalling(bro
     answered, resp = pings_while_outstanding(broker, under_a_mib(req))
     assert answered == PINGS, f"only {answered} ApiVersions answered while {n} legacy configs were checked"
     assert resp.responses[0].error_code == 42
+
+
+def test_response_entries_stop_counting_past_the_limit() -> None:
+    """What decides whether a response is encoded in a worker thread: entries at any depth, counted at a cost
+    bounded by the limit (every response is counted)."""
+    from strata.broker.apis import ENCODE_OFF_LOOP_ITEMS, response_entries
+    from strata.protocol.registry import response_class
+
+    R = response_class(ApiKey.LIST_OFFSETS)
+    T = R.ListOffsetsTopicResponse
+    P = T.ListOffsetsPartitionResponse
+
+    def answer(topics: int, partitions: int) -> Any:
+        parts = [P(partition_index=i, error_code=0, timestamp=-1, offset=0, leader_epoch=0) for i in range(partitions)]
+        return R(version=5, throttle_time_ms=0, topics=[T(name=f"t{i}", partitions=parts) for i in range(topics)])
+
+    assert response_entries(answer(2, 3), ENCODE_OFF_LOOP_ITEMS) == 2 + 2 * 3
+    assert response_entries(answer(1, 5_000), ENCODE_OFF_LOOP_ITEMS) == 5_001  # one topic's many partitions
+    # 100 topics of 5,000 partitions: stops at the first topic's partitions, never walks the 500,000
+    assert response_entries(answer(100, 5_000), ENCODE_OFF_LOOP_ITEMS) == 100 + 5_000
