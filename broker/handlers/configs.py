@@ -11,6 +11,7 @@ Dynamic broker configs (config/dynamic.py) are kept in the metadata store and ap
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -39,7 +40,7 @@ from strata.protocol.registry import ApiKey, response_class
 
 from ..cluster.forwarding import forwarding_broker_id
 from ..loggers import LEVELS, ROOT_LOGGER, VALID_LOG_LEVELS
-from ..replica_manager import pace
+from ..replica_manager import YIELD_EVERY, pace
 from ..request_context import RequestContext
 from ..services import BrokerServices
 
@@ -316,7 +317,11 @@ async def describe_configs(services: BrokerServices, ctx: RequestContext, req: A
     include_synonyms = bool(getattr(req, "include_synonyms", False))
     include_doc = v >= 3 and bool(getattr(req, "include_documentation", False))
     results = []
+    work = 0  # entries made since the last turn given to other connections
     for r in req.resources:
+        if work >= YIELD_EVERY:
+            work = 0
+            await asyncio.sleep(0)
         res = Result(
             error_code=0, error_message=None, resource_type=r.resource_type, resource_name=r.resource_name, configs=[]
         )
@@ -349,6 +354,7 @@ async def describe_configs(services: BrokerServices, ctx: RequestContext, req: A
             ]
         except KafkaApiError as e:
             res.error_code, res.error_message = int(e.error_code), e.message
+        work += 1 + len(res.configs)
         results.append(res)
     return Resp(version=v, throttle_time_ms=0, results=results)
 

@@ -509,3 +509,17 @@ def test_response_entries_stop_counting_past_the_limit() -> None:
     assert response_entries(answer(1, 5_000), ENCODE_OFF_LOOP_ITEMS) == 5_001  # one topic's many partitions
     # 100 topics of 5,000 partitions: stops at the first topic's partitions, never walks the 500,000
     assert response_entries(answer(100, 5_000), ENCODE_OFF_LOOP_ITEMS) == 100 + 5_000
+
+
+def test_describe_configs_of_2000_topic_resources_leaves_other_connections_served(broker: StrataBroker) -> None:
+    """Each topic resource answers every topic config (~40 entries): 2,000 of them are ~80,000 entries to build."""
+    with WireClient.connect(broker.bootstrap) as w:
+        w.create_topic("described-configs", partitions=1)
+    DC = REQUEST_CLASSES[ApiKey.DESCRIBE_CONFIGS]
+    R = DC.DescribeConfigsResource
+    resources = [R(resource_type=2, resource_name="described-configs", configuration_keys=None) for _ in range(2_000)]
+    req = DC[1](resources=resources, include_synonyms=False)
+    answered, resp = pings_while_outstanding(broker, under_a_mib(req))
+    assert answered == PINGS, f"only {answered} ApiVersions answered while 2,000 resources were described"
+    assert len(resp.results) == 2_000 and {r.error_code for r in resp.results} == {NONE}
+    assert {c.name: c.value for c in resp.results[-1].configs}["cleanup.policy"] == "delete"
