@@ -50,6 +50,13 @@ INTERNAL_APPEND_TIMEOUT_MS = 5000  # Kafka's offsets.commit.timeout.ms: the brok
 YIELD_EVERY = 256
 RENAMES_PER_YIELD = 32  # a partition dir's rename takes ~1 ms on a busy disk
 
+
+async def pace(n: int) -> None:
+    """Give other connections a turn at every YIELD_EVERY-th item of a loop over one request's entries."""
+    if n % YIELD_EVERY == YIELD_EVERY - 1:
+        await asyncio.sleep(0)
+
+
 # Leadership listeners: callback(partition, is_leader) after a partition became leader (True) or stopped being
 # leader (False: follower or no longer hosted). The group coordinator follows __consumer_offsets with it.
 LeadershipListener = Callable[[Partition, bool], None]

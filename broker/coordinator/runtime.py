@@ -40,6 +40,7 @@ log = structlog.get_logger("strata.coordinator")
 
 E = ErrorCode
 LOAD_BUFFER_DEFAULT = 5 * 1024 * 1024
+BUILD_OFF_LOOP_RECORDS = 1024  # writes with more records are built into a batch in a worker thread
 Record = tuple[bytes, bytes | None]  # (key, value); a None value is a tombstone
 L = TypeVar("L")
 
@@ -385,7 +386,10 @@ class CoordinatorRuntime(Generic[L]):
                 if not await self.ensure_topic():
                     err = E.COORDINATOR_NOT_AVAILABLE
                 else:
-                    batch = build_batch(records, timestamp=self.now())
+                    if len(records) > BUILD_OFF_LOOP_RECORDS:  # e.g. a commit of 100,000 offsets: ~1 s to build
+                        batch = await asyncio.to_thread(build_batch, records, timestamp=self.now())
+                    else:
+                        batch = build_batch(records, timestamp=self.now())
                     res = (await rm.append_records([(self.topic.name, partition, batch)], internal=True))[0]
                     err = ErrorCode(res.error)
             except asyncio.CancelledError:

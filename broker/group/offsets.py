@@ -14,6 +14,7 @@ import structlog
 from strata.protocol.errors import ErrorCode
 
 from ..coordinator.runtime import CoordinatorRuntime
+from ..replica_manager import pace
 from .group import ClassicGroup, GroupState
 from .records import (
     OffsetAndMetadata,
@@ -71,7 +72,8 @@ class OffsetMetadataManager:
         results: dict[tuple[str, int], ErrorCode] = {}
         kvs = []
         accepted = {}
-        for tp, om in offsets.items():
+        for n, (tp, om) in enumerate(offsets.items()):
+            await pace(n)  # a commit of 100,000 partitions: other connections get a turn
             if len(om.metadata.encode()) > self.metadata_max_bytes:
                 results[tp] = E.OFFSET_METADATA_TOO_LARGE
                 continue
@@ -112,7 +114,8 @@ class OffsetMetadataManager:
         results: dict[tuple[str, int], ErrorCode] = {}
         kvs = []
         gone = []
-        for t, p in partitions:
+        for n, (t, p) in enumerate(partitions):
+            await pace(n)
             if g.is_subscribed_to_topic(t):
                 results[(t, p)] = E.GROUP_SUBSCRIBED_TO_TOPIC
                 continue

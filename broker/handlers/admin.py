@@ -3,6 +3,7 @@ DescribeCluster. Config APIs live in configs.py. Per-topic failures are answered
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from strata.protocol.errors import ErrorCode, KafkaApiError
@@ -10,6 +11,7 @@ from strata.protocol.registry import ApiKey, response_class
 from strata.storage.errors import StorageError
 
 from ..authorized_ops import CLUSTER_NAME, ResourceType, requested_operations
+from ..replica_manager import pace
 from ..request_context import RequestContext
 from ..services import BrokerServices
 from . import configs as config_handlers
@@ -175,36 +177,49 @@ async def create_partitions(services: BrokerServices, ctx: RequestContext, req: 
 
 
 async def delete_records(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
-    """Move the log start offset; -1 means 'up to the high watermark' as in Kafka."""
+    """Move the log start offset; -1 means 'up to the high watermark' as in Kafka.
+
+    As Kafka's broker (a map of partition to offset), a partition named twice is answered once with the last offset
+    asked, and the topics of the answer are unique. The loop yields every YIELD_EVERY partitions and the log start
+    checkpoint is written once per request, in a worker thread."""
     Resp = response_class(ApiKey.DELETE_RECORDS)
     TopicRes = Resp.DeleteRecordsTopicResult
     PartRes = TopicRes.DeleteRecordsPartitionResult
-    topics = []
+    wanted: dict[tuple[str, int], int] = {}
+    n = 0
     for t in req.topics:
-        parts = []
         for p in t.partitions:
-            partition = services.replica_manager.get_partition(t.name, p.partition_index)
-            if partition is None or not partition.is_leader:
-                # only the leader moves the log start; followers follow it through their fetches
-                code = (
-                    ErrorCode.NOT_LEADER_OR_FOLLOWER
-                    if partition is not None
-                    else services.replica_manager.not_hosted_error(t.name, p.partition_index)
-                )
-                parts.append(PartRes(partition_index=p.partition_index, low_watermark=-1, error_code=code))
-                continue
-            offset = partition.high_watermark if p.offset == -1 else p.offset
-            try:
-                if offset < 0:
-                    raise KafkaApiError(ErrorCode.OFFSET_OUT_OF_RANGE)
-                low = partition.log.delete_records(offset)
-                services.log_manager.checkpoint_log_start_offsets()
-                parts.append(PartRes(partition_index=p.partition_index, low_watermark=low, error_code=0))
-            except StorageError as e:
-                parts.append(PartRes(partition_index=p.partition_index, low_watermark=-1, error_code=e.error_code))
-            except KafkaApiError as e:
-                parts.append(PartRes(partition_index=p.partition_index, low_watermark=-1, error_code=e.error_code))
-        topics.append(TopicRes(name=t.name, partitions=parts))
+            wanted[(t.name, p.partition_index)] = p.offset
+            n += 1
+            await pace(n)
+    by_topic: dict[str, list[Any]] = {}
+    moved = False
+    for n, ((topic, index), asked) in enumerate(wanted.items()):
+        await pace(n)
+        parts = by_topic.setdefault(topic, [])
+        partition = services.replica_manager.get_partition(topic, index)
+        if partition is None or not partition.is_leader:
+            # only the leader moves the log start; followers follow it through their fetches
+            code = (
+                ErrorCode.NOT_LEADER_OR_FOLLOWER
+                if partition is not None
+                else services.replica_manager.not_hosted_error(topic, index)
+            )
+            parts.append(PartRes(partition_index=index, low_watermark=-1, error_code=code))
+            continue
+        offset = partition.high_watermark if asked == -1 else asked
+        try:
+            if offset < 0:
+                raise KafkaApiError(ErrorCode.OFFSET_OUT_OF_RANGE)
+            before = partition.log.log_start_offset
+            low = partition.log.delete_records(offset)
+            moved = moved or low != before
+            parts.append(PartRes(partition_index=index, low_watermark=low, error_code=0))
+        except (StorageError, KafkaApiError) as e:
+            parts.append(PartRes(partition_index=index, low_watermark=-1, error_code=e.error_code))
+    if moved:
+        await asyncio.to_thread(services.log_manager.checkpoint_log_start_offsets)
+    topics = [TopicRes(name=name, partitions=parts) for name, parts in by_topic.items()]
     return Resp(version=ctx.api_version, throttle_time_ms=0, topics=topics)
 
 

@@ -11,6 +11,7 @@ Dynamic broker configs (config/dynamic.py) are kept in the metadata store and ap
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ from strata.protocol.registry import ApiKey, response_class
 
 from ..cluster.forwarding import forwarding_broker_id
 from ..loggers import LEVELS, ROOT_LOGGER, VALID_LOG_LEVELS
+from ..replica_manager import YIELD_EVERY, pace
 from ..request_context import RequestContext
 from ..services import BrokerServices
 
@@ -315,7 +317,11 @@ async def describe_configs(services: BrokerServices, ctx: RequestContext, req: A
     include_synonyms = bool(getattr(req, "include_synonyms", False))
     include_doc = v >= 3 and bool(getattr(req, "include_documentation", False))
     results = []
+    work = 0  # entries made since the last turn given to other connections
     for r in req.resources:
+        if work >= YIELD_EVERY:
+            work = 0
+            await asyncio.sleep(0)
         res = Result(
             error_code=0, error_message=None, resource_type=r.resource_type, resource_name=r.resource_name, configs=[]
         )
@@ -348,6 +354,7 @@ async def describe_configs(services: BrokerServices, ctx: RequestContext, req: A
             ]
         except KafkaApiError as e:
             res.error_code, res.error_message = int(e.error_code), e.message
+        work += 1 + len(res.configs)
         results.append(res)
     return Resp(version=v, throttle_time_ms=0, results=results)
 
@@ -502,16 +509,23 @@ def _alter_broker_loggers(services: BrokerServices, name: str | None, ops: list[
             LEVELS.unset_level(c.name)
 
 
-def _check_request(resources: list[Any], null_values: Callable[[Any], list[str]]) -> dict[tuple[int, str], str]:
-    """Kafka's preprocess checks: per resource, an error message if it appears twice, repeats a key or sets null."""
+async def _check_request(resources: list[Any], null_values: Callable[[Any], list[str]]) -> dict[tuple[int, str], str]:
+    """Kafka's preprocess checks: per resource, an error message if it appears twice, repeats a key or sets null.
+    Linear in the configs and yielding every YIELD_EVERY of them (100,000 configs in one resource were seen)."""
     counts: dict[tuple[int, str], int] = {}
     for r in resources:
         counts[(r.resource_type, r.resource_name)] = counts.get((r.resource_type, r.resource_name), 0) + 1
     errors: dict[tuple[int, str], str] = {}
+    seen = 0
     for r in resources:
         key = (r.resource_type, r.resource_name)
-        # linear: the fuzzer's 100,000 copies of one key made a count per name take hours
-        dups = sorted(n for n, k in Counter(c.name for c in r.configs).items() if k > 1)
+        # linear, and yielding: the fuzzer's 100,000 copies of one key made a count per name take hours
+        names: Counter[str] = Counter()
+        for c in r.configs:
+            seen += 1
+            await pace(seen)
+            names[c.name] += 1
+        dups = sorted(n for n, k in names.items() if k > 1)
         nulls = null_values(r)
         if counts[key] > 1:
             errors[key] = "Each resource must appear at most once."
@@ -526,11 +540,12 @@ async def incremental_alter_configs(services: BrokerServices, ctx: RequestContex
     Resp = response_class(ApiKey.INCREMENTAL_ALTER_CONFIGS)
     Result = Resp.AlterConfigsResourceResponse
     validate_only = bool(req.validate_only)
-    errors = _check_request(
+    errors = await _check_request(
         req.resources, lambda r: [c.name for c in r.configs if c.config_operation != OP_DELETE and c.value is None]
     )
     results = []
-    for r in req.resources:
+    for n, r in enumerate(req.resources):
+        await pace(n)
         res = Result(error_code=0, error_message=None, resource_type=r.resource_type, resource_name=r.resource_name)
         ops = [(c.name, c.config_operation, c.value) for c in r.configs]
         try:
@@ -558,9 +573,10 @@ async def alter_configs(services: BrokerServices, ctx: RequestContext, req: Any)
     Resp = response_class(ApiKey.ALTER_CONFIGS)
     Result = Resp.AlterConfigsResourceResponse
     validate_only = bool(req.validate_only)
-    errors = _check_request(req.resources, lambda r: [c.name for c in r.configs if c.value is None])
+    errors = await _check_request(req.resources, lambda r: [c.name for c in r.configs if c.value is None])
     results = []
-    for r in req.resources:
+    for n, r in enumerate(req.resources):
+        await pace(n)
         res = Result(error_code=0, error_message=None, resource_type=r.resource_type, resource_name=r.resource_name)
         configs = {c.name: c.value or "" for c in r.configs}  # (nulls are refused first)
         try:

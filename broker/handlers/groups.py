@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from strata.protocol.errors import ErrorCode
@@ -17,7 +18,7 @@ from ..group import OFFSETS_TOPIC
 from ..group.coordinator import JoinParams
 from ..group.group import GROUP_TYPE, GroupState
 from ..group.records import OffsetAndMetadata
-from ..replica_manager import YIELD_EVERY
+from ..replica_manager import YIELD_EVERY, pace
 from ..request_context import RequestContext
 from ..services import BrokerServices
 
@@ -182,10 +183,13 @@ async def offset_commit(services: BrokerServices, ctx: RequestContext, req: Any)
     offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
     order: list[tuple[str, list[int], uuid.UUID | None]] = []
     retention = req.retention_time_ms if 2 <= v <= 4 else None
+    n = 0
     for t in req.topics:
         parts = []
         name, info, unknown = _commit_topic(store, t, v)
         for p in t.partitions:
+            n += 1
+            await pace(n)  # thousands of partitions: other connections get a turn
             parts.append(p.partition_index)
             tp = (name, p.partition_index)
             if info is None:
@@ -216,9 +220,12 @@ async def offset_commit(services: BrokerServices, ctx: RequestContext, req: Any)
     elif not req.group_id:
         top = E.INVALID_GROUP_ID
     topics = []
+    n = 0
     for name, parts, topic_id in order:
         out = []
         for pi in parts:
+            n += 1
+            await pace(n)
             tp = (name, pi)
             err = pre.get(tp) or top or results.get(tp, E.NONE)
             out.append(P(partition_index=pi, error_code=err))
@@ -258,15 +265,11 @@ async def offset_fetch(services: BrokerServices, ctx: RequestContext, req: Any) 
         groups = []
         for g in req.groups:
             if v >= 10:
-                groups.append(_fetch_group_by_topic_id(services.store, coord, G, g))
+                groups.append(await _fetch_group_by_topic_id(services.store, coord, G, g))
                 continue
             topics = None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in g.topics]
             err, data = coord.fetch_offsets(g.group_id, topics)
-            tops = (
-                []
-                if err
-                else [T(name=t, partitions=[_fetched_partition(P, pi, om) for pi, om in parts]) for t, parts in data]
-            )
+            tops = [] if err else await _fetched_topics(P, data, lambda t, ps: T(name=t, partitions=ps))
             groups.append(G(group_id=g.group_id, topics=tops, error_code=err))
         return Resp(version=v, throttle_time_ms=0, groups=groups)
     T = Resp.OffsetFetchResponseTopic
@@ -275,17 +278,35 @@ async def offset_fetch(services: BrokerServices, ctx: RequestContext, req: Any) 
     err, data = coord.fetch_offsets(req.group_id, topics)
     if err:
         if v < 2:  # no top-level error code before v2: report it on every requested partition
-            tops = [
-                T(name=t, partitions=[_fetched_partition(P, pi, None, err) for pi in parts])
-                for t, parts in (topics or [])
-            ]
+            asked = [(t, [(pi, None) for pi in parts]) for t, parts in (topics or [])]
+            tops = await _fetched_topics(P, asked, lambda t, ps: T(name=t, partitions=ps), err)
             return Resp(version=v, throttle_time_ms=0, topics=tops)
         return Resp(version=v, throttle_time_ms=0, topics=[], error_code=err)
-    tops = [T(name=t, partitions=[_fetched_partition(P, pi, om) for pi, om in parts]) for t, parts in data]
+    tops = await _fetched_topics(P, data, lambda t, ps: T(name=t, partitions=ps))
     return Resp(version=v, throttle_time_ms=0, topics=tops, error_code=E.NONE)
 
 
-def _fetch_group_by_topic_id(store, coord, G, g):
+async def _fetched_topics(
+    P: Any,
+    data: Sequence[tuple[Any, Sequence[tuple[int, OffsetAndMetadata | None]]]],
+    topic: Callable[[Any, list[Any]], Any],
+    err: ErrorCode = E.NONE,
+) -> list[Any]:
+    """OffsetFetch's answer for (topic name or id, [(partition, committed offset or None)]): `topic(key,
+    partitions)` makes a topic entry. Yields every YIELD_EVERY partitions: a fetch may name 100,000 of them."""
+    out = []
+    n = 0
+    for name, parts in data:
+        partitions = []
+        for pi, om in parts:
+            n += 1
+            await pace(n)
+            partitions.append(_fetched_partition(P, pi, om, err))
+        out.append(topic(name, partitions))
+    return out
+
+
+async def _fetch_group_by_topic_id(store, coord, G, g):
     """OffsetFetch v10 (Kafka 4.2, KIP-848): topics named by id both ways. An unknown id answers UNKNOWN_TOPIC_ID
     on its partitions; fetching all offsets leaves out topics that no longer exist (they have no id to name)."""
     T = G.OffsetFetchResponseTopics
@@ -294,25 +315,21 @@ def _fetch_group_by_topic_id(store, coord, G, g):
     topics = None
     if g.topics is not None:
         topics = []
-        for t in g.topics:
+        missing = []
+        for n, t in enumerate(g.topics):
+            await pace(n)
             info = store.topic_by_id(t.topic_id)
             if info is None:
-                unknown.append(
-                    T(
-                        topic_id=t.topic_id,
-                        partitions=[_fetched_partition(P, pi, None, E.UNKNOWN_TOPIC_ID) for pi in t.partition_indexes],
-                    )
-                )
+                missing.append((t.topic_id, [(pi, None) for pi in t.partition_indexes]))
             else:
                 topics.append((info.name, list(t.partition_indexes)))
+        unknown = await _fetched_topics(P, missing, lambda i, ps: T(topic_id=i, partitions=ps), E.UNKNOWN_TOPIC_ID)
     err, data = coord.fetch_offsets(g.group_id, topics)
     if err:
         return G(group_id=g.group_id, topics=[], error_code=err)
-    tops = []
-    for name, parts in data:
-        info = store.topic(name)
-        if info is not None:
-            tops.append(T(topic_id=info.topic_id, partitions=[_fetched_partition(P, pi, om) for pi, om in parts]))
+    ids = {name: info.topic_id for name, _ in data if (info := store.topic(name)) is not None}
+    known = [(name, parts) for name, parts in data if name in ids]
+    tops = await _fetched_topics(P, known, lambda name, ps: T(topic_id=ids[name], partitions=ps))
     return G(group_id=g.group_id, topics=tops + unknown, error_code=E.NONE)
 
 
@@ -324,26 +341,30 @@ async def offset_delete(services: BrokerServices, ctx: RequestContext, req: Any)
     pre: dict[tuple[str, int], ErrorCode] = {}
     wanted = []
     order = []
+    n = 0
     for t in req.topics:
         parts = [p.partition_index for p in t.partitions]
         order.append((t.name, parts))
+        known = store.topic(t.name) is not None
         for pi in parts:
-            if store.topic(t.name) is None:
-                pre[(t.name, pi)] = E.UNKNOWN_TOPIC_OR_PARTITION
-            else:
+            n += 1
+            await pace(n)  # thousands of partitions: other connections get a turn
+            if known:
                 wanted.append((t.name, pi))
+            else:
+                pre[(t.name, pi)] = E.UNKNOWN_TOPIC_OR_PARTITION
     err, results = await services.group_coordinator.delete_offsets(req.group_id, wanted)
     if err:
         return Resp(version=ctx.api_version, error_code=err, throttle_time_ms=0, topics=[])
-    topics = [
-        T(
-            name=name,
-            partitions=[
-                P(partition_index=pi, error_code=pre.get((name, pi)) or results.get((name, pi), E.NONE)) for pi in parts
-            ],
-        )
-        for name, parts in order
-    ]
+    topics = []
+    n = 0
+    for name, parts in order:
+        out = []
+        for pi in parts:
+            n += 1
+            await pace(n)
+            out.append(P(partition_index=pi, error_code=pre.get((name, pi)) or results.get((name, pi), E.NONE)))
+        topics.append(T(name=name, partitions=out))
     return Resp(version=ctx.api_version, error_code=E.NONE, throttle_time_ms=0, topics=topics)
 
 

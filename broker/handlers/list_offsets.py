@@ -20,7 +20,7 @@ from strata.protocol.constants import LIST_OFFSETS_SENTINEL_MIN_VERSION as _MIN_
 from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import ApiKey, response_class
 
-from ..replica_manager import READ_COMMITTED
+from ..replica_manager import READ_COMMITTED, pace
 from ..request_context import RequestContext
 from ..services import BrokerServices
 
@@ -84,9 +84,12 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
     replica_id = req.replica_id  # -1 consumer, -2 debug (may read a follower), >= 0 a follower
     rm = services.replica_manager
     topics = []
+    n = 0
     for t in req.topics:
         parts = []
         for p in t.partitions:
+            n += 1
+            await pace(n)  # thousands of partitions: other connections get a turn
             ts = p.timestamp
             partition = rm.get_partition(t.name, p.partition_index)
             code = ErrorCode.NONE

@@ -13,6 +13,7 @@ from typing import Any
 from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import ApiKey, response_class
 
+from ..replica_manager import pace
 from ..request_context import RequestContext
 from ..services import BrokerServices
 
@@ -23,9 +24,12 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
     PartRes = TopicRes.EpochEndOffset
     rm = services.replica_manager
     topics = []
+    n = 0
     for t in req.topics:
         parts = []
         for p in t.partitions:
+            n += 1
+            await pace(n)  # thousands of partitions: other connections get a turn
             partition = rm.get_partition(t.topic, p.partition)
             epoch, end = -1, -1
             if partition is None:

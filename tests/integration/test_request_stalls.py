@@ -25,6 +25,7 @@ from kafka.protocol.admin import CreateTopicsRequest, DeleteTopicsRequest
 from kafka.protocol.consumer import FetchRequest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest
 
+from strata.broker.apis import DECODE_OFF_LOOP_BYTES
 from strata.protocol.registry import REQUEST_CLASSES, ApiKey
 from tests.support.broker_proc import StrataBroker
 from tests.support.kafka_wire import WireClient, build_batch, response_class
@@ -37,6 +38,14 @@ MEMBER_ID_REQUIRED = 79
 TOO_LARGE = "Unable to perform excessively large batch operation."
 PINGS = 3  # answers a responsive broker gives on the other connection before the big answer
 BIG = 100_000
+# Requests of the tests below stay under 1 MiB, so they are decoded on the event loop (DECODE_OFF_LOOP_BYTES):
+# the pings can then only be answered while the handler and the encoder run, not while a worker thread decodes.
+MANY = 25_000
+
+
+def under_a_mib(request: Any) -> Any:
+    assert len(request.encode()) < DECODE_OFF_LOOP_BYTES - 1000, "decoded off the loop: proves less"
+    return request
 
 
 def pings_while_outstanding(broker: StrataBroker, request: Any) -> tuple[int, Any]:
@@ -329,3 +338,188 @@ def test_fetch_v17_with_a_tag_on_each_of_100k_topics_is_decoded_without_stalling
     assert answered == PINGS, f"only {answered} ApiVersions answered while a tagged Fetch of {BIG} topics was decoded"
     assert len(resp.responses) == BIG
     assert {p.error_code for t in resp.responses for p in t.partitions} == {100}  # UNKNOWN_TOPIC_ID
+
+
+def test_delete_records_naming_a_partition_10k_times_answers_it_once(broker: StrataBroker) -> None:
+    """The fuzzer's DeleteRecords of 10,000 topics held the loop 14 s: the log start checkpoint was rewritten (and
+    fsynced) once per partition. Now once per request, in a worker thread; as Kafka's broker (a map of partition to
+    offset), a partition named many times is answered once."""
+    with WireClient.connect(broker.bootstrap) as w:
+        w.create_topic("trimmed", partitions=1)
+        for _ in range(3):
+            assert (
+                w.produce("trimmed", 0, build_batch([(None, b"v", [])])).responses[0].partition_responses[0].error_code
+                == NONE
+            )
+    DR = REQUEST_CLASSES[ApiKey.DELETE_RECORDS]
+    T = DR.DeleteRecordsTopic
+    P = T.DeleteRecordsPartition
+    topics = [T(name="trimmed", partitions=[P(partition_index=0, offset=2)]) for _ in range(10_000)]
+    topics.append(T(name="missing", partitions=[P(partition_index=i, offset=0) for i in range(2 * MANY)]))
+    answered, resp = pings_while_outstanding(broker, under_a_mib(DR[1](topics=topics, timeout_ms=30_000)))
+    assert answered == PINGS, f"only {answered} ApiVersions answered while DeleteRecords of {2 * MANY} partitions ran"
+    assert [(t.name, len(t.partitions)) for t in resp.topics] == [("trimmed", 1), ("missing", 2 * MANY)]
+    trimmed = resp.topics[0].partitions[0]
+    assert (trimmed.error_code, trimmed.low_watermark) == (NONE, 2)
+    assert {p.error_code for p in resp.topics[1].partitions} == {3}
+    broker.restart()  # the moved log start was checkpointed
+    with WireClient.connect(broker.bootstrap) as w:
+        assert w.list_offsets("trimmed", 0, -2).topics[0].partitions[0].offset == 2
+
+
+def test_offset_commit_fetch_and_delete_of_25k_topics_leave_other_connections_served(broker: StrataBroker) -> None:
+    """OffsetCommit v10, OffsetFetch (v2 by name, v10 by topic id) and OffsetDelete naming 100,000 topics held the
+    loop 5-6 s each in the fuzzer's runs (building and encoding the answer)."""
+    import uuid
+
+    gid = "committer"
+    OC, OF, OD, FC = (
+        REQUEST_CLASSES[k]
+        for k in (ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.OFFSET_DELETE, ApiKey.FIND_COORDINATOR)
+    )
+    CT = OC.OffsetCommitRequestTopic
+    CP = CT.OffsetCommitRequestPartition
+    missing = [f"missing-{i:06d}" for i in range(MANY)]
+
+    def commit(topics: list[Any]) -> Any:
+        return OC[10](
+            group_id=gid, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None, topics=topics
+        )
+
+    def entry(topic_id: uuid.UUID) -> Any:
+        p = CP(partition_index=0, committed_offset=2, committed_leader_epoch=-1, committed_metadata="")
+        return CT(topic_id=topic_id, partitions=[p])
+
+    with WireClient.connect(broker.bootstrap) as w:
+        w.create_topic("committed", partitions=1)
+        tid = w.metadata(["committed"], version=10).topics[0].topic_id
+        assert w.request(FC[0](key=gid)).error_code == NONE  # creates __consumer_offsets
+        # COORDINATOR_NOT_AVAILABLE until __consumer_offsets is loaded
+        wait_until(lambda: w.request(commit([entry(tid)])).topics[0].partitions[0].error_code == NONE, timeout=60)
+
+    answered, resp = pings_while_outstanding(
+        broker, under_a_mib(commit([entry(tid)] + [entry(uuid.uuid4()) for _ in range(MANY)]))
+    )
+    assert answered == PINGS, f"only {answered} ApiVersions answered while OffsetCommit of {MANY} topics ran"
+    assert len(resp.topics) == MANY + 1
+    assert resp.topics[0].partitions[0].error_code == NONE
+    assert {t.partitions[0].error_code for t in resp.topics[1:]} == {100}  # UNKNOWN_TOPIC_ID
+
+    FT = OF.OffsetFetchRequestTopic
+    by_name = OF[2](group_id=gid, topics=[FT(name=n, partition_indexes=[0]) for n in ["committed"] + missing])
+    answered, resp = pings_while_outstanding(broker, under_a_mib(by_name))
+    assert answered == PINGS, f"only {answered} ApiVersions answered while OffsetFetch of {MANY} topics ran"
+    assert len(resp.topics) == MANY + 1 and resp.topics[0].partitions[0].committed_offset == 2
+    assert {p.committed_offset for t in resp.topics[1:] for p in t.partitions} == {-1}
+
+    G = OF.OffsetFetchRequestGroup
+    ids = [tid] + [uuid.uuid4() for _ in range(MANY)]
+    topics = [G.OffsetFetchRequestTopics(topic_id=i, partition_indexes=[0]) for i in ids]
+    by_id = OF[10](groups=[G(group_id=gid, member_id=None, member_epoch=-1, topics=topics)], require_stable=False)
+    answered, resp = pings_while_outstanding(broker, under_a_mib(by_id))
+    assert answered == PINGS, f"only {answered} ApiVersions answered while OffsetFetch of {MANY} topic ids ran"
+    got = resp.groups[0].topics
+    assert len(got) == MANY + 1 and (got[0].topic_id, got[0].partitions[0].committed_offset) == (tid, 2)
+    assert {p.error_code for t in got[1:] for p in t.partitions} == {100}
+
+    DT = OD.OffsetDeleteRequestTopic
+    delete = OD[0](
+        group_id=gid,
+        topics=[
+            DT(name=n, partitions=[DT.OffsetDeleteRequestPartition(partition_index=0)]) for n in ["committed"] + missing
+        ],
+    )
+    answered, resp = pings_while_outstanding(broker, under_a_mib(delete))
+    assert answered == PINGS, f"only {answered} ApiVersions answered while OffsetDelete of {MANY} topics ran"
+    assert resp.error_code == NONE and len(resp.topics) == MANY + 1
+    assert resp.topics[0].partitions[0].error_code == NONE
+    assert {t.partitions[0].error_code for t in resp.topics[1:]} == {3}
+
+
+def test_list_offsets_and_offset_for_leader_epoch_of_25k_topics_leave_other_connections_served(
+    broker: StrataBroker,
+) -> None:
+    with WireClient.connect(broker.bootstrap) as w:
+        w.create_topic("listed", partitions=1)
+        assert (
+            w.produce("listed", 0, build_batch([(None, b"v", [])])).responses[0].partition_responses[0].error_code
+            == NONE
+        )
+    names = ["listed"] + [f"missing-{i:06d}" for i in range(MANY)]
+    LO = REQUEST_CLASSES[ApiKey.LIST_OFFSETS]
+    T = LO.ListOffsetsTopic
+    P = T.ListOffsetsPartition
+    topics = [T(name=n, partitions=[P(partition_index=0, current_leader_epoch=-1, timestamp=-1)]) for n in names]
+    req = LO[10](replica_id=-1, isolation_level=0, topics=topics, timeout_ms=30_000)
+    answered, resp = pings_while_outstanding(broker, under_a_mib(req))
+    assert answered == PINGS, f"only {answered} ApiVersions answered while ListOffsets of {MANY} topics ran"
+    assert len(resp.topics) == MANY + 1
+    assert (resp.topics[0].partitions[0].error_code, resp.topics[0].partitions[0].offset) == (NONE, 1)
+    assert {t.partitions[0].error_code for t in resp.topics[1:]} == {3}
+
+    OE = REQUEST_CLASSES[ApiKey.OFFSET_FOR_LEADER_EPOCH]
+    ET = OE.OffsetForLeaderTopic
+    EP = ET.OffsetForLeaderPartition
+    epochs = [ET(topic=n, partitions=[EP(partition=0, current_leader_epoch=-1, leader_epoch=0)]) for n in names]
+    answered, resp = pings_while_outstanding(broker, under_a_mib(OE[4](replica_id=-1, topics=epochs)))
+    assert answered == PINGS, f"only {answered} ApiVersions answered while OffsetForLeaderEpoch of {MANY} topics ran"
+    assert len(resp.topics) == MANY + 1
+    assert (resp.topics[0].partitions[0].error_code, resp.topics[0].partitions[0].end_offset) == (NONE, 1)
+    assert {t.partitions[0].error_code for t in resp.topics[1:]} == {3}
+
+
+def test_alter_configs_repeating_a_key_40k_times_is_refused_without_stalling(broker: StrataBroker) -> None:
+    """Repeated keys are refused (INVALID_REQUEST, as Kafka); finding them counted each key's repeats once per
+    entry, quadratic: 10,000 held the loop 5 s in the fuzzer's runs and 100,000 left the broker unresponsive."""
+    with WireClient.connect(broker.bootstrap) as w:
+        w.create_topic("configured", partitions=1)
+    n = 40_000
+    IAC, AC = (REQUEST_CLASSES[k] for k in (ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ALTER_CONFIGS))
+    R = IAC.AlterConfigsResource
+    configs = [R.AlterableConfig(name="segment.ms", config_operation=0, value="60000") for _ in range(n)]
+    req = IAC[1](resources=[R(resource_type=2, resource_name="configured", configs=configs)], validate_only=False)
+    answered, resp = pings_while_outstanding(broker, under_a_mib(req))
+    assert answered == PINGS, f"only {answered} ApiVersions answered while {n} configs were checked"
+    got = resp.responses[0]
+    assert (got.error_code, got.error_message) == (42, "Error due to duplicate config keys: ['segment.ms']")
+
+    R = AC.AlterConfigsResource
+    configs = [R.AlterableConfig(name="segment.ms", value="60000") for _ in range(n)]
+    req = AC[1](resources=[R(resource_type=2, resource_name="configured", configs=configs)], validate_only=False)
+    answered, resp = pings_while_outstanding(broker, under_a_mib(req))
+    assert answered == PINGS, f"only {answered} ApiVersions answered while {n} legacy configs were checked"
+    assert resp.responses[0].error_code == 42
+
+
+def test_response_entries_stop_counting_past_the_limit() -> None:
+    """What decides whether a response is encoded in a worker thread: entries at any depth, counted at a cost
+    bounded by the limit (every response is counted)."""
+    from strata.broker.apis import ENCODE_OFF_LOOP_ITEMS, response_entries
+    from strata.protocol.registry import response_class
+
+    R = response_class(ApiKey.LIST_OFFSETS)
+    T = R.ListOffsetsTopicResponse
+    P = T.ListOffsetsPartitionResponse
+
+    def answer(topics: int, partitions: int) -> Any:
+        parts = [P(partition_index=i, error_code=0, timestamp=-1, offset=0, leader_epoch=0) for i in range(partitions)]
+        return R(version=5, throttle_time_ms=0, topics=[T(name=f"t{i}", partitions=parts) for i in range(topics)])
+
+    assert response_entries(answer(2, 3), ENCODE_OFF_LOOP_ITEMS) == 2 + 2 * 3
+    assert response_entries(answer(1, 5_000), ENCODE_OFF_LOOP_ITEMS) == 5_001  # one topic's many partitions
+    # 100 topics of 5,000 partitions: stops at the first topic's partitions, never walks the 500,000
+    assert response_entries(answer(100, 5_000), ENCODE_OFF_LOOP_ITEMS) == 100 + 5_000
+
+
+def test_describe_configs_of_2000_topic_resources_leaves_other_connections_served(broker: StrataBroker) -> None:
+    """Each topic resource answers every topic config (~40 entries): 2,000 of them are ~80,000 entries to build."""
+    with WireClient.connect(broker.bootstrap) as w:
+        w.create_topic("described-configs", partitions=1)
+    DC = REQUEST_CLASSES[ApiKey.DESCRIBE_CONFIGS]
+    R = DC.DescribeConfigsResource
+    resources = [R(resource_type=2, resource_name="described-configs", configuration_keys=None) for _ in range(2_000)]
+    req = DC[1](resources=resources, include_synonyms=False)
+    answered, resp = pings_while_outstanding(broker, under_a_mib(req))
+    assert answered == PINGS, f"only {answered} ApiVersions answered while 2,000 resources were described"
+    assert len(resp.results) == 2_000 and {r.error_code for r in resp.results} == {NONE}
+    assert {c.name: c.value for c in resp.results[-1].configs}["cleanup.policy"] == "delete"
