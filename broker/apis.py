@@ -81,6 +81,7 @@ def build_handlers() -> dict[int, HandlerFn]:
         offset_for_leader_epoch,
         produce,
         producer,
+        sasl,
     )
 
     return {
@@ -114,6 +115,8 @@ def build_handlers() -> dict[int, HandlerFn]:
         ApiKey.LIST_GROUPS: groups.list_groups,
         ApiKey.DESCRIBE_GROUPS: groups.describe_groups,
         ApiKey.DELETE_GROUPS: groups.delete_groups,
+        ApiKey.SASL_HANDSHAKE: sasl.sasl_handshake,
+        ApiKey.SASL_AUTHENTICATE: sasl.sasl_authenticate,
     }
 
 
@@ -202,6 +205,7 @@ class KafkaApis:
             conn.peer,
             conn.principal,
             self.authorizer,
+            conn.sasl,
         )
         fwd = self.services.controller_channel
         if fwd is not None and fwd.should_forward(hdr.api_key, ctx.client_id, req):

@@ -34,6 +34,7 @@ from .network import ListenerBindError, SocketServer, os_error_text
 from .partition import Partition
 from .producer_ids import ProducerIdManager
 from .replica_manager import ReplicaManager
+from .security.listener_security import build_listener_security
 from .services import BrokerServices
 from .topic_manager import TopicManager
 
@@ -216,6 +217,7 @@ class KafkaServer:
             controller_channel=self.controller_channel,
         )
         self.apis = KafkaApis(self.services)
+        scram_lookup = getattr(self.store, "scram_credential", None)  # MetadataStore.scram_credential (SCRAM)
         self.socket_server = SocketServer(
             config.listeners,
             self.apis.handle,
@@ -224,6 +226,8 @@ class KafkaServer:
             metrics=self.metrics,
             quotas=config.connection_quotas,
             inter_broker_listener=config.inter_broker_listener_name or config.listeners[0].name,
+            security=build_listener_security(config, scram_lookup),
+            sasl_max_receive=config["sasl.server.max.receive.size"],
         )
         # partitions of tiered topics deleted while this broker was down
         self._deleted_while_down: list[TopicIdPartition] = []

@@ -1,0 +1,392 @@
+"""TLS and SASL listeners with stock clients: one broker with PLAINTEXT, SSL, SASL_SSL and SASL_PLAINTEXT listeners
+at once (and a second broker for mTLS), certificates generated at test time.
+
+Each client produces and consumes over a secured listener; bad credentials, a wrong CA, a plaintext client on a TLS
+port, a TLS client on a plaintext port, a request before SASL and an oversized SASL token each get Kafka's error or
+a closed connection, and the broker keeps serving the other listeners.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import struct
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer
+
+from tests.support.broker_proc import StrataBroker, free_port
+from tests.support.certs import Pki, make_pki
+from tests.support.waiting import wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+PLAIN_JAAS = (
+    'org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="admin-secret" '
+    'user_admin="admin-secret" user_alice="alice-secret";'
+)
+OAUTH_JAAS = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
+
+
+class SecureBroker:
+    def __init__(self, broker: StrataBroker, ports: dict[str, int], pki: Pki) -> None:
+        self.broker, self.ports, self.pki = broker, ports, pki
+
+    def bootstrap(self, listener: str) -> str:
+        return f"127.0.0.1:{self.ports[listener]}"
+
+    def client_conf(self, listener: str, **extra: Any) -> dict[str, Any]:
+        conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap(listener), "log_level": 0}
+        if listener == "SSL":
+            conf.update({"security.protocol": "SSL", "ssl.ca.location": str(self.pki.ca_pem)})
+        elif listener == "SASL_SSL":
+            conf.update(
+                {
+                    "security.protocol": "SASL_SSL",
+                    "ssl.ca.location": str(self.pki.ca_pem),
+                    "sasl.mechanism": "PLAIN",
+                    "sasl.username": "alice",
+                    "sasl.password": "alice-secret",
+                }
+            )
+        elif listener == "SASL_PLAINTEXT":
+            conf.update({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN"})
+            conf.update({"sasl.username": "alice", "sasl.password": "alice-secret"})
+        conf.update(extra)
+        return conf
+
+    def metrics(self) -> str:
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.broker.metrics_port}/metrics", timeout=5) as r:
+            return r.read().decode()
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory: pytest.TempPathFactory):
+    tmp = tmp_path_factory.mktemp("secure")
+    pki = make_pki(tmp / "pki")
+    broker = StrataBroker(tmp / "broker")
+    ports = {"PLAINTEXT": broker.port, "SSL": free_port(), "SASL_SSL": free_port(), "SASL_PLAINTEXT": free_port()}
+    ports["OAUTH"] = free_port()
+    listeners = ",".join(f"{n}://127.0.0.1:{p}" for n, p in ports.items())
+    broker.overrides.update(
+        {
+            "listeners": listeners,
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_SSL:SASL_SSL,"
+            "SASL_PLAINTEXT:SASL_PLAINTEXT,OAUTH:SASL_PLAINTEXT",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(pki.dir / "broker.pem"),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(pki.ca_pem),
+            "sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.sasl_ssl.plain.sasl.jaas.config": PLAIN_JAAS,
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
+            "listener.name.oauth.sasl.enabled.mechanisms": "OAUTHBEARER",
+            "listener.name.oauth.oauthbearer.sasl.jaas.config": OAUTH_JAAS,
+            "connections.max.reauth.ms": "3600000",
+        }
+    )
+    broker.start()
+    try:
+        yield SecureBroker(broker, ports, pki)
+    finally:
+        broker.stop()
+
+
+def roundtrip(conf: dict[str, Any], topic: str, n: int = 50) -> list[bytes]:
+    """Produce n records (the topic is auto-created) and read them back with a consumer group."""
+    p = Producer({**conf, "enable.idempotence": True})
+    for i in range(n):
+        p.produce(topic, value=f"v{i}".encode(), key=str(i).encode())
+    assert p.flush(30) == 0, "undelivered records"
+    c = Consumer({**conf, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
+    c.subscribe([topic])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 60
+    try:
+        while len(got) < n and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                got.append(m.value() or b"")
+        c.commit(asynchronous=False)
+    finally:
+        c.close()
+    return got
+
+
+def expect_failure(conf: dict[str, Any], timeout: float = 20.0) -> str:
+    """The errors a client reports when it cannot connect or authenticate (it never gets metadata)."""
+    errors: list[str] = []
+    p = Producer({**conf, "error_cb": lambda e: errors.append(str(e))})
+    deadline = time.monotonic() + timeout
+    while not errors and time.monotonic() < deadline:
+        p.poll(0.2)
+    with pytest.raises(KafkaException):
+        p.list_topics(timeout=1)
+    return " | ".join(errors)
+
+
+@pytest.mark.parametrize("listener", ["SSL", "SASL_SSL", "SASL_PLAINTEXT"])
+def test_confluent_produces_and_consumes(secure: SecureBroker, listener: str) -> None:
+    topic = f"sec-{listener.lower()}-{uuid.uuid4().hex[:6]}"
+    got = roundtrip(secure.client_conf(listener), topic)
+    assert sorted(got) == sorted(f"v{i}".encode() for i in range(50))
+    if listener.startswith("SASL"):
+        text = secure.metrics()
+        assert f'strata_network_successful_authentication_total{{listener="{listener}",mechanism="PLAIN"}}' in text
+        assert "alice" not in text, "a user name in a metric"
+
+
+def test_confluent_oauthbearer_unsecured_jws(secure: SecureBroker) -> None:
+    conf = {
+        "bootstrap.servers": secure.bootstrap("OAUTH"),
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "OAUTHBEARER",
+        "sasl.oauthbearer.config": "principal=alice",
+        "enable.sasl.oauthbearer.unsecure.jwt": True,
+        "log_level": 0,
+    }
+    topic = f"sec-oauth-{uuid.uuid4().hex[:6]}"
+    assert len(roundtrip(conf, topic, 10)) == 10
+
+
+def test_kafka_python_over_ssl_and_sasl_ssl(secure: SecureBroker) -> None:
+    from kafka import KafkaConsumer, KafkaProducer
+
+    common = {"ssl_cafile": str(secure.pki.ca_pem), "ssl_check_hostname": True}
+    for listener, extra in (
+        ("SSL", {"security_protocol": "SSL"}),
+        (
+            "SASL_SSL",
+            {
+                "security_protocol": "SASL_SSL",
+                "sasl_mechanism": "PLAIN",
+                "sasl_plain_username": "alice",
+                "sasl_plain_password": "alice-secret",
+            },
+        ),
+    ):
+        topic = f"kp-{listener.lower()}-{uuid.uuid4().hex[:6]}"
+        kw = {"bootstrap_servers": secure.bootstrap(listener), **common, **extra}
+        prod = KafkaProducer(**kw)
+        for i in range(20):
+            prod.send(topic, f"m{i}".encode())
+        prod.flush(30)
+        prod.close()
+        cons = KafkaConsumer(topic, auto_offset_reset="earliest", consumer_timeout_ms=20000, **kw)
+        got = []
+        for m in cons:
+            got.append(m.value)
+            if len(got) == 20:
+                break
+        cons.close()
+        assert sorted(got) == sorted(f"m{i}".encode() for i in range(20)), listener
+
+
+def test_wrong_password_and_unknown_user_fail_with_kafka_message(secure: SecureBroker) -> None:
+    for user, password in (("alice", "wrong-pw-7f3a"), ("mallory", "mallory-pw-9c2e")):
+        err = expect_failure(secure.client_conf("SASL_SSL", **{"sasl.username": user, "sasl.password": password}))
+        assert "Invalid username or password" in err, err
+        assert password not in secure.broker.tail(), "a password in the broker's log"
+    text = secure.metrics()
+    assert 'strata_network_failed_authentication_total{listener="SASL_SSL",mechanism="PLAIN"}' in text
+    # the other listeners still serve
+    assert len(roundtrip(secure.client_conf("SSL"), f"after-fail-{uuid.uuid4().hex[:6]}", 5)) == 5
+
+
+def test_wrong_ca_is_refused(secure: SecureBroker, tmp_path: Path) -> None:
+    other = make_pki(tmp_path / "other", organization="not-the-broker-ca")
+    err = expect_failure(secure.client_conf("SSL", **{"ssl.ca.location": str(other.ca_pem)}))
+    assert "certificate verify failed" in err or "SSL handshake failed" in err, err
+    wait_until(lambda: "TLS handshake failed" in secure.broker.tail(), 10)
+
+
+def _raw(port: int, data: bytes, tls: ssl.SSLContext | None = None) -> bytes:
+    """Send bytes, return whatever comes back until the broker closes (b'' if it closed at once)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        conn: Any = tls.wrap_socket(s, server_hostname="127.0.0.1") if tls else s
+        conn.sendall(data)
+        out = b""
+        while True:
+            try:
+                chunk = conn.recv(65536)
+            except (ConnectionResetError, ssl.SSLError):
+                break
+            if not chunk:
+                break
+            out += chunk
+        return out
+
+
+def _request(api_key: int, version: int, body: bytes, corr: int = 1) -> bytes:
+    client = b"raw"
+    hdr = struct.pack(">hhih", api_key, version, corr, len(client)) + client
+    if (api_key, version) == (36, 2) or (api_key == 18 and version >= 3):
+        hdr += b"\x00"
+    msg = hdr + body
+    return struct.pack(">i", len(msg)) + msg
+
+
+def test_plaintext_client_on_tls_port_and_tls_client_on_plaintext_port(secure: SecureBroker) -> None:
+    api_versions = _request(18, 0, b"")
+    answer = _raw(secure.ports["SSL"], api_versions)
+    assert answer == b"" or answer[:1] == b"\x15", "anything but nothing or a TLS alert"  # 0x15: alert record
+    wait_until(lambda: "TLS handshake failed" in secure.broker.tail(), 10)
+    tls = ssl.create_default_context(cafile=str(secure.pki.ca_pem))
+    with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
+        _raw(secure.ports["PLAINTEXT"], api_versions, tls)
+    assert len(roundtrip(secure.client_conf("SASL_PLAINTEXT"), f"after-raw-{uuid.uuid4().hex[:6]}", 5)) == 5
+
+
+def test_metadata_before_sasl_closes_the_connection(secure: SecureBroker) -> None:
+    metadata_v1 = _request(3, 1, struct.pack(">i", -1))
+    assert _raw(secure.ports["SASL_PLAINTEXT"], metadata_v1) == b""
+    # ApiVersions is allowed before authentication
+    assert len(_raw_first(secure.ports["SASL_PLAINTEXT"], _request(18, 0, b""))) > 8
+
+
+def _raw_first(port: int, data: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(data)
+        (size,) = struct.unpack(">i", _exact(s, 4))
+        return _exact(s, size)
+
+
+def _roundtrip(s: socket.socket, data: bytes) -> bytes:
+    """Send one frame, return the body of the size-prefixed answer."""
+    s.sendall(data)
+    (size,) = struct.unpack(">i", _exact(s, 4))
+    return _exact(s, size)
+
+
+def _exact(s: socket.socket, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = s.recv(n - len(out))
+        if not chunk:
+            raise ConnectionError("closed")
+        out += chunk
+    return out
+
+
+def test_oversized_sasl_token_closes_the_connection(secure: SecureBroker) -> None:
+    handshake = _request(17, 1, struct.pack(">h", 5) + b"PLAIN")
+    token = b"\0alice\0" + b"x" * (600 * 1024)
+    authenticate = _request(36, 1, struct.pack(">i", len(token)) + token)
+    with socket.create_connection(("127.0.0.1", secure.ports["SASL_PLAINTEXT"]), timeout=10) as s:
+        body = _roundtrip(s, handshake)
+        assert struct.unpack_from(">h", body, 4)[0] == 0, "handshake error code"
+        try:
+            s.sendall(authenticate)
+        except OSError:
+            pass
+        s.settimeout(10)
+        try:
+            assert s.recv(1) == b""
+        except ConnectionResetError:
+            pass
+    assert "request size out of bounds" in secure.broker.tail()
+
+
+def test_sasl_authenticate_failure_answers_58_then_closes(secure: SecureBroker) -> None:
+    handshake = _request(17, 1, struct.pack(">h", 5) + b"PLAIN")
+    token = b"\0alice\0nope"
+    authenticate = _request(36, 1, struct.pack(">i", len(token)) + token, corr=2)
+    with socket.create_connection(("127.0.0.1", secure.ports["SASL_PLAINTEXT"]), timeout=10) as s:
+        _roundtrip(s, handshake)
+        body = _roundtrip(s, authenticate)
+        (corr, code) = struct.unpack_from(">ih", body, 0)
+        assert (corr, code) == (2, 58)
+        assert b"Invalid username or password" in body
+        assert s.recv(1) == b"", "the connection stays open after a failed authentication"
+
+
+def test_legacy_v0_handshake_with_raw_tokens(secure: SecureBroker) -> None:
+    handshake = _request(17, 0, struct.pack(">h", 5) + b"PLAIN")
+    token = b"\0alice\0alice-secret"
+    with socket.create_connection(("127.0.0.1", secure.ports["SASL_PLAINTEXT"]), timeout=10) as s:
+        _roundtrip(s, handshake)
+        s.sendall(struct.pack(">i", len(token)) + token)
+        (size,) = struct.unpack(">i", _exact(s, 4))
+        assert size == 0  # PLAIN's empty server message
+        metadata_v1 = _request(3, 1, struct.pack(">i", -1), corr=7)
+        assert struct.unpack(">i", _roundtrip(s, metadata_v1)[:4])[0] == 7
+
+
+def test_sasl_session_lifetime_is_returned(secure: SecureBroker) -> None:
+    handshake = _request(17, 1, struct.pack(">h", 5) + b"PLAIN")
+    token = b"\0alice\0alice-secret"
+    with socket.create_connection(("127.0.0.1", secure.ports["SASL_PLAINTEXT"]), timeout=10) as s:
+        _roundtrip(s, handshake)
+        body = _roundtrip(s, _request(36, 1, struct.pack(">i", len(token)) + token, corr=3))
+        corr, code, msg_len = struct.unpack_from(">ihh", body, 0)
+        assert (corr, code, msg_len) == (3, 0, -1)
+        (n,) = struct.unpack_from(">i", body, 8)
+        (lifetime,) = struct.unpack_from(">q", body, 12 + n)
+        assert 3_500_000 < lifetime <= 3_600_000
+
+
+def test_ssl_mtls_principal_mapping_and_certificate_reload(tmp_path: Path) -> None:
+    """ssl.client.auth=required with a RULE that maps only OU=clients: a mapped client works, an unmapped one is
+    refused; a broker certificate replaced on disk is served to the next connection."""
+    pki = make_pki(tmp_path / "pki")
+    broker = StrataBroker(tmp_path / "broker")
+    port = free_port()
+    broker.overrides.update(
+        {
+            "listeners": f"PLAINTEXT://127.0.0.1:{broker.port},SSL://127.0.0.1:{port}",
+            "listener.name.ssl.ssl.keystore.type": "PEM",
+            "listener.name.ssl.ssl.keystore.location": str(pki.dir / "broker.pem"),
+            "listener.name.ssl.ssl.truststore.type": "PEM",
+            "listener.name.ssl.ssl.truststore.location": str(pki.ca_pem),
+            "listener.name.ssl.ssl.client.auth": "required",
+            "ssl.principal.mapping.rules": "RULE:^CN=([^,]+),OU=clients,.*$/$1/L",
+        }
+    )
+    broker.start()
+    try:
+        crt, key = pki.client("alice", "Alice", "clients")
+        conf = {
+            "bootstrap.servers": f"127.0.0.1:{port}",
+            "security.protocol": "SSL",
+            "ssl.ca.location": str(pki.ca_pem),
+            "ssl.certificate.location": str(crt),
+            "ssl.key.location": str(key),
+            "log_level": 0,
+        }
+        assert len(roundtrip(conf, "mtls", 10)) == 10
+        wait_until(lambda: "no principal" not in broker.tail(), 1)
+
+        crt2, key2 = pki.client("eve", "Eve", "outsiders")
+        expect_failure({**conf, "ssl.certificate.location": str(crt2), "ssl.key.location": str(key2)})
+        wait_until(lambda: "no principal for the client certificate" in broker.tail(), 10)
+        # without a certificate: the handshake fails (client auth required)
+        expect_failure({k: v for k, v in conf.items() if not k.startswith(("ssl.certificate", "ssl.key"))})
+
+        # rotate the broker's certificate on disk: the next handshake presents the new one
+        def served_serial() -> int:
+            ctx = ssl.create_default_context(cafile=str(pki.ca_pem))
+            ctx.load_cert_chain(str(crt), str(key))
+            with (
+                socket.create_connection(("127.0.0.1", port), timeout=5) as s,
+                ctx.wrap_socket(s, server_hostname="127.0.0.1") as t,
+            ):
+                der = t.getpeercert(binary_form=True)
+            assert der is not None
+            from cryptography import x509
+
+            return x509.load_der_x509_certificate(der).serial_number
+
+        before = served_serial()
+        time.sleep(0.01)  # a distinct mtime on filesystems with coarse timestamps
+        pki.leaf("broker", "127.0.0.1", "localhost", cn="broker-rotated")
+        wait_until(lambda: served_serial() != before, 10)
+        assert len(roundtrip(conf, "mtls-after", 5)) == 5
+    finally:
+        broker.stop()
