@@ -20,13 +20,13 @@ Limits (Kafka's SocketServer / ConnectionQuotas):
 Frames larger than `socket.request.max.bytes`, negative sizes and undecodable requests close that connection only.
 
 Security (Kafka's SslTransportLayer / SaslServerAuthenticator, per listener, `broker/security/`): an SSL or SASL_SSL
-listener wraps each accepted socket in TLS (a handshake that fails or takes over SSL_HANDSHAKE_TIMEOUT_S is logged
-once with the peer and closes that connection only; a client certificate becomes the principal through
-`ssl.principal.mapping.rules`). On a SASL listener a connection may send only ApiVersions, SaslHandshake and
-SaslAuthenticate (or raw tokens after a v0 handshake) until it authenticates, in frames of at most
-`sasl.server.max.receive.size`; anything else closes it, as does a failed authentication once its response is sent
-and an expired session (`connections.max.reauth.ms`) that sends anything but a re-authentication. PLAINTEXT
-listeners skip all of it.
+listener wraps each accepted socket in TLS. A handshake that fails, or stays idle for `connections.max.idle.ms` (as
+Kafka closes an idle connection), is logged once with the peer and closes that connection only; a client certificate
+becomes the principal through `ssl.principal.mapping.rules`. On a SASL listener a connection may send only
+ApiVersions, SaslHandshake and SaslAuthenticate (or raw tokens after a v0 handshake) until it authenticates, in
+frames of at most `sasl.server.max.receive.size`; anything else closes it, as does a failed authentication once its
+response is sent and an expired session (`connections.max.reauth.ms`) that sends anything but a re-authentication.
+PLAINTEXT listeners skip all of it.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ WRITE_HIGH = 1 << 20
 WRITE_LOW = 256 << 10
 LISTEN_BACKLOG = 1024
 ACCEPT_BACKOFF_S = 0.1  # after EMFILE/ENFILE: retry accepting later rather than spin
-SSL_HANDSHAKE_TIMEOUT_S = 10.0  # a TLS handshake that takes longer closes the connection
+SSL_HANDSHAKE_TIMEOUT_S = 60.0  # without connections.max.idle.ms: a TLS handshake that takes longer is closed
 SASL_MAX_RECEIVE = 524288  # Kafka's sasl.server.max.receive.size: frames before authentication
 
 
@@ -346,7 +346,10 @@ class SocketServer:
                 transport, _ = await loop.connect_accepted_socket(lambda: protocol, csock)
             else:
                 transport, _ = await loop.connect_accepted_socket(
-                    lambda: protocol, csock, ssl=sec.ssl_context, ssl_handshake_timeout=SSL_HANDSHAKE_TIMEOUT_S
+                    lambda: protocol,
+                    csock,
+                    ssl=sec.ssl_context,
+                    ssl_handshake_timeout=self.idle_s or SSL_HANDSHAKE_TIMEOUT_S,
                 )
         except (OSError, TimeoutError) as e:  # ssl.SSLError is an OSError
             if sec is not None and sec.ssl_context is not None:

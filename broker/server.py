@@ -23,6 +23,7 @@ from strata.storage.log_manager import LogManager
 
 from . import diagnostics, loggers
 from .apis import KafkaApis
+from .cluster.broker_client import inter_broker_security
 from .cluster.model import BrokerInfo
 from .dynamic_config import DynamicBrokerConfig
 from .endpoints import BrokerEndpoints
@@ -218,6 +219,7 @@ class KafkaServer:
         )
         self.apis = KafkaApis(self.services)
         scram_lookup = getattr(self.store, "scram_credential", None)  # MetadataStore.scram_credential (SCRAM)
+        inter_broker_security(config)  # a bad inter-broker TLS/SASL setting fails the startup, not each fetch
         self.socket_server = SocketServer(
             config.listeners,
             self.apis.handle,
