@@ -29,6 +29,7 @@ PLAIN_JAAS = (
     'org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="admin-secret" '
     'user_admin="admin-secret" user_alice="alice-secret";'
 )
+REAUTH_MS = 1500
 OAUTH_JAAS = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
 
 
@@ -73,12 +74,13 @@ def secure(tmp_path_factory: pytest.TempPathFactory):
     broker = StrataBroker(tmp / "broker")
     ports = {"PLAINTEXT": broker.port, "SSL": free_port(), "SASL_SSL": free_port(), "SASL_PLAINTEXT": free_port()}
     ports["OAUTH"] = free_port()
+    ports["SHORT"] = free_port()  # SASL_PLAINTEXT whose sessions last REAUTH_MS
     listeners = ",".join(f"{n}://127.0.0.1:{p}" for n, p in ports.items())
     broker.overrides.update(
         {
             "listeners": listeners,
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_SSL:SASL_SSL,"
-            "SASL_PLAINTEXT:SASL_PLAINTEXT,OAUTH:SASL_PLAINTEXT",
+            "SASL_PLAINTEXT:SASL_PLAINTEXT,OAUTH:SASL_PLAINTEXT,SHORT:SASL_PLAINTEXT",
             "inter.broker.listener.name": "PLAINTEXT",
             "ssl.keystore.type": "PEM",
             "ssl.keystore.location": str(pki.dir / "broker.pem"),
@@ -90,6 +92,8 @@ def secure(tmp_path_factory: pytest.TempPathFactory):
             "listener.name.oauth.sasl.enabled.mechanisms": "OAUTHBEARER",
             "listener.name.oauth.oauthbearer.sasl.jaas.config": OAUTH_JAAS,
             "connections.max.reauth.ms": "3600000",
+            "listener.name.short.plain.sasl.jaas.config": PLAIN_JAAS,
+            "listener.name.short.connections.max.reauth.ms": str(REAUTH_MS),
         }
     )
     broker.start()
@@ -390,3 +394,131 @@ def test_ssl_mtls_principal_mapping_and_certificate_reload(tmp_path: Path) -> No
         assert len(roundtrip(conf, "mtls-after", 5)) == 5
     finally:
         broker.stop()
+
+
+def _authenticated_socket(port: int) -> tuple[socket.socket, int]:
+    """A socket that passed SASL/PLAIN as alice (v1 handshake, v1 authenticate), and its session lifetime."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    _roundtrip(s, _request(17, 1, struct.pack(">h", 5) + b"PLAIN"))
+    token = b"\0alice\0alice-secret"
+    body = _roundtrip(s, _request(36, 1, struct.pack(">i", len(token)) + token, corr=3))
+    (n,) = struct.unpack_from(">i", body, 8)
+    (lifetime,) = struct.unpack_from(">q", body, 12 + n)
+    return s, lifetime
+
+
+def test_expired_session_is_closed_on_its_next_request(secure: SecureBroker) -> None:
+    s, lifetime = _authenticated_socket(secure.ports["SHORT"])
+    with s:
+        assert 0 < lifetime <= REAUTH_MS
+        metadata_v1 = _request(3, 1, struct.pack(">i", -1), corr=8)
+        assert struct.unpack(">i", _roundtrip(s, metadata_v1)[:4])[0] == 8  # within the session: served
+        expires = time.monotonic() + lifetime / 1000
+        wait_until(lambda: time.monotonic() > expires + 0.1, lifetime / 1000 + 5)  # the session's end, not a sync
+        s.sendall(metadata_v1)
+        try:
+            assert s.recv(1) == b"", "an expired session was served"
+        except ConnectionResetError:
+            pass
+
+
+def test_librdkafka_reauthenticates_before_the_session_ends(secure: SecureBroker) -> None:
+    """KIP-368 end to end: a consumer that polls for several session lifetimes keeps working (librdkafka
+    re-authenticates on the same connections) and the broker counts the re-authentications."""
+    conf = secure.client_conf("SASL_PLAINTEXT", **{"bootstrap.servers": secure.bootstrap("SHORT")})
+    topic = f"reauth-{uuid.uuid4().hex[:6]}"
+    p = Producer(conf)
+    c = Consumer({**conf, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
+    c.subscribe([topic])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 4 * REAUTH_MS / 1000
+    i = 0
+    try:
+        while time.monotonic() < deadline or len(got) < i:
+            p.produce(topic, value=f"r{i}".encode())
+            p.flush(10)
+            i += 1
+            m = c.poll(0.2)
+            if m is not None and m.error() is None:
+                got.append(m.value() or b"")
+            assert time.monotonic() < deadline + 30, "records stopped flowing"
+    finally:
+        c.close()
+    assert len(got) == i
+    text = secure.metrics()
+    line = next(
+        (
+            x
+            for x in text.splitlines()
+            if x.startswith('strata_network_successful_reauthentication_total{listener="SHORT"')
+        ),
+        "",
+    )
+    assert line and float(line.split()[-1]) > 0, "no re-authentication counted"
+
+
+def test_example_sasl_ssl_properties_serve_as_documented(tmp_path: Path) -> None:
+    """config/server-sasl-ssl.properties as shipped (only ports and paths changed) with the certificates
+    scripts/gen_certs.py writes, and the client settings docs/security.md shows."""
+    import subprocess
+    import sys
+
+    from strata.config import parse_properties
+    from tests.support.broker_proc import REPO_ROOT
+
+    certs = tmp_path / "certs"
+    subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "gen_certs.py"), str(certs)], check=True, timeout=60)
+    props = parse_properties((REPO_ROOT / "config" / "server-sasl-ssl.properties").read_text())
+    broker = StrataBroker(tmp_path / "broker")
+    tls_port = free_port()
+    props["listeners"] = props["listeners"].replace("9092", str(broker.port)).replace("9093", str(tls_port))
+    props.pop("log.dirs")
+    props["ssl.keystore.location"] = str(certs / "broker.pem")
+    props["ssl.truststore.location"] = str(certs / "ca.pem")
+    broker.overrides.update(props)
+    broker.start()
+    try:
+        conf = {
+            "bootstrap.servers": f"127.0.0.1:{tls_port}",
+            "security.protocol": "SASL_SSL",
+            "ssl.ca.location": str(certs / "ca.pem"),
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": "alice",
+            "sasl.password": "alice-secret",
+            "log_level": 0,
+        }
+        assert len(roundtrip(conf, "example", 5)) == 5
+    finally:
+        broker.stop()
+
+
+def test_kcat_over_sasl_ssl(secure: SecureBroker) -> None:
+    import shutil
+    import subprocess
+
+    kcat = shutil.which("kcat")
+    if kcat is None:
+        pytest.skip("kcat is not installed")
+    topic = f"kcat-{uuid.uuid4().hex[:6]}"
+    base = [
+        kcat,
+        "-b",
+        secure.bootstrap("SASL_SSL"),
+        "-X",
+        "security.protocol=SASL_SSL",
+        "-X",
+        f"ssl.ca.location={secure.pki.ca_pem}",
+        "-X",
+        "sasl.mechanism=PLAIN",
+        "-X",
+        "sasl.username=alice",
+        "-X",
+        "sasl.password=alice-secret",
+        "-t",
+        topic,
+    ]
+    lines = "".join(f"k{i}\n" for i in range(10))
+    subprocess.run([*base, "-P"], input=lines.encode(), check=True, timeout=60)
+    out = subprocess.run([*base, "-C", "-o", "beginning", "-e", "-c", "10"], capture_output=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-500:]
+    assert out.stdout.decode().split() == [f"k{i}" for i in range(10)]
