@@ -8,35 +8,9 @@ them in one place; without an authorizer, Kafka answers every operation the reso
 
 from __future__ import annotations
 
-from enum import IntEnum
+from strata.protocol.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 from .request_context import RequestContext
-
-
-class AclOperation(IntEnum):
-    """Kafka's AclOperation codes (the bit positions of an authorized-operations field)."""
-
-    READ = 3
-    WRITE = 4
-    CREATE = 5
-    DELETE = 6
-    ALTER = 7
-    DESCRIBE = 8
-    CLUSTER_ACTION = 9
-    DESCRIBE_CONFIGS = 10
-    ALTER_CONFIGS = 11
-    IDEMPOTENT_WRITE = 12
-
-
-class ResourceType(IntEnum):
-    """Kafka's (ACL) ResourceType codes."""
-
-    TOPIC = 2
-    GROUP = 3
-    CLUSTER = 4
-
-
-CLUSTER_NAME = "kafka-cluster"  # the cluster resource's name in Kafka's ACLs
 
 _Op = AclOperation
 SUPPORTED_OPERATIONS: dict[ResourceType, frozenset[AclOperation]] = {
@@ -59,7 +33,7 @@ SUPPORTED_OPERATIONS: dict[ResourceType, frozenset[AclOperation]] = {
 }
 
 
-def _client_host(ctx: RequestContext) -> str:
+def client_host(ctx: RequestContext) -> str:
     host = ctx.client_address.rpartition(":")[0] if ":" in ctx.client_address else ctx.client_address
     return host.strip("[]")
 
@@ -71,7 +45,7 @@ def authorized_operations(ctx: RequestContext, resource_type: ResourceType, reso
     authorizer = ctx.authorizer
     if authorizer is None:
         return {int(op) for op in supported}
-    host = _client_host(ctx)
+    host = client_host(ctx)
     return {
         int(op)
         for op in supported
@@ -93,5 +67,6 @@ __all__ = [
     "AclOperation",
     "ResourceType",
     "authorized_operations",
+    "client_host",
     "requested_operations",
 ]

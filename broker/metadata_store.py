@@ -1,4 +1,5 @@
-"""Cluster metadata (topics, topic ids, partition counts, topic config overrides, dynamic broker and group configs).
+"""Cluster metadata (topics, topic ids, partition counts, topic config overrides, dynamic broker and group configs,
+SCRAM credentials).
 
 `MetadataStore` is the interface; `LocalMetadataStore` keeps it in one JSON file for a single broker. The etcd-backed
 store of a cluster implements the same interface, so the rest of the broker never knows which it has.
@@ -19,6 +20,9 @@ from strata.protocol.errors import ErrorCode, KafkaApiError
 from strata.protocol.uuids import kafka_uuid_str
 
 from .cluster.model import BrokerInfo, PartitionState, StaleStateError
+from .security.scram import ScramCredential, ScramMechanism
+
+ScramKey = tuple[str, ScramMechanism]  # (user, mechanism): one SCRAM credential, as Kafka's ScramCredentialKey
 
 MAX_TOPIC_NAME = 249
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -150,6 +154,21 @@ class MetadataStore(ABC):
         what `change` raises propagates and nothing is written); listeners hear ('config', (type, name))."""
         raise NotImplementedError
 
+    def scram_credential(self, mechanism: ScramMechanism, user: str) -> ScramCredential | None:
+        """The user's stored credential for this mechanism (salt, StoredKey, ServerKey, iterations), None if none."""
+        return self.scram_credentials().get((user, mechanism))
+
+    def scram_credentials(self) -> dict[ScramKey, ScramCredential]:
+        """Every stored SCRAM credential (DescribeUserScramCredentials)."""
+        return {}
+
+    async def alter_scram_credentials(
+        self, upserts: list[tuple[str, ScramCredential]], deletions: list[ScramKey]
+    ) -> None:
+        """Store and remove credentials in one atomic change (Kafka's controller writes them as one batch);
+        listeners hear ('scram', (user, mechanism)) for each."""
+        raise NotImplementedError
+
     @abstractmethod
     async def alter_partition(self, topic: str, partition: int, new: PartitionState) -> PartitionState:
         """Compare-and-set: `new.partition_epoch` must be the stored epoch + 1, else StaleStateError."""
@@ -171,8 +190,8 @@ class MetadataStore(ABC):
         return True
 
     def add_listener(self, callback: Callable[[str, object], None]) -> None:
-        """callback(kind, key) after the image changed: kind is 'topic', 'partition', 'broker', 'controller' or
-        'config' (key: (resource type, name))."""
+        """callback(kind, key) after the image changed: kind is 'topic', 'partition', 'broker', 'controller',
+        'config' (key: (resource type, name)) or 'scram' (key: (user, mechanism))."""
         self._listeners.append(callback)
 
     def _notify(self, kind: str, key: object) -> None:
@@ -190,7 +209,8 @@ class MetadataStore(ABC):
 
 
 class LocalMetadataStore(MetadataStore):
-    """One JSON file, rewritten atomically (tmp + fsync + rename + dir fsync) on every change.
+    """One JSON file, rewritten atomically (tmp + fsync + rename + dir fsync) on every change; readable by its owner
+    only, since it holds SCRAM credentials (no password, but a ServerKey lets its holder pose as the broker).
 
     A single broker leads every partition at leader epoch 0 with ISR = {itself}; nothing else can change that."""
 
@@ -204,12 +224,16 @@ class LocalMetadataStore(MetadataStore):
         self.cluster_id = cluster_id or ""
         self._next_producer_id = 0
         self._configs: dict[tuple[int, str], dict[str, str]] = {}
+        self._scram: dict[ScramKey, ScramCredential] = {}
         if self.path.exists():
             data = json.loads(self.path.read_text())
             self.cluster_id = data.get("cluster_id") or self.cluster_id
             self._next_producer_id = int(data.get("next_producer_id_block", 0))
             for c in data.get("configs", []):
                 self._configs[(int(c["resource_type"]), str(c["name"]))] = dict(c["configs"])
+            for c in data.get("scram_credentials", []):
+                cred = ScramCredential.from_json(c)
+                self._scram[(str(c["user"]), cred.mechanism)] = cred
             self._topics = {t["name"]: TopicInfo.from_json(t) for t in data.get("topics", [])}
             for t in self._topics.values():  # files written before assignments were recorded
                 if len(t.assignments) != t.partitions:
@@ -228,9 +252,11 @@ class LocalMetadataStore(MetadataStore):
             "configs": [
                 {"resource_type": t, "name": n, "configs": c} for (t, n), c in sorted(self._configs.items()) if c
             ],
+            "scram_credentials": [{"user": u, **c.to_json()} for (u, _), c in sorted(self._scram.items())],
         }
         tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+            os.fchmod(f.fileno(), 0o600)  # also a leftover tmp file of an older version
             json.dump(data, f, indent=1)
             f.flush()
             os.fsync(f.fileno())
@@ -323,6 +349,23 @@ class LocalMetadataStore(MetadataStore):
         self._save()
         self._notify("config", (resource_type, name))
         return new
+
+    def scram_credentials(self) -> dict[ScramKey, ScramCredential]:
+        return dict(self._scram)
+
+    def scram_credential(self, mechanism: ScramMechanism, user: str) -> ScramCredential | None:
+        return self._scram.get((user, mechanism))
+
+    async def alter_scram_credentials(
+        self, upserts: list[tuple[str, ScramCredential]], deletions: list[ScramKey]
+    ) -> None:
+        for key in deletions:
+            self._scram.pop(key, None)
+        for user, cred in upserts:
+            self._scram[(user, cred.mechanism)] = cred
+        self._save()
+        for key in [*deletions, *((u, c.mechanism) for u, c in upserts)]:
+            self._notify("scram", key)
 
     async def allocate_producer_id_block(self, size: int) -> int:
         if size <= 0:

@@ -16,6 +16,7 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -45,6 +46,9 @@ log = structlog.get_logger("strata.replica_manager")
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
 INTERNAL_APPEND_TIMEOUT_MS = 5000  # Kafka's offsets.commit.timeout.ms: the broker's own acks=-1 writes
+# Loops over the partitions of one request or topic give other connections a turn every this many partitions.
+YIELD_EVERY = 256
+RENAMES_PER_YIELD = 32  # a partition dir's rename takes ~1 ms on a busy disk
 
 # Leadership listeners: callback(partition, is_leader) after a partition became leader (True) or stopped being
 # leader (False: follower or no longer hosted). The group coordinator follows __consumer_offsets with it.
@@ -335,21 +339,62 @@ class ReplicaManager:
                 log.warning("cannot follow remote log metadata", error=str(e), partitions=[str(t) for t in tl + tf])
         rlm.on_leadership_change([(p.log, p.leader_epoch) for p in leaders], [p.log for p in followers])
 
+    async def create_topic_partitions(self, info: TopicInfo) -> None:
+        """CreateTopics / CreatePartitions on a single broker: the partitions' dirs and files are made in a worker
+        thread (thousands of files and fsyncs), then their states are applied in slices with a yield between, so
+        other connections are served meanwhile. An OSError (EMFILE, ENOSPC) propagates with nothing of this call
+        left on disk."""
+        todo = [i for i in range(info.partitions) if self.log_manager.get_log(info.name, i) is None]
+        if todo:
+            cfg = self.config.log_config(info.configs)
+            made = await asyncio.to_thread(self.log_manager.make_logs, info.name, todo, info.topic_id, cfg)
+            current = self.store.topic(info.name)
+            if current is None or current.topic_id != info.topic_id:  # deleted (or re-created) meanwhile
+                await asyncio.to_thread(self.log_manager.discard_logs, made)
+                return
+            self.log_manager.adopt_logs(made)
+        for i in range(info.partitions):
+            self.apply_partition_state(info.name, i, self.store.partition_state(info.name, i))
+            if i % YIELD_EVERY == YIELD_EVERY - 1:
+                await asyncio.sleep(0)
+
     def remove_topic(self, info: TopicInfo) -> None:
         """Topic deleted: stop and delete every local replica (idempotent); the leader marks its remote data for the
-        RemotePartitionRemover."""
+        RemotePartitionRemover. The dirs are renamed here; removing them and rewriting the checkpoints (once) runs
+        in a worker thread."""
+        tombs = [t for i in range(info.partitions) if (t := self._detach_replica(info, i)) is not None]
+        if tombs:
+            fut = asyncio.get_running_loop().run_in_executor(None, self.log_manager.remove_detached, tombs)
+            fut.add_done_callback(_log_removal_failure)
+
+    async def remove_topic_async(self, info: TopicInfo) -> None:
+        """`remove_topic` for DeleteTopics on a single broker: yields between slices of partitions and answers once
+        the files are gone."""
+        tombs: list[Path] = []
         for i in range(info.partitions):
-            p = self.partitions.get((info.name, i))
-            if p is not None and p.topic.topic_id == info.topic_id:
-                self._stop_replica(p, delete_log=True, delete_remote=p.is_leader)
-            elif p is None:
-                self.log_manager.delete_log(info.name, i)
+            if (t := self._detach_replica(info, i)) is not None:
+                tombs.append(t)
+            if i % RENAMES_PER_YIELD == RENAMES_PER_YIELD - 1:
+                await asyncio.sleep(0)
+        if tombs:
+            await asyncio.to_thread(self.log_manager.remove_detached, tombs)
+
+    def _detach_replica(self, info: TopicInfo, index: int) -> Path | None:
+        p = self.partitions.get((info.name, index))
+        if p is not None and p.topic.topic_id == info.topic_id:
+            self._stop_replica(p, delete_log=False, delete_remote=p.is_leader)
+        elif p is not None:
+            return None  # a newer topic of the same name
+        return self.log_manager.detach_log(info.name, index)
 
     def on_topic_change(self, info: TopicInfo) -> None:
         """A topic's record changed in the store (configs; partition states arrive on their own)."""
         cfg = self.config.log_config(info.configs)
-        if any(p.log.config.values != cfg.values for p in self.partitions.values() if p.topic.name == info.name):
-            self.update_topic_config(info)
+        for i in range(info.partitions):  # this topic's partitions only: not a scan of every hosted partition
+            p = self.partitions.get((info.name, i))
+            if p is not None and p.log.config.values != cfg.values:
+                self.update_topic_config(info)
+                return
 
     def disable_remote_storage(self, info: TopicInfo) -> None:
         """KIP-950 with remote.log.delete.on.disable=true: the remote data is marked for the RemotePartitionRemover;
@@ -506,7 +551,9 @@ class ReplicaManager:
         results: list[ProduceResult] = []
         to_flush: dict[int, UnifiedLog] = {}
         waits: list[tuple[int, Partition, int, int]] = []  # (result index, partition, required offset, epoch)
-        for topic, index, records in entries:
+        for n, (topic, index, records) in enumerate(entries):
+            if n % YIELD_EVERY == YIELD_EVERY - 1:
+                await asyncio.sleep(0)  # a produce to thousands of partitions lets other connections be served
             p = self.partitions.get((topic, index))
             info = p.topic if p is not None else self.store.topic(topic)
             if info is not None and info.internal and not internal:
@@ -592,17 +639,20 @@ class ReplicaManager:
         self.metrics.log_flush.observe(time.perf_counter() - start)
 
     # ---- fetch -----------------------------------------------------------------------------------------------
-    def _read_once(
+    async def _read_once(
         self, specs: list[FetchSpec], max_bytes: int, isolation: int, replica_id: int, first: bool
     ) -> tuple[list[FetchResult], int, bool]:
         """One read pass; returns (results, bytes, answer now). A follower's fetch position is recorded on the
-        first pass, once its request passed the checks (Kafka's updateFollowerFetchState)."""
+        first pass, once its request passed the checks (Kafka's updateFollowerFetchState). A fetch of thousands of
+        partitions yields every YIELD_EVERY of them, so other connections are served meanwhile."""
         results: list[FetchResult] = []
         total = 0
         respond = False
         min_one = True
         replica = replica_id >= 0
-        for s in specs:
+        for n, s in enumerate(specs):
+            if n % YIELD_EVERY == YIELD_EVERY - 1:
+                await asyncio.sleep(0)
             p = self.partitions.get((s.topic, s.partition))
             if p is None:
                 err = self.not_hosted_error(s.topic, s.partition)
@@ -704,7 +754,7 @@ class ReplicaManager:
         keys = [(s.topic, s.partition) for s in specs]
         first = True
         while True:
-            results, total, respond = self._read_once(specs, max_bytes, isolation, replica_id, first)
+            results, total, respond = await self._read_once(specs, max_bytes, isolation, replica_id, first)
             first = False
             # throttled (KIP-956): no data for the remote partitions, wait as for any other
             if (
@@ -718,7 +768,7 @@ class ReplicaManager:
             if total >= min_bytes or respond or remaining <= 0 or not specs:
                 break
             if not await self.fetch_purgatory.wait(keys, remaining):
-                results, total, respond = self._read_once(specs, max_bytes, isolation, replica_id, False)
+                results, total, respond = await self._read_once(specs, max_bytes, isolation, replica_id, False)
                 break
         self._count_fetch(specs, results, replica_id)
         return results
@@ -811,6 +861,11 @@ class _Ineligible:
 
     def __contains__(self, broker_id: object) -> bool:
         return broker_id in self._shutdown or broker_id not in self._store.brokers()
+
+
+def _log_removal_failure(fut: asyncio.Future) -> None:
+    if not fut.cancelled() and (exc := fut.exception()) is not None:
+        log.warning("removing deleted partitions' files failed", error=str(exc))
 
 
 def _consume_exception(task: asyncio.Task) -> None:

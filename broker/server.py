@@ -590,7 +590,7 @@ def run(config: BrokerConfig) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        diagnostics.install(loop)
+        diagnostics.install(loop, server.metrics.registry)
         try:
             await server.start()
         except StartupError as e:

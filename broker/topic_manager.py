@@ -27,6 +27,11 @@ MAX_PARTITIONS = 100_000
 MARK_DELETED_WAIT_S = 5.0
 
 
+def _storage_error(what: str, e: OSError) -> KafkaApiError:
+    log.warning(what.lower(), error=str(e))
+    return KafkaApiError(ErrorCode.KAFKA_STORAGE_ERROR, f"{what}: {e.strerror or e}.")
+
+
 @dataclass
 class TopicManager:
     config: BrokerConfig
@@ -181,7 +186,13 @@ class TopicManager:
             name, partitions, configs, replication_factor=replication_factor, assignments=assignments or None
         )
         if not self.store.clustered:  # in a cluster, replicas follow the partition states (watch)
-            self.replica_manager.ensure_partitions(info)
+            try:
+                await self.replica_manager.create_topic_partitions(info)
+            except OSError as e:
+                # Out of file descriptors or disk: the topic is not half there; it goes again, whole.
+                await self.store.delete_topic(name)
+                await self.replica_manager.remove_topic_async(info)
+                raise _storage_error(f"Cannot create the partitions of topic '{name}'", e) from None
         log.info(
             "created topic", topic=name, partitions=partitions, topic_id=kafka_uuid_str(info.topic_id), configs=configs
         )
@@ -192,7 +203,10 @@ class TopicManager:
             raise KafkaApiError(ErrorCode.TOPIC_DELETION_DISABLED, "Topic deletion is disabled.")
         self._require_controller()
         info = await self.store.delete_topic(name)
-        self.replica_manager.remove_topic(info)  # idempotent: the watch may have done it already
+        if self.store.clustered:
+            self.replica_manager.remove_topic(info)  # idempotent: the watch may have done it already
+        else:
+            await self.replica_manager.remove_topic_async(info)
         log.info("deleted topic", topic=name, topic_id=kafka_uuid_str(info.topic_id))
         await self._mark_remote_partitions_deleted(info)
         return info
@@ -218,7 +232,8 @@ class TopicManager:
         info = self.store.topic(name)
         if info is None:
             raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
-        if count <= info.partitions:
+        before = info.partitions
+        if count <= before:
             raise KafkaApiError(
                 ErrorCode.INVALID_PARTITIONS,
                 f"Topic currently has {info.partitions} partitions, which is higher than or equal "
@@ -242,7 +257,13 @@ class TopicManager:
         else:
             info = await self.store.set_partition_count(name, count)
         if not self.store.clustered:
-            self.replica_manager.ensure_partitions(info)
+            try:
+                await self.replica_manager.create_topic_partitions(info)
+            except OSError as e:
+                # as in create_topic: nothing of the new partitions was made, and the topic keeps those it had
+                if self.store.topic(name) is not None:
+                    await self.store.set_partition_count(name, before)
+                raise _storage_error(f"Cannot add partitions to topic '{name}'", e) from None
         log.info("added partitions", topic=name, partitions=count)
         return info
 

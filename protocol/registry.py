@@ -15,9 +15,12 @@ from typing import Any
 import kafka.protocol as _kp
 from kafka.protocol.api_message import ApiMessage
 
+from . import codec_tagged
 from .errors import ErrorCode
 from .request_nulls import NullFieldError, first_null, has_top_level_error
 from .wire import skip_tagged_fields
+
+codec_tagged.install()  # before any decoder is compiled: tagged fields read without copying the frame
 
 
 def _load_all() -> tuple[dict[int, type[ApiMessage]], dict[int, type[ApiMessage]]]:
@@ -75,6 +78,8 @@ class ApiKey:
     ALTER_PARTITION_REASSIGNMENTS = 45
     LIST_PARTITION_REASSIGNMENTS = 46
     OFFSET_DELETE = 47
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
 
 
@@ -119,6 +124,8 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.ELECT_LEADERS: (0, 2),
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),  # v1: allow_replication_factor_change (KIP-860)
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),  # KIP-554
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
 }
 
 

@@ -74,9 +74,16 @@ class LogSegment:
         time_index_path = self.dir / (prefix + TIME_INDEX_SUFFIX)
         self.indexes_existed = index_path.exists() and time_index_path.exists()
         self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
-        self.size = os.fstat(self._fd).st_size
-        self.offset_index = OffsetIndex(index_path, base_offset, max_index_size)
-        self.time_index = TimeIndex(time_index_path, base_offset, max_index_size)
+        # Three descriptors per segment: one that cannot be opened (EMFILE) must not leak the ones before it.
+        opened = [self._fd]
+        try:
+            self.size = os.fstat(self._fd).st_size
+            self.offset_index = OffsetIndex(index_path, base_offset, max_index_size)
+            opened.append(self.offset_index._fd)
+            self.time_index = TimeIndex(time_index_path, base_offset, max_index_size)
+        except BaseException:
+            _close_fds(opened)
+            raise
         self._finalizer = weakref.finalize(self, _close_fds, [self._fd, self.offset_index._fd, self.time_index._fd])
         self.next_offset = base_offset
         self.max_timestamp_so_far = -1

@@ -31,8 +31,9 @@ from aetcd.exceptions import _handle_exception as _map_grpc_error
 from strata.config import parse_bool
 from strata.protocol.errors import ErrorCode, KafkaApiError
 
-from ..metadata_store import MetadataStore, TopicInfo, _new_cluster_id
-from .image import MetadataImage, topic_to_json
+from ..metadata_store import MetadataStore, ScramKey, TopicInfo, _new_cluster_id
+from ..security.scram import ScramCredential, ScramMechanism
+from .image import MetadataImage, scram_rel, topic_to_json
 from .model import BrokerInfo, PartitionState, StaleStateError
 from .placement import assign_replicas
 
@@ -694,6 +695,38 @@ class EtcdMetadataStore(MetadataStore):
                 return new
             await self._refresh_key(rel, res.ranges[0], res.revision)
         raise KafkaApiError(ErrorCode.UNKNOWN_SERVER_ERROR, f"Configs of {name!r} kept changing.")
+
+    def scram_credentials(self) -> dict[ScramKey, ScramCredential]:
+        return dict(self.image.scram)
+
+    def scram_credential(self, mechanism: ScramMechanism, user: str) -> ScramCredential | None:
+        return self.image.scram.get((user, mechanism))
+
+    async def alter_scram_credentials(
+        self, upserts: list[tuple[str, ScramCredential]], deletions: list[ScramKey]
+    ) -> None:
+        """One transaction (the controller's; each user at most once, so no key twice); every broker's watch brings
+        it into its image."""
+        ops: list[tuple[str, bytes | None]] = [(scram_rel(u, m), None) for u, m in deletions]
+        ops += [(scram_rel(u, c.mechanism), _j(c.to_json())) for u, c in upserts]
+        for i in range(0, len(ops), MAX_TXN_OPS):  # beyond etcd's limit in batches, as create_topic's partitions
+            batch = ops[i : i + MAX_TXN_OPS]
+            res = await self.txn(
+                [], [_delete(self.key(rel)) if v is None else _put(self.key(rel), v) for rel, v in batch]
+            )
+            for rel, v in batch:
+                self._apply(rel, v, res.revision)
+
+    async def refresh_scram(self) -> None:
+        """Read every credential at one revision and apply it now (read-your-writes after a forwarded alter)."""
+        r = rpc.RangeRequest(key=self.key("scram/"))
+        r.range_end = aetcd.utils.prefix_range_end(r.key)
+        res = await self.txn([], [rpc.RequestOp(request_range=r)])
+        seen = {self._rel(kv.key) for kv in res.ranges[0]}
+        self._apply_kvs(res.ranges[0])
+        for rel in [k for k in self.image.revs if k.startswith("scram/") and k not in seen]:
+            if self.image.mod_revision(rel):  # present in the image, absent in etcd
+                self._apply(rel, None, res.revision)
 
     # ---- partition state --------------------------------------------------------------------------------------
     async def alter_partition(self, topic: str, partition: int, new: PartitionState) -> PartitionState:

@@ -3,11 +3,12 @@ theirs (KIP-590): a broker that is not the controller sends the client's request
 controller's response.
 
 The controller is the one broker that creates, deletes and grows topics, alters their configs, elects leaders on
-request and starts reassignments; every change is still a compare-and-set transaction in etcd, so a controller
-deposed mid-request cannot overwrite its successor's work. A forwarded request is marked by its client id, so a
-broker that lost the controller role while the request travelled answers NOT_CONTROLLER instead of forwarding it
-again (clients retry it). Before answering, the forwarding broker reads the changed topics back from etcd, so the
-client's next request to it sees what the controller did.
+request, starts reassignments and alters SCRAM credentials; every topic or partition change is still a
+compare-and-set transaction in etcd, so a controller deposed mid-request cannot overwrite its successor's work. A
+forwarded request is marked by its client id, so a broker that lost the controller role while the request
+travelled answers NOT_CONTROLLER instead of forwarding it again (clients retry it). Before answering, the
+forwarding broker reads the changed topics back from etcd, so the client's next request to it sees what the
+controller did.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ CONTROLLER_APIS = frozenset(
         ApiKey.ELECT_LEADERS,
         ApiKey.ALTER_PARTITION_REASSIGNMENTS,
         ApiKey.LIST_PARTITION_REASSIGNMENTS,
+        ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
     }
 )
 FORWARDED_PREFIX = "strata-forwarded-by-"
@@ -165,6 +167,8 @@ class ControllerChannel:
             return None
         self.metrics.forwarded_requests.labels(api_name(api_key)).inc()
         await self._read_back(topics_named(api_key, version, req, self.store))
+        if api_key == ApiKey.ALTER_USER_SCRAM_CREDENTIALS:
+            await self._read_back_scram()
         return resp
 
     async def create_topic(self, name: str) -> TopicInfo | None:
@@ -240,6 +244,13 @@ class ControllerChannel:
             await self.store.refresh_topics(names)
         except Exception as e:  # noqa: BLE001 - the controller has answered; the watch brings the change anyway
             log.warning("could not read back forwarded changes", topics=names, error=repr(e))
+
+    async def _read_back_scram(self) -> None:
+        """The credentials as the controller left them, so the client's next Describe here shows its change."""
+        try:
+            await self.store.refresh_scram()
+        except Exception as e:  # noqa: BLE001 - the controller has answered; the watch brings the change anyway
+            log.warning("could not read back forwarded SCRAM changes", error=repr(e))
 
     async def close(self) -> None:
         if self._conn is not None:

@@ -12,7 +12,8 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from ..metadata_store import TopicInfo
+from ..metadata_store import ScramKey, TopicInfo
+from ..security.scram import ScramCredential, ScramMechanism
 from .model import BrokerInfo, PartitionState
 
 Change = tuple[str, object]  # (kind, key) as MetadataStore listeners receive them
@@ -40,6 +41,7 @@ class MetadataImage:
     deleted_topics: dict[str, TopicInfo] = field(default_factory=dict)  # last deletion of each name
     departed: dict[int, tuple[BrokerInfo, float]] = field(default_factory=dict)  # lease gone: (info, monotonic)
     configs: dict[tuple[int, str], dict[str, str]] = field(default_factory=dict)  # configs/<type>/<name>
+    scram: dict[ScramKey, ScramCredential] = field(default_factory=dict)  # scram/<mechanism code>/<user>
 
     def mod_revision(self, key: str) -> int:
         """The key's mod_revision if it exists in the image, else 0 (etcd's compare value for 'absent')."""
@@ -62,6 +64,8 @@ class MetadataImage:
             return _int(rest) in self.shutdown
         if kind == "configs":
             return config_key(rest) in self.configs
+        if kind == "scram":
+            return scram_key(rest) in self.scram
         return key in self.revs
 
     def apply(self, key: str, value: bytes | None, revision: int) -> list[Change]:
@@ -133,6 +137,13 @@ class MetadataImage:
             else:
                 self.configs[ck] = {str(k): str(v) for k, v in d.items()}
             return [("config", ck)]
+        if kind == "scram":
+            sk = scram_key(rest)
+            if d is None:
+                self.scram.pop(sk, None)
+            else:
+                self.scram[sk] = ScramCredential.from_json(d)
+            return [("scram", sk)]
         return []
 
     @classmethod
@@ -161,6 +172,9 @@ class MetadataImage:
         for ck in sorted(set(old.configs) | set(self.configs)):
             if old.configs.get(ck) != self.configs.get(ck):
                 out.append(("config", ck))
+        for sk in sorted(set(old.scram) | set(self.scram)):
+            if old.scram.get(sk) != self.scram.get(sk):
+                out.append(("scram", sk))
         if old.controller != self.controller:
             out.append(("controller", self.controller.broker_id if self.controller else -1))
         for name, info in old.deleted_topics.items():
@@ -193,6 +207,17 @@ def config_key(rest: str) -> tuple[int, str]:
     """(resource type, name) of a `configs/<type>/<name>` key (the name may be empty or hold slashes)."""
     t, _, name = rest.partition("/")
     return _int(t), name
+
+
+def scram_rel(user: str, mechanism: ScramMechanism) -> str:
+    """The key of one credential: `scram/<mechanism code>/<user>` (the user name may hold slashes)."""
+    return f"scram/{int(mechanism)}/{user}"
+
+
+def scram_key(rest: str) -> ScramKey:
+    """(user, mechanism) of a `scram/<mechanism code>/<user>` key."""
+    m, _, user = rest.partition("/")
+    return user, ScramMechanism.from_type(_int(m))
 
 
 def _int(s: str) -> int:

@@ -14,9 +14,30 @@ from ..request_context import RequestContext
 from ..services import BrokerServices
 from . import configs as config_handlers
 
+# Kafka's controller builds one batch of metadata records per admin operation and refuses the whole operation when
+# it would pass QuorumController.MAX_RECORDS_PER_USER_OP (10,000): POLICY_VIOLATION for every topic of the request.
+# CreateTopics writes a topic record, one per config and one per partition; CreatePartitions one per new partition.
+MAX_RECORDS_PER_USER_OP = 10_000
+TOO_LARGE = "Unable to perform excessively large batch operation."
+
 
 def _err(e: KafkaApiError) -> tuple[int, str | None]:
     return int(e.error_code), e.message
+
+
+def _create_topics_records(services: BrokerServices, req: Any) -> int:
+    """The metadata records a CreateTopics would write (topics that fail validation write none, as in Kafka)."""
+    seen: set[str] = set()
+    total = 0
+    for t in req.topics:
+        if t.name in seen or services.store.topic(t.name) is not None:
+            continue
+        seen.add(t.name)
+        partitions = len(t.assignments) if t.assignments else t.num_partitions
+        if partitions == -1:
+            partitions = services.config["num.partitions"]
+        total += 1 + len(t.configs or []) + max(partitions, 0)
+    return total
 
 
 async def create_topics(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
@@ -27,6 +48,23 @@ async def create_topics(services: BrokerServices, ctx: RequestContext, req: Any)
     seen: dict[str, int] = {}
     for t in req.topics:
         seen[t.name] = seen.get(t.name, 0) + 1
+    if _create_topics_records(services, req) > MAX_RECORDS_PER_USER_OP:
+        return Resp(
+            version=v,
+            throttle_time_ms=0,
+            topics=[
+                Result(
+                    name=t.name,
+                    topic_id=None,
+                    error_code=ErrorCode.POLICY_VIOLATION,
+                    error_message=TOO_LARGE,
+                    num_partitions=-1,
+                    replication_factor=-1,
+                    configs=None,
+                )
+                for t in req.topics
+            ],
+        )
     results = []
     for t in req.topics:
         res = Result(
@@ -111,6 +149,19 @@ async def delete_topics(services: BrokerServices, ctx: RequestContext, req: Any)
 async def create_partitions(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
     Resp = response_class(ApiKey.CREATE_PARTITIONS)
     Result = Resp.CreatePartitionsTopicResult
+    new_partitions = 0
+    for t in req.topics:
+        info = services.store.topic(t.name)
+        if info is not None and t.count > info.partitions:
+            new_partitions += t.count - info.partitions
+    if new_partitions > MAX_RECORDS_PER_USER_OP:
+        return Resp(
+            version=ctx.api_version,
+            throttle_time_ms=0,
+            results=[
+                Result(name=t.name, error_code=ErrorCode.POLICY_VIOLATION, error_message=TOO_LARGE) for t in req.topics
+            ],
+        )
     results = []
     for t in req.topics:
         res = Result(name=t.name, error_code=0, error_message=None)

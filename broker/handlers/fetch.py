@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import ApiKey, response_class
 
-from ..replica_manager import READ_UNCOMMITTED, FetchResult, FetchSpec
+from ..replica_manager import READ_UNCOMMITTED, YIELD_EVERY, FetchResult, FetchSpec
 from ..request_context import RequestContext
 from ..services import BrokerServices
 from .leadership import leader_endpoints
@@ -33,6 +34,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
 
     specs: list[FetchSpec] = []
     layout: list[tuple[Any, str | None, list[tuple[int, int | None]]]] = []  # (topic, name, [(partition, slot)])
+    n = 0
     for ft in req.topics:
         if v >= 13:
             info = store.topic_by_id(ft.topic_id)
@@ -41,6 +43,9 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
             name = ft.topic
         plist: list[tuple[int, int | None]] = []
         for fp in ft.partitions:
+            n += 1
+            if n % YIELD_EVERY == 0:
+                await asyncio.sleep(0)  # thousands of partitions: let other connections be served
             if name is None:
                 plist.append((fp.partition, None))
                 continue
@@ -75,6 +80,9 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
     for ft, name, plist in layout:
         parts = []
         for index, slot in plist:
+            n += 1
+            if n % YIELD_EVERY == 0:
+                await asyncio.sleep(0)
             r = results[slot] if slot is not None else FetchResult(ErrorCode.UNKNOWN_TOPIC_ID)
             if r.error == ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE and v < 14:
                 r.error = ErrorCode.OFFSET_OUT_OF_RANGE  # error 109 exists from Fetch v14 on

@@ -4,6 +4,7 @@ ListGroups, DescribeGroups, DeleteGroups, OffsetDelete. Wire <-> strata.broker.g
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from typing import Any
@@ -16,6 +17,7 @@ from ..group import OFFSETS_TOPIC
 from ..group.coordinator import JoinParams
 from ..group.group import GROUP_TYPE, GroupState
 from ..group.records import OffsetAndMetadata
+from ..replica_manager import YIELD_EVERY
 from ..request_context import RequestContext
 from ..services import BrokerServices
 
@@ -363,78 +365,75 @@ async def list_groups(services: BrokerServices, ctx: RequestContext, req: Any) -
 
 async def describe_groups(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
     Resp = response_class(ApiKey.DESCRIBE_GROUPS)
-    D = Resp.DescribedGroup
-    M = D.DescribedGroupMember
     v = ctx.api_version
     asked = v >= 3 and bool(req.include_authorized_operations)
+    # Each group is answered once, however often it is named. Kafka's broker would repeat the whole description per
+    # repeat (the fuzzer's one group named 100,000 times took the broker from 250 MiB to 7.2 GiB); its AdminClient
+    # and librdkafka never send a repeat, so only a hostile request sees the difference.
     out = []
-    for gid in req.groups:
+    for n, gid in enumerate(dict.fromkeys(req.groups)):
+        if n % YIELD_EVERY == YIELD_EVERY - 1:
+            await asyncio.sleep(0)
         ops = requested_operations(ctx, asked, ResourceType.GROUP, gid)
-        err, g = services.group_coordinator.describe_group(gid)
-        if err == E.GROUP_ID_NOT_FOUND:
-            if v >= 6:
-                out.append(
-                    D(
-                        error_code=err,
-                        error_message=f"Group {gid} not found.",
-                        group_id=gid,
-                        group_state=GroupState.DEAD.value,
-                        protocol_type="",
-                        protocol_data="",
-                        members=[],
-                        authorized_operations=ops,
-                    )
-                )
-            else:
-                out.append(
-                    D(
-                        error_code=E.NONE,
-                        group_id=gid,
-                        group_state=GroupState.DEAD.value,
-                        protocol_type="",
-                        protocol_data="",
-                        members=[],
-                        authorized_operations=ops,
-                    )
-                )
-            continue
-        if err or g is None:  # (g is None only with an error)
-            out.append(
-                D(
-                    error_code=err,
-                    group_id=gid,
-                    group_state="",
-                    protocol_type="",
-                    protocol_data="",
-                    members=[],
-                    authorized_operations=ops,
-                )
-            )
-            continue
-        stable = g.state == GroupState.STABLE
-        members = [
-            M(
-                member_id=m.member_id,
-                group_instance_id=m.group_instance_id,
-                client_id=m.client_id,
-                client_host=m.client_host,
-                member_metadata=m.metadata(g.protocol_name) if stable else b"",
-                member_assignment=m.assignment if stable else b"",
-            )
-            for m in g.members.values()
-        ]
-        out.append(
-            D(
-                error_code=E.NONE,
+        out.append(_describe_group(services, Resp.DescribedGroup, gid, v, ops))
+    return Resp(version=v, throttle_time_ms=0, groups=out)
+
+
+def _describe_group(services: BrokerServices, D: Any, gid: str, v: int, ops: set[int] | None) -> Any:
+    M = D.DescribedGroupMember
+    err, g = services.group_coordinator.describe_group(gid)
+    if err == E.GROUP_ID_NOT_FOUND:
+        if v >= 6:
+            return D(
+                error_code=err,
+                error_message=f"Group {gid} not found.",
                 group_id=gid,
-                group_state=g.state.value,
-                protocol_type=g.protocol_type or "",
-                protocol_data=(g.protocol_name or "") if stable else "",
-                members=members,
+                group_state=GroupState.DEAD.value,
+                protocol_type="",
+                protocol_data="",
+                members=[],
                 authorized_operations=ops,
             )
+        return D(
+            error_code=E.NONE,
+            group_id=gid,
+            group_state=GroupState.DEAD.value,
+            protocol_type="",
+            protocol_data="",
+            members=[],
+            authorized_operations=ops,
         )
-    return Resp(version=v, throttle_time_ms=0, groups=out)
+    if err or g is None:  # (g is None only with an error)
+        return D(
+            error_code=err,
+            group_id=gid,
+            group_state="",
+            protocol_type="",
+            protocol_data="",
+            members=[],
+            authorized_operations=ops,
+        )
+    stable = g.state == GroupState.STABLE
+    members = [
+        M(
+            member_id=m.member_id,
+            group_instance_id=m.group_instance_id,
+            client_id=m.client_id,
+            client_host=m.client_host,
+            member_metadata=m.metadata(g.protocol_name) if stable else b"",
+            member_assignment=m.assignment if stable else b"",
+        )
+        for m in g.members.values()
+    ]
+    return D(
+        error_code=E.NONE,
+        group_id=gid,
+        group_state=g.state.value,
+        protocol_type=g.protocol_type or "",
+        protocol_data=(g.protocol_name or "") if stable else "",
+        members=members,
+        authorized_operations=ops,
+    )
 
 
 async def delete_groups(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:

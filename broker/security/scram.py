@@ -14,40 +14,11 @@ import hmac
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import IntEnum
 from typing import Any
 
 import scramp
 
-
-class ScramMechanism(IntEnum):
-    """Kafka's ScramMechanism codes (DescribeUserScramCredentials / AlterUserScramCredentials)."""
-
-    UNKNOWN = 0
-    SCRAM_SHA_256 = 1
-    SCRAM_SHA_512 = 2
-
-    @property
-    def mechanism_name(self) -> str:
-        return self.name.replace("_", "-")
-
-    @property
-    def hash_name(self) -> str:
-        return "sha256" if self == ScramMechanism.SCRAM_SHA_256 else "sha512"
-
-    @classmethod
-    def from_name(cls, name: str) -> ScramMechanism:
-        try:
-            m = cls[name.upper().replace("-", "_")]
-        except KeyError:
-            raise ValueError(f"Unsupported SCRAM mechanism {name}") from None
-        if m == cls.UNKNOWN:
-            raise ValueError(f"Unsupported SCRAM mechanism {name}")
-        return m
-
-
-MIN_ITERATIONS = 4096  # Kafka's ScramMechanism.minIterations
-MAX_ITERATIONS = 16384  # Kafka refuses more (AlterUserScramCredentials: UNACCEPTABLE_CREDENTIAL)
+from strata.protocol.scram import MAX_ITERATIONS, MIN_ITERATIONS, ScramMechanism, salted_password
 
 
 class CredentialError(ValueError):
@@ -107,11 +78,6 @@ def credential_from_salted_password(
         hmac.digest(salted_password, b"Server Key", h),
         iterations,
     )
-
-
-def salted_password(mechanism: ScramMechanism, password: str, salt: bytes, iterations: int) -> bytes:
-    """Hi(password, salt, i) = PBKDF2 with the mechanism's HMAC (SASLprep of ASCII passwords is the identity)."""
-    return hashlib.pbkdf2_hmac(mechanism.hash_name, password.encode(), salt, iterations)
 
 
 def credential_from_password(

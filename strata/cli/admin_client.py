@@ -7,6 +7,7 @@ needs none of the broker's runtime. Errors surface as :class:`AdminError` with t
 from __future__ import annotations
 
 import functools
+import secrets
 import socket
 import struct
 import time
@@ -20,6 +21,7 @@ from strata.protocol.constants import LATEST_TIERED_TIMESTAMP as LATEST_TIERED
 from strata.protocol.constants import LATEST_TIMESTAMP as LATEST
 from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import REQUEST_CLASSES, RESPONSE_CLASSES, ApiKey
+from strata.protocol.scram import ScramMechanism, salted_password
 from strata.protocol.uuids import kafka_uuid_str
 
 CLIENT_ID = "strata-cli"
@@ -125,6 +127,33 @@ class DescribedConfig:
     synonyms: list[tuple[str, str | None, int]]
     config_type: int = 0
     doc: str | None = None
+
+
+@dataclass
+class UserScramCredentials:
+    """One user's answer to DescribeUserScramCredentials: (mechanism, iterations) pairs, or a Kafka error."""
+
+    user: str
+    credentials: list[tuple[ScramMechanism, int]]
+    error_code: int = 0
+    error_message: str | None = None
+
+
+@dataclass
+class ScramUpsertion:
+    """A credential to store, computed here from the password as Kafka's admin client does: the broker receives
+    the salt and SaltedPassword, never the password."""
+
+    user: str
+    mechanism: ScramMechanism
+    iterations: int
+    salt: bytes
+    salted_password: bytes
+
+    @classmethod
+    def from_password(cls, user: str, mechanism: ScramMechanism, password: str, iterations: int) -> ScramUpsertion:
+        salt = secrets.token_bytes(32)
+        return cls(user, mechanism, iterations, salt, salted_password(mechanism, password, salt, iterations))
 
 
 def parse_bootstrap(spec: str) -> list[tuple[str, int]]:
@@ -538,6 +567,48 @@ class AdminClient:
         )
         res = resp.responses[0]
         check_error(res.error_code, res.error_message, f"cannot alter configs of {name!r}: ")
+
+    # -- SCRAM users (KIP-554) -----------------------------------------------------------------------------------
+    def describe_user_scram_credentials(self, users: list[str] | None = None) -> list[UserScramCredentials]:
+        """Every user with a credential (None), or these users, each with its own error if it has none."""
+        cls = REQUEST_CLASSES[ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS]
+        _, resp = self.call(
+            ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
+            users=None if users is None else [cls.UserName(name=u) for u in users],
+        )
+        check_error(resp.error_code, resp.error_message, "cannot describe SCRAM credentials: ")
+        return [
+            UserScramCredentials(
+                r.user,
+                [(ScramMechanism.from_type(c.mechanism), c.iterations) for c in r.credential_infos],
+                r.error_code,
+                r.error_message,
+            )
+            for r in resp.results
+        ]
+
+    @_at_controller
+    def alter_user_scram_credentials(
+        self, upsertions: Iterable[ScramUpsertion] = (), deletions: Iterable[tuple[str, ScramMechanism]] = ()
+    ) -> None:
+        """Store and delete credentials in one request; the first user's error is raised (Kafka applies the rest)."""
+        cls = REQUEST_CLASSES[ApiKey.ALTER_USER_SCRAM_CREDENTIALS]
+        _, resp = self.call(
+            ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
+            deletions=[cls.ScramCredentialDeletion(name=u, mechanism=int(m)) for u, m in deletions],
+            upsertions=[
+                cls.ScramCredentialUpsertion(
+                    name=u.user,
+                    mechanism=int(u.mechanism),
+                    iterations=u.iterations,
+                    salt=u.salt,
+                    salted_password=u.salted_password,
+                )
+                for u in upsertions
+            ],
+        )
+        for r in resp.results:
+            check_error(r.error_code, r.error_message, f"cannot alter SCRAM credentials of {r.user!r}: ")
 
 
 def _uuid_str(u: Any) -> str | None:

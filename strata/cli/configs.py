@@ -1,6 +1,8 @@
 """``strata configs``: describe or alter the configs of topics, brokers, broker loggers and groups, like
 kafka-configs.sh (``--entity-type``, ``--entity-name`` / ``--entity-default``, ``--add-config``,
-``--delete-config``, ``--all``), with its output lines.
+``--delete-config``, ``--all``), with its output lines; and users' SCRAM credentials in kafka-configs' form
+(``--entity-type users --add-config 'SCRAM-SHA-256=[iterations=8192,password=...]'``, DescribeUserScramCredentials
+and AlterUserScramCredentials; ``strata users scram`` does the same without a password on the command line).
 
 Speaks the Kafka protocol through :class:`AdminClient` (DescribeConfigs, IncrementalAlterConfigs), so it works
 against any Kafka-compatible broker. A broker's or broker logger's configs are asked of that broker, as Kafka's
@@ -12,8 +14,11 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator
 
-from .admin_client import AdminClient, AdminError, DescribedConfig
-from .common import SubParsers, add_action_command, error
+from strata.protocol.scram import ScramMechanism
+
+from .admin_client import AdminClient, AdminError, DescribedConfig, ScramUpsertion
+from .common import SubParsers, UsageError, add_action_command, error
+from .users import MECHANISMS, parse_scram_config, print_credentials
 
 NAME = "configs"
 
@@ -36,6 +41,7 @@ SOURCE_NAMES = {
     8: "GROUP_CONFIG",
 }
 SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+USERS = "users"  # SCRAM credentials, not a ConfigResource
 
 
 class _UsageError(Exception):
@@ -59,9 +65,9 @@ def register(sub: SubParsers) -> None:
 
 
 def _entity_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--entity-type", required=True, choices=sorted(ENTITY_TYPES))
-    who = p.add_mutually_exclusive_group(required=True)
-    who.add_argument("--entity-name", help="topic name, broker id or group id")
+    p.add_argument("--entity-type", required=True, choices=sorted([*ENTITY_TYPES, USERS]))
+    who = p.add_mutually_exclusive_group()
+    who.add_argument("--entity-name", help="topic name, broker id, group id or user name")
     who.add_argument("--entity-default", action="store_true", help="the cluster-wide default (brokers only)")
 
 
@@ -69,10 +75,21 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.entity_default and args.entity_type != "brokers":
             raise _UsageError("--entity-default applies to --entity-type brokers only")
+        if (
+            not args.entity_default
+            and args.entity_name is None
+            and (args.entity_type, args.action) != (USERS, "describe")
+        ):
+            raise _UsageError("one of the arguments --entity-name --entity-default is required")
+        users_change = _users_change(args) if args.entity_type == USERS and args.action == "alter" else None
         with AdminClient(args.bootstrap_server, timeout=args.timeout) as a:
+            if users_change is not None:
+                return _alter_users(a, args.entity_name, *users_change)
+            if args.entity_type == USERS:
+                return _describe_users(a, args)
             result: int = args.action_func(a, args)
             return result
-    except (AdminError, _UsageError) as e:
+    except (AdminError, _UsageError, UsageError) as e:
         error("strata configs", str(e))
         return 1
 
@@ -167,4 +184,37 @@ def _alter(a: AdminClient, args: argparse.Namespace) -> int:
         print("Completed updating default config for brokers in the cluster.")
     else:
         print(f"Completed updating config for {label}.")
+    return 0
+
+
+def _describe_users(a: AdminClient, args: argparse.Namespace) -> int:
+    return print_credentials(
+        a.describe_user_scram_credentials(None if args.entity_name is None else [args.entity_name])
+    )
+
+
+def _users_change(args: argparse.Namespace) -> tuple[list[ScramUpsertion], list[str]]:
+    """kafka-configs' SCRAM credential configs: a mechanism name = [iterations=N,]password=P, or deleted by name;
+    checked (and salted) before connecting."""
+    if not args.add_config and not args.delete_config:
+        raise _UsageError("alter needs --add-config or --delete-config")
+    user = args.entity_name
+    to_set = dict(kv for text in args.add_config or [] for kv in parse_add_config(text))
+    to_delete = [k.strip() for text in args.delete_config or [] for k in text.split(",") if k.strip()]
+    unknown = sorted({k for k in [*to_set, *to_delete] if k not in MECHANISMS})
+    if unknown:
+        raise _UsageError(
+            "Only SCRAM credential configs can be altered for 'users' using --bootstrap-server. "
+            f"Unexpected config names: {','.join(unknown)}"
+        )
+    return [parse_scram_config(user, k, v) for k, v in to_set.items()], to_delete
+
+
+def _alter_users(a: AdminClient, user: str, upsertions: list[ScramUpsertion], to_delete: list[str]) -> int:
+    # one request per mechanism: Kafka's controller refuses a user named twice in one request (DUPLICATE_RESOURCE)
+    for k in to_delete:
+        a.alter_user_scram_credentials(deletions=[(user, ScramMechanism.from_name(k))])
+    for up in upsertions:
+        a.alter_user_scram_credentials([up])
+    print(f"Completed updating config for user {user}.")
     return 0

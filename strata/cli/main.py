@@ -32,6 +32,7 @@ from . import (
     remote_log_metadata,
     serve,
     topics,
+    users,
 )
 from .common import Command
 
@@ -40,6 +41,7 @@ COMMANDS: tuple[Command, ...] = (
     serve,
     topics,
     configs,
+    users,
     dump_log,
     groups,
     remote_log_metadata,
@@ -60,7 +62,7 @@ COMMANDS: tuple[Command, ...] = (
 USAGE = (
     "{serve,topics,configs,groups,dump-log,remote-log-metadata,pipeline,console-producer,console-consumer,"
     "get-offsets,delete-records,log-dirs,broker-api-versions,reassign-partitions,leader-election,"
-    "producer-perf-test,consumer-perf-test}"
+    "producer-perf-test,consumer-perf-test,users}"
 )
 
 

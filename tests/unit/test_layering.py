@@ -109,13 +109,23 @@ def _foreign_private(x: ast.AST, own: set[str]) -> bool:
     )
 
 
+# Writes into a pinned third-party library's internals, not into a Strata module: the rule protects our modules'
+# state. Each entry is (file, what the check reports); an entry that no longer matches fails the test.
+THIRD_PARTY_PATCHES = {
+    # kafka-python 3.0.12's struct codegen: tagged fields decoded without copying the frame (fuzzer finding N6)
+    ("protocol/codec_tagged.py", "setattr(..., '_emit_tagged_decode')"),
+}
+
+
 def test_no_module_writes_another_objects_underscore_attributes() -> None:
-    offenders = [
-        f"{path.relative_to(REPO)}:{line}: {what}"
+    found = [
+        (str(path.relative_to(REPO)), line, what)
         for path, _ in package_files(REPO, ["broker", "remote", "storage", "protocol", "config", "pipeline"])
         for line, what in _foreign_underscore_writes(ast.parse(path.read_text()))
     ]
+    offenders = [f"{f}:{line}: {what}" for f, line, what in found if (f, what) not in THIRD_PARTY_PATCHES]
     assert offenders == []
+    assert {(f, what) for f, _, what in found} >= THIRD_PARTY_PATCHES, "a stale THIRD_PARTY_PATCHES entry"
 
 
 def test_the_write_check_sees_foreign_writes() -> None:
