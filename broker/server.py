@@ -218,7 +218,7 @@ class KafkaServer:
             controller_channel=self.controller_channel,
         )
         self.apis = KafkaApis(self.services)
-        scram_lookup = getattr(self.store, "scram_credential", None)  # MetadataStore.scram_credential (SCRAM)
+        scram_lookup = self.store.scram_credential  # SCRAM credentials: the metadata store (local file, etcd)
         inter_broker_security(config)  # a bad inter-broker TLS/SASL setting fails the startup, not each fetch
         self.socket_server = SocketServer(
             config.listeners,

@@ -86,7 +86,7 @@ def secure(tmp_path_factory: pytest.TempPathFactory):
             "ssl.keystore.location": str(pki.dir / "broker.pem"),
             "ssl.truststore.type": "PEM",
             "ssl.truststore.location": str(pki.ca_pem),
-            "sasl.enabled.mechanisms": "PLAIN",
+            "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
             "listener.name.sasl_ssl.plain.sasl.jaas.config": PLAIN_JAAS,
             "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
             "listener.name.oauth.sasl.enabled.mechanisms": "OAUTHBEARER",
@@ -522,3 +522,42 @@ def test_kcat_over_sasl_ssl(secure: SecureBroker) -> None:
     out = subprocess.run([*base, "-C", "-o", "beginning", "-e", "-c", "10"], capture_output=True, timeout=60)
     assert out.returncode == 0, out.stderr[-500:]
     assert out.stdout.decode().split() == [f"k{i}" for i in range(10)]
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_scram_users_from_the_store_authenticate(secure: SecureBroker, mechanism: str) -> None:
+    """A credential added with AlterUserScramCredentials (over the PLAINTEXT listener) lets confluent-kafka and
+    kafka-python produce and consume over SASL_SSL with that mechanism; a wrong password is refused with 58."""
+    from confluent_kafka.admin import ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+    from tests.support import ck
+
+    user = f"scram-{mechanism[-3:]}"
+    password = f"pw-{uuid.uuid4().hex[:10]}"
+    mech = ScramMechanism.SCRAM_SHA_256 if mechanism.endswith("256") else ScramMechanism.SCRAM_SHA_512
+    admin = ck.admin(secure.bootstrap("PLAINTEXT"))
+    up = UserScramCredentialUpsertion(user, ScramCredentialInfo(mech, 4096), password.encode())
+    for fut in admin.alter_user_scram_credentials([up]).values():
+        fut.result(30)
+    conf = secure.client_conf(
+        "SASL_SSL", **{"sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password}
+    )
+    topic = f"scram-{mechanism[-3:]}-{uuid.uuid4().hex[:6]}"
+    assert len(roundtrip(conf, topic, 20)) == 20
+
+    from kafka import KafkaProducer
+
+    prod = KafkaProducer(
+        bootstrap_servers=secure.bootstrap("SASL_SSL"),
+        security_protocol="SASL_SSL",
+        ssl_cafile=str(secure.pki.ca_pem),
+        sasl_mechanism=mechanism,
+        sasl_plain_username=user,
+        sasl_plain_password=password,
+    )
+    prod.send(topic, b"from-kafka-python").get(timeout=30)
+    prod.close()
+
+    err = expect_failure({**conf, "sasl.password": "not-" + password})
+    assert "Authentication failed" in err, err
+    assert password not in secure.broker.tail().split("\n", 2)[-1]
