@@ -561,3 +561,20 @@ def test_scram_users_from_the_store_authenticate(secure: SecureBroker, mechanism
     err = expect_failure({**conf, "sasl.password": "not-" + password})
     assert "Authentication failed" in err, err
     assert password not in secure.broker.tail().split("\n", 2)[-1]
+
+
+def test_sasl_requests_on_a_plaintext_listener_answer_illegal_sasl_state(secure: SecureBroker) -> None:
+    with socket.create_connection(("127.0.0.1", secure.ports["PLAINTEXT"]), timeout=10) as s:
+        body = _roundtrip(s, _request(17, 1, struct.pack(">h", 5) + b"PLAIN"))
+        assert struct.unpack_from(">h", body, 4)[0] == 34  # ILLEGAL_SASL_STATE, as Kafka
+        token = b"\0alice\0alice-secret"
+        body = _roundtrip(s, _request(36, 1, struct.pack(">i", len(token)) + token, corr=2))
+        assert struct.unpack_from(">h", body, 4)[0] == 34
+
+
+def test_unsupported_mechanism_lists_the_enabled_ones_then_closes(secure: SecureBroker) -> None:
+    with socket.create_connection(("127.0.0.1", secure.ports["SASL_PLAINTEXT"]), timeout=10) as s:
+        body = _roundtrip(s, _request(17, 1, struct.pack(">h", 6) + b"GSSAPI"))
+        assert struct.unpack_from(">h", body, 4)[0] == 33  # UNSUPPORTED_SASL_MECHANISM
+        assert b"PLAIN" in body and b"SCRAM-SHA-256" in body
+        assert s.recv(1) == b""
