@@ -427,7 +427,16 @@ class SocketServer:
     # -- security ----------------------------------------------------------------------------------------------
 
     def _tls_failed(self, listener: str, peer: str, e: BaseException) -> None:
-        reason = "handshake timed out" if isinstance(e, TimeoutError) else getattr(e, "reason", None) or str(e)
+        """Log a TLS handshake that did not complete, once. A peer that closes before finishing the handshake (a
+        port probe, the liveness watcher) is no failed authentication, as in Kafka; a TLS error or a handshake
+        that idles past its time is."""
+        if isinstance(e, ConnectionResetError | BrokenPipeError):
+            log.debug("connection closed during the TLS handshake", listener=listener, peer=peer)
+            return
+        if isinstance(e, TimeoutError | ConnectionAbortedError):  # asyncio / uvloop's handshake timeout
+            reason = "handshake timed out"
+        else:
+            reason = getattr(e, "reason", None) or str(e)
         log.warning("Failed authentication: TLS handshake failed", listener=listener, peer=peer, reason=reason)
         self.metrics.authentication(listener, "SSL", False)
 

@@ -61,10 +61,7 @@ class SecureBroker:
         return conf
 
     def metrics(self) -> str:
-        import urllib.request
-
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.broker.metrics_port}/metrics", timeout=5) as r:
-            return r.read().decode()
+        return urllib_get(f"http://127.0.0.1:{self.broker.metrics_port}/metrics")
 
 
 @pytest.fixture(scope="module")
@@ -578,3 +575,52 @@ def test_unsupported_mechanism_lists_the_enabled_ones_then_closes(secure: Secure
         assert struct.unpack_from(">h", body, 4)[0] == 33  # UNSUPPORTED_SASL_MECHANISM
         assert b"PLAIN" in body and b"SCRAM-SHA-256" in body
         assert s.recv(1) == b""
+
+
+def test_a_silent_tls_handshake_is_closed_after_the_idle_time_and_others_are_served(tmp_path: Path) -> None:
+    pki = make_pki(tmp_path / "pki")
+    broker = StrataBroker(tmp_path / "broker")
+    port = free_port()
+    broker.overrides.update(
+        {
+            "listeners": f"PLAINTEXT://127.0.0.1:{broker.port},SSL://127.0.0.1:{port}",
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(pki.dir / "broker.pem"),
+            "connections.max.idle.ms": "1500",
+        }
+    )
+    broker.start()
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=20) as silent:
+            # meanwhile a TLS client is served
+            ctx = ssl.create_default_context(cafile=str(pki.ca_pem))
+            with (
+                socket.create_connection(("127.0.0.1", port), timeout=10) as s,
+                ctx.wrap_socket(s, server_hostname="127.0.0.1") as t,
+            ):
+                body = _roundtrip(t, _request(18, 0, b""))
+                assert struct.unpack_from(">h", body, 4)[0] == 0
+            started = time.monotonic()
+            assert silent.recv(1) == b"", "the broker sent something to a client that never said hello"
+            assert time.monotonic() - started < 15
+        wait_until(lambda: "handshake timed out" in broker.tail(), 10)
+        # a probe that connects and closes is not a failed authentication (the liveness watcher does this); the
+        # TLS round trip after it is accepted later, so by then the probe's close has usually been seen
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=10) as s,
+            ctx.wrap_socket(s, server_hostname="127.0.0.1") as t,
+        ):
+            _roundtrip(t, _request(18, 0, b""))
+        text = urllib_get(f"http://127.0.0.1:{broker.metrics_port}/metrics")
+        line = next(x for x in text.splitlines() if x.startswith("strata_network_failed_authentication_total{"))
+        assert float(line.split()[-1]) == 1.0, line
+    finally:
+        broker.stop()
+
+
+def urllib_get(url: str) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return r.read().decode()

@@ -12,10 +12,6 @@ from strata.config.security import listener_settings
 JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required username="b" password="bp" user_b="bp";'
 
 
-def cfg(**props: str) -> BrokerConfig:
-    return BrokerConfig.from_dict({k.replace("_", "."): v for k, v in props.items()})
-
-
 def test_listener_override_wins_over_the_broker_wide_value() -> None:
     c = BrokerConfig.from_dict(
         {
