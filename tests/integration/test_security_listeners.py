@@ -33,6 +33,33 @@ REAUTH_MS = 1500
 OAUTH_JAAS = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
 
 
+ISSUER = "https://idp.test"
+_SIGNING_KEY: Any = None
+
+
+def write_jwks(path: Path) -> Path:
+    """An RSA signing key for the test's identity provider; its public half as a JWKS file."""
+    import json
+
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from jwt.algorithms import RSAAlgorithm
+
+    global _SIGNING_KEY
+    _SIGNING_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    jwk = json.loads(RSAAlgorithm.to_jwk(_SIGNING_KEY.public_key()))
+    jwk.update({"kid": "k1", "alg": "RS256", "use": "sig"})
+    path.write_text(json.dumps({"keys": [jwk]}))
+    return path
+
+
+def signed_jwt(sub: str, issuer: str = ISSUER, audience: str = "kafka", lifetime_s: int = 300) -> tuple[str, float]:
+    import jwt
+
+    exp = time.time() + lifetime_s
+    claims = {"sub": sub, "iss": issuer, "aud": audience, "iat": int(time.time()), "exp": int(exp)}
+    return jwt.encode(claims, _SIGNING_KEY, algorithm="RS256", headers={"kid": "k1"}), exp
+
+
 class SecureBroker:
     def __init__(self, broker: StrataBroker, ports: dict[str, int], pki: Pki) -> None:
         self.broker, self.ports, self.pki = broker, ports, pki
@@ -72,12 +99,14 @@ def secure(tmp_path_factory: pytest.TempPathFactory):
     ports = {"PLAINTEXT": broker.port, "SSL": free_port(), "SASL_SSL": free_port(), "SASL_PLAINTEXT": free_port()}
     ports["OAUTH"] = free_port()
     ports["SHORT"] = free_port()  # SASL_PLAINTEXT whose sessions last REAUTH_MS
+    ports["JWT"] = free_port()  # SASL_PLAINTEXT with OAUTHBEARER JWTs checked against a JWKS file
+    jwks = write_jwks(tmp / "jwks.json")
     listeners = ",".join(f"{n}://127.0.0.1:{p}" for n, p in ports.items())
     broker.overrides.update(
         {
             "listeners": listeners,
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_SSL:SASL_SSL,"
-            "SASL_PLAINTEXT:SASL_PLAINTEXT,OAUTH:SASL_PLAINTEXT,SHORT:SASL_PLAINTEXT",
+            "SASL_PLAINTEXT:SASL_PLAINTEXT,OAUTH:SASL_PLAINTEXT,SHORT:SASL_PLAINTEXT,JWT:SASL_PLAINTEXT",
             "inter.broker.listener.name": "PLAINTEXT",
             "ssl.keystore.type": "PEM",
             "ssl.keystore.location": str(pki.dir / "broker.pem"),
@@ -91,6 +120,10 @@ def secure(tmp_path_factory: pytest.TempPathFactory):
             "connections.max.reauth.ms": "3600000",
             "listener.name.short.plain.sasl.jaas.config": PLAIN_JAAS,
             "listener.name.short.connections.max.reauth.ms": str(REAUTH_MS),
+            "listener.name.jwt.sasl.enabled.mechanisms": "OAUTHBEARER",
+            "listener.name.jwt.sasl.oauthbearer.jwks.endpoint.url": f"file://{jwks}",
+            "listener.name.jwt.sasl.oauthbearer.expected.issuer": ISSUER,
+            "listener.name.jwt.sasl.oauthbearer.expected.audience": "kafka",
         }
     )
     broker.start()
@@ -624,3 +657,60 @@ def urllib_get(url: str) -> str:
 
     with urllib.request.urlopen(url, timeout=5) as r:
         return r.read().decode()
+
+
+def test_oauthbearer_jwt_validated_against_a_jwks(secure: SecureBroker) -> None:
+    """confluent-kafka with an oauth_cb handing signed JWTs: the right issuer and audience are served; a token of
+    another issuer is refused."""
+    base = {
+        "bootstrap.servers": secure.bootstrap("JWT"),
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "OAUTHBEARER",
+        "log_level": 0,
+    }
+    conf = {**base, "oauth_cb": lambda _cfg: signed_jwt("svc-orders")}
+    assert len(roundtrip(conf, f"jwt-{uuid.uuid4().hex[:6]}", 10)) == 10
+    bad = {**base, "oauth_cb": lambda _cfg: signed_jwt("svc-orders", issuer="https://evil.test")}
+    err = expect_failure(bad)
+    assert "invalid_token" in err, err
+    wait_until(lambda: "reason='Invalid issuer'" in secure.broker.tail(), 10)
+
+
+def test_aiokafka_over_sasl_ssl(secure: SecureBroker) -> None:
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.helpers import create_ssl_context
+
+    topic = f"aio-{uuid.uuid4().hex[:6]}"
+
+    async def run() -> list[bytes]:
+        kw: dict[str, Any] = {
+            "bootstrap_servers": secure.bootstrap("SASL_SSL"),
+            "security_protocol": "SASL_SSL",
+            "ssl_context": create_ssl_context(cafile=str(secure.pki.ca_pem)),
+            "sasl_mechanism": "PLAIN",
+            "sasl_plain_username": "alice",
+            "sasl_plain_password": "alice-secret",
+        }
+        prod = AIOKafkaProducer(**kw)
+        await prod.start()
+        try:
+            for i in range(10):
+                await prod.send_and_wait(topic, f"a{i}".encode())
+        finally:
+            await prod.stop()
+        cons = AIOKafkaConsumer(topic, group_id=f"g-{topic}", auto_offset_reset="earliest", **kw)
+        await cons.start()
+        got: list[bytes] = []
+        try:
+            async with asyncio.timeout(60):
+                async for m in cons:
+                    got.append(m.value or b"")
+                    if len(got) == 10:
+                        break
+        finally:
+            await cons.stop()
+        return got
+
+    assert sorted(asyncio.run(run())) == sorted(f"a{i}".encode() for i in range(10))
