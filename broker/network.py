@@ -443,7 +443,8 @@ class SocketServer:
     def _secure(self, conn: Connection, sec: ListenerSecurity) -> bool:
         """The principal of a TLS client certificate and the SASL state of a new connection; False: refuse it."""
         sslobj = conn.writer.transport.get_extra_info("ssl_object")
-        if isinstance(sslobj, ssl.SSLObject | ssl.SSLSocket):
+        # on SASL_SSL the principal is SASL's, as in Kafka: a client certificate is only checked against the CA
+        if sec.sasl is None and isinstance(sslobj, ssl.SSLObject | ssl.SSLSocket):
             der = sslobj.getpeercert(binary_form=True)
             try:
                 conn.principal = sec.tls_principal(der)
@@ -456,8 +457,7 @@ class SocketServer:
                 )
                 self.metrics.authentication(conn.listener, "SSL", False)
                 return False
-            if sec.sasl is None:
-                self.metrics.authentication(conn.listener, "SSL", True)
+            self.metrics.authentication(conn.listener, "SSL", True)
         conn.sasl = sec.new_authenticator()
         return True
 

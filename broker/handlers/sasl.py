@@ -25,7 +25,9 @@ async def sasl_handshake(services: BrokerServices, ctx: RequestContext, req: Any
     reauth = auth.principal is not None
     code = auth.handshake(str(req.mechanism), ctx.api_version)
     if code != ErrorCode.NONE:
-        mechanism = str(req.mechanism) if code != ErrorCode.UNSUPPORTED_SASL_MECHANISM else "UNSUPPORTED"
+        # a metric label: only a mechanism this listener enables, never what the client wrote
+        enabled = auth.config.enabled_mechanisms
+        mechanism = str(req.mechanism) if str(req.mechanism) in enabled else "UNSUPPORTED"
         why = "unsupported SASL mechanism" if code == ErrorCode.UNSUPPORTED_SASL_MECHANISM else "unexpected handshake"
         failed(services.metrics, ctx.listener, ctx.client_address, mechanism, why, reauth)
     return Resp(version=ctx.api_version, error_code=code, mechanisms=list(auth.config.enabled_mechanisms))
