@@ -714,3 +714,35 @@ def test_aiokafka_over_sasl_ssl(secure: SecureBroker) -> None:
         return got
 
     assert sorted(asyncio.run(run())) == sorted(f"a{i}".encode() for i in range(10))
+
+
+def test_kafkajs_produces_over_sasl_ssl(secure: SecureBroker, tmp_path: Path) -> None:
+    import base64
+    import shutil
+
+    from tests.integration.test_kafkajs import JS_DIR, run_node
+
+    if shutil.which("node") is None or not (JS_DIR / "node_modules" / "kafkajs").is_dir():
+        pytest.skip("node or tests/js/node_modules (make node-deps) missing")
+    topic = f"kjs-{uuid.uuid4().hex[:6]}"
+    spec = {
+        "brokers": [secure.bootstrap("SASL_SSL")],
+        "topic": topic,
+        "partitions": 1,
+        "codec": "none",
+        "records": [
+            {
+                "p": 0,
+                "k": base64.b64encode(b"k").decode(),
+                "v": base64.b64encode(f"j{i}".encode()).decode(),
+                "h": [],
+                "ts": int(time.time() * 1000),
+            }
+            for i in range(10)
+        ],
+        "ssl_ca": secure.pki.ca_pem.read_text(),
+        "sasl": {"mechanism": "plain", "username": "alice", "password": "alice-secret"},
+    }
+    out = run_node(spec, tmp_path)
+    assert out["created"] is True
+    assert [(o["low"], o["high"]) for o in out["offsets"]] == [(0, 10)]
