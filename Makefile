@@ -6,7 +6,7 @@ PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.installed
 BASE_STAMP := $(VENV)/.installed-base
 
-.PHONY: run test test-unit bench cluster etcd-dep lint typecheck fmt venv system-deps node-deps clean
+.PHONY: run test test-unit bench cluster etcd-dep lint typecheck fmt venv system-deps node-deps clean fuzz
 
 # `make run` needs the broker's own dependencies plus the `client` extra (confluent-kafka, for the README's first
 # example); tests, bench and Spark add their extras on top.
@@ -65,6 +65,13 @@ test-unit: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m bench.run
+
+# The protocol fuzzer (tests/fuzz, README "Fuzzing") against a fresh broker for FUZZ_SECONDS, seed FUZZ_SEED; prints
+# inputs per API, crashes, hangs, stalls, max RSS and the canary's state, keeps each finding's input in fuzz-out/.
+FUZZ_SECONDS ?= 1200
+FUZZ_SEED ?= 1
+fuzz: $(STAMP)
+	$(PY) -m tests.fuzz --seconds $(FUZZ_SECONDS) --seed $(FUZZ_SEED)
 
 # etcd + 3 brokers + SeaweedFS (tiered storage) on loopback, as docker-compose.yml lays them out; Ctrl-C stops all.
 # Needs only the broker, the `cluster` extra (SeaweedFS's `weed`) and etcd: not the test, Spark or bench extras.

@@ -122,7 +122,9 @@ class Member:
         return self.group_instance_id is not None
 
     def protocol_names(self) -> list[str]:
-        return [n for n, _ in self.protocols]
+        """The member's protocols in its order of preference, each name once: a JoinGroup may list a name twice
+        (Kafka's protocol collection keeps duplicates), and the group counts one vote per member and name."""
+        return list(dict.fromkeys(n for n, _ in self.protocols))
 
     def metadata(self, protocol: str | None) -> bytes:
         for n, md in self.protocols:

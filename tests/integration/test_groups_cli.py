@@ -219,7 +219,8 @@ def test_kafka_python_admin_group_apis(bs):
         assert [(m["client_id"], m["member_assignment"]["assigned_partitions"]) for m in d["members"]] == [
             ("kp-admin-consumer", [{"topic": TOPIC, "partitions": [0, 1]}])
         ]
-        assert sorted(d["authorized_operations"]) == ["DELETE", "DESCRIBE", "READ"]
+        # Kafka 4.x's group operations (group configs, KIP-848, made DESCRIBE_CONFIGS and ALTER_CONFIGS two of them)
+        assert sorted(d["authorized_operations"]) == ["ALTER_CONFIGS", "DELETE", "DESCRIBE", "DESCRIBE_CONFIGS", "READ"]
         offs = a.list_group_offsets({group: None})[group]
         assert {tp.partition: om.offset for tp, om in offs.items()} == {0: 5, 1: 6}
         c.close()
