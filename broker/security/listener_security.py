@@ -137,7 +137,6 @@ class ClientSecurity:
     mechanism: str = ""
     username: str = ""
     password: str = ""
-    token: str = ""  # OAUTHBEARER: the unsecured JWS the broker presents
 
     def __repr__(self) -> str:  # never print the credentials
         return f"ClientSecurity({self.protocol}, mechanism={self.mechanism or '-'})"
