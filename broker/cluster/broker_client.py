@@ -190,10 +190,7 @@ class BrokerConnection:
         sec = self.security
         hs = await self._sock_request(sock, SASL_HANDSHAKE, 1, mechanism=sec.mechanism)
         if hs.error_code != 0:
-            sock.fail(
-                BrokerConnectionError(f"{self.peer}: SASL handshake for {sec.mechanism} failed ({hs.error_code})")
-            )
-            raise sock.error or BrokerConnectionError("closed")
+            raise self._auth_failed(sock, f"SASL handshake for {sec.mechanism} failed with error {hs.error_code}")
         if sec.mechanism == "PLAIN":
             await self._sasl_step(sock, b"\0" + sec.username.encode() + b"\0" + sec.password.encode())
             return
@@ -206,15 +203,19 @@ class BrokerConnection:
             final = await self._sasl_step(sock, client.get_client_final().encode())
             client.set_server_final(final.decode())
         except (ScramException, UnicodeDecodeError) as e:
-            sock.fail(BrokerConnectionError(f"{self.peer}: SCRAM exchange failed: {type(e).__name__}"))
-            raise sock.error or BrokerConnectionError("closed") from None
+            raise self._auth_failed(sock, f"SCRAM exchange failed: {type(e).__name__}") from None
 
     async def _sasl_step(self, sock: _Socket, token: bytes) -> bytes:
         resp = await self._sock_request(sock, SASL_AUTHENTICATE, 1, auth_bytes=token)
         if resp.error_code != 0:
-            sock.fail(BrokerConnectionError(f"{self.peer}: SASL authentication failed: {resp.error_message}"))
-            raise sock.error or BrokerConnectionError("closed")
+            raise self._auth_failed(sock, f"SASL authentication failed: {resp.error_message}")
         return bytes(resp.auth_bytes)
+
+    def _auth_failed(self, sock: _Socket, why: str) -> BrokerConnectionError:
+        """The error to raise (the broker's own message, not the close that follows it); the socket is closed."""
+        err = BrokerConnectionError(f"{self.peer}: {why}")
+        sock.fail(err)
+        return err
 
     async def _sock_request(self, sock: _Socket, api_key: int, version: int, **fields: Any) -> Any:
         corr = self._next_corr()
@@ -228,8 +229,7 @@ class BrokerConnection:
                 await sock.writer.drain()
                 payload = await fut
         except (TimeoutError, OSError) as e:
-            sock.fail(BrokerConnectionError(f"{self.peer}: SASL authentication did not complete: {e!r}"))
-            raise sock.error or BrokerConnectionError("closed") from None
+            raise self._auth_failed(sock, f"SASL authentication did not complete: {e!r}") from None
         return RESPONSE_CLASSES[api_key].decode(payload, version=version, header=True)
 
     def _next_corr(self) -> int:

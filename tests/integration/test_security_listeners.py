@@ -746,3 +746,44 @@ def test_kafkajs_produces_over_sasl_ssl(secure: SecureBroker, tmp_path: Path) ->
     out = run_node(spec, tmp_path)
     assert out["created"] is True
     assert [(o["low"], o["high"]) for o in out["offsets"]] == [(0, 10)]
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512"])
+def test_inter_broker_client_authenticates_over_sasl_ssl(secure: SecureBroker, mechanism: str) -> None:
+    """The client the brokers use among themselves (BrokerConnection with the inter-broker ClientSecurity: the
+    listener's truststore, the JAAS username/password) against a real SASL_SSL listener; a wrong password is a
+    BrokerConnectionError carrying Kafka's message."""
+    import asyncio
+
+    from confluent_kafka.admin import ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+    from strata.broker.cluster.broker_client import BrokerConnection, BrokerConnectionError
+    from strata.broker.security.listener_security import ClientSecurity
+    from strata.broker.security.ssl_config import SslSettings, build_client_context
+    from strata.protocol.registry import ApiKey
+    from tests.support import ck
+
+    user, password = ("alice", "alice-secret") if mechanism == "PLAIN" else ("broker-ib", "ib-" + uuid.uuid4().hex[:8])
+    if mechanism != "PLAIN":
+        admin = ck.admin(secure.bootstrap("PLAINTEXT"))
+        up = UserScramCredentialUpsertion(
+            user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), password.encode()
+        )
+        for fut in admin.alter_user_scram_credentials([up]).values():
+            fut.result(30)
+    ctx = build_client_context(
+        SslSettings({"ssl.truststore.type": "PEM", "ssl.truststore.location": str(secure.pki.ca_pem)})
+    )
+    host, port = secure.bootstrap("SASL_SSL").split(":")
+
+    async def metadata(pw: str) -> int:
+        conn = BrokerConnection(host, int(port), "ib-test", 10.0, ClientSecurity("SASL_SSL", ctx, mechanism, user, pw))
+        try:
+            resp = await conn.request(ApiKey.METADATA, 1, topics=[])
+            return len(resp.brokers)
+        finally:
+            await conn.close()
+
+    assert asyncio.run(metadata(password)) == 1
+    with pytest.raises(BrokerConnectionError, match="Authentication failed"):
+        asyncio.run(metadata("wrong-" + password))
