@@ -92,6 +92,7 @@ def build_handlers() -> dict[int, HandlerFn]:
         offset_for_leader_epoch,
         produce,
         producer,
+        sasl,
         scram_admin,
     )
 
@@ -126,6 +127,8 @@ def build_handlers() -> dict[int, HandlerFn]:
         ApiKey.LIST_GROUPS: groups.list_groups,
         ApiKey.DESCRIBE_GROUPS: groups.describe_groups,
         ApiKey.DELETE_GROUPS: groups.delete_groups,
+        ApiKey.SASL_HANDSHAKE: sasl.sasl_handshake,
+        ApiKey.SASL_AUTHENTICATE: sasl.sasl_authenticate,
         ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: scram_admin.describe_user_scram_credentials,
         ApiKey.ALTER_USER_SCRAM_CREDENTIALS: scram_admin.alter_user_scram_credentials,
     }
@@ -221,6 +224,7 @@ class KafkaApis:
             conn.peer,
             conn.principal,
             self.authorizer,
+            conn.sasl,
         )
         fwd = self.services.controller_channel
         if fwd is not None and fwd.should_forward(hdr.api_key, ctx.client_id, req):

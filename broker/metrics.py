@@ -84,6 +84,24 @@ class BrokerMetrics:
             ["listener"],
             registry=r,
         )
+        # kafka.server:type=socket-server-metrics,listener=*: successful-authentication-total and friends. Labels are
+        # the listener and the SASL mechanism (SSL for a TLS handshake or client certificate): never a user name.
+        auth_labels = ["listener", "mechanism"]
+        self.auth_success = Counter(
+            "strata_network_successful_authentication", "Successful authentications", auth_labels, registry=r
+        )
+        self.auth_failure = Counter(
+            "strata_network_failed_authentication", "Failed authentications", auth_labels, registry=r
+        )
+        self.reauth_success = Counter(
+            "strata_network_successful_reauthentication",
+            "Successful re-authentications (KIP-368)",
+            auth_labels,
+            registry=r,
+        )
+        self.reauth_failure = Counter(
+            "strata_network_failed_reauthentication", "Failed re-authentications (KIP-368)", auth_labels, registry=r
+        )
         # kafka.server:type=DelayedOperationPurgatory
         self.purgatory_size = Gauge(
             "strata_purgatory_size", "Operations waiting in a purgatory", ["purgatory"], registry=r
@@ -100,6 +118,13 @@ class BrokerMetrics:
             "strata_log_flush_time_seconds", "fsync of a log", buckets=_LATENCY_BUCKETS, registry=r
         )
         self._server: WSGIServer | None = None
+
+    def authentication(self, listener: str, mechanism: str, ok: bool, reauth: bool = False) -> None:
+        """Count one authentication outcome (Kafka's successful-/failed-(re)authentication-total)."""
+        if reauth:
+            (self.reauth_success if ok else self.reauth_failure).labels(listener, mechanism).inc()
+        else:
+            (self.auth_success if ok else self.auth_failure).labels(listener, mechanism).inc()
 
     def request_completed(self, name: str, elapsed_s: float, request: Any = None) -> None:
         """Count an answered request and its latency under its API name; a Fetch also under FetchConsumer or

@@ -18,6 +18,15 @@ Limits (Kafka's SocketServer / ConnectionQuotas):
   read, and with one request per connection in progress nothing more is read from it.
 
 Frames larger than `socket.request.max.bytes`, negative sizes and undecodable requests close that connection only.
+
+Security (Kafka's SslTransportLayer / SaslServerAuthenticator, per listener, `broker/security/`): an SSL or SASL_SSL
+listener wraps each accepted socket in TLS. A handshake that fails, or stays idle for `connections.max.idle.ms` (as
+Kafka closes an idle connection), is logged once with the peer and closes that connection only; a client certificate
+becomes the principal through `ssl.principal.mapping.rules`. On a SASL listener a connection may send only
+ApiVersions, SaslHandshake and SaslAuthenticate (or raw tokens after a v0 handshake) until it authenticates, in
+frames of at most `sasl.server.max.receive.size`; anything else closes it, as does a failed authentication once its
+response is sent and an expired session (`connections.max.reauth.ms`) that sends anything but a re-authentication.
+PLAINTEXT listeners skip all of it.
 """
 
 from __future__ import annotations
@@ -28,9 +37,10 @@ import ipaddress
 import itertools
 import os
 import socket
+import ssl
 import struct
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 import structlog
@@ -39,10 +49,14 @@ from strata.config import ConnectionQuotas, Listener
 
 from .metrics import BrokerMetrics
 from .request_context import ANONYMOUS, KafkaPrincipal
+from .security.listener_security import ListenerSecurity, NoMatchingRule
+from .security.sasl import SASL_HANDSHAKE, SaslAuthenticator, SaslState
+from .security.sasl_session import authenticate_step
 
 log = structlog.get_logger("strata.network")
 
 _SIZE = struct.Struct(">i")
+_SIZE_API = struct.Struct(">h")
 
 READ_LIMIT = 1 << 20  # StreamReader buffer; it stops reading the socket at twice this
 # Write buffer water marks: drain() waits above HIGH until the buffer is below LOW. A response larger than HIGH
@@ -51,6 +65,8 @@ WRITE_HIGH = 1 << 20
 WRITE_LOW = 256 << 10
 LISTEN_BACKLOG = 1024
 ACCEPT_BACKOFF_S = 0.1  # after EMFILE/ENFILE: retry accepting later rather than spin
+SSL_HANDSHAKE_TIMEOUT_S = 60.0  # without connections.max.idle.ms: a TLS handshake that takes longer is closed
+SASL_MAX_RECEIVE = 524288  # Kafka's sasl.server.max.receive.size: frames before authentication
 
 
 def os_error_text(e: OSError) -> str:
@@ -88,6 +104,7 @@ class Connection:
     last_active: float = field(default_factory=time.monotonic)
     busy: bool = False
     principal: KafkaPrincipal = ANONYMOUS  # who authenticated (ANONYMOUS: no SASL, no TLS client auth)
+    sasl: SaslAuthenticator | None = None  # on a SASL listener: the connection's authentication state
 
     def close(self) -> None:
         if not self.writer.is_closing():
@@ -150,6 +167,8 @@ class SocketServer:
         metrics: BrokerMetrics,
         quotas: ConnectionQuotas | None = None,
         inter_broker_listener: str = "",
+        security: Mapping[str, ListenerSecurity] | None = None,
+        sasl_max_receive: int = SASL_MAX_RECEIVE,
     ) -> None:
         self.listeners = listeners
         self.handler = handler
@@ -157,6 +176,8 @@ class SocketServer:
         self.idle_s = idle_ms / 1000.0 if idle_ms > 0 else None
         self.metrics = metrics
         self.quotas = quotas or ConnectionQuotas()
+        self.security = dict(security or {})
+        self.sasl_max_receive = sasl_max_receive
         # Kafka protects the inter-broker listener only when there is another listener to take connections from
         self.protected_listener = inter_broker_listener if len(listeners) > 1 else ""
         self.sockets: list[socket.socket] = []
@@ -318,15 +339,29 @@ class SocketServer:
             pass
         reader = asyncio.StreamReader(limit=READ_LIMIT)
         protocol = asyncio.StreamReaderProtocol(reader)
+        peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) and len(addr) >= 2 else "?"
+        sec = self.security.get(listener)
         try:
-            transport, _ = await loop.connect_accepted_socket(lambda: protocol, csock)
-        except OSError:
+            if sec is None or sec.ssl_context is None:
+                transport, _ = await loop.connect_accepted_socket(lambda: protocol, csock)
+            else:
+                transport, _ = await loop.connect_accepted_socket(
+                    lambda: protocol,
+                    csock,
+                    ssl=sec.ssl_context,
+                    ssl_handshake_timeout=self.idle_s or SSL_HANDSHAKE_TIMEOUT_S,
+                )
+        except (OSError, TimeoutError) as e:  # ssl.SSLError is an OSError
+            if sec is not None and sec.ssl_context is not None:
+                self._tls_failed(listener, peer, e)
             csock.close()
             return
         transport.set_write_buffer_limits(high=WRITE_HIGH, low=WRITE_LOW)
         writer = asyncio.StreamWriter(transport, protocol, reader, loop)
-        peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) and len(addr) >= 2 else "?"
         conn = Connection(next(self._ids), peer, listener, writer, address)
+        if sec is not None and not self._secure(conn, sec):
+            conn.abort()
+            return
         self.connections[conn.id] = conn
         self.metrics.connections.inc()
         self.metrics.connections_created.inc()
@@ -354,19 +389,25 @@ class SocketServer:
         while True:
             head = await reader.readexactly(4)
             (size,) = _SIZE.unpack(head)
-            if size < 0 or size > self.max_request_bytes:
+            limit = self.max_request_bytes
+            if conn.sasl is not None and conn.sasl.principal is None:
+                limit = min(limit, self.sasl_max_receive)  # not authenticated yet: Kafka's SASL receive bound
+            if size < 0 or size > limit:
                 log.warning(
                     "closing connection: request size out of bounds",
                     conn=conn.id,
                     peer=conn.peer,
                     size=size,
-                    max=self.max_request_bytes,
+                    max=limit,
                 )
                 raise CloseConnection
             payload = await reader.readexactly(size)
             conn.busy = True
             try:
-                response = await self.handler(conn, payload)
+                if conn.sasl is None:
+                    response = await self.handler(conn, payload)
+                else:
+                    response = await self._sasl_request(conn, conn.sasl, payload)
             finally:
                 conn.busy = False
                 conn.last_active = time.monotonic()
@@ -380,6 +421,73 @@ class SocketServer:
                 # keep the frame, and with it the response, until the cyclic GC runs)
                 del response
             await self._drain(conn)
+            if conn.sasl is not None and conn.sasl.state is SaslState.FAILED:
+                return  # Kafka closes a connection whose authentication failed once the response is sent
+
+    # -- security ----------------------------------------------------------------------------------------------
+
+    def _tls_failed(self, listener: str, peer: str, e: BaseException) -> None:
+        """Log a TLS handshake that did not complete, once. A peer that closes before finishing the handshake (a
+        port probe, the liveness watcher) is no failed authentication, as in Kafka; a TLS error or a handshake
+        that idles past its time is."""
+        if isinstance(e, ConnectionResetError | BrokenPipeError):
+            log.debug("connection closed during the TLS handshake", listener=listener, peer=peer)
+            return
+        if isinstance(e, TimeoutError | ConnectionAbortedError):  # asyncio / uvloop's handshake timeout
+            reason = "handshake timed out"
+        else:
+            reason = getattr(e, "reason", None) or str(e)
+        log.warning("Failed authentication: TLS handshake failed", listener=listener, peer=peer, reason=reason)
+        self.metrics.authentication(listener, "SSL", False)
+
+    def _secure(self, conn: Connection, sec: ListenerSecurity) -> bool:
+        """The principal of a TLS client certificate and the SASL state of a new connection; False: refuse it."""
+        sslobj = conn.writer.transport.get_extra_info("ssl_object")
+        # on SASL_SSL the principal is SASL's, as in Kafka: a client certificate is only checked against the CA
+        if sec.sasl is None and isinstance(sslobj, ssl.SSLObject | ssl.SSLSocket):
+            der = sslobj.getpeercert(binary_form=True)
+            try:
+                conn.principal = sec.tls_principal(der)
+            except (NoMatchingRule, ValueError) as e:
+                log.warning(
+                    "Failed authentication: no principal for the client certificate",
+                    listener=conn.listener,
+                    peer=conn.peer,
+                    reason=str(e),
+                )
+                self.metrics.authentication(conn.listener, "SSL", False)
+                return False
+            self.metrics.authentication(conn.listener, "SSL", True)
+        conn.sasl = sec.new_authenticator()
+        return True
+
+    async def _sasl_request(self, conn: Connection, auth: SaslAuthenticator, payload: bytes) -> bytes | list | None:
+        """A frame on a SASL listener: a raw token after a v0 handshake, else a request the state allows."""
+        if auth.expects_raw_token:
+            step = await authenticate_step(auth, bytes(payload), self.metrics, conn.listener, conn.peer)
+            if auth.state is SaslState.FAILED:
+                raise CloseConnection  # the legacy flow has no error response: Kafka closes
+            if auth.state is SaslState.COMPLETE:
+                conn.principal = auth.principal or ANONYMOUS
+            return _SIZE.pack(len(step.auth_bytes)) + step.auth_bytes
+        api_key = _SIZE_API.unpack_from(payload)[0] if len(payload) >= 2 else -1
+        if auth.state is SaslState.COMPLETE and auth.session_expired() and api_key != SASL_HANDSHAKE:
+            log.info("closing connection: SASL session expired", conn=conn.id, peer=conn.peer, listener=conn.listener)
+            raise CloseConnection
+        if not auth.allows(api_key):
+            log.warning(
+                "closing connection: request not allowed before SASL authentication",
+                conn=conn.id,
+                peer=conn.peer,
+                listener=conn.listener,
+                api_key=api_key,
+            )
+            self.metrics.authentication(conn.listener, auth.mechanism or "NONE", False, auth.principal is not None)
+            raise CloseConnection
+        response = await self.handler(conn, payload)
+        if auth.state is SaslState.COMPLETE and auth.principal is not None:
+            conn.principal = auth.principal
+        return response
 
     async def _drain(self, conn: Connection) -> None:
         """Wait until the write buffer is below its low-water mark; close a peer that reads nothing for

@@ -1,15 +1,18 @@
 """What a handler knows about the request it answers besides its body: the API and version, the connection's
 listener and client address, the authenticated principal, and the authorizer that will decide what it may do.
 
-Security (TLS, SASL, ACLs) is not implemented yet: every connection is User:ANONYMOUS and there is no
-authorizer (everything is allowed). The fields are here so that handlers are written against them from the
-start.
+The principal is User:ANONYMOUS on a PLAINTEXT listener, the mapped certificate DN with TLS client auth, the
+SASL user once authenticated; there is no authorizer yet (everything is allowed). The fields are here so that
+handlers are written against them from the start.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from .security.sasl import SaslAuthenticator
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +49,9 @@ class RequestContext:
     client_address: str  # the client's "host:port"
     principal: KafkaPrincipal = ANONYMOUS
     authorizer: Authorizer | None = None  # None: no authorizer configured, every operation is allowed
+    sasl: SaslAuthenticator | None = (
+        None  # the connection's SASL state on a SASL listener (SaslHandshake/-Authenticate)
+    )
 
 
 __all__ = ["ANONYMOUS", "Authorizer", "KafkaPrincipal", "RequestContext"]

@@ -23,6 +23,7 @@ from strata.storage.log_manager import LogManager
 
 from . import diagnostics, loggers
 from .apis import KafkaApis
+from .cluster.broker_client import inter_broker_security
 from .cluster.model import BrokerInfo
 from .dynamic_config import DynamicBrokerConfig
 from .endpoints import BrokerEndpoints
@@ -34,6 +35,7 @@ from .network import ListenerBindError, SocketServer, os_error_text
 from .partition import Partition
 from .producer_ids import ProducerIdManager
 from .replica_manager import ReplicaManager
+from .security.listener_security import build_listener_security
 from .services import BrokerServices
 from .topic_manager import TopicManager
 
@@ -216,6 +218,8 @@ class KafkaServer:
             controller_channel=self.controller_channel,
         )
         self.apis = KafkaApis(self.services)
+        scram_lookup = self.store.scram_credential  # SCRAM credentials: the metadata store (local file, etcd)
+        inter_broker_security(config)  # a bad inter-broker TLS/SASL setting fails the startup, not each fetch
         self.socket_server = SocketServer(
             config.listeners,
             self.apis.handle,
@@ -224,6 +228,8 @@ class KafkaServer:
             metrics=self.metrics,
             quotas=config.connection_quotas,
             inter_broker_listener=config.inter_broker_listener_name or config.listeners[0].name,
+            security=build_listener_security(config, scram_lookup),
+            sasl_max_receive=config["sasl.server.max.receive.size"],
         )
         # partitions of tiered topics deleted while this broker was down
         self._deleted_while_down: list[TopicIdPartition] = []

@@ -26,7 +26,7 @@ from strata.remote.rlm import LeadershipProbe, RemoteLogManager, RemoteLogManage
 from strata.remote.rlmm import TopicBasedRemoteLogMetadataManager
 from strata.remote.rsm import create_remote_storage_manager
 
-from .cluster.broker_client import BrokerConnection, BrokerConnectionError
+from .cluster.broker_client import BrokerConnection, BrokerConnectionError, inter_broker_security
 
 if TYPE_CHECKING:
     from strata.config import BrokerConfig
@@ -241,7 +241,11 @@ class BrokerMetadataTopicIO:
             raise BrokerConnectionError(f"broker {broker_id} is not registered with an inter-broker endpoint")
         if entry is None or (entry[0].host, entry[0].port) != tuple(ep):
             conn = BrokerConnection(
-                ep[0], ep[1], f"{client_id}-{self.broker_id}", self.config["replica.socket.timeout.ms"] / 1000.0
+                ep[0],
+                ep[1],
+                f"{client_id}-{self.broker_id}",
+                self.config["replica.socket.timeout.ms"] / 1000.0,
+                inter_broker_security(self.config),
             )
             entry = conns[broker_id] = (conn, asyncio.Lock())
         return entry

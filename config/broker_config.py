@@ -12,6 +12,7 @@ from urllib.parse import urlparse
 from .connection_quotas import ConnectionQuotas
 from .defs import ConfigDef, ConfigError, at_least, retention_value
 from .defs import ConfigType as T
+from .security import SECURITY_DEFS, check_security, protocol_map
 from .topic_config import TOPIC_CONFIG_DEFS, TOPIC_TO_BROKER_SYNONYM, LogConfig
 
 
@@ -201,7 +202,7 @@ _BROKER_DEFS: list[ConfigDef] = [
         "listener.security.protocol.map",
         T.LIST,
         ["PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT", "SASL_SSL:SASL_SSL"],
-        "listener name -> security protocol (only PLAINTEXT is implemented)",
+        "listener name -> security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL)",
     ),
     ConfigDef(
         "inter.broker.listener.name",
@@ -324,7 +325,7 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("log.level", T.STRING, "INFO", "", choices=("DEBUG", "INFO", "WARNING", "ERROR")),
 ]
 
-BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in _BROKER_DEFS}
+BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in _BROKER_DEFS + SECURITY_DEFS}
 
 # Keys under these prefixes belong to plugins (Kafka's remote.log.storage.manager.impl.prefix and
 # remote.log.metadata.manager.impl.prefix defaults) or to one listener: not reported as unknown.
@@ -462,23 +463,15 @@ class BrokerConfig:
 
     def check_listeners(self) -> None:
         """What Kafka's KafkaConfig checks of the listener settings, with its reasons: distinct listener names, each
-        with a security protocol in listener.security.protocol.map (and only PLAINTEXT is implemented), advertised
-        listeners and inter.broker.listener.name among them."""
-        protocols = {}
-        for entry in self.values["listener.security.protocol.map"]:
-            name, sep, protocol = entry.partition(":")
-            if not sep:
-                raise ConfigError(f"listener.security.protocol.map: {entry!r} is not of the form NAME:PROTOCOL")
-            protocols[name.strip().upper()] = protocol.strip().upper()
+        with a security protocol in listener.security.protocol.map (config/security.py checks the protocols and
+        SASL mechanisms), advertised listeners and inter.broker.listener.name among them."""
+        protocols = protocol_map(self.values)
         names = [lst.name for lst in self.listeners]
         if len(set(names)) != len(names):
             raise ConfigError(f"listeners: each listener must have a different name, got {', '.join(names)}")
         for lst in self.listeners:
-            protocol = protocols.get(lst.name)
-            if protocol is None:
+            if lst.name not in protocols:
                 raise ConfigError(f"listeners: listener {lst.name} is not in listener.security.protocol.map")
-            if protocol != "PLAINTEXT":
-                raise ConfigError(f"listeners: listener {lst.name} uses {protocol}; only PLAINTEXT is implemented")
         for adv in self.advertised_listeners:
             if adv.name not in names:
                 raise ConfigError(f"advertised.listeners: {adv.name} is not a listener name in listeners")
@@ -488,6 +481,11 @@ class BrokerConfig:
                 f"inter.broker.listener.name must be a listener name defined in advertised.listeners: {inter} is not "
                 f"one of {', '.join(a.name for a in self.advertised_listeners)}"
             )
+        check_security(self.values, {n: protocols[n] for n in names}, inter or names[0])
+
+    def security_protocol(self, listener: str) -> str:
+        """The protocol of a listener (listener.security.protocol.map)."""
+        return protocol_map(self.values).get(listener.upper(), "PLAINTEXT")
 
     @property
     def inter_broker_listener_name(self) -> str:

@@ -60,6 +60,7 @@ class ApiKey:
     SYNC_GROUP = 14
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
@@ -69,6 +70,7 @@ class ApiKey:
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     DESCRIBE_LOG_DIRS = 35
+    SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     ELECT_LEADERS = 43
@@ -108,6 +110,8 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.INIT_PRODUCER_ID: (0, 5),  # non-transactional (idempotent) producers; v6 is KIP-939 2PC
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
     ApiKey.API_VERSIONS: (0, 4),
+    ApiKey.SASL_HANDSHAKE: (0, 1),  # v0: the legacy flow (raw tokens after the handshake)
+    ApiKey.SASL_AUTHENTICATE: (0, 2),  # v1: session_lifetime_ms (KIP-368)
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 6),
     ApiKey.DELETE_RECORDS: (0, 2),

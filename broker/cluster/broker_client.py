@@ -7,6 +7,11 @@ from another task, a caller that gives up, or several callers at once never leav
 response for the next request. A request that times out poisons its socket: the socket is closed and every request
 pending on it fails with `BrokerConnectionError` (retriable: the callers back off and retry); the next request opens
 a new socket.
+
+Security (`inter.broker.listener.name` and its protocol, as Kafka's inter-broker clients): TLS with the listener's
+truststore, then SASL with `sasl.mechanism.inter.broker.protocol` (PLAIN or SCRAM, the credentials from the
+`username`/`password` options of the listener's JAAS entry) before the socket is used; a failed authentication is a
+`BrokerConnectionError` whose message holds Kafka's error message, never a credential.
 """
 
 from __future__ import annotations
@@ -15,9 +20,15 @@ import asyncio
 import itertools
 import socket
 import struct
-from typing import Any
+import weakref
+from typing import TYPE_CHECKING, Any
 
 from strata.protocol.registry import REQUEST_CLASSES, RESPONSE_CLASSES, rewrite_request_header
+
+from ..security.listener_security import ClientSecurity, build_client_security
+
+if TYPE_CHECKING:
+    from strata.config import BrokerConfig
 
 _SIZE = struct.Struct(">i")
 _CLOSE_WAIT_S = 1.0
@@ -25,6 +36,23 @@ _CLOSE_WAIT_S = 1.0
 
 class BrokerConnectionError(Exception):
     """The peer is unreachable, closed the connection, timed out, or answered garbage."""
+
+
+_SECURITY: dict[int, tuple[weakref.ref[Any], ClientSecurity]] = {}
+
+
+def inter_broker_security(config: BrokerConfig) -> ClientSecurity:
+    """How this broker connects to the others: built once per config object (the TLS context is reused)."""
+    entry = _SECURITY.get(id(config))
+    if entry is not None and entry[0]() is config:
+        return entry[1]
+    listener = config.inter_broker_listener_name or config.listeners[0].name
+    sec = build_client_security(config, listener)
+    _SECURITY[id(config)] = (weakref.ref(config), sec)
+    return sec
+
+
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 
 
 class _Socket:
@@ -85,8 +113,11 @@ class _Socket:
 
 
 class BrokerConnection:
-    def __init__(self, host: str, port: int, client_id: str, timeout_s: float) -> None:
+    def __init__(
+        self, host: str, port: int, client_id: str, timeout_s: float, security: ClientSecurity | None = None
+    ) -> None:
         self.host, self.port = host, port
+        self.security = security or ClientSecurity()
         self.client_id = client_id
         self.timeout_s = timeout_s
         self._sock: _Socket | None = None
@@ -109,7 +140,11 @@ class BrokerConnection:
                 return
             closes = self._closes
             try:
-                reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), self.timeout_s)
+                ctx = self.security.ssl_context
+                opened = asyncio.open_connection(
+                    self.host, self.port, ssl=ctx, server_hostname=self.host if ctx else None
+                )
+                reader, writer = await asyncio.wait_for(opened, self.timeout_s)
             except (TimeoutError, OSError) as e:
                 raise BrokerConnectionError(f"cannot connect to {self.peer}: {e!r}") from None
             sock = writer.get_extra_info("socket")
@@ -119,6 +154,12 @@ class BrokerConnection:
                 except OSError:
                     pass
             new = _Socket(reader, writer, self.peer)
+            if self.security.mechanism:
+                try:
+                    await self._authenticate(new)
+                except BaseException:
+                    await new.closed()
+                    raise
             if closes != self._closes:  # closed while connecting: the close wins
                 new.fail(BrokerConnectionError(f"connection to {self.peer} closed while connecting"))
                 await new.closed()
@@ -143,6 +184,53 @@ class BrokerConnection:
         corr = self._next_corr()
         body = rewrite_request_header(request, corr, client_id)
         return await self._roundtrip(_SIZE.pack(len(body)) + body, corr, timeout_s)
+
+    async def _authenticate(self, sock: _Socket) -> None:
+        """SaslHandshake v1 + SaslAuthenticate v1 exchanges on a new socket, before anyone else uses it."""
+        sec = self.security
+        hs = await self._sock_request(sock, SASL_HANDSHAKE, 1, mechanism=sec.mechanism)
+        if hs.error_code != 0:
+            raise self._auth_failed(sock, f"SASL handshake for {sec.mechanism} failed with error {hs.error_code}")
+        if sec.mechanism == "PLAIN":
+            await self._sasl_step(sock, b"\0" + sec.username.encode() + b"\0" + sec.password.encode())
+            return
+        from scramp import ScramClient, ScramException
+
+        client = ScramClient([sec.mechanism], sec.username, sec.password)
+        try:
+            first = await self._sasl_step(sock, client.get_client_first().encode())
+            client.set_server_first(first.decode())
+            final = await self._sasl_step(sock, client.get_client_final().encode())
+            client.set_server_final(final.decode())
+        except (ScramException, UnicodeDecodeError) as e:
+            raise self._auth_failed(sock, f"SCRAM exchange failed: {type(e).__name__}") from None
+
+    async def _sasl_step(self, sock: _Socket, token: bytes) -> bytes:
+        resp = await self._sock_request(sock, SASL_AUTHENTICATE, 1, auth_bytes=token)
+        if resp.error_code != 0:
+            raise self._auth_failed(sock, f"SASL authentication failed: {resp.error_message}")
+        return bytes(resp.auth_bytes)
+
+    def _auth_failed(self, sock: _Socket, why: str) -> BrokerConnectionError:
+        """The error to raise (the broker's own message, not the close that follows it); the socket is closed."""
+        err = BrokerConnectionError(f"{self.peer}: {why}")
+        sock.fail(err)
+        return err
+
+    async def _sock_request(self, sock: _Socket, api_key: int, version: int, **fields: Any) -> Any:
+        corr = self._next_corr()
+        req = REQUEST_CLASSES[api_key][version](**fields)
+        req.with_header(correlation_id=corr, client_id=self.client_id)
+        fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        sock.pending[corr] = fut
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                sock.writer.write(bytes(req.encode(header=True, framed=True)))
+                await sock.writer.drain()
+                payload = await fut
+        except (TimeoutError, OSError) as e:
+            raise self._auth_failed(sock, f"SASL authentication did not complete: {e!r}") from None
+        return RESPONSE_CLASSES[api_key].decode(payload, version=version, header=True)
 
     def _next_corr(self) -> int:
         return next(self._corr) & 0x7FFFFFFF

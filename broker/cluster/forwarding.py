@@ -24,7 +24,7 @@ import structlog
 from strata.protocol.errors import ErrorCode, KafkaApiError
 from strata.protocol.registry import REQUEST_CLASSES, ApiKey, api_name
 
-from .broker_client import BrokerConnection, BrokerConnectionError
+from .broker_client import BrokerConnection, BrokerConnectionError, inter_broker_security
 
 if TYPE_CHECKING:
     from ..endpoints import BrokerEndpoints
@@ -227,7 +227,13 @@ class ControllerChannel:
                 t.add_done_callback(self._closing.discard)
             self._conn = (
                 broker_id,
-                BrokerConnection(ep[0], ep[1], f"broker-{self.broker_id}-forwarding", self.socket_timeout_s),
+                BrokerConnection(
+                    ep[0],
+                    ep[1],
+                    f"broker-{self.broker_id}-forwarding",
+                    self.socket_timeout_s,
+                    inter_broker_security(self.endpoints.config),
+                ),
             )
         return self._conn[1]
 

@@ -30,7 +30,7 @@ from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import REQUEST_CLASSES, ApiKey
 from strata.storage.errors import StorageError
 
-from .broker_client import BrokerConnection, BrokerConnectionError
+from .broker_client import BrokerConnection, BrokerConnectionError, inter_broker_security
 
 if TYPE_CHECKING:
     from ..partition import Partition
@@ -180,6 +180,7 @@ class ReplicaFetcher:
                 ep[1],
                 f"broker-{self.rm.broker_id}-fetcher-{self.source_id}",
                 cfg["replica.socket.timeout.ms"] / 1000.0,
+                inter_broker_security(cfg),
             )
             try:
                 await conn.connect()

@@ -92,9 +92,15 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
         "strata: listeners: cannot bind PLAINTEXT no-such-host.invalid:0: name or service not known",
     ),
     (
-        "SSL listener",
+        "SASL listener with Kafka's default mechanism, GSSAPI",
+        lambda tmp: ["listeners=SASL_PLAINTEXT://127.0.0.1:0"],
+        "strata: configuration error: sasl.enabled.mechanisms: listener SASL_PLAINTEXT: GSSAPI is not supported "
+        "(supported: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER)",
+    ),
+    (
+        "SSL listener without a keystore",
         lambda tmp: ["listeners=SSL://127.0.0.1:0"],
-        "strata: configuration error: listeners: listener SSL uses SSL; only PLAINTEXT is implemented",
+        "strata: listener SSL: ssl.keystore.location (or ssl.keystore.key) is required for an SSL listener",
     ),
     (
         "listener without a security protocol",

@@ -1,7 +1,7 @@
 // kafkajs 2.2.4 driver for tests/integration/test_kafkajs.py.
 //
 // usage: node produce.js <spec.json>
-// spec: { brokers: ["127.0.0.1:port"], topic, partitions, codec: "none"|"gzip", chunk,
+// spec: { brokers: ["127.0.0.1:port"], topic, partitions, codec: "none"|"gzip", chunk, ssl_ca?, sasl?,
 //         records: [{ p, k, v, h: [[name, b64]], ts }] (k/v base64), timestamps: [ms, ...] }
 // Creates the topic with the admin client, produces every record (chunk by chunk, in order, acks=-1), then asks
 // the admin client for fetchTopicOffsets and fetchTopicOffsetsByTimestamp for each spec timestamp.
@@ -19,7 +19,10 @@ async function main () {
     logLevel: logLevel.ERROR,
     connectionTimeout: 5000,
     requestTimeout: 30000,
-    retry: { retries: 3 }
+    retry: { retries: 3 },
+    // optional security (test_security_listeners.py): a CA PEM and kafkajs' sasl option
+    ...(spec.ssl_ca ? { ssl: { ca: [spec.ssl_ca] } } : {}),
+    ...(spec.sasl ? { sasl: spec.sasl } : {})
   })
   const admin = kafka.admin()
   await admin.connect()
