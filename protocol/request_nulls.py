@@ -55,7 +55,14 @@ def first_null(api_key: int, version: int, body: Any) -> str | None:
     return _walk(fields, version, body, "") if fields else None
 
 
+API_VERSIONS = 18
+
+
 def has_top_level_error(api_key: int, version: int) -> bool:
-    """Whether this response version has a top-level ErrorCode (which can say INVALID_REQUEST)."""
+    """Whether this response version has a top-level ErrorCode that can say INVALID_REQUEST. Not ApiVersions: clients
+    read its error bodies in the v0 layout (KIP-511), so a v1+ error body is misread; the connection is closed, as
+    Kafka's parser does for a null it refuses."""
+    if api_key == API_VERSIONS:
+        return False
     rng = TOP_LEVEL_ERROR_CODE.get(api_key)
     return rng is not None and rng[0] <= version <= rng[1]
