@@ -51,8 +51,11 @@ def identical_logs(c, topic: str, ids) -> bool:
 
 def test_killed_follower_leaves_the_isr_and_rejoins_after_restart(cluster_factory) -> None:
     # The leader's own ISR shrink (replica.lag.time.max.ms), so without the controller's liveness check, which
-    # would take the killed broker out of the ISR first (test_cluster_basics covers that path)
-    c = cluster_factory(3, overrides={"broker.liveness.connection.check.enable": False})
+    # would take the killed broker out of the ISR first (test_cluster_basics covers that path), and with a session
+    # long enough that the lease's expiry cannot either (on a busy machine it sometimes came first)
+    c = cluster_factory(
+        3, overrides={"broker.liveness.connection.check.enable": False, "broker.session.timeout.ms": 60000}
+    )
     topic = "repl-follower"
     c.create_topic(topic, 1, 3, {"min.insync.replicas": 2})
     leader = c.leader_of(topic, 0)
