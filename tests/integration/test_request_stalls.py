@@ -28,7 +28,7 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, Met
 from strata.broker.apis import DECODE_OFF_LOOP_BYTES
 from strata.protocol.registry import REQUEST_CLASSES, ApiKey
 from tests.support.broker_proc import StrataBroker
-from tests.support.kafka_wire import WireClient, build_batch, response_class
+from tests.support.kafka_wire import WireClient, build_batch, fetch_v17_tagging_every_topic, response_class
 from tests.support.waiting import wait_until
 
 NONE = 0
@@ -317,23 +317,7 @@ def test_fetch_v17_with_a_tag_on_each_of_100k_topics_is_decoded_without_stalling
     """The fuzzer's finding N6: kafka-python's decoders copied the rest of the frame for every struct that carries a
     tagged field, so this 7 MB request (each partition tags its replica_directory_id) held the loop for minutes.
     Now it is decoded in linear time and, being over 1 MiB, in a worker thread."""
-    import uuid
-
-    T = FetchRequest.FetchTopic
-    P = T.FetchPartition
-    tagged = [P(partition=0, fetch_offset=0, partition_max_bytes=1024, replica_directory_id=uuid.uuid4())]
-    req = FetchRequest[17](
-        replica_id=-1,
-        max_wait_ms=0,
-        min_bytes=1,
-        max_bytes=1 << 20,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        topics=[T(topic_id=uuid.uuid4(), partitions=tagged) for _ in range(BIG)],
-        forgotten_topics_data=[],
-        rack_id="",
-    )
+    req = fetch_v17_tagging_every_topic(BIG)
     answered, resp = pings_while_outstanding(broker, req)
     assert answered == PINGS, f"only {answered} ApiVersions answered while a tagged Fetch of {BIG} topics was decoded"
     assert len(resp.responses) == BIG

@@ -378,3 +378,25 @@ LIBRDKAFKA_LZ4_HINT = (
     "librdkafka sends lz4 uncompressed unless the broker advertises FindCoordinator (api key 10) "
     "in ApiVersions (rdkafka_feature.c: RD_KAFKA_FEATURE_LZ4 depends on FindCoordinator v0)."
 )
+
+
+def fetch_v17_tagging_every_topic(topics: int) -> Any:
+    """A Fetch v17 of `topics` unknown topic ids whose one partition each carries a tagged field
+    (replica_directory_id): the request shape that made kafka-python's decoders quadratic (fuzzer finding N6)."""
+    import uuid
+
+    T = FetchRequest.FetchTopic
+    P = T.FetchPartition
+    tagged = [P(partition=0, fetch_offset=0, partition_max_bytes=1024, replica_directory_id=uuid.uuid4())]
+    return FetchRequest[17](
+        replica_id=-1,
+        max_wait_ms=0,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[T(topic_id=uuid.uuid4(), partitions=tagged) for _ in range(topics)],
+        forgotten_topics_data=[],
+        rack_id="",
+    )

@@ -3,32 +3,16 @@
 from __future__ import annotations
 
 import io
-import uuid
 
 from kafka.protocol.schemas.fields import struct as kp_struct
 
 from strata.protocol import codec_tagged
-from strata.protocol.registry import REQUEST_CLASSES, ApiKey, decode_request
+from strata.protocol.registry import ApiKey, decode_request
+from tests.support.kafka_wire import fetch_v17_tagging_every_topic
 
 
 def fetch_v17(topics: int) -> bytes:
-    Req = REQUEST_CLASSES[ApiKey.FETCH]
-    T = Req.FetchTopic
-    P = T.FetchPartition
-    parts = [P(partition=0, fetch_offset=0, partition_max_bytes=1024, replica_directory_id=uuid.uuid4())]
-    body = Req(
-        version=17,
-        replica_id=-1,
-        max_wait_ms=0,
-        min_bytes=1,
-        max_bytes=1 << 20,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        topics=[T(topic_id=uuid.uuid4(), partitions=parts) for _ in range(topics)],
-        forgotten_topics_data=[],
-        rack_id="",
-    )
+    body = fetch_v17_tagging_every_topic(topics)
     header = b"\x00\x01\x00\x11\x00\x00\x00\x07\x00\x02c1\x00"  # api 1 v17, correlation 7, client "c1", no tags
     return header + bytes(body.encode(version=17))
 
