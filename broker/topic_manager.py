@@ -205,10 +205,14 @@ class TopicManager:
         info = await self.store.delete_topic(name)
         if self.store.clustered:
             self.replica_manager.remove_topic(info)  # idempotent: the watch may have done it already
+            await self._mark_remote_partitions_deleted(info)
         else:
+            # Marked first, while this broker's RLMM still follows the partitions and so sees the marks: removing a
+            # partition marks it too, and a mark made after the remover had finished (the removal yields to the
+            # loop) would otherwise be written again behind DELETE_PARTITION_FINISHED.
+            await self._mark_remote_partitions_deleted(info)
             await self.replica_manager.remove_topic_async(info)
         log.info("deleted topic", topic=name, topic_id=kafka_uuid_str(info.topic_id))
-        await self._mark_remote_partitions_deleted(info)
         return info
 
     async def _mark_remote_partitions_deleted(self, info: TopicInfo) -> None:
