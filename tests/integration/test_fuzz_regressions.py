@@ -81,3 +81,24 @@ def test_incremental_alter_configs_with_100k_copies_of_one_config_answers_invali
     assert res.error_code == INVALID_REQUEST and "duplicate config keys" in res.error_message, res
     with WireClient(module_broker.host, module_broker.port, timeout=30) as c:
         assert c.api_versions(0).error_code == NONE
+
+
+def test_create_partitions_with_10000_unknown_broker_ids_is_answered(module_broker) -> None:
+    """Fuzz seed 6, input 106202: an assignment of 10,000 broker ids made the refusal's message longer than a v0
+    response's int16-length string, so encoding the answer raised and the connection closed with a traceback."""
+    ck.create_topic(module_broker.bootstrap, "fz-grow", 1)
+    CP = REQUEST_CLASSES[37]  # CreatePartitions
+    T = CP.CreatePartitionsTopic
+    A = T.CreatePartitionsAssignment
+    req = CP[0](
+        topics=[T(name="fz-grow", count=2, assignments=[A(broker_ids=list(range(1000, 11000)))])],
+        timeout_ms=10000,
+        validate_only=False,
+    )
+    mark = len(module_broker.output())
+    with WireClient(module_broker.host, module_broker.port, timeout=30) as c:
+        [res] = c.request(req).results
+    assert res.error_code == 39, res  # INVALID_REPLICA_ASSIGNMENT
+    assert res.error_message.startswith("Unknown broker ids in assignment [1000, 1001,")
+    assert "(10000 ids)" in res.error_message and len(res.error_message) < 200
+    assert "Traceback" not in module_broker.output()[mark:]
