@@ -57,3 +57,17 @@ def test_bad_batches_keep_a_valid_crc_unless_the_crc_is_the_point() -> None:
         end = min(len(batch), 12 + length) if kind != "length-lie" else len(batch)
         (crc,) = struct.unpack_from(">I", batch, 17)
         assert crc == crc32c.crc32c(batch[21:end] if kind != "length-lie" else batch[21:]), kind
+
+
+def test_produce_acks_read_from_the_bytes() -> None:
+    """The oracle's reading of acks from a Produce's bytes (a byte mutation may turn it into 0: no answer is right)."""
+    from kafka.protocol.producer import ProduceRequest
+
+    from tests.fuzz.runner import _produce_acks
+
+    for version in (3, 8, 9, 10):
+        for acks in (-1, 0, 1):
+            req = ProduceRequest[version](transactional_id=None, acks=acks, timeout_ms=100, topic_data=[])
+            req.with_header(correlation_id=1, client_id="fz")
+            assert _produce_acks(bytes(req.encode(header=True, framed=True))) == acks, (version, acks)
+    assert _produce_acks(b"\x00\x00\x00\x04\x00\x03\x00") is None  # not a Produce
