@@ -412,6 +412,8 @@ class SocketServer:
                 conn.busy = False
                 conn.last_active = time.monotonic()
             del payload
+            if writer.is_closing():
+                return  # the peer went away while its request was handled: nothing to answer (uvloop would raise)
             if response is not None:
                 if isinstance(response, list):
                     writer.writelines(response)

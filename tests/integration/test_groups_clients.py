@@ -380,15 +380,37 @@ def wait_delivered(
     return consumed_since(members, marks)
 
 
+def current_owners(bs: str, group: str, topic: str) -> dict[str, set[int]]:
+    """The assignment of the group's stable generation (DescribeGroups gives assignments only when Stable)."""
+
+    def stable():
+        d = describe(bs, group)
+        if d.state != "Stable":
+            return None
+        return {m.client_id: {p for t, p in m.partitions() if t == topic} for m in d.members}
+
+    return wait_until(stable, timeout=SESSION_MS / 1000 + 20, interval=0.1, message="group stable again")
+
+
 def check_exactly_once(
-    new: dict[str, list[tuple[int, int, str]]], expected: dict[tuple[int, int], str], owned: dict[str, set[int]]
+    new: dict[str, list[tuple[int, int, str]]],
+    expected: dict[tuple[int, int], str],
+    owned: dict[str, set[int]],
+    after: dict[str, set[int]] | None = None,
 ) -> None:
+    """Every record delivered once, to its partition's owner. `after` is the assignment once the records arrived:
+    if a member lost its session meanwhile (a Python client's heartbeat starved on a loaded machine: CI saw
+    kafka-python's leader stop heartbeating right after the sync) its partitions legitimately moved, and a moved
+    partition's records may come from either owner, and twice across the handover (Kafka's at-least-once)."""
+    after = owned if after is None else after
+    moved = {p for name, ps in owned.items() for p in ps if p not in after.get(name, set())}
     seen: dict[tuple[int, int], str] = {}
     for name, recs in new.items():
+        allowed = owned.get(name, set()) | after.get(name, set())
         for p, o, _v in recs:
-            assert (p, o) not in seen, f"({p}, {o}) delivered twice ({seen[(p, o)]} and {name})"
+            assert (p, o) not in seen or p in moved, f"({p}, {o}) delivered twice ({seen[(p, o)]} and {name})"
             seen[(p, o)] = name
-            assert p in owned[name], f"{name} consumed partition {p} it does not own ({sorted(owned[name])})"
+            assert p in allowed, f"{name} consumed partition {p} it does not own ({sorted(allowed)})"
     assert {k: expected.get(k) for k in seen} == {k: expected[k] for k in seen}
     assert set(seen) == set(expected), f"unexpected records {sorted(set(seen) - set(expected))[:10]}"
 
@@ -413,7 +435,7 @@ def test_group_of_three(module_broker, spawn, client):
     owned = wait_balanced(bs, group, topic, members, timeout=40)
     marks = {m.name: len(m.records()) for m in members}
     batch = produce(bs, topic, "b1", 120)
-    check_exactly_once(wait_delivered(members, marks, batch), batch, owned)
+    check_exactly_once(wait_delivered(members, marks, batch), batch, owned, current_owners(bs, group, topic))
     wait_committed(bs, group, topic)
 
     # 2. SIGKILL one member (no LeaveGroup): its partitions move to the survivors within the session timeout
@@ -426,7 +448,7 @@ def test_group_of_three(module_broker, spawn, client):
     assert moved_after < SESSION_MS / 1000 + 10, f"partitions moved only after {moved_after:.1f}s"
     marks = {m.name: len(m.records()) for m in survivors}
     batch = produce(bs, topic, "b2", 60)
-    check_exactly_once(wait_delivered(survivors, marks, batch), batch, owned)
+    check_exactly_once(wait_delivered(survivors, marks, batch), batch, owned, current_owners(bs, group, topic))
     wait_committed(bs, group, topic)
 
     # 3. a new member joins: rebalance back to 2/2/2
@@ -436,7 +458,7 @@ def test_group_of_three(module_broker, spawn, client):
     assert sorted(len(v) for v in owned.values()) == [2, 2, 2]
     marks = {m.name: len(m.records()) for m in members}
     batch = produce(bs, topic, "b3", 60)
-    check_exactly_once(wait_delivered(members, marks, batch), batch, owned)
+    check_exactly_once(wait_delivered(members, marks, batch), batch, owned, current_owners(bs, group, topic))
     wait_committed(bs, group, topic)
 
     # 3b. the broker restarts (SIGTERM) under the running group: the members reconnect and rejoin; records produced
@@ -445,7 +467,8 @@ def test_group_of_three(module_broker, spawn, client):
     module_broker.restart()
     owned = wait_balanced(bs, group, topic, members, timeout=60)
     batch = produce(bs, topic, "b3r", 60)
-    check_exactly_once(wait_delivered(members, marks, batch, timeout=60), batch, owned)
+    got = wait_delivered(members, marks, batch, timeout=60)
+    check_exactly_once(got, batch, owned, current_owners(bs, group, topic))
     wait_committed(bs, group, topic)
 
     # 4. everyone leaves; broker restart; offsets and group survive; a new member resumes after the commits
@@ -462,6 +485,6 @@ def test_group_of_three(module_broker, spawn, client):
     owned = wait_balanced(bs, group, topic, [fresh], timeout=40)
     got = wait_delivered([fresh], {}, batch)
     # Partitions are read in offset order, so anything before the committed offsets would have come first.
-    check_exactly_once(got, batch, owned)
+    check_exactly_once(got, batch, owned, current_owners(bs, group, topic))
     wait_committed(bs, group, topic)
     assert fresh.stop() == 0, fresh.stderr_tail()

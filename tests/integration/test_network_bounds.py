@@ -277,3 +277,23 @@ def test_a_flood_of_connections_is_bounded_and_leaves_the_broker_serving(module_
     assert rss_mib(module_broker.pid) - base < 64
     assert _served(module_broker)
     assert "Traceback" not in module_broker.output()[mark:]
+
+
+def test_a_peer_that_resets_during_a_long_poll_leaves_no_traceback(module_broker) -> None:
+    """CI saw `RuntimeError: ... the handler is closed` from uvloop when a Fetch's answer was written to a connection
+    the client had reset (RST) while the request was parked: a client going away is not a broker failure."""
+    with WireClient.connect(module_broker.bootstrap) as w:
+        w.create_topic("rst", partitions=1)
+    mark = len(module_broker.output())
+    parked = metric(module_broker, "strata_purgatory_size", '{purgatory="Fetch"}')
+    s = socket.create_connection((module_broker.host, module_broker.port))
+    req = WireClient.fetch_request("rst", 0, 0, version=11, max_wait_ms=1500, max_bytes=MiB)
+    req.with_header(correlation_id=1, client_id="resetter")
+    s.sendall(bytes(req.encode(header=True, framed=True)))
+    wait_until(lambda: metric(module_broker, "strata_purgatory_size", '{purgatory="Fetch"}') > parked, timeout=30)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    s.close()  # RST, while the Fetch is parked
+    wait_until(lambda: metric(module_broker, "strata_purgatory_size", '{purgatory="Fetch"}') <= parked, timeout=30)
+    wait_until(lambda: open_connections(module_broker) <= 1, timeout=30, message="the reset connection closed")
+    assert _served(module_broker)
+    assert "Traceback" not in module_broker.output()[mark:]
