@@ -141,11 +141,19 @@ def _delete(admin: AdminClient, filt: AclBindingFilter) -> list[AclBinding]:
     return list(fut.result(30))
 
 
+def _filter(
+    rtype: ResourceType = ResourceType.ANY,
+    name: str | None = None,
+    ptype: ResourcePatternType = ResourcePatternType.ANY,
+    host: str | None = None,
+) -> AclBindingFilter:
+    """None matches anything (confluent-kafka's stubs type the strings as str)."""
+    any_op, any_perm = AclOperation.ANY, AclPermissionType.ANY
+    return AclBindingFilter(rtype, name, ptype, None, host, any_op, any_perm)  # type: ignore[arg-type]
+
+
 def _all(admin: AdminClient) -> AclBindingFilter:
-    any_ = AclBindingFilter(
-        ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY, AclPermissionType.ANY
-    )
-    return any_
+    return _filter()
 
 
 _KP_ANY = ACLFilter(
@@ -184,13 +192,11 @@ def test_confluent_create_describe_delete(acl_broker: AclBroker) -> None:
     assert sorted(map(str, everything)) == sorted(map(str, wanted))
 
     # MATCH: every ACL that applies to topic "orders" (literal, wildcard and prefixes)
-    match = AclBindingFilter(ResourceType.TOPIC, "orders", ResourcePatternType.MATCH, None, None, AclOperation.ANY,
-                             AclPermissionType.ANY)  # fmt: skip
+    match = _filter(ResourceType.TOPIC, "orders", ResourcePatternType.MATCH)
     matched = admin.describe_acls(match, request_timeout=30).result(30)
     assert sorted(map(str, matched)) == sorted(map(str, wanted[:4]))
 
-    by_host = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, "10.0.0.7", AclOperation.ANY,
-                               AclPermissionType.ANY)  # fmt: skip
+    by_host = _filter(host="10.0.0.7")
     assert [str(b) for b in _delete(admin, by_host)] == [str(wanted[1])]
     assert _delete(admin, by_host) == []
     assert len(_delete(admin, _all(admin))) == 4
@@ -335,130 +341,74 @@ def test_invalid_bindings_get_kafkas_errors(acl_broker: AclBroker) -> None:
 def test_cli_add_list_remove(acl_broker: AclBroker, capsys: pytest.CaptureFixture[str], monkeypatch) -> None:
     """The real command once; the rest in-process (a subprocess costs ~1.5 s of imports)."""
     bs = acl_broker.plaintext
-    cli = _Cli(capsys, monkeypatch)
-    out = ok(strata("acls", "--bootstrap-server", bs, "--add", "--allow-principal", "User:alice", "--operation",
-                    "Read", "--operation", "Describe", "--topic", "cli-topic"))  # fmt: skip
+    add = "--add --allow-principal User:alice --operation Read --operation Describe --topic cli-topic"
+    out = ok(strata("acls", "--bootstrap-server", bs, *add.split()))
     entries = (
         " \t(principal=User:alice, host=*, operation=READ, permissionType=ALLOW)\n"
         "\t(principal=User:alice, host=*, operation=DESCRIBE, permissionType=ALLOW) \n"
     )
     topic = "ResourcePattern(resourceType=TOPIC, name=cli-topic, patternType=LITERAL)"
     assert out == f"Adding ACLs for resource `{topic}`: \n{entries}\n"
-    cli.ok(
-        "add",
-        "--bootstrap-server",
-        bs,
-        "--deny-principal",
-        "User:bob",
-        "--deny-host",
-        "10.1.1.1",
-        "--cluster",
-        "--operation",
-        "IdempotentWrite",
-    )
-    cli.ok(
-        "--bootstrap-server",
-        bs,
-        "--add",
-        "--consumer",
-        "--allow-principal",
-        "User:carol",
-        "--topic",
-        "in",
-        "--group",
-        "g",
-        "--resource-pattern-type",
-        "prefixed",
-    )
-    listed = cli.ok("--bootstrap-server", bs, "--list", "--topic", "cli-topic")
-    assert listed == f"Current ACLs for resource `{topic}`: \n{entries}\n"
-    everything = cli.ok("--bootstrap-server", bs, "--list")
+
+    cli = _Cli(capsys, monkeypatch, bs)
+    cli.ok("add --deny-principal User:bob --deny-host 10.1.1.1 --cluster --operation IdempotentWrite")
+    cli.ok("--add --consumer --allow-principal User:carol --topic in --group g --resource-pattern-type prefixed")
+    assert cli.ok("--list --topic cli-topic") == f"Current ACLs for resource `{topic}`: \n{entries}\n"
+    everything = cli.ok("--list")
     assert everything.count("Current ACLs for resource") == 4
     assert "(principal=User:bob, host=10.1.1.1, operation=IDEMPOTENT_WRITE, permissionType=DENY)" in everything
     assert "name=g, patternType=PREFIXED)`: \n \t(principal=User:carol, host=*, operation=READ," in everything
-    carol = cli.ok("--bootstrap-server", bs, "--list", "--principal", "User:carol")
+    carol = cli.ok("--list --principal User:carol")
     assert carol.startswith("ACLs for principal `User:carol`\n") and carol.count("Current ACLs") == 2
 
     # removal asks first; anything but y keeps the ACLs
-    r = cli.ok("--bootstrap-server", bs, "--remove", "--topic", "cli-topic", stdin="n\n")
-    assert r == f"Are you sure you want to delete all ACLs for resource filter `{topic}`? (y/n)\n"
-    assert "cli-topic" in cli.ok("--bootstrap-server", bs, "--list")
-    cli.ok(
-        "--bootstrap-server",
-        bs,
-        "--remove",
-        "--topic",
-        "cli-topic",
-        "--allow-principal",
-        "User:alice",
-        "--operation",
-        "Read",
-        "--force",
-    )
-    left = cli.ok("--bootstrap-server", bs, "--list", "--topic", "cli-topic")
+    asked = cli.ok("--remove --topic cli-topic", stdin="n\n")
+    assert asked == f"Are you sure you want to delete all ACLs for resource filter `{topic}`? (y/n)\n"
+    assert "cli-topic" in cli.ok("--list")
+    cli.ok("--remove --topic cli-topic --allow-principal User:alice --operation Read --force")
+    left = cli.ok("--list --topic cli-topic")
     assert "operation=DESCRIBE" in left and "operation=READ" not in left
-    cli.ok("remove", "--bootstrap-server", bs, "--topic", "cli-topic", stdin="y\n")
-    assert cli.ok("--bootstrap-server", bs, "--list", "--topic", "cli-topic") == ""
-    cli.ok("--bootstrap-server", bs, "--remove", "--force", "--cluster")
-    cli.ok(
-        "--bootstrap-server",
-        bs,
-        "--remove",
-        "--force",
-        "--topic",
-        "in",
-        "--group",
-        "g",
-        "--resource-pattern-type",
-        "prefixed",
-    )
-    assert cli.ok("--bootstrap-server", bs, "--list") == ""
+    cli.ok("remove --topic cli-topic", stdin="y\n")
+    assert cli.ok("--list --topic cli-topic") == ""
+    cli.ok("--remove --force --cluster")
+    cli.ok("--remove --force --topic in --group g --resource-pattern-type prefixed")
+    assert cli.ok("--list") == ""
 
     # kafka-acls' refusals, before connecting
-    nowhere = "127.0.0.1:1"
-    assert "exactly one action" in cli.fails("--bootstrap-server", nowhere, "--topic", "t", code=1)
-    err = cli.fails("--bootstrap-server", nowhere, "--add", "--topic", "t", "--operation", "Read", code=1)
+    cli.bootstrap = "127.0.0.1:1"
+    assert "exactly one action" in cli.fails("--topic t", code=1)
+    err = cli.fails("--add --topic t --operation Read", code=1)
     assert err.endswith("You must specify one of: --allow-principal, --deny-principal when trying to add ACLs.")
-    err = cli.fails(
-        "--bootstrap-server",
-        nowhere,
-        "--add",
-        "--allow-principal",
-        "User:a",
-        "--group",
-        "g",
-        "--operation",
-        "Write",
-        code=1,
-    )
+    err = cli.fails("--add --allow-principal User:a --group g --operation Write", code=1)
     assert "ResourceType GROUP only supports operations Read, Describe, Delete, DescribeConfigs" in err
-    err = cli.fails("--bootstrap-server", nowhere, "--add", "--allow-principal", "alice", "--topic", "t")
+    err = cli.fails("--add --allow-principal alice --topic t")
     assert "expected a string in format principalType:principalName but got alice" in err
     # a SASL listener closes on a request before authentication (the CLI has no credentials): one line
-    err = cli.fails("--bootstrap-server", acl_broker.sasl, "--list")
-    assert err.startswith("strata acls: error:")
+    cli.bootstrap = acl_broker.sasl
+    assert cli.fails("--list").startswith("strata acls: error:")
 
 
 class _Cli:
-    """`strata acls ...` run in this process: its exit code, stdout and the one line on stderr of a refusal."""
+    """`strata acls --bootstrap-server B <args>` run in this process: its stdout, or the one line on stderr of a
+    refusal."""
 
-    def __init__(self, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-        self.capsys, self.monkeypatch = capsys, monkeypatch
+    def __init__(self, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, bootstrap: str) -> None:
+        self.capsys, self.monkeypatch, self.bootstrap = capsys, monkeypatch, bootstrap
 
-    def run(self, *args: str, stdin: str = "") -> tuple[int, str, str]:
+    def run(self, args: str, stdin: str = "") -> tuple[int, str, str]:
         self.capsys.readouterr()
         self.monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
-        rc = strata_main(["acls", *args])
+        rc = strata_main(["acls", "--bootstrap-server", self.bootstrap, *args.split()])
         out, err = self.capsys.readouterr()
         return rc, out, err
 
-    def ok(self, *args: str, stdin: str = "") -> str:
-        rc, out, err = self.run(*args, stdin=stdin)
+    def ok(self, args: str, stdin: str = "") -> str:
+        rc, out, err = self.run(args, stdin)
         assert rc == 0, (rc, out, err)
         return out
 
-    def fails(self, *args: str, code: int | None = None) -> str:
-        rc, _, err = self.run(*args)
+    def fails(self, args: str, code: int | None = None) -> str:
+        rc, _, err = self.run(args)
         assert rc != 0 if code is None else rc == code, (rc, err)
         assert err.count("\n") == 1, err
         return err.strip()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +80,12 @@ def test_acl_sync_rebuilds_once_per_loop_turn(tmp_path: Path) -> None:
     authorizer = StandardAuthorizer()
     rebuilds: list[int] = []
     replace = authorizer.replace_acls
-    authorizer.replace_acls = lambda bs: (rebuilds.append(1), replace(bs))[1]  # type: ignore[method-assign]
+
+    def counted(bindings: Iterable[AclBinding]) -> None:
+        rebuilds.append(1)
+        replace(bindings)
+
+    authorizer.replace_acls = counted  # type: ignore[method-assign]
     sync = AclSync(authorizer, store)
     sync.load()
     alice = KafkaPrincipal("User", "alice")
