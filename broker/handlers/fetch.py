@@ -41,13 +41,15 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
             names.append(info.name if info else None)
         else:
             names.append(ft.topic)
-    # As Kafka: a follower (replica_id >= 0) needs CLUSTER_ACTION on the cluster, a consumer READ on each topic; a
-    # partition that fails the check answers TOPIC_AUTHORIZATION_FAILED whether its topic exists or not.
+    # As Kafka: a follower (replica_id >= 0) needs CLUSTER_ACTION on the cluster (else every partition is refused), a
+    # consumer READ on each topic; a partition that fails the check answers TOPIC_AUTHORIZATION_FAILED whether its
+    # topic exists or not.
     known = [n for n in names if n is not None]
+    follower_refused = replica_id >= 0 and not authorize(
+        ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME
+    )
     if replica_id >= 0:
-        readable = (
-            set(known) if authorize(ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME) else set()
-        )
+        readable = set() if follower_refused else set(known)
     else:
         readable = filter_authorized(ctx, AclOperation.READ, ResourceType.TOPIC, known)
 
@@ -61,10 +63,10 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
             n += 1
             if n % YIELD_EVERY == 0:
                 await asyncio.sleep(0)  # thousands of partitions: let other connections be served
-            if name is None:
+            if name is None and not follower_refused:
                 plist.append((fp.partition, None, ErrorCode.UNKNOWN_TOPIC_ID))
                 continue
-            if name not in readable:
+            if name is None or name not in readable:
                 plist.append((fp.partition, None, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
                 continue
             plist.append((fp.partition, len(specs), ErrorCode.NONE))
