@@ -91,6 +91,10 @@ class StandardAuthorizer:
         self._literal = dict(literal)
         self._prefixed = {t: dict(names) for t, names in prefixed.items()}
 
+    def acl_count(self) -> int:
+        """Kafka's Authorizer.aclCount (the acls-total-count metric)."""
+        return len(self._bindings)
+
     def acls(self, filt: AclBindingFilter | None = None) -> list[AclBinding]:
         return [b for b in self._bindings if filt is None or filt.matches(b)]
 
