@@ -58,6 +58,18 @@ def authorize(ctx: RequestContext, operation: AclOperation, resource_type: Resou
     return False
 
 
+def authorize_by_resource_type(ctx: RequestContext, operation: AclOperation, resource_type: ResourceType) -> bool:
+    """May the principal perform `operation` on at least one resource of the type? Kafka asks this of an idempotent
+    producer without IDEMPOTENT_WRITE on the cluster (WRITE on any topic will do). True without authorizer."""
+    authorizer = ctx.authorizer
+    if authorizer is None:
+        return True
+    if authorizer.authorize_by_resource_type(ctx.principal, client_host(ctx), int(operation), int(resource_type)):
+        return True
+    _denied(ctx, operation, resource_type, ["<any>"])
+    return False
+
+
 def filter_authorized(
     ctx: RequestContext, operation: AclOperation, resource_type: ResourceType, names: Iterable[str]
 ) -> set[str]:
@@ -76,4 +88,4 @@ def filter_authorized(
     return allowed
 
 
-__all__ = ["authorize", "client_host", "filter_authorized"]
+__all__ = ["authorize", "authorize_by_resource_type", "client_host", "filter_authorized"]

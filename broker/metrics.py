@@ -110,6 +110,8 @@ class BrokerMetrics:
             ["listener", "operation", "resource_type"],
             registry=r,
         )
+        # kafka.server:type=authorizer-metrics,name=acls-total-count (set when an authorizer is configured)
+        self.authorizer_acls = Gauge("strata_authorizer_acls", "ACL bindings the authorizer holds", registry=r)
         # kafka.server:type=DelayedOperationPurgatory
         self.purgatory_size = Gauge(
             "strata_purgatory_size", "Operations waiting in a purgatory", ["purgatory"], registry=r

@@ -38,6 +38,12 @@ class Authorizer(Protocol):
         self, principal: KafkaPrincipal, host: str, operation: int, resource_type: int, resource_name: str
     ) -> bool: ...
 
+    def authorize_by_resource_type(
+        self, principal: KafkaPrincipal, host: str, operation: int, resource_type: int
+    ) -> bool:
+        """May it perform `operation` on at least one resource of the type (Kafka's authorizeByResourceType)?"""
+        ...
+
 
 @dataclass(slots=True)
 class RequestContext:

@@ -221,6 +221,8 @@ class KafkaServer:
         # authorizer.class.name: ACLs from the metadata store (a local broker's file now, etcd's once started)
         self.authorizer = build_authorizer(config.values)
         self.acl_sync = AclSync(self.authorizer, self.store) if self.authorizer is not None else None
+        if self.authorizer is not None:
+            self.metrics.authorizer_acls.set_function(self.authorizer.acl_count)
         if self.acl_sync is not None and not self.cluster_mode:
             self.acl_sync.load()
         self.apis = KafkaApis(self.services, self.authorizer)

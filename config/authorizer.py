@@ -43,8 +43,4 @@ AUTHORIZER_DEFS: list[ConfigDef] = [
 ]
 
 
-def authorizer_enabled(values: dict[str, Any]) -> bool:
-    return bool(values.get("authorizer.class.name"))
-
-
-__all__ = ["ACL_AUTHORIZER", "AUTHORIZER_CLASSES", "AUTHORIZER_DEFS", "STANDARD_AUTHORIZER", "authorizer_enabled"]
+__all__ = ["ACL_AUTHORIZER", "AUTHORIZER_CLASSES", "AUTHORIZER_DEFS", "STANDARD_AUTHORIZER"]

@@ -32,7 +32,7 @@ from strata.config import parse_bool
 from strata.protocol.acl import AclBinding, AclBindingFilter
 from strata.protocol.errors import ErrorCode, KafkaApiError
 
-from ..metadata_store import MetadataStore, ScramKey, TopicInfo, _new_cluster_id, acl_id
+from ..metadata_store import MetadataStore, ScramKey, TopicInfo, _new_cluster_id, acl_id, match_acls
 from ..security.scram import ScramCredential, ScramMechanism
 from .image import MetadataImage, acl_rel, scram_rel, topic_to_json
 from .model import BrokerInfo, PartitionState, StaleStateError
@@ -741,8 +741,7 @@ class EtcdMetadataStore(MetadataStore):
 
     async def delete_acls(self, filters: list[AclBindingFilter]) -> list[list[AclBinding]]:
         await self._refresh_prefix("acls/")  # judged on etcd's set now, not on a watch that may lag
-        current = dict(self.image.acls)
-        matched = [[b for b in current.values() if f.matches(b)] for f in filters]
+        matched = await match_acls(list(self.image.acls.values()), filters)
         gone = {acl_rel(acl_id(b)) for found in matched for b in found}
         await self._write_batches([(rel, None) for rel in sorted(gone)])
         return matched

@@ -36,6 +36,7 @@ from strata.protocol.registry import ApiKey, api_name, response_class
 
 from ..authorization import authorize
 from ..network import CloseConnection
+from ..replica_manager import pace
 from ..request_context import RequestContext
 from ..services import BrokerServices
 
@@ -102,27 +103,28 @@ async def describe_acls(services: BrokerServices, ctx: RequestContext, req: Any)
     if ctx.authorizer is None:
         return error(ErrorCode.SECURITY_DISABLED, _NO_AUTHORIZER_DESCRIBE)
     filt = _filter(req)
+    matched = []
+    for n, b in enumerate(services.store.acls()):
+        await pace(n)
+        if filt.matches(b):
+            matched.append(b)
     by_pattern: dict[ResourcePattern, list[AccessControlEntry]] = {}
-    for b in sorted((b for b in services.store.acls() if filt.matches(b)), key=_sort_key):
+    for b in sorted(matched, key=_sort_key):
         by_pattern.setdefault(b.pattern, []).append(b.entry)
     Res = Resp.DescribeAclsResource
-    resources = [
-        Res(
-            resource_type=int(p.resource_type),
-            resource_name=p.name,
-            pattern_type=int(p.pattern_type),
-            acls=[
-                Res.AclDescription(
-                    principal=e.principal,
-                    host=e.host,
-                    operation=int(e.operation),
-                    permission_type=int(e.permission_type),
-                )
-                for e in entries
-            ],
-        )
-        for p, entries in by_pattern.items()
-    ]
+    Acl = Res.AclDescription
+    resources = []
+    n = 0
+    for p, entries in by_pattern.items():
+        acls = []
+        for e in entries:
+            await pace(n)
+            n += 1
+            acls.append(
+                Acl(principal=e.principal, host=e.host, operation=e.operation, permission_type=e.permission_type)
+            )
+        rtype, ptype = int(p.resource_type), int(p.pattern_type)
+        resources.append(Res(resource_type=rtype, resource_name=p.name, pattern_type=ptype, acls=acls))
     return Resp(version=ctx.api_version, throttle_time_ms=0, error_code=0, error_message=None, resources=resources)
 
 
@@ -146,18 +148,22 @@ async def create_acls(services: BrokerServices, ctx: RequestContext, req: Any) -
     Result = Resp.AclCreationResult
     creations = req.creations or []
 
-    def answer(outcomes: list[tuple[int, str | None]]) -> Any:
-        results = [Result(error_code=code, error_message=msg) for code, msg in outcomes]
+    async def answer(outcomes: list[tuple[int, str | None]]) -> Any:
+        results = []
+        for n, (code, msg) in enumerate(outcomes):
+            await pace(n)
+            results.append(Result(error_code=code, error_message=msg))
         return Resp(version=ctx.api_version, throttle_time_ms=0, results=results)
 
     _refuse_unknown(ctx, creations, _creation_codes)
     if not authorize(ctx, AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
-        return answer([(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, _CLUSTER_AUTH_FAILED)] * len(creations))
+        return await answer([(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, _CLUSTER_AUTH_FAILED)] * len(creations))
     if ctx.authorizer is None:
-        return answer([(ErrorCode.SECURITY_DISABLED, _NO_AUTHORIZER)] * len(creations))
+        return await answer([(ErrorCode.SECURITY_DISABLED, _NO_AUTHORIZER)] * len(creations))
     outcomes: list[tuple[int, str | None]] = []
     valid: list[AclBinding] = []
-    for c in creations:
+    for n, c in enumerate(creations):
+        await pace(n)
         binding = _binding(c)
         try:
             binding.validate()
@@ -175,7 +181,7 @@ async def create_acls(services: BrokerServices, ctx: RequestContext, req: Any) -
             outcomes = [failed if code == ErrorCode.NONE else (code, msg) for code, msg in outcomes]
         else:
             log.info("ACLs created", principal=str(ctx.principal), acls=[b.to_json() for b in valid[:20]], n=len(valid))
-    return answer(outcomes)
+    return await answer(outcomes)
 
 
 async def delete_acls(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
@@ -184,18 +190,22 @@ async def delete_acls(services: BrokerServices, ctx: RequestContext, req: Any) -
     Matching = FilterResult.DeleteAclsMatchingAcl
     filters = req.filters or []
 
-    def refuse_all(code: int, msg: str) -> Any:
-        results = [FilterResult(error_code=code, error_message=msg, matching_acls=[]) for _ in filters]
+    async def refuse_all(code: int, msg: str) -> Any:
+        results = []
+        for n in range(len(filters)):
+            await pace(n)
+            results.append(FilterResult(error_code=code, error_message=msg, matching_acls=[]))
         return Resp(version=ctx.api_version, throttle_time_ms=0, filter_results=results)
 
     _refuse_unknown(ctx, filters, _filter_codes)
     if not authorize(ctx, AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
-        return refuse_all(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, _CLUSTER_AUTH_FAILED)
+        return await refuse_all(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, _CLUSTER_AUTH_FAILED)
     if ctx.authorizer is None:
-        return refuse_all(ErrorCode.SECURITY_DISABLED, _NO_AUTHORIZER)
+        return await refuse_all(ErrorCode.SECURITY_DISABLED, _NO_AUTHORIZER)
     parsed = [_filter(f) for f in filters]
     errors: dict[int, str] = {}
     for i, filt in enumerate(parsed):
+        await pace(i)
         try:
             filt.validate_for_delete()
         except AclError as e:
@@ -205,10 +215,11 @@ async def delete_acls(services: BrokerServices, ctx: RequestContext, req: Any) -
         matched = iter(await services.store.delete_acls(valid) if valid else [])
     except Exception as e:  # noqa: BLE001 - the store unreachable: nothing was deleted
         log.warning("deleting ACLs failed", error=repr(e))
-        return refuse_all(ErrorCode.UNKNOWN_SERVER_ERROR, "The ACLs could not be deleted; try again")
+        return await refuse_all(ErrorCode.UNKNOWN_SERVER_ERROR, "The ACLs could not be deleted; try again")
     results = []
     deleted = 0
     for i in range(len(parsed)):
+        await pace(i)
         if i in errors:
             results.append(
                 FilterResult(error_code=ErrorCode.INVALID_REQUEST, error_message=errors[i], matching_acls=[])

@@ -33,6 +33,7 @@ from strata.protocol.acl import (
     AclOperation,
     AclPermissionType,
     PatternType,
+    ResourcePattern,
 )
 
 from ..request_context import KafkaPrincipal
@@ -90,6 +91,10 @@ class StandardAuthorizer:
         self._literal = dict(literal)
         self._prefixed = {t: dict(names) for t, names in prefixed.items()}
 
+    def acl_count(self) -> int:
+        """Kafka's Authorizer.aclCount (the acls-total-count metric)."""
+        return len(self._bindings)
+
     def acls(self, filt: AclBindingFilter | None = None) -> list[AclBinding]:
         return [b for b in self._bindings if filt is None or filt.matches(b)]
 
@@ -125,6 +130,46 @@ class StandardAuthorizer:
         if allowed:
             return True
         return not has_resource_acls and self.allow_everyone_if_no_acl_found
+
+    def authorize_by_resource_type(
+        self, principal: KafkaPrincipal, host: str, operation: int, resource_type: int
+    ) -> bool:
+        """May the principal perform `operation` on at least one resource of the type (Kafka's
+        Authorizer.authorizeByResourceType, e.g. an idempotent producer without IDEMPOTENT_WRITE but with WRITE on
+        some topic)? Only the operation itself or ALL counts here (no implied operations), as in Kafka: allowed if a
+        resource named "hardcode" would be (super users, allow.everyone.if.no.acl.found), else if an ALLOW of the
+        principal (or User:*) from the host (or *) is not dominated by a DENY: a literal `*` DENY denies everything;
+        a literal ALLOW is dominated by a DENY of the same name or of a prefix of it, a prefixed one by a prefixed
+        DENY of a prefix of it."""
+        if self.authorize(principal, host, operation, resource_type, "hardcode"):
+            return True
+        who = str(principal)
+        deny_literal: set[str] = set()
+        deny_prefixed: set[str] = set()
+        allows: list[ResourcePattern] = []
+        for b in self._bindings:
+            p, e = b.pattern, b.entry
+            if p.resource_type != resource_type or e.host not in (WILDCARD, host):
+                continue
+            if e.principal not in (who, WILDCARD_PRINCIPAL) or e.operation not in (operation, AclOperation.ALL):
+                continue
+            if e.permission_type == AclPermissionType.DENY:
+                if p.pattern_type == PatternType.LITERAL:
+                    if p.name == WILDCARD:
+                        return False
+                    deny_literal.add(p.name)
+                elif p.pattern_type == PatternType.PREFIXED:
+                    deny_prefixed.add(p.name)
+            elif e.permission_type == AclPermissionType.ALLOW:
+                if p.pattern_type == PatternType.LITERAL and p.name == WILDCARD:
+                    return True
+                allows.append(p)
+        for p in allows:
+            if p.pattern_type == PatternType.LITERAL and p.name in deny_literal:
+                continue
+            if not any(p.name[:i] in deny_prefixed for i in range(1, len(p.name) + 1)):
+                return True
+        return False
 
 
 def build_authorizer(values: Mapping[str, Any]) -> StandardAuthorizer | None:

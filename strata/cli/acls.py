@@ -110,8 +110,11 @@ def register(sub: SubParsers) -> None:
     add_bootstrap_option(p)
     add_timeout_option(p)
     p.add_argument("action_word", nargs="?", choices=ACTIONS, metavar="{add,list,remove}", help="the action")
+    helps = {"add": "add ACLs", "list": "list ACLs (of the given resources, or all)", "remove": "remove ACLs"}
     for action in ACTIONS:
-        p.add_argument(f"--{action}", dest="action_flags", action="append_const", const=action, default=[])
+        p.add_argument(
+            f"--{action}", dest="action_flags", action="append_const", const=action, default=[], help=helps[action]
+        )
     resources = p.add_argument_group("resources")
     resources.add_argument("--topic", action="append", default=[], help="'*' for all topics (repeatable)")
     resources.add_argument("--group", action="append", default=[], help="'*' for all groups (repeatable)")

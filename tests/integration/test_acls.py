@@ -227,6 +227,7 @@ def test_the_acls_decide_who_administers_acls(acl_broker: AclBroker) -> None:
             assert f"strata_authorizer_denials_total{{{labels}}}" in metrics, metrics
 
         _create(admin, [_cluster_acl(AclOperation.DESCRIBE, AclPermissionType.ALLOW)])
+        assert "\nstrata_authorizer_acls 1.0\n" in acl_broker.metrics()
         assert [a.principal for a in _kp_describe(kp_alice)] == ["User:alice"]  # she sees her own ACL
         assert len(alice.describe_acls(_all(alice), request_timeout=30).result(30)) == 1
         # DescribeCluster's authorized operations come from the same ACLs

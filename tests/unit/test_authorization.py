@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from strata.broker.authorization import authorize, client_host, filter_authorized
+from strata.broker.authorization import authorize, authorize_by_resource_type, client_host, filter_authorized
 from strata.broker.metrics import BrokerMetrics
 from strata.broker.request_context import KafkaPrincipal, RequestContext
 from strata.broker.security.authorizer import StandardAuthorizer
@@ -61,6 +61,16 @@ def test_decisions_and_denial_counts() -> None:
     assert denials(m, "WRITE") == 1
     assert filter_authorized(c, Op.READ, RT.TOPIC, ["a", "b", "c", "c"]) == {"a"}  # b: other host; c: no ACL
     assert denials(m) == 2
+
+
+def test_by_resource_type() -> None:
+    a = StandardAuthorizer()
+    a.replace_acls([allow_read("a")])
+    m = BrokerMetrics()
+    assert authorize_by_resource_type(ctx(None, m), Op.WRITE, RT.TOPIC)
+    assert authorize_by_resource_type(ctx(a, m), Op.READ, RT.TOPIC)
+    assert not authorize_by_resource_type(ctx(a, m), Op.WRITE, RT.TOPIC)
+    assert denials(m, "WRITE") == 1
 
 
 def test_client_host_drops_the_port_and_ipv6_brackets() -> None:
