@@ -8,20 +8,7 @@ them in one place; without an authorizer, Kafka answers every operation the reso
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Protocol, runtime_checkable
-
-from strata.protocol.acl import (
-    CLUSTER_NAME,
-    WILDCARD,
-    WILDCARD_PRINCIPAL,
-    AclBinding,
-    AclBindingFilter,
-    AclOperation,
-    AclPermissionType,
-    PatternType,
-    ResourceType,
-)
+from strata.protocol.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 from .authorization import authorize, client_host
 from .request_context import RequestContext
@@ -89,66 +76,12 @@ def allowed_quietly(ctx: RequestContext, operation: AclOperation, resource_type:
     )
 
 
-@runtime_checkable
-class ListsAcls(Protocol):
-    """An authorizer that can list its bindings (StandardAuthorizer), as Kafka's authorizeByResourceType needs."""
-
-    def acls(self, filt: AclBindingFilter | None = None) -> list[AclBinding]: ...
-
-
-def authorize_by_resource_type(ctx: RequestContext, operation: AclOperation, resource_type: ResourceType) -> bool:
-    """Kafka's Authorizer.authorizeByResourceType: may the principal perform `operation` on at least one resource of
-    the type? Super users (and a type without any ACL when allow.everyone.if.no.acl.found) may; otherwise some
-    ALLOW binding of the principal (or User:*) and host for exactly this operation (or ALL) must not be covered by a
-    DENY: a LITERAL allow by a LITERAL deny of the same name or a PREFIXED deny of one of its prefixes, a PREFIXED
-    allow by a PREFIXED deny of one of its prefixes; a LITERAL `*` DENY refuses everything, a `*` ALLOW allows."""
-    authorizer = ctx.authorizer
-    if authorizer is None:
-        return True
-    host = client_host(ctx)
-    # a name no binding is about: super users, and allow.everyone.if.no.acl.found over a type without bindings
-    if authorizer.authorize(ctx.principal, host, int(operation), int(resource_type), "hardcode"):
-        return True
-    if not isinstance(authorizer, ListsAcls):
-        return False
-    return _some_allow_undenied(
-        authorizer.acls(AclBindingFilter(resource_type=resource_type)), str(ctx.principal), host, operation
-    )
-
-
-def _some_allow_undenied(bindings: Iterable[AclBinding], principal: str, host: str, operation: AclOperation) -> bool:
-    deny: dict[PatternType, set[str]] = {PatternType.LITERAL: set(), PatternType.PREFIXED: set()}
-    allow: dict[PatternType, set[str]] = {PatternType.LITERAL: set(), PatternType.PREFIXED: set()}
-    for b in bindings:
-        e, p = b.entry, b.pattern
-        if e.host not in (host, WILDCARD) or e.principal not in (principal, WILDCARD_PRINCIPAL):
-            continue
-        if e.operation not in (operation, AclOperation.ALL) or p.pattern_type not in deny:
-            continue
-        if e.permission_type == AclPermissionType.DENY:
-            if p.pattern_type == PatternType.LITERAL and p.name == WILDCARD:
-                return False
-            deny[p.pattern_type].add(p.name)
-        elif e.permission_type == AclPermissionType.ALLOW:
-            if p.pattern_type == PatternType.LITERAL and p.name == WILDCARD:
-                return True
-            allow[p.pattern_type].add(p.name)
-    for pattern_type, names in allow.items():
-        for name in names:
-            if pattern_type == PatternType.LITERAL and name in deny[PatternType.LITERAL]:
-                continue
-            if not any(name[:i] in deny[PatternType.PREFIXED] for i in range(1, len(name) + 1)):
-                return True
-    return False
-
-
 __all__ = [
     "CLUSTER_NAME",
     "SUPPORTED_OPERATIONS",
     "AclOperation",
     "ResourceType",
     "allowed_quietly",
-    "authorize_by_resource_type",
     "authorized_operations",
     "client_host",
     "cluster_operations",

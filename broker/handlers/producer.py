@@ -21,8 +21,8 @@ import structlog
 from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import ApiKey, response_class
 
-from ..authorization import authorize
-from ..authorized_ops import CLUSTER_NAME, AclOperation, ResourceType, authorize_by_resource_type
+from ..authorization import authorize_by_resource_type
+from ..authorized_ops import CLUSTER_NAME, AclOperation, ResourceType, allowed_quietly
 from ..request_context import RequestContext
 from ..services import BrokerServices
 
@@ -63,6 +63,6 @@ async def init_producer_id(services: BrokerServices, ctx: RequestContext, req: A
 def _may_write_idempotently(ctx: RequestContext) -> bool:
     """KIP-679: IDEMPOTENT_WRITE on the cluster, or WRITE on at least one topic (Kafka's authorizeByResourceType), as
     an idempotent producer writes only where it may anyway."""
-    return authorize_by_resource_type(ctx, AclOperation.WRITE, ResourceType.TOPIC) or authorize(
+    return allowed_quietly(
         ctx, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME
-    )
+    ) or authorize_by_resource_type(ctx, AclOperation.WRITE, ResourceType.TOPIC)

@@ -1,6 +1,6 @@
-"""broker.authorized_ops beyond single decisions: Kafka's authorizeByResourceType (InitProducerId's KIP-679 rule),
-the cluster's authorized operations, quiet checks; and the forwarded-request marker that carries the client's
-principal to the controller (broker.apis.act_for_forwarded_client trusts it only from a broker)."""
+"""Authorization beyond single decisions: Kafka's authorizeByResourceType (InitProducerId's KIP-679 rule) against
+Kafka's cases, the cluster's authorized operations, quiet checks; and the forwarded-request marker that carries the
+client's principal to the controller (broker.apis.act_for_forwarded_client trusts it only from a broker)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from strata.broker.apis import act_for_forwarded_client
-from strata.broker.authorized_ops import allowed_quietly, authorize_by_resource_type, cluster_operations
+from strata.broker.authorization import authorize_by_resource_type
+from strata.broker.authorized_ops import allowed_quietly, cluster_operations
 from strata.broker.cluster.forwarding import forwarded_client_id, forwarded_identity, forwarding_broker_id
 from strata.broker.metrics import BrokerMetrics
 from strata.broker.request_context import KafkaPrincipal, RequestContext
@@ -72,6 +73,8 @@ BY_TYPE_CASES = [
     ("literal DENY does not cover a prefixed ALLOW", [acl("t", PT.PREFIXED), acl("t", permission=DENY)], True),
     ("wildcard DENY", [acl("t"), acl("*", permission=DENY)], False),
     ("wildcard ALLOW", [acl("*")], True),
+    ("wildcard ALLOW, then a wildcard DENY", [acl("*"), acl("*", permission=DENY)], False),
+    ("wildcard DENY, then a wildcard ALLOW", [acl("*", permission=DENY), acl("*")], False),
     ("one ALLOW of two survives the DENY", [acl("a"), acl("b"), acl("a", permission=DENY)], True),
     ("a GROUP ALLOW is another type", [acl("t", rtype=RT.GROUP)], False),
 ]
