@@ -609,3 +609,23 @@ def test_confluent_consumer_sees_group_and_topic_authorization_failed(env: Env) 
     assert group_err is not None and group_err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED, group_err
     topic_err = _consumer_error({**env.client_conf("alice"), "group.id": "alice-cg"}, "alice-denied")
     assert topic_err is not None and topic_err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, topic_err
+
+
+def test_kafka_python_producer_sees_topic_authorization_failed(env: Env) -> None:
+    from kafka import KafkaProducer
+    from kafka.errors import TopicAuthorizationFailedError
+
+    prod = KafkaProducer(
+        bootstrap_servers=env.bootstrap(),
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="PLAIN",
+        sasl_plain_username="alice",
+        sasl_plain_password=USERS["alice"],
+        max_block_ms=10000,
+    )
+    try:
+        with pytest.raises(TopicAuthorizationFailedError):
+            prod.send("secret", b"x").get(timeout=10)
+        assert prod.send("alice-rw", b"x").get(timeout=10).topic == "alice-rw"
+    finally:
+        prod.close(timeout=5)
