@@ -73,23 +73,22 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
         refused = {w for w in wanted if w[0] is not None and w[0] not in describable}
 
     auto = allow_auto and services.config["auto.create.topics.enable"] and req.topics is not None
+    to_create: list[str] = []
     if auto:
-        missing_names = [n for n, tid in wanted if n is not None and (n, tid) not in refused and store.topic(n) is None]
-        if missing_names and not allowed_quietly(ctx, AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME):
-            creatable = filter_authorized(ctx, AclOperation.CREATE, ResourceType.TOPIC, missing_names)
-            refused.update((n, None) for n in missing_names if n not in creatable)
+        to_create = [n for n, tid in wanted if n is not None and (n, tid) not in refused and store.topic(n) is None]
+        if to_create and not allowed_quietly(ctx, AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME):
+            creatable = filter_authorized(ctx, AclOperation.CREATE, ResourceType.TOPIC, to_create)
+            refused.update((n, None) for n in to_create if n not in creatable)
+            to_create = [n for n in to_create if n in creatable]
         # Kafka creates a Metadata request's unknown topics in one CreateTopics to its controller, which refuses a
         # batch of more than MAX_RECORDS_PER_USER_OP records; the topics are then answered as being created.
-        missing = sum(1 for w in wanted if w[0] is not None and w not in refused and store.topic(w[0]) is None)
-        if missing * (1 + services.config["num.partitions"]) > MAX_RECORDS_PER_USER_OP:
-            log.warning("not auto-creating the topics of a Metadata request: " + TOO_LARGE, topics=missing)
+        if len(to_create) * (1 + services.config["num.partitions"]) > MAX_RECORDS_PER_USER_OP:
+            log.warning("not auto-creating the topics of a Metadata request: " + TOO_LARGE, topics=len(to_create))
             auto = False
             too_many = True
     created: dict[str, TopicInfo | KafkaApiError | None] = {}
     if auto:
-        created = await _auto_create(
-            services, [n for n, tid in wanted if n is not None and (n, tid) not in refused and store.topic(n) is None]
-        )
+        created = await _auto_create(services, to_create)
     live = store.brokers()
     topics = []
     work = 0  # topics and partitions answered since the last yield
