@@ -54,16 +54,25 @@ async def find_coordinator(services: BrokerServices, ctx: RequestContext, req: A
     coord = services.group_coordinator
     store = services.store
 
-    if req_key_type(req, v) == KEY_TYPE_GROUP and coord.active:
+    # Finding a coordinator needs DESCRIBE on the group (on the transactional id for a transaction coordinator), as
+    # in Kafka, which creates the offsets topic only for an allowed group key
+    key_type = req_key_type(req, v)
+    keys = list(req.coordinator_keys or []) if v >= 4 else [req.key]
+    refused: tuple[ErrorCode, str] | None = None
+    allowed = set(keys)
+    if key_type == KEY_TYPE_GROUP:
+        allowed = filter_authorized(ctx, Op.DESCRIBE, ResourceType.GROUP, keys)
+        refused = (E.GROUP_AUTHORIZATION_FAILED, _GROUP_AUTH_FAILED)
+    elif key_type == KEY_TYPE_TRANSACTION:
+        allowed = filter_authorized(ctx, Op.DESCRIBE, ResourceType.TRANSACTIONAL_ID, keys)
+        refused = (E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, _TXN_AUTH_FAILED)
+    if key_type == KEY_TYPE_GROUP and coord.active and allowed:
         await coord.ensure_offsets_topic()  # Kafka creates the offsets topic on the first FindCoordinator
 
     def answer(key: str, key_type: int) -> tuple[ErrorCode, str | None, int, str, int]:
-        """The coordinator of a group is the leader of its __consumer_offsets partition. Finding it needs DESCRIBE on
-        the group (on the transactional id for a transaction coordinator), as in Kafka."""
-        if key_type == KEY_TYPE_GROUP and not _group_allowed(ctx, Op.DESCRIBE, key):
-            return E.GROUP_AUTHORIZATION_FAILED, _GROUP_AUTH_FAILED, -1, "", -1
-        if key_type == KEY_TYPE_TRANSACTION and not authorize(ctx, Op.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
-            return E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, _TXN_AUTH_FAILED, -1, "", -1
+        """The coordinator of a group is the leader of its __consumer_offsets partition."""
+        if refused is not None and key not in allowed:
+            return refused[0], refused[1], -1, "", -1
         if key_type == KEY_TYPE_GROUP:
             if not coord.active or not coord.offsets_topic_exists():
                 return E.COORDINATOR_NOT_AVAILABLE, "The coordinator is not available.", -1, "", -1
@@ -84,12 +93,12 @@ async def find_coordinator(services: BrokerServices, ctx: RequestContext, req: A
     if v >= 4:
         coords = []
         for key in req.coordinator_keys or []:
-            err, msg, node, host, port = answer(key, req.key_type)
+            err, msg, node, host, port = answer(key, key_type)
             coords.append(
                 Resp.Coordinator(key=key, node_id=node, host=host, port=port, error_code=err, error_message=msg)
             )
         return Resp(version=v, throttle_time_ms=0, coordinators=coords)
-    err, msg, node, host, port = answer(req.key, req.key_type if v >= 1 else KEY_TYPE_GROUP)
+    err, msg, node, host, port = answer(req.key, key_type)
     return Resp(
         version=v,
         throttle_time_ms=0,
