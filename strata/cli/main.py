@@ -28,6 +28,7 @@ from . import (
     log_dirs,
     pipeline,
     producer_perf_test,
+    quotas,
     reassign_partitions,
     remote_log_metadata,
     serve,
@@ -42,6 +43,7 @@ COMMANDS: tuple[Command, ...] = (
     topics,
     configs,
     users,
+    quotas,
     dump_log,
     groups,
     remote_log_metadata,
@@ -62,7 +64,7 @@ COMMANDS: tuple[Command, ...] = (
 USAGE = (
     "{serve,topics,configs,groups,dump-log,remote-log-metadata,pipeline,console-producer,console-consumer,"
     "get-offsets,delete-records,log-dirs,broker-api-versions,reassign-partitions,leader-election,"
-    "producer-perf-test,consumer-perf-test,users}"
+    "producer-perf-test,consumer-perf-test,users,quotas}"
 )
 
 
