@@ -230,6 +230,7 @@ class KafkaApis:
             conn.principal,
             self.authorizer,
             conn.sasl,
+            self.metrics,
         )
         fwd = self.services.controller_channel
         if fwd is not None and fwd.should_forward(hdr.api_key, ctx.client_id, req):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from .metrics import BrokerMetrics
     from .security.sasl import SaslAuthenticator
 
 
@@ -52,6 +53,7 @@ class RequestContext:
     sasl: SaslAuthenticator | None = (
         None  # the connection's SASL state on a SASL listener (SaslHandshake/-Authenticate)
     )
+    metrics: BrokerMetrics | None = None  # where broker.authorization counts denials
 
 
 __all__ = ["ANONYMOUS", "Authorizer", "KafkaPrincipal", "RequestContext"]
