@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from strata.protocol.acl import CLUSTER_NAME, AclOperation, ResourceType
 from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import ApiKey, response_class
 
-from ..authorized_ops import CLUSTER_NAME, AclOperation, ResourceType, client_host
+from ..authorization import authorize
 from ..request_context import RequestContext
 from ..security.client_quotas import (
     QuotaEntity,
@@ -29,12 +30,7 @@ _CLUSTER_AUTH_FAILED = "Cluster authorization failed."  # Kafka's Errors.CLUSTER
 
 
 def _authorized(ctx: RequestContext, operation: AclOperation) -> bool:
-    authorizer = ctx.authorizer
-    if authorizer is None:
-        return True
-    return authorizer.authorize(
-        ctx.principal, client_host(ctx), int(operation), int(ResourceType.CLUSTER), CLUSTER_NAME
-    )
+    return authorize(ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME)
 
 
 async def describe_client_quotas(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
