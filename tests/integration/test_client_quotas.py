@@ -6,15 +6,21 @@ it, the connection muted), and an alter on one broker of an etcd cluster enforce
 from __future__ import annotations
 
 import json
+import time
+import urllib.request
 
 import pytest
+from confluent_kafka import Producer
+from prometheus_client.parser import text_string_to_metric_families
 
 from strata.cli.admin_client import AdminClient
 from strata.cli.quotas import alter_client_quotas, describe_client_quotas
 from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import REQUEST_CLASSES, ApiKey
+from tests.support import ck
 from tests.support.broker_proc import StrataBroker
 from tests.support.cli_run import fails, ok, strata
+from tests.support.kafka_wire import WireClient, build_batch, decode_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -152,3 +158,115 @@ def test_cli_set_and_describe(broker) -> None:
     err = fails(strata("quotas", "set", "--bootstrap-server", bs, "--user", "alice", "--add-config",
                        "producer_byte_rate=0.5"))  # fmt: skip
     assert "INVALID_REQUEST: producer_byte_rate cannot be a fractional value." in err
+
+
+# ---- enforcement ------------------------------------------------------------------------------------------------
+
+QUOTA = 100_000  # bytes/s; with 11 windows of 1 s, a client may burst 10 windows' worth (1 MB) unthrottled
+CHUNK = 300_000
+
+
+def _set_client_quota(bs: str, client_id: str, key: str, value: float) -> None:
+    assert _alter(bs, ([(C, client_id)], [(key, value)])) == [(0, None)]
+
+
+def _scrape(b: StrataBroker) -> dict[tuple[str, tuple], float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{b.metrics_port}/metrics", timeout=5).read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
+
+
+def _produce_until_throttled(w: WireClient, topic: str, version: int) -> tuple[int, float]:
+    """Produce CHUNK-byte batches until the broker answers with a throttle time; (throttle ms, answer's seconds)."""
+    batch = build_batch([(None, b"x" * CHUNK, [])])
+    for _ in range(10):
+        started = time.monotonic()
+        resp = w.produce(topic, 0, batch, version=version)
+        took = time.monotonic() - started
+        assert resp.responses[0].partition_responses[0].error_code == 0
+        if resp.throttle_time_ms > 0:
+            return resp.throttle_time_ms, took
+    raise AssertionError("never throttled")
+
+
+def test_producer_over_quota_is_told_and_muted(module_broker: StrataBroker) -> None:
+    bs = module_broker.bootstrap
+    _set_client_quota(bs, "raw-producer", "producer_byte_rate", QUOTA)
+    before = _scrape(module_broker)
+    with WireClient.connect(bs, client_id="raw-producer", timeout=30) as w:
+        assert w.create_topic("quota-produce").topics[0].error_code == 0
+        throttle_ms, took = _produce_until_throttled(w, "quota-produce", version=7)
+        # 4 x 300 kB over the 10 s floor of the window: (120 kB/s - 100 kB/s) / 100 kB/s x 10 s = 2 s
+        assert 1000 <= throttle_ms <= 4000, throttle_ms
+        assert took < throttle_ms / 1000  # v7 (KIP-219): answered at once ...
+        started = time.monotonic()
+        w.api_versions(0)
+        assert time.monotonic() - started >= throttle_ms / 1000 * 0.9  # ... and nothing more read until it passed
+    produce = ("strata_client_quota_throttle_time_seconds_count", (("quota_type", "produce"),))
+    assert _scrape(module_broker)[produce] > before.get(produce, 0)
+    # another client id has no quota: never throttled
+    with WireClient.connect(bs, client_id="free-producer", timeout=30) as w:
+        batch = build_batch([(None, b"x" * CHUNK, [])])
+        assert all(w.produce("quota-produce", 0, batch).throttle_time_ms == 0 for _ in range(5))
+
+
+def test_old_produce_version_gets_its_answer_after_the_throttle(module_broker: StrataBroker) -> None:
+    bs = module_broker.bootstrap
+    _set_client_quota(bs, "raw-producer-v5", "producer_byte_rate", QUOTA)
+    with WireClient.connect(bs, client_id="raw-producer-v5", timeout=30) as w:
+        w.create_topic("quota-produce-v5")
+        throttle_ms, took = _produce_until_throttled(w, "quota-produce-v5", version=5)
+        assert took >= throttle_ms / 1000 * 0.9  # Produce v5 predates KIP-219: the broker holds the answer back
+        started = time.monotonic()
+        w.api_versions(0)
+        assert time.monotonic() - started < throttle_ms / 1000  # and does not mute the connection after it
+
+
+def test_consumer_over_quota_gets_an_empty_throttled_fetch(module_broker: StrataBroker) -> None:
+    bs = module_broker.bootstrap
+    with WireClient.connect(bs, client_id="loader", timeout=30) as w:
+        w.create_topic("quota-fetch")
+        for _ in range(4):  # 1.2 MB
+            w.produce("quota-fetch", 0, build_batch([(None, b"y" * CHUNK, [])]))
+    _set_client_quota(bs, "raw-consumer", "consumer_byte_rate", QUOTA)
+    with WireClient.connect(bs, client_id="raw-consumer", timeout=30) as w:
+        first = w.fetch("quota-fetch", 0, 0, max_bytes=50 << 20)
+        records = first.responses[0].partitions[0].records
+        # capped to one quota window (1 MB, Kafka's getMaxValueInQuotaWindow) though 50 MB were asked: 3 batches
+        assert first.throttle_time_ms == 0 and 3 * CHUNK < len(records) < 4 * CHUNK
+        last = decode_records(records)[-1].offset
+        second = w.fetch("quota-fetch", 0, last + 1, max_bytes=50 << 20)
+        assert second.throttle_time_ms > 0 and second.responses == []  # no records while throttled
+        started = time.monotonic()
+        w.api_versions(0)
+        assert time.monotonic() - started >= second.throttle_time_ms / 1000 * 0.9
+
+
+def test_confluent_producer_sees_throttle_events(module_broker: StrataBroker) -> None:
+    bs = module_broker.bootstrap
+    _set_client_quota(bs, "ck-throttled", "producer_byte_rate", QUOTA)
+    ck.create_topic(bs, "quota-ck", 1)
+    throttles: list[int] = []
+    p = Producer(
+        {
+            "bootstrap.servers": bs,
+            "client.id": "ck-throttled",
+            "linger.ms": 5,
+            "throttle_cb": lambda ev: throttles.append(ev.throttle_time),
+            **ck.QUIET,
+        }
+    )
+    value = b"z" * 50_000
+    deadline = time.monotonic() + 60
+    while not throttles and time.monotonic() < deadline:
+        try:
+            p.produce("quota-ck", value)
+        except BufferError:
+            pass
+        p.poll(0.05)
+    p.purge()
+    p.flush(1)
+    assert throttles and max(throttles) > 0  # librdkafka's throttle event: the broker's throttle_time_ms (in s)
