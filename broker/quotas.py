@@ -153,14 +153,16 @@ class ClientQuotas:
             buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
             registry=metrics.registry,
         )
-        self._reload()
+        self.load()
         store.add_listener(self._on_change)
 
     def _on_change(self, kind: str, key: object) -> None:
         if kind == "quota":
-            self._reload()
+            self.load()
 
-    def _reload(self) -> None:
+    def load(self) -> None:
+        """Take every entity's values from the store (again once an etcd store has read its first image, which
+        notifies no listener)."""
         configs = self.store.client_quotas()
         for manager in (self.produce, self.fetch, self.request):
             manager.update_configs(configs)

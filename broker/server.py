@@ -320,6 +320,7 @@ class KafkaServer:
                 ) from None
             self.me = self._bound_identity()  # registered below with the ports actually bound
             self.dynamic_config.load()
+            self.apis.quotas.load()  # client quotas of the first image (which notifies no listener)
             self._write_meta_properties()
             from .group.records import OFFSETS_TOPIC
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
@@ -20,7 +21,9 @@ from strata.protocol.registry import REQUEST_CLASSES, ApiKey
 from tests.support import ck
 from tests.support.broker_proc import StrataBroker
 from tests.support.cli_run import fails, ok, strata
+from tests.support.etcd_proc import etcd_binary
 from tests.support.kafka_wire import WireClient, build_batch, decode_records
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -270,3 +273,37 @@ def test_confluent_producer_sees_throttle_events(module_broker: StrataBroker) ->
     p.purge()
     p.flush(1)
     assert throttles and max(throttles) > 0  # librdkafka's throttle event: the broker's throttle_time_ms (in s)
+
+
+def test_cluster_alter_on_one_broker_is_enforced_by_another(tmp_path: Path) -> None:
+    if etcd_binary() is None:
+        pytest.skip("etcd not installed")
+    from tests.support.cluster_proc import StrataCluster
+
+    with StrataCluster(tmp_path, size=2) as cluster:
+        one, two = cluster.brokers[1], cluster.brokers[2]
+        with AdminClient(two.bootstrap) as probe:  # connected beforehand: the wait measures the watch only
+            assert _alter(one.bootstrap, ([(C, "cluster-producer")], [("producer_byte_rate", QUOTA)])) == [(0, None)]
+            t0 = time.monotonic()
+            wait_until(
+                lambda: describe_client_quotas(probe, [(C, EXACT, "cluster-producer")], False) != [],
+                5,
+                message="seen by the other broker",
+            )
+            assert time.monotonic() - t0 < 1.0  # the etcd watch brings it within a second
+        with WireClient.connect(two.bootstrap, client_id="loader", timeout=30) as w:
+            assert w.create_topic("quota-cluster", partitions=2).topics[0].error_code == 0
+            md = wait_until(lambda: (m := w.metadata(["quota-cluster"])) and all(
+                p.leader_id >= 0 for p in m.topics[0].partitions) and m, 30)  # fmt: skip
+            led_by_two = next(p.partition_index for p in md.topics[0].partitions if p.leader_id == 2)
+        cluster.restart(2)  # the quota comes back from etcd
+        with WireClient.connect(two.bootstrap, client_id="cluster-producer", timeout=30) as w:
+            batch = build_batch([(None, b"x" * CHUNK, [])])
+            throttles = []
+            for _ in range(10):
+                resp = wait_until(lambda: (r := w.produce("quota-cluster", led_by_two, batch)) and (
+                    r.responses[0].partition_responses[0].error_code == 0) and r, 30)  # fmt: skip
+                throttles.append(resp.throttle_time_ms)
+                if resp.throttle_time_ms:
+                    break
+            assert throttles[-1] > 0 and len(throttles) <= 5
