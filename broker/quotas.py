@@ -4,8 +4,11 @@
 as Kafka caps `fetchMaxBytes`) and after (record the usage, compute the throttle time, put it in the response).
 As Kafka does, the answer leaves at once with `throttle_time_ms` set and the connection is then muted for that
 time (KIP-219): the next request is not read before. Responses of versions older than the client-side throttling of
-KIP-219 (Produce < v6, Fetch < v8, ...) are held back for the throttle time instead. A throttled consumer Fetch
-answers no records and its bytes are not counted (Kafka's "unrecord").
+KIP-219 (Produce < v6, Fetch < v8, ...) are held back for the throttle time instead. A consumer Fetch of a client
+that was over its quota before it (it did not wait out its throttle: another connection, an old client) or is over
+its request quota answers no records, and its bytes are not counted (Kafka's "unrecord"); one that this fetch takes
+over the quota gets its records and the throttle time (Kafka empties that one too, but with fetches capped to one
+window's worth a first batch larger than that would then never be delivered).
 
 What counts: Produce records the request's size against `producer_byte_rate`, a consumer Fetch its records' size
 against `consumer_byte_rate`, and every request (but an acks=0 Produce) the time its handler ran on the event loop,
@@ -176,8 +179,8 @@ class ClientQuotas:
         return self.request.enabled and not _exempt(api_key, ctx, req)
 
     def before(self, api_key: int, ctx: RequestContext, req: Any) -> None:
-        """A consumer's Fetch asks at most what its quota window allows (Kafka's cap on fetchMaxBytes), so a
-        big fetch is not certain to be throttled; the first batch of a partition still comes whole (KIP-74)."""
+        """A consumer's Fetch asks at most what an idle client may fetch unthrottled (Kafka's cap on
+        fetchMaxBytes); the first batch of a partition still comes whole (KIP-74)."""
         if api_key != ApiKey.FETCH or not self.fetch.enabled or _is_follower_fetch(api_key, req):
             return
         cap = self.fetch.max_value_in_window(ctx.principal.name, ctx.client_id or "")
@@ -185,8 +188,8 @@ class ClientQuotas:
             req.max_bytes = max(int(cap), 1)
 
     def after(self, api_key: int, ctx: RequestContext, req: Any, resp: Any, request_bytes: int, loop_ns: int) -> int:
-        """Record the request's usage; the throttle time in ms (0: none), already set in the response. A throttled
-        consumer Fetch loses its records (the client fetches them again after the throttle)."""
+        """Record the request's usage; the throttle time in ms (0: none), already set in the response. A consumer
+        Fetch of a client already over quota loses its records (it fetches them again after the throttle)."""
         if _exempt(api_key, ctx, req):
             return 0
         user, client_id = ctx.principal.name, ctx.client_id or ""
@@ -199,8 +202,9 @@ class ClientQuotas:
             bytes_ms, kind = self.produce.record_and_throttle_ms(user, client_id, request_bytes, now), "produce"
         elif api_key == ApiKey.FETCH and self.fetch.enabled and resp is not None:
             size = fetch_response_bytes(resp)
+            over_before = self.fetch.throttle_ms(user, client_id, now) > 0
             bytes_ms, kind = self.fetch.record_and_throttle_ms(user, client_id, size, now), "fetch"
-            if max(bytes_ms, request_ms) > 0:
+            if request_ms > 0 or (bytes_ms > 0 and over_before):
                 self.fetch.unrecord(user, client_id, size, now)
                 resp.responses = []  # Kafka's throttled fetch response: no partitions
                 if hasattr(resp, "node_endpoints"):

@@ -58,55 +58,64 @@ def test_sensor_keys_follow_the_entity() -> None:
 
 
 def test_throttle_time_is_kafkas_excess_over_the_quota() -> None:
-    m = manager(u=1000)  # 11 windows of 1 s: the rate divides by at least 10 s
+    m = manager(u=1000)  # 11 windows of 1 s; the rate divides by at least one window
     t0 = 100.0
-    assert m.record_and_throttle_ms("alice", "a", 5000, now=t0) == 0  # 5,000 / 10 s = 500 B/s: a burst is allowed
-    # 15,000 bytes in 0.5 s, over a span of 10.5 s: (15000 / 10.5 - 1000) / 1000 * 10.5 s = 4.5 s
-    assert m.record_and_throttle_ms("alice", "b", 10000, now=t0 + 0.5) == 4500
+    assert m.record_and_throttle_ms("alice", "a", 1000, now=t0) == 0  # one window's worth: within quota
+    # 5,000 bytes within 0.5 s, over a span of 1.5 s (Kafka adds the missing whole window to the elapsed time):
+    # (5000 / 1.5 - 1000) / 1000 * 1.5 s = 3.5 s
+    assert m.record_and_throttle_ms("alice", "b", 4000, now=t0 + 0.5) == 3500
     # the other client of the same user shares the sensor; another user is unaffected
-    assert m.record_and_throttle_ms("alice", "c", 0, now=t0 + 0.5) == 4500
+    assert m.throttle_ms("alice", "c", now=t0 + 0.5) == 3500
     assert m.record_and_throttle_ms("bob", "c", 10**6, now=t0 + 0.5) == 0
-    # as in Kafka, the span stays at its floor of 10 s for the first 10 s, so the burst is paid for until then
-    assert m.record_and_throttle_ms("alice", "a", 0, now=t0 + 5.0) == 5000
-    assert m.record_and_throttle_ms("alice", "a", 0, now=t0 + 10.5) == 4500
-    assert m.record_and_throttle_ms("alice", "a", 0, now=t0 + 15.0) == 0  # 15,000 B over 15 s
+    # waiting out the throttle time brings the rate back to the quota: 5,000 B over 5 s
+    assert m.throttle_ms("alice", "a", now=t0 + 4.9) > 0
+    assert m.throttle_ms("alice", "a", now=t0 + 5.0) == 0
 
 
-def test_window_span_and_expiry() -> None:
-    r = SampledRate(11, 1.0)
+def test_kafkas_floor_of_n_minus_one_windows() -> None:
+    r = SampledRate(11, 1.0)  # Kafka's Rate: at least 10 windows
     r.record(100, 0.0)
-    assert r.window_span(0.0) == 10.0  # N - 1 windows at least
+    assert r.window_span(0.0) == 10.0
     r.record(100, 10.5)
     assert r.window_span(10.5) == 10.5  # the first sample is kept (its last event is < 11 windows old)
     assert r.measure(10.5) == 200 / 10.5
     assert r.measure(11.0) == 100 / 10.5  # now it has expired: only the second counts, from its start
     assert r.measure(30.0) == 0.0  # nothing recorded for 11 windows: every sample expired
+    assert SampledRate(11, 1.0, floor_windows=1).window_span(0.0) == 1.0
 
 
-def test_steady_state_rate_converges_to_the_quota() -> None:
-    """A client that sends as soon as its throttle time ends gets the quota, not more (a simulated clock)."""
-    m = manager(u=10_000)
-    now, sent = 0.0, 0
-    while now < 120.0:
-        sent += 4000
-        now += 0.001 + m.record_and_throttle_ms("alice", "a", 4000, now=now) / 1000
-    burst = 10_000 * 10  # what the first windows let through unthrottled
-    assert abs((sent - burst) / now - 10_000) / 10_000 < 0.02
+def _achieved(m: ClientQuotaManager, size: int, duration: float) -> list[tuple[float, int]]:
+    """A client that sends `size` bytes as soon as its throttle ends, on a simulated clock: (time, bytes) sent."""
+    now, sent = 0.0, []
+    while now < duration:
+        sent.append((now, size))
+        now += 0.002 + m.record_and_throttle_ms("alice", "a", size, now=now) / 1000
+    return sent
+
+
+def test_steady_rate_stays_at_the_quota_without_bursts() -> None:
+    """Over any 20 s the client gets the quota within a few %: no burst of ten windows' worth at the start, none
+    every ~11 s after it (what Kafka's floor of N - 1 windows produces)."""
+    quota = 4 << 20
+    sent = _achieved(manager(u=quota), 1 << 20, 120.0)
+    for start in range(0, 100, 3):
+        got = sum(n for t, n in sent if start <= t < start + 20) / 20
+        assert abs(got / quota - 1) < 0.05, (start, got / quota)
 
 
 def test_unrecord_and_max_value_in_window() -> None:
     m = manager(u=1000)
     assert m.record_and_throttle_ms("alice", "a", 20000, now=1.0) > 0
     m.unrecord("alice", "a", 20000, now=1.0)
-    assert m.record_and_throttle_ms("alice", "a", 0, now=1.0) == 0
-    assert m.max_value_in_window("alice", "a") == 1000 * 10
+    assert m.throttle_ms("alice", "a", now=1.0) == 0
+    assert m.max_value_in_window("alice", "a") == 1000  # one window's worth
     assert manager().max_value_in_window("alice", "a") is None
 
 
 def test_request_quota_throttle_is_bounded() -> None:
     m = ClientQuotaManager(REQUEST_PERCENTAGE, max_throttle_ms=1000)
     m.update_configs({QuotaEntity("", DEFAULT): {REQUEST_PERCENTAGE: 1.0}})
-    assert m.record_and_throttle_ms("u", "c", 500.0, now=0.0) == 1000  # 50 %-seconds over 10 s: 5 % > 1 %
+    assert m.record_and_throttle_ms("u", "c", 50.0, now=0.0) == 1000  # 50 %-seconds in 1 s: 50 % > 1 %
 
 
 def test_new_configs_replace_the_old_at_once() -> None:
