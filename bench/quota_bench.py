@@ -169,11 +169,10 @@ def measure(seconds: float, mib_per_s: float) -> dict[str, Any]:
             consumer = consume(b.bootstrap, seconds)
         finally:
             b.stop()
-    out = {"quota_bytes_per_s": quota, "seconds": seconds, "producer": producer, "consumer": consumer}
-    for side in ("producer", "consumer"):
-        out[side]["ratio"] = out[side]["rate"] / quota
-        out[side]["within_aim"] = abs(out[side]["ratio"] - 1) <= AIM
-    return out
+    for side in (producer, consumer):
+        side["ratio"] = side["rate"] / quota
+        side["within_aim"] = abs(side["ratio"] - 1) <= AIM
+    return {"quota_bytes_per_s": quota, "seconds": seconds, "producer": producer, "consumer": consumer}
 
 
 def table(r: dict[str, Any]) -> str:

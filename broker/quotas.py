@@ -147,6 +147,7 @@ class ClientQuotas:
         # Kafka bounds a request-quota throttle to one window
         self.request = ClientQuotaManager(REQUEST_PERCENTAGE, num, size, max_throttle_ms=int(size * 1000))
         self.store = store
+        self._load_pending = False
         # kafka.server:type={Produce,Fetch,Request},user=*,client-id=* throttle-time, by quota type only: user names
         # and client ids are unbounded label values
         self.throttle_time = Histogram(
@@ -160,12 +161,22 @@ class ClientQuotas:
         store.add_listener(self._on_change)
 
     def _on_change(self, kind: str, key: object) -> None:
-        if kind == "quota":
+        """A change of many entities notifies once per entity: reload once, after the change (at the loop's next
+        turn), not once per entity."""
+        if kind != "quota" or self._load_pending:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (a store used outside the broker): at once
             self.load()
+            return
+        self._load_pending = True
+        loop.call_soon(self.load)
 
     def load(self) -> None:
         """Take every entity's values from the store (again once an etcd store has read its first image, which
         notifies no listener)."""
+        self._load_pending = False
         configs = self.store.client_quotas()
         for manager in (self.produce, self.fetch, self.request):
             manager.update_configs(configs)

@@ -16,6 +16,7 @@ from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import ApiKey, response_class
 
 from ..authorization import authorize
+from ..replica_manager import pace
 from ..request_context import RequestContext
 from ..security.client_quotas import (
     QuotaEntity,
@@ -25,8 +26,12 @@ from ..security.client_quotas import (
     parse_filter,
 )
 from ..services import BrokerServices
+from .admin import MAX_RECORDS_PER_USER_OP
 
 _CLUSTER_AUTH_FAILED = "Cluster authorization failed."  # Kafka's Errors.CLUSTER_AUTHORIZATION_FAILED message
+# Kafka's controller writes one record per changed key and refuses an operation of more than
+# MAX_RECORDS_PER_USER_OP of them as a whole (PolicyViolationException; the response carries Errors' message)
+_POLICY_VIOLATION = "Request parameters do not satisfy the configured policy."
 
 
 def _authorized(ctx: RequestContext, operation: AclOperation) -> bool:
@@ -47,7 +52,10 @@ async def describe_client_quotas(services: BrokerServices, ctx: RequestContext, 
     except QuotaRequestError as e:
         return error(e.code, str(e))
     entries = []
-    for entity, values in sorted(services.store.client_quotas().items(), key=lambda kv: kv[0].store_key()):
+    for n, (entity, values) in enumerate(
+        sorted(services.store.client_quotas().items(), key=lambda kv: kv[0].store_key())
+    ):
+        await pace(n)
         if not flt.matches(entity):
             continue
         entries.append(
@@ -73,7 +81,8 @@ async def alter_client_quotas(services: BrokerServices, ctx: RequestContext, req
     results: list[Any] = []
     changes: dict[QuotaEntity, dict[str, float | None]] = {}
     first: dict[QuotaEntity, int] = {}  # entity -> index of its first result
-    for entry in req.entries:
+    for n, entry in enumerate(req.entries):
+        await pace(n)
         try:
             entity = entity_from_wire((e.entity_type, e.entity_name) for e in entry.entity)
             if entity in first:
@@ -99,6 +108,21 @@ async def alter_client_quotas(services: BrokerServices, ctx: RequestContext, req
             continue
         changes[entity] = ops
         results.append(result(entry, ErrorCode.NONE, None))
+    if _records(services, changes) > MAX_RECORDS_PER_USER_OP:
+        for n, r in enumerate(results):  # one result per entry already: every one refused
+            await pace(n)
+            r.error_code, r.error_message = ErrorCode.POLICY_VIOLATION, _POLICY_VIOLATION
+        return Resp(version=ctx.api_version, throttle_time_ms=0, entries=results)
     if changes and not req.validate_only:
         await services.store.alter_client_quotas(changes)
     return Resp(version=ctx.api_version, throttle_time_ms=0, entries=results)
+
+
+def _records(services: BrokerServices, changes: dict[QuotaEntity, dict[str, float | None]]) -> int:
+    """The ClientQuotaRecords Kafka's controller would write: one per key whose value changes."""
+    stored = services.store.client_quotas()
+    n = 0
+    for entity, ops in changes.items():
+        current = stored.get(entity, {})
+        n += sum(1 for k, v in ops.items() if (k in current if v is None else current.get(k) != v))
+    return n

@@ -136,6 +136,15 @@ def test_alter_describe_filters_errors_and_restart(broker_factory) -> None:
     assert {"entity": "users/<default>", "values": {"producer_byte_rate": 4096.0}} in stored
 
 
+def test_an_alter_of_more_than_10000_records_is_refused_whole(module_broker: StrataBroker) -> None:
+    """As Kafka's controller (MAX_RECORDS_PER_USER_OP): POLICY_VIOLATION for every entity, nothing stored."""
+    alterations = [([(C, f"many-{i}")], [("producer_byte_rate", 1000.0)]) for i in range(10_001)]
+    res = _alter(module_broker.bootstrap, *alterations)
+    assert {c for c, _ in res} == {ErrorCode.POLICY_VIOLATION} and len(res) == 10_001
+    assert _describe(module_broker.bootstrap, [(C, EXACT, "many-0")]) == {}
+    assert _alter(module_broker.bootstrap, *alterations[:10_000]) == [(0, None)] * 10_000
+
+
 def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     """`strata ...` run in this process (a subprocess costs a second of imports each)."""
     capsys.readouterr()
@@ -263,6 +272,21 @@ def test_consumer_over_quota_is_throttled_and_then_gets_no_records(module_broker
         assert second.throttle_time_ms > 0 and second.responses == []
         w.api_versions(0)  # the first connection stays muted for its throttle time
         assert time.monotonic() - answered >= first.throttle_time_ms / 1000 * 0.9
+
+
+def test_request_percentage_throttles_by_loop_time(module_broker: StrataBroker) -> None:
+    """A request quota of 0.01 % of a core: a few Metadata requests' handler time exceeds it; the throttle time is
+    bounded to one window (1 s), as Kafka's request quota."""
+    bs = module_broker.bootstrap
+    _set_client_quota(bs, "raw-requests", "request_percentage", 0.01)
+    throttles: list[int] = []
+    with WireClient.connect(bs, client_id="raw-requests", timeout=30) as w:
+        while len(throttles) < 20 and not any(throttles):
+            throttles.append(w.metadata(None, version=8).throttle_time_ms)
+        throttles.append(w.metadata(None, version=8).throttle_time_ms)  # muted first; still over its quota
+    assert throttles[-1] > 0 and all(t <= 1000 for t in throttles), throttles
+    request = ("strata_client_quota_throttle_time_seconds_count", (("quota_type", "request"),))
+    assert _scrape(module_broker).get(request, 0) > 0
 
 
 def test_confluent_producer_sees_throttle_events(module_broker: StrataBroker) -> None:
