@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from strata.cli.quotas import alter_client_quotas, describe_client_quotas
 from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import REQUEST_CLASSES, ApiKey
 from tests.support import ck
-from tests.support.broker_proc import StrataBroker
+from tests.support.broker_proc import StrataBroker, free_port
 from tests.support.cli_run import ok, strata
 from tests.support.etcd_proc import etcd_binary
 from tests.support.kafka_wire import WireClient, build_batch, decode_records
@@ -30,6 +31,36 @@ from tests.support.waiting import wait_until
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 U, C = "user", "client-id"
+PLAIN_JAAS = (
+    'org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="admin-secret" '
+    'user_admin="admin-secret" user_alice="alice-secret" user_bob="bob-secret";'
+)
+
+
+class QuotaBroker(StrataBroker):
+    sasl_port: int  # its SASL_PLAINTEXT listener
+
+
+@pytest.fixture(scope="module")
+def quota_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QuotaBroker]:
+    """One broker for the module: PLAINTEXT (`bootstrap`) and SASL_PLAINTEXT with PLAIN users alice and bob
+    (`sasl_port`), so quotas by user are enforced on authenticated principals."""
+    b = QuotaBroker(tmp_path_factory.mktemp("quotas"), name="quotas")
+    b.sasl_port = free_port()
+    b.overrides.update(
+        {
+            "listeners": f"PLAINTEXT://127.0.0.1:{b.port},SASL_PLAINTEXT://127.0.0.1:{b.sasl_port}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
+        }
+    )
+    b.start()
+    yield b
+    b.stop()
+
+
 EXACT, DEFAULT, SPECIFIED = 0, 1, 2
 
 
@@ -136,13 +167,13 @@ def test_alter_describe_filters_errors_and_restart(broker_factory) -> None:
     assert {"entity": "users/<default>", "values": {"producer_byte_rate": 4096.0}} in stored
 
 
-def test_an_alter_of_more_than_10000_records_is_refused_whole(module_broker: StrataBroker) -> None:
+def test_an_alter_of_more_than_10000_records_is_refused_whole(quota_broker: StrataBroker) -> None:
     """As Kafka's controller (MAX_RECORDS_PER_USER_OP): POLICY_VIOLATION for every entity, nothing stored."""
     alterations = [([(C, f"many-{i}")], [("producer_byte_rate", 1000.0)]) for i in range(10_001)]
-    res = _alter(module_broker.bootstrap, *alterations)
+    res = _alter(quota_broker.bootstrap, *alterations)
     assert {c for c, _ in res} == {ErrorCode.POLICY_VIOLATION} and len(res) == 10_001
-    assert _describe(module_broker.bootstrap, [(C, EXACT, "many-0")]) == {}
-    assert _alter(module_broker.bootstrap, *alterations[:10_000]) == [(0, None)] * 10_000
+    assert _describe(quota_broker.bootstrap, [(C, EXACT, "many-0")]) == {}
+    assert _alter(quota_broker.bootstrap, *alterations[:10_000]) == [(0, None)] * 10_000
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -153,8 +184,8 @@ def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]
     return rc, out.out, out.err
 
 
-def test_cli_set_and_describe(module_broker: StrataBroker, capsys: pytest.CaptureFixture[str]) -> None:
-    bs = module_broker.bootstrap
+def test_cli_set_and_describe(quota_broker: StrataBroker, capsys: pytest.CaptureFixture[str]) -> None:
+    bs = quota_broker.bootstrap
     out = ok(strata("quotas", "set", "--bootstrap-server", bs, "--user", "cli-alice", "--add-config",
                     "producer_byte_rate=1048576,consumer_byte_rate=20000000"))  # fmt: skip
     assert out.strip() == "Completed updating config for user cli-alice."
@@ -217,10 +248,10 @@ def _produce_until_throttled(w: WireClient, topic: str, version: int) -> tuple[i
     raise AssertionError("never throttled")
 
 
-def test_producer_over_quota_is_told_and_muted(module_broker: StrataBroker) -> None:
-    bs = module_broker.bootstrap
+def test_producer_over_quota_is_told_and_muted(quota_broker: StrataBroker) -> None:
+    bs = quota_broker.bootstrap
     _set_client_quota(bs, "raw-producer", "producer_byte_rate", QUOTA)
-    before = _scrape(module_broker)
+    before = _scrape(quota_broker)
     with WireClient.connect(bs, client_id="raw-producer", timeout=30) as w:
         assert w.create_topic("quota-produce").topics[0].error_code == 0
         throttle_ms, took = _produce_until_throttled(w, "quota-produce", version=7)
@@ -231,15 +262,15 @@ def test_producer_over_quota_is_told_and_muted(module_broker: StrataBroker) -> N
         w.api_versions(0)
         assert time.monotonic() - started >= throttle_ms / 1000 * 0.9  # ... and nothing more read until it passed
     produce = ("strata_client_quota_throttle_time_seconds_count", (("quota_type", "produce"),))
-    assert _scrape(module_broker)[produce] > before.get(produce, 0)
+    assert _scrape(quota_broker)[produce] > before.get(produce, 0)
     # another client id has no quota: never throttled
     with WireClient.connect(bs, client_id="free-producer", timeout=30) as w:
         batch = build_batch([(None, b"x" * CHUNK, [])])
         assert all(w.produce("quota-produce", 0, batch).throttle_time_ms == 0 for _ in range(5))
 
 
-def test_old_produce_version_gets_its_answer_after_the_throttle(module_broker: StrataBroker) -> None:
-    bs = module_broker.bootstrap
+def test_old_produce_version_gets_its_answer_after_the_throttle(quota_broker: StrataBroker) -> None:
+    bs = quota_broker.bootstrap
     _set_client_quota(bs, "raw-producer-v5", "producer_byte_rate", QUOTA)
     with WireClient.connect(bs, client_id="raw-producer-v5", timeout=30) as w:
         w.create_topic("quota-produce-v5")
@@ -250,8 +281,8 @@ def test_old_produce_version_gets_its_answer_after_the_throttle(module_broker: S
         assert time.monotonic() - started < throttle_ms / 1000  # and does not mute the connection after it
 
 
-def test_consumer_over_quota_is_throttled_and_then_gets_no_records(module_broker: StrataBroker) -> None:
-    bs = module_broker.bootstrap
+def test_consumer_over_quota_is_throttled_and_then_gets_no_records(quota_broker: StrataBroker) -> None:
+    bs = quota_broker.bootstrap
     with WireClient.connect(bs, client_id="loader", timeout=30) as w:
         w.create_topic("quota-fetch")
         for _ in range(2):
@@ -274,10 +305,10 @@ def test_consumer_over_quota_is_throttled_and_then_gets_no_records(module_broker
         assert time.monotonic() - answered >= first.throttle_time_ms / 1000 * 0.9
 
 
-def test_request_percentage_throttles_by_loop_time(module_broker: StrataBroker) -> None:
+def test_request_percentage_throttles_by_loop_time(quota_broker: StrataBroker) -> None:
     """A request quota of 0.01 % of a core: a few Metadata requests' handler time exceeds it; the throttle time is
     bounded to one window (1 s), as Kafka's request quota."""
-    bs = module_broker.bootstrap
+    bs = quota_broker.bootstrap
     _set_client_quota(bs, "raw-requests", "request_percentage", 0.01)
     throttles: list[int] = []
     with WireClient.connect(bs, client_id="raw-requests", timeout=30) as w:
@@ -286,34 +317,60 @@ def test_request_percentage_throttles_by_loop_time(module_broker: StrataBroker) 
         throttles.append(w.metadata(None, version=8).throttle_time_ms)  # muted first; still over its quota
     assert throttles[-1] > 0 and all(t <= 1000 for t in throttles), throttles
     request = ("strata_client_quota_throttle_time_seconds_count", (("quota_type", "request"),))
-    assert _scrape(module_broker).get(request, 0) > 0
+    assert _scrape(quota_broker).get(request, 0) > 0
 
 
-def test_confluent_producer_sees_throttle_events(module_broker: StrataBroker) -> None:
-    bs = module_broker.bootstrap
-    _set_client_quota(bs, "ck-throttled", "producer_byte_rate", QUOTA)
-    ck.create_topic(bs, "quota-ck", 1)
-    throttles: list[int] = []
-    p = Producer(
+def _sasl_producer(b: QuotaBroker, user: str, throttles: list[float]) -> Producer:
+    return Producer(
         {
-            "bootstrap.servers": bs,
-            "client.id": "ck-throttled",
+            "bootstrap.servers": f"127.0.0.1:{b.sasl_port}",
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": user,
+            "sasl.password": f"{user}-secret",
+            "client.id": "same-app",  # the same client id for both users: the quota is alice's, by user
             "linger.ms": 5,
             "throttle_cb": lambda ev: throttles.append(ev.throttle_time),
             **ck.QUIET,
         }
     )
+
+
+def _produce_for(p: Producer, topic: str, seconds: float, stop: Callable[[], bool] = lambda: False) -> int:
+    """Keep the producer's queue full for `seconds` (or until `stop()`); the bytes acknowledged."""
+    acked = [0]
+
+    def delivered(err: Any, msg: Any) -> None:
+        if err is None:
+            acked[0] += len(msg.value())
+
     value = b"z" * 50_000
-    deadline = time.monotonic() + 60
-    while not throttles and time.monotonic() < deadline:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not stop():
         try:
-            p.produce("quota-ck", value)
+            p.produce(topic, value, on_delivery=delivered)
         except BufferError:
             pass
         p.poll(0.05)
     p.purge()
     p.flush(1)
-    assert throttles and max(throttles) > 0  # librdkafka's throttle event: the broker's throttle_time_ms (in s)
+    return acked[0]
+
+
+def test_user_quota_throttles_that_user_only(quota_broker: QuotaBroker) -> None:
+    """A `/users/alice` producer_byte_rate: alice's confluent-kafka producer sees librdkafka's throttle events
+    (the broker's throttle_time_ms) and gets about her quota; bob, with the same client id, is not throttled."""
+    bs = quota_broker.bootstrap
+    assert _alter(bs, ([(U, "alice")], [("producer_byte_rate", QUOTA)])) == [(0, None)]
+    ck.create_topic(bs, "quota-users", 1)
+    alice_throttles: list[float] = []
+    alice = _sasl_producer(quota_broker, "alice", alice_throttles)
+    assert _produce_for(alice, "quota-users", 30, stop=lambda: bool(alice_throttles)) > 0
+    assert alice_throttles and max(alice_throttles) > 0
+    bob_throttles: list[float] = []
+    bob = _sasl_producer(quota_broker, "bob", bob_throttles)
+    bob_bytes = _produce_for(bob, "quota-users", 2.0)
+    assert bob_throttles == [] and bob_bytes > 4 * QUOTA  # far over alice's quota in 2 s, never throttled
 
 
 def test_cluster_alter_on_one_broker_is_enforced_by_another(tmp_path: Path) -> None:
