@@ -81,6 +81,7 @@ def takes_request_slot(api_key: int, req: Any) -> bool:
 
 def build_handlers() -> dict[int, HandlerFn]:
     from .handlers import (
+        acls,
         admin,
         api_versions,
         client_quotas,
@@ -135,6 +136,9 @@ def build_handlers() -> dict[int, HandlerFn]:
         ApiKey.ALTER_USER_SCRAM_CREDENTIALS: scram_admin.alter_user_scram_credentials,
         ApiKey.DESCRIBE_CLIENT_QUOTAS: client_quotas.describe_client_quotas,
         ApiKey.ALTER_CLIENT_QUOTAS: client_quotas.alter_client_quotas,
+        ApiKey.DESCRIBE_ACLS: acls.describe_acls,
+        ApiKey.CREATE_ACLS: acls.create_acls,
+        ApiKey.DELETE_ACLS: acls.delete_acls,
     }
 
 

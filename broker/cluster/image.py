@@ -12,10 +12,16 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
+import structlog
+
+from strata.protocol.acl import AclBinding
+
 from ..metadata_store import ScramKey, TopicInfo
 from ..security.client_quotas import QuotaEntity
 from ..security.scram import ScramCredential, ScramMechanism
 from .model import BrokerInfo, PartitionState
+
+log = structlog.get_logger("strata.etcd")
 
 Change = tuple[str, object]  # (kind, key) as MetadataStore listeners receive them
 
@@ -44,6 +50,7 @@ class MetadataImage:
     configs: dict[tuple[int, str], dict[str, str]] = field(default_factory=dict)  # configs/<type>/<name>
     scram: dict[ScramKey, ScramCredential] = field(default_factory=dict)  # scram/<mechanism code>/<user>
     quotas: dict[QuotaEntity, dict[str, float]] = field(default_factory=dict)  # quotas/<QuotaEntity.store_key()>
+    acls: dict[str, AclBinding] = field(default_factory=dict)  # acls/<acl_id>
 
     def mod_revision(self, key: str) -> int:
         """The key's mod_revision if it exists in the image, else 0 (etcd's compare value for 'absent')."""
@@ -70,6 +77,8 @@ class MetadataImage:
             return scram_key(rest) in self.scram
         if kind == "quotas":
             return _quota_entity(rest) in self.quotas
+        if kind == "acls":
+            return rest in self.acls
         return key in self.revs
 
     def apply(self, key: str, value: bytes | None, revision: int) -> list[Change]:
@@ -157,6 +166,18 @@ class MetadataImage:
             else:
                 self.quotas[qe] = {str(k): float(v) for k, v in d.items()}
             return [("quota", qe)]
+        if kind == "acls":
+            binding = None
+            if d is not None:
+                try:
+                    binding = AclBinding.from_json(d)
+                except (KeyError, ValueError, TypeError) as e:  # written by a newer version: skipped, not fatal
+                    log.warning("ignoring an ACL this broker cannot read", key=key, error=repr(e))
+            if binding is None:
+                self.acls.pop(rest, None)
+            else:
+                self.acls[rest] = binding
+            return [("acl", rest)]
         return []
 
     @classmethod
@@ -191,6 +212,7 @@ class MetadataImage:
         for qe in set(old.quotas) | set(self.quotas):
             if old.quotas.get(qe) != self.quotas.get(qe):
                 out.append(("quota", qe))
+        out += [("acl", i) for i in sorted(set(old.acls) ^ set(self.acls))]
         if old.controller != self.controller:
             out.append(("controller", self.controller.broker_id if self.controller else -1))
         for name, info in old.deleted_topics.items():
@@ -228,6 +250,10 @@ def config_key(rest: str) -> tuple[int, str]:
 def scram_rel(user: str, mechanism: ScramMechanism) -> str:
     """The key of one credential: `scram/<mechanism code>/<user>` (the user name may hold slashes)."""
     return f"scram/{int(mechanism)}/{user}"
+
+
+def acl_rel(acl_id: str) -> str:
+    return f"acls/{acl_id}"
 
 
 def scram_key(rest: str) -> ScramKey:

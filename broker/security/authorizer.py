@@ -17,8 +17,12 @@ broker decides from the same bindings; lookups are dictionary probes (one per pr
 
 from __future__ import annotations
 
+import asyncio
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import structlog
 
 from strata.protocol.acl import (
     WILDCARD,
@@ -32,6 +36,11 @@ from strata.protocol.acl import (
 )
 
 from ..request_context import KafkaPrincipal
+
+if TYPE_CHECKING:
+    from ..metadata_store import MetadataStore
+
+log = structlog.get_logger("strata.authorizer")
 
 _IMPLIES_DESCRIBE = frozenset(
     {AclOperation.DESCRIBE, AclOperation.READ, AclOperation.WRITE, AclOperation.DELETE, AclOperation.ALTER}
@@ -118,4 +127,43 @@ class StandardAuthorizer:
         return not has_resource_acls and self.allow_everyone_if_no_acl_found
 
 
-__all__ = ["StandardAuthorizer", "parse_super_users"]
+def build_authorizer(values: Mapping[str, Any]) -> StandardAuthorizer | None:
+    """The authorizer `authorizer.class.name` names (config/authorizer.py checked the name), None if empty."""
+    if not values.get("authorizer.class.name"):
+        return None
+    return StandardAuthorizer(
+        parse_super_users(str(values.get("super.users") or "")),
+        bool(values.get("allow.everyone.if.no.acl.found")),
+    )
+
+
+class AclSync:
+    """Keeps an authorizer's bindings equal to the metadata store's: `load()` once the store's image is complete,
+    then every 'acl' change the store reports (its own writes, another broker's through the etcd watch) schedules
+    one rebuild for the current loop turn, so a request that creates a thousand ACLs rebuilds the set once."""
+
+    def __init__(self, authorizer: StandardAuthorizer, store: MetadataStore) -> None:
+        self.authorizer = authorizer
+        self.store = store
+        self._pending = False
+        store.add_listener(self._on_change)
+
+    def load(self) -> None:
+        self._pending = False
+        bindings = self.store.acls()
+        self.authorizer.replace_acls(bindings)
+        log.debug("ACLs installed", acls=len(self.authorizer.acls()))
+
+    def _on_change(self, kind: str, key: object) -> None:
+        if kind != "acl" or self._pending:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # a store changed outside the event loop (tests): at once
+            self.load()
+            return
+        self._pending = True
+        loop.call_soon(self.load)
+
+
+__all__ = ["AclSync", "StandardAuthorizer", "build_authorizer", "parse_super_users"]

@@ -15,6 +15,7 @@ import signal
 import sys
 
 from . import (
+    acls,
     broker_api_versions,
     configs,
     console_consumer,
@@ -44,6 +45,7 @@ COMMANDS: tuple[Command, ...] = (
     configs,
     users,
     quotas,
+    acls,
     dump_log,
     groups,
     remote_log_metadata,
@@ -64,7 +66,7 @@ COMMANDS: tuple[Command, ...] = (
 USAGE = (
     "{serve,topics,configs,groups,dump-log,remote-log-metadata,pipeline,console-producer,console-consumer,"
     "get-offsets,delete-records,log-dirs,broker-api-versions,reassign-partitions,leader-election,"
-    "producer-perf-test,consumer-perf-test,users,quotas}"
+    "producer-perf-test,consumer-perf-test,users,acls,quotas}"
 )
 
 

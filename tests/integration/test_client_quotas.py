@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from strata.cli.admin_client import AdminClient
 from strata.cli.main import main as strata_main
 from strata.cli.quotas import alter_client_quotas, describe_client_quotas
+from strata.protocol.acl import CLUSTER_NAME, AclOperation, AclPermissionType, PatternType, ResourceType
 from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import REQUEST_CLASSES, ApiKey
 from tests.support import ck
@@ -54,11 +55,64 @@ def quota_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QuotaBrok
             "inter.broker.listener.name": "PLAINTEXT",
             "sasl.enabled.mechanisms": "PLAIN",
             "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
+            # who may describe and alter quotas: ACLs on the cluster; topics have none, so everyone may use them
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": "User:admin;User:ANONYMOUS",
+            "allow.everyone.if.no.acl.found": "true",
         }
     )
     b.start()
     yield b
     b.stop()
+
+
+def _sasl_wire(b: QuotaBroker, user: str) -> WireClient:
+    """A raw connection authenticated as `user` with SASL/PLAIN (no Python client sends the quota APIs)."""
+    w = WireClient("127.0.0.1", b.sasl_port, client_id=f"{user}-admin", timeout=30)
+    assert w.request(REQUEST_CLASSES[ApiKey.SASL_HANDSHAKE](version=1, mechanism="PLAIN")).error_code == 0
+    token = f"\0{user}\0{user}-secret".encode()
+    auth = w.request(REQUEST_CLASSES[ApiKey.SASL_AUTHENTICATE](version=2, auth_bytes=token))
+    assert auth.error_code == 0, auth
+    return w
+
+
+def test_describe_and_alter_need_cluster_describe_configs_and_alter_configs(quota_broker: QuotaBroker) -> None:
+    """Kafka's checks: DESCRIBE_CONFIGS on the cluster to describe, ALTER_CONFIGS to alter; bob holds only the
+    first, alice neither (the cluster has an ACL, so allow.everyone.if.no.acl.found does not apply to it)."""
+    D, A = REQUEST_CLASSES[ApiKey.DESCRIBE_CLIENT_QUOTAS], REQUEST_CLASSES[ApiKey.ALTER_CLIENT_QUOTAS]
+    CreateAcls = REQUEST_CLASSES[ApiKey.CREATE_ACLS]
+    bob_may_describe = CreateAcls.AclCreation(
+        resource_type=ResourceType.CLUSTER,
+        resource_name=CLUSTER_NAME,
+        resource_pattern_type=PatternType.LITERAL,
+        principal="User:bob",
+        host="*",
+        operation=AclOperation.DESCRIBE_CONFIGS,
+        permission_type=AclPermissionType.ALLOW,
+    )
+    with AdminClient(quota_broker.bootstrap) as admin:  # ANONYMOUS on PLAINTEXT: a super user here
+        created = admin.request(ApiKey.CREATE_ACLS, 3, creations=[bob_may_describe])
+        assert [r.error_code for r in created.results] == [0]
+    describe = D(version=1, components=[], strict=False)
+    alter = A(
+        version=1,
+        entries=[
+            A.EntryData(
+                entity=[A.EntryData.EntityData(entity_type=C, entity_name="by-acl")],
+                ops=[A.EntryData.OpData(key="producer_byte_rate", value=1000.0, remove=False)],
+            )
+        ],
+        validate_only=False,
+    )
+    denied = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    with _sasl_wire(quota_broker, "alice") as alice, _sasl_wire(quota_broker, "bob") as bob:
+        r = alice.request(describe)
+        assert (r.error_code, r.error_message, r.entries) == (denied, "Cluster authorization failed.", None)
+        assert bob.request(describe).error_code == 0
+        for w in (alice, bob):
+            [entry] = w.request(alter).entries
+            assert (entry.error_code, entry.entity[0].entity_name) == (denied, "by-acl")
+    assert _describe(quota_broker.bootstrap, [(C, EXACT, "by-acl")]) == {}
 
 
 EXACT, DEFAULT, SPECIFIED = 0, 1, 2
