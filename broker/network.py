@@ -105,6 +105,11 @@ class Connection:
     busy: bool = False
     principal: KafkaPrincipal = ANONYMOUS  # who authenticated (ANONYMOUS: no SASL, no TLS client auth)
     sasl: SaslAuthenticator | None = None  # on a SASL listener: the connection's authentication state
+    muted_until: float = 0.0  # client quotas (KIP-219): no request is read before this monotonic time
+
+    def mute(self, throttle_ms: int) -> None:
+        """Read nothing more from this client for `throttle_ms` (Kafka mutes a throttled channel)."""
+        self.muted_until = max(self.muted_until, time.monotonic() + throttle_ms / 1000)
 
     def close(self) -> None:
         if not self.writer.is_closing():
@@ -425,6 +430,21 @@ class SocketServer:
             await self._drain(conn)
             if conn.sasl is not None and conn.sasl.state is SaslState.FAILED:
                 return  # Kafka closes a connection whose authentication failed once the response is sent
+            if conn.muted_until:
+                await self._throttle(conn)
+
+    async def _throttle(self, conn: Connection) -> None:
+        """A client over its quota: requests it pipelined stay unread until its throttle time has passed. Muted
+        is not idle (the sweeper leaves it alone). The sleep is the throttle itself."""
+        conn.busy = True
+        try:
+            left = conn.muted_until - time.monotonic()
+            if left > 0:  # nothing extends the mute meanwhile: this connection has no request in progress
+                await asyncio.sleep(left)
+        finally:
+            conn.muted_until = 0.0
+            conn.busy = False
+            conn.last_active = time.monotonic()
 
     # -- security ----------------------------------------------------------------------------------------------
 
