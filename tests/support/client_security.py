@@ -91,21 +91,22 @@ def _exchange(sock: ssl.SSLSocket, api_key: int, body: bytes) -> None:
     client_id = b"strata-it-raw"
     msg = struct.pack(">hhih", api_key, 1, api_key, len(client_id)) + client_id + body
     sock.sendall(struct.pack(">i", len(msg)) + msg)
-    (size,) = struct.unpack(">i", _read(sock, 4))
-    answer = _read(sock, size)
+    (size,) = struct.unpack(">i", recv_exact(sock, 4))
+    answer = recv_exact(sock, size)
     (error,) = struct.unpack_from(">h", answer, 4)
     if error:
         raise ConnectionError(f"SASL request {api_key} failed with error {error}")
 
 
-def _read(sock: ssl.SSLSocket, n: int) -> bytes:
+def recv_exact(sock: socket.socket, n: int) -> bytes:
+    """Exactly n bytes from a blocking socket (plain or TLS); ConnectionError if it closes first."""
     buf = b""
     while len(buf) < n:
         chunk = sock.recv(n - len(buf))
         if not chunk:
-            raise ConnectionError("closed during SASL authentication")
+            raise ConnectionError(f"closed after {len(buf)} of {n} bytes")
         buf += chunk
     return buf
 
 
-__all__ = ["ClientSecurity", "librdkafka", "lookup", "register", "secure", "unregister"]
+__all__ = ["ClientSecurity", "librdkafka", "lookup", "recv_exact", "register", "secure", "unregister"]
