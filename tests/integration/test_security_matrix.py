@@ -239,7 +239,11 @@ def run_kafka_python(a: Auth, topic: str, group: str) -> list[str]:
     for f in futures:
         f.get(timeout=30)
     prod.close()
-    cons = KafkaConsumer(topic, group_id=group, auto_offset_reset="earliest", enable_auto_commit=False, **kw)
+    cons = KafkaConsumer(group_id=group, auto_offset_reset="earliest", enable_auto_commit=False, **kw)
+    # the topic's metadata before joining: a leader that assigns without it rejoins at once, and kafka-python 3.0.12
+    # sometimes stops heartbeating after such a rejoin (the session then expires with nothing consumed)
+    assert len(cons.partitions_for_topic(topic)) == PARTITIONS
+    cons.subscribe([topic])
     got: list[str] = []
     try:
         deadline = time.monotonic() + 60
@@ -373,14 +377,12 @@ def test_unmapped_client_certificate_is_refused_on_the_requested_listener(matrix
     crt, key = matrix.pki.client("eve", "Eve", "outsiders")
     ctx = ssl.create_default_context(cafile=str(matrix.pki.ca_pem))
     ctx.load_cert_chain(str(crt), str(key))
-    api_versions = struct.pack(">ihhih", 10, 18, 0, 1, 0)  # size, ApiVersions v0, correlation id 1, null client id
-    with (
-        socket.create_connection(("127.0.0.1", matrix.ports["SSL"]), timeout=10) as s,
-        ctx.wrap_socket(s, server_hostname="127.0.0.1") as t,
-    ):
-        try:
-            t.sendall(api_versions)
-            answer = t.recv(4)
+    api_versions = struct.pack(">ihhih", 10, 18, 0, 1, 0)  # size, ApiVersions v0, correlation id 1, empty client id
+    with socket.create_connection(("127.0.0.1", matrix.ports["SSL"]), timeout=10) as s:
+        try:  # TLS 1.3: the client may finish its handshake before the broker looks at the certificate
+            with ctx.wrap_socket(s, server_hostname="127.0.0.1") as t:
+                t.sendall(api_versions)
+                answer = t.recv(4)
         except (ssl.SSLError, ConnectionError):
             answer = b""
     assert answer == b"", "a certificate without a principal was served"
