@@ -127,7 +127,7 @@ def cluster_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[
     def factory(size: int = 3, **kw: Any) -> StrataCluster:
         if marker is not None:
             profile = PROFILES[marker.args[0]](tmp_path / f"profile{len(clusters)}")
-            kw = {**profile, **kw, "overrides": {**profile["overrides"], **kw.get("overrides", {})}}
+            kw = {**profile, **kw, "overrides": {**profile["overrides"], **(kw.get("overrides") or {})}}
         c = StrataCluster(tmp_path / f"cluster{len(clusters)}", size=size, **kw)
         clusters.append(c)
         try:
