@@ -13,6 +13,7 @@ from typing import Any
 
 import structlog
 
+from strata.protocol.acl import CLUSTER_NAME, AclError, AclOperation, ResourceType, parse_principal
 from strata.protocol.fetch_response import encode_fetch_response
 from strata.protocol.records import BufferChain
 from strata.protocol.registry import (
@@ -28,10 +29,11 @@ from strata.protocol.registry import (
 )
 from strata.protocol.request_nulls import NullFieldError
 
-from .cluster.forwarding import reframe
+from .authorization import authorize
+from .cluster.forwarding import forwarded_identity, reframe
 from .network import CloseConnection, Connection
 from .quotas import ClientQuotas, LoopTimed, client_throttles, hold_response
-from .request_context import Authorizer, RequestContext
+from .request_context import Authorizer, KafkaPrincipal, RequestContext
 from .services import BrokerServices
 
 log = structlog.get_logger("strata.apis")
@@ -236,9 +238,12 @@ class KafkaApis:
             conn.sasl,
             self.metrics,
         )
+        act_for_forwarded_client(ctx)
         fwd = self.services.controller_channel
         if fwd is not None and fwd.should_forward(hdr.api_key, ctx.client_id, req):
-            forwarded = await fwd.forward(payload, hdr.api_key, hdr.api_version, ctx.client_id, req)
+            forwarded = await fwd.forward(
+                payload, hdr.api_key, hdr.api_version, ctx.client_id, req, str(ctx.principal), ctx.client_address
+            )
             if forwarded is not None:
                 self._completed(name, received, req)
                 return reframe(forwarded, hdr.correlation_id)
@@ -300,6 +305,30 @@ class KafkaApis:
             # the handler is done with `resp`: nothing else reads or changes it while the worker encodes it
             return await asyncio.to_thread(encode_response, resp, hdr.correlation_id)
         return encode_response(resp, hdr.correlation_id)
+
+
+def act_for_forwarded_client(ctx: RequestContext) -> None:
+    """A request another broker forwarded (Kafka's Envelope) is authorized as the client that sent it there: its
+    principal and address replace the connection's, if the connection's principal may act for others (CLUSTER_ACTION
+    on the cluster: a broker). From anyone else the claim is ignored and the connection's principal decides."""
+    claimed = forwarded_identity(ctx.client_id)
+    if claimed is None or ctx.authorizer is None:
+        return
+    principal, address = claimed
+    try:
+        kind, who = parse_principal(principal)
+    except AclError:
+        log.warning("ignoring a malformed principal in a forwarded request", peer=ctx.client_address)
+        return
+    if not authorize(ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
+        log.warning(
+            "ignoring the client a forwarded request names: the sender may not act for others",
+            sender=str(ctx.principal),
+            peer=ctx.client_address,
+            claimed=principal,
+        )
+        return
+    ctx.principal, ctx.client_address = KafkaPrincipal(kind, who), address
 
 
 _ARRAY_FIELDS: dict[type, tuple[str, ...]] = {}

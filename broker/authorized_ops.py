@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from strata.protocol.acl import CLUSTER_NAME, AclOperation, ResourceType
 
-from .authorization import client_host
+from .authorization import authorize, client_host
 from .request_context import RequestContext
 
 _Op = AclOperation
@@ -57,12 +57,33 @@ def requested_operations(
     return authorized_operations(ctx, resource_type, resource_name) if asked else None
 
 
+def cluster_operations(ctx: RequestContext, asked: bool) -> set[int] | None:
+    """The cluster's authorized operations (Metadata v8-10, DescribeCluster): not asked, None; without DESCRIBE on
+    the cluster, none at all (Kafka answers 0 then, whatever else the principal may do)."""
+    if not asked:
+        return None
+    if not authorize(ctx, AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        return set()
+    return authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
+
+
+def allowed_quietly(ctx: RequestContext, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
+    """A check whose refusal is no denial (Kafka's logIfDenied=false): whether to list a topic in an unnamed listing,
+    whether a cluster-wide permission spares the per-resource checks. Not counted, not logged."""
+    authorizer = ctx.authorizer
+    return authorizer is None or authorizer.authorize(
+        ctx.principal, client_host(ctx), int(operation), int(resource_type), name
+    )
+
+
 __all__ = [
     "CLUSTER_NAME",
     "SUPPORTED_OPERATIONS",
     "AclOperation",
     "ResourceType",
+    "allowed_quietly",
     "authorized_operations",
     "client_host",
+    "cluster_operations",
     "requested_operations",
 ]

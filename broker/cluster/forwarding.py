@@ -9,6 +9,12 @@ forwarded request is marked by its client id, so a broker that lost the controll
 travelled answers NOT_CONTROLLER instead of forwarding it again (clients retry it). Before answering, the
 forwarding broker reads the changed topics back from etcd, so the client's next request to it sees what the
 controller did.
+
+The controller authorizes the client, not the forwarding broker: as Kafka's Envelope (KIP-590) carries the client's
+principal and address, the marker does too (`strata-forwarded-by-<broker id>/<principal>/<address>:<client id>`,
+principal and address percent-encoded). The controller believes them only from a connection whose own principal
+holds CLUSTER_ACTION on the cluster (a broker); from anyone else it authorizes the connection's principal
+(broker/apis.py).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import struct
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, unquote
 
 import structlog
 
@@ -60,18 +67,36 @@ def is_forwarded(client_id: str | None) -> bool:
     return client_id is not None and client_id.startswith(FORWARDED_PREFIX)
 
 
-def forwarded_client_id(broker_id: int, client_id: str | None) -> str:
-    return f"{FORWARDED_PREFIX}{broker_id}:{client_id or ''}"
+def forwarded_client_id(broker_id: int, client_id: str | None, principal: str, client_address: str) -> str:
+    """The client id a forwarded request carries: who forwarded it, for whom (principal and address), and the
+    client's own id."""
+    who = quote(principal, safe="")
+    where = quote(client_address, safe="")
+    return f"{FORWARDED_PREFIX}{broker_id}/{who}/{where}:{client_id or ''}"
+
+
+def _marker_fields(client_id: str | None) -> list[str] | None:
+    if not is_forwarded(client_id):
+        return None
+    assert client_id is not None
+    return client_id[len(FORWARDED_PREFIX) :].partition(":")[0].split("/")
 
 
 def forwarding_broker_id(client_id: str | None) -> int | None:
     """The id of the broker that forwarded a request (None if it came from a client): a BROKER config resource
     names the broker the client sent it to."""
-    if not is_forwarded(client_id):
+    fields = _marker_fields(client_id)
+    if fields is None:
         return None
-    assert client_id is not None
-    head = client_id[len(FORWARDED_PREFIX) :].partition(":")[0]
-    return int(head) if head.isdigit() else None
+    return int(fields[0]) if fields[0].isdigit() else None
+
+
+def forwarded_identity(client_id: str | None) -> tuple[str, str] | None:
+    """The client's principal (`User:alice`) and address (`host:port`) a forwarded request names, if it does."""
+    fields = _marker_fields(client_id)
+    if fields is None or len(fields) != 3 or not fields[1]:
+        return None
+    return unquote(fields[1]), unquote(fields[2])
 
 
 def _local_only(api_key: int, req: Any) -> bool:
@@ -155,13 +180,21 @@ class ControllerChannel:
             await self.store.wait_for(self.is_controller, min(left, 0.05))
 
     async def forward(
-        self, payload: bytes | memoryview, api_key: int, version: int, client_id: str | None, req: Any
+        self,
+        payload: bytes | memoryview,
+        api_key: int,
+        version: int,
+        client_id: str | None,
+        req: Any,
+        principal: str,
+        client_address: str,
     ) -> bytes | None:
         """The controller's response to the client's request (payload, header included, under the controller's
         correlation id), or None if this broker should answer itself: it has become the controller, or no
-        controller answered in time (then its own handler answers NOT_CONTROLLER)."""
+        controller answered in time (then its own handler answers NOT_CONTROLLER). The controller authorizes
+        `principal` connecting from `client_address`."""
         timeout_s = getattr(req, "timeout_ms", 0) / 1000 or DEFAULT_TIMEOUT_S
-        fwd_id = forwarded_client_id(self.broker_id, client_id)
+        fwd_id = forwarded_client_id(self.broker_id, client_id, principal, client_address)
         resp = await self._send(lambda conn, left: conn.forward(payload, fwd_id, left), timeout_s)
         if resp is None:
             return None

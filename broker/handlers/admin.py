@@ -10,7 +10,8 @@ from strata.protocol.errors import ErrorCode, KafkaApiError
 from strata.protocol.registry import ApiKey, response_class
 from strata.storage.errors import StorageError
 
-from ..authorized_ops import CLUSTER_NAME, ResourceType, requested_operations
+from ..authorization import filter_authorized
+from ..authorized_ops import CLUSTER_NAME, AclOperation, ResourceType, allowed_quietly, cluster_operations
 from ..replica_manager import pace
 from ..request_context import RequestContext
 from ..services import BrokerServices
@@ -27,12 +28,13 @@ def _err(e: KafkaApiError) -> tuple[int, str | None]:
     return int(e.error_code), e.message
 
 
-def _create_topics_records(services: BrokerServices, req: Any) -> int:
-    """The metadata records a CreateTopics would write (topics that fail validation write none, as in Kafka)."""
+def _create_topics_records(services: BrokerServices, req: Any, creatable: set[str]) -> int:
+    """The metadata records a CreateTopics would write (topics that fail validation or authorization write none, as
+    in Kafka)."""
     seen: set[str] = set()
     total = 0
     for t in req.topics:
-        if t.name in seen or services.store.topic(t.name) is not None:
+        if t.name in seen or t.name not in creatable or services.store.topic(t.name) is not None:
             continue
         seen.add(t.name)
         partitions = len(t.assignments) if t.assignments else t.num_partitions
@@ -50,7 +52,15 @@ async def create_topics(services: BrokerServices, ctx: RequestContext, req: Any)
     seen: dict[str, int] = {}
     for t in req.topics:
         seen[t.name] = seen.get(t.name, 0) + 1
-    if _create_topics_records(services, req) > MAX_RECORDS_PER_USER_OP:
+    # As Kafka's controller: CREATE on the cluster, else on each topic (TOPIC_AUTHORIZATION_FAILED, whether the topic
+    # exists or not); the topic's configs are answered only with DESCRIBE_CONFIGS on it (else its
+    # topic_config_error_code says TOPIC_AUTHORIZATION_FAILED)
+    if allowed_quietly(ctx, AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME):
+        creatable = set(seen)
+    else:
+        creatable = filter_authorized(ctx, AclOperation.CREATE, ResourceType.TOPIC, seen)
+    config_describable = {n for n in seen if allowed_quietly(ctx, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, n)}
+    if _create_topics_records(services, req, creatable) > MAX_RECORDS_PER_USER_OP:
         return Resp(
             version=v,
             throttle_time_ms=0,
@@ -84,6 +94,8 @@ async def create_topics(services: BrokerServices, ctx: RequestContext, req: Any)
                     ErrorCode.INVALID_REQUEST,
                     f"Create topics request from client contains multiple entries for topic {t.name}.",
                 )
+            if t.name not in creatable:
+                raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
             assignments = None
             if t.assignments:
                 if t.num_partitions != -1 or t.replication_factor != -1:
@@ -109,7 +121,10 @@ async def create_topics(services: BrokerServices, ctx: RequestContext, req: Any)
             else:
                 res.topic_id = info.topic_id
                 res.num_partitions, res.replication_factor = info.partitions, len(info.replicas(0)) or rf
-            if v >= 5:
+            if v >= 5 and t.name not in config_describable:
+                res.topic_config_error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                res.num_partitions = res.replication_factor = -1
+            elif v >= 5:
                 res.configs = [
                     Result.CreatableTopicConfigs(
                         name=e.name,
@@ -130,16 +145,33 @@ async def delete_topics(services: BrokerServices, ctx: RequestContext, req: Any)
     Resp = response_class(ApiKey.DELETE_TOPICS)
     Result = Resp.DeletableTopicResult
     v = ctx.api_version
+    store = services.store
     wanted = [(t.name, t.topic_id) for t in req.topics] if v >= 6 else [(n, None) for n in req.topic_names]
+    # As Kafka's controller: DELETE on the cluster, else on each topic. A topic named that the principal may not
+    # DESCRIBE answers TOPIC_AUTHORIZATION_FAILED whether it exists or not; one named by id loses its name in the
+    # answer unless the principal may DESCRIBE it (the id itself is no secret).
+    by_id = {tid: info.name for _, tid in wanted if tid is not None and (info := store.topic_by_id(tid)) is not None}
+    names = {n for n, _ in wanted if n is not None} | set(by_id.values())
+    if allowed_quietly(ctx, AclOperation.DELETE, ResourceType.CLUSTER, CLUSTER_NAME):
+        describable = deletable = names
+    else:
+        describable = filter_authorized(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, names)
+        deletable = filter_authorized(ctx, AclOperation.DELETE, ResourceType.TOPIC, names & describable)
     results = []
     for name, tid in wanted:
         res = Result(name=name, topic_id=tid, error_code=0, error_message=None)
         try:
             if name is None:
-                info = services.store.topic_by_id(tid) if tid is not None else None
-                if info is None:
+                name = by_id.get(tid) if tid is not None else None
+                if name is None:
                     raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_ID, "Topic id does not exist.")
-                name = res.name = info.name
+                res.name = name if name in describable else None
+            elif name not in describable:
+                raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+            if name not in deletable:
+                if store.topic(name) is None:
+                    raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
+                raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             info = await services.topic_manager.delete_topic(name)
             res.topic_id = info.topic_id
         except KafkaApiError as e:
@@ -151,10 +183,12 @@ async def delete_topics(services: BrokerServices, ctx: RequestContext, req: Any)
 async def create_partitions(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
     Resp = response_class(ApiKey.CREATE_PARTITIONS)
     Result = Resp.CreatePartitionsTopicResult
+    # ALTER on each topic, before anything says whether it exists (as Kafka's controller)
+    alterable = filter_authorized(ctx, AclOperation.ALTER, ResourceType.TOPIC, (t.name for t in req.topics))
     new_partitions = 0
     for t in req.topics:
         info = services.store.topic(t.name)
-        if info is not None and t.count > info.partitions:
+        if info is not None and t.name in alterable and t.count > info.partitions:
             new_partitions += t.count - info.partitions
     if new_partitions > MAX_RECORDS_PER_USER_OP:
         return Resp(
@@ -168,6 +202,8 @@ async def create_partitions(services: BrokerServices, ctx: RequestContext, req: 
     for t in req.topics:
         res = Result(name=t.name, error_code=0, error_message=None)
         try:
+            if t.name not in alterable:
+                raise KafkaApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             assignments = [list(a.broker_ids) for a in t.assignments] if t.assignments else None
             await services.topic_manager.create_partitions(t.name, t.count, bool(req.validate_only), assignments)
         except KafkaApiError as e:
@@ -186,6 +222,8 @@ async def delete_records(services: BrokerServices, ctx: RequestContext, req: Any
     TopicRes = Resp.DeleteRecordsTopicResult
     PartRes = TopicRes.DeleteRecordsPartitionResult
     wanted: dict[tuple[str, int], int] = {}
+    # DELETE on each topic, before anything says whether it exists (as Kafka)
+    deletable = filter_authorized(ctx, AclOperation.DELETE, ResourceType.TOPIC, (t.name for t in req.topics))
     n = 0
     for t in req.topics:
         for p in t.partitions:
@@ -197,6 +235,11 @@ async def delete_records(services: BrokerServices, ctx: RequestContext, req: Any
     for n, ((topic, index), asked) in enumerate(wanted.items()):
         await pace(n)
         parts = by_topic.setdefault(topic, [])
+        if topic not in deletable:
+            parts.append(
+                PartRes(partition_index=index, low_watermark=-1, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+            )
+            continue
         partition = services.replica_manager.get_partition(topic, index)
         if partition is None or not partition.is_leader:
             # only the leader moves the log start; followers follow it through their fetches
@@ -251,9 +294,7 @@ async def describe_cluster(services: BrokerServices, ctx: RequestContext, req: A
         cluster_id=services.store.cluster_id,
         controller_id=services.store.controller_id,
         brokers=brokers,
-        authorized_operations=requested_operations(
-            ctx, bool(req.include_cluster_authorized_operations), ResourceType.CLUSTER, CLUSTER_NAME
-        ),
+        authorized_operations=cluster_operations(ctx, bool(req.include_cluster_authorized_operations)),
     )
 
 

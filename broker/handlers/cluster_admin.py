@@ -10,6 +10,8 @@ from typing import Any
 from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import ApiKey, response_class
 
+from ..authorization import authorize
+from ..authorized_ops import CLUSTER_NAME, AclOperation, ResourceType
 from ..cluster.controller import (
     ELECTION_PREFERRED,
     ELECTION_UNCLEAN,
@@ -23,6 +25,13 @@ from ..request_context import RequestContext
 from ..services import BrokerServices
 
 _NOT_CONTROLLER = "This is not the correct controller for this cluster."
+_CLUSTER_AUTH_FAILED = "Cluster authorization failed."
+
+
+def _cluster_allowed(ctx: RequestContext, operation: AclOperation) -> bool:
+    """ElectLeaders and AlterPartitionReassignments need ALTER on the cluster, ListPartitionReassignments DESCRIBE;
+    a refusal is Kafka's getErrorResponse: CLUSTER_AUTHORIZATION_FAILED at the top and on every partition named."""
+    return authorize(ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME)
 
 
 def _is_controller(services: BrokerServices) -> bool:
@@ -35,13 +44,17 @@ async def elect_leaders(services: BrokerServices, ctx: RequestContext, req: Any)
     PartRes = TopicRes.PartitionResult
     v = ctx.api_version
     election_type = req.election_type if v >= 1 else ELECTION_PREFERRED
-    if election_type not in (ELECTION_PREFERRED, ELECTION_UNCLEAN):
-        return Resp(version=v, throttle_time_ms=0, error_code=ErrorCode.INVALID_REQUEST, replica_election_results=[])
     wanted: list[tuple[str, int]] | None = None
     results: dict[tuple[str, int], tuple[ErrorCode, str | None]]
     if req.topic_partitions is not None:
         wanted = [(t.topic, p) for t in req.topic_partitions for p in t.partitions]
-    if not _is_controller(services):
+    top = ErrorCode.NONE
+    if not _cluster_allowed(ctx, AclOperation.ALTER):
+        results = {tp: (ErrorCode.CLUSTER_AUTHORIZATION_FAILED, _CLUSTER_AUTH_FAILED) for tp in wanted or []}
+        top = ErrorCode.CLUSTER_AUTHORIZATION_FAILED if v >= 1 else ErrorCode.NONE  # v0: no top-level error code
+    elif election_type not in (ELECTION_PREFERRED, ELECTION_UNCLEAN):
+        return Resp(version=v, throttle_time_ms=0, error_code=ErrorCode.INVALID_REQUEST, replica_election_results=[])
+    elif not _is_controller(services):
         if v == 0:  # no top-level error code: every partition asked for gets it
             results = {tp: (ErrorCode.NOT_CONTROLLER, _NOT_CONTROLLER) for tp in wanted or []}
         else:
@@ -52,7 +65,7 @@ async def elect_leaders(services: BrokerServices, ctx: RequestContext, req: Any)
     for (t, p), (err, msg) in results.items():
         by_topic.setdefault(t, []).append(PartRes(partition_id=p, error_code=err, error_message=msg))
     topics = [TopicRes(topic=t, partition_result=parts) for t, parts in by_topic.items()]
-    return Resp(version=v, throttle_time_ms=0, error_code=0, replica_election_results=topics)
+    return Resp(version=v, throttle_time_ms=0, error_code=top, replica_election_results=topics)
 
 
 async def alter_partition_reassignments(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
@@ -60,6 +73,25 @@ async def alter_partition_reassignments(services: BrokerServices, ctx: RequestCo
     TopicRes = Resp.ReassignableTopicResponse
     PartRes = TopicRes.ReassignablePartitionResponse
     allow_rf_change = bool(getattr(req, "allow_replication_factor_change", True)) if ctx.api_version >= 1 else True
+    if not _cluster_allowed(ctx, AclOperation.ALTER):
+        code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        return Resp(
+            version=ctx.api_version,
+            throttle_time_ms=0,
+            allow_replication_factor_change=allow_rf_change,
+            error_code=code,
+            error_message=_CLUSTER_AUTH_FAILED,
+            responses=[
+                TopicRes(
+                    name=t.name,
+                    partitions=[
+                        PartRes(partition_index=p.partition_index, error_code=code, error_message=_CLUSTER_AUTH_FAILED)
+                        for p in t.partitions
+                    ],
+                )
+                for t in req.topics
+            ],
+        )
     if not _is_controller(services):
         return Resp(
             version=ctx.api_version,
@@ -94,6 +126,22 @@ async def list_partition_reassignments(services: BrokerServices, ctx: RequestCon
     wanted = None
     if req.topics is not None:
         wanted = [(t.name, list(t.partition_indexes)) for t in req.topics]
+    if not _cluster_allowed(ctx, AclOperation.DESCRIBE):
+        return Resp(
+            version=ctx.api_version,
+            throttle_time_ms=0,
+            error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+            error_message=_CLUSTER_AUTH_FAILED,
+            topics=[
+                TopicRes(
+                    name=t,
+                    partitions=[
+                        PartRes(partition_index=p, replicas=[], adding_replicas=[], removing_replicas=[]) for p in ps
+                    ],
+                )
+                for t, ps in wanted or []
+            ],
+        )
     if not _is_controller(services):
         return Resp(
             version=ctx.api_version,

@@ -38,6 +38,8 @@ from strata.config.topic_config import TOPIC_TO_BROKER_SYNONYM, validate_topic_o
 from strata.protocol.errors import ErrorCode, KafkaApiError
 from strata.protocol.registry import ApiKey, response_class
 
+from ..authorization import authorize
+from ..authorized_ops import CLUSTER_NAME, AclOperation, ResourceType
 from ..cluster.forwarding import forwarding_broker_id
 from ..loggers import LEVELS, ROOT_LOGGER, VALID_LOG_LEVELS
 from ..replica_manager import YIELD_EVERY, pace
@@ -49,6 +51,31 @@ RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 RESOURCE_BROKER_LOGGER = 8
 RESOURCE_GROUP = 32
+
+# Who may describe or alter a config resource: the ACL resource checked and the error a refusal answers (Kafka's
+# ConfigHelper and ControllerApis.authorizeAlterResource; BROKER_LOGGER is the cluster's too).
+_ACL_RESOURCE: dict[int, tuple[ResourceType, ErrorCode, str]] = {
+    RESOURCE_TOPIC: (ResourceType.TOPIC, ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed."),
+    RESOURCE_GROUP: (ResourceType.GROUP, ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed."),
+    RESOURCE_BROKER: (ResourceType.CLUSTER, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed."),
+    RESOURCE_BROKER_LOGGER: (
+        ResourceType.CLUSTER,
+        ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+        "Cluster authorization failed.",
+    ),
+}
+
+
+def check_authorized(ctx: RequestContext, operation: AclOperation, resource_type: int, name: str | None) -> None:
+    """Raise the resource type's authorization error unless the principal may perform `operation` (DESCRIBE_CONFIGS
+    or ALTER_CONFIGS) on the resource; a resource type without ACLs is left to its own error."""
+    acl = _ACL_RESOURCE.get(resource_type)
+    if acl is None:
+        return
+    acl_type, error, message = acl
+    if not authorize(ctx, operation, acl_type, CLUSTER_NAME if acl_type == ResourceType.CLUSTER else name or ""):
+        raise KafkaApiError(error, message)
+
 
 # DescribeConfigsResponse.ConfigSource ids.
 SOURCE_TOPIC_CONFIG = 1
@@ -327,6 +354,7 @@ async def describe_configs(services: BrokerServices, ctx: RequestContext, req: A
         )
         keys = r.configuration_keys or None
         try:
+            check_authorized(ctx, AclOperation.DESCRIBE_CONFIGS, r.resource_type, r.resource_name)
             if r.resource_type == RESOURCE_TOPIC:
                 info = _existing_topic(services, r.resource_name)
                 entries = topic_config_entries(services, info.configs, keys, include_synonyms, include_doc)
@@ -551,6 +579,7 @@ async def incremental_alter_configs(services: BrokerServices, ctx: RequestContex
         try:
             if (r.resource_type, r.resource_name) in errors:
                 raise KafkaApiError(ErrorCode.INVALID_REQUEST, errors[(r.resource_type, r.resource_name)])
+            check_authorized(ctx, AclOperation.ALTER_CONFIGS, r.resource_type, r.resource_name)
             if r.resource_type == RESOURCE_TOPIC:
                 info = _existing_topic(services, r.resource_name)
                 new = apply_incremental_ops(info.configs, ops)
@@ -582,6 +611,8 @@ async def alter_configs(services: BrokerServices, ctx: RequestContext, req: Any)
         try:
             if (r.resource_type, r.resource_name) in errors:
                 raise KafkaApiError(ErrorCode.INVALID_REQUEST, errors[(r.resource_type, r.resource_name)])
+            if r.resource_type != RESOURCE_BROKER_LOGGER:  # which the legacy API refuses whoever asks
+                check_authorized(ctx, AclOperation.ALTER_CONFIGS, r.resource_type, r.resource_name)
             if r.resource_type == RESOURCE_TOPIC:
                 _existing_topic(services, r.resource_name)
                 try:

@@ -8,6 +8,8 @@ from typing import Any
 from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import ApiKey, response_class
 
+from ..authorization import authorize, filter_authorized
+from ..authorized_ops import CLUSTER_NAME, AclOperation, ResourceType
 from ..replica_manager import READ_UNCOMMITTED, YIELD_EVERY, FetchResult, FetchSpec
 from ..request_context import RequestContext
 from ..services import BrokerServices
@@ -32,24 +34,42 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
     )
     isolation = req.isolation_level if v >= 4 else READ_UNCOMMITTED
 
-    specs: list[FetchSpec] = []
-    layout: list[tuple[Any, str | None, list[tuple[int, int | None]]]] = []  # (topic, name, [(partition, slot)])
-    n = 0
+    names: list[str | None] = []
     for ft in req.topics:
         if v >= 13:
             info = store.topic_by_id(ft.topic_id)
-            name = info.name if info else None
+            names.append(info.name if info else None)
         else:
-            name = ft.topic
-        plist: list[tuple[int, int | None]] = []
+            names.append(ft.topic)
+    # As Kafka: a follower (replica_id >= 0) needs CLUSTER_ACTION on the cluster (else every partition is refused), a
+    # consumer READ on each topic; a partition that fails the check answers TOPIC_AUTHORIZATION_FAILED whether its
+    # topic exists or not.
+    known = [n for n in names if n is not None]
+    follower_refused = replica_id >= 0 and not authorize(
+        ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME
+    )
+    if replica_id >= 0:
+        readable = set() if follower_refused else set(known)
+    else:
+        readable = filter_authorized(ctx, AclOperation.READ, ResourceType.TOPIC, known)
+
+    specs: list[FetchSpec] = []
+    # (topic, name, [(partition, slot in specs, or the error answered instead)])
+    layout: list[tuple[Any, str | None, list[tuple[int, int | None, ErrorCode]]]] = []
+    n = 0
+    for ft, name in zip(req.topics, names):
+        plist: list[tuple[int, int | None, ErrorCode]] = []
         for fp in ft.partitions:
             n += 1
             if n % YIELD_EVERY == 0:
                 await asyncio.sleep(0)  # thousands of partitions: let other connections be served
-            if name is None:
-                plist.append((fp.partition, None))
+            if name is None and not follower_refused:
+                plist.append((fp.partition, None, ErrorCode.UNKNOWN_TOPIC_ID))
                 continue
-            plist.append((fp.partition, len(specs)))
+            if name is None or name not in readable:
+                plist.append((fp.partition, None, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                continue
+            plist.append((fp.partition, len(specs), ErrorCode.NONE))
             epoch = fp.current_leader_epoch if v >= 9 else -1
             specs.append(
                 FetchSpec(
@@ -79,11 +99,11 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
     leaders: set[int] = set()
     for ft, name, plist in layout:
         parts = []
-        for index, slot in plist:
+        for index, slot, refused in plist:
             n += 1
             if n % YIELD_EVERY == 0:
                 await asyncio.sleep(0)
-            r = results[slot] if slot is not None else FetchResult(ErrorCode.UNKNOWN_TOPIC_ID)
+            r = results[slot] if slot is not None else FetchResult(refused)
             if r.error == ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE and v < 14:
                 r.error = ErrorCode.OFFSET_OUT_OF_RANGE  # error 109 exists from Fetch v14 on
             pd = PartData(

@@ -13,7 +13,8 @@ from typing import Any
 from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import ApiKey, response_class
 
-from ..authorized_ops import ResourceType, requested_operations
+from ..authorization import authorize, filter_authorized
+from ..authorized_ops import CLUSTER_NAME, AclOperation, ResourceType, allowed_quietly, requested_operations
 from ..group import OFFSETS_TOPIC
 from ..group.coordinator import JoinParams
 from ..group.group import GROUP_TYPE, GroupState
@@ -23,8 +24,15 @@ from ..request_context import RequestContext
 from ..services import BrokerServices
 
 E = ErrorCode
+Op = AclOperation
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
+_GROUP_AUTH_FAILED = "Group authorization failed."
+_TXN_AUTH_FAILED = "Transactional Id authorization failed."
+
+
+def _group_allowed(ctx: RequestContext, operation: AclOperation, group_id: str | None) -> bool:
+    return authorize(ctx, operation, ResourceType.GROUP, group_id or "")
 
 
 def _client_host(ctx: RequestContext) -> str:
@@ -46,11 +54,25 @@ async def find_coordinator(services: BrokerServices, ctx: RequestContext, req: A
     coord = services.group_coordinator
     store = services.store
 
-    if req_key_type(req, v) == KEY_TYPE_GROUP and coord.active:
+    # Finding a coordinator needs DESCRIBE on the group (on the transactional id for a transaction coordinator), as
+    # in Kafka, which creates the offsets topic only for an allowed group key
+    key_type = req_key_type(req, v)
+    keys = list(req.coordinator_keys or []) if v >= 4 else [req.key]
+    refused: tuple[ErrorCode, str] | None = None
+    allowed = set(keys)
+    if key_type == KEY_TYPE_GROUP:
+        allowed = filter_authorized(ctx, Op.DESCRIBE, ResourceType.GROUP, keys)
+        refused = (E.GROUP_AUTHORIZATION_FAILED, _GROUP_AUTH_FAILED)
+    elif key_type == KEY_TYPE_TRANSACTION:
+        allowed = filter_authorized(ctx, Op.DESCRIBE, ResourceType.TRANSACTIONAL_ID, keys)
+        refused = (E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, _TXN_AUTH_FAILED)
+    if key_type == KEY_TYPE_GROUP and coord.active and allowed:
         await coord.ensure_offsets_topic()  # Kafka creates the offsets topic on the first FindCoordinator
 
     def answer(key: str, key_type: int) -> tuple[ErrorCode, str | None, int, str, int]:
         """The coordinator of a group is the leader of its __consumer_offsets partition."""
+        if refused is not None and key not in allowed:
+            return refused[0], refused[1], -1, "", -1
         if key_type == KEY_TYPE_GROUP:
             if not coord.active or not coord.offsets_topic_exists():
                 return E.COORDINATOR_NOT_AVAILABLE, "The coordinator is not available.", -1, "", -1
@@ -71,12 +93,12 @@ async def find_coordinator(services: BrokerServices, ctx: RequestContext, req: A
     if v >= 4:
         coords = []
         for key in req.coordinator_keys or []:
-            err, msg, node, host, port = answer(key, req.key_type)
+            err, msg, node, host, port = answer(key, key_type)
             coords.append(
                 Resp.Coordinator(key=key, node_id=node, host=host, port=port, error_code=err, error_message=msg)
             )
         return Resp(version=v, throttle_time_ms=0, coordinators=coords)
-    err, msg, node, host, port = answer(req.key, req.key_type if v >= 1 else KEY_TYPE_GROUP)
+    err, msg, node, host, port = answer(req.key, key_type)
     return Resp(
         version=v,
         throttle_time_ms=0,
@@ -92,6 +114,19 @@ async def find_coordinator(services: BrokerServices, ctx: RequestContext, req: A
 async def join_group(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
     Resp = response_class(ApiKey.JOIN_GROUP)
     v = ctx.api_version
+    if not _group_allowed(ctx, Op.READ, req.group_id):
+        return Resp(
+            version=v,
+            throttle_time_ms=0,
+            error_code=E.GROUP_AUTHORIZATION_FAILED,
+            generation_id=-1,
+            protocol_type=None,
+            protocol_name=None if v >= 7 else "",
+            leader="",
+            skip_assignment=False,
+            member_id="",
+            members=[],
+        )
     session = req.session_timeout_ms
     rebalance = req.rebalance_timeout_ms if v >= 1 else session
     if rebalance is None or rebalance < 0:
@@ -127,6 +162,15 @@ async def join_group(services: BrokerServices, ctx: RequestContext, req: Any) ->
 async def sync_group(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
     Resp = response_class(ApiKey.SYNC_GROUP)
     v = ctx.api_version
+    if not _group_allowed(ctx, Op.READ, req.group_id):
+        return Resp(
+            version=v,
+            throttle_time_ms=0,
+            error_code=E.GROUP_AUTHORIZATION_FAILED,
+            protocol_type=None,
+            protocol_name=None,
+            assignment=b"",
+        )
     res = await services.group_coordinator.sync_group(
         req.group_id,
         req.generation_id,
@@ -149,6 +193,8 @@ async def sync_group(services: BrokerServices, ctx: RequestContext, req: Any) ->
 async def heartbeat(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
     Resp = response_class(ApiKey.HEARTBEAT)
     v = ctx.api_version
+    if not _group_allowed(ctx, Op.READ, req.group_id):
+        return Resp(version=v, throttle_time_ms=0, error_code=E.GROUP_AUTHORIZATION_FAILED)
     err = services.group_coordinator.heartbeat(
         req.group_id, req.member_id, req.group_instance_id if v >= 3 else None, req.generation_id
     )
@@ -158,6 +204,8 @@ async def heartbeat(services: BrokerServices, ctx: RequestContext, req: Any) -> 
 async def leave_group(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
     Resp = response_class(ApiKey.LEAVE_GROUP)
     v = ctx.api_version
+    if not _group_allowed(ctx, Op.READ, req.group_id):
+        return Resp(version=v, throttle_time_ms=0, error_code=E.GROUP_AUTHORIZATION_FAILED, members=[])
     members: list[tuple[str, str | None]]
     if v < 3:
         members = [(req.member_id, None)]
@@ -183,15 +231,31 @@ async def offset_commit(services: BrokerServices, ctx: RequestContext, req: Any)
     offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
     order: list[tuple[str, list[int], uuid.UUID | None]] = []
     retention = req.retention_time_ms if 2 <= v <= 4 else None
+    # READ on the group, else every partition answers GROUP_AUTHORIZATION_FAILED; then READ on each topic (before
+    # saying whether it exists; a topic id unknown here says nothing about a name), as Kafka's handleOffsetCommitRequest
+    group_denied = not _group_allowed(ctx, Op.READ, req.group_id)
+    resolved = [_commit_topic(store, t, v) for t in req.topics]
+    readable = (
+        set()
+        if group_denied
+        else filter_authorized(
+            ctx, Op.READ, ResourceType.TOPIC, (name for name, info, _ in resolved if info is not None or v < 10)
+        )
+    )
     n = 0
-    for t in req.topics:
+    for t, (name, info, unknown) in zip(req.topics, resolved):
         parts = []
-        name, info, unknown = _commit_topic(store, t, v)
         for p in t.partitions:
             n += 1
             await pace(n)  # thousands of partitions: other connections get a turn
             parts.append(p.partition_index)
             tp = (name, p.partition_index)
+            if group_denied:
+                pre[tp] = E.GROUP_AUTHORIZATION_FAILED
+                continue
+            if name not in readable and (info is not None or v < 10):
+                pre[tp] = E.TOPIC_AUTHORIZATION_FAILED
+                continue
             if info is None:
                 pre[tp] = unknown
                 continue
@@ -217,7 +281,7 @@ async def offset_commit(services: BrokerServices, ctx: RequestContext, req: Any)
             offsets,
             v,
         )
-    elif not req.group_id:
+    elif not req.group_id and not group_denied:
         top = E.INVALID_GROUP_ID
     topics = []
     n = 0
@@ -255,6 +319,9 @@ def _fetched_partition(cls, pi: int, om: OffsetAndMetadata | None, err: ErrorCod
 
 
 async def offset_fetch(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
+    """Needs DESCRIBE on the group (else GROUP_AUTHORIZATION_FAILED for it) and answers only topics the principal
+    may DESCRIBE: a named one it may not gets TOPIC_AUTHORIZATION_FAILED, and fetching all offsets leaves them out,
+    as Kafka's handleOffsetFetchRequest."""
     Resp = response_class(ApiKey.OFFSET_FETCH)
     v = ctx.api_version
     coord = services.group_coordinator
@@ -264,26 +331,57 @@ async def offset_fetch(services: BrokerServices, ctx: RequestContext, req: Any) 
         P = T.OffsetFetchResponsePartitions
         groups = []
         for g in req.groups:
-            if v >= 10:
-                groups.append(await _fetch_group_by_topic_id(services.store, coord, G, g))
-                continue
-            topics = None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in g.topics]
-            err, data = coord.fetch_offsets(g.group_id, topics)
-            tops = [] if err else await _fetched_topics(P, data, lambda t, ps: T(name=t, partitions=ps))
-            groups.append(G(group_id=g.group_id, topics=tops, error_code=err))
+            if not _group_allowed(ctx, Op.DESCRIBE, g.group_id):
+                groups.append(G(group_id=g.group_id, topics=[], error_code=E.GROUP_AUTHORIZATION_FAILED))
+            elif v >= 10:
+                groups.append(await _fetch_group_by_topic_id(ctx, services.store, coord, G, g))
+            else:
+                topics = None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in g.topics]
+                err, tops = await _fetch_group(
+                    ctx, coord, P, g.group_id, topics, lambda t, ps: T(name=t, partitions=ps)
+                )
+                groups.append(G(group_id=g.group_id, topics=tops, error_code=err))
         return Resp(version=v, throttle_time_ms=0, groups=groups)
     T = Resp.OffsetFetchResponseTopic
     P = T.OffsetFetchResponsePartition
     topics = None if req.topics is None else [(t.name, list(t.partition_indexes)) for t in req.topics]
-    err, data = coord.fetch_offsets(req.group_id, topics)
+    if not _group_allowed(ctx, Op.DESCRIBE, req.group_id):
+        err, tops = E.GROUP_AUTHORIZATION_FAILED, []
+    else:
+        err, tops = await _fetch_group(ctx, coord, P, req.group_id, topics, lambda t, ps: T(name=t, partitions=ps))
     if err:
         if v < 2:  # no top-level error code before v2: report it on every requested partition
             asked = [(t, [(pi, None) for pi in parts]) for t, parts in (topics or [])]
             tops = await _fetched_topics(P, asked, lambda t, ps: T(name=t, partitions=ps), err)
             return Resp(version=v, throttle_time_ms=0, topics=tops)
         return Resp(version=v, throttle_time_ms=0, topics=[], error_code=err)
-    tops = await _fetched_topics(P, data, lambda t, ps: T(name=t, partitions=ps))
     return Resp(version=v, throttle_time_ms=0, topics=tops, error_code=E.NONE)
+
+
+async def _fetch_group(
+    ctx: RequestContext,
+    coord: Any,
+    P: Any,
+    group_id: str,
+    topics: list[tuple[str, list[int]]] | None,
+    topic: Callable[[Any, list[Any]], Any],
+) -> tuple[ErrorCode, list[Any]]:
+    """(group error, topic entries) of one group's fetch by topic name, limited to topics the principal may
+    DESCRIBE (the others asked for answer TOPIC_AUTHORIZATION_FAILED after the rest, as in Kafka)."""
+    if topics is None:
+        err, data = coord.fetch_offsets(group_id, None)
+        if err:
+            return err, []
+        describable = filter_authorized(ctx, Op.DESCRIBE, ResourceType.TOPIC, (t for t, _ in data))
+        return E.NONE, await _fetched_topics(P, [(t, ps) for t, ps in data if t in describable], topic)
+    describable = filter_authorized(ctx, Op.DESCRIBE, ResourceType.TOPIC, (t for t, _ in topics))
+    err, data = coord.fetch_offsets(group_id, [(t, ps) for t, ps in topics if t in describable])
+    if err:
+        return err, []
+    denied = [(t, [(pi, None) for pi in ps]) for t, ps in topics if t not in describable]
+    return E.NONE, (
+        await _fetched_topics(P, data, topic) + await _fetched_topics(P, denied, topic, E.TOPIC_AUTHORIZATION_FAILED)
+    )
 
 
 async def _fetched_topics(
@@ -306,15 +404,17 @@ async def _fetched_topics(
     return out
 
 
-async def _fetch_group_by_topic_id(store, coord, G, g):
+async def _fetch_group_by_topic_id(ctx: RequestContext, store, coord, G, g):
     """OffsetFetch v10 (Kafka 4.2, KIP-848): topics named by id both ways. An unknown id answers UNKNOWN_TOPIC_ID
-    on its partitions; fetching all offsets leaves out topics that no longer exist (they have no id to name)."""
+    on its partitions, a known one the principal may not DESCRIBE TOPIC_AUTHORIZATION_FAILED; fetching all offsets
+    leaves out topics that no longer exist (they have no id to name) and those it may not DESCRIBE."""
     T = G.OffsetFetchResponseTopics
     P = T.OffsetFetchResponsePartitions
     unknown: list = []
+    denied: list = []
     topics = None
     if g.topics is not None:
-        topics = []
+        found = []
         missing = []
         for n, t in enumerate(g.topics):
             await pace(n)
@@ -322,15 +422,24 @@ async def _fetch_group_by_topic_id(store, coord, G, g):
             if info is None:
                 missing.append((t.topic_id, [(pi, None) for pi in t.partition_indexes]))
             else:
-                topics.append((info.name, list(t.partition_indexes)))
+                found.append((info.name, t.topic_id, list(t.partition_indexes)))
+        describable = filter_authorized(ctx, Op.DESCRIBE, ResourceType.TOPIC, (name for name, _, _ in found))
+        topics = [(name, ps) for name, _, ps in found if name in describable]
+        refused = [(tid, [(pi, None) for pi in ps]) for name, tid, ps in found if name not in describable]
         unknown = await _fetched_topics(P, missing, lambda i, ps: T(topic_id=i, partitions=ps), E.UNKNOWN_TOPIC_ID)
+        denied = await _fetched_topics(
+            P, refused, lambda i, ps: T(topic_id=i, partitions=ps), E.TOPIC_AUTHORIZATION_FAILED
+        )
     err, data = coord.fetch_offsets(g.group_id, topics)
     if err:
         return G(group_id=g.group_id, topics=[], error_code=err)
+    if topics is None:
+        describable = filter_authorized(ctx, Op.DESCRIBE, ResourceType.TOPIC, (name for name, _ in data))
+        data = [(name, parts) for name, parts in data if name in describable]
     ids = {name: info.topic_id for name, _ in data if (info := store.topic(name)) is not None}
     known = [(name, parts) for name, parts in data if name in ids]
     tops = await _fetched_topics(P, known, lambda name, ps: T(topic_id=ids[name], partitions=ps))
-    return G(group_id=g.group_id, topics=tops + unknown, error_code=E.NONE)
+    return G(group_id=g.group_id, topics=tops + unknown + denied, error_code=E.NONE)
 
 
 async def offset_delete(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
@@ -338,6 +447,10 @@ async def offset_delete(services: BrokerServices, ctx: RequestContext, req: Any)
     T = Resp.OffsetDeleteResponseTopic
     P = T.OffsetDeleteResponsePartition
     store = services.store
+    # DELETE on the group, then READ on each topic (before saying whether it exists), as Kafka
+    if not _group_allowed(ctx, Op.DELETE, req.group_id):
+        return Resp(version=ctx.api_version, error_code=E.GROUP_AUTHORIZATION_FAILED, throttle_time_ms=0, topics=[])
+    readable = filter_authorized(ctx, Op.READ, ResourceType.TOPIC, (t.name for t in req.topics))
     pre: dict[tuple[str, int], ErrorCode] = {}
     wanted = []
     order = []
@@ -345,14 +458,18 @@ async def offset_delete(services: BrokerServices, ctx: RequestContext, req: Any)
     for t in req.topics:
         parts = [p.partition_index for p in t.partitions]
         order.append((t.name, parts))
-        known = store.topic(t.name) is not None
+        refused = (
+            E.TOPIC_AUTHORIZATION_FAILED
+            if t.name not in readable
+            else (E.UNKNOWN_TOPIC_OR_PARTITION if store.topic(t.name) is None else None)
+        )
         for pi in parts:
             n += 1
             await pace(n)  # thousands of partitions: other connections get a turn
-            if known:
+            if refused is None:
                 wanted.append((t.name, pi))
             else:
-                pre[(t.name, pi)] = E.UNKNOWN_TOPIC_OR_PARTITION
+                pre[(t.name, pi)] = refused
     err, results = await services.group_coordinator.delete_offsets(req.group_id, wanted)
     if err:
         return Resp(version=ctx.api_version, error_code=err, throttle_time_ms=0, topics=[])
@@ -375,6 +492,9 @@ async def list_groups(services: BrokerServices, ctx: RequestContext, req: Any) -
     states = list(req.states_filter or []) if v >= 4 else None
     types = list(req.types_filter or []) if v >= 5 else None
     err, groups = services.group_coordinator.list_groups(states, types)
+    # DESCRIBE on the cluster lists every group; without it, only the groups the principal may DESCRIBE (as Kafka)
+    if not allowed_quietly(ctx, Op.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        groups = [g for g in groups if allowed_quietly(ctx, Op.DESCRIBE, ResourceType.GROUP, g.group_id)]
     listed = [
         Resp.ListedGroup(
             group_id=g.group_id, protocol_type=g.protocol_type or "", group_state=g.state.value, group_type=GROUP_TYPE
@@ -395,9 +515,25 @@ async def describe_groups(services: BrokerServices, ctx: RequestContext, req: An
     for n, gid in enumerate(dict.fromkeys(req.groups)):
         if n % YIELD_EVERY == YIELD_EVERY - 1:
             await asyncio.sleep(0)
+        if not _group_allowed(ctx, Op.DESCRIBE, gid):
+            out.append(_group_error(Resp.DescribedGroup, gid, E.GROUP_AUTHORIZATION_FAILED))
+            continue
         ops = requested_operations(ctx, asked, ResourceType.GROUP, gid)
         out.append(_describe_group(services, Resp.DescribedGroup, gid, v, ops))
     return Resp(version=v, throttle_time_ms=0, groups=out)
+
+
+def _group_error(D: Any, gid: str, err: ErrorCode, ops: set[int] | None = None) -> Any:
+    """Kafka's DescribeGroupsResponse.groupError: the error, empty state and protocol (no operations when refused)."""
+    return D(
+        error_code=err,
+        group_id=gid,
+        group_state="",
+        protocol_type="",
+        protocol_data="",
+        members=[],
+        authorized_operations=ops,
+    )
 
 
 def _describe_group(services: BrokerServices, D: Any, gid: str, v: int, ops: set[int] | None) -> Any:
@@ -425,15 +561,7 @@ def _describe_group(services: BrokerServices, D: Any, gid: str, v: int, ops: set
             authorized_operations=ops,
         )
     if err or g is None:  # (g is None only with an error)
-        return D(
-            error_code=err,
-            group_id=gid,
-            group_state="",
-            protocol_type="",
-            protocol_data="",
-            members=[],
-            authorized_operations=ops,
-        )
+        return _group_error(D, gid, err, ops)
     stable = g.state == GroupState.STABLE
     members = [
         M(
@@ -459,7 +587,10 @@ def _describe_group(services: BrokerServices, D: Any, gid: str, v: int, ops: set
 
 async def delete_groups(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
     Resp = response_class(ApiKey.DELETE_GROUPS)
-    results = await services.group_coordinator.delete_groups(list(req.groups_names))
+    names = list(dict.fromkeys(req.groups_names))
+    deletable = filter_authorized(ctx, Op.DELETE, ResourceType.GROUP, names)
+    results = await services.group_coordinator.delete_groups([g for g in names if g in deletable])
+    results.update((g, E.GROUP_AUTHORIZATION_FAILED) for g in names if g not in deletable)
     return Resp(
         version=ctx.api_version,
         throttle_time_ms=0,

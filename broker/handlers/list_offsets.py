@@ -20,6 +20,8 @@ from strata.protocol.constants import LIST_OFFSETS_SENTINEL_MIN_VERSION as _MIN_
 from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import ApiKey, response_class
 
+from ..authorization import filter_authorized
+from ..authorized_ops import AclOperation, ResourceType
 from ..replica_manager import READ_COMMITTED, pace
 from ..request_context import RequestContext
 from ..services import BrokerServices
@@ -83,18 +85,24 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
     isolation = req.isolation_level if v >= 2 else 0
     replica_id = req.replica_id  # -1 consumer, -2 debug (may read a follower), >= 0 a follower
     rm = services.replica_manager
+    # DESCRIBE on each topic (followers included, as in Kafka); a topic not allowed answers TOPIC_AUTHORIZATION_FAILED
+    # on every partition, before anything says whether it exists
+    describable = filter_authorized(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in req.topics))
     topics = []
     n = 0
     for t in req.topics:
         parts = []
+        allowed = t.name in describable
         for p in t.partitions:
             n += 1
             await pace(n)  # thousands of partitions: other connections get a turn
             ts = p.timestamp
-            partition = rm.get_partition(t.name, p.partition_index)
+            partition = rm.get_partition(t.name, p.partition_index) if allowed else None
             code = ErrorCode.NONE
             out = (-1, -1, -1)
-            if partition is None:
+            if not allowed:
+                code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif partition is None:
                 code = rm.not_hosted_error(t.name, p.partition_index)
             elif ts < 0 and v < _MIN_VERSION.get(ts, 0):
                 code = ErrorCode.UNSUPPORTED_VERSION

@@ -9,8 +9,11 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import ApiKey, response_class
 
+from ..authorization import authorize
+from ..authorized_ops import CLUSTER_NAME, AclOperation, ResourceType
 from ..request_context import RequestContext
 from ..services import BrokerServices
 
@@ -20,6 +23,9 @@ async def describe_log_dirs(services: BrokerServices, ctx: RequestContext, req: 
     Result = Resp.DescribeLogDirsResult
     Topic, Partition = Result.DescribeLogDirsTopic, Result.DescribeLogDirsTopic.DescribeLogDirsPartition
     v = ctx.api_version
+    if not authorize(ctx, AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        # as Kafka: no log dirs, and (v3+) the error; v1-2 have no field to say it in
+        return Resp(version=v, throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, results=[])
     wanted: dict[str, set[int]] | None = None  # None: every partition (a null Topics array)
     if req.topics is not None:
         wanted = {}

@@ -11,7 +11,15 @@ import structlog
 from strata.protocol.errors import ErrorCode, KafkaApiError
 from strata.protocol.registry import ApiKey, response_class
 
-from ..authorized_ops import CLUSTER_NAME, ResourceType, requested_operations
+from ..authorization import filter_authorized
+from ..authorized_ops import (
+    CLUSTER_NAME,
+    AclOperation,
+    ResourceType,
+    allowed_quietly,
+    cluster_operations,
+    requested_operations,
+)
 from ..metadata_store import TopicInfo, validate_topic_name
 from ..replica_manager import YIELD_EVERY
 from ..request_context import RequestContext
@@ -52,18 +60,35 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
                 wanted.append((t.name, None))
         wanted = list(dict.fromkeys(wanted))  # Kafka answers each topic once, however often it is asked for
 
-    auto = allow_auto and services.config["auto.create.topics.enable"]
+    # Topics the principal may not DESCRIBE: left out of a listing of all topics; named, they answer
+    # TOPIC_AUTHORIZATION_FAILED without saying whether they exist (a topic asked for by id keeps its id, which Kafka
+    # does not count as secret, and loses its name). Auto-creation needs CREATE on the cluster or on the topic.
+    refused: set[tuple[str | None, uuid.UUID | None]] = set()
+    if req.topics is None:
+        wanted = [w for w in wanted if allowed_quietly(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, w[0] or "")]
+    else:
+        describable = filter_authorized(
+            ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (n for n, _ in wanted if n is not None)
+        )
+        refused = {w for w in wanted if w[0] is not None and w[0] not in describable}
+
+    auto = allow_auto and services.config["auto.create.topics.enable"] and req.topics is not None
+    to_create: list[str] = []
     if auto:
+        to_create = [n for n, tid in wanted if n is not None and (n, tid) not in refused and store.topic(n) is None]
+        if to_create and not allowed_quietly(ctx, AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME):
+            creatable = filter_authorized(ctx, AclOperation.CREATE, ResourceType.TOPIC, to_create)
+            refused.update((n, None) for n in to_create if n not in creatable)
+            to_create = [n for n in to_create if n in creatable]
         # Kafka creates a Metadata request's unknown topics in one CreateTopics to its controller, which refuses a
         # batch of more than MAX_RECORDS_PER_USER_OP records; the topics are then answered as being created.
-        missing = sum(1 for name, _ in wanted if name is not None and store.topic(name) is None)
-        if missing * (1 + services.config["num.partitions"]) > MAX_RECORDS_PER_USER_OP:
-            log.warning("not auto-creating the topics of a Metadata request: " + TOO_LARGE, topics=missing)
+        if len(to_create) * (1 + services.config["num.partitions"]) > MAX_RECORDS_PER_USER_OP:
+            log.warning("not auto-creating the topics of a Metadata request: " + TOO_LARGE, topics=len(to_create))
             auto = False
             too_many = True
     created: dict[str, TopicInfo | KafkaApiError | None] = {}
     if auto:
-        created = await _auto_create(services, [n for n, _ in wanted if n is not None and store.topic(n) is None])
+        created = await _auto_create(services, to_create)
     live = store.brokers()
     topics = []
     work = 0  # topics and partitions answered since the last yield
@@ -72,6 +97,18 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
             work = 0
             await asyncio.sleep(0)  # a request for thousands of topics lets other connections be served
         work += 1
+        if (name, tid) in refused:
+            by_id = tid is not None
+            topics.append(
+                Topic(
+                    error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                    name=None if by_id else name,
+                    topic_id=tid if by_id else None,
+                    is_internal=False,
+                    partitions=[],
+                )
+            )
+            continue
         info = store.topic(name) if name is not None else None
         if info is None and name is not None and too_many:
             try:
@@ -130,11 +167,10 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
         )
     if v >= 8 and req.include_topic_authorized_operations:
         for t in topics:
-            t.authorized_operations = requested_operations(ctx, True, ResourceType.TOPIC, t.name or "")
+            if t.error_code != ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+                t.authorized_operations = requested_operations(ctx, True, ResourceType.TOPIC, t.name or "")
     # v8-10 only: v11 moved the cluster's operations to DescribeCluster
-    cluster_ops = requested_operations(
-        ctx, 8 <= v <= 10 and bool(req.include_cluster_authorized_operations), ResourceType.CLUSTER, CLUSTER_NAME
-    )
+    cluster_ops = cluster_operations(ctx, 8 <= v <= 10 and bool(req.include_cluster_authorized_operations))
     brokers = [
         Resp.MetadataResponseBroker(node_id=b, host=host, port=port, rack=rack)
         for b, (host, port), rack in live_brokers(services, ctx.listener, DEPARTED_BROKER_GRACE_S)

@@ -13,6 +13,8 @@ from typing import Any
 from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import ApiKey, response_class
 
+from ..authorization import filter_authorized
+from ..authorized_ops import CLUSTER_NAME, AclOperation, ResourceType, allowed_quietly
 from ..replica_manager import pace
 from ..request_context import RequestContext
 from ..services import BrokerServices
@@ -23,16 +25,24 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
     TopicRes = Resp.OffsetForLeaderTopicResult
     PartRes = TopicRes.EpochEndOffset
     rm = services.replica_manager
+    # Followers asked it first and need CLUSTER_ACTION; consumers (KIP-320) may instead have DESCRIBE on the topic
+    if allowed_quietly(ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
+        describable = {t.topic for t in req.topics}
+    else:
+        describable = filter_authorized(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.topic for t in req.topics))
     topics = []
     n = 0
     for t in req.topics:
         parts = []
+        allowed = t.topic in describable
         for p in t.partitions:
             n += 1
             await pace(n)  # thousands of partitions: other connections get a turn
-            partition = rm.get_partition(t.topic, p.partition)
+            partition = rm.get_partition(t.topic, p.partition) if allowed else None
             epoch, end = -1, -1
-            if partition is None:
+            if not allowed:
+                code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif partition is None:
                 code = rm.not_hosted_error(t.topic, p.partition)
             else:
                 code = partition.check_epoch(p.current_leader_epoch, require_leader=True)

@@ -18,6 +18,8 @@ from strata.protocol.records import (
 )
 from strata.protocol.registry import ApiKey, response_class
 
+from ..authorization import filter_authorized
+from ..authorized_ops import AclOperation, ResourceType
 from ..network import CloseConnection
 from ..request_context import RequestContext
 from ..services import BrokerServices
@@ -82,6 +84,12 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
         else:
             topics.append((td, td.name, None))
 
+    # WRITE on each topic, decided once per topic; a topic not allowed answers TOPIC_AUTHORIZATION_FAILED before any
+    # other check (so it does not tell whether the topic exists), as Kafka's handleProduceRequest
+    writable = filter_authorized(
+        ctx, AclOperation.WRITE, ResourceType.TOPIC, (n for _, n, _ in topics if n is not None)
+    )
+
     fixed_error: ErrorCode | None = None
     if v < 3:
         fixed_error = ErrorCode.UNSUPPORTED_VERSION  # magic v0/v1 message sets are not accepted (Kafka 4)
@@ -95,17 +103,22 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
         for pd in td.partition_data:
             err: int | None = fixed_error
             message = None
-            if err is None:
-                if name is None:
-                    err = ErrorCode.UNKNOWN_TOPIC_ID
-                elif pd.records is None:
-                    err = ErrorCode.INVALID_RECORD
-                else:
-                    try:
-                        check_produce_records(v, pd.records)
-                        entries.append((name, pd.index, pd.records))
-                    except RecordBatchError as e:
-                        err, message = e.error_code, str(e)
+            if err == ErrorCode.UNSUPPORTED_VERSION:
+                pass
+            elif name is None:
+                err = ErrorCode.UNKNOWN_TOPIC_ID
+            elif name not in writable:
+                err = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif err is not None:
+                pass
+            elif pd.records is None:
+                err = ErrorCode.INVALID_RECORD
+            else:
+                try:
+                    check_produce_records(v, pd.records)
+                    entries.append((name, pd.index, pd.records))
+                except RecordBatchError as e:
+                    err, message = e.error_code, str(e)
             slots.append((ti, pd.index, err, message))
     if entries:
         await prescan_large_batches(services, entries)

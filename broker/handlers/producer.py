@@ -21,6 +21,8 @@ import structlog
 from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import ApiKey, response_class
 
+from ..authorization import authorize_by_resource_type
+from ..authorized_ops import CLUSTER_NAME, AclOperation, ResourceType, allowed_quietly
 from ..request_context import RequestContext
 from ..services import BrokerServices
 
@@ -31,6 +33,14 @@ async def init_producer_id(services: BrokerServices, ctx: RequestContext, req: A
     Resp = response_class(ApiKey.INIT_PRODUCER_ID)
     v = ctx.api_version
     tid = req.transactional_id
+    if tid is None and not _may_write_idempotently(ctx):
+        return Resp(
+            version=v,
+            throttle_time_ms=0,
+            error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+            producer_id=-1,
+            producer_epoch=-1,
+        )
     if tid is not None:
         err = ErrorCode.INVALID_REQUEST if tid == "" else ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         if err == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
@@ -48,3 +58,11 @@ async def init_producer_id(services: BrokerServices, ctx: RequestContext, req: A
             version=v, throttle_time_ms=0, error_code=ErrorCode.UNKNOWN_SERVER_ERROR, producer_id=-1, producer_epoch=-1
         )
     return Resp(version=v, throttle_time_ms=0, error_code=ErrorCode.NONE, producer_id=pid, producer_epoch=0)
+
+
+def _may_write_idempotently(ctx: RequestContext) -> bool:
+    """KIP-679: IDEMPOTENT_WRITE on the cluster, or WRITE on at least one topic (Kafka's authorizeByResourceType), as
+    an idempotent producer writes only where it may anyway."""
+    return allowed_quietly(
+        ctx, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME
+    ) or authorize_by_resource_type(ctx, AclOperation.WRITE, ResourceType.TOPIC)

@@ -15,7 +15,8 @@ from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import ApiKey, response_class
 from strata.protocol.scram import MAX_ITERATIONS, MIN_ITERATIONS, ScramMechanism
 
-from ..authorized_ops import CLUSTER_NAME, AclOperation, ResourceType, client_host
+from ..authorization import authorize
+from ..authorized_ops import CLUSTER_NAME, AclOperation, ResourceType
 from ..metadata_store import ScramKey
 from ..request_context import RequestContext
 from ..security.scram import ScramCredential, credential_from_salted_password
@@ -34,12 +35,7 @@ _OK: Outcome = (ErrorCode.NONE, None)
 
 def _authorized(ctx: RequestContext, operation: AclOperation) -> bool:
     """Kafka checks the CLUSTER resource: DESCRIBE to describe, ALTER to alter; no authorizer allows everything."""
-    authorizer = ctx.authorizer
-    if authorizer is None:
-        return True
-    return authorizer.authorize(
-        ctx.principal, client_host(ctx), int(operation), int(ResourceType.CLUSTER), CLUSTER_NAME
-    )
+    return authorize(ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME)
 
 
 async def describe_user_scram_credentials(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:

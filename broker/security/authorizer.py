@@ -147,6 +147,7 @@ class StandardAuthorizer:
         deny_literal: set[str] = set()
         deny_prefixed: set[str] = set()
         allows: list[ResourcePattern] = []
+        wildcard_allow = False  # decided after the loop: a `*` DENY anywhere in the set still wins, as in Kafka
         for b in self._bindings:
             p, e = b.pattern, b.entry
             if p.resource_type != resource_type or e.host not in (WILDCARD, host):
@@ -162,8 +163,10 @@ class StandardAuthorizer:
                     deny_prefixed.add(p.name)
             elif e.permission_type == AclPermissionType.ALLOW:
                 if p.pattern_type == PatternType.LITERAL and p.name == WILDCARD:
-                    return True
+                    wildcard_allow = True
                 allows.append(p)
+        if wildcard_allow:
+            return True
         for p in allows:
             if p.pattern_type == PatternType.LITERAL and p.name in deny_literal:
                 continue

@@ -102,6 +102,11 @@ def test_an_acl_created_on_one_broker_decides_on_the_others_within_a_second(tmp_
                 [NewTopic("acl-replicated", 1, 3, config={"min.insync.replicas": "3"})], operation_timeout=30
             )
             fs["acl-replicated"].result(30)
+            # cluster.isr_of asks Metadata as User:ANONYMOUS, which sees only the topics it may DESCRIBE
+            see = AclBinding(ResourceType.TOPIC, "acl-replicated", ResourcePatternType.LITERAL, "User:ANONYMOUS",
+                             "*", AclOperation.DESCRIBE, AclPermissionType.ALLOW)  # fmt: skip
+            for fut in admin.create_acls([see], request_timeout=30).values():
+                fut.result(30)
             wait_until(lambda: cluster.isr_of("acl-replicated", 0) == {1, 2, 3}, 60, message="full ISR")
             producer = Producer({**_admin_conf(third.internal_port), "acks": "all"})
             failed: list[str] = []

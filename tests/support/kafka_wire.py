@@ -145,6 +145,22 @@ class WireClient:
         corr = self.send(request)
         return self.recv(response_class(request), version, corr)
 
+    def call(self, api_key: int, version: int, **fields: Any) -> Any:
+        """Any request by api key and version, its fields as keyword arguments; nested structs may be given as
+        dicts (kafka-python's generated classes are built from them)."""
+        from strata.protocol.registry import REQUEST_CLASSES, RESPONSE_CLASSES
+
+        cls = REQUEST_CLASSES[api_key][version]
+        corr = self.send(cls(**_structs(cls, fields)))
+        return self.recv(RESPONSE_CLASSES[api_key], version, corr)
+
+    def sasl_plain(self, user: str, password: str) -> None:
+        """Authenticate as `user` with SASL PLAIN (SaslHandshake v1, SaslAuthenticate v2), as clients do."""
+        hs = self.call(17, 1, mechanism="PLAIN")
+        assert hs.error_code == 0, hs
+        auth = self.call(36, 2, auth_bytes=b"\0" + user.encode() + b"\0" + password.encode())
+        assert auth.error_code == 0, auth
+
     # -- typed helpers -------------------------------------------------------------------------------------------
     def api_versions(self, version: int = 0) -> Any:
         return self.request(ApiVersionsRequest[version]())
@@ -267,6 +283,20 @@ class WireClient:
 
 
 # -- record batches ------------------------------------------------------------------------------------------
+def _structs(cls: Any, fields: dict[str, Any]) -> dict[str, Any]:
+    """`fields` with every dict standing for a nested struct (or an array of them) made into its generated class."""
+    out = {}
+    for name, value in fields.items():
+        f = cls._struct.fields.get(name)
+        if f is not None and value is not None and f.is_struct_array():
+            sub = f.data_class
+            value = [sub(**_structs(sub, v)) if isinstance(v, dict) else v for v in value]
+        elif f is not None and isinstance(value, dict) and f.is_struct():
+            value = f.data_class(**_structs(f.data_class, value))
+        out[name] = value
+    return out
+
+
 def build_batch(
     records: Iterable[tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]],
     compression: int = 0,
