@@ -10,6 +10,7 @@ synchronously, as a metadata watch would.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from pathlib import Path
 from types import SimpleNamespace
@@ -24,6 +25,7 @@ from strata.broker.handlers import offset_for_leader_epoch as ofle_handler
 from strata.broker.metadata_store import MetadataStore, TopicInfo
 from strata.broker.metrics import BrokerMetrics
 from strata.broker.replica_manager import ReplicaManager
+from strata.broker.request_context import RequestContext
 from strata.config import BrokerConfig, LogConfig
 from strata.protocol.registry import REQUEST_CLASSES, RESPONSE_CLASSES, ApiKey, decode_request, encode_response
 from strata.storage.log_manager import LogManager
@@ -209,8 +211,7 @@ async def _dispatch(node: Node, api_key: int, version: int, fields: dict[str, An
     req.with_header(correlation_id=7, client_id="test-fetcher")
     frame = bytes(req.encode(header=True, framed=True))[4:]
     body = decode_request(frame, api_key, version).body
-    # stands in for RequestContext: what the handlers read
-    ctx: Any = SimpleNamespace(api_version=version, conn=SimpleNamespace(listener="PLAINTEXT", peer="test"))
+    ctx = RequestContext(api_key, version, 7, "test-fetcher", time.perf_counter(), "PLAINTEXT", "127.0.0.1:0")
     resp = await HANDLERS[api_key](node.shim, ctx, body)
     return RESPONSE_CLASSES[api_key].decode(encode_response(resp, 7)[4:], version=version, header=True)
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from strata.broker.handlers import configs as C
+from strata.broker.request_context import RequestContext
 from strata.cli.main import main as cli_main
 from strata.config import (
     BROKER_CONFIG_DEFS,
@@ -301,7 +303,7 @@ def _describe(server, resources, version=4, synonyms=False, docs=False):
         include_synonyms=synonyms,
         include_documentation=docs,
     )
-    ctx = SimpleNamespace(api_version=version)
+    ctx = RequestContext(ApiKey.DESCRIBE_CONFIGS, version, 1, "test", time.perf_counter(), "PLAINTEXT", "127.0.0.1:0")
     resp = asyncio.run(C.describe_configs(server, ctx, req))
     resp.with_header(correlation_id=1)
     raw = bytes(resp.encode(header=True, framed=True))  # must encode at every version
