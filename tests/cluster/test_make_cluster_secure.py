@@ -6,9 +6,6 @@ line)."""
 
 from __future__ import annotations
 
-import os
-import re
-import signal
 import stat
 import subprocess
 import sys
@@ -20,8 +17,7 @@ from confluent_kafka import Consumer, Producer
 from strata.cli.admin_client import AdminClient, AdminError
 from strata.cli.command_config import client_security, read_properties
 from strata.config import parse_properties
-from tests.support.broker_proc import free_port
-from tests.support.checkout import copy_checkout
+from tests.support.cluster_script import ClusterScript
 from tests.support.waiting import wait_until
 
 
@@ -34,24 +30,11 @@ def _strata(repo: Path, *args: str) -> str:
 
 
 def test_make_cluster_secure_serves_sasl_ssl_with_the_admin_user(tmp_path: Path) -> None:
-    repo = copy_checkout(tmp_path / "repo", exclude=("tests",))
-    data, out = tmp_path / "data", tmp_path / "cluster.out"
-    port = free_port()
-    cmd = [sys.executable, str(repo / "scripts/cluster.py"), "--secure", "--data-dir", str(data), "--port", str(port)]
-    cmd += ["--metrics-port", str(free_port())]
-    with open(out, "wb") as f:
-        proc = subprocess.Popen(cmd, cwd=repo, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    cluster = ClusterScript(tmp_path, "--secure")
+    repo, data = cluster.repo, cluster.data
     try:
-        wait_until(
-            lambda: "Strata cluster is up." in out.read_text() or proc.poll() is not None,
-            timeout=240,
-            message=lambda: out.read_text()[-3000:],
-        )
-        text = out.read_text()
-        assert proc.poll() is None and "Traceback" not in text, text[-3000:]
-        bootstrap = re.search(r"bootstrap servers: (\S+)", text)
-        assert bootstrap is not None
-        bs = bootstrap.group(1)
+        text = cluster.start()
+        bs = cluster.bootstrap
         admin = data / "secure" / "admin.properties"
         assert f"--command-config {admin}" in text and "admin user: admin" in text
 
@@ -104,7 +87,5 @@ def test_make_cluster_secure_serves_sasl_ssl_with_the_admin_user(tmp_path: Path)
         with pytest.raises(AdminError, match=r"closed the connection|timed out"):
             AdminClient(bs.split(",")[0], 20.0)
     finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGTERM)  # the supervisor: brokers, then etcd and SeaweedFS
-        proc.wait(timeout=180)
-    assert proc.returncode == 0, out.read_text()[-3000:]
+        code = cluster.stop()
+    assert code == 0, cluster.out.read_text()[-3000:]
