@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from strata.config.broker_config import BROKER_CONFIG_DEFS
 from strata.pipeline.client import direct_read_refusal
 from tests.pipeline.support import (
     consume_all,
@@ -25,10 +26,14 @@ from tests.support.certs import make_pki
 from tests.support.s3_servers import MotoServer
 
 SECRET = "spark-s3cret-Pq7"
+READER_SECRET = "reader-s3cret-Lm2"
 JAAS = (
     "org.apache.kafka.common.security.plain.PlainLoginModule required "
-    f'username="spark" password="{SECRET}" user_spark="{SECRET}";'
+    f'username="spark" password="{SECRET}" user_spark="{SECRET}" user_reader="{READER_SECRET}";'
 )
+# the authorizer (ACLs) when this checkout has it: spark and the test's plaintext helpers are super users
+AUTHORIZER = "authorizer.class.name" in BROKER_CONFIG_DEFS
+needs_authorizer = pytest.mark.skipif(not AUTHORIZER, reason="this broker has no authorizer (authorizer.class.name)")
 TOPIC = "secure-history"
 
 
@@ -58,11 +63,18 @@ def secure_tiered(tmp_path_factory: pytest.TempPathFactory, pipeline_moto: MotoS
             "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS,
         }
     )
+    if AUTHORIZER:
+        broker.overrides.update(
+            {
+                "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                "super.users": "User:spark;User:ANONYMOUS",
+            }
+        )
     broker.start()
     options = {
         "kafka.security.protocol": "SASL_SSL",
         "kafka.sasl.mechanism": "PLAIN",
-        "kafka.sasl.jaas.config": JAAS.split(" user_spark")[0] + ";",
+        "kafka.sasl.jaas.config": JAAS.split(" user_")[0] + ";",
         "kafka.ssl.truststore.type": "PEM",
         "kafka.ssl.truststore.location": str(pki.ca_pem),
     }
@@ -123,3 +135,35 @@ def test_direct_mode_needs_read_among_the_authorized_operations() -> None:
     assert "read.mode=broker" in msg
     msg = direct_read_refusal("t", None)
     assert msg is not None and "does not report authorized operations" in msg
+
+
+@needs_authorizer
+def test_direct_mode_is_refused_without_read_on_the_topic(spark, secure_tiered: SecureTiered, history: str) -> None:
+    """`reader` may DESCRIBE the topic but not READ it: direct mode is refused on the driver, before any executor
+    touches the bucket."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    admin = AdminClient({"bootstrap.servers": secure_tiered.broker.bootstrap, "log_level": 3})
+    binding = AclBinding(
+        ResourceType.TOPIC, history, ResourcePatternType.LITERAL, "User:reader", "*", AclOperation.DESCRIBE,
+        AclPermissionType.ALLOW,
+    )  # fmt: skip
+    for f in admin.create_acls([binding], request_timeout=30).values():
+        f.result()
+    reader = dict(secure_tiered.options)
+    reader["kafka.sasl.jaas.config"] = (
+        reader["kafka.sasl.jaas.config"].replace('"spark"', '"reader"').replace(SECRET, READER_SECRET)
+    )
+    opts = {"kafka.bootstrap.servers": secure_tiered.sasl_ssl, "subscribe": history, **reader, **secure_tiered.direct}
+    with pytest.raises(Exception) as e:
+        spark.read.format("strata").options(**opts).load().count()
+    text = str(e.value)
+    assert f"read.mode=direct refused for topic '{history}': the principal lacks READ on it" in text, text[:3000]
+    assert READER_SECRET not in text
