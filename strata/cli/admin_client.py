@@ -25,7 +25,7 @@ from strata.protocol.registry import REQUEST_CLASSES, RESPONSE_CLASSES, ApiKey
 from strata.protocol.scram import ScramMechanism, salted_password
 from strata.protocol.uuids import kafka_uuid_str
 
-from .command_config import ClientSecurity, CommandConfigError, SaslAuthenticationFailed
+from .command_config import ClientSecurity, CommandConfigError, SaslAuthenticationFailed, process_security
 
 CLIENT_ID = "strata-cli"
 RESOURCE_TOPIC = 2
@@ -198,13 +198,14 @@ def _connect(host: str, port: int, timeout: float, tls: ssl.SSLContext | None = 
 
 
 class AdminClient:
-    """One connection to one broker. Use as a context manager or call close()."""
+    """One connection to one broker. Use as a context manager or call close(). `security` (TLS, SASL): by default
+    the command's --command-config (strata.cli.command_config.use_for_this_process), else PLAINTEXT."""
 
     def __init__(
         self, bootstrap: str = "127.0.0.1:9092", timeout: float = 30.0, security: ClientSecurity | None = None
     ) -> None:
         self.timeout = timeout
-        self.security = security or ClientSecurity()
+        self.security = security if security is not None else process_security()  # --command-config
         self._corr = 0
         self._reauth_at: float | None = None  # KIP-368: when to authenticate again (monotonic), None: never
         try:

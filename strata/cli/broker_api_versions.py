@@ -10,7 +10,7 @@ import argparse
 from strata.protocol.registry import REQUEST_CLASSES
 
 from .admin_client import AdminClient, AdminError
-from .common import SubParsers, add_bootstrap_option, add_timeout_option, error, security
+from .common import SubParsers, add_bootstrap_option, add_timeout_option, error
 
 NAME = "broker-api-versions"
 
@@ -51,7 +51,7 @@ def api_lines(versions: dict[int, tuple[int, int]]) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        with AdminClient(args.bootstrap_server, args.timeout, security(args)) as a:
+        with AdminClient(args.bootstrap_server, timeout=args.timeout) as a:
             for node in a.brokers():
                 try:
                     versions = a.peer(node.host, node.port).versions

@@ -435,25 +435,24 @@ class SaslClient:
             raise SaslAuthenticationFailed(f"SCRAM exchange failed: {type(e).__name__}") from None
 
 
-# -- the command line ----------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class CommandConfig:
-    """An admin command's ``--command-config`` file: the security its wire client uses. (The kafka-python commands
-    take theirs as their client config file, as Kafka's console tools since KIP-1147: strata.cli.clients.)"""
-
-    security: ClientSecurity
-    properties: list[tuple[str, str]] = field(repr=False)
+# -- the command line ---------------------------------------------------------------------------------------------
+_process_security = ClientSecurity()
 
 
-NO_COMMAND_CONFIG = CommandConfig(ClientSecurity(), [])
+def load_command_config(path: str) -> ClientSecurity:
+    """The security of a ``--command-config`` file (its other keys are the Java admin client's: not used here)."""
+    return client_security(dict(read_properties(path)), path)
 
 
-def load_command_config(path: str | None) -> CommandConfig:
-    """The parsed ``--command-config`` file (the PLAINTEXT default without one)."""
-    if path is None:
-        return NO_COMMAND_CONFIG
-    pairs = read_properties(path)
-    return CommandConfig(client_security(dict(pairs), path), pairs)
+def use_for_this_process(security: ClientSecurity) -> None:
+    """Make `security` (the command's --command-config) how every AdminClient of this CLI process connects, unless
+    given another: one command, one identity, for its own connections and those to other brokers alike."""
+    global _process_security
+    _process_security = security
+
+
+def process_security() -> ClientSecurity:
+    return _process_security
 
 
 def add_command_config_option(p: Any, default: Any = None) -> None:
@@ -468,19 +467,19 @@ def add_command_config_option(p: Any, default: Any = None) -> None:
 
 __all__ = [
     "MECHANISMS",
-    "NO_COMMAND_CONFIG",
     "PROTOCOLS",
     "SECRET_KEYS",
     "SECURITY_KEYS",
     "ClientSecurity",
-    "CommandConfig",
     "CommandConfigError",
     "SaslAuthenticationFailed",
     "SaslClient",
     "add_command_config_option",
     "client_security",
     "load_command_config",
+    "process_security",
     "parse_properties",
     "read_properties",
     "unsecured_jws",
+    "use_for_this_process",
 ]

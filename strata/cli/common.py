@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, Protocol, TypeAlias
 
-from .command_config import NO_COMMAND_CONFIG, ClientSecurity, CommandConfig, add_command_config_option
+from .command_config import add_command_config_option
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
@@ -93,17 +93,6 @@ def add_client_config_options(p: argparse.ArgumentParser, kind: str, properties:
     )
 
 
-def command_config(args: argparse.Namespace) -> CommandConfig:
-    """The parsed --command-config of this run (main() loads it once; the PLAINTEXT default without one)."""
-    loaded: CommandConfig = getattr(args, "loaded_command_config", NO_COMMAND_CONFIG)
-    return loaded
-
-
-def security(args: argparse.Namespace) -> ClientSecurity:
-    """How this run connects to brokers (--command-config's security.protocol, SASL and TLS settings)."""
-    return command_config(args).security
-
-
 def add_timeout_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the broker (default 30)")
 
@@ -111,13 +100,13 @@ def add_timeout_option(p: argparse.ArgumentParser) -> None:
 ActionAdder: TypeAlias = Callable[[str, Callable[..., int], str], argparse.ArgumentParser]
 
 
-def run_action(prog: str, connect: Callable[[str, float, ClientSecurity], Any], args: argparse.Namespace) -> int:
+def run_action(prog: str, connect: Callable[[str, float], Any], args: argparse.Namespace) -> int:
     """Run the chosen action (``args.action_func(client, args)``) over one connection; a readable error (AdminError,
     or the command's own usage error, a subclass of UsageError) becomes one line and exit code 1."""
     from .admin_client import AdminError
 
     try:
-        with connect(args.bootstrap_server, args.timeout, security(args)) as client:
+        with connect(args.bootstrap_server, args.timeout) as client:
             result: int = args.action_func(client, args)
             return result
     except (AdminError, UsageError) as e:

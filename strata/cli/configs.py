@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from strata.protocol.scram import ScramMechanism
 
 from .admin_client import AdminClient, AdminError, DescribedConfig, ScramUpsertion
-from .common import SubParsers, UsageError, add_action_command, error, security
+from .common import SubParsers, UsageError, add_action_command, error
 from .users import MECHANISMS, parse_scram_config, print_credentials
 
 NAME = "configs"
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         ):
             raise _UsageError("one of the arguments --entity-name --entity-default is required")
         users_change = _users_change(args) if args.entity_type == USERS and args.action == "alter" else None
-        with AdminClient(args.bootstrap_server, args.timeout, security(args)) as a:
+        with AdminClient(args.bootstrap_server, timeout=args.timeout) as a:
             if users_change is not None:
                 return _alter_users(a, args.entity_name, *users_change)
             if args.entity_type == USERS:
@@ -104,7 +104,7 @@ def _target(a: AdminClient, args: argparse.Namespace) -> AdminClient:
         raise _UsageError(f"broker id must be an integer, not {args.entity_name!r}") from None
     for b in a.metadata([]).brokers:
         if b.node_id == bid and (b.host, b.port) != (a.host, a.port):
-            return AdminClient(f"{b.host}:{b.port}", a.timeout, a.security)
+            return AdminClient(f"{b.host}:{b.port}", a.timeout)
     return a
 
 

@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from .admin_client import AdminClient, AdminError
-from .common import SubParsers, add_bootstrap_option, add_timeout_option, error, security
+from .common import SubParsers, add_bootstrap_option, add_timeout_option, error
 
 NAME = "delete-records"
 PROG = "strata delete-records"
@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     failed = False
     try:
-        with AdminClient(args.bootstrap_server, args.timeout, security(args)) as a:
+        with AdminClient(args.bootstrap_server, timeout=args.timeout) as a:
             print("Executing records delete operation")
             results: dict[tuple[str, int], str] = {}
             for topic in sorted({t for t, _ in wanted}):

@@ -9,7 +9,7 @@ import re
 import sys
 
 from .admin_client import AdminClient, AdminError
-from .common import SubParsers, add_bootstrap_option, add_timeout_option, security
+from .common import SubParsers, add_bootstrap_option, add_timeout_option
 
 NAME = "get-offsets"
 PROG = "strata get-offsets"
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         timestamp = parse_time(args.time)
         rules = [(re.compile(t), lo, hi) for t, lo, hi in _rules(args)]
-        with AdminClient(args.bootstrap_server, args.timeout, security(args)) as a:
+        with AdminClient(args.bootstrap_server, timeout=args.timeout) as a:
             chosen: dict[str, list[int]] = {}
             for topic, parts in a.all_partitions(include_internal=not args.exclude_internal_topics).items():
                 ps = [p for p in parts if any(rx.fullmatch(topic) and lo <= p <= hi for rx, lo, hi in rules)]

@@ -17,7 +17,7 @@ from strata.protocol.registry import REQUEST_CLASSES, ApiKey
 
 from . import group_offsets
 from .admin_client import LATEST, AdminClient, AdminError, check_error, error_text
-from .common import SubParsers, add_action_command, error, security, table
+from .common import SubParsers, add_action_command, error, table
 
 NAME = "groups"
 
@@ -300,7 +300,7 @@ def _groups_delete(a: GroupAdmin, args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        with GroupAdmin(args.bootstrap_server, args.timeout, security(args)) as a:
+        with GroupAdmin(args.bootstrap_server, timeout=args.timeout) as a:
             result: int = args.action_func(a, args)
             return result
     except AdminError as e:

@@ -11,7 +11,7 @@ from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import REQUEST_CLASSES, ApiKey
 
 from .admin_client import AdminClient, AdminError, at_controller, check_error, error_text
-from .common import SubParsers, add_bootstrap_option, add_timeout_option, error, security
+from .common import SubParsers, add_bootstrap_option, add_timeout_option, error
 
 NAME = "leader-election"
 PROG = "strata leader-election"
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     kind = args.election_type.upper()
     try:
         scope = _scope(args)
-        with AdminClient(args.bootstrap_server, args.timeout, security(args)) as a:
+        with AdminClient(args.bootstrap_server, timeout=args.timeout) as a:
             results = elect_leaders(a, TYPES[args.election_type], scope)
     except (_UsageError, AdminError) as e:
         error(PROG, str(e))

@@ -34,7 +34,7 @@ from . import (
     topics,
     users,
 )
-from .command_config import CommandConfigError, load_command_config
+from .command_config import CommandConfigError, load_command_config, use_for_this_process
 from .common import Command
 
 # in the order of `strata --help`
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if getattr(args, "command_config", None) is not None:
         try:
-            args.loaded_command_config = load_command_config(args.command_config)
+            use_for_this_process(load_command_config(args.command_config))
         except CommandConfigError as e:
             print(f"strata {args.command}: error: --command-config: {e}", file=sys.stderr)
             return 1

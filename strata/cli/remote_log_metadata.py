@@ -33,7 +33,7 @@ from .admin_client import (
     TopicDescription,
     check_error,
 )
-from .common import SubParsers, add_bootstrap_option, add_timeout_option, error, security
+from .common import SubParsers, add_bootstrap_option, add_timeout_option, error
 
 NAME = "remote-log-metadata"
 
@@ -242,7 +242,7 @@ def run(args: argparse.Namespace) -> int:
     from strata.remote.rlmm_types import MetadataDecodeError
 
     try:
-        with MetadataReader(args.bootstrap_server, args.timeout, security(args)) as r:
+        with MetadataReader(args.bootstrap_server, timeout=args.timeout) as r:
             if REMOTE_LOG_METADATA_TOPIC not in r.list_topics(include_internal=True):
                 raise AdminError(
                     f"topic {REMOTE_LOG_METADATA_TOPIC} does not exist: is "

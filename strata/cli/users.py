@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         except UsageError as e:
             error(PROG, str(e))
             return 1
-    return run_action(PROG, AdminClient, args)
+    return run_action(PROG, lambda bs, t: AdminClient(bs, timeout=t), args)
 
 
 def read_password(args: argparse.Namespace) -> str:

@@ -43,7 +43,7 @@ def test_make_cluster_keeps_credentials_off_command_lines_and_tiers_to_s3(tmp_pa
         ps = subprocess.run(["ps", "-efww"], capture_output=True, text=True, check=True).stdout
         assert SECRET not in ps
         # the setting names only in the cluster's own processes: another program on the machine may mention them
-        ours = "\n".join(cluster_command_lines(cluster.proc.pid))
+        ours = "\n".join(cluster_command_lines(cluster.pid))
         assert "aws.secret" not in ours and "AWS_SECRET" not in ours
         serving = [line for line in ps.splitlines() if "strata serve" in line and str(data) in line]
         assert len(serving) == 3, serving

@@ -69,19 +69,18 @@ def test_make_cluster_secure_serves_sasl_ssl_with_the_admin_user(tmp_path: Path)
             p.produce("demo", f"m{i}".encode())
         assert p.flush(60) == 0
         c = Consumer({**conf, "group.id": "secure-demo", "auto.offset.reset": "earliest"})
-        got: list[bytes] = []
+        got: list[bytes | None] = []
+
+        def all_20() -> bool:
+            got.extend(m.value() for m in c.consume(20, timeout=0.5) if m.error() is None)
+            return len(got) >= 20
+
         try:
             c.subscribe(["demo"])
-            wait_until(
-                lambda: (
-                    got.extend(m.value() for m in c.consume(20, timeout=0.5) if m.error() is None) or len(got) >= 20
-                ),
-                timeout=60,
-                message=lambda: f"consumed {len(got)} of 20",
-            )
+            wait_until(all_20, timeout=60, message=lambda: f"consumed {len(got)} of 20")
         finally:
             c.close()
-        assert sorted(got) == sorted(f"m{i}".encode() for i in range(20))
+        assert sorted(v or b"" for v in got) == sorted(f"m{i}".encode() for i in range(20))
 
         # EXTERNAL is not plaintext any more: a plaintext client's ApiVersions is not answered
         with pytest.raises(AdminError, match=r"closed the connection|timed out"):

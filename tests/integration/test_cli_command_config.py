@@ -24,6 +24,7 @@ PLAIN_JAAS = (
     f'username="admin" password="{ADMIN_SECRET}" user_admin="{ADMIN_SECRET}";'
 )
 SECRETS = (ADMIN_SECRET, SCRAM_SECRET)
+REAUTH_MS = 1500
 
 
 class Secure:
@@ -56,16 +57,20 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secure]:
     tmp = tmp_path_factory.mktemp("cmdcfg")
     pki = make_pki(tmp / "pki")
     broker = StrataBroker(tmp / "broker")
-    ports = {"PLAINTEXT": broker.port, "SASL_SSL": free_port(), "OAUTH": free_port()}
+    ports = {"PLAINTEXT": broker.port, "SASL_SSL": free_port(), "OAUTH": free_port(), "SHORT": free_port()}
     broker.overrides.update(
         {
             "listeners": ",".join(f"{n}://127.0.0.1:{p}" for n, p in ports.items()),
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,OAUTH:SASL_PLAINTEXT",
+            "listener.security.protocol.map": (
+                "PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,OAUTH:SASL_PLAINTEXT,SHORT:SASL_PLAINTEXT"
+            ),
             "inter.broker.listener.name": "PLAINTEXT",
             "ssl.keystore.type": "PEM",
             "ssl.keystore.location": str(pki.dir / "broker.pem"),
             "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
             "listener.name.sasl_ssl.plain.sasl.jaas.config": PLAIN_JAAS,
+            "listener.name.short.plain.sasl.jaas.config": PLAIN_JAAS,
+            "listener.name.short.connections.max.reauth.ms": str(REAUTH_MS),  # KIP-368 sessions of 1.5 s
             "listener.name.oauth.sasl.enabled.mechanisms": "OAUTHBEARER",
             "listener.name.oauth.oauthbearer.sasl.jaas.config": (
                 "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
@@ -219,3 +224,35 @@ def test_help_names_the_option_without_values() -> None:
     for cmd in (["topics"], ["topics", "list"], ["console-consumer"], ["producer-perf-test"], ["groups"]):
         out = ok(strata(*cmd, "--help"))
         assert "--command-config" in out, cmd
+
+
+def test_wire_client_reauthenticates_before_its_session_ends(secure: Secure) -> None:
+    """KIP-368: the broker gives SHORT's sessions 1.5 s and closes a connection whose session has expired; the CLI's
+    client authenticates again on the same connection before that, as Kafka's clients do."""
+    import time
+    import urllib.request
+
+    from strata.cli.admin_client import AdminClient
+    from strata.cli.command_config import client_security
+    from tests.support.waiting import wait_until
+
+    sec = client_security({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN"} | {
+        "sasl.username": "admin", "sasl.password": ADMIN_SECRET
+    })  # fmt: skip
+    with AdminClient(secure.bootstrap("SHORT"), 30.0, sec) as a:
+        for _ in range(3):  # each round outlives a whole session
+            start = time.monotonic()
+            wait_until(lambda t=start: time.monotonic() - t > REAUTH_MS / 1000 * 1.2, timeout=10, interval=0.1)
+            a.list_topics()  # AdminError ("closed the connection") had the broker closed an expired session
+    url = f"http://127.0.0.1:{secure.broker.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as r:
+        text = r.read().decode()
+    line = next(
+        (
+            x
+            for x in text.splitlines()
+            if x.startswith('strata_network_successful_reauthentication_total{listener="SHORT"')
+        ),
+        "",
+    )
+    assert line and float(line.split()[-1]) >= 3, line

@@ -41,6 +41,11 @@ class ClusterScript:
         return text
 
     @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    @property
     def bootstrap(self) -> str:
         found = re.search(r"bootstrap servers: (\S+)", self.out.read_text())
         assert found is not None
