@@ -80,6 +80,7 @@ def takes_request_slot(api_key: int, req: Any) -> bool:
 
 def build_handlers() -> dict[int, HandlerFn]:
     from .handlers import (
+        acls,
         admin,
         api_versions,
         cluster_admin,
@@ -131,6 +132,9 @@ def build_handlers() -> dict[int, HandlerFn]:
         ApiKey.SASL_AUTHENTICATE: sasl.sasl_authenticate,
         ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: scram_admin.describe_user_scram_credentials,
         ApiKey.ALTER_USER_SCRAM_CREDENTIALS: scram_admin.alter_user_scram_credentials,
+        ApiKey.DESCRIBE_ACLS: acls.describe_acls,
+        ApiKey.CREATE_ACLS: acls.create_acls,
+        ApiKey.DELETE_ACLS: acls.delete_acls,
     }
 
 
@@ -225,6 +229,7 @@ class KafkaApis:
             conn.principal,
             self.authorizer,
             conn.sasl,
+            self.metrics,
         )
         fwd = self.services.controller_channel
         if fwd is not None and fwd.should_forward(hdr.api_key, ctx.client_id, req):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from strata.protocol.acl import CLUSTER_NAME, AclOperation, ResourceType
 
+from .authorization import client_host
 from .request_context import RequestContext
 
 _Op = AclOperation
@@ -31,11 +32,6 @@ SUPPORTED_OPERATIONS: dict[ResourceType, frozenset[AclOperation]] = {
         }
     ),
 }
-
-
-def client_host(ctx: RequestContext) -> str:
-    host = ctx.client_address.rpartition(":")[0] if ":" in ctx.client_address else ctx.client_address
-    return host.strip("[]")
 
 
 def authorized_operations(ctx: RequestContext, resource_type: ResourceType, resource_name: str) -> set[int]:

@@ -1,5 +1,5 @@
 """Cluster metadata (topics, topic ids, partition counts, topic config overrides, dynamic broker and group configs,
-SCRAM credentials).
+SCRAM credentials, ACLs).
 
 `MetadataStore` is the interface; `LocalMetadataStore` keeps it in one JSON file for a single broker. The etcd-backed
 store of a cluster implements the same interface, so the rest of the broker never knows which it has.
@@ -7,6 +7,8 @@ store of a cluster implements the same interface, so the rest of the broker neve
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import json
 import os
 import re
@@ -16,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from strata.protocol.acl import AclBinding, AclBindingFilter
 from strata.protocol.errors import ErrorCode, KafkaApiError
 from strata.protocol.uuids import kafka_uuid_str
 
@@ -23,6 +26,28 @@ from .cluster.model import BrokerInfo, PartitionState, StaleStateError
 from .security.scram import ScramCredential, ScramMechanism
 
 ScramKey = tuple[str, ScramMechanism]  # (user, mechanism): one SCRAM credential, as Kafka's ScramCredentialKey
+
+
+def acl_id(binding: AclBinding) -> str:
+    """A binding's identity in the store: a digest of its stored form, so creating it again writes the same key and
+    deleting it needs no read-modify-write (Kafka's controller gives each ACL a random Uuid instead)."""
+    text = json.dumps(binding.to_json(), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+async def match_acls(bindings: list[AclBinding], filters: list[AclBindingFilter]) -> list[list[AclBinding]]:
+    """Each filter's matches, yielding to the event loop every ~10,000 comparisons (a DeleteAcls may carry
+    100,000 filters)."""
+    out: list[list[AclBinding]] = []
+    work = 0
+    for f in filters:
+        out.append([b for b in bindings if f.matches(b)])
+        work += len(bindings) + 1
+        if work >= 10_000:
+            work = 0
+            await asyncio.sleep(0)
+    return out
+
 
 MAX_TOPIC_NAME = 249
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -169,6 +194,20 @@ class MetadataStore(ABC):
         listeners hear ('scram', (user, mechanism)) for each."""
         raise NotImplementedError
 
+    def acls(self) -> list[AclBinding]:
+        """Every stored ACL binding (the authorizer's whole set, replaced on every 'acl' change)."""
+        return []
+
+    async def create_acls(self, bindings: list[AclBinding]) -> None:
+        """Store the bindings (valid ones; one already stored is kept as it is, as in Kafka); listeners hear
+        ('acl', acl_id) for each new one."""
+        raise NotImplementedError
+
+    async def delete_acls(self, filters: list[AclBindingFilter]) -> list[list[AclBinding]]:
+        """Remove every binding a filter matches, judged on the store's current set (not a possibly lagging
+        image); returns each filter's matches (a binding matched by two filters is in both and removed once)."""
+        raise NotImplementedError
+
     @abstractmethod
     async def alter_partition(self, topic: str, partition: int, new: PartitionState) -> PartitionState:
         """Compare-and-set: `new.partition_epoch` must be the stored epoch + 1, else StaleStateError."""
@@ -191,7 +230,7 @@ class MetadataStore(ABC):
 
     def add_listener(self, callback: Callable[[str, object], None]) -> None:
         """callback(kind, key) after the image changed: kind is 'topic', 'partition', 'broker', 'controller',
-        'config' (key: (resource type, name)) or 'scram' (key: (user, mechanism))."""
+        'config' (key: (resource type, name)), 'scram' (key: (user, mechanism)) or 'acl' (key: acl_id)."""
         self._listeners.append(callback)
 
     def _notify(self, kind: str, key: object) -> None:
@@ -225,6 +264,7 @@ class LocalMetadataStore(MetadataStore):
         self._next_producer_id = 0
         self._configs: dict[tuple[int, str], dict[str, str]] = {}
         self._scram: dict[ScramKey, ScramCredential] = {}
+        self._acls: dict[str, AclBinding] = {}  # acl_id -> binding, in creation order
         if self.path.exists():
             data = json.loads(self.path.read_text())
             self.cluster_id = data.get("cluster_id") or self.cluster_id
@@ -234,6 +274,9 @@ class LocalMetadataStore(MetadataStore):
             for c in data.get("scram_credentials", []):
                 cred = ScramCredential.from_json(c)
                 self._scram[(str(c["user"]), cred.mechanism)] = cred
+            for a in data.get("acls", []):
+                binding = AclBinding.from_json(a)
+                self._acls[acl_id(binding)] = binding
             self._topics = {t["name"]: TopicInfo.from_json(t) for t in data.get("topics", [])}
             for t in self._topics.values():  # files written before assignments were recorded
                 if len(t.assignments) != t.partitions:
@@ -253,6 +296,7 @@ class LocalMetadataStore(MetadataStore):
                 {"resource_type": t, "name": n, "configs": c} for (t, n), c in sorted(self._configs.items()) if c
             ],
             "scram_credentials": [{"user": u, **c.to_json()} for (u, _), c in sorted(self._scram.items())],
+            "acls": [b.to_json() for b in self._acls.values()],
         }
         tmp = self.path.with_suffix(".tmp")
         with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
@@ -366,6 +410,29 @@ class LocalMetadataStore(MetadataStore):
         self._save()
         for key in [*deletions, *((u, c.mechanism) for u, c in upserts)]:
             self._notify("scram", key)
+
+    def acls(self) -> list[AclBinding]:
+        return list(self._acls.values())
+
+    async def create_acls(self, bindings: list[AclBinding]) -> None:
+        new = {i: b for b in bindings if (i := acl_id(b)) not in self._acls}
+        if not new:
+            return
+        self._acls.update(new)
+        self._save()
+        for i in new:
+            self._notify("acl", i)
+
+    async def delete_acls(self, filters: list[AclBindingFilter]) -> list[list[AclBinding]]:
+        matched = await match_acls(list(self._acls.values()), filters)
+        gone = {acl_id(b) for found in matched for b in found}
+        if gone:
+            for i in gone:
+                del self._acls[i]
+            self._save()
+            for i in gone:
+                self._notify("acl", i)
+        return matched
 
     async def allocate_producer_id_block(self, size: int) -> int:
         if size <= 0:

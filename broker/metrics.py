@@ -102,6 +102,16 @@ class BrokerMetrics:
         self.reauth_failure = Counter(
             "strata_network_failed_reauthentication", "Failed re-authentications (KIP-368)", auth_labels, registry=r
         )
+        # kafka.server:type=authorizer-metrics,name=authorization-denied-rate-per-minute, by listener, operation and
+        # resource type (no principal or resource name: the label set stays small)
+        self.authorizer_denied = Counter(
+            "strata_authorizer_denials",
+            "Authorization decisions that denied an operation",
+            ["listener", "operation", "resource_type"],
+            registry=r,
+        )
+        # kafka.server:type=authorizer-metrics,name=acls-total-count (set when an authorizer is configured)
+        self.authorizer_acls = Gauge("strata_authorizer_acls", "ACL bindings the authorizer holds", registry=r)
         # kafka.server:type=DelayedOperationPurgatory
         self.purgatory_size = Gauge(
             "strata_purgatory_size", "Operations waiting in a purgatory", ["purgatory"], registry=r
@@ -125,6 +135,10 @@ class BrokerMetrics:
             (self.reauth_success if ok else self.reauth_failure).labels(listener, mechanism).inc()
         else:
             (self.auth_success if ok else self.auth_failure).labels(listener, mechanism).inc()
+
+    def authorizer_denials(self, listener: str, operation: str, resource_type: str, n: int = 1) -> None:
+        """Count `n` denied authorization decisions (operation and resource type by their Kafka names)."""
+        self.authorizer_denied.labels(listener, operation, resource_type).inc(n)
 
     def request_completed(self, name: str, elapsed_s: float, request: Any = None) -> None:
         """Count an answered request and its latency under its API name; a Fetch also under FetchConsumer or

@@ -2,8 +2,8 @@
 listener and client address, the authenticated principal, and the authorizer that will decide what it may do.
 
 The principal is User:ANONYMOUS on a PLAINTEXT listener, the mapped certificate DN with TLS client auth, the
-SASL user once authenticated; there is no authorizer yet (everything is allowed). The fields are here so that
-handlers are written against them from the start.
+SASL user once authenticated. The authorizer is the one `authorizer.class.name` configures (None: everything is
+allowed); handlers ask it through broker/authorization.py, which counts denials in `metrics`.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from .metrics import BrokerMetrics
     from .security.sasl import SaslAuthenticator
 
 
@@ -37,6 +38,12 @@ class Authorizer(Protocol):
         self, principal: KafkaPrincipal, host: str, operation: int, resource_type: int, resource_name: str
     ) -> bool: ...
 
+    def authorize_by_resource_type(
+        self, principal: KafkaPrincipal, host: str, operation: int, resource_type: int
+    ) -> bool:
+        """May it perform `operation` on at least one resource of the type (Kafka's authorizeByResourceType)?"""
+        ...
+
 
 @dataclass(slots=True)
 class RequestContext:
@@ -52,6 +59,7 @@ class RequestContext:
     sasl: SaslAuthenticator | None = (
         None  # the connection's SASL state on a SASL listener (SaslHandshake/-Authenticate)
     )
+    metrics: BrokerMetrics | None = None  # where broker.authorization counts denials
 
 
 __all__ = ["ANONYMOUS", "Authorizer", "KafkaPrincipal", "RequestContext"]

@@ -35,6 +35,7 @@ from .network import ListenerBindError, SocketServer, os_error_text
 from .partition import Partition
 from .producer_ids import ProducerIdManager
 from .replica_manager import ReplicaManager
+from .security.authorizer import AclSync, build_authorizer
 from .security.listener_security import build_listener_security
 from .services import BrokerServices
 from .topic_manager import TopicManager
@@ -217,7 +218,14 @@ class KafkaServer:
             remote_log_manager=self.tiered.rlm if self.tiered is not None else None,
             controller_channel=self.controller_channel,
         )
-        self.apis = KafkaApis(self.services)
+        # authorizer.class.name: ACLs from the metadata store (a local broker's file now, etcd's once started)
+        self.authorizer = build_authorizer(config.values)
+        self.acl_sync = AclSync(self.authorizer, self.store) if self.authorizer is not None else None
+        if self.authorizer is not None:
+            self.metrics.authorizer_acls.set_function(self.authorizer.acl_count)
+        if self.acl_sync is not None and not self.cluster_mode:
+            self.acl_sync.load()
+        self.apis = KafkaApis(self.services, self.authorizer)
         scram_lookup = self.store.scram_credential  # SCRAM credentials: the metadata store (local file, etcd)
         inter_broker_security(config)  # a bad inter-broker TLS/SASL setting fails the startup, not each fetch
         self.socket_server = SocketServer(
@@ -320,6 +328,8 @@ class KafkaServer:
                 ) from None
             self.me = self._bound_identity()  # registered below with the ports actually bound
             self.dynamic_config.load()
+            if self.acl_sync is not None:  # the image is complete: later changes come through the listener
+                self.acl_sync.load()
             self._write_meta_properties()
             from .group.records import OFFSETS_TOPIC
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from .authorizer import AUTHORIZER_DEFS
 from .connection_quotas import ConnectionQuotas
 from .defs import ConfigDef, ConfigError, at_least, retention_value
 from .defs import ConfigType as T
@@ -325,7 +326,7 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("log.level", T.STRING, "INFO", "", choices=("DEBUG", "INFO", "WARNING", "ERROR")),
 ]
 
-BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in _BROKER_DEFS + SECURITY_DEFS}
+BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in _BROKER_DEFS + SECURITY_DEFS + AUTHORIZER_DEFS}
 
 # Keys under these prefixes belong to plugins (Kafka's remote.log.storage.manager.impl.prefix and
 # remote.log.metadata.manager.impl.prefix defaults) or to one listener: not reported as unknown.

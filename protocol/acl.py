@@ -85,24 +85,62 @@ class AclBinding:
     entry: AccessControlEntry
 
     def validate(self) -> None:
-        """Kafka's checks on a binding to create: concrete types only, a principal of the form `Type:name`."""
+        """Kafka's checks of a binding to create, in its order and words (AclApis, then the controller's
+        AclControlManager.validateNewAcl). The principal is not checked, as in Kafka: one without a `Type:` can
+        never match a request."""
         p, e = self.pattern, self.entry
-        if p.resource_type in (ResourceType.UNKNOWN, ResourceType.ANY):
-            raise AclError(f"Invalid resource type {p.resource_type.name} in ACL binding")
-        if p.pattern_type not in (PatternType.LITERAL, PatternType.PREFIXED):
-            raise AclError(f"Invalid pattern type {p.pattern_type.name} in ACL binding")
-        if not p.name:
-            raise AclError("Resource name must not be empty")
-        cluster = p.resource_type == ResourceType.CLUSTER
-        if cluster and (p.name != CLUSTER_NAME or p.pattern_type != PatternType.LITERAL):
+        if p.resource_type == ResourceType.CLUSTER and p.name != CLUSTER_NAME:
             raise AclError(f"The only valid name for the CLUSTER resource is {CLUSTER_NAME}")
+        if not p.name:
+            raise AclError("Invalid empty resource name")
+        if p.resource_type in (ResourceType.UNKNOWN, ResourceType.ANY):
+            raise AclError(f"Invalid resourceType {p.resource_type.name}")
+        if p.pattern_type not in (PatternType.LITERAL, PatternType.PREFIXED):
+            raise AclError(f"Invalid patternType {p.pattern_type.name}")
         if e.operation in (AclOperation.UNKNOWN, AclOperation.ANY):
-            raise AclError(f"Invalid operation {e.operation.name} in ACL binding")
+            raise AclError(f"Invalid operation {e.operation.name}")
         if e.permission_type not in (AclPermissionType.ALLOW, AclPermissionType.DENY):
-            raise AclError(f"Invalid permission type {e.permission_type.name} in ACL binding")
-        if not e.host:
-            raise AclError("Host must not be empty")
-        parse_principal(e.principal)
+            raise AclError(f"Invalid permissionType {e.permission_type.name}")
+
+    def wire_fields(self, pattern_field: str = "pattern_type") -> dict[str, str | int]:
+        """The binding as the fields of a CreateAcls creation or a DeleteAcls match (codes as ints); the pattern
+        type's field is `resource_pattern_type` in CreateAcls."""
+        p, e = self.pattern, self.entry
+        return {
+            "resource_type": int(p.resource_type),
+            "resource_name": p.name,
+            pattern_field: int(p.pattern_type),
+            "principal": e.principal,
+            "host": e.host,
+            "operation": int(e.operation),
+            "permission_type": int(e.permission_type),
+        }
+
+    def to_json(self) -> dict[str, str]:
+        """The stored form (metadata file, etcd): Kafka's enum names, readable and independent of the codes."""
+        p, e = self.pattern, self.entry
+        return {
+            "resource_type": p.resource_type.name,
+            "name": p.name,
+            "pattern_type": p.pattern_type.name,
+            "principal": e.principal,
+            "host": e.host,
+            "operation": e.operation.name,
+            "permission_type": e.permission_type.name,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, str]) -> AclBinding:
+        """The inverse of to_json (KeyError or ValueError for a malformed entry)."""
+        return cls(
+            ResourcePattern(ResourceType[d["resource_type"]], str(d["name"]), PatternType[d["pattern_type"]]),
+            AccessControlEntry(
+                str(d["principal"]),
+                str(d["host"]),
+                AclOperation[d["operation"]],
+                AclPermissionType[d["permission_type"]],
+            ),
+        )
 
 
 def parse_principal(text: str) -> tuple[str, str]:
@@ -151,11 +189,11 @@ class AclBindingFilter:
         )
 
     def validate_for_delete(self) -> None:
-        """DeleteAcls refuses filters with UNKNOWN values (Kafka: "... field contains an unknown value")."""
-        unknown = (ResourceType.UNKNOWN, PatternType.UNKNOWN, AclOperation.UNKNOWN, AclPermissionType.UNKNOWN)
-        fields = (self.resource_type, self.pattern_type, self.operation, self.permission_type)
-        if any(f == u for f, u in zip(fields, unknown, strict=True)):
-            raise AclError("Filter contains UNKNOWN elements")
+        """DeleteAcls refuses a filter with an UNKNOWN value, in the words of Kafka's AclControlManager."""
+        if self.resource_type == ResourceType.UNKNOWN or self.pattern_type == PatternType.UNKNOWN:
+            raise AclError("Unknown patternFilter.")
+        if self.operation == AclOperation.UNKNOWN or self.permission_type == AclPermissionType.UNKNOWN:
+            raise AclError("Unknown entryFilter.")
 
 
 __all__ = [

@@ -29,11 +29,12 @@ from aetcd.exceptions import ClientError
 from aetcd.exceptions import _handle_exception as _map_grpc_error
 
 from strata.config import parse_bool
+from strata.protocol.acl import AclBinding, AclBindingFilter
 from strata.protocol.errors import ErrorCode, KafkaApiError
 
-from ..metadata_store import MetadataStore, ScramKey, TopicInfo, _new_cluster_id
+from ..metadata_store import MetadataStore, ScramKey, TopicInfo, _new_cluster_id, acl_id, match_acls
 from ..security.scram import ScramCredential, ScramMechanism
-from .image import MetadataImage, scram_rel, topic_to_json
+from .image import MetadataImage, acl_rel, scram_rel, topic_to_json
 from .model import BrokerInfo, PartitionState, StaleStateError
 from .placement import assign_replicas
 
@@ -709,24 +710,51 @@ class EtcdMetadataStore(MetadataStore):
         it into its image."""
         ops: list[tuple[str, bytes | None]] = [(scram_rel(u, m), None) for u, m in deletions]
         ops += [(scram_rel(u, c.mechanism), _j(c.to_json())) for u, c in upserts]
-        for i in range(0, len(ops), MAX_TXN_OPS):  # beyond etcd's limit in batches, as create_topic's partitions
+        await self._write_batches(ops)  # beyond etcd's limit in batches, as create_topic's partitions
+
+    async def refresh_scram(self) -> None:
+        """Read every credential at one revision and apply it now (read-your-writes after a forwarded alter)."""
+        await self._refresh_prefix("scram/")
+
+    async def _refresh_prefix(self, prefix: str) -> None:
+        """Bring every key under `prefix` in the image up to one revision read now."""
+        r = rpc.RangeRequest(key=self.key(prefix))
+        r.range_end = aetcd.utils.prefix_range_end(r.key)
+        res = await self.txn([], [rpc.RequestOp(request_range=r)])
+        seen = {self._rel(kv.key) for kv in res.ranges[0]}
+        self._apply_kvs(res.ranges[0])
+        for rel in [k for k in self.image.revs if k.startswith(prefix) and k not in seen]:
+            if self.image.mod_revision(rel):  # present in the image, absent in etcd
+                self._apply(rel, None, res.revision)
+
+    # ---- ACLs: one key per binding, named by its digest (acl_id) -------------------------------------------------
+    # Any broker writes them, without the controller and without compare-and-set: a key is its binding's content,
+    # so writing one twice, or deleting one already gone, changes nothing; and a binding created while another
+    # broker deletes with a matching filter either is in that broker's fresh read (deleted) or comes after it.
+    def acls(self) -> list[AclBinding]:
+        return list(self.image.acls.values())
+
+    async def create_acls(self, bindings: list[AclBinding]) -> None:
+        # written even when the image has them: it may not show yet that another broker deleted one
+        ops: dict[str, bytes | None] = {acl_rel(acl_id(b)): _j(b.to_json()) for b in bindings}
+        await self._write_batches(list(ops.items()))
+
+    async def delete_acls(self, filters: list[AclBindingFilter]) -> list[list[AclBinding]]:
+        await self._refresh_prefix("acls/")  # judged on etcd's set now, not on a watch that may lag
+        matched = await match_acls(list(self.image.acls.values()), filters)
+        gone = {acl_rel(acl_id(b)) for found in matched for b in found}
+        await self._write_batches([(rel, None) for rel in sorted(gone)])
+        return matched
+
+    async def _write_batches(self, ops: list[tuple[str, bytes | None]]) -> None:
+        """Puts (value) and deletes (None) in transactions of at most MAX_TXN_OPS, applied to the image at once."""
+        for i in range(0, len(ops), MAX_TXN_OPS):
             batch = ops[i : i + MAX_TXN_OPS]
             res = await self.txn(
                 [], [_delete(self.key(rel)) if v is None else _put(self.key(rel), v) for rel, v in batch]
             )
             for rel, v in batch:
                 self._apply(rel, v, res.revision)
-
-    async def refresh_scram(self) -> None:
-        """Read every credential at one revision and apply it now (read-your-writes after a forwarded alter)."""
-        r = rpc.RangeRequest(key=self.key("scram/"))
-        r.range_end = aetcd.utils.prefix_range_end(r.key)
-        res = await self.txn([], [rpc.RequestOp(request_range=r)])
-        seen = {self._rel(kv.key) for kv in res.ranges[0]}
-        self._apply_kvs(res.ranges[0])
-        for rel in [k for k in self.image.revs if k.startswith("scram/") and k not in seen]:
-            if self.image.mod_revision(rel):  # present in the image, absent in etcd
-                self._apply(rel, None, res.revision)
 
     # ---- partition state --------------------------------------------------------------------------------------
     async def alter_partition(self, topic: str, partition: int, new: PartitionState) -> PartitionState:

@@ -12,9 +12,15 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
+import structlog
+
+from strata.protocol.acl import AclBinding
+
 from ..metadata_store import ScramKey, TopicInfo
 from ..security.scram import ScramCredential, ScramMechanism
 from .model import BrokerInfo, PartitionState
+
+log = structlog.get_logger("strata.etcd")
 
 Change = tuple[str, object]  # (kind, key) as MetadataStore listeners receive them
 
@@ -42,6 +48,7 @@ class MetadataImage:
     departed: dict[int, tuple[BrokerInfo, float]] = field(default_factory=dict)  # lease gone: (info, monotonic)
     configs: dict[tuple[int, str], dict[str, str]] = field(default_factory=dict)  # configs/<type>/<name>
     scram: dict[ScramKey, ScramCredential] = field(default_factory=dict)  # scram/<mechanism code>/<user>
+    acls: dict[str, AclBinding] = field(default_factory=dict)  # acls/<acl_id>
 
     def mod_revision(self, key: str) -> int:
         """The key's mod_revision if it exists in the image, else 0 (etcd's compare value for 'absent')."""
@@ -66,6 +73,8 @@ class MetadataImage:
             return config_key(rest) in self.configs
         if kind == "scram":
             return scram_key(rest) in self.scram
+        if kind == "acls":
+            return rest in self.acls
         return key in self.revs
 
     def apply(self, key: str, value: bytes | None, revision: int) -> list[Change]:
@@ -144,6 +153,18 @@ class MetadataImage:
             else:
                 self.scram[sk] = ScramCredential.from_json(d)
             return [("scram", sk)]
+        if kind == "acls":
+            binding = None
+            if d is not None:
+                try:
+                    binding = AclBinding.from_json(d)
+                except (KeyError, ValueError, TypeError) as e:  # written by a newer version: skipped, not fatal
+                    log.warning("ignoring an ACL this broker cannot read", key=key, error=repr(e))
+            if binding is None:
+                self.acls.pop(rest, None)
+            else:
+                self.acls[rest] = binding
+            return [("acl", rest)]
         return []
 
     @classmethod
@@ -175,6 +196,7 @@ class MetadataImage:
         for sk in sorted(set(old.scram) | set(self.scram)):
             if old.scram.get(sk) != self.scram.get(sk):
                 out.append(("scram", sk))
+        out += [("acl", i) for i in sorted(set(old.acls) ^ set(self.acls))]
         if old.controller != self.controller:
             out.append(("controller", self.controller.broker_id if self.controller else -1))
         for name, info in old.deleted_topics.items():
@@ -212,6 +234,10 @@ def config_key(rest: str) -> tuple[int, str]:
 def scram_rel(user: str, mechanism: ScramMechanism) -> str:
     """The key of one credential: `scram/<mechanism code>/<user>` (the user name may hold slashes)."""
     return f"scram/{int(mechanism)}/{user}"
+
+
+def acl_rel(acl_id: str) -> str:
+    return f"acls/{acl_id}"
 
 
 def scram_key(rest: str) -> ScramKey:

@@ -17,8 +17,12 @@ broker decides from the same bindings; lookups are dictionary probes (one per pr
 
 from __future__ import annotations
 
+import asyncio
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import structlog
 
 from strata.protocol.acl import (
     WILDCARD,
@@ -29,9 +33,15 @@ from strata.protocol.acl import (
     AclOperation,
     AclPermissionType,
     PatternType,
+    ResourcePattern,
 )
 
 from ..request_context import KafkaPrincipal
+
+if TYPE_CHECKING:
+    from ..metadata_store import MetadataStore
+
+log = structlog.get_logger("strata.authorizer")
 
 _IMPLIES_DESCRIBE = frozenset(
     {AclOperation.DESCRIBE, AclOperation.READ, AclOperation.WRITE, AclOperation.DELETE, AclOperation.ALTER}
@@ -81,6 +91,10 @@ class StandardAuthorizer:
         self._literal = dict(literal)
         self._prefixed = {t: dict(names) for t, names in prefixed.items()}
 
+    def acl_count(self) -> int:
+        """Kafka's Authorizer.aclCount (the acls-total-count metric)."""
+        return len(self._bindings)
+
     def acls(self, filt: AclBindingFilter | None = None) -> list[AclBinding]:
         return [b for b in self._bindings if filt is None or filt.matches(b)]
 
@@ -117,5 +131,84 @@ class StandardAuthorizer:
             return True
         return not has_resource_acls and self.allow_everyone_if_no_acl_found
 
+    def authorize_by_resource_type(
+        self, principal: KafkaPrincipal, host: str, operation: int, resource_type: int
+    ) -> bool:
+        """May the principal perform `operation` on at least one resource of the type (Kafka's
+        Authorizer.authorizeByResourceType, e.g. an idempotent producer without IDEMPOTENT_WRITE but with WRITE on
+        some topic)? Only the operation itself or ALL counts here (no implied operations), as in Kafka: allowed if a
+        resource named "hardcode" would be (super users, allow.everyone.if.no.acl.found), else if an ALLOW of the
+        principal (or User:*) from the host (or *) is not dominated by a DENY: a literal `*` DENY denies everything;
+        a literal ALLOW is dominated by a DENY of the same name or of a prefix of it, a prefixed one by a prefixed
+        DENY of a prefix of it."""
+        if self.authorize(principal, host, operation, resource_type, "hardcode"):
+            return True
+        who = str(principal)
+        deny_literal: set[str] = set()
+        deny_prefixed: set[str] = set()
+        allows: list[ResourcePattern] = []
+        for b in self._bindings:
+            p, e = b.pattern, b.entry
+            if p.resource_type != resource_type or e.host not in (WILDCARD, host):
+                continue
+            if e.principal not in (who, WILDCARD_PRINCIPAL) or e.operation not in (operation, AclOperation.ALL):
+                continue
+            if e.permission_type == AclPermissionType.DENY:
+                if p.pattern_type == PatternType.LITERAL:
+                    if p.name == WILDCARD:
+                        return False
+                    deny_literal.add(p.name)
+                elif p.pattern_type == PatternType.PREFIXED:
+                    deny_prefixed.add(p.name)
+            elif e.permission_type == AclPermissionType.ALLOW:
+                if p.pattern_type == PatternType.LITERAL and p.name == WILDCARD:
+                    return True
+                allows.append(p)
+        for p in allows:
+            if p.pattern_type == PatternType.LITERAL and p.name in deny_literal:
+                continue
+            if not any(p.name[:i] in deny_prefixed for i in range(1, len(p.name) + 1)):
+                return True
+        return False
 
-__all__ = ["StandardAuthorizer", "parse_super_users"]
+
+def build_authorizer(values: Mapping[str, Any]) -> StandardAuthorizer | None:
+    """The authorizer `authorizer.class.name` names (config/authorizer.py checked the name), None if empty."""
+    if not values.get("authorizer.class.name"):
+        return None
+    return StandardAuthorizer(
+        parse_super_users(str(values.get("super.users") or "")),
+        bool(values.get("allow.everyone.if.no.acl.found")),
+    )
+
+
+class AclSync:
+    """Keeps an authorizer's bindings equal to the metadata store's: `load()` once the store's image is complete,
+    then every 'acl' change the store reports (its own writes, another broker's through the etcd watch) schedules
+    one rebuild for the current loop turn, so a request that creates a thousand ACLs rebuilds the set once."""
+
+    def __init__(self, authorizer: StandardAuthorizer, store: MetadataStore) -> None:
+        self.authorizer = authorizer
+        self.store = store
+        self._pending = False
+        store.add_listener(self._on_change)
+
+    def load(self) -> None:
+        self._pending = False
+        bindings = self.store.acls()
+        self.authorizer.replace_acls(bindings)
+        log.debug("ACLs installed", acls=len(self.authorizer.acls()))
+
+    def _on_change(self, kind: str, key: object) -> None:
+        if kind != "acl" or self._pending:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # a store changed outside the event loop (tests): at once
+            self.load()
+            return
+        self._pending = True
+        loop.call_soon(self.load)
+
+
+__all__ = ["AclSync", "StandardAuthorizer", "build_authorizer", "parse_super_users"]

@@ -15,6 +15,7 @@ import signal
 import sys
 
 from . import (
+    acls,
     broker_api_versions,
     configs,
     console_consumer,
@@ -43,6 +44,7 @@ COMMANDS: tuple[Command, ...] = (
     topics,
     configs,
     users,
+    acls,
     dump_log,
     groups,
     remote_log_metadata,
@@ -63,7 +65,7 @@ COMMANDS: tuple[Command, ...] = (
 USAGE = (
     "{serve,topics,configs,groups,dump-log,remote-log-metadata,pipeline,console-producer,console-consumer,"
     "get-offsets,delete-records,log-dirs,broker-api-versions,reassign-partitions,leader-election,"
-    "producer-perf-test,consumer-perf-test,users}"
+    "producer-perf-test,consumer-perf-test,users,acls}"
 )
 
 

@@ -122,6 +122,7 @@ def test_broker_api_versions(module_broker):
     assert "Produce(0): 0 to 13 [usable: 13]" in body
     assert "ApiVersions(18): 0 to 4 [usable: 4]" in body
     assert "SaslHandshake(17): 0 to 1 [usable: 1]" in body
-    assert "CreateAcls(30): UNSUPPORTED" in body  # ACLs are not implemented yet
+    assert "CreateAcls(30): 1 to 3 [usable: 3]" in body
+    assert "EndTxn(26): UNSUPPORTED" in body  # transactions are not implemented yet
     err = fails(strata("broker-api-versions", "--bootstrap-server", "127.0.0.1:1", "--timeout", "5"), 1)
     assert "connection refused by 127.0.0.1:1" in err

@@ -4,7 +4,7 @@ several stores play several brokers. Crashes are simulated by dropping a store w
 Covers: cluster id creation/adoption, registration and lease expiry, re-registration after a lost lease, the
 watch-driven image (and its full re-read after etcd restarts), compare-and-set conflicts, topic creation beyond
 one transaction's op limit, controller election, failover and fencing, leader election on broker loss, controlled
-shutdown, reassignment, preferred election, and producer-id blocks.
+shutdown, reassignment, preferred election, producer-id blocks, and ACLs written by any store.
 """
 
 from __future__ import annotations
@@ -25,6 +25,16 @@ from strata.broker.cluster.controller import (
 from strata.broker.cluster.etcd_store import EtcdMetadataStore, IneligibleReplicaError, parse_connect
 from strata.broker.cluster.model import BrokerInfo, StaleStateError
 from strata.config import BrokerConfig
+from strata.protocol.acl import (
+    AccessControlEntry,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+)
 from strata.protocol.errors import ErrorCode, KafkaApiError
 from tests.support.etcd_proc import EtcdProcess, etcd_fixture
 
@@ -512,5 +522,49 @@ def test_producer_id_blocks_never_overlap(etcd):
         assert sorted(starts) == [i * 1000 for i in range(10)]
         await a.stop()
         await b.stop()
+
+    run(main())
+
+
+def test_acls_written_by_one_store_are_seen_and_deleted_by_another(etcd):
+    """ACLs are keys named by their digest: any broker writes them (no controller), more than one transaction's
+    ops in batches; the other's watch brings them within a second; a delete judges etcd's current set (fresh read),
+    also what its own image has not seen yet; a new store reads them at start."""
+
+    def acl(name: str, principal: str = "User:alice") -> AclBinding:
+        pattern = ResourcePattern(ResourceType.TOPIC, name, PatternType.LITERAL)
+        return AclBinding(pattern, AccessControlEntry(principal, "*", AclOperation.READ, AclPermissionType.ALLOW))
+
+    async def main():
+        a = EtcdMetadataStore(parse_connect(etcd.connect), broker_id=1)
+        b = EtcdMetadataStore(parse_connect(etcd.connect), broker_id=2)
+        await a.start()
+        await b.start()
+        heard: list[tuple[str, object]] = []
+        b.add_listener(lambda kind, key: heard.append((kind, key)) if kind == "acl" else None)
+        many = [acl(f"t{i}") for i in range(150)]
+        await a.create_acls([*many, many[0]])
+        assert len(a.acls()) == 150  # applied to the writer's image at once
+        t0 = asyncio.get_running_loop().time()
+        await until(lambda: len(b.acls()) == 150, what="the other store's watch")
+        assert asyncio.get_running_loop().time() - t0 < 1.0
+        assert len(heard) == 150
+        await b.create_acls([many[0]])  # the same binding from another broker: still one
+        await until(lambda: len(a.acls()) == 150 and a.image.revision >= b.image.revision, what="a caught up")
+
+        # written by a, deleted at once through b, whose image may not have it yet: b reads etcd first
+        await a.create_acls([acl("fresh", "User:bob")])
+        [found] = await b.delete_acls([AclBindingFilter(principal="User:bob")])
+        assert found == [acl("fresh", "User:bob")]
+        matched = await b.delete_acls([AclBindingFilter(ResourceType.TOPIC, "t1", PatternType.MATCH)])
+        assert matched == [[acl("t1")]]
+        await until(lambda: len(a.acls()) == 149, what="deletions seen by a")
+        c = EtcdMetadataStore(parse_connect(etcd.connect), broker_id=3)
+        await c.start()
+        assert sorted(x.pattern.name for x in c.acls()) == sorted(
+            x.pattern.name for x in many if x.pattern.name != "t1"
+        )
+        for s in (a, b, c):
+            await s.close()
 
     run(main())

@@ -135,6 +135,14 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
         "strata: metadata.store.connect: cannot reach etcd at etcd://127.0.0.1:{port}: ",
     ),
     (
+        "authorizer that is not Kafka's",
+        lambda tmp: ["authorizer.class.name=com.example.OpaAuthorizer"],
+        "strata: configuration error: Invalid value 'com.example.OpaAuthorizer' for configuration "
+        "authorizer.class.name: Class com.example.OpaAuthorizer cannot be found: Strata's authorizer is "
+        "org.apache.kafka.metadata.authorizer.StandardAuthorizer (also accepted as "
+        "kafka.security.authorizer.AclAuthorizer); leave it empty for none",
+    ),
+    (
         "not a number",
         lambda tmp: ["num.partitions=x"],
         "strata: configuration error: Invalid value 'x' for configuration num.partitions: expected a number, got 'x'",

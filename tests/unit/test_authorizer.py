@@ -148,13 +148,16 @@ def test_filters() -> None:
 @pytest.mark.parametrize(
     "binding, message",
     [
-        (acl("t", Op.READ, pattern=PT.MATCH), "pattern type"),
-        (acl("t", Op.ANY), "operation"),
-        (acl("t", Op.READ, Perm.ANY), "permission type"),
-        (acl("t", Op.READ, principal="alice"), "principalType:principalName"),
-        (acl("t", Op.READ, rtype=RT.ANY), "resource type"),
-        (acl("my-cluster", Op.ALTER, rtype=RT.CLUSTER), "kafka-cluster"),
-        (acl("", Op.READ), "empty"),
+        (acl("t", Op.READ, pattern=PT.MATCH), "^Invalid patternType MATCH$"),
+        (acl("t", Op.ANY), "^Invalid operation ANY$"),
+        (acl("t", Op.READ, Perm.ANY), "^Invalid permissionType ANY$"),
+        (acl("t", Op.READ, rtype=RT.ANY), "^Invalid resourceType ANY$"),
+        (
+            acl("my-cluster", Op.ALTER, rtype=RT.CLUSTER),
+            "^The only valid name for the CLUSTER resource is kafka-cluster$",
+        ),
+        (acl("", Op.READ), "^Invalid empty resource name$"),
+        (acl("", Op.ANY, rtype=RT.ANY), "^Invalid empty resource name$"),  # Kafka's order: the broker checks first
     ],
 )
 def test_invalid_bindings_are_refused(binding: AclBinding, message: str) -> None:
@@ -171,5 +174,33 @@ def test_delete_filters_with_unknown_values_are_refused() -> None:
         AclBindingFilter(operation=Op.UNKNOWN),
         AclBindingFilter(permission_type=Perm.UNKNOWN),
     ):
-        with pytest.raises(AclError, match="UNKNOWN"):
+        with pytest.raises(AclError, match=r"^Unknown (pattern|entry)Filter\.$"):
             bad.validate_for_delete()
+
+
+def by_type(a: StandardAuthorizer, op: AclOperation = Op.WRITE, who: KafkaPrincipal = ALICE, host: str = HOST) -> bool:
+    return a.authorize_by_resource_type(who, host, op, RT.TOPIC)
+
+
+def test_authorize_by_resource_type() -> None:
+    """Kafka's authorizeByResourceType: any resource of the type, only the operation itself or ALL, DENYs that
+    dominate an ALLOW (same literal name, a prefix of it), a literal * DENY denying all."""
+    assert not by_type(authz())
+    assert by_type(authz(allow_if_none=True))  # as for a resource without ACLs
+    assert by_type(authz(supers="User:alice"))
+    assert by_type(authz(acl("t1", Op.WRITE)))
+    assert by_type(authz(acl("t1", Op.ALL)))
+    assert not by_type(authz(acl("t1", Op.WRITE)), Op.DESCRIBE)  # nothing implied here
+    assert not by_type(authz(acl("t1", Op.WRITE), acl("t1", Op.WRITE, Perm.DENY)))
+    assert not by_type(authz(acl("t1", Op.WRITE), acl("t", Op.ALL, Perm.DENY, pattern=PT.PREFIXED)))
+    assert by_type(authz(acl("t1", Op.WRITE), acl("t2", Op.WRITE, Perm.DENY)))
+    prefixed = acl("abc", Op.WRITE, pattern=PT.PREFIXED)
+    assert by_type(authz(prefixed, acl("abc", Op.WRITE, Perm.DENY)))  # a literal DENY does not cover a prefix
+    assert not by_type(authz(prefixed, acl("ab", Op.WRITE, Perm.DENY, pattern=PT.PREFIXED)))
+    assert by_type(authz(prefixed, acl("ab", Op.WRITE, Perm.DENY, pattern=PT.PREFIXED), acl("x", Op.WRITE)))
+    assert not by_type(authz(acl("t1", Op.WRITE), acl("*", Op.WRITE, Perm.DENY)))
+    assert by_type(authz(acl("*", Op.WRITE), acl("t1", Op.WRITE, Perm.DENY)))
+    assert not by_type(authz(acl("t1", Op.WRITE, principal="User:bob")))
+    assert by_type(authz(acl("t1", Op.WRITE, principal="User:*")))
+    assert not by_type(authz(acl("t1", Op.WRITE, host="10.9.9.9")))
+    assert not by_type(authz(acl("g", Op.WRITE, rtype=RT.GROUP)))
