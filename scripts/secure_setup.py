@@ -3,8 +3,9 @@ docker-compose.secure.yml: SASL_SSL between clients and brokers and between brok
 
 - a development CA and a broker certificate (scripts/gen_certs.py; host names 127.0.0.1, localhost and --host),
 - two PLAIN users with random passwords: `admin`, the documented administrator, and `broker`, the brokers' own
-  user on the inter-broker listener; SCRAM-SHA-256/512 are enabled too, for users added later with
-  `strata users scram add --command-config DIR/admin.properties`,
+  user on the inter-broker listener, both super users of the authorizer (Kafka's StandardAuthorizer: any other
+  user is allowed only what ACLs grant, `strata acls --command-config DIR/admin.properties`); SCRAM-SHA-256/512
+  are enabled too, for users added later with `strata users scram add --command-config DIR/admin.properties`,
 
 written into DIR:
 
@@ -76,6 +77,8 @@ def broker_settings(dir: Path, passwords: dict[str, str]) -> dict[str, str]:
         "ssl.truststore.location": str(dir / "ca.pem"),
         "listener.name.internal.plain.sasl.jaas.config": f"{PLAIN_MODULE} required {me} {users};",
         "listener.name.external.plain.sasl.jaas.config": f"{PLAIN_MODULE} required {admin};",
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": f"User:{ADMIN_USER};User:{BROKER_USER}",
     }
 
 

@@ -58,6 +58,25 @@ def test_make_cluster_secure_serves_sasl_ssl_with_the_admin_user(tmp_path: Path)
             message="the ISR never reached 3 brokers",
         )
 
+        # the authorizer is on: admin is a super user, a user added by admin may do nothing until an ACL allows it
+        user = data / "etl.properties"
+        user.write_text(
+            "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\nsasl.username=etl\nsasl.password=etl-pw-1\n"
+            f"ssl.ca.location={data / 'secure' / 'ca.pem'}\n"
+        )
+        r = subprocess.run(
+            [sys.executable, "-m", "strata", "users", "scram", "add", *cfg, "--user", "etl"]
+            + ["--mechanism", "SCRAM-SHA-512", "--password-stdin"],
+            cwd=repo, input="etl-pw-1\n", capture_output=True, text=True, timeout=90, check=False,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        _strata(repo, "acls", *cfg, "--list")
+        refused = subprocess.run(
+            [sys.executable, "-m", "strata", "acls", "--bootstrap-server", bs, "--command-config", str(user), "--list"],
+            cwd=repo, capture_output=True, text=True, timeout=90, check=False,
+        )  # fmt: skip
+        assert refused.returncode == 1 and "CLUSTER_AUTHORIZATION_FAILED" in refused.stderr, refused.stderr
+
         # a stock client (librdkafka) with the same properties, translated as the pipeline does
         conf = {
             "bootstrap.servers": bs,
