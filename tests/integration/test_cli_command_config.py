@@ -220,6 +220,11 @@ def test_refusals_name_the_cause(secure: Secure, tmp_path: Path) -> None:
     no_secret(err)
 
 
+def test_a_pipeline_job_refuses_a_bad_file_before_starting_spark(tmp_path: Path) -> None:
+    r = strata("pipeline", "export", "--topic", "t", "--to", str(tmp_path / "out"), "--command-config", "/nonexistent")
+    assert fails(r, 1).startswith("strata pipeline: error: --command-config: cannot read /nonexistent")
+
+
 def test_help_names_the_option_without_values() -> None:
     for cmd in (["topics"], ["topics", "list"], ["console-consumer"], ["producer-perf-test"], ["groups"]):
         out = ok(strata(*cmd, "--help"))

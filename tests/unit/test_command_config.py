@@ -182,3 +182,26 @@ def test_kafka_python_commands_translate_the_same_keys() -> None:
 def test_plaintext_needs_nothing() -> None:
     sec = ClientSecurity()
     assert sec.ssl_context() is None and sec.librdkafka_config() == {"security.protocol": "plaintext"}
+
+
+def test_pipeline_jobs_pass_a_command_config_as_kafka_options(tmp_path: Path) -> None:
+    """`strata pipeline <job> --command-config FILE`: the file's keys become the source's kafka.* options (and the
+    security ones the sink's), --option wins."""
+    import argparse
+
+    from strata.pipeline.jobs.common import job_options, security_options
+
+    cfg = tmp_path / "client.properties"
+    cfg.write_text(
+        f"security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\nsasl.jaas.config={JAAS}\nclient.id=etl\n"
+    )
+    args = argparse.Namespace(command_config=str(cfg), option=[("minPartitions", "4"), ("kafka.client.id", "mine")])
+    opts = job_options(args)
+    assert opts == {
+        "kafka.security.protocol": "SASL_SSL",
+        "kafka.sasl.mechanism": "SCRAM-SHA-512",
+        "kafka.sasl.jaas.config": JAAS,
+        "kafka.client.id": "mine",
+        "minPartitions": "4",
+    }
+    assert set(security_options(opts)) == {"kafka.security.protocol", "kafka.sasl.mechanism", "kafka.sasl.jaas.config"}
