@@ -180,7 +180,7 @@ class SourceOptions:
     rsm_class: str
     rsm_config: dict[str, str]
     poll_timeout_s: float
-    kafka_conf: dict[str, str]  # librdkafka properties (prefix removed), user-supplied
+    kafka_conf: dict[str, str] = field(repr=False)  # librdkafka properties (prefix removed): may hold passwords
     isolation_level: str
     security: ClientSecurity = field(default_factory=ClientSecurity)  # for the driver's wire requests
     direct_chunk_bytes: int = DIRECT_CHUNK_BYTES  # direct mode: size of one ranged read of a segment
@@ -320,7 +320,7 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: bool) -> Sour
 class SinkOptions:
     bootstrap: str
     topic: str | None
-    kafka_conf: dict[str, str]
+    kafka_conf: dict[str, str] = field(repr=False)  # may hold passwords
 
     def producer_conf(self) -> dict[str, Any]:
         conf: dict[str, Any] = {

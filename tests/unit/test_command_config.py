@@ -205,3 +205,33 @@ def test_pipeline_jobs_pass_a_command_config_as_kafka_options(tmp_path: Path) ->
         "minPartitions": "4",
     }
     assert set(security_options(opts)) == {"kafka.security.protocol", "kafka.sasl.mechanism", "kafka.sasl.jaas.config"}
+
+
+def test_spark_options_translate_kafka_names_and_never_show_the_password() -> None:
+    from strata.pipeline.options import OptionError, parse_sink_options, parse_source_options
+
+    jaas = JAAS.replace("pw-x1", "pw-secret-9")
+    o = parse_source_options(
+        {"kafka.bootstrap.servers": "h:1", "subscribe": "t", "kafka.security.protocol": "SASL_PLAINTEXT"}
+        | {"kafka.sasl.mechanism": "SCRAM-SHA-512", "kafka.sasl.jaas.config": jaas, "kafka.client.id": "c"},
+        streaming=False,
+    )
+    assert o.kafka_conf == {
+        "client.id": "c",
+        "security.protocol": "sasl_plaintext",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "bob",
+        "sasl.password": "pw-secret-9",
+    }
+    assert (o.security.username, o.security.mechanism) == ("bob", "SCRAM-SHA-512")
+    sink = parse_sink_options({"kafka.bootstrap.servers": "h:1", "kafka.security.protocol": "SASL_SSL"} | {
+        "kafka.sasl.mechanism": "PLAIN", "kafka.sasl.username": "u", "kafka.sasl.password": "pw-secret-9"
+    })  # fmt: skip
+    assert "pw-secret-9" not in repr(o) + repr(sink)
+    with pytest.raises(OptionError, match=r"sasl\.mechanism: GSSAPI is not supported") as e:
+        parse_source_options(
+            {"kafka.bootstrap.servers": "h:1", "subscribe": "t", "kafka.security.protocol": "SASL_SSL"}
+            | {"kafka.sasl.jaas.config": jaas},
+            streaming=False,
+        )
+    assert "pw-secret-9" not in str(e.value)
