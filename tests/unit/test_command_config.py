@@ -235,3 +235,15 @@ def test_spark_options_translate_kafka_names_and_never_show_the_password() -> No
             streaming=False,
         )
     assert "pw-secret-9" not in str(e.value)
+
+
+def test_a_command_config_applies_to_its_own_command_only(tmp_path: Path) -> None:
+    """main() run in-process (as tests do) leaves the process's default connection as it found it."""
+    from strata.cli.command_config import process_security
+    from strata.cli.main import main
+
+    cfg = tmp_path / "c.properties"
+    cfg.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.username=u\nsasl.password=p\n")
+    port = 1  # nothing listens there: the command fails after loading the file
+    assert main(["topics", "--bootstrap-server", f"127.0.0.1:{port}", "--command-config", str(cfg), "list"]) == 1
+    assert process_security() == ClientSecurity()
