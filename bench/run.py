@@ -215,6 +215,8 @@ OPTIONAL_GROUPS: list[tuple[str, str]] = [
     ("tiered", "bench.tiered"),  # issue 4: remote reads on SeaweedFS vs raw GET, produce tiering on/off
     ("spark", "bench.spark_bench"),  # the PySpark data source: direct vs broker vs consumer reads
     ("rejoin", "bench.rejoin_bench"),  # issue 6: wiped follower rejoining the ISR, tiered vs untiered
+    ("quotas", "bench.quota_bench"),  # issue 18: achieved rate under producer_byte_rate / consumer_byte_rate
+    ("security", "bench.security_bench"),  # issue 18: TLS vs plaintext throughput, SCRAM connection set-up rate
 ]
 
 

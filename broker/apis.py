@@ -30,6 +30,7 @@ from strata.protocol.request_nulls import NullFieldError
 
 from .cluster.forwarding import reframe
 from .network import CloseConnection, Connection
+from .quotas import ClientQuotas, LoopTimed, client_throttles, hold_response
 from .request_context import Authorizer, RequestContext
 from .services import BrokerServices
 
@@ -83,6 +84,7 @@ def build_handlers() -> dict[int, HandlerFn]:
         acls,
         admin,
         api_versions,
+        client_quotas,
         cluster_admin,
         configs,
         fetch,
@@ -132,6 +134,8 @@ def build_handlers() -> dict[int, HandlerFn]:
         ApiKey.SASL_AUTHENTICATE: sasl.sasl_authenticate,
         ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: scram_admin.describe_user_scram_credentials,
         ApiKey.ALTER_USER_SCRAM_CREDENTIALS: scram_admin.alter_user_scram_credentials,
+        ApiKey.DESCRIBE_CLIENT_QUOTAS: client_quotas.describe_client_quotas,
+        ApiKey.ALTER_CLIENT_QUOTAS: client_quotas.alter_client_quotas,
         ApiKey.DESCRIBE_ACLS: acls.describe_acls,
         ApiKey.CREATE_ACLS: acls.create_acls,
         ApiKey.DELETE_ACLS: acls.delete_acls,
@@ -144,6 +148,7 @@ class KafkaApis:
         self.metrics = services.metrics
         self.authorizer = authorizer
         self.handlers = build_handlers()
+        self.quotas = ClientQuotas(services.config, services.store, services.metrics)
         # queued.max.requests: requests in progress at once across all connections. A request waiting here has been
         # read, and its connection reads nothing more until it is answered: backpressure, as Kafka's full request
         # queue stops its processors from reading.
@@ -242,8 +247,15 @@ class KafkaApis:
         slot = self.request_slots if takes_request_slot(hdr.api_key, req) else None
         if slot is not None:
             await slot.acquire()
+        quotas = self.quotas if self.quotas.enabled else None
+        timed: LoopTimed | None = None
         try:
-            resp = await self.handlers[hdr.api_key](self.services, ctx, req)
+            call = self.handlers[hdr.api_key](self.services, ctx, req)
+            if quotas is not None:
+                quotas.before(hdr.api_key, ctx, req)
+                if quotas.times_requests(hdr.api_key, ctx, req):
+                    call = timed = LoopTimed(call)
+            resp = await call
         except CloseConnection:
             self.metrics.request_errors.labels(name).inc()
             raise
@@ -254,6 +266,13 @@ class KafkaApis:
         finally:
             if slot is not None:
                 slot.release()
+        if quotas is not None:
+            throttle_ms = quotas.after(hdr.api_key, ctx, req, resp, len(payload), timed.ns if timed else 0)
+            if throttle_ms > 0:
+                if client_throttles(hdr.api_key, hdr.api_version):
+                    conn.mute(throttle_ms)  # answered now; the connection reads nothing more until the mute ends
+                else:
+                    await hold_response(throttle_ms)
         elapsed = self._completed(name, received, req)
         if hdr.api_key in _BOUNDED_APIS and elapsed > getattr(req, "max_wait_ms", 0) / 1000 + SLOW_REQUEST_S:
             # A client waits for this answer before anything else it sent on the connection (heartbeats included).

@@ -23,6 +23,7 @@ from strata.protocol.errors import ErrorCode, KafkaApiError
 from strata.protocol.uuids import kafka_uuid_str
 
 from .cluster.model import BrokerInfo, PartitionState, StaleStateError
+from .security.client_quotas import QuotaChanges, QuotaEntity, altered
 from .security.scram import ScramCredential, ScramMechanism
 
 ScramKey = tuple[str, ScramMechanism]  # (user, mechanism): one SCRAM credential, as Kafka's ScramCredentialKey
@@ -194,6 +195,16 @@ class MetadataStore(ABC):
         listeners hear ('scram', (user, mechanism)) for each."""
         raise NotImplementedError
 
+    # ---- client quotas (KIP-546) --------------------------------------------------------------------------------
+    def client_quotas(self) -> dict[QuotaEntity, dict[str, float]]:
+        """Every entity's quota values (DescribeClientQuotas, and what the broker enforces)."""
+        return {}
+
+    async def alter_client_quotas(self, changes: QuotaChanges) -> None:
+        """Set (a value) or remove (None) each entity's keys in one atomic change (Kafka's controller writes them
+        as one batch); listeners hear ('quota', entity) for each entity."""
+        raise NotImplementedError
+
     def acls(self) -> list[AclBinding]:
         """Every stored ACL binding (the authorizer's whole set, replaced on every 'acl' change)."""
         return []
@@ -230,7 +241,8 @@ class MetadataStore(ABC):
 
     def add_listener(self, callback: Callable[[str, object], None]) -> None:
         """callback(kind, key) after the image changed: kind is 'topic', 'partition', 'broker', 'controller',
-        'config' (key: (resource type, name)), 'scram' (key: (user, mechanism)) or 'acl' (key: acl_id)."""
+        'config' (key: (resource type, name)), 'scram' (key: (user, mechanism)), 'quota' (key: a QuotaEntity) or
+        'acl' (key: acl_id)."""
         self._listeners.append(callback)
 
     def _notify(self, kind: str, key: object) -> None:
@@ -264,6 +276,7 @@ class LocalMetadataStore(MetadataStore):
         self._next_producer_id = 0
         self._configs: dict[tuple[int, str], dict[str, str]] = {}
         self._scram: dict[ScramKey, ScramCredential] = {}
+        self._quotas: dict[QuotaEntity, dict[str, float]] = {}
         self._acls: dict[str, AclBinding] = {}  # acl_id -> binding, in creation order
         if self.path.exists():
             data = json.loads(self.path.read_text())
@@ -274,6 +287,8 @@ class LocalMetadataStore(MetadataStore):
             for c in data.get("scram_credentials", []):
                 cred = ScramCredential.from_json(c)
                 self._scram[(str(c["user"]), cred.mechanism)] = cred
+            for q in data.get("client_quotas", []):
+                self._quotas[QuotaEntity.from_store_key(q["entity"])] = {k: float(v) for k, v in q["values"].items()}
             for a in data.get("acls", []):
                 binding = AclBinding.from_json(a)
                 self._acls[acl_id(binding)] = binding
@@ -296,6 +311,10 @@ class LocalMetadataStore(MetadataStore):
                 {"resource_type": t, "name": n, "configs": c} for (t, n), c in sorted(self._configs.items()) if c
             ],
             "scram_credentials": [{"user": u, **c.to_json()} for (u, _), c in sorted(self._scram.items())],
+            "client_quotas": [
+                {"entity": e.store_key(), "values": v}
+                for e, v in sorted(self._quotas.items(), key=lambda ev: ev[0].store_key())
+            ],
             "acls": [b.to_json() for b in self._acls.values()],
         }
         tmp = self.path.with_suffix(".tmp")
@@ -410,6 +429,20 @@ class LocalMetadataStore(MetadataStore):
         self._save()
         for key in [*deletions, *((u, c.mechanism) for u, c in upserts)]:
             self._notify("scram", key)
+
+    def client_quotas(self) -> dict[QuotaEntity, dict[str, float]]:
+        return {e: dict(v) for e, v in self._quotas.items()}
+
+    async def alter_client_quotas(self, changes: QuotaChanges) -> None:
+        for entity, ops in changes.items():
+            new = altered(self._quotas.get(entity, {}), ops)
+            if new:
+                self._quotas[entity] = new
+            else:
+                self._quotas.pop(entity, None)
+        self._save()
+        for entity in changes:
+            self._notify("quota", entity)
 
     def acls(self) -> list[AclBinding]:
         return list(self._acls.values())

@@ -40,7 +40,7 @@ import socket
 import ssl
 import struct
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import structlog
@@ -67,6 +67,10 @@ LISTEN_BACKLOG = 1024
 ACCEPT_BACKOFF_S = 0.1  # after EMFILE/ENFILE: retry accepting later rather than spin
 SSL_HANDSHAKE_TIMEOUT_S = 60.0  # without connections.max.idle.ms: a TLS handshake that takes longer is closed
 SASL_MAX_RECEIVE = 524288  # Kafka's sasl.server.max.receive.size: frames before authentication
+# A TLS transport encrypts what one write() hands it into a memory BIO before sending any of it; a response of many
+# MiB written at once grows that BIO by reallocation (2-4x the cost of the encryption itself). Responses go to TLS
+# transports in pieces of this size instead, each encrypted and sent before the next (bench/security_bench.py).
+TLS_WRITE_PIECE = 256 << 10
 
 
 def os_error_text(e: OSError) -> str:
@@ -105,6 +109,11 @@ class Connection:
     busy: bool = False
     principal: KafkaPrincipal = ANONYMOUS  # who authenticated (ANONYMOUS: no SASL, no TLS client auth)
     sasl: SaslAuthenticator | None = None  # on a SASL listener: the connection's authentication state
+    muted_until: float = 0.0  # client quotas (KIP-219): no request is read before this monotonic time
+
+    def mute(self, throttle_ms: int) -> None:
+        """Read nothing more from this client for `throttle_ms` (Kafka mutes a throttled channel)."""
+        self.muted_until = max(self.muted_until, time.monotonic() + throttle_ms / 1000)
 
     def close(self) -> None:
         if not self.writer.is_closing():
@@ -130,6 +139,25 @@ def client_address(addr: object) -> str:
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         return str(ip.ipv4_mapped)
     return str(ip)
+
+
+def tls_pieces(response: bytes | list) -> Iterator[bytes | memoryview]:
+    """The response's bytes in order, in pieces of at most TLS_WRITE_PIECE: large buffers cut into views, small
+    ones (headers) joined, so each TLS record is full and no record buffer is copied whole."""
+    pending: list[memoryview] = []
+    size = 0
+    for part in response if isinstance(response, list) else (response,):
+        view = memoryview(part).cast("B")
+        while len(view):
+            take = view[: TLS_WRITE_PIECE - size]
+            pending.append(take)
+            size += len(take)
+            view = view[len(take) :]
+            if size == TLS_WRITE_PIECE:
+                yield pending[0] if len(pending) == 1 else b"".join(pending)
+                pending, size = [], 0
+    if pending:
+        yield pending[0] if len(pending) == 1 else b"".join(pending)
 
 
 def _bind(host: str, port: int) -> list[socket.socket]:
@@ -386,6 +414,7 @@ class SocketServer:
     async def _requests(self, conn: Connection, reader: asyncio.StreamReader) -> None:
         """Read, answer and write requests one at a time until the peer closes or a request closes the connection."""
         writer = conn.writer
+        tls = writer.get_extra_info("ssl_object") is not None
         while True:
             head = await reader.readexactly(4)
             (size,) = _SIZE.unpack(head)
@@ -415,7 +444,9 @@ class SocketServer:
             if writer.is_closing():
                 return  # the peer went away while its request was handled: nothing to answer (uvloop would raise)
             if response is not None:
-                if isinstance(response, list):
+                if tls:
+                    await self._write_tls(conn, response)
+                elif isinstance(response, list):
                     writer.writelines(response)
                 else:
                     writer.write(response)
@@ -425,6 +456,28 @@ class SocketServer:
             await self._drain(conn)
             if conn.sasl is not None and conn.sasl.state is SaslState.FAILED:
                 return  # Kafka closes a connection whose authentication failed once the response is sent
+            if conn.muted_until:
+                await self._throttle(conn)
+
+    async def _throttle(self, conn: Connection) -> None:
+        """A client over its quota: requests it pipelined stay unread until its throttle time has passed. Muted
+        is not idle (the sweeper leaves it alone). The sleep is the throttle itself."""
+        conn.busy = True
+        try:
+            left = conn.muted_until - time.monotonic()
+            if left > 0:  # nothing extends the mute meanwhile: this connection has no request in progress
+                await asyncio.sleep(left)
+        finally:
+            conn.muted_until = 0.0
+            conn.busy = False
+            conn.last_active = time.monotonic()
+
+    async def _write_tls(self, conn: Connection, response: bytes | list) -> None:
+        """Hand a response to a TLS transport in pieces of TLS_WRITE_PIECE bytes, draining between them above the
+        high-water mark, so the encrypted bytes waiting in the TLS layer stay about WRITE_HIGH."""
+        for piece in tls_pieces(response):
+            conn.writer.write(piece)
+            await self._drain(conn)
 
     # -- security ----------------------------------------------------------------------------------------------
 

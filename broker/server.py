@@ -328,6 +328,7 @@ class KafkaServer:
                 ) from None
             self.me = self._bound_identity()  # registered below with the ports actually bound
             self.dynamic_config.load()
+            self.apis.quotas.load()  # client quotas of the first image (which notifies no listener)
             if self.acl_sync is not None:  # the image is complete: later changes come through the listener
                 self.acl_sync.load()
             self._write_meta_properties()

@@ -273,6 +273,8 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("remote.log.reader.threads", T.INT, 10, "", at_least(1)),
     ConfigDef("remote.log.reader.max.pending.tasks", T.INT, 100, "", at_least(1)),
     ConfigDef("remote.log.index.file.cache.total.size.bytes", T.LONG, 1024**3, "", at_least(1)),
+    ConfigDef("quota.window.num", T.INT, 11, "samples of a client quota's rate (KIP-13)", at_least(1)),
+    ConfigDef("quota.window.size.seconds", T.INT, 1, "time span of one client quota sample", at_least(1)),
     ConfigDef("remote.log.manager.copy.max.bytes.per.second", T.LONG, 2**63 - 1, "KIP-956", at_least(1)),
     ConfigDef("remote.log.manager.copy.quota.window.num", T.INT, 11, "", at_least(1)),
     ConfigDef("remote.log.manager.copy.quota.window.size.seconds", T.INT, 1, "", at_least(1)),

@@ -33,8 +33,9 @@ from strata.protocol.acl import AclBinding, AclBindingFilter
 from strata.protocol.errors import ErrorCode, KafkaApiError
 
 from ..metadata_store import MetadataStore, ScramKey, TopicInfo, _new_cluster_id, acl_id, match_acls
+from ..security.client_quotas import QuotaChanges, QuotaEntity, altered
 from ..security.scram import ScramCredential, ScramMechanism
-from .image import MetadataImage, acl_rel, scram_rel, topic_to_json
+from .image import MetadataImage, acl_rel, quota_rel, scram_rel, topic_to_json
 from .model import BrokerInfo, PartitionState, StaleStateError
 from .placement import assign_replicas
 
@@ -755,6 +756,37 @@ class EtcdMetadataStore(MetadataStore):
             )
             for rel, v in batch:
                 self._apply(rel, v, res.revision)
+
+    # ---- client quotas ----------------------------------------------------------------------------------------
+    def client_quotas(self) -> dict[QuotaEntity, dict[str, float]]:
+        return {e: dict(v) for e, v in self.image.quotas.items()}
+
+    async def alter_client_quotas(self, changes: QuotaChanges) -> None:
+        """One transaction (per MAX_TXN_OPS entities, beyond etcd's limit) that compares each entity's mod
+        revision: any broker writes it, as quotas touch no partition state and need no controller to order them;
+        re-read and retried on a concurrent change."""
+        entities = list(changes)
+        for i in range(0, len(entities), MAX_TXN_OPS):
+            await self._alter_quota_batch({e: changes[e] for e in entities[i : i + MAX_TXN_OPS]})
+
+    async def _alter_quota_batch(self, changes: QuotaChanges) -> None:
+        rels = [quota_rel(e) for e in changes]
+        keys = [self.key(rel) for rel in rels]
+        for _ in range(10):
+            values = [altered(self.image.quotas.get(e, {}), ops) for e, ops in changes.items()]
+            puts: list[bytes | None] = [_j(v) if v else None for v in values]
+            res = await self.txn(
+                [_cmp(k, "mod", "==", self.image.mod_revision(rel)) for k, rel in zip(keys, rels, strict=True)],
+                [_delete(k) if v is None else _put(k, v) for k, v in zip(keys, puts, strict=True)],
+                [_get(k) for k in keys],
+            )
+            if res.succeeded:
+                for rel, v in zip(rels, puts, strict=True):
+                    self._apply(rel, v, res.revision)
+                return
+            for rel, kvs in zip(rels, res.ranges, strict=True):
+                await self._refresh_key(rel, kvs, res.revision)
+        raise KafkaApiError(ErrorCode.UNKNOWN_SERVER_ERROR, "Client quotas kept changing.")
 
     # ---- partition state --------------------------------------------------------------------------------------
     async def alter_partition(self, topic: str, partition: int, new: PartitionState) -> PartitionState:

@@ -17,6 +17,7 @@ import structlog
 from strata.protocol.acl import AclBinding
 
 from ..metadata_store import ScramKey, TopicInfo
+from ..security.client_quotas import QuotaEntity
 from ..security.scram import ScramCredential, ScramMechanism
 from .model import BrokerInfo, PartitionState
 
@@ -48,6 +49,7 @@ class MetadataImage:
     departed: dict[int, tuple[BrokerInfo, float]] = field(default_factory=dict)  # lease gone: (info, monotonic)
     configs: dict[tuple[int, str], dict[str, str]] = field(default_factory=dict)  # configs/<type>/<name>
     scram: dict[ScramKey, ScramCredential] = field(default_factory=dict)  # scram/<mechanism code>/<user>
+    quotas: dict[QuotaEntity, dict[str, float]] = field(default_factory=dict)  # quotas/<QuotaEntity.store_key()>
     acls: dict[str, AclBinding] = field(default_factory=dict)  # acls/<acl_id>
 
     def mod_revision(self, key: str) -> int:
@@ -73,6 +75,8 @@ class MetadataImage:
             return config_key(rest) in self.configs
         if kind == "scram":
             return scram_key(rest) in self.scram
+        if kind == "quotas":
+            return _quota_entity(rest) in self.quotas
         if kind == "acls":
             return rest in self.acls
         return key in self.revs
@@ -153,6 +157,15 @@ class MetadataImage:
             else:
                 self.scram[sk] = ScramCredential.from_json(d)
             return [("scram", sk)]
+        if kind == "quotas":
+            qe = _quota_entity(rest)
+            if qe is None:
+                return []
+            if d is None:
+                self.quotas.pop(qe, None)
+            else:
+                self.quotas[qe] = {str(k): float(v) for k, v in d.items()}
+            return [("quota", qe)]
         if kind == "acls":
             binding = None
             if d is not None:
@@ -196,6 +209,9 @@ class MetadataImage:
         for sk in sorted(set(old.scram) | set(self.scram)):
             if old.scram.get(sk) != self.scram.get(sk):
                 out.append(("scram", sk))
+        for qe in set(old.quotas) | set(self.quotas):
+            if old.quotas.get(qe) != self.quotas.get(qe):
+                out.append(("quota", qe))
         out += [("acl", i) for i in sorted(set(old.acls) ^ set(self.acls))]
         if old.controller != self.controller:
             out.append(("controller", self.controller.broker_id if self.controller else -1))
@@ -244,6 +260,18 @@ def scram_key(rest: str) -> ScramKey:
     """(user, mechanism) of a `scram/<mechanism code>/<user>` key."""
     m, _, user = rest.partition("/")
     return user, ScramMechanism.from_type(_int(m))
+
+
+def quota_rel(entity: QuotaEntity) -> str:
+    """The key of one client quota entity: `quotas/users/<user>[/clients/<client>]` or `quotas/clients/<client>`."""
+    return "quotas/" + entity.store_key()
+
+
+def _quota_entity(rest: str) -> QuotaEntity | None:
+    try:
+        return QuotaEntity.from_store_key(rest)
+    except ValueError:
+        return None
 
 
 def _int(s: str) -> int:

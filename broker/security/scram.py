@@ -130,6 +130,11 @@ class ScramServerExchange:
                 return str(self._server.get_server_first()).encode()
             if self.complete:
                 raise self._fail()
+            # Kafka's ScramSaslServer accepts a final nonce that ends with the server-first nonce (librdkafka 2.0.2,
+            # Debian's kcat 1.7.1, repeats its client nonce in front of it); scramp wants the nonce itself
+            nonce = self._server.nonce  # a str, or scramp's Nonce (1.5)
+            if (final_nonce := _final_nonce(text, str(nonce))) != str(nonce):
+                self._server.nonce = type(nonce)(final_nonce)
             self._server.set_client_final(text)
             final = str(self._server.get_server_final()).encode()
             self.complete = True
@@ -138,6 +143,15 @@ class ScramServerExchange:
             raise
         except Exception:  # noqa: BLE001 - scramp raises its own and others on malformed input; all are a failure
             raise self._fail() from None
+
+
+def _final_nonce(client_final: str, server_nonce: str) -> str:
+    """The client-final message's nonce when it ends with the server-first nonce (Kafka's rule), else the latter;
+    the proof is still checked over the message as sent."""
+    for attr in client_final.split(","):
+        if attr.startswith("r="):
+            return attr[2:] if attr[2:].endswith(server_nonce) else server_nonce
+    return server_nonce
 
 
 __all__ = [

@@ -29,6 +29,7 @@ from . import (
     log_dirs,
     pipeline,
     producer_perf_test,
+    quotas,
     reassign_partitions,
     remote_log_metadata,
     serve,
@@ -44,6 +45,7 @@ COMMANDS: tuple[Command, ...] = (
     topics,
     configs,
     users,
+    quotas,
     acls,
     dump_log,
     groups,
@@ -65,7 +67,7 @@ COMMANDS: tuple[Command, ...] = (
 USAGE = (
     "{serve,topics,configs,groups,dump-log,remote-log-metadata,pipeline,console-producer,console-consumer,"
     "get-offsets,delete-records,log-dirs,broker-api-versions,reassign-partitions,leader-election,"
-    "producer-perf-test,consumer-perf-test,users,acls}"
+    "producer-perf-test,consumer-perf-test,users,acls,quotas}"
 )
 
 

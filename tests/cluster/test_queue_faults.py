@@ -6,6 +6,10 @@ acknowledgement gave, in send order per partition.
 Each seed chooses the partition whose leader dies first, the second victim, the producer rate, how much is written
 between faults, and whether the second kill waits for the first victim to be back in every ISR (if not, the ISR may
 stay at one replica for a while: writes must then wait, not be lost).
+
+Seed 1 runs a second time on a `sasl_ssl_tiered` cluster (tests/cluster/conftest.py): SASL_SSL on every listener,
+between the brokers and for the producer and the reader, and every segment tiered to remote storage and deleted
+locally, so the final read comes back through the remote log.
 """
 
 from __future__ import annotations
@@ -19,9 +23,10 @@ from tests.cluster.workload import ContinuousProducer, read_all
 
 PARTITIONS = 3
 SEEDS = [1, 2, 3]
+SECURE = pytest.param(1, marks=pytest.mark.cluster_profile("sasl_ssl_tiered"), id="1-sasl_ssl_tiered")
 
 
-@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("seed", [*SEEDS, SECURE])
 def test_acked_records_survive_leader_kill_restart_and_second_kill(cluster_factory, queue_report, seed: int) -> None:
     rnd = random.Random(seed)
     c = cluster_factory(3)

@@ -9,6 +9,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
+from tests.support import client_security
 from tests.support.ck import QUIET
 from tests.support.waiting import wait_until
 
@@ -47,6 +48,7 @@ class ContinuousProducer:
             "topic.metadata.refresh.interval.ms": 1000,
             "error_cb": self._on_error,
             **QUIET,
+            **client_security.librdkafka(bootstrap),
             **(conf or {}),
         }
         self.client_errors: list[str] = []
@@ -137,7 +139,14 @@ class ContinuousProducer:
 
 
 def end_offsets(bootstrap: str, topic: str, partitions: int, timeout: float = 10.0) -> dict[int, int]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "strata-cluster-offsets", **QUIET})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "strata-cluster-offsets",
+            **QUIET,
+            **client_security.librdkafka(bootstrap),
+        }
+    )
     try:
         return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)[1] for p in range(partitions)}
     finally:
@@ -176,6 +185,7 @@ def read_all(
             "enable.partition.eof": True,
             "fetch.wait.max.ms": 100,
             **QUIET,
+            **client_security.librdkafka(bootstrap),
         }
     )
     out: list[Read] = []

@@ -112,7 +112,8 @@ class StrataBroker:
             ]
         cmd = [sys.executable, "-m", "strata", "serve", str(self.props_path)]
         for k, v in self.overrides.items():
-            cmd += ["--override", f"{k}={v}"]
+            if not _secret(k):  # those are in the properties file
+                cmd += ["--override", f"{k}={v}"]
         return cmd
 
     def start(self, timeout: float = START_TIMEOUT) -> StrataBroker:
@@ -131,7 +132,8 @@ class StrataBroker:
 
     def _start_once(self, timeout: float) -> StrataBroker:
         assert not self.is_running(), "already running"
-        self.props_path.write_text("".join(f"{k}={v}\n" for k, v in self.base_props.items()))
+        props = {**self.base_props, **{k: v for k, v in self.overrides.items() if _secret(k)}}
+        self.props_path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         self.starts += 1
         out = self._out = open(self.output_path, "ab")  # noqa: SIM115 - lives as long as the process
         out.write(f"\n===== start #{self.starts}: {' '.join(self.command())}\n".encode())
@@ -248,6 +250,11 @@ def _kill_leftovers() -> None:
     for b in list(StrataBroker.live):
         if b.proc is not None and b.proc.poll() is None:
             os.kill(b.proc.pid, signal.SIGKILL)
+
+
+def _secret(key: str) -> bool:
+    """A property whose value must not be on a command line (the process list, the output's start line)."""
+    return key.endswith(("jaas.config", "password", "ssl.keystore.key"))
 
 
 def _prop(v: object) -> str:

@@ -32,6 +32,7 @@ from typing import Any, ClassVar, Self
 from strata.protocol.records import BatchHeader, iter_batches
 from strata.storage.checkpoints import RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile
 
+from . import client_security
 from .broker_proc import START_TIMEOUT, StrataBroker, free_port
 from .etcd_proc import EtcdProcess
 from .kafka_wire import WireClient
@@ -94,8 +95,10 @@ class ClusterBroker(StrataBroker):
         host: str = "127.0.0.1",
         netns: str | None = None,
         split_listeners: bool = False,
+        security: client_security.ClientSecurity | None = None,
     ):
         super().__init__(tmp_dir, overrides, name=name)
+        self.security = security  # clients' credentials on `port` (the overrides secure the listeners)
         self._host = host
         self.netns = netns
         if netns is not None:  # its own address: the usual ports, nothing else listens there
@@ -133,6 +136,8 @@ class ClusterBroker(StrataBroker):
                 }
             )
         self.base_props["metrics.listener"] = self.metrics_url
+        if self.security is not None:
+            client_security.register(self.bootstrap, self.security)
         return super()._start_once(timeout)
 
 
@@ -265,11 +270,15 @@ class StrataCluster:
         defaults: Mapping[str, object] = FAST_FAILOVER,
         ports: Mapping[int, tuple[int, int]] | None = None,
         split_listeners: bool = False,
+        security: client_security.ClientSecurity | None = None,
+        topic_config: Mapping[str, object] | None = None,
     ):
         """`defaults` (FAST_FAILOVER unless given) + `overrides` go to every broker, then `broker_overrides[i]`.
         `ports` fixes broker i's (Kafka port, metrics port) on loopback; otherwise free ports are picked.
         `split_listeners`: listeners INTERNAL (between brokers) and EXTERNAL (clients: `bootstrap`), as in
-        docker-compose.yml, instead of one PLAINTEXT listener."""
+        docker-compose.yml, instead of one PLAINTEXT listener. `security`: the client listener is secured (by
+        `overrides`) and the test's clients (WireClient, confluent-kafka from `bootstrap`) use these credentials.
+        `topic_config`: added to every `create_topic`'s config (a profile's tiering, say)."""
         self.tmp_dir = Path(tmp_dir)
         self.tmp_dir.mkdir(parents=True, exist_ok=True)
         self.ids = list(range(1, size + 1))
@@ -280,6 +289,8 @@ class StrataCluster:
         self._overrides = {**defaults, **(overrides or {})}
         self._ports = dict(ports or {})
         self._split = split_listeners
+        self.security = security
+        self._topic_config = dict(topic_config or {})
         self._broker_overrides = {i: dict(v) for i, v in (broker_overrides or {}).items()}
         self._racks = racks
         self._closed = False
@@ -314,7 +325,13 @@ class StrataCluster:
             props.update(self._broker_overrides.get(i, {}))
             host, ns = (self.net.ips[i], self.net.ns(i)) if self.net is not None else ("127.0.0.1", None)
             b = ClusterBroker(
-                self.tmp_dir / f"broker{i}", props, name=f"broker{i}", host=host, netns=ns, split_listeners=self._split
+                self.tmp_dir / f"broker{i}",
+                props,
+                name=f"broker{i}",
+                host=host,
+                netns=ns,
+                split_listeners=self._split,
+                security=self.security,
             )
             if i in self._ports:
                 b.port, b.metrics_port = self._ports[i]
@@ -352,6 +369,7 @@ class StrataCluster:
                 b.kill9()
         if self.etcd is not None:
             self.etcd.stop()
+        client_security.unregister(b.bootstrap for b in self.brokers.values())
         if self.net is not None:
             self.net.teardown()
 
@@ -530,8 +548,10 @@ class StrataCluster:
         ISR in every live broker's Metadata."""
         from confluent_kafka.admin import AdminClient, NewTopic
 
-        a = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 3})
-        cfg = {k: _prop(v) for k, v in (config or {}).items()}
+        a = AdminClient(
+            {"bootstrap.servers": self.bootstrap, "log_level": 3, **client_security.librdkafka(self.bootstrap)}
+        )
+        cfg = {k: _prop(v) for k, v in {**self._topic_config, **(config or {})}.items()}
         if replica_assignment is not None:
             partitions = len(replica_assignment)
             nt = NewTopic(topic, num_partitions=partitions, replica_assignment=replica_assignment, config=cfg)

@@ -21,6 +21,8 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
+from . import client_security
+
 # Error codes used by the tests (Kafka's numbering).
 NONE = 0
 OFFSET_OUT_OF_RANGE = 1
@@ -60,6 +62,7 @@ class WireClient:
         self.host, self.port, self.client_id, self.timeout = host, port, client_id, timeout
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock = client_security.secure(self.sock, f"{host}:{port}")  # a secured test cluster's address
         self._corr = itertools.count(1)
         self._versions: dict[int, tuple[int, int]] | None = None
 

@@ -87,3 +87,35 @@ def test_iteration_bounds_and_names() -> None:
     assert ScramMechanism.from_name("scram-sha-512") == ScramMechanism.SCRAM_SHA_512
     with pytest.raises(ValueError, match="Unsupported SCRAM mechanism"):
         ScramMechanism.from_name("SCRAM-SHA-1")
+
+
+@pytest.mark.parametrize("mech", MECHS)
+def test_final_nonce_that_ends_with_the_server_nonce_is_accepted_as_kafka_does(mech: ScramMechanism) -> None:
+    """librdkafka 2.0.2 (Debian's kcat) sends `r=<client nonce><client nonce + server nonce>`; Kafka's server checks
+    only that the nonce ends with its own, and so must we. A nonce that does not end with it is refused."""
+    import base64
+    import hashlib
+    import hmac
+
+    cred = credential_from_password(mech, "pw", 4096, salt=b"salt-0123456789")
+    h = mech.hash_name
+
+    def final(ex: ScramServerExchange, prefix: str, password: str = "pw") -> bytes:
+        first_bare = "n=alice,r=cnonce"
+        server_first = ex.evaluate(f"n,,{first_bare}".encode()).decode()
+        nonce = dict(kv.split("=", 1) for kv in server_first.split(","))["r"]
+        without_proof = f"c=biws,r={prefix}{nonce}"
+        auth = f"{first_bare},{server_first},{without_proof}".encode()
+        client_key = hmac.digest(salted_password(mech, password, cred.salt, 4096), b"Client Key", h)
+        signature = hmac.digest(hashlib.new(h, client_key).digest(), auth, h)
+        proof = base64.b64encode(bytes(a ^ b for a, b in zip(client_key, signature))).decode()
+        return ex.evaluate(f"{without_proof},p={proof}".encode())
+
+    ex = ScramServerExchange(mech, lambda u: cred)
+    assert final(ex, "cnonce").startswith(b"v=") and ex.complete
+    with pytest.raises(ScramAuthenticationError):
+        final(ScramServerExchange(mech, lambda u: cred), "cnonce", password="wrong")
+    ex = ScramServerExchange(mech, lambda u: cred)
+    with pytest.raises(ScramAuthenticationError):  # the server nonce with something after it
+        ex.evaluate(b"n,,n=alice,r=cnonce")
+        ex.evaluate(b"c=biws,r=cnonceXYZ,p=AAAA")
