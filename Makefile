@@ -6,7 +6,7 @@ PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.installed
 BASE_STAMP := $(VENV)/.installed-base
 
-.PHONY: run test test-unit bench cluster etcd-dep lint typecheck fmt venv system-deps node-deps clean fuzz
+.PHONY: run test test-unit bench cluster cluster-secure etcd-dep lint typecheck fmt venv system-deps node-deps clean fuzz
 
 # `make run` needs the broker's own dependencies plus the `client` extra (confluent-kafka, for the README's first
 # example); tests, bench and Spark add their extras on top.
@@ -87,6 +87,12 @@ etcd-dep:
 
 cluster: $(CLUSTER_STAMP) etcd-dep
 	$(PY) scripts/cluster.py $(ARGS)
+
+# The same cluster with SASL_SSL between clients and brokers and between brokers (scripts/secure_setup.py): a
+# development CA and PLAIN users made at the first start, the admin's client properties in
+# strata-cluster-secure/secure/admin.properties (`strata ... --command-config` that file).
+cluster-secure: $(CLUSTER_STAMP) etcd-dep
+	$(PY) scripts/cluster.py --secure $(ARGS)
 
 # ruff and mypy are the versions pinned in the dev extra; their settings are in pyproject.toml. ruff walks the
 # whole checkout (.venv and node_modules excluded); mypy checks the strata package (the links in strata/).

@@ -4,9 +4,11 @@
     strata pipeline aggregate --topic T --to /path/per_key.parquet --checkpoint /path/ck [--once]
     strata pipeline transform --topic T --to-topic U --checkpoint /path/ck [--value EXPR] [--once]
 
-Common options: ``--bootstrap-server``, ``--master`` (default ``local[*]``, or ``STRATA_SPARK_MASTER``),
-``--read-mode broker|direct``, ``--rsm-class`` / ``--rsm-config KEY=VALUE`` (object store for direct mode, the
-broker's ``rsm.config.*`` keys), ``--option KEY=VALUE`` (any source option), ``--conf KEY=VALUE`` (Spark conf).
+Common options: ``--bootstrap-server``, ``--command-config FILE`` (Kafka client properties: security.protocol,
+sasl.*, ssl.*, passed as the source's and the sink's ``kafka.*`` options), ``--master`` (default ``local[*]``, or
+``STRATA_SPARK_MASTER``), ``--read-mode broker|direct``, ``--rsm-class`` / ``--rsm-config KEY=VALUE`` (object store
+for direct mode, the broker's ``rsm.config.*`` keys), ``--option KEY=VALUE`` (any source option), ``--conf
+KEY=VALUE`` (Spark conf).
 Nothing here imports pyspark until a job runs, so ``strata --help`` works without the spark extra.
 """
 
@@ -15,6 +17,8 @@ from __future__ import annotations
 import argparse
 import sys
 from typing import Any
+
+from strata.cli.command_config import add_command_config_option
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 JOBS = {
@@ -44,6 +48,7 @@ def _common(p: argparse.ArgumentParser, default_bootstrap: str) -> None:
         metavar="HOST:PORT",
         help=f"cluster to read (default {default_bootstrap})",
     )
+    add_command_config_option(p)
     p.add_argument("--master", default=None, help="Spark master (default local[*] or $STRATA_SPARK_MASTER)")
     p.add_argument(
         "--read-mode",

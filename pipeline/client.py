@@ -26,6 +26,11 @@ class ReadTimeoutError(RuntimeError):
     """A ranged read made no progress for ``kafkaConsumer.pollTimeoutMs``."""
 
 
+class DirectReadRefusedError(PermissionError):
+    """read.mode=direct for a topic the principal may not READ: the bucket's credentials must not bypass the
+    broker's ACLs."""
+
+
 def data_loss_message(what: str) -> str:
     return (
         f"{what}. Some data may have been lost because it is not available in the topic any more: it was "
@@ -76,11 +81,28 @@ class Cluster:
 
         self.opts = opts
         self.timeout = timeout
+        if opts.security.protocol != "PLAINTEXT":
+            self._check_credentials()
         self.admin = AdminClient(_admin_conf(opts))
         self._consumer = Consumer(opts.consumer_conf(f"strata-spark-driver-{uuid.uuid4().hex[:12]}"))
 
     def close(self) -> None:
         self._consumer.close()
+
+    def _check_credentials(self) -> None:
+        """Authenticate once with the wire client before librdkafka does: a refused password or certificate is
+        then the broker's own message at once, not librdkafka's "broker transport failure" after the timeout."""
+        from strata.cli.admin_client import AdminClient as WireAdmin
+        from strata.cli.admin_client import AdminError
+
+        errors = []
+        for server in [s.strip() for s in self.opts.bootstrap.split(",") if s.strip()]:
+            try:
+                with WireAdmin(server, self.timeout, self.opts.security):
+                    return
+            except AdminError as e:
+                errors.append(f"{server}: {e}")
+        raise RuntimeError(f"cannot connect to the cluster: {'; '.join(errors)}")
 
     def __enter__(self) -> Self:
         return self
@@ -135,19 +157,36 @@ class Cluster:
         errors = []
         for server in [s.strip() for s in self.opts.bootstrap.split(",") if s.strip()]:
             try:
-                with WireAdmin(server, timeout=self.timeout) as a:
+                with WireAdmin(server, self.timeout, self.opts.security) as a:
                     return a.list_topics(include_internal=True)
             except (AdminError, OSError) as e:
                 errors.append(f"{server}: {e}")
         raise RuntimeError(f"cannot list topics: {'; '.join(errors)}")
 
-    def topic_ids(self, topics: list[str]) -> dict[str, uuid.UUID | None]:
-        from confluent_kafka import TopicCollection
+    def readable_topic_ids(self, topics: list[str]) -> dict[str, uuid.UUID | None]:
+        """Topic ids for read.mode=direct, which reads the bucket with the executors' own credentials: refused
+        (DirectReadRefusedError) unless the broker says this principal may READ each topic (Metadata v8+
+        authorized operations, KIP-430; a broker without an authorizer allows every operation)."""
+        from confluent_kafka import KafkaError, KafkaException, TopicCollection
 
         if not topics:
             return {}
-        futures = self.admin.describe_topics(TopicCollection(list(topics)), request_timeout=self.timeout)
-        return {name: _uuid_of(f.result().topic_id) for name, f in futures.items()}
+        futures = self.admin.describe_topics(
+            TopicCollection(list(topics)), request_timeout=self.timeout, include_authorized_operations=True
+        )
+        out: dict[str, uuid.UUID | None] = {}
+        for name, f in futures.items():
+            try:
+                desc = f.result()
+            except KafkaException as e:
+                if e.args and e.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                    raise DirectReadRefusedError(_direct_refusal(name, "the broker denies DESCRIBE")) from None
+                raise
+            refusal = direct_read_refusal(name, desc.authorized_operations)
+            if refusal is not None:
+                raise DirectReadRefusedError(refusal)
+            out[name] = _uuid_of(desc.topic_id)
+        return out
 
     def num_partitions(self, topic: str) -> int:
         return len(self.partitions_of(topic))
@@ -195,7 +234,7 @@ class Cluster:
             by_topic.setdefault(t, []).append(p)
         out = {tp: -1 for tp in tps}
         try:
-            with AdminClient(self.opts.bootstrap, self.timeout) as a:
+            with AdminClient(self.opts.bootstrap, self.timeout, self.opts.security) as a:
                 for t, ps in by_topic.items():
                     out.update({(t, p): o for p, o in a.list_offsets(t, ps, EARLIEST_LOCAL).items()})
         except AdminError:
@@ -253,6 +292,26 @@ class Cluster:
         for segs in out.values():
             segs.sort(key=lambda s: (s.start_offset, -s.end_offset))
         return out
+
+
+def direct_read_refusal(topic: str, operations: list[Any] | None) -> str | None:
+    """Why read.mode=direct may not read `topic` given the authorized operations the broker reported for it
+    (confluent-kafka's AclOperation list; None: not reported), or None when READ is among them."""
+    from confluent_kafka.admin import AclOperation
+
+    if operations is None:
+        return _direct_refusal(topic, "the broker does not report authorized operations (KIP-430)")
+    if AclOperation.READ not in operations:
+        return _direct_refusal(topic, "the principal lacks READ on it")
+    return None
+
+
+def _direct_refusal(topic: str, why: str) -> str:
+    return (
+        f"read.mode=direct refused for topic {topic!r}: {why}. Direct mode reads the tiered segments from the "
+        "bucket with the executors' credentials, so it needs READ on the topic (ACL); use read.mode=broker "
+        "or grant READ"
+    )
 
 
 def consume_range(
@@ -340,9 +399,11 @@ __all__ = [
     "REMOTE_LOG_METADATA_TOPIC",
     "Cluster",
     "DataLossError",
+    "DirectReadRefusedError",
     "PartitionOffsets",
     "ReadTimeoutError",
     "consume_range",
     "data_loss_message",
+    "direct_read_refusal",
     "log_start_offset",
 ]

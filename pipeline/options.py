@@ -6,7 +6,11 @@ come back lower-cased), so every lookup here goes through lower-cased names.
 Reading (batch and streaming):
 
 * ``kafka.bootstrap.servers`` (required); any other ``kafka.<librdkafka property>`` is passed to the consumers and
-  producers (``kafka.security.protocol``, ``kafka.sasl.*``, ``kafka.isolation.level`` ...).
+  producers (``kafka.isolation.level`` ...). Security options take the names of Spark's Kafka source (Kafka's Java
+  client): ``kafka.security.protocol``, ``kafka.sasl.mechanism``, ``kafka.sasl.jaas.config``,
+  ``kafka.ssl.truststore.location`` / ``.type`` / ``.password``, ``kafka.ssl.keystore.*``, ``kafka.ssl.key.password``,
+  ``kafka.ssl.endpoint.identification.algorithm`` (librdkafka's ``kafka.sasl.username`` / ``kafka.ssl.ca.location``
+  too); they are translated for librdkafka and for the driver's wire requests (strata.cli.command_config).
 * exactly one of ``subscribe`` (comma-separated topics), ``subscribePattern`` (a regex matched against whole topic
   names) and ``assign`` (JSON ``{"topicA":[0,1]}``).
 * ``startingOffsets``: ``earliest`` / ``latest`` / JSON ``{"t":{"0":23,"1":-2}}`` (-2 earliest, -1 latest);
@@ -35,6 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from strata.cli.command_config import SECURITY_KEYS, ClientSecurity, CommandConfigError, client_security
 from strata.config import ConfigError, parse_bool
 from strata.protocol.constants import EARLIEST_TIMESTAMP as EARLIEST
 from strata.protocol.constants import LATEST_TIMESTAMP as LATEST
@@ -175,8 +180,9 @@ class SourceOptions:
     rsm_class: str
     rsm_config: dict[str, str]
     poll_timeout_s: float
-    kafka_conf: dict[str, str]  # librdkafka properties (prefix removed), user-supplied
+    kafka_conf: dict[str, str] = field(repr=False)  # librdkafka properties (prefix removed): may hold passwords
     isolation_level: str
+    security: ClientSecurity = field(default_factory=ClientSecurity)  # for the driver's wire requests
     direct_chunk_bytes: int = DIRECT_CHUNK_BYTES  # direct mode: size of one ranged read of a segment
     direct_fetch_concurrency: int = DIRECT_FETCH_CONCURRENCY  # direct mode: ranged reads in flight per task
 
@@ -197,6 +203,21 @@ class SourceOptions:
         }
         conf.update({k: v for k, v in self.kafka_conf.items() if k not in _MANAGED_CONSUMER_KEYS})
         return conf
+
+
+def _kafka_conf(opts: dict[str, str]) -> tuple[dict[str, str], ClientSecurity]:
+    """The ``kafka.*`` options as librdkafka properties, the security ones (Kafka's Java names, as Spark's Kafka
+    source takes them) translated; and that security for the wire client."""
+    conf = {k[len("kafka.") :]: v for k, v in opts.items() if k.startswith("kafka.") and k != "kafka.bootstrap.servers"}
+    given = {k: v for k, v in conf.items() if k in SECURITY_KEYS}
+    try:
+        security = client_security(given, "options kafka.*")
+    except CommandConfigError as e:
+        raise OptionError(str(e)) from None
+    out = {k: v for k, v in conf.items() if k not in SECURITY_KEYS}
+    if given:
+        out.update(security.librdkafka_config())
+    return out, security
 
 
 def _offset_spec(opts: dict[str, str], prefix: str, default: str, *, streaming: bool) -> OffsetSpec:
@@ -260,9 +281,7 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: bool) -> Sour
     read_mode = opts.get("read.mode", "broker").strip().lower() or "broker"
     if read_mode not in ("broker", "direct"):
         raise OptionError(f"option read.mode must be broker or direct, not {read_mode!r}")
-    kafka_conf = {
-        k[len("kafka.") :]: v for k, v in opts.items() if k.startswith("kafka.") and k != "kafka.bootstrap.servers"
-    }
+    kafka_conf, security = _kafka_conf(opts)
     isolation = kafka_conf.pop("isolation.level", "read_uncommitted").strip().lower()
     if isolation not in ("read_uncommitted", "read_committed"):
         raise OptionError(f"option kafka.isolation.level must be read_uncommitted or read_committed, not {isolation!r}")
@@ -289,6 +308,7 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: bool) -> Sour
         poll_timeout_s=(poll_ms if poll_ms is not None else 120_000) / 1000.0,
         kafka_conf=kafka_conf,
         isolation_level=isolation,
+        security=security,
         direct_chunk_bytes=_int("direct.chunkBytes", opts.get("direct.chunkbytes"), minimum=64 << 10)
         or DIRECT_CHUNK_BYTES,
         direct_fetch_concurrency=_int("direct.fetchConcurrency", opts.get("direct.fetchconcurrency"), minimum=1)
@@ -300,7 +320,7 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: bool) -> Sour
 class SinkOptions:
     bootstrap: str
     topic: str | None
-    kafka_conf: dict[str, str]
+    kafka_conf: dict[str, str] = field(repr=False)  # may hold passwords
 
     def producer_conf(self) -> dict[str, Any]:
         conf: dict[str, Any] = {
@@ -320,9 +340,7 @@ def parse_sink_options(options: Mapping[str, Any]) -> SinkOptions:
     bootstrap = opts.get("kafka.bootstrap.servers", "").strip()
     if not bootstrap:
         raise OptionError("option kafka.bootstrap.servers is required (host:port[,host:port...])")
-    kafka_conf = {
-        k[len("kafka.") :]: v for k, v in opts.items() if k.startswith("kafka.") and k != "kafka.bootstrap.servers"
-    }
+    kafka_conf, _ = _kafka_conf(opts)
     for k, forced in _FORCED_PRODUCER.items():
         given = kafka_conf.get(k)
         if given is not None and given.strip().lower() not in (forced, "-1" if k == "acks" else forced):

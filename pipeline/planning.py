@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -196,7 +195,6 @@ def plan_ranges(
     opts: SourceOptions,
     starts: Mapping[TP, int],
     ends: Mapping[TP, int],
-    topic_ids: Mapping[str, uuid.UUID | None] | None = None,
 ) -> list[OffsetRange]:
     """Ranges [start, end) -> split per minPartitions/maxRecordsPerPartition -> pieces (direct mode)."""
     ranges = []
@@ -210,7 +208,7 @@ def plan_ranges(
     ranges = split_ranges(ranges, opts.min_partitions, opts.max_records_per_partition)
     if opts.read_mode != "direct" or not ranges:
         return [r.with_pieces((Piece(r.start, r.end, None),)) for r in ranges]
-    ids = dict(topic_ids) if topic_ids is not None else cluster.topic_ids(sorted({r.topic for r in ranges}))
+    ids = cluster.readable_topic_ids(sorted({r.topic for r in ranges}))  # refused without READ
     wanted = {r.tp: tid for r in ranges if (tid := ids.get(r.topic)) is not None}
     segments = cluster.remote_segments(wanted)
     local = cluster.local_log_starts(sorted({r.tp for r in ranges}))

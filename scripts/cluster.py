@@ -1,7 +1,7 @@
 """`make cluster`: the docker-compose.yml topology as local processes on loopback -- etcd, three Strata brokers
 (ids 1-3, racks rack-a..rack-c) and SeaweedFS as the S3 server of tiered storage -- until Ctrl-C.
 
-    python scripts/cluster.py [--data-dir ./strata-cluster] [--brokers 3] [--port 9092] [--fresh]
+    python scripts/cluster.py [--data-dir ./strata-cluster] [--brokers 3] [--port 9092] [--fresh] [--secure]
 
 Brokers run config/cluster-node.properties (the compose node configuration: RF 3, min.insync.replicas 2, tiered
 storage on S3) with the compose host names replaced by loopback addresses. As in the compose file, clients use the
@@ -14,6 +14,12 @@ Each broker's settings are in <data-dir>/brokerN/server.properties (mode 0600) a
 environment (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, as in docker-compose.yml): nothing secret is on a command
 line, where `ps` would show it. The script needs the broker's own dependencies, etcd (Debian's etcd-server) and
 SeaweedFS's `weed` (the `cluster` extra); it imports nothing from tests/.
+
+--secure (`make cluster-secure`, data in ./strata-cluster-secure): both listeners speak SASL_SSL, with certificates
+of a development CA made at the first start and PLAIN users `admin` (the administrator: its client properties are
+<data-dir>/secure/admin.properties, for `strata ... --command-config`) and `broker` (between brokers), passwords
+random and only in 0600 files; SCRAM-SHA-256/512 users can be added with `strata users scram add`. See
+scripts/secure_setup.py.
 """
 
 from __future__ import annotations
@@ -38,7 +44,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from scripts.seaweed import free_port_pairs, weed_mini_command
+from scripts.secure_setup import setup as secure_setup
 from strata.cli.admin_client import AdminClient
+from strata.cli.command_config import ClientSecurity, client_security, read_properties
 from strata.config.broker_config import parse_properties
 
 # compose-network addresses and paths (loopback ones replace them)
@@ -239,13 +247,16 @@ class Seaweed(Process):
 
 
 class Broker(Process):
-    def __init__(self, data_dir: Path, broker_id: int, port: int, metrics_port: int) -> None:
+    def __init__(
+        self, data_dir: Path, broker_id: int, port: int, metrics_port: int, security: ClientSecurity | None = None
+    ) -> None:
         super().__init__(f"broker{broker_id}", data_dir / f"broker{broker_id}" / f"broker{broker_id}.out")
         self.id = broker_id
         self.dir = data_dir / f"broker{broker_id}"
         self.port, self.metrics_port = _port_or_free(port), _port_or_free(metrics_port)
         self.internal_port = free_port()
         self.rack = f"rack-{'abcdefghijklmnopqrstuvwxyz'[(broker_id - 1) % 26]}"
+        self.security = security  # how a client reaches EXTERNAL (None: PLAINTEXT)
 
     @property
     def bootstrap(self) -> str:
@@ -257,12 +268,12 @@ class Broker(Process):
 
     def write_properties(self, settings: dict[str, object], etcd: Etcd) -> Path:
         props = {
+            "listener.security.protocol.map": "INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT",  # --secure: SASL_SSL
             **settings,
             "broker.id": self.id,
             "broker.rack": self.rack,
             "metadata.store.connect": f"etcd://127.0.0.1:{etcd.client_port}",
             "listeners": f"INTERNAL://127.0.0.1:{self.internal_port},EXTERNAL://127.0.0.1:{self.port}",
-            "listener.security.protocol.map": "INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT",
             "inter.broker.listener.name": "INTERNAL",
             "metrics.listener": self.metrics_url,
             "log.dirs": self.dir / "data",
@@ -282,7 +293,7 @@ class Broker(Process):
 
     def registered(self) -> set[int]:
         try:
-            with AdminClient(self.bootstrap, timeout=2.0) as admin:
+            with AdminClient(self.bootstrap, 2.0, self.security) as admin:
                 return {b.node_id for b in admin.metadata([]).brokers}
         except Exception:  # noqa: BLE001 - not listening yet
             return set()
@@ -302,7 +313,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, default=9092, help="Kafka port of broker 1 (broker i: port+i-1)")
     ap.add_argument("--metrics-port", type=int, default=9464, help="metrics port of broker 1")
     ap.add_argument("--fresh", action="store_true", help="delete --data-dir first")
+    ap.add_argument(
+        "--secure", action="store_true", help="SASL_SSL everywhere (default --data-dir ./strata-cluster-secure)"
+    )
     args = ap.parse_args(argv)
+    if args.secure and args.data_dir == REPO / "strata-cluster":
+        args.data_dir = REPO / "strata-cluster-secure"
     return supervise(lambda: run(args))
 
 
@@ -340,20 +356,25 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
 
     seaweed, etcd = Seaweed(data), Etcd(data)
-    brokers = [Broker(data, i, args.port + i - 1, args.metrics_port + i - 1) for i in range(1, args.brokers + 1)]
+    secure: dict[str, str] = {}
+    admin: ClientSecurity | None = None
+    if args.secure:
+        secure = secure_setup(data / "secure", [])
+        admin = client_security(dict(read_properties(str(data / "secure" / "admin.properties"))))
+    brokers = [Broker(data, i, args.port + i - 1, args.metrics_port + i - 1, admin) for i in range(1, args.brokers + 1)]
     try:
         print("starting SeaweedFS (S3) ...", flush=True)
         seaweed.start()
         print("starting etcd and the brokers ...", flush=True)
         etcd.start()
-        settings = node_settings(seaweed)
+        settings = {**node_settings(seaweed), **secure}
         for b in brokers:
             b.start(settings, etcd)
         want = {b.id for b in brokers}
         for b in brokers:
             assert b.proc is not None
             _wait(lambda b=b: b.registered() == want, f"broker {b.id}", b.proc, b.log)  # type: ignore[misc]
-        print(banner(brokers, etcd, seaweed), flush=True)
+        print(banner(brokers, etcd, seaweed, data / "secure" / "admin.properties" if args.secure else None), flush=True)
         reported: set[int] = set()
         while not stop.wait(1.0):
             for b in brokers:
@@ -370,9 +391,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def banner(brokers: list[Broker], etcd: Etcd, seaweed: Seaweed) -> str:
+def banner(brokers: list[Broker], etcd: Etcd, seaweed: Seaweed, admin: Path | None = None) -> str:
     bootstrap = ",".join(b.bootstrap for b in brokers)
     lines = ["", "Strata cluster is up.", f"  bootstrap servers: {bootstrap}", "  brokers:"]
+    cfg = f" --command-config {admin}" if admin else ""
     for b in brokers:
         lines.append(
             f"    {b.id} ({b.rack}): {b.bootstrap} (inter-broker 127.0.0.1:{b.internal_port})  "
@@ -382,14 +404,22 @@ def banner(brokers: list[Broker], etcd: Etcd, seaweed: Seaweed) -> str:
     lines += [
         f"  etcd: {etcd.url} (pid {etcd.pid})",
         f"  S3 (SeaweedFS): {seaweed.endpoint} bucket {BUCKET} (pid {seaweed.pid})",
+    ]
+    if admin:
+        lines += [
+            "  security: SASL_SSL on both listeners (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512), CA "
+            + str(admin.parent / "ca.pem"),
+            f"  admin user: admin, client properties {admin} (the password is in that 0600 file)",
+        ]
+    lines += [
         "",
         "Try:",
         (
-            f"  .venv/bin/strata topics --bootstrap-server {first} create --topic demo "
+            f"  .venv/bin/strata topics --bootstrap-server {first}{cfg} create --topic demo "
             "--partitions 3 --replication-factor 3 --config remote.storage.enable=true "
             "--config local.retention.ms=60000 --config segment.bytes=1048576"
         ),
-        f"  .venv/bin/strata topics --bootstrap-server {first} describe --topic demo",
+        f"  .venv/bin/strata topics --bootstrap-server {first}{cfg} describe --topic demo",
         "",
         "Ctrl-C stops everything.",
     ]

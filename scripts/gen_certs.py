@@ -86,22 +86,28 @@ def main() -> None:
     ap.add_argument("--host", action="append", default=[], help="extra broker host name or IP (repeatable)")
     ap.add_argument("--client", action="append", default=[], help="client certificate CN, OU=clients (repeatable)")
     args = ap.parse_args()
-    args.dir.mkdir(parents=True, exist_ok=True)
+    generate(args.dir, args.host, args.client)
+    print(f"wrote {args.dir}/ca.pem (truststore) and {args.dir}/broker.pem (keystore)")
+
+
+def generate(dir: Path, hosts: list[str], clients: list[str]) -> None:
+    """A new CA in `dir`/ca.pem, a broker key + chain for 127.0.0.1, localhost and `hosts` in `dir`/broker.pem
+    (0600), and `dir`/<cn>.crt / .key per client CN."""
+    dir.mkdir(parents=True, exist_ok=True)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = _name("strata-dev CA")
     ca = _issue(ca_name, ca_key, ca_name, ca_key, ca=True)
-    _write(args.dir / "ca.pem", _pem(ca))
+    _write(dir / "ca.pem", _pem(ca))
     key = ec.generate_private_key(ec.SECP256R1())
-    sans = [_san(h) for h in ["127.0.0.1", "localhost", *args.host]]
+    sans = [_san(h) for h in ["127.0.0.1", "localhost", *hosts]]
     usage = [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]  # brokers are clients of each other
     cert = _issue(_name("broker"), key, ca_name, ca_key, ca=False, sans=sans, usage=usage)
-    _write(args.dir / "broker.pem", _pem_key(key) + _pem(cert) + _pem(ca), private=True)
-    for cn in args.client:
+    _write(dir / "broker.pem", _pem_key(key) + _pem(cert) + _pem(ca), private=True)
+    for cn in clients:
         ckey = ec.generate_private_key(ec.SECP256R1())
         c = _issue(_name(cn, "clients"), ckey, ca_name, ca_key, ca=False, usage=[ExtendedKeyUsageOID.CLIENT_AUTH])
-        _write(args.dir / f"{cn}.crt", _pem(c) + _pem(ca))
-        _write(args.dir / f"{cn}.key", _pem_key(ckey), private=True)
-    print(f"wrote {args.dir}/ca.pem (truststore) and {args.dir}/broker.pem (keystore)")
+        _write(dir / f"{cn}.crt", _pem(c) + _pem(ca))
+        _write(dir / f"{cn}.key", _pem_key(ckey), private=True)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from strata.pipeline.jobs.common import position_options, source_options
+from strata.pipeline.jobs.common import job_options, position_options, source_options
 
 
 def per_key_totals(events: Any) -> Any:
@@ -104,7 +104,7 @@ def run(spark: Any, args: argparse.Namespace) -> int:
         max_offsets_per_trigger=args.max_offsets_per_trigger,
         rsm_class=args.rsm_class,
         rsm_config=dict(args.rsm_config or []),
-        extra=dict(args.option or []),
+        extra=job_options(args),
     )
     if not args.once:
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -39,6 +40,22 @@ def to_millis(v: str) -> int:
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
     return int(dt.timestamp() * 1000)
+
+
+def job_options(args: argparse.Namespace) -> dict[str, str]:
+    """The source options a job's command line adds: its --command-config file's properties as ``kafka.*``
+    options (Spark's Kafka source names), then each --option KEY=VALUE."""
+    from strata.cli.command_config import read_properties
+
+    props = read_properties(args.command_config) if getattr(args, "command_config", None) else []
+    return {f"kafka.{k}": v for k, v in props} | dict(getattr(args, "option", None) or [])
+
+
+def security_options(options: Mapping[str, str]) -> dict[str, str]:
+    """The ``kafka.*`` security options among `options` (for a sink writing where the source reads)."""
+    from strata.cli.command_config import SECURITY_KEYS
+
+    return {k: v for k, v in options.items() if k.startswith("kafka.") and k[len("kafka.") :] in SECURITY_KEYS}
 
 
 def source_options(

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from strata.pipeline.jobs.common import position_options, source_options
+from strata.pipeline.jobs.common import job_options, position_options, source_options
 
 
 def export(
@@ -87,7 +87,7 @@ def run(spark: Any, args: argparse.Namespace) -> int:
         read_mode=args.read_mode,
         rsm_class=args.rsm_class,
         rsm_config=dict(args.rsm_config or []),
-        extra=dict(args.option or []),
+        extra=job_options(args),
         mode=args.mode,
         partition_by=args.partition_by,
         compression=args.compression,

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from strata.pipeline.jobs.common import position_options, source_options
+from strata.pipeline.jobs.common import job_options, position_options, security_options, source_options
 
 
 def transform_frame(
@@ -67,6 +67,7 @@ def transform(
     w = (
         transform_frame(events, value_expr, where, keep_partition)
         .writeStream.format("strata")
+        .options(**security_options(extra or {}))
         .option("kafka.bootstrap.servers", to_bootstrap or bootstrap)
         .option("topic", to_topic)
         .option("checkpointLocation", checkpoint)
@@ -113,7 +114,7 @@ def run(spark: Any, args: argparse.Namespace) -> int:
         to_bootstrap=args.to_bootstrap_server,
         rsm_class=args.rsm_class,
         rsm_config=dict(args.rsm_config or []),
-        extra=dict(args.option or []),
+        extra=job_options(args),
     )
     if not args.once:
         try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import secrets
 import socket
+import ssl
 import struct
 import time
 from collections.abc import Callable, Iterable
@@ -23,6 +24,8 @@ from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import REQUEST_CLASSES, RESPONSE_CLASSES, ApiKey
 from strata.protocol.scram import ScramMechanism, salted_password
 from strata.protocol.uuids import kafka_uuid_str
+
+from .command_config import ClientSecurity, CommandConfigError, SaslAuthenticationFailed, process_security
 
 CLIENT_ID = "strata-cli"
 RESOURCE_TOPIC = 2
@@ -170,28 +173,50 @@ def parse_bootstrap(spec: str) -> list[tuple[str, int]]:
     return out
 
 
-def _connect(host: str, port: int, timeout: float) -> socket.socket:
+def _connect(host: str, port: int, timeout: float, tls: ssl.SSLContext | None = None) -> socket.socket:
     try:
-        return socket.create_connection((host, port), timeout=timeout)
+        sock = socket.create_connection((host, port), timeout=timeout)
     except ConnectionRefusedError:
         raise AdminError(f"connection refused by {host}:{port}: is a broker running there?") from None
     except TimeoutError:
         raise AdminError(f"timed out connecting to {host}:{port}") from None
     except OSError as e:
         raise AdminError(f"cannot connect to {host}:{port}: {e.strerror or e}") from None
+    if tls is None:
+        return sock
+    try:
+        return tls.wrap_socket(sock, server_hostname=host)
+    except ssl.SSLCertVerificationError as e:
+        sock.close()
+        raise AdminError(
+            f"TLS handshake with {host}:{port} failed: certificate verify failed: {e.verify_message or e.reason}"
+        ) from None
+    except (ssl.SSLError, OSError) as e:
+        sock.close()
+        why = getattr(e, "reason", None) or getattr(e, "strerror", None) or "the connection was closed"
+        raise AdminError(f"TLS handshake with {host}:{port} failed: {why} (is it a TLS listener?)") from None
 
 
 class AdminClient:
-    """One connection to one broker. Use as a context manager or call close()."""
+    """One connection to one broker. Use as a context manager or call close(). `security` (TLS, SASL): by default
+    the command's --command-config (strata.cli.command_config.use_for_this_process), else PLAINTEXT."""
 
-    def __init__(self, bootstrap: str = "127.0.0.1:9092", timeout: float = 30.0) -> None:
+    def __init__(
+        self, bootstrap: str = "127.0.0.1:9092", timeout: float = 30.0, security: ClientSecurity | None = None
+    ) -> None:
         self.timeout = timeout
+        self.security = security if security is not None else process_security()  # --command-config
         self._corr = 0
+        self._reauth_at: float | None = None  # KIP-368: when to authenticate again (monotonic), None: never
+        try:
+            tls = self.security.ssl_context()
+        except CommandConfigError as e:
+            raise AdminError(str(e)) from None
         # like Kafka's clients: the first bootstrap server that answers (a broker of the list may be down)
         errors: list[str] = []
         for self.host, self.port in parse_bootstrap(bootstrap):
             try:
-                self._sock = _connect(self.host, self.port, timeout)
+                self._sock = _connect(self.host, self.port, timeout, tls)
                 break
             except AdminError as e:
                 errors.append(str(e))
@@ -201,6 +226,8 @@ class AdminClient:
         self.versions: dict[int, tuple[int, int]] = {}
         self._peers: dict[tuple[str, int], AdminClient] = {}  # partition leaders' connections (ListOffsets...)
         self._negotiate()
+        if self.security.sasl:
+            self._authenticate()
 
     def __enter__(self) -> Self:
         return self
@@ -233,6 +260,11 @@ class AdminClient:
 
     def request(self, api_key: int, version: int, **fields: Any) -> Any:
         """Send one request at exactly `version` and return the decoded response (kafka-python's object)."""
+        if self._reauth_at is not None and time.monotonic() >= self._reauth_at:
+            self._authenticate()  # before the broker's session ends (KIP-368), as Kafka's clients do
+        return self._send(api_key, version, **fields)
+
+    def _send(self, api_key: int, version: int, **fields: Any) -> Any:
         self._corr += 1
         req = REQUEST_CLASSES[api_key](version=version, **fields)
         req.with_header(correlation_id=self._corr, client_id=CLIENT_ID)
@@ -247,10 +279,44 @@ class AdminClient:
             raise AdminError(f"response correlation id {corr} does not match request {self._corr}")
         return RESPONSE_CLASSES[api_key].decode(payload, version=version, header=True)
 
+    def _authenticate(self) -> None:
+        """SaslHandshake v1 then SaslAuthenticate until the mechanism is done; AdminError with the broker's
+        message when it refuses (the broker then closes the connection)."""
+        sec = self.security
+        self._reauth_at = None
+        hs = self._send(ApiKey.SASL_HANDSHAKE, 1, mechanism=sec.mechanism)
+        if hs.error_code == ErrorCode.UNSUPPORTED_SASL_MECHANISM:
+            raise AdminError(
+                f"{self.host}:{self.port} does not enable SASL mechanism {sec.mechanism} "
+                f"(it enables: {', '.join(hs.mechanisms) or 'none'})",
+                hs.error_code,
+            )
+        check_error(hs.error_code, what="SaslHandshake: ")
+        version = min(self.versions.get(ApiKey.SASL_AUTHENTICATE, (0, 1))[1], 2)
+        started = time.monotonic()
+        client = sec.sasl_client()
+        token: bytes | None = client.first()
+        lifetime_ms = 0
+        while token is not None:
+            resp = self._send(ApiKey.SASL_AUTHENTICATE, version, auth_bytes=token)
+            if resp.error_code:
+                raise AdminError(
+                    f"authentication with {sec.mechanism} as {sec.username or 'the token principal'} failed: "
+                    f"{error_text(resp.error_code, resp.error_message)}",
+                    resp.error_code,
+                )
+            lifetime_ms = getattr(resp, "session_lifetime_ms", 0)
+            try:
+                token = client.respond(bytes(resp.auth_bytes))
+            except SaslAuthenticationFailed as e:
+                raise AdminError(f"authentication with {sec.mechanism} failed: {e}") from None
+        if lifetime_ms > 0:  # re-authenticate at 85 % of the session, as Kafka's clients (KIP-368)
+            self._reauth_at = started + lifetime_ms / 1000 * 0.85
+
     def _negotiate(self) -> None:
-        resp = self.request(ApiKey.API_VERSIONS, 3, client_software_name="strata-cli", client_software_version="0.1.0")
+        resp = self._send(ApiKey.API_VERSIONS, 3, client_software_name="strata-cli", client_software_version="0.1.0")
         if resp.error_code == ErrorCode.UNSUPPORTED_VERSION:
-            resp = self.request(ApiKey.API_VERSIONS, 0)
+            resp = self._send(ApiKey.API_VERSIONS, 0)
         check_error(resp.error_code, what="ApiVersions: ")
         self.versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
 
@@ -312,7 +378,7 @@ class AdminClient:
             return self
         key = (host, port)
         if key not in self._peers:
-            self._peers[key] = AdminClient(f"{host}:{port}", self.timeout)
+            self._peers[key] = AdminClient(f"{host}:{port}", self.timeout, self.security)
         return self._peers[key]
 
     def topic_partitions(self, topic: str) -> list[int]:
@@ -390,7 +456,7 @@ class AdminClient:
             peer = self._peers.get(ep)
             if peer is None:
                 try:
-                    peer = self._peers[ep] = AdminClient(f"{ep[0]}:{ep[1]}", self.timeout)
+                    peer = self._peers[ep] = AdminClient(f"{ep[0]}:{ep[1]}", self.timeout, self.security)
                 except AdminError:
                     peer = self  # unreachable leader: ask here (the error names the problem)
             out.append((peer, ps))

@@ -7,8 +7,9 @@ and refuses a name kafka-python does not know with one readable line, instead of
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
+
+from .command_config import SECURITY_KEYS, CommandConfigError, client_security
 
 # Java names whose kafka-python spelling is not the underscored name
 _RENAMED = {"bootstrap.servers": "bootstrap_servers", "client.id": "client_id", "group.id": "group_id"}
@@ -30,26 +31,8 @@ _NOT_FROM_TEXT = {
 }
 
 
-class ClientConfigError(ValueError):
-    """A property the client cannot take; the message names it."""
-
-
-def read_properties(path: str) -> list[tuple[str, str]]:
-    """``key=value`` lines of a Java properties file (``#``/``!`` comments, ``:`` also separates)."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as e:
-        raise ClientConfigError(f"cannot read {path}: {e.strerror or e}") from None
-    out = []
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
-        if cut <= 0:
-            raise ClientConfigError(f"{path}: {line!r} is not of the form key=value")
-        out.append((line[:cut].strip(), line[cut + 1 :].strip()))
-    return out
+# a property the client cannot take; the message names it
+ClientConfigError = CommandConfigError
 
 
 def _typed(text: str, default: Any) -> Any:
@@ -66,9 +49,13 @@ def _typed(text: str, default: Any) -> Any:
 
 def client_config(defaults: dict[str, Any], props: list[tuple[str, str]]) -> dict[str, Any]:
     """kafka-python keyword arguments for Java-named properties (later ones win), checked against `defaults`
-    (the client class's DEFAULT_CONFIG)."""
+    (the client class's DEFAULT_CONFIG). Kafka's security keys (security.protocol, sasl.jaas.config, ssl.*) are
+    read as the other tools read them (strata.cli.command_config)."""
     out: dict[str, Any] = {}
+    security = {k: v for k, v in props if k in SECURITY_KEYS}
     for key, value in props:
+        if key in SECURITY_KEYS:
+            continue
         name = _RENAMED.get(key, key.replace(".", "_").replace("-", "_"))
         if name not in defaults or name in _NOT_FROM_TEXT:
             raise ClientConfigError(f"unknown or unsupported client property {key!r}")
@@ -81,6 +68,8 @@ def client_config(defaults: dict[str, Any], props: list[tuple[str, str]]) -> dic
             out[name] = _typed(value, defaults[name])
         except ValueError:
             raise ClientConfigError(f"property {key!r}: {value!r} is not a number") from None
+    if security:
+        out.update(client_security(security).kafka_python_config())
     return out
 
 

@@ -11,6 +11,8 @@ import sys
 from collections.abc import Callable
 from typing import Any, Protocol, TypeAlias
 
+from .command_config import add_command_config_option
+
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
 SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -54,12 +56,40 @@ def add_property_options(p: argparse.ArgumentParser, names: tuple[str, ...], wha
     p.add_argument(*files, dest="property_file", metavar="FILE", help="the same properties from a file")
 
 
-def add_bootstrap_option(p: argparse.ArgumentParser) -> None:
+def add_bootstrap_option(p: argparse.ArgumentParser, command_config: bool = True) -> None:
+    """--bootstrap-server and --command-config (how to connect: every command that talks to a broker takes both;
+    the kafka-python commands, whose --command-config is their client config file, add theirs themselves)."""
     p.add_argument(
         "--bootstrap-server",
         default=DEFAULT_BOOTSTRAP,
         metavar="HOST:PORT",
         help=f"broker to talk to (default {DEFAULT_BOOTSTRAP})",
+    )
+    if command_config:
+        add_command_config_option(p)
+
+
+def add_client_config_options(p: argparse.ArgumentParser, kind: str, properties: bool = False) -> None:
+    """A kafka-python command's client config file, ``--<kind>.config`` or (KIP-1147) ``--command-config``, into
+    ``args.<kind>_config``; with `properties`, ``--<kind>-property`` / ``--command-property KEY=VALUE`` into
+    ``args.<kind>_property``. Security keys in either are read as the admin commands read them."""
+    if properties:
+        p.add_argument(
+            f"--{kind}-property",
+            "--command-property",
+            dest=f"{kind}_property",
+            type=key_value,
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help=f"{kind} property (wins over the file's)",
+        )
+    p.add_argument(
+        f"--{kind}.config",
+        "--command-config",
+        dest=f"{kind}_config",
+        metavar="FILE",
+        help="client properties file (security.protocol, sasl.*, ssl.*, ...); --command-config is its KIP-1147 name",
     )
 
 
@@ -90,8 +120,8 @@ class UsageError(Exception):
 
 def add_action_command(sub: SubParsers, name: str, help: str, run: Callable[[argparse.Namespace], int]) -> ActionAdder:
     """A command with actions over one broker connection (``strata topics create``, ``strata groups list``):
-    --bootstrap-server and --timeout before the action, --bootstrap-server also after it, as kafka-topics.sh
-    users type it anywhere. Returns the function that adds an action; that action's function lands in
+    --bootstrap-server, --command-config and --timeout before the action, the first two also after it, as
+    kafka-topics.sh users type them anywhere. Returns the function that adds an action; that action's function lands in
     ``args.action_func``."""
     p = sub.add_parser(name, help=help)
     add_bootstrap_option(p)
@@ -99,6 +129,7 @@ def add_action_command(sub: SubParsers, name: str, help: str, run: Callable[[arg
     p.set_defaults(func=run)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--bootstrap-server", default=argparse.SUPPRESS, metavar="HOST:PORT")
+    add_command_config_option(common, default=argparse.SUPPRESS)
     actions = p.add_subparsers(dest="action", required=True)
 
     def action(action_name: str, fn: Callable[..., int], action_help: str) -> argparse.ArgumentParser:

@@ -16,8 +16,9 @@ import sys
 import time
 from typing import Any
 
-from .clients import ClientConfigError, bootstrap_list, client_config, read_properties
-from .common import SubParsers, add_bootstrap_option, add_property_options, error, key_value
+from .clients import ClientConfigError, bootstrap_list, client_config
+from .command_config import read_properties
+from .common import SubParsers, add_bootstrap_option, add_client_config_options, add_property_options, error
 from .console_format import MessageFormatter
 from .timestamps import TimestampError, parse_timestamp
 
@@ -31,7 +32,7 @@ class _UsageError(Exception):
 
 def register(sub: SubParsers) -> None:
     p = sub.add_parser(NAME, help="print a topic's records (kafka-console-consumer.sh)")
-    add_bootstrap_option(p)
+    add_bootstrap_option(p, command_config=False)
     p.add_argument("--topic")
     p.add_argument("--include", metavar="REGEX", help="consume every topic whose name matches")
     p.add_argument("--partition", type=int, help="consume this partition only")
@@ -50,8 +51,7 @@ def register(sub: SubParsers) -> None:
         "formatter property (print.key, print.timestamp, key.separator, ...)",
         ("--formatter-config",),
     )
-    p.add_argument("--consumer-property", type=key_value, action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--consumer.config", dest="consumer_config", metavar="FILE")
+    add_client_config_options(p, "consumer", properties=True)
     p.add_argument("--skip-message-on-error", action="store_true", help="accepted for compatibility")
     p.set_defaults(func=run)
 

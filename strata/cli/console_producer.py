@@ -8,8 +8,9 @@ import argparse
 import sys
 from typing import Any
 
-from .clients import ClientConfigError, bootstrap_list, client_config, read_properties
-from .common import SubParsers, add_bootstrap_option, add_property_options, error, key_value
+from .clients import ClientConfigError, bootstrap_list, client_config
+from .command_config import read_properties
+from .common import SubParsers, add_bootstrap_option, add_client_config_options, add_property_options, error
 from .console_format import FormatError, LineReader
 
 NAME = "console-producer"
@@ -19,16 +20,15 @@ CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 
 def register(sub: SubParsers) -> None:
     p = sub.add_parser(NAME, help="produce stdin lines to a topic (kafka-console-producer.sh)")
-    add_bootstrap_option(p)
+    add_bootstrap_option(p, command_config=False)
     p.add_argument("--topic", required=True)
     add_property_options(
         p,
-        ("--property", "--reader-property", "--command-property"),
+        ("--property", "--reader-property"),
         "line reader property (parse.key, key.separator, ...)",
-        ("--reader-config", "--command-config"),
+        ("--reader-config",),
     )
-    p.add_argument("--producer-property", type=key_value, action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--producer.config", dest="producer_config", metavar="FILE")
+    add_client_config_options(p, "producer", properties=True)
     p.add_argument("--sync", action="store_true", help="wait for each record's acknowledgement before the next")
     p.add_argument("--compression-codec", nargs="?", const="gzip", choices=CODECS, default="none")
     p.add_argument("--batch-size", type=int, default=16 * 1024, help="batch.size in bytes (default 16384)")

@@ -11,8 +11,9 @@ import time
 from datetime import datetime
 from typing import Any
 
-from .clients import ClientConfigError, bootstrap_list, client_config, read_properties
-from .common import SubParsers, add_bootstrap_option, error
+from .clients import ClientConfigError, bootstrap_list, client_config
+from .command_config import read_properties
+from .common import SubParsers, add_bootstrap_option, add_client_config_options, error
 
 NAME = "consumer-perf-test"
 PROG = "strata consumer-perf-test"
@@ -24,13 +25,13 @@ HEADER = (
 
 def register(sub: SubParsers) -> None:
     p = sub.add_parser(NAME, help="consumer throughput (kafka-consumer-perf-test.sh)")
-    add_bootstrap_option(p)
+    add_bootstrap_option(p, command_config=False)
     p.add_argument("--topic", required=True)
     p.add_argument("--messages", type=int, required=True, help="records to consume")
     p.add_argument("--group", help="consumer group to join (default: none, partitions assigned directly)")
     p.add_argument("--fetch-size", type=int, default=1024 * 1024, help="max.partition.fetch.bytes")
     p.add_argument("--from-latest", action="store_true", help="start at the log end (default: the log start)")
-    p.add_argument("--consumer.config", dest="consumer_config", metavar="FILE")
+    add_client_config_options(p, "consumer", properties=True)
     p.add_argument("--timeout", type=int, default=10_000, metavar="MS", help="max time between two records")
     p.add_argument("--reporting-interval", type=int, default=5000, metavar="MS")
     p.add_argument("--show-detailed-stats", action="store_true")
@@ -58,7 +59,7 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         "allow_auto_create_topics": False,
     }
     props = read_properties(args.consumer_config) if args.consumer_config else []
-    settings.update(client_config(KafkaConsumer.DEFAULT_CONFIG, props))
+    settings.update(client_config(KafkaConsumer.DEFAULT_CONFIG, props + args.consumer_property))
     return settings
 
 

@@ -36,6 +36,7 @@ from . import (
     topics,
     users,
 )
+from .command_config import CommandConfigError, load_command_config, process_security, use_for_this_process
 from .common import Command
 
 # in the order of `strata --help`
@@ -80,6 +81,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    before = process_security()
+    if getattr(args, "command_config", None) is not None:
+        try:
+            use_for_this_process(load_command_config(args.command_config))
+        except CommandConfigError as e:
+            print(f"strata {args.command}: error: --command-config: {e}", file=sys.stderr)
+            return 1
+    try:
+        return _run(args)
+    finally:
+        use_for_this_process(before)  # a caller that runs several commands in one process (tests) starts afresh
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         result: int = args.func(args)
         sys.stdout.flush()

@@ -12,8 +12,9 @@ import threading
 import time
 from typing import Any
 
-from .clients import ClientConfigError, bootstrap_list, client_config, read_properties
-from .common import SubParsers, error, key_value
+from .clients import ClientConfigError, bootstrap_list, client_config
+from .command_config import read_properties
+from .common import SubParsers, add_client_config_options, error, key_value
 
 NAME = "producer-perf-test"
 PROG = "strata producer-perf-test"
@@ -31,13 +32,15 @@ def register(sub: SubParsers) -> None:
     p.add_argument("--throughput", type=float, required=True, help="records/sec at most; -1: no limit")
     p.add_argument(
         "--producer-props",
+        "--command-property",
+        dest="producer_props",
         nargs="+",
         type=key_value,
         default=[],
         metavar="KEY=VALUE",
         help="bootstrap.servers=HOST:PORT and any producer property",
     )
-    p.add_argument("--producer.config", dest="producer_config", metavar="FILE")
+    add_client_config_options(p, "producer")
     p.add_argument("--bootstrap-server", metavar="HOST:PORT", help="same as --producer-props bootstrap.servers=...")
     p.add_argument("--print-metrics", action="store_true", help="print the producer's metrics at the end")
     p.set_defaults(func=run)

@@ -5,9 +5,7 @@ target installing neither the test, Spark nor bench extras."""
 
 from __future__ import annotations
 
-import os
 import re
-import signal
 import stat
 import subprocess
 import sys
@@ -17,8 +15,8 @@ from pathlib import Path
 import yaml
 from confluent_kafka import Producer
 
-from tests.support.broker_proc import REPO_ROOT, free_port
-from tests.support.checkout import copy_checkout
+from tests.support.broker_proc import REPO_ROOT
+from tests.support.cluster_script import ClusterScript
 from tests.support.waiting import wait_until
 
 SECRET = "strata-secret"  # scripts/cluster.py's S3 secret (docker-compose.yml's MinIO password)
@@ -30,22 +28,10 @@ def _metric(url: str, name: str) -> float:
 
 
 def test_make_cluster_keeps_credentials_off_command_lines_and_tiers_to_s3(tmp_path: Path) -> None:
-    repo = copy_checkout(tmp_path / "repo", exclude=("tests",))
-    data, out = tmp_path / "data", tmp_path / "cluster.out"
-    port, metrics_port = free_port(), free_port()
-    cmd = [sys.executable, str(repo / "scripts/cluster.py"), "--data-dir", str(data), "--port", str(port)]
-    cmd += ["--metrics-port", str(metrics_port)]
-    with open(out, "wb") as f:
-        proc = subprocess.Popen(cmd, cwd=repo, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    cluster = ClusterScript(tmp_path)
+    repo, data, out = cluster.repo, cluster.data, cluster.out
     try:
-        wait_until(
-            lambda: "Strata cluster is up." in out.read_text() or proc.poll() is not None,
-            timeout=240,
-            message=lambda: out.read_text()[-3000:],
-        )
-        text = out.read_text()
-        assert proc.poll() is None, text[-3000:]
-        assert "Traceback" not in text
+        text = cluster.start()
         bootstrap = re.search(r"bootstrap servers: (\S+)", text)
         assert bootstrap is not None
         # broker i on port+i-1 and metrics on metrics-port+i-1, unless another process holds one of them
@@ -57,7 +43,7 @@ def test_make_cluster_keeps_credentials_off_command_lines_and_tiers_to_s3(tmp_pa
         ps = subprocess.run(["ps", "-efww"], capture_output=True, text=True, check=True).stdout
         assert SECRET not in ps
         # the setting names only in the cluster's own processes: another program on the machine may mention them
-        ours = "\n".join(cluster_command_lines(proc.pid))
+        ours = "\n".join(cluster_command_lines(cluster.pid))
         assert "aws.secret" not in ours and "AWS_SECRET" not in ours
         serving = [line for line in ps.splitlines() if "strata serve" in line and str(data) in line]
         assert len(serving) == 3, serving
@@ -83,10 +69,8 @@ def test_make_cluster_keeps_credentials_off_command_lines_and_tiers_to_s3(tmp_pa
         wait_until(lambda: sum(_metric(u, "strata_remote_copy_requests_total") for u in urls) > 0, timeout=90)
         assert sum(_metric(u, "strata_rsm_s3_errors_total") for u in urls) == 0
     finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGTERM)  # the supervisor: brokers, then etcd and SeaweedFS
-        proc.wait(timeout=180)
-    assert proc.returncode == 0, out.read_text()[-3000:]
+        code = cluster.stop()
+    assert code == 0, out.read_text()[-3000:]
     assert out.read_text().rstrip().endswith("stopped")
 
 
