@@ -112,7 +112,8 @@ class Partition:
 
     @property
     def last_stable_offset(self) -> int:
-        return self.log.high_watermark  # no transactions yet: LSO == HW
+        """LSO: first offset of the earliest undecided transaction, or the HW (READ_COMMITTED reads below it)."""
+        return self.log.last_stable_offset
 
     @property
     def maximal_isr(self) -> set[int]:

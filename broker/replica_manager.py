@@ -26,6 +26,7 @@ from strata.protocol.errors import ErrorCode, KafkaApiError
 from strata.storage.errors import OffsetOutOfRangeError, StorageError
 from strata.storage.log import UnifiedLog
 from strata.storage.log_manager import LogManager
+from strata.storage.txn_index import AbortedTxn
 
 from .cluster.model import PartitionState, StaleStateError
 from .cluster.replica_fetcher import ReplicaFetcherManager
@@ -104,6 +105,8 @@ class FetchResult:
     diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset): the fetcher must truncate
     current_leader: tuple[int, int] | None = None  # (leader id, leader epoch) with NOT_LEADER / FENCED
     remote_fetch: RemoteFetchInfo | None = None  # the read pass found the offset in remote storage
+    # READ_COMMITTED: the aborted transactions overlapping `records` (AbortedTxn: producer id, first offset, ...)
+    aborted_transactions: list[AbortedTxn] | None = None
 
 
 @dataclass
@@ -740,6 +743,8 @@ class ReplicaManager:
                 res.records = data.records
                 total += n
                 min_one = False
+                if isolation == READ_COMMITTED and not replica:
+                    res.aborted_transactions = ulog.aborted_transactions_for(data)
             results.append(res)
         return results, total, respond
 
