@@ -1,0 +1,156 @@
+"""READ_COMMITTED against a broker that recovered transactional data from its log directory (issue 19's log
+layer; the transaction coordinator does not exist yet, so the data is written with storage calls while the broker
+is stopped, as a coordinator-approved producer and WriteTxnMarkers would have written it).
+
+Partition layout (offsets): 0 plain, 1-2 producer 7 (aborted by 6), 3 producer 8 (committed by 5), 4 plain,
+5 COMMIT marker, 6 ABORT marker, 7-8 producer 9 (still open), 9 plain. So HW = LEO = 10 and LSO = 7.
+kafka-python and confluent-kafka consumers with isolation.level=read_committed see plain-0, p8-0, plain-4 and stop
+at the LSO; read_uncommitted consumers see every data record and no marker.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from kafka import KafkaConsumer, TopicPartition
+
+from strata.config import default_log_config
+from strata.protocol.records import build_batch
+from strata.protocol.txn_markers import build_end_txn_marker
+from strata.storage.log import UnifiedLog
+from strata.storage.log_manager import read_partition_metadata
+from tests.support.broker_proc import StrataBroker
+from tests.support.kafka_wire import WireClient
+from tests.support.waiting import wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+TOPIC = "txn-read"
+COMMITTED = [b"plain-0", b"p8-0", b"plain-4"]
+UNCOMMITTED = [b"plain-0", b"p7-0", b"p7-1", b"p8-0", b"plain-4", b"p9-0", b"p9-1", b"plain-9"]
+LSO, LEO = 7, 10
+
+
+def _txn(pid: int, values: list[bytes]) -> bytes:
+    return build_batch(values, producer_id=pid, producer_epoch=0, base_sequence=0, is_transactional=True)
+
+
+def write_transactions(log: UnifiedLog) -> None:
+    def marker(pid: int, commit: bool) -> None:
+        m = build_end_txn_marker(pid, 0, commit=commit, coordinator_epoch=0)
+        log.append_as_leader(m, 0, from_client=False)
+
+    log.append_as_leader(build_batch([b"plain-0"]), 0)
+    log.append_as_leader(_txn(7, [b"p7-0", b"p7-1"]), 0, verified_producers={7})
+    log.append_as_leader(_txn(8, [b"p8-0"]), 0, verified_producers={8})
+    log.append_as_leader(build_batch([b"plain-4"]), 0)
+    marker(8, True)
+    marker(7, False)
+    log.append_as_leader(_txn(9, [b"p9-0", b"p9-1"]), 0, verified_producers={9})
+    log.append_as_leader(build_batch([b"plain-9"]), 0)
+    assert log.log_end_offset == LEO
+
+
+@pytest.fixture(scope="module")
+def txn_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StrataBroker]:
+    b = StrataBroker(tmp_path_factory.mktemp("read_committed"), name="read_committed").start()
+    try:
+        with WireClient.connect(b.bootstrap) as c:
+            c.create_topic(TOPIC, 1)
+        b.stop()
+        d = b.partition_dir(TOPIC, 0)
+        topic_id = read_partition_metadata(d) or uuid.UUID(int=0)
+        log = UnifiedLog.open(d, topic_id, default_log_config(), needs_recovery=False)
+        write_transactions(log)
+        log.close()
+        b.start()
+        yield b
+    finally:
+        b.stop()
+
+
+def _kafka_python(b: StrataBroker, isolation: str) -> tuple[list[bytes], int, int]:
+    """(values read until the consumer's position reaches the readable end, end offset by ListOffsets, position)."""
+    tp = TopicPartition(TOPIC, 0)
+    c = KafkaConsumer(
+        bootstrap_servers=b.bootstrap,
+        isolation_level=isolation,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=50,
+    )
+    try:
+        c.assign([tp])
+        end = c.end_offsets([tp])[tp]
+        values: list[bytes] = []
+
+        def caught_up() -> bool:
+            for recs in c.poll(timeout_ms=100).values():
+                values.extend(r.value for r in recs)
+            return c.position(tp) >= end
+
+        wait_until(caught_up, timeout=30, message=lambda: f"{isolation}: {values}, position {c.position(tp)}")
+        return values, end, c.position(tp)
+    finally:
+        c.close()
+
+
+def test_kafka_python_read_committed_skips_aborted_and_stops_at_the_lso(txn_broker):
+    values, end, position = _kafka_python(txn_broker, "read_committed")
+    assert end == LSO  # ListOffsets isolation_level=1: latest is the LSO
+    assert values == COMMITTED
+    assert position == LSO
+
+
+def test_kafka_python_read_uncommitted_sees_everything(txn_broker):
+    values, end, position = _kafka_python(txn_broker, "read_uncommitted")
+    assert end == LEO
+    assert values == UNCOMMITTED
+    assert position == LEO
+
+
+def test_fetch_answers_lso_and_aborted_transactions(txn_broker):
+    with WireClient.connect(txn_broker.bootstrap) as c:
+        req = WireClient.fetch_request(TOPIC, 0, 0, version=11, max_wait_ms=10)
+        req.isolation_level = 1
+        part = c.request(req).responses[0].partitions[0]
+        assert (part.error_code, part.high_watermark, part.last_stable_offset) == (0, LEO, LSO)
+        assert [(a.producer_id, a.first_offset) for a in part.aborted_transactions] == [(7, 1)]
+        plain = c.fetch(TOPIC, 0, 0, version=11, max_wait_ms=10).responses[0].partitions[0]
+        assert plain.last_stable_offset == LSO and plain.aborted_transactions is None
+
+
+def test_confluent_kafka_read_committed(txn_broker):
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as CkTp
+
+    def read(isolation: str, stop: int) -> list[bytes]:
+        c = Consumer(
+            {
+                "bootstrap.servers": txn_broker.bootstrap,
+                "group.id": f"rc-{isolation}-{time.monotonic_ns()}",
+                "isolation.level": isolation,
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": 50,
+            }
+        )
+        try:
+            c.assign([CkTp(TOPIC, 0, 0)])
+            values: list[bytes] = []
+
+            def caught_up() -> bool:
+                m = c.poll(0.1)
+                if m is not None and m.error() is None:
+                    values.append(m.value())
+                return c.position([CkTp(TOPIC, 0)])[0].offset >= stop
+
+            wait_until(caught_up, timeout=30, message=lambda: f"{isolation}: {values}")
+            return values
+        finally:
+            c.close()
+
+    assert read("read_committed", LSO) == COMMITTED
+    assert read("read_uncommitted", LEO) == UNCOMMITTED
