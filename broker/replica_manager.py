@@ -821,7 +821,9 @@ class ReplicaManager:
             if limit <= 0 and not first:
                 continue
             max_offset = p.last_stable_offset if isolation == READ_COMMITTED else p.high_watermark
-            jobs[i] = asyncio.ensure_future(rlm.read(p.log, info.fetch_offset, max(limit, 0), first, max_offset))
+            jobs[i] = asyncio.ensure_future(
+                _remote_read(rlm, p.log, info.fetch_offset, max(limit, 0), first, max_offset, isolation)
+            )
             budget -= max(limit, 0)
             first = False
         if not jobs:
@@ -839,7 +841,7 @@ class ReplicaManager:
                 continue
             exc = task.exception()
             if exc is None:
-                res.records = task.result()
+                res.records, res.aborted_transactions = task.result()
                 total += len(res.records)
             elif isinstance(exc, OffsetOutOfRangeError):
                 res.error = ErrorCode.OFFSET_OUT_OF_RANGE
@@ -859,6 +861,23 @@ class ReplicaManager:
         if p is None:
             raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         return p
+
+
+async def _remote_read(
+    rlm: RemoteLogManager,
+    ulog: UnifiedLog,
+    offset: int,
+    max_bytes: int,
+    min_one: bool,
+    max_offset: int,
+    isolation: int,
+) -> tuple[Any, list[AbortedTxn] | None]:
+    """One remote partition of a fetch; READ_COMMITTED adds the aborted transactions of what it read, from the
+    remote transaction indexes (Kafka's RemoteLogManager.read with isolation READ_COMMITTED)."""
+    data = await rlm.read(ulog, offset, max_bytes, min_one, max_offset)
+    if isolation != READ_COMMITTED:
+        return data, None
+    return data, await rlm.aborted_transactions_for(ulog, offset, data)
 
 
 class _Ineligible:

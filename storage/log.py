@@ -325,16 +325,17 @@ class UnifiedLog:
     def collect_aborted_transactions(self, start_offset: int, upper_bound: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping [start_offset, upper_bound) from the local segments' `.txnindex`
         (Kafka's collectAbortedTransactions): from the segment holding `start_offset` on, until an entry's LSO
-        shows that no later abort can overlap the range."""
+        shows that no later abort can overlap the range (an abort's entry is in the segment of its marker, which may
+        lie past `upper_bound`)."""
         out: list[AbortedTxn] = []
         segs = self._segments
         i = max(0, bisect_right(self._bases, start_offset) - 1)
-        while i < len(segs) and segs[i].base_offset < upper_bound:
+        while i < len(segs):
             idx = segs[i].txn_index
             if idx.entries:
                 found = idx.collect(start_offset, upper_bound)
-                out.extend(found.aborted)
-                if found.complete:
+                out.extend(found.aborted_transactions)
+                if found.is_complete:
                     break
             i += 1
         return out
@@ -343,13 +344,9 @@ class UnifiedLog:
         """The aborted transactions a READ_COMMITTED reader of `data` (a `read` result) needs: those overlapping
         the offsets it holds."""
         records = data.records
-        if not records:
-            return []
-        found = self.collect_aborted_transactions(data.first_offset, self.log_end_offset)
-        if not found:  # the common case: no abort at or after the read: no need to walk the batches
-            return found
-        upper = _next_offset_after(records)
-        return [t for t in found if t.first_offset < upper]
+        if not records or not any(s.txn_index.entries for s in self._segments):
+            return []  # the common case: no aborted transaction in the log, no need to walk the batches
+        return self.collect_aborted_transactions(data.first_offset, _next_offset_after(records))
 
     def update_highest_offset_in_remote_storage(self, offset: int) -> None:
         """KIP-405: `offset` is known to be in remote storage; the highest such offset never moves down here (only

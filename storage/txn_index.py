@@ -57,20 +57,20 @@ def encode_entries(entries: Iterable[AbortedTxn]) -> bytes:
     return b"".join(e.encode() for e in entries)
 
 
-class TxnSearchResult(NamedTuple):
-    aborted: list[AbortedTxn]
-    complete: bool  # an entry's LSO passed the upper bound: no later segment can add an overlapping transaction
+class TxnIndexSearchResult(NamedTuple):
+    aborted_transactions: list[AbortedTxn]
+    is_complete: bool  # an entry's LSO reached the upper bound: no later segment can hold an overlapping one
 
 
-def search(entries: Iterable[AbortedTxn], fetch_offset: int, upper_bound: int) -> TxnSearchResult:
+def search(entries: Iterable[AbortedTxn], fetch_offset: int, upper_bound: int) -> TxnIndexSearchResult:
     """Kafka's collectAbortedTxns: entries overlapping [fetch_offset, upper_bound)."""
     out = []
     for e in entries:
         if e.last_offset >= fetch_offset and e.first_offset < upper_bound:
             out.append(e)
         if e.last_stable_offset >= upper_bound:
-            return TxnSearchResult(out, True)
-    return TxnSearchResult(out, False)
+            return TxnIndexSearchResult(out, True)
+    return TxnIndexSearchResult(out, False)
 
 
 class TransactionIndex:
@@ -130,7 +130,7 @@ class TransactionIndex:
     def reset(self) -> None:
         self.truncate_to(-1)
 
-    def collect(self, fetch_offset: int, upper_bound: int) -> TxnSearchResult:
+    def collect(self, fetch_offset: int, upper_bound: int) -> TxnIndexSearchResult:
         return search(self.entries, fetch_offset, upper_bound)
 
     def flush(self) -> None:
@@ -160,7 +160,7 @@ class TransactionIndex:
 __all__ = [
     "AbortedTxn",
     "TransactionIndex",
-    "TxnSearchResult",
+    "TxnIndexSearchResult",
     "decode_entries",
     "encode_entries",
     "search",

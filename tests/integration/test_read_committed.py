@@ -11,19 +11,13 @@ at the LSO; read_uncommitted consumers see every data record and no marker.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
 
 import pytest
-from kafka import KafkaConsumer, TopicPartition
 
-from strata.config import default_log_config
-from strata.protocol.records import build_batch
-from strata.protocol.txn_markers import build_end_txn_marker
-from strata.storage.log import UnifiedLog
-from strata.storage.log_manager import read_partition_metadata
 from tests.support.broker_proc import StrataBroker
 from tests.support.kafka_wire import WireClient
+from tests.support.txn_log import TxnWriter, read_kafka_python, write_partition
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -34,24 +28,16 @@ UNCOMMITTED = [b"plain-0", b"p7-0", b"p7-1", b"p8-0", b"plain-4", b"p9-0", b"p9-
 LSO, LEO = 7, 10
 
 
-def _txn(pid: int, values: list[bytes]) -> bytes:
-    return build_batch(values, producer_id=pid, producer_epoch=0, base_sequence=0, is_transactional=True)
-
-
-def write_transactions(log: UnifiedLog) -> None:
-    def marker(pid: int, commit: bool) -> None:
-        m = build_end_txn_marker(pid, 0, commit=commit, coordinator_epoch=0)
-        log.append_as_leader(m, 0, from_client=False)
-
-    log.append_as_leader(build_batch([b"plain-0"]), 0)
-    log.append_as_leader(_txn(7, [b"p7-0", b"p7-1"]), 0, verified_producers={7})
-    log.append_as_leader(_txn(8, [b"p8-0"]), 0, verified_producers={8})
-    log.append_as_leader(build_batch([b"plain-4"]), 0)
-    marker(8, True)
-    marker(7, False)
-    log.append_as_leader(_txn(9, [b"p9-0", b"p9-1"]), 0, verified_producers={9})
-    log.append_as_leader(build_batch([b"plain-9"]), 0)
-    assert log.log_end_offset == LEO
+def write_transactions(w: TxnWriter) -> None:
+    w.plain(b"plain-0")
+    w.txn(7, b"p7-0", b"p7-1")
+    w.txn(8, b"p8-0")
+    w.plain(b"plain-4")
+    w.end(8, True)
+    w.end(7, False)
+    w.txn(9, b"p9-0", b"p9-1")
+    w.plain(b"plain-9")
+    assert w.log.log_end_offset == LEO
 
 
 @pytest.fixture(scope="module")
@@ -61,52 +47,22 @@ def txn_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StrataBroke
         with WireClient.connect(b.bootstrap) as c:
             c.create_topic(TOPIC, 1)
         b.stop()
-        d = b.partition_dir(TOPIC, 0)
-        topic_id = read_partition_metadata(d) or uuid.UUID(int=0)
-        log = UnifiedLog.open(d, topic_id, default_log_config(), needs_recovery=False)
-        write_transactions(log)
-        log.close()
+        write_partition(b.partition_dir(TOPIC, 0), write_transactions)
         b.start()
         yield b
     finally:
         b.stop()
 
 
-def _kafka_python(b: StrataBroker, isolation: str) -> tuple[list[bytes], int, int]:
-    """(values read until the consumer's position reaches the readable end, end offset by ListOffsets, position)."""
-    tp = TopicPartition(TOPIC, 0)
-    c = KafkaConsumer(
-        bootstrap_servers=b.bootstrap,
-        isolation_level=isolation,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        fetch_max_wait_ms=50,
-    )
-    try:
-        c.assign([tp])
-        end = c.end_offsets([tp])[tp]
-        values: list[bytes] = []
-
-        def caught_up() -> bool:
-            for recs in c.poll(timeout_ms=100).values():
-                values.extend(r.value for r in recs)
-            return c.position(tp) >= end
-
-        wait_until(caught_up, timeout=30, message=lambda: f"{isolation}: {values}, position {c.position(tp)}")
-        return values, end, c.position(tp)
-    finally:
-        c.close()
-
-
 def test_kafka_python_read_committed_skips_aborted_and_stops_at_the_lso(txn_broker):
-    values, end, position = _kafka_python(txn_broker, "read_committed")
+    values, end, position = read_kafka_python(txn_broker.bootstrap, TOPIC, "read_committed")
     assert end == LSO  # ListOffsets isolation_level=1: latest is the LSO
     assert values == COMMITTED
     assert position == LSO
 
 
 def test_kafka_python_read_uncommitted_sees_everything(txn_broker):
-    values, end, position = _kafka_python(txn_broker, "read_uncommitted")
+    values, end, position = read_kafka_python(txn_broker.bootstrap, TOPIC, "read_uncommitted")
     assert end == LEO
     assert values == UNCOMMITTED
     assert position == LEO
@@ -144,7 +100,7 @@ def test_confluent_kafka_read_committed(txn_broker):
             def caught_up() -> bool:
                 m = c.poll(0.1)
                 if m is not None and m.error() is None:
-                    values.append(m.value())
+                    values.append(m.value() or b"")
                 return c.position([CkTp(TOPIC, 0)])[0].offset >= stop
 
             wait_until(caught_up, timeout=30, message=lambda: f"{isolation}: {values}")

@@ -280,3 +280,17 @@ def test_dump_log_decodes_markers_and_txnindex(tmp_path):
     assert "isControl: true" in text and "endTxnMarker: ABORT coordinatorEpoch: 1" in text
     assert "endTxnMarker: COMMIT coordinatorEpoch: 1" in text
     assert BatchHeader(log.read(5, 100).records).is_control
+
+
+def test_abort_marker_in_a_later_segment_is_found_for_an_earlier_range(tmp_path):
+    log = _open(tmp_path / "t-0")
+    _append_txn(log, 7, 0, 2)  # 0-1
+    log.roll()
+    log.append_as_leader(build_batch([b"x"]), 0)  # 2
+    log.roll()
+    _end(log, 7, False)  # 3, two segments later
+    _replicate(log)
+    first = log.read(0, 1 << 20, log.last_stable_offset)
+    assert [h.base_offset for _, h in iter_batches(first.records)] == [0]  # one segment per read
+    assert log.aborted_transactions_for(first) == [AbortedTxn(7, 0, 3, 4)]
+    assert log.collect_aborted_transactions(2, 3) == [AbortedTxn(7, 0, 3, 4)]
