@@ -18,7 +18,9 @@ Semantics follow Apache Kafka's log cleaner (read for behaviour, not copied):
   so the producer's last sequence/epoch survive (Kafka's RETAIN_EMPTY), as is the last batch of the cleaning round.
   Strata also keeps the last batch of every group, so a cleaned segment ends exactly where its group ended: the
   startup swap completion can then delete precisely the segments a `.swap` replaced.
-* Control batches are kept as they are (Strata has no transactions yet, so no marker is ever removable).
+* Transactional data is not cleaned yet: a log whose dirty range holds a transactional batch or a marker is left
+  alone (TransactionalDataError: the manager marks it uncleanable) instead of being compacted without transaction
+  semantics.
 
 The cleaned group replaces its segments through `UnifiedLog.replace_segments` (storage/segment_swap.py has the
 crash-safe `.cleaned` / `.swap` file protocol and its startup completion); the offset map is storage/offset_map.py
@@ -66,6 +68,12 @@ class SwapRunner(Protocol):
 
 class CleaningAbortedError(Exception):
     """The cleaning of a log stopped (shutdown, the log changed or went away); nothing was swapped by this step."""
+
+
+class TransactionalDataError(Exception):
+    """The dirty range holds transactional batches or markers: Strata's cleaner does not yet clean them as Kafka's
+    does (aborted records removed, markers kept until delete.retention.ms, the `.txnindex` carried over), so it
+    leaves such a log alone rather than let an aborted value win over a committed one or lose the abort index."""
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -404,6 +412,10 @@ class Cleaner:
         expected = 0
         for seg in dirty:
             for _, h in seg.iter_headers(0, seg.size):
+                if h.is_transactional and h.last_offset >= start:
+                    raise TransactionalDataError(
+                        f"transactional batch at offset {h.base_offset} of {seg.log_path.parent.name}: not cleaned"
+                    )
                 if h.last_offset >= start and not h.is_control:
                     expected += h.records_count
         omap = OffsetMap(self.dedupe_buffer_size, self.load_factor, expected_entries=expected)
@@ -607,6 +619,7 @@ __all__ = [
     "Cleaner",
     "CleanerStats",
     "CleaningAbortedError",
+    "TransactionalDataError",
     "PreparedSegment",
     "SwapRunner",
     "active_producer_last_offsets",

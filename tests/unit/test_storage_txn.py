@@ -294,3 +294,27 @@ def test_abort_marker_in_a_later_segment_is_found_for_an_earlier_range(tmp_path)
     assert [h.base_offset for _, h in iter_batches(first.records)] == [0]  # one segment per read
     assert log.aborted_transactions_for(first) == [AbortedTxn(7, 0, 3, 4)]
     assert log.collect_aborted_transactions(2, 3) == [AbortedTxn(7, 0, 3, 4)]
+
+
+def test_cleaner_leaves_a_log_with_transactional_data_alone(tmp_path):
+    from strata.storage.cleaner_manager import CleanerConfig, LogCleaner
+
+    log = _open(tmp_path / "t-0", cleanup_policy="compact", segment_bytes=300)
+    log.append_as_leader(build_batch([(b"k", b"committed")]), 0)
+    log.append_as_leader(
+        build_batch([(b"k", b"aborted")], producer_id=7, producer_epoch=0, base_sequence=0, is_transactional=True),
+        0,
+        verified_producers={7},
+    )
+    _end(log, 7, False)
+    for i in range(20):
+        log.append_as_leader(build_batch([(b"other", b"v%d" % i)]), 0)
+    _replicate(log)
+    assert log.num_segments > 2
+    files = {f.name: f.read_bytes() for f in log.dir.iterdir() if f.suffix in (".log", ".txnindex")}
+    c = LogCleaner(CleanerConfig(), [tmp_path], lambda: [log])
+    c.clean_filthiest_log(now_ms=2**42)
+    assert c.uncleanable_partitions_count == 1
+    # nothing was rewritten: the aborted value did not replace the committed one, the abort index is intact
+    assert {f.name: f.read_bytes() for f in log.dir.iterdir() if f.suffix in (".log", ".txnindex")} == files
+    assert log.collect_aborted_transactions(0, 100) == [AbortedTxn(7, 1, 2, 3)]
