@@ -318,3 +318,62 @@ def test_cleaner_leaves_a_log_with_transactional_data_alone(tmp_path):
     # nothing was rewritten: the aborted value did not replace the committed one, the abort index is intact
     assert {f.name: f.read_bytes() for f in log.dir.iterdir() if f.suffix in (".log", ".txnindex")} == files
     assert log.collect_aborted_transactions(0, 100) == [AbortedTxn(7, 1, 2, 3)]
+
+
+KILLED_WRITER = """
+import os, signal, sys, uuid
+sys.path.insert(0, sys.argv[2])
+from strata.config import default_log_config
+from strata.protocol.records import build_batch
+from strata.protocol.txn_markers import build_end_txn_marker
+from strata.storage.log_manager import LogManager
+cfg = default_log_config(segment_bytes=2048)
+lm = LogManager([sys.argv[1]], lambda t: cfg)
+lm.startup()
+log = lm.get_or_create_log("txn", 0, uuid.UUID(int=19), cfg)
+for i in range(40):  # producer 100 + i: committed when i % 3 == 1, producer 138 left open, the others aborted
+    pid = 100 + i
+    log.append_as_leader(
+        build_batch([b"v%d" % i] * 2, producer_id=pid, producer_epoch=0, base_sequence=0, is_transactional=True),
+        0,
+        verified_producers={pid},
+    )
+    log.append_as_leader(build_batch([b"plain"]), 0)
+    if i % 3 != 2 or i < 38:
+        log.append_as_leader(build_end_txn_marker(pid, 0, commit=i % 3 == 1, coordinator_epoch=0), 0, from_client=False)
+print(log.log_end_offset, log.last_stable_offset, flush=True)
+print(sorted(log.producer_state.ongoing_txns.items()), flush=True)
+print(log.collect_aborted_transactions(0, log.log_end_offset), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_kill_dash_nine_recovery_rebuilds_transactions(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    from strata.storage.log_manager import LogManager
+
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run(
+        [sys.executable, "-c", KILLED_WRITER, str(tmp_path), str(root)], capture_output=True, timeout=60, text=True
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    ends, ongoing, aborted = proc.stdout.splitlines()
+    leo = ends.split()[0]
+    cfg = default_log_config(segment_bytes=2048)
+    lm = LogManager([tmp_path], lambda t: cfg)
+    lm.startup()  # no clean shutdown: recovery replays the log after the newest snapshot
+    try:
+        log = lm.get_log("txn", 0)
+        assert log is not None and log.num_segments > 3
+        assert log.log_end_offset == int(leo)
+        assert str(sorted(log.producer_state.ongoing_txns.items())) == ongoing
+        assert [pid for _, pid in log.producer_state.ongoing_txns.items()] == [138]
+        got = log.collect_aborted_transactions(0, log.log_end_offset)
+        assert str(got) == aborted and len(got) == 26
+        log.update_high_watermark(log.log_end_offset)
+        assert log.last_stable_offset == min(log.producer_state.ongoing_txns)
+    finally:
+        lm.shutdown()
