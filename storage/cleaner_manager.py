@@ -31,7 +31,7 @@ from strata.config import broker_default
 from strata.protocol.records import HEADER_SIZE, BatchHeader
 
 from .checkpoints import CheckpointFormatError, OffsetCheckpointFile
-from .cleaner import Cleaner, CleaningAbortedError, TransactionalDataError, run_direct, segments_overlapping
+from .cleaner import Cleaner, CleaningAbortedError, run_direct, segments_overlapping
 from .segment import LogSegment
 
 if TYPE_CHECKING:
@@ -392,10 +392,6 @@ class LogCleaner:
         except CleaningAbortedError as e:
             self.manager.release(ulog)
             log.info("log cleaning aborted", log=name, reason=str(e))
-            return
-        except TransactionalDataError as e:
-            self.manager.release(ulog, uncleanable=True)
-            log.warning("log cleaning skipped: transactional data; the partition is marked uncleanable", reason=str(e))
             return
         except Exception:
             if not self.is_live(ulog):  # deleted under the cleaner (closed fds, renamed dir): not the log's fault

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from strata.config import default_log_config
-from strata.protocol.records import BatchHeader, build_batch, iter_batches
+from strata.protocol.records import BatchHeader, build_batch, iter_batches, iter_records
 from strata.protocol.txn_markers import build_end_txn_marker
 from strata.storage.dump import dump_file
 from strata.storage.log import UnifiedLog
@@ -26,6 +26,7 @@ from strata.storage.producer_state import (
 from strata.storage.txn_index import ENTRY_SIZE, AbortedTxn
 
 TID = uuid.UUID(int=19)
+NOW = 1_800_000_000_000
 
 
 def _open(d: Path, *, recover: bool = False, hw: int = 0, **cfg: int) -> UnifiedLog:
@@ -296,28 +297,82 @@ def test_abort_marker_in_a_later_segment_is_found_for_an_earlier_range(tmp_path)
     assert log.collect_aborted_transactions(2, 3) == [AbortedTxn(7, 0, 3, 4)]
 
 
-def test_cleaner_leaves_a_log_with_transactional_data_alone(tmp_path):
-    from strata.storage.cleaner_manager import CleanerConfig, LogCleaner
+def _committed_view(log: UnifiedLog) -> dict[bytes | None, bytes | None]:
+    """What a READ_COMMITTED reader ends with per key: records of aborted transactions dropped, markers skipped."""
+    out: dict[bytes | None, bytes | None] = {}
+    off, lso = log.log_start_offset, log.last_stable_offset
+    while off < lso:
+        data = log.read(off, 1 << 24, lso)
+        aborted = log.aborted_transactions_for(data)
+        for pos, h in iter_batches(data.records):
+            off = h.last_offset + 1
+            if h.is_control:
+                continue
+            if h.is_transactional and any(
+                t.producer_id == h.producer_id and t.first_offset <= h.base_offset <= t.last_offset for t in aborted
+            ):
+                continue
+            for r in iter_records(data.records, pos):
+                out[r.key] = r.value
+    return out
 
-    log = _open(tmp_path / "t-0", cleanup_policy="compact", segment_bytes=300)
-    log.append_as_leader(build_batch([(b"k", b"committed")]), 0)
+
+def _batches(log: UnifiedLog) -> list[BatchHeader]:
+    return [h for seg in log.segments for _, h in seg.iter_headers()]
+
+
+def test_compaction_keeps_transaction_semantics(tmp_path):
+    from strata.storage.cleaner import Cleaner
+
+    log = _open(tmp_path / "t-0", cleanup_policy="compact")
+    log.append_as_leader(build_batch([(b"k", b"plain-old")]), 0)  # 0
+    log.append_as_leader(
+        build_batch([(b"k", b"committed")], producer_id=8, producer_epoch=0, base_sequence=0, is_transactional=True),
+        0,
+        verified_producers={8},
+    )  # 1
     log.append_as_leader(
         build_batch([(b"k", b"aborted")], producer_id=7, producer_epoch=0, base_sequence=0, is_transactional=True),
         0,
         verified_producers={7},
-    )
-    _end(log, 7, False)
-    for i in range(20):
-        log.append_as_leader(build_batch([(b"other", b"v%d" % i)]), 0)
+    )  # 2: the latest value of k in the log, but aborted
+    _end(log, 8, True)  # 3
+    _end(log, 7, False)  # 4
+    log.roll()
+    log.append_as_leader(build_batch([(b"o", b"x")]), 0)  # 5
+    log.roll()
+    log.append_as_leader(build_batch([(b"o", b"y")]), 0)  # 6 (active)
     _replicate(log)
-    assert log.num_segments > 2
-    files = {f.name: f.read_bytes() for f in log.dir.iterdir() if f.suffix in (".log", ".txnindex")}
-    c = LogCleaner(CleanerConfig(), [tmp_path], lambda: [log])
-    c.clean_filthiest_log(now_ms=2**42)
-    assert c.uncleanable_partitions_count == 1
-    # nothing was rewritten: the aborted value did not replace the committed one, the abort index is intact
-    assert {f.name: f.read_bytes() for f in log.dir.iterdir() if f.suffix in (".log", ".txnindex")} == files
-    assert log.collect_aborted_transactions(0, 100) == [AbortedTxn(7, 1, 2, 3)]
+    before = _committed_view(log)
+    assert before == {b"k": b"committed", b"o": b"y"}
+    retention = log.config.values["delete.retention.ms"]
+    t0 = NOW
+
+    def clean(now: int) -> list[tuple[int, int, bool]]:
+        Cleaner(1 << 20).clean(log, 0, log.active_segment.base_offset, now)
+        assert _committed_view(log) == before
+        return [(h.base_offset, h.records_count, h.is_control) for h in _batches(log) if h.base_offset < 5]
+
+    # pass 1: the aborted record is gone (it never entered the offset map, so the committed value survives and the
+    # older plain one is compacted away); its batch stays as an empty header, being producer 7's last data batch
+    # (as Kafka keeps it for producer state); both markers stay, this pass having seen data of both transactions
+    assert clean(t0) == [(1, 1, False), (2, 0, False), (3, 1, True), (4, 1, True)]
+    assert log.collect_aborted_transactions(0, 7) == [AbortedTxn(7, 2, 4, 5)]  # carried into the cleaned segment
+    assert (log.dir / "00000000000000000000.txnindex").read_bytes() == AbortedTxn(7, 2, 4, 5).encode()
+    # pass 2, the producers expired: the empty batch goes; the marker stays while a pass still sees its data
+    log.remove_expired_producers(t0, 0)
+    assert clean(t0 + 1) == [(1, 1, False), (3, 1, True), (4, 1, True)]
+    # pass 3: no data of 7 left: its marker gets a delete horizon (KIP-534), its index entry goes
+    assert clean(t0 + 2) == [(1, 1, False), (3, 1, True), (4, 1, True)]
+    marker7 = next(h for h in _batches(log) if h.base_offset == 4)
+    assert marker7.attributes & 0x40 and marker7.base_timestamp == t0 + 2 + retention
+    assert log.collect_aborted_transactions(0, 7) == []
+    # pass 4, before the horizon: still there; after it: gone. 8's commit marker stays with its data
+    assert clean(t0 + 1 + retention) == [(1, 1, False), (3, 1, True), (4, 1, True)]
+    assert clean(t0 + 2 + retention) == [(1, 1, False), (3, 1, True)]
+    log.close()
+    again = _open(tmp_path / "t-0", recover=True, hw=7)
+    assert _committed_view(again) == before
 
 
 KILLED_WRITER = """
