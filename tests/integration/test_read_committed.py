@@ -26,6 +26,7 @@ TOPIC = "txn-read"
 COMMITTED = [b"plain-0", b"p8-0", b"plain-4"]
 UNCOMMITTED = [b"plain-0", b"p7-0", b"p7-1", b"p8-0", b"plain-4", b"p9-0", b"p9-1", b"plain-9"]
 LSO, LEO = 7, 10
+LATE = int(time.time() * 1000) + 3_600_000  # plain-9's timestamp: only it is at or after LATE
 
 
 def write_transactions(w: TxnWriter) -> None:
@@ -36,7 +37,7 @@ def write_transactions(w: TxnWriter) -> None:
     w.end(8, True)
     w.end(7, False)
     w.txn(9, b"p9-0", b"p9-1")
-    w.plain(b"plain-9")
+    w.plain(b"plain-9", timestamp=LATE)
     assert w.log.log_end_offset == LEO
 
 
@@ -110,3 +111,24 @@ def test_confluent_kafka_read_committed(txn_broker):
 
     assert read("read_committed", LSO) == COMMITTED
     assert read("read_uncommitted", LEO) == UNCOMMITTED
+
+
+def test_list_offsets_by_time_stops_at_the_lso(txn_broker):
+    """Kafka's lastFetchableOffset: a search by time answers consumers only offsets below the HW, or the LSO for
+    READ_COMMITTED (plain-9 is past the open transaction)."""
+    from kafka.protocol.consumer import ListOffsetsRequest
+
+    T = ListOffsetsRequest.ListOffsetsTopic
+
+    def lookup(ts: int, isolation: int) -> int:
+        part = T.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1, timestamp=ts)
+        req = ListOffsetsRequest[5](replica_id=-1, isolation_level=isolation, topics=[T(name=TOPIC, partitions=[part])])
+        with WireClient.connect(txn_broker.bootstrap) as c:
+            p = c.request(req).topics[0].partitions[0]
+        assert p.error_code == 0
+        return p.offset
+
+    assert lookup(LATE, 0) == 9
+    assert lookup(LATE, 1) == -1
+    assert lookup(0, 1) == 0
+    assert (lookup(-1, 0), lookup(-1, 1)) == (LEO, LSO)

@@ -25,8 +25,8 @@ class TxnWriter:
         self.topic_id = read_partition_metadata(partition_dir) or uuid.UUID(int=0)
         self.log = UnifiedLog.open(partition_dir, self.topic_id, default_log_config(), needs_recovery=False)
 
-    def plain(self, *values: bytes) -> None:
-        self.log.append_as_leader(build_batch(list(values)), 0)
+    def plain(self, *values: bytes, timestamp: int | None = None) -> None:
+        self.log.append_as_leader(build_batch(list(values), timestamp=timestamp), 0)
 
     def txn(self, pid: int, *values: bytes) -> None:
         batch = build_batch(list(values), producer_id=pid, producer_epoch=0, base_sequence=0, is_transactional=True)
