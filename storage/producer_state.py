@@ -382,12 +382,6 @@ def read_end_marker(batch: bytes | bytearray | memoryview, pos: int) -> tuple[bo
     return None
 
 
-def end_marker_coordinator_epoch(batch: bytes | bytearray | memoryview, pos: int) -> int | None:
-    """Coordinator epoch of a control batch's marker record (None: no transaction marker)."""
-    marker = read_end_marker(batch, pos)
-    return None if marker is None else marker[1]
-
-
 # ---------------------------------------------------------------------------------------------------------------
 
 
@@ -765,7 +759,6 @@ __all__ = [
     "InvalidTxnStateError",
     "TransactionCoordinatorFencedError",
     "CorruptSnapshotError",
-    "end_marker_coordinator_epoch",
     "encode_snapshot",
     "decode_snapshot",
     "read_snapshot",

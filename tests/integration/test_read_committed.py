@@ -17,8 +17,7 @@ import pytest
 
 from tests.support.broker_proc import StrataBroker
 from tests.support.kafka_wire import WireClient
-from tests.support.txn_log import TxnWriter, read_kafka_python, write_partition
-from tests.support.waiting import wait_until
+from tests.support.txn_log import TxnWriter, read_confluent, read_kafka_python, write_partition
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -81,36 +80,8 @@ def test_fetch_answers_lso_and_aborted_transactions(txn_broker):
 
 
 def test_confluent_kafka_read_committed(txn_broker):
-    from confluent_kafka import Consumer
-    from confluent_kafka import TopicPartition as CkTp
-
-    def read(isolation: str, stop: int) -> list[bytes]:
-        c = Consumer(
-            {
-                "bootstrap.servers": txn_broker.bootstrap,
-                "group.id": f"rc-{isolation}-{time.monotonic_ns()}",
-                "isolation.level": isolation,
-                "enable.auto.commit": False,
-                "fetch.wait.max.ms": 50,
-            }
-        )
-        try:
-            c.assign([CkTp(TOPIC, 0, 0)])
-            values: list[bytes] = []
-
-            def caught_up() -> bool:
-                m = c.poll(0.1)
-                if m is not None and m.error() is None:
-                    values.append(m.value() or b"")
-                return c.position([CkTp(TOPIC, 0)])[0].offset >= stop
-
-            wait_until(caught_up, timeout=30, message=lambda: f"{isolation}: {values}")
-            return values
-        finally:
-            c.close()
-
-    assert read("read_committed", LSO) == COMMITTED
-    assert read("read_uncommitted", LEO) == UNCOMMITTED
+    assert read_confluent(txn_broker.bootstrap, TOPIC, "read_committed", LSO) == COMMITTED
+    assert read_confluent(txn_broker.bootstrap, TOPIC, "read_uncommitted", LEO) == UNCOMMITTED
 
 
 def test_list_offsets_by_time_stops_at_the_lso(txn_broker):

@@ -74,3 +74,35 @@ def read_kafka_python(bootstrap: str, topic: str, isolation: str, timeout: float
         return values, end, c.position(tp)
     finally:
         c.close()
+
+
+def read_confluent(bootstrap: str, topic: str, isolation: str, stop: int, timeout: float = 30) -> list[bytes]:
+    """Values a confluent-kafka consumer reads from offset 0 until its position reaches `stop`."""
+    import time
+
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as CkTp
+
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"txn-{isolation}-{time.monotonic_ns()}",
+            "isolation.level": isolation,
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 50,
+        }
+    )
+    try:
+        c.assign([CkTp(topic, 0, 0)])
+        values: list[bytes] = []
+
+        def caught_up() -> bool:
+            m = c.poll(0.1)
+            if m is not None and m.error() is None:
+                values.append(m.value() or b"")
+            return c.position([CkTp(topic, 0)])[0].offset >= stop
+
+        wait_until(caught_up, timeout=timeout, message=lambda: f"{isolation}: {values}")
+        return values
+    finally:
+        c.close()

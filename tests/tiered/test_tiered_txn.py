@@ -1,7 +1,7 @@
 """Transactions on tiered data (issue 19's log layer), on S3 (moto): segments are copied only below the LSO, the
 `.txnindex` of a segment with an aborted transaction travels with it, and a READ_COMMITTED read from offset 0 --
 served from remote storage, the local copies being gone -- returns the aborted transactions from the remote index,
-so consumers never see aborted records.
+so consumers (kafka-python, confluent-kafka) never see aborted records.
 
 The transactional data is written with storage calls while the broker is stopped (there is no transaction
 coordinator yet); segments (offsets):
@@ -19,7 +19,7 @@ import pytest
 
 from strata.protocol.uuids import kafka_uuid_str
 from tests.support.kafka_wire import WireClient
-from tests.support.txn_log import TxnWriter, read_kafka_python, write_partition
+from tests.support.txn_log import TxnWriter, read_confluent, read_kafka_python, write_partition
 from tests.support.waiting import wait_until
 from tests.tiered.harness import Harness
 
@@ -80,3 +80,4 @@ def test_read_committed_from_remote_storage(make_harness: Callable[..., Harness]
 
     values, end, position = read_kafka_python(h.broker.bootstrap, TOPIC, "read_committed", timeout=60)
     assert (values, end, position) == (COMMITTED, LSO, LSO)
+    assert read_confluent(h.broker.bootstrap, TOPIC, "read_committed", LSO, timeout=60) == COMMITTED
