@@ -194,8 +194,18 @@ class Partition:
         self.leader_epoch_start_offset = -1
         return changed
 
-    def append_records_to_leader(self, records: bytes | memoryview) -> LogAppendInfo:
-        info = self.log.append_as_leader(records, self.leader_epoch)
+    def append_records_to_leader(
+        self,
+        records: bytes | memoryview,
+        *,
+        from_client: bool = True,
+        verified_producers: frozenset[int] = frozenset(),
+    ) -> LogAppendInfo:
+        """Append as leader; `from_client=False` is Kafka's AppendOrigin COORDINATOR (transaction markers),
+        `verified_producers` the producers whose transaction the coordinator verified (KIP-890)."""
+        info = self.log.append_as_leader(
+            records, self.leader_epoch, from_client=from_client, verified_producers=verified_producers
+        )
         self.maybe_increment_hw(now_ms())
         return info
 

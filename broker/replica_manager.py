@@ -550,11 +550,15 @@ class ReplicaManager:
         internal: bool = False,
         required_acks: int | None = None,
         timeout_ms: int | None = None,
+        *,
+        from_client: bool = True,
+        verified_producers: frozenset[int] = frozenset(),
     ) -> list[ProduceResult]:
         """Append to leaders. `internal` is the broker's own writers (coordinators, RLMM): they may write internal
         topics (clients get INVALID_TOPIC_EXCEPTION) and default to acks=-1. acks=-1 refuses to append below
         min.insync.replicas (NOT_ENOUGH_REPLICAS) and waits in the Produce purgatory until the ISR has the records
-        (the HW passes them) or `timeout_ms` (REQUEST_TIMED_OUT)."""
+        (the HW passes them) or `timeout_ms` (REQUEST_TIMED_OUT). `from_client=False` appends transaction markers
+        (Kafka's AppendOrigin COORDINATOR, for WriteTxnMarkers); `verified_producers` may open transactions."""
         acks = required_acks if required_acks is not None else (-1 if internal else 1)
         if timeout_ms is None:
             timeout_ms = INTERNAL_APPEND_TIMEOUT_MS
@@ -590,7 +594,9 @@ class ReplicaManager:
                 self.metrics.failed_produce.labels(topic).inc()
                 continue
             try:
-                info_ = p.append_records_to_leader(records)
+                info_ = p.append_records_to_leader(
+                    records, from_client=from_client, verified_producers=verified_producers
+                )
             except StorageError as e:
                 results.append(ProduceResult(ErrorCode(e.error_code), message=str(e), record_errors=e.record_errors))
                 self.metrics.failed_produce.labels(topic).inc()
