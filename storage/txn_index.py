@@ -42,13 +42,13 @@ class AbortedTxn(NamedTuple):
 
 
 def decode_entries(data: bytes | memoryview) -> list[AbortedTxn]:
-    """Every whole entry of a transaction index's bytes (a trailing partial entry is ignored)."""
-    usable = len(data) - len(data) % ENTRY_SIZE
-    out = []
-    for pos in range(0, usable, ENTRY_SIZE):
+    """The readable entries of a transaction index's bytes: up to a torn tail (a crash mid-entry) or the first
+    unreadable entry (an unknown version, last offsets going back), so a damaged file never stops a read."""
+    out: list[AbortedTxn] = []
+    for pos in range(0, len(data) - len(data) % ENTRY_SIZE, ENTRY_SIZE):
         version, pid, first, last, lso = _ENTRY.unpack_from(data, pos)
-        if version != TXN_INDEX_VERSION:
-            raise KafkaStorageError(f"transaction index entry at {pos} has unknown version {version}")
+        if version != TXN_INDEX_VERSION or first > last or (out and last < out[-1].last_offset):
+            break
         out.append(AbortedTxn(pid, first, last, lso))
     return out
 
@@ -87,11 +87,11 @@ class TransactionIndex:
             self._load()
 
     def _load(self) -> None:
+        """Read the entries; what follows the readable ones (see `decode_entries`) is cut from the file."""
         data = self.path.read_bytes()
-        torn = len(data) % ENTRY_SIZE
         self.entries = decode_entries(data)
-        if torn:
-            os.truncate(self.path, len(data) - torn)
+        if len(self.entries) * ENTRY_SIZE != len(data):
+            os.truncate(self.path, len(self.entries) * ENTRY_SIZE)
 
     def _open(self) -> int:
         if self._fd is None:

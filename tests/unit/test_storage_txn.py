@@ -432,3 +432,18 @@ def test_kill_dash_nine_recovery_rebuilds_transactions(tmp_path):
         assert log.last_stable_offset == min(log.producer_state.ongoing_txns)
     finally:
         lm.shutdown()
+
+
+def test_a_damaged_txnindex_is_cut_at_the_first_bad_entry(tmp_path):
+    d = tmp_path / "t-0"
+    log = _open(d)
+    _interleaved(log)
+    _end(log, 9, False)
+    log.close()
+    idx = d / "00000000000000000000.txnindex"
+    good = idx.read_bytes()
+    assert len(good) == 2 * ENTRY_SIZE
+    idx.write_bytes(good[:ENTRY_SIZE] + struct.pack(">h", 7) + good[ENTRY_SIZE + 2 :] + good[:ENTRY_SIZE])
+    again = _open(d, hw=10)  # loads; what follows the unknown version is dropped
+    assert again.collect_aborted_transactions(0, 10) == [AbortedTxn(7, 1, 6, 7)]
+    assert idx.read_bytes() == good[:ENTRY_SIZE]
