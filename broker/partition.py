@@ -112,7 +112,8 @@ class Partition:
 
     @property
     def last_stable_offset(self) -> int:
-        return self.log.high_watermark  # no transactions yet: LSO == HW
+        """LSO: first offset of the earliest undecided transaction, or the HW (READ_COMMITTED reads below it)."""
+        return self.log.last_stable_offset
 
     @property
     def maximal_isr(self) -> set[int]:
@@ -193,8 +194,18 @@ class Partition:
         self.leader_epoch_start_offset = -1
         return changed
 
-    def append_records_to_leader(self, records: bytes | memoryview) -> LogAppendInfo:
-        info = self.log.append_as_leader(records, self.leader_epoch)
+    def append_records_to_leader(
+        self,
+        records: bytes | memoryview,
+        *,
+        from_client: bool = True,
+        verified_producers: frozenset[int] = frozenset(),
+    ) -> LogAppendInfo:
+        """Append as leader; `from_client=False` is Kafka's AppendOrigin COORDINATOR (transaction markers),
+        `verified_producers` the producers whose transaction the coordinator verified (KIP-890)."""
+        info = self.log.append_as_leader(
+            records, self.leader_epoch, from_client=from_client, verified_producers=verified_producers
+        )
         self.maybe_increment_hw(now_ms())
         return info
 

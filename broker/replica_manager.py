@@ -26,6 +26,7 @@ from strata.protocol.errors import ErrorCode, KafkaApiError
 from strata.storage.errors import OffsetOutOfRangeError, StorageError
 from strata.storage.log import UnifiedLog
 from strata.storage.log_manager import LogManager
+from strata.storage.txn_index import AbortedTxn
 
 from .cluster.model import PartitionState, StaleStateError
 from .cluster.replica_fetcher import ReplicaFetcherManager
@@ -104,6 +105,8 @@ class FetchResult:
     diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset): the fetcher must truncate
     current_leader: tuple[int, int] | None = None  # (leader id, leader epoch) with NOT_LEADER / FENCED
     remote_fetch: RemoteFetchInfo | None = None  # the read pass found the offset in remote storage
+    # READ_COMMITTED: the aborted transactions overlapping `records` (AbortedTxn: producer id, first offset, ...)
+    aborted_transactions: list[AbortedTxn] | None = None
 
 
 @dataclass
@@ -547,11 +550,15 @@ class ReplicaManager:
         internal: bool = False,
         required_acks: int | None = None,
         timeout_ms: int | None = None,
+        *,
+        from_client: bool = True,
+        verified_producers: frozenset[int] = frozenset(),
     ) -> list[ProduceResult]:
         """Append to leaders. `internal` is the broker's own writers (coordinators, RLMM): they may write internal
         topics (clients get INVALID_TOPIC_EXCEPTION) and default to acks=-1. acks=-1 refuses to append below
         min.insync.replicas (NOT_ENOUGH_REPLICAS) and waits in the Produce purgatory until the ISR has the records
-        (the HW passes them) or `timeout_ms` (REQUEST_TIMED_OUT)."""
+        (the HW passes them) or `timeout_ms` (REQUEST_TIMED_OUT). `from_client=False` appends transaction markers
+        (Kafka's AppendOrigin COORDINATOR, for WriteTxnMarkers); `verified_producers` may open transactions."""
         acks = required_acks if required_acks is not None else (-1 if internal else 1)
         if timeout_ms is None:
             timeout_ms = INTERNAL_APPEND_TIMEOUT_MS
@@ -587,7 +594,9 @@ class ReplicaManager:
                 self.metrics.failed_produce.labels(topic).inc()
                 continue
             try:
-                info_ = p.append_records_to_leader(records)
+                info_ = p.append_records_to_leader(
+                    records, from_client=from_client, verified_producers=verified_producers
+                )
             except StorageError as e:
                 results.append(ProduceResult(ErrorCode(e.error_code), message=str(e), record_errors=e.record_errors))
                 self.metrics.failed_produce.labels(topic).inc()
@@ -740,6 +749,8 @@ class ReplicaManager:
                 res.records = data.records
                 total += n
                 min_one = False
+                if isolation == READ_COMMITTED and not replica:
+                    res.aborted_transactions = ulog.aborted_transactions_for(data)
             results.append(res)
         return results, total, respond
 
@@ -816,7 +827,9 @@ class ReplicaManager:
             if limit <= 0 and not first:
                 continue
             max_offset = p.last_stable_offset if isolation == READ_COMMITTED else p.high_watermark
-            jobs[i] = asyncio.ensure_future(rlm.read(p.log, info.fetch_offset, max(limit, 0), first, max_offset))
+            jobs[i] = asyncio.ensure_future(
+                _remote_read(rlm, p.log, info.fetch_offset, max(limit, 0), first, max_offset, isolation)
+            )
             budget -= max(limit, 0)
             first = False
         if not jobs:
@@ -834,7 +847,7 @@ class ReplicaManager:
                 continue
             exc = task.exception()
             if exc is None:
-                res.records = task.result()
+                res.records, res.aborted_transactions = task.result()
                 total += len(res.records)
             elif isinstance(exc, OffsetOutOfRangeError):
                 res.error = ErrorCode.OFFSET_OUT_OF_RANGE
@@ -854,6 +867,23 @@ class ReplicaManager:
         if p is None:
             raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         return p
+
+
+async def _remote_read(
+    rlm: RemoteLogManager,
+    ulog: UnifiedLog,
+    offset: int,
+    max_bytes: int,
+    min_one: bool,
+    max_offset: int,
+    isolation: int,
+) -> tuple[Any, list[AbortedTxn] | None]:
+    """One remote partition of a fetch; READ_COMMITTED adds the aborted transactions of what it read, from the
+    remote transaction indexes (Kafka's RemoteLogManager.read with isolation READ_COMMITTED)."""
+    data = await rlm.read(ulog, offset, max_bytes, min_one, max_offset)
+    if isolation != READ_COMMITTED:
+        return data, None
+    return data, await rlm.aborted_transactions_for(ulog, offset, data)
 
 
 class _Ineligible:

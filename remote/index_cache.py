@@ -33,6 +33,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from strata.protocol.uuids import kafka_uuid_str, parse_kafka_uuid
+from strata.storage.txn_index import ENTRY_SIZE as _TXN_ENTRY_SIZE
+from strata.storage.txn_index import AbortedTxn, TxnIndexSearchResult, decode_entries, search
 
 from .metadata import RemoteLogSegmentMetadata
 from .rsm import IndexType, RemoteResourceNotFoundError, RemoteStorageManager
@@ -42,24 +44,11 @@ DIR_NAME = "remote-log-index-cache"
 _SUFFIXES = (".index", ".timeindex", ".txnindex")
 _OFFSET_ENTRY = 8
 _TIME_ENTRY = 12
-_TXN_ENTRY = struct.Struct(">hqqqq")
 
 
 class OffsetPosition(NamedTuple):
     offset: int
     position: int
-
-
-class AbortedTxn(NamedTuple):
-    producer_id: int
-    first_offset: int
-    last_offset: int
-    last_stable_offset: int
-
-
-class TxnIndexSearchResult(NamedTuple):
-    aborted_transactions: list[AbortedTxn]
-    is_complete: bool  # True when no later segment can hold an aborted txn overlapping the range
 
 
 class _Column:
@@ -124,15 +113,7 @@ class _Entry:
         return ts, self.base_offset + rel
 
     def collect_aborted(self, fetch_offset: int, upper_bound_offset: int) -> TxnIndexSearchResult:
-        buf = self._mapped()[2]
-        out: list[AbortedTxn] = []
-        for i in range(len(buf) // _TXN_ENTRY.size):
-            _, pid, first, last, lso = _TXN_ENTRY.unpack_from(buf, i * _TXN_ENTRY.size)
-            if last >= fetch_offset and first < upper_bound_offset:
-                out.append(AbortedTxn(pid, first, last, lso))
-            if lso >= upper_bound_offset:
-                return TxnIndexSearchResult(out, True)
-        return TxnIndexSearchResult(out, False)
+        return search(decode_entries(self._mapped()[2]), fetch_offset, upper_bound_offset)
 
     def close(self) -> None:
         maps, self._maps = self._maps, None
@@ -253,7 +234,7 @@ class RemoteIndexCache:
             datas = (
                 offset_idx[: len(offset_idx) - len(offset_idx) % _OFFSET_ENTRY],
                 time_idx[: len(time_idx) - len(time_idx) % _TIME_ENTRY],
-                txn_idx[: len(txn_idx) - len(txn_idx) % _TXN_ENTRY.size],
+                txn_idx[: len(txn_idx) - len(txn_idx) % _TXN_ENTRY_SIZE],
             )
             entry = _Entry(sid, metadata.start_offset, paths, sum(len(d) for d in datas))  # type: ignore[arg-type]
             # written and mapped before it becomes visible: an eviction right after insertion (the entry alone

@@ -38,6 +38,7 @@ from strata.protocol.errors import ErrorCode
 from strata.protocol.records import BufferChain, iter_batches, iter_records
 from strata.storage.errors import OffsetOutOfRangeError
 from strata.storage.log import TimestampAndOffset, UnifiedLog
+from strata.storage.txn_index import AbortedTxn
 
 from .executors import COPY, EXPIRATION, POOL, READ
 from .index_cache import RemoteIndexCache
@@ -458,10 +459,12 @@ class RemoteLogManager:
         return ulog.highest_offset_in_remote_storage
 
     def copy_candidates(self, ulog: UnifiedLog) -> list[tuple[Any, int]]:
-        """(segment, end offset) of closed segments above the highest copied offset and below the LSO/HW."""
+        """(segment, end offset) of closed segments above the highest copied offset and wholly below the LSO (so
+        below the HW too): an open transaction's data is never tiered before its marker is replicated, and each
+        copied segment's `.txnindex` is final."""
         segs = ulog.segments
         out = []
-        upper = ulog.high_watermark  # LSO == HW until transactions exist
+        upper = ulog.last_stable_offset
         highest = ulog.highest_offset_in_remote_storage
         for seg, nxt in itertools.pairwise(segs):
             end = nxt.base_offset - 1
@@ -503,7 +506,8 @@ class RemoteLogManager:
         checkpoint = epoch_checkpoint_bytes([(e, o) for e, o in entries if o <= end])
         snapshot = self._producer_snapshot_path(ulog, end + 1)
         seg_id = RemoteLogSegmentId(tip, uuid.uuid4())
-        # No transaction index is uploaded (no transactions here): KIP-1058's flag spares readers its GET.
+        # A segment without aborted transactions uploads no transaction index: KIP-1058's flag spares readers its GET.
+        txn_index = seg.txn_index.path if seg.txn_index.entries else None
         meta = RemoteLogSegmentMetadata(
             seg_id,
             base,
@@ -514,13 +518,15 @@ class RemoteLogManager:
             seg.size,
             seg_epochs,
             COPY_STARTED,
-            txn_idx_empty=True,
+            txn_idx_empty=txn_index is None,
         )
         if st is not None:
             st.copying.add(seg_id.id)
         try:
             await self.rlmm.add_remote_log_segment_metadata(meta)
-            data = LogSegmentData(seg.log_path, seg.offset_index.path, seg.time_index.path, None, snapshot, checkpoint)
+            data = LogSegmentData(
+                seg.log_path, seg.offset_index.path, seg.time_index.path, txn_index, snapshot, checkpoint
+            )
             self.metrics.copy_requests.labels(ulog.topic).inc()
             try:
                 custom = await self.rsm.copy_log_segment_data(meta, data)
@@ -928,6 +934,46 @@ class RemoteLogManager:
             target = last + 1
             if target >= ulog.local_log_start_offset or (max_offset is not None and target >= max_offset):
                 return b""
+
+    async def aborted_transactions_for(
+        self, ulog: UnifiedLog, fetch_offset: int, records: bytes | memoryview | BufferChain
+    ) -> list[AbortedTxn]:
+        """READ_COMMITTED remote read: the aborted transactions overlapping the batches `records` returned from
+        `fetch_offset` (Kafka's RemoteLogManager.collectAbortedTransactions): the remote `.txnindex` of each
+        segment of this lineage from the one holding `fetch_offset` (an abort's entry is in the segment of its
+        marker, maybe a later one), through the index cache, until an entry shows that no later one can overlap;
+        then the local segments. Segments copied without aborted transactions (KIP-1058's txn_idx_empty) are
+        skipped without loading their indexes."""
+        if not len(records):
+            return []
+        pieces = Pieces(records.pieces if isinstance(records, BufferChain) else [records])
+        upper = -1
+        for _pos, _base, last_offset, _size in pieces.batches():
+            upper = last_offset + 1
+        if upper <= fetch_offset:
+            return []
+        out: list[AbortedTxn] = []
+        seen: set[AbortedTxn] = set()
+
+        def add(txns: list[AbortedTxn]) -> None:
+            for t in txns:
+                if t not in seen:
+                    seen.add(t)
+                    out.append(t)
+
+        meta = await self.find_segment(ulog, fetch_offset)
+        while meta is not None:
+            if not meta.txn_idx_empty:
+                found = await self.index_cache.collect_aborted_transactions(meta, fetch_offset, upper)
+                add(found.aborted_transactions)
+                if found.is_complete:
+                    return out
+            nxt = await self.find_segment(ulog, meta.end_offset + 1)
+            if nxt is None or nxt.remote_log_segment_id == meta.remote_log_segment_id:
+                break
+            meta = nxt
+        add(ulog.collect_aborted_transactions(max(fetch_offset, ulog.local_log_start_offset), upper))
+        return out
 
     async def find_offset_by_timestamp(
         self, ulog: UnifiedLog, timestamp: int, timeout_ms: int | None = None

@@ -18,7 +18,10 @@ Semantics follow Apache Kafka's log cleaner (read for behaviour, not copied):
   so the producer's last sequence/epoch survive (Kafka's RETAIN_EMPTY), as is the last batch of the cleaning round.
   Strata also keeps the last batch of every group, so a cleaned segment ends exactly where its group ended: the
   startup swap completion can then delete precisely the segments a `.swap` replaced.
-* Control batches are kept as they are (Strata has no transactions yet, so no marker is ever removable).
+* Transactions (storage/cleaner_txn.py, Kafka's CleanedTransactionMetadata): records of aborted transactions are
+  neither mapped nor kept; an abort marker stays (its `.txnindex` entry copied into the cleaned segment) while the
+  pass still saw its data; a marker with nothing left to mark gets a delete horizon and goes in a cleaning after it.
+  Cleaning stops at the LSO.
 
 The cleaned group replaces its segments through `UnifiedLog.replace_segments` (storage/segment_swap.py has the
 crash-safe `.cleaned` / `.swap` file protocol and its startup completion); the offset map is storage/offset_map.py
@@ -31,7 +34,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -40,6 +43,7 @@ from typing import Protocol, TypeVar
 from strata.config import broker_default
 from strata.protocol.records import HEADER_SIZE, BatchHeader
 
+from .cleaner_txn import CleanedTransactions
 from .index import INT32_MAX, OffsetIndex, TimeIndex
 from .log import SegmentsChangedError, UnifiedLog
 from .offset_map import OffsetMap
@@ -52,8 +56,9 @@ from .record_codec import (
     iter_keys,
     parse_records,
 )
-from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, filename_prefix
+from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, LogSegment, filename_prefix
 from .segment_swap import CLEANED_SUFFIX
+from .txn_index import AbortedTxn, encode_entries
 
 T = TypeVar("T")
 
@@ -189,7 +194,8 @@ class Throttler:
 
 class CleanedSegmentWriter:
     """Writes `<base>.log.cleaned` with `.index.cleaned` / `.timeindex.cleaned` (Kafka's index formats, the same
-    indexing rule as LogSegment), buffering writes `io_buffer_size` bytes at a time."""
+    indexing rule as LogSegment) and, when an abort marker is kept, `.txnindex.cleaned`, buffering writes
+    `io_buffer_size` bytes at a time."""
 
     def __init__(
         self,
@@ -205,6 +211,9 @@ class CleanedSegmentWriter:
         self.log_path = self.dir / (prefix + LOG_SUFFIX + CLEANED_SUFFIX)
         self.index_path = self.dir / (prefix + INDEX_SUFFIX + CLEANED_SUFFIX)
         self.time_index_path = self.dir / (prefix + TIME_INDEX_SUFFIX + CLEANED_SUFFIX)
+        self.txn_index_path = self.dir / (prefix + TXN_INDEX_SUFFIX + CLEANED_SUFFIX)
+        self.aborted_txns: list[AbortedTxn] = []  # entries of the abort markers kept, in offset order
+        self.txn_index_path.unlink(missing_ok=True)
         for p in self.paths:
             p.unlink(missing_ok=True)
         self.index_interval_bytes = index_interval_bytes
@@ -259,6 +268,13 @@ class CleanedSegmentWriter:
         os.fsync(self._fd)
         self.offset_index.flush()
         self.time_index.flush()
+        if self.aborted_txns:
+            fd = os.open(self.txn_index_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.write(fd, encode_entries(self.aborted_txns))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
         self._close()
         if mtime is not None:
             os.utime(self.log_path, (mtime, mtime))
@@ -274,6 +290,7 @@ class CleanedSegmentWriter:
         self._close()
         for p in self.paths:
             p.unlink(missing_ok=True)
+        self.txn_index_path.unlink(missing_ok=True)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -398,8 +415,16 @@ class Cleaner:
 
     # -- the map -------------------------------------------------------------------------------------------------
     def build_offset_map(
-        self, segments: list[LogSegment], start: int, end: int, stats: CleanerStats, throttler: Throttler
+        self,
+        segments: list[LogSegment],
+        start: int,
+        end: int,
+        stats: CleanerStats,
+        throttler: Throttler,
+        aborted: Iterable[AbortedTxn] = (),
     ) -> OffsetMap:
+        """The latest offset of each key in [start, end), records of aborted transactions (`aborted`: the log's
+        entries overlapping the range) left out."""
         dirty = segments_overlapping(segments, start, end)
         expected = 0
         for seg in dirty:
@@ -408,15 +433,24 @@ class Cleaner:
                     expected += h.records_count
         omap = OffsetMap(self.dedupe_buffer_size, self.load_factor, expected_entries=expected)
         omap.latest_offset = start - 1
+        txns = CleanedTransactions()
+        txns.add_aborted(aborted)
         for k, seg in enumerate(dirty):
             next_start = dirty[k + 1].base_offset if k + 1 < len(dirty) else end
-            if self._map_segment(seg, omap, start, end, stats, throttler):
+            if self._map_segment(seg, omap, start, end, stats, throttler, txns):
                 break
             omap.update_latest_offset(max(omap.latest_offset, next_start - 1))
         return omap
 
     def _map_segment(
-        self, seg: LogSegment, omap: OffsetMap, start: int, end: int, stats: CleanerStats, throttler: Throttler
+        self,
+        seg: LogSegment,
+        omap: OffsetMap,
+        start: int,
+        end: int,
+        stats: CleanerStats,
+        throttler: Throttler,
+        txns: CleanedTransactions,
     ) -> bool:
         """Add the segment's keys at offsets >= start; True when the map filled up (a partial segment)."""
         _, pos = seg.offset_index.lookup(start)
@@ -429,7 +463,9 @@ class Cleaner:
         for _, h, batch in iter_segment_batches(seg, pos, seg.size, self.io_buffer_size, on_read):
             if h.base_offset >= end:
                 return False
-            if not h.is_control and h.last_offset >= start:
+            if h.is_control:
+                txns.on_control(h, batch)
+            elif not txns.on_batch(h) and h.last_offset >= start:
                 base = h.base_offset
                 for delta, key in iter_keys(batch_payload(batch, h), h.records_count):
                     off = base + delta
@@ -464,7 +500,8 @@ class Cleaner:
         if first_uncleanable <= first_dirty:
             stats.end_time = time.monotonic()
             return CleanResult(first_dirty, stats)
-        omap = self.build_offset_map(segments, first_dirty, first_uncleanable, stats, throttler)
+        aborted = swap(lambda: log.collect_aborted_transactions(first_dirty, first_uncleanable))
+        omap = self.build_offset_map(segments, first_dirty, first_uncleanable, stats, throttler, aborted)
         end_offset = omap.latest_offset + 1
         stats.buffer_utilization = omap.utilization
         if end_offset <= first_dirty:
@@ -479,10 +516,22 @@ class Cleaner:
         cfg = log.config
         groups = group_segments_by_size(to_clean, cfg.segment_bytes, cfg.segment_index_bytes, first_uncleanable)
         delete_retention_ms = cfg.values["delete.retention.ms"]
+        txns = CleanedTransactions()  # one walk over the groups, oldest first, as Kafka's doClean
         for group in groups:
             self.check_done()
+            start, stop = group[0].base_offset, max(s.next_offset for s in group)
+            txns.add_aborted(swap(lambda: log.collect_aborted_transactions(start, stop)))  # noqa: B023 - run now
             prepared = self._clean_group(
-                log, group, omap, now, delete_retention_ms, producers, first_uncleanable, stats, throttler
+                log,
+                group,
+                omap,
+                now,
+                delete_retention_ms,
+                producers,
+                first_uncleanable,
+                stats,
+                throttler,
+                txns,
             )
             try:
                 swap(partial(swap_in_cleaned_segment, log, prepared))
@@ -505,12 +554,14 @@ class Cleaner:
         upper_bound: int,
         stats: CleanerStats,
         throttler: Throttler,
+        txns: CleanedTransactions,
     ) -> PreparedSegment:
         cfg = log.config
         old_state = [(s.size, s.next_offset) for s in group]
         writer = CleanedSegmentWriter(
             log.dir, group[0].base_offset, cfg.index_interval_bytes, cfg.segment_index_bytes, self.io_buffer_size
         )
+        txns.retained_aborts = writer.aborted_txns  # the abort markers this group keeps
         try:
             latest = omap.latest_offset
             group_end = max(s.next_offset for s in group)
@@ -523,7 +574,7 @@ class Cleaner:
             for seg in group:
                 for _, h, batch in iter_segment_batches(seg, 0, seg.size, self.io_buffer_size, on_read):
                     out = self._filter_batch(
-                        h, batch, omap, latest, now, delete_retention_ms, producers, upper_bound, group_end, stats
+                        h, batch, omap, latest, now, delete_retention_ms, producers, upper_bound, group_end, stats, txns
                     )
                     if out is not None:
                         data, max_ts = out
@@ -552,18 +603,33 @@ class Cleaner:
         upper_bound: int,
         group_end: int,
         stats: CleanerStats,
+        txns: CleanedTransactions,
     ) -> tuple[bytes | memoryview, int] | None:
         """The bytes to keep for one batch (and their max timestamp), or None to drop it."""
-        if h.is_control:
-            stats.messages_read += h.records_count
-            stats.messages_written += h.records_count
-            return batch, h.max_timestamp
         retain_empty = (
             (h.producer_id >= 0 and producers.get(h.producer_id) == h.last_offset)
             or h.next_offset == upper_bound
             or h.next_offset == group_end
         )
         horizon = delete_horizon_of(h)
+        stats.messages_read += h.records_count
+        if h.is_control:
+            if not txns.on_control(h, batch) or (h.records_count == 0 and retain_empty):
+                stats.messages_written += h.records_count
+                return batch, h.max_timestamp
+            if h.records_count and horizon is None:  # a marker with nothing left to mark: removable after
+                payload = batch_payload(batch, h)  # delete.retention.ms (KIP-534)
+                data = build_retained_batch(
+                    h, payload, parse_records(payload, h.records_count), now + delete_retention_ms
+                )
+                stats.messages_written += h.records_count
+                return data, BatchHeader(data).max_timestamp
+            if horizon is not None and now < horizon:
+                stats.messages_written += h.records_count
+                return batch, h.max_timestamp
+            return (build_empty_batch(h), h.max_timestamp) if retain_empty else None
+        if txns.on_batch(h):  # an aborted transaction's records
+            return (build_empty_batch(h), h.max_timestamp) if retain_empty else None
         keep_deletes = horizon is None or now < horizon
         payload = batch_payload(batch, h)
         recs = parse_records(payload, h.records_count)
@@ -587,7 +653,6 @@ class Cleaner:
                 kept.append(r)
                 if r[3]:
                     tombstones = True
-        stats.messages_read += len(recs)
         stats.messages_written += len(kept)
         if kept:
             need_horizon = tombstones and horizon is None

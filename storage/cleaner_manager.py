@@ -97,10 +97,8 @@ class LogToClean:
 
 
 def _lso(ulog: UnifiedLog) -> int:
-    """The last stable offset if the log tracks one, else the high watermark."""
-    lso = getattr(ulog, "last_stable_offset", None)
-    hw = ulog.high_watermark
-    return min(hw, lso) if isinstance(lso, int) else hw
+    """The last stable offset: nothing at or above it is cleaned (an undecided transaction, as in Kafka)."""
+    return ulog.last_stable_offset
 
 
 class LogCleanerManager:

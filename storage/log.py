@@ -52,10 +52,11 @@ from .errors import (
     from_batch_error,
     record_validation_error,
 )
-from .producer_state import ProducerStateEntry, ProducerStateManager, end_marker_coordinator_epoch
+from .producer_state import CompletedTxn, ProducerStateEntry, ProducerStateManager, read_end_marker
 from .record_codec import check_keys_present
-from .segment import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
+from .segment import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, LogSegment
 from .segment_swap import CLEANED_SUFFIX, SWAP_SUFFIX, complete_interrupted_swaps, swap_in_cleaned_files
+from .txn_index import AbortedTxn
 
 _TEMP_SUFFIXES = (DELETED_SUFFIX, ".tmp", CLEANED_SUFFIX, SWAP_SUFFIX)
 
@@ -101,8 +102,21 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _next_offset_after(records: bytes | memoryview) -> int:
+    """The offset after the last whole batch of `records` (headers only)."""
+    pos, total, nxt = 0, len(records), -1
+    while pos + HEADER_SIZE <= total:
+        h = BatchHeader(records, pos)
+        if h.size < HEADER_SIZE or pos + h.size > total:
+            break
+        nxt = h.last_offset + 1
+        pos += h.size
+    return nxt
+
+
 class UnifiedLog:
-    """A partition's local log. Invariant: log_start_offset <= local_log_start_offset <= HW <= LEO."""
+    """A partition's local log. Invariants: log_start_offset <= local_log_start_offset <= HW <= LEO and
+    log_start_offset <= LSO <= HW."""
 
     dir: Path
     topic: str
@@ -175,7 +189,7 @@ class UnifiedLog:
                 bases.append(int(name[: -len(LOG_SUFFIX)]))
         bases.sort()
         known = set(bases)
-        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
             for f in self.dir.glob("*" + suffix):
                 stem = f.name[: -len(suffix)]
                 if stem.isdigit() and int(stem) not in known:
@@ -191,7 +205,7 @@ class UnifiedLog:
             if truncated:
                 # data after a corrupt point cannot be trusted: drop the later segments (as Kafka does)
                 for later in bases[i + 1 :]:
-                    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
                         (self.dir / f"{later:020d}{suffix}").unlink(missing_ok=True)
                 break
         if not self._segments:
@@ -291,6 +305,49 @@ class UnifiedLog:
     def update_high_watermark(self, hw: int) -> None:
         self.high_watermark = min(max(hw, self.log_start_offset), self.log_end_offset)
 
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """First offset of the earliest transaction not yet decided and replicated (None: none), never below the
+        log start offset (DeleteRecords may pass an open transaction's start, as in Kafka)."""
+        first = self.producer_state.first_unstable_offset(self.high_watermark)
+        return None if first is None else max(first, self.log_start_offset)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """LSO: READ_COMMITTED consumers read below it. min(first unstable offset, HW), so
+        log start <= LSO <= HW <= LEO."""
+        hw = self.high_watermark
+        if not self.producer_state.ongoing_txns and not self.producer_state.unreplicated_txns:
+            return hw
+        first = self.first_unstable_offset
+        return hw if first is None or first >= hw else first
+
+    def collect_aborted_transactions(self, start_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping [start_offset, upper_bound) from the local segments' `.txnindex`
+        (Kafka's collectAbortedTransactions): from the segment holding `start_offset` on, until an entry's LSO
+        shows that no later abort can overlap the range (an abort's entry is in the segment of its marker, which may
+        lie past `upper_bound`)."""
+        out: list[AbortedTxn] = []
+        segs = self._segments
+        i = max(0, bisect_right(self._bases, start_offset) - 1)
+        while i < len(segs):
+            idx = segs[i].txn_index
+            if idx.entries:
+                found = idx.collect(start_offset, upper_bound)
+                out.extend(found.aborted_transactions)
+                if found.is_complete:
+                    break
+            i += 1
+        return out
+
+    def aborted_transactions_for(self, data: FetchDataInfo) -> list[AbortedTxn]:
+        """The aborted transactions a READ_COMMITTED reader of `data` (a `read` result) needs: those overlapping
+        the offsets it holds."""
+        records = data.records
+        if not records or not any(s.txn_index.entries for s in self._segments):
+            return []  # the common case: no aborted transaction in the log, no need to walk the batches
+        return self.collect_aborted_transactions(data.first_offset, _next_offset_after(records))
+
     def update_highest_offset_in_remote_storage(self, offset: int) -> None:
         """KIP-405: `offset` is known to be in remote storage; the highest such offset never moves down here (only
         truncation lowers it)."""
@@ -311,11 +368,16 @@ class UnifiedLog:
         now_ms: int | None = None,
         *,
         from_client: bool = True,
+        verified_producers: frozenset[int] | set[int] = frozenset(),
     ) -> LogAppendInfo:
         """Validate a Produce's batches, assign offsets from the LEO, stamp the leader epoch, write.
 
         One copy (into a bytearray for the in-place header rewrites), one write. Never fsyncs.
-        `from_client=False` (coordinators writing markers/offsets) allows control batches.
+        `from_client=False` (Kafka's AppendOrigin COORDINATOR: coordinators writing markers/offsets) allows control
+        batches; a commit or abort marker completes its producer's transaction (an older producer epoch is
+        INVALID_PRODUCER_EPOCH, an older coordinator epoch TRANSACTION_COORDINATOR_FENCED). A client's transactional
+        batch may open a transaction only for a producer in `verified_producers` (verified with the transaction
+        coordinator, KIP-890); otherwise INVALID_TXN_STATE.
         """
         mv = records if isinstance(records, memoryview) else memoryview(records)
         if mv.ndim != 1 or mv.itemsize != 1:
@@ -403,6 +465,7 @@ class UnifiedLog:
                 client=from_client,
                 coordinator=not from_client,
                 control_epochs=self._control_markers(mv, control) if control else None,
+                verified=verified_producers,
             )
             if dup is not None:
                 # A retry of a batch already in the log: answer its original offsets, write nothing (as Kafka,
@@ -435,7 +498,9 @@ class UnifiedLog:
             offset = last + 1
         self._write(buf, batches, first, offset, max_ts, now)
         if pending is not None:
-            self.producer_state.apply(pending)
+            completed = self.producer_state.apply(pending)
+            if completed:
+                self._complete_txns(completed)
         self.producer_state.update_map_end_offset(offset)
         latest = self.leader_epoch_cache.latest_epoch
         if leader_epoch >= 0 and (latest is None or latest < leader_epoch):
@@ -502,7 +567,11 @@ class UnifiedLog:
         data = mv[:pos]
         self._write(data, batches, first, expected, max_ts, now)
         if producer_batches:
-            self.producer_state.replay(producer_batches, self._control_markers(mv, control) if control else None)
+            completed = self.producer_state.replay(
+                producer_batches, self._control_markers(mv, control) if control else None
+            )
+            if completed:
+                self._complete_txns(completed)
         self.producer_state.update_map_end_offset(expected)
         for epoch, start in epochs:
             latest = self.leader_epoch_cache.latest_epoch
@@ -535,14 +604,28 @@ class UnifiedLog:
     @staticmethod
     def _control_markers(
         buf: bytes | bytearray | memoryview, control: list[tuple[int, int, int]]
-    ) -> dict[int, tuple[int, int] | None]:
-        """{base offset: (coordinator epoch, timestamp)} of control batches (position, base offset, timestamp),
-        read from their marker record; None for a control batch without one (skipped, as Kafka)."""
-        out: dict[int, tuple[int, int] | None] = {}
+    ) -> dict[int, tuple[int, int, bool] | None]:
+        """{base offset: (coordinator epoch, timestamp, is abort)} of control batches (position, base offset,
+        timestamp), read from their marker record; None for a control batch without one (skipped, as Kafka)."""
+        out: dict[int, tuple[int, int, bool] | None] = {}
         for pos, base, ts in control:
-            coordinator_epoch = end_marker_coordinator_epoch(buf, pos)
-            out[base] = None if coordinator_epoch is None else (coordinator_epoch, ts)
+            marker = read_end_marker(buf, pos)
+            out[base] = None if marker is None else (marker[1], ts, marker[0])
         return out
+
+    def _complete_txns(self, completed: list[CompletedTxn]) -> None:
+        """Markers just written (or replayed) ended these transactions: an abort gets its `.txnindex` entry in the
+        segment holding its marker, with the LSO as of its completion (Kafka's updateTxnIndex + completeTxn)."""
+        psm = self.producer_state
+        for txn in completed:
+            if txn.is_aborted:
+                lso = psm.last_stable_offset_of(txn)
+                seg = self._segments[max(0, bisect_right(self._bases, txn.last_offset) - 1)]
+                try:
+                    seg.txn_index.append(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, lso))
+                except OSError as e:
+                    raise KafkaStorageError(f"write to {seg.txn_index.path} failed: {e}") from e
+            psm.complete_txn(txn)
 
     def _rebuild_producer_state(self, reload_from_clean_shutdown: bool = False) -> None:
         """Kafka's rebuildProducerState: load the newest readable snapshot at or below the LEO and replay the batch
@@ -564,6 +647,10 @@ class UnifiedLog:
         psm.truncate_and_reload(self.log_start_offset, leo)
         start = psm.map_end_offset
         if leo > start:
+            # the aborted-transaction entries of the replayed range are rebuilt by the replay
+            for seg in self._segments:
+                if seg.next_offset > start:
+                    seg.txn_index.truncate_to(start)
             for seg in self._segments:
                 if seg.next_offset <= start or seg.size == 0:
                     continue
@@ -574,7 +661,7 @@ class UnifiedLog:
                         continue
                     pos = found[0]
                 raw: list[tuple] = []
-                markers: dict[int, tuple[int, int] | None] = {}
+                markers: dict[int, tuple[int, int, bool] | None] = {}
                 for p, h in seg.iter_headers(pos):
                     if h.producer_id < 0 or h.last_offset < start:
                         continue
@@ -594,7 +681,9 @@ class UnifiedLog:
                         )
                     )
                 if raw:
-                    psm.replay(raw, markers or None)
+                    completed = psm.replay(raw, markers or None)
+                    if completed:
+                        self._complete_txns(completed)
         psm.update_map_end_offset(leo)
         try:
             psm.take_snapshot(sync=True)

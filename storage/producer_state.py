@@ -8,7 +8,11 @@ last offset, offset delta, max timestamp). That is enough to
   last one is OUT_OF_ORDER_SEQUENCE_NUMBER (45); a new epoch must start at sequence 0; a producer id the partition
   has never seen (or has expired) may start at any sequence (Kafka >= 2.5, KIP-360: no UNKNOWN_PRODUCER_ID);
 * deduplicate retries: a batch whose epoch and sequence range equal one of the last 5 batches is not written again,
-  the append answers the original offsets with no error.
+  the append answers the original offsets with no error;
+* track transactions (Kafka's ProducerStateManager): a producer's first transactional batch opens its transaction
+  (`ongoing`: first offset -> producer id), its commit or abort marker completes it. A completed transaction stays
+  "unreplicated" until the HW passes its marker; the first unstable offset is the smallest first offset of those
+  two sets, and the log's LSO is min(first unstable offset, HW).
 
 Snapshots are Kafka's `<offset 20 digits>.snapshot` files (ProducerSnapshot schema v1, big-endian)::
 
@@ -31,7 +35,7 @@ from __future__ import annotations
 import os
 import struct
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -185,14 +189,19 @@ ProducerBatch = tuple[int, int, int, int, int, int, bool]
 class _AppendInfo:
     """Validates one producer's batches of one append against its state (Kafka's ProducerAppendInfo)."""
 
-    __slots__ = ("pid", "current", "updated", "client", "coordinator")
+    __slots__ = ("pid", "current", "updated", "client", "coordinator", "verified", "started", "completed")
 
-    def __init__(self, pid: int, current: ProducerStateEntry, client: bool, coordinator: bool) -> None:
+    def __init__(
+        self, pid: int, current: ProducerStateEntry, client: bool, coordinator: bool, verified: bool = False
+    ) -> None:
         self.pid = pid
         self.current = current
         self.updated = current.copy_without_batches()
         self.client = client
         self.coordinator = coordinator
+        self.verified = verified  # a transaction coordinator verified this producer's transaction (KIP-890)
+        self.started: list[int] = []  # first offsets of the transactions this append opens
+        self.completed: list[CompletedTxn] = []
 
     def _check_epoch(self, epoch: int, offset: int) -> None:
         if epoch < self.updated.producer_epoch and (self.client or self.coordinator):
@@ -238,8 +247,8 @@ class _AppendInfo:
         self._check_epoch(epoch, first_offset)
         upd = self.updated
         if self.client:
-            if is_transactional and upd.current_txn_first_offset < 0:
-                # Kafka answers this when the transaction was not verified with a coordinator; Strata has none yet.
+            if is_transactional and upd.current_txn_first_offset < 0 and not self.verified:
+                # Kafka answers this when the transaction was not verified with its coordinator (KIP-890).
                 raise InvalidTxnStateError(
                     f"transactional batch of producer {self.pid} at offset {first_offset} is not part of an ongoing "
                     f"transaction (this broker has no transaction coordinator)"
@@ -253,8 +262,11 @@ class _AppendInfo:
             )
         if upd.current_txn_first_offset < 0 and is_transactional:
             upd.current_txn_first_offset = first_offset
+            self.started.append(first_offset)
 
-    def append_end_marker(self, epoch: int, coordinator_epoch: int, offset: int, timestamp: int) -> None:
+    def append_end_marker(
+        self, epoch: int, coordinator_epoch: int, offset: int, timestamp: int, is_abort: bool = True
+    ) -> None:
         self._check_epoch(epoch, offset)
         upd = self.updated
         if upd.coordinator_epoch > coordinator_epoch and (self.client or self.coordinator):
@@ -263,8 +275,20 @@ class _AppendInfo:
             )
         upd.maybe_update_epoch(epoch)
         upd.coordinator_epoch = coordinator_epoch
+        if upd.current_txn_first_offset >= 0:
+            self.completed.append(CompletedTxn(self.pid, upd.current_txn_first_offset, offset, is_abort))
         upd.current_txn_first_offset = -1
         upd.last_timestamp = timestamp
+
+
+class CompletedTxn(NamedTuple):
+    """A transaction a marker ended (Kafka's CompletedTxn): from the producer's first transactional offset to the
+    marker's offset."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    is_aborted: bool
 
 
 class PendingProducerUpdate:
@@ -335,15 +359,24 @@ def write_snapshot(path: Path, entries: Iterable[ProducerStateEntry], sync: bool
     atomic_write(path, encode_snapshot(entries), sync=sync)
 
 
-def end_marker_coordinator_epoch(batch: bytes | bytearray | memoryview, pos: int) -> int | None:
-    """Coordinator epoch of a control batch's marker record (value: version int16, coordinatorEpoch int32)."""
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+
+
+def read_end_marker(batch: bytes | bytearray | memoryview, pos: int) -> tuple[bool, int] | None:
+    """(is abort, coordinator epoch) of a control batch's transaction marker record (Kafka's EndTransactionMarker:
+    key version int16 + type int16, 0 ABORT / 1 COMMIT; value version int16 + coordinatorEpoch int32), or None when
+    the batch holds no readable marker (it is then skipped, as Kafka does with an empty control batch)."""
     from strata.protocol.records import iter_records  # off the hot path: control batches only
 
     try:
         for r in iter_records(batch, pos):
-            if r.value is not None and len(r.value) >= 6:
-                return struct.unpack_from(">i", r.value, 2)[0]
-            return None
+            if r.key is None or len(r.key) < 4 or r.value is None or len(r.value) < 6:
+                return None
+            ctype = struct.unpack_from(">h", r.key, 2)[0]
+            if ctype not in (CONTROL_ABORT, CONTROL_COMMIT):
+                return None
+            return ctype == CONTROL_ABORT, struct.unpack_from(">i", r.value, 2)[0]
     except Exception:  # noqa: BLE001 - an unreadable marker keeps the previous coordinator epoch
         return None
     return None
@@ -353,13 +386,18 @@ def end_marker_coordinator_epoch(batch: bytes | bytearray | memoryview, pos: int
 
 
 class ProducerStateManager:
-    """Producer state of one partition plus its snapshot files (Kafka's ProducerStateManager, no transactions)."""
+    """Producer state of one partition, its open and unreplicated transactions, and its snapshot files (Kafka's
+    ProducerStateManager)."""
 
     fast_path = True  # tests switch it off to compare the one-batch shortcut with the general validation
 
     def __init__(self, dir: Path) -> None:
         self.dir = Path(dir)
         self.producers: dict[int, ProducerStateEntry] = {}
+        # open transactions, first offset -> producer id, in first offset order (appends come in offset order)
+        self.ongoing_txns: dict[int, int] = {}
+        # completed transactions whose marker the HW has not passed yet: first offset -> completed transaction
+        self.unreplicated_txns: dict[int, CompletedTxn] = {}
         self.map_end_offset = 0  # the state covers every batch below this offset
         self.last_snap_offset = 0
         self._snapshots: dict[int, Path] = {}
@@ -452,9 +490,17 @@ class ProducerStateManager:
                 continue
             for e in entries:
                 self.producers[e.producer_id] = e
+            self._reset_txns()
             self.last_snap_offset = self.map_end_offset = off
             return
+        self._reset_txns()
         self.last_snap_offset = self.map_end_offset = log_start_offset
+
+    def _reset_txns(self) -> None:
+        """The open transactions are those of the producers' current state (after a load or a restore)."""
+        open_txns = sorted((e.current_txn_first_offset, pid) for pid, e in self.producers.items())
+        self.ongoing_txns = {first: pid for first, pid in open_txns if first >= 0}
+        self.unreplicated_txns = {}
 
     def truncate_and_reload(self, log_start_offset: int, log_end_offset: int) -> None:
         """Drop snapshots outside (log start, log end] and, unless the state is already at the log end, reload the
@@ -470,6 +516,7 @@ class ProducerStateManager:
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """The log was truncated fully to restart at `offset`: no producers, no snapshots."""
         self.producers.clear()
+        self._reset_txns()
         for off in list(self._snapshots):
             self.remove_snapshot(off)
         self.last_snap_offset = 0
@@ -484,11 +531,14 @@ class ProducerStateManager:
         path = self.dir / snapshot_file_name(offset)
         write_snapshot(path, entries, True)
         self.producers = {e.producer_id: e for e in entries}
+        self._reset_txns()
         self._snapshots[offset] = path
         self.last_snap_offset = self.map_end_offset = offset
         return path
 
     def on_log_start_offset_incremented(self, log_start_offset: int) -> None:
+        for first in [f for f, t in self.unreplicated_txns.items() if t.last_offset < log_start_offset]:
+            del self.unreplicated_txns[first]
         if self.map_end_offset < log_start_offset:
             self.map_end_offset = log_start_offset
         latest = self.latest_snapshot_offset
@@ -507,18 +557,20 @@ class ProducerStateManager:
         *,
         client: bool,
         coordinator: bool = False,
-        control_epochs: dict[int, tuple[int, int] | None] | None = None,
+        control_epochs: dict[int, tuple[int, int, bool] | None] | None = None,
+        verified: Collection[int] = (),
     ) -> tuple[BatchMetadata | None, PendingProducerUpdate | None]:
         """Validate a leader append's producer batches (in log order, offsets as they will be assigned).
 
         Returns (duplicate, None) when a client batch repeats one of its producer's last 5 batches (nothing may be
         written; answer the duplicate's offsets), else (None, update) to `apply` after the write.
-        `control_epochs` maps the base offset of a control batch to (coordinator epoch, timestamp), or to None when
-        its marker record is missing (the batch is then skipped).
+        `control_epochs` maps the base offset of a control batch to (coordinator epoch, timestamp, is abort), or to
+        None when its marker record is missing (the batch is then skipped). `verified`: producer ids whose
+        transaction a transaction coordinator verified, so a client batch may open it (Kafka's VerificationGuard).
         Raises InvalidProducerEpochError / OutOfOrderSequenceError / InvalidTxnStateError.
         """
         if len(batches) == 1 and not control_epochs and self.fast_path:
-            return self._prepare_one(batches[0], client, coordinator)
+            return self._prepare_one(batches[0], client, coordinator, verified)
         pending = PendingProducerUpdate()
         infos = pending.infos
         producers = self.producers
@@ -534,18 +586,18 @@ class ProducerStateManager:
             if info is None:
                 cur = producers.get(pid)
                 info = infos[pid] = _AppendInfo(
-                    pid, cur if cur is not None else ProducerStateEntry(pid), client, coordinator
+                    pid, cur if cur is not None else ProducerStateEntry(pid), client, coordinator, pid in verified
                 )
             if control_epochs is not None and base_offset in control_epochs:
                 marker = control_epochs[base_offset]
                 if marker is not None:  # None: a control batch without its marker record, nothing to apply
-                    info.append_end_marker(epoch, marker[0], base_offset, marker[1])
+                    info.append_end_marker(epoch, marker[0], base_offset, marker[1], marker[2])
             else:
                 info.append_data_batch(epoch, base_seq, last_seq, ts, base_offset, base_offset + delta, txn)
         return None, pending
 
     def _prepare_one(
-        self, batch: ProducerBatch, client: bool, coordinator: bool
+        self, batch: ProducerBatch, client: bool, coordinator: bool, verified: Collection[int] = ()
     ) -> tuple[BatchMetadata | None, PendingProducerUpdate | None]:
         """`prepare_append` for the common one-data-batch append: the same rules without the per-append copies
         (a unit test checks it against the general path)."""
@@ -567,7 +619,7 @@ class ProducerStateManager:
         else:
             cur_epoch, txn_first = NO_PRODUCER_EPOCH, -1
         if client:
-            if txn and txn_first < 0:
+            if txn and txn_first < 0 and pid not in verified:
                 raise InvalidTxnStateError(
                     f"transactional batch of producer {pid} at offset {base_offset} is not part of an ongoing "
                     f"transaction (this broker has no transaction coordinator)"
@@ -593,7 +645,9 @@ class ProducerStateManager:
             txn_first = base_offset
         return None, PendingProducerUpdate((pid, epoch, last_seq, base_offset + delta, delta, ts, txn_first))
 
-    def apply(self, pending: PendingProducerUpdate) -> None:
+    def apply(self, pending: PendingProducerUpdate) -> list[CompletedTxn]:
+        """Apply a validated append (after its write). Returns the transactions its markers completed, in marker
+        order: the log writes their aborted-transaction index entries, then calls `complete_txn` for each."""
         producers = self.producers
         fast = pending.fast
         if fast is not None:
@@ -606,22 +660,66 @@ class ProducerStateManager:
                 cur.producer_epoch = epoch
             cur.batches.append(BatchMetadata(last_seq, last_offset, delta, ts))
             cur.last_timestamp = ts
+            if txn_first >= 0 and cur.current_txn_first_offset < 0:
+                self.ongoing_txns[txn_first] = pid
             cur.current_txn_first_offset = txn_first
-            return
+            return []
+        completed: list[CompletedTxn] = []
         for pid, info in pending.infos.items():
             cur = producers.get(pid)
             if cur is None:
                 producers[pid] = info.updated
             else:
                 cur.update(info.updated)
+            for first in info.started:
+                self.ongoing_txns[first] = pid
+            completed.extend(info.completed)
+        if len(completed) > 1:
+            completed.sort(key=lambda t: t.last_offset)
+        return completed
 
     def replay(
-        self, batches: list[ProducerBatch], control_epochs: dict[int, tuple[int, int] | None] | None = None
-    ) -> None:
-        """Replicated or recovered batches: update without sequence/epoch validation (Kafka's REPLICATION)."""
+        self, batches: list[ProducerBatch], control_epochs: dict[int, tuple[int, int, bool] | None] | None = None
+    ) -> list[CompletedTxn]:
+        """Replicated or recovered batches: update without sequence/epoch validation (Kafka's REPLICATION).
+        Returns the completed transactions, as `apply`."""
         _dup, pending = self.prepare_append(batches, client=False, control_epochs=control_epochs)
         if pending is not None:
-            self.apply(pending)
+            return self.apply(pending)
+        return []
+
+    # -- transactions -------------------------------------------------------------------------------------------
+    def last_stable_offset_of(self, txn: CompletedTxn) -> int:
+        """The LSO right after `txn` completes (Kafka's lastStableOffset(completedTxn)): the first offset of the
+        earliest other open transaction, else the offset after the marker. Recorded in the abort's index entry."""
+        for first, pid in self.ongoing_txns.items():
+            if pid != txn.producer_id:
+                return first
+        return txn.last_offset + 1
+
+    def complete_txn(self, txn: CompletedTxn) -> None:
+        """The transaction's marker is written: it is no longer open, only unreplicated until the HW passes it."""
+        if self.ongoing_txns.get(txn.first_offset) == txn.producer_id:
+            del self.ongoing_txns[txn.first_offset]
+        self.unreplicated_txns[txn.first_offset] = txn
+
+    def first_unstable_offset(self, high_watermark: int) -> int | None:
+        """The first offset of the earliest open transaction, or of a completed one whose marker is not yet below
+        `high_watermark`; None when every transaction is decided and replicated."""
+        unrep = self.unreplicated_txns
+        if unrep:
+            for first in [f for f, t in unrep.items() if t.last_offset < high_watermark]:
+                del unrep[first]
+        best = next(iter(self.ongoing_txns), None)
+        if unrep:
+            m = min(unrep)
+            if best is None or m < best:
+                best = m
+        return best
+
+    @property
+    def has_ongoing_txns(self) -> bool:
+        return bool(self.ongoing_txns)
 
     # -- expiry -------------------------------------------------------------------------------------------------
     def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> int:
@@ -651,13 +749,16 @@ __all__ = [
     "ProducerStateEntry",
     "BatchMetadata",
     "PendingProducerUpdate",
+    "CompletedTxn",
+    "read_end_marker",
+    "CONTROL_ABORT",
+    "CONTROL_COMMIT",
     "ProducerBatch",
     "OutOfOrderSequenceError",
     "InvalidProducerEpochError",
     "InvalidTxnStateError",
     "TransactionCoordinatorFencedError",
     "CorruptSnapshotError",
-    "end_marker_coordinator_epoch",
     "encode_snapshot",
     "decode_snapshot",
     "read_snapshot",

@@ -1,4 +1,4 @@
-"""LogSegment: one `.log` file of whole record batches plus its `.index` and `.timeindex`.
+"""LogSegment: one `.log` file of whole record batches plus its `.index`, `.timeindex` and `.txnindex`.
 
 All file I/O is fd-level (`os.pwrite`/`os.pread`) with no user-space buffering, so once `append` returns the bytes
 are in the page cache and survive a `kill -9` of the broker (durability against power loss is `flush`'s job).
@@ -17,6 +17,7 @@ from pathlib import Path
 from strata.protocol.records import HEADER_SIZE, LOG_APPEND_TIME, BatchHeader, compute_crc, iter_records
 
 from .index import INT32_MAX, IndexCorruptError, OffsetIndex, TimeIndex
+from .txn_index import TransactionIndex
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -85,6 +86,8 @@ class LogSegment:
             _close_fds(opened)
             raise
         self._finalizer = weakref.finalize(self, _close_fds, [self._fd, self.offset_index._fd, self.time_index._fd])
+        # aborted transactions whose abort marker is in this segment (the file exists once there is one)
+        self.txn_index = TransactionIndex(self.dir / (prefix + TXN_INDEX_SUFFIX), base_offset)
         self.next_offset = base_offset
         self.max_timestamp_so_far = -1
         self.offset_of_max_timestamp_so_far = base_offset
@@ -324,6 +327,7 @@ class LogSegment:
         pos, h = found
         self.offset_index.truncate_to(h.base_offset)
         self.time_index.truncate_to(h.base_offset)
+        self.txn_index.truncate_to(h.base_offset)
         removed = self.size - pos
         os.ftruncate(self._fd, pos)
         self.size = pos
@@ -387,6 +391,7 @@ class LogSegment:
             os.fsync(self._fd)
             self.offset_index.flush()
             self.time_index.flush()
+            self.txn_index.flush()
         except OSError:
             if not self.is_closed() and not self.deleted:
                 raise  # a real I/O error; EBADF after a concurrent close/delete is not one
@@ -399,6 +404,7 @@ class LogSegment:
     def close(self) -> None:
         self.offset_index.mark_closed()
         self.time_index.mark_closed()
+        self.txn_index.close()
         self._finalizer()
 
     def delete(self) -> None:
@@ -414,6 +420,7 @@ class LogSegment:
                 os.unlink(tomb)
             except FileNotFoundError:
                 pass
+        self.txn_index.delete(DELETED_SUFFIX)
 
     def __repr__(self) -> str:
         return (
@@ -422,4 +429,12 @@ class LogSegment:
         )
 
 
-__all__ = ["LogSegment", "filename_prefix", "LOG_SUFFIX", "INDEX_SUFFIX", "TIME_INDEX_SUFFIX", "DELETED_SUFFIX"]
+__all__ = [
+    "LogSegment",
+    "filename_prefix",
+    "LOG_SUFFIX",
+    "INDEX_SUFFIX",
+    "TIME_INDEX_SUFFIX",
+    "TXN_INDEX_SUFFIX",
+    "DELETED_SUFFIX",
+]

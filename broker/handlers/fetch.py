@@ -95,7 +95,8 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
     )
 
     responses = []
-    aborted: list[Any] | None = [] if isolation != READ_UNCOMMITTED else None
+    committed = isolation != READ_UNCOMMITTED
+    AbortedTxnResp = PartData.AbortedTransaction
     leaders: set[int] = set()
     for ft, name, plist in layout:
         parts = []
@@ -112,7 +113,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
                 high_watermark=r.high_watermark,
                 last_stable_offset=r.last_stable_offset,
                 log_start_offset=r.log_start_offset,
-                aborted_transactions=aborted,
+                aborted_transactions=_aborted(AbortedTxnResp, r) if committed else None,
                 preferred_read_replica=-1,
                 records=r.records,
             )
@@ -137,3 +138,11 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
             for b, h, p, rack in leader_endpoints(services, ctx.listener, leaders)
         ]
     return resp
+
+
+def _aborted(cls: Any, r: FetchResult) -> list[Any]:
+    """READ_COMMITTED: the aborted transactions of the records returned (an empty list, not null, when none)."""
+    txns = r.aborted_transactions
+    if not txns:
+        return []
+    return [cls(producer_id=t.producer_id, first_offset=t.first_offset) for t in txns]

@@ -31,14 +31,15 @@ async def lookup(
     services: BrokerServices, partition, ts: int, isolation: int, from_replica: bool = False
 ) -> tuple[int, int, int]:
     """(timestamp, offset, leader_epoch) for one partition; -1s when nothing matches. Followers and debug tools
-    (`from_replica`) get the log end offset for LATEST, consumers the HW (or LSO)."""
+    (`from_replica`) get the log end offset for LATEST, consumers the HW (or LSO with READ_COMMITTED), and a
+    search by time finds consumers only offsets below that (Kafka's lastFetchableOffset)."""
     ulog = partition.log
+    if from_replica:
+        fetchable = ulog.log_end_offset
+    else:
+        fetchable = partition.last_stable_offset if isolation == READ_COMMITTED else partition.high_watermark
     if ts == LATEST:
-        if from_replica:
-            off = ulog.log_end_offset
-        else:
-            off = partition.last_stable_offset if isolation == READ_COMMITTED else partition.high_watermark
-        return -1, off, _epoch(ulog, off)
+        return -1, fetchable, _epoch(ulog, fetchable)
     if ts == EARLIEST:
         return -1, ulog.log_start_offset, _epoch(ulog, ulog.log_start_offset)
     if ts == EARLIEST_LOCAL:
@@ -64,7 +65,7 @@ async def lookup(
             return found.timestamp, found.offset, epoch
     # A lookup by time may inflate stored batches (bounded by iter_records): a worker thread keeps the loop free.
     found = await asyncio.to_thread(ulog.fetch_offset_by_timestamp, ts)
-    if found is None:
+    if found is None or found.offset >= fetchable:
         return -1, -1, -1
     epoch = found.leader_epoch if found.leader_epoch is not None else -1
     return found.timestamp, found.offset, epoch
