@@ -93,6 +93,39 @@ class OffsetMetadataManager:
                 results[tp] = E.NONE
         return results
 
+    async def store_transactional(
+        self, group: ClassicGroup, producer: tuple[int, int], offsets: dict[tuple[str, int], OffsetAndMetadata]
+    ) -> dict[tuple[str, int], ErrorCode]:
+        """TxnOffsetCommit: the records go in the producer's transaction; the offsets stay pending in the group
+        until the transaction's marker reaches this partition (`complete_transaction`)."""
+        group_id = group.group_id
+        results: dict[tuple[str, int], ErrorCode] = {}
+        kvs = []
+        accepted = {}
+        for n, (tp, om) in enumerate(offsets.items()):
+            await pace(n)
+            if len(om.metadata.encode()) > self.metadata_max_bytes:
+                results[tp] = E.OFFSET_METADATA_TOO_LARGE
+                continue
+            kvs.append((encode_offset_commit_key(group_id, tp[0], tp[1]), encode_offset_commit_value(om, 3)))
+            accepted[tp] = om
+        if kvs:
+            werr = await self.runtime.write(self.runtime.partition_for(group_id), kvs, producer=producer)
+            mapped = map_append_error(werr, True) if werr else E.NONE
+            if not werr and self.groups.get(group_id) is group:
+                group.pending_txn_offsets.setdefault(producer[0], {}).update(accepted)
+            for tp in accepted:
+                results[tp] = mapped
+        return results
+
+    def complete_transaction(self, partition: int, producer_id: int, commit: bool) -> None:
+        """A marker of `producer_id` reached `partition`: its pending offsets there are committed or dropped."""
+        for gid, g in self.groups.items():
+            if producer_id in g.pending_txn_offsets and self.runtime.partition_for(gid) == partition:
+                pending = g.pending_txn_offsets.pop(producer_id)
+                if commit:
+                    g.offsets.update(pending)
+
     def fetch(
         self, group_id: str, topics: list[tuple[str, list[int]]] | None
     ) -> list[tuple[str, list[tuple[int, OffsetAndMetadata | None]]]]:
@@ -151,7 +184,13 @@ class OffsetMetadataManager:
                     elif now - base(om) >= self.retention_ms:
                         expired.append(tp)
             all_gone = len(expired) == len(g.offsets)
-            delete_group = all_gone and g.is_in(S.EMPTY) and not g.pending_members and not self.has_timers(gid)
+            delete_group = (
+                all_gone
+                and g.is_in(S.EMPTY)
+                and not g.pending_members
+                and not g.pending_txn_offsets
+                and not self.has_timers(gid)
+            )
             if not expired and not delete_group:
                 continue
             kvs = writes.setdefault(p, [])
