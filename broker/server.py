@@ -41,6 +41,7 @@ from .security.listener_security import build_listener_security
 from .services import BrokerServices
 from .topic_manager import TopicManager
 from .txn import TRANSACTION_STATE_TOPIC, TransactionCoordinator, TxnConfig
+from .txn.channel import TxnChannel
 from .txn.markers import append_markers
 
 if TYPE_CHECKING:
@@ -543,7 +544,8 @@ class KafkaServer:
                 self.txn_coordinator.on_resign(partition.index)
 
     def _build_txn_coordinator(self, producer_ids: ProducerIdManager) -> TransactionCoordinator:
-        """The transaction coordinator; its markers go to this broker's partitions in-process."""
+        """The transaction coordinator; markers go to this broker's partitions in-process and to other leaders
+        over the inter-broker listener (`TxnChannel`), which also asks other coordinators to verify produces."""
         rm = self.replica_manager
         gc = self.group_coordinator
 
@@ -551,18 +553,20 @@ class KafkaServer:
             p = rm.get_partition(TRANSACTION_STATE_TOPIC, index)
             return max(p.leader_epoch, 0) if p is not None else 0
 
-        async def write_markers(
+        async def local_markers(
             pid: int, epoch: int, commit: bool, coordinator_epoch: int, partitions: list[tuple[str, int]]
         ) -> dict[tuple[str, int], ErrorCode]:
             return await append_markers(rm, gc, pid, epoch, commit, coordinator_epoch, partitions)
 
+        self.txn_channel = TxnChannel(self.config, self.broker_id, self.store, self.endpoints, local_markers)
         return TransactionCoordinator(
             TxnConfig.from_broker_config(self.config),
             rm,
             self.store,
             new_producer_id=producer_ids.generate,
-            write_markers=write_markers,
+            write_markers=self.txn_channel.write_markers,
             leader_epoch=leader_epoch,
+            channel=self.txn_channel,
         )
 
     async def _isr_expiration(self) -> None:
@@ -599,6 +603,7 @@ class KafkaServer:
         for t in self._tasks:
             t.cancel()
         await self.txn_coordinator.shutdown()  # lets queued transaction-state writes land
+        await self.txn_channel.close()
         await self.group_coordinator.shutdown()  # answers parked joins, lets queued offset writes land
         await self.socket_server.stop()
         if self.controller_channel is not None:

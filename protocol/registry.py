@@ -121,9 +121,9 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.INIT_PRODUCER_ID: (0, 5),  # v6 is KIP-939 2PC
-    # transactions at transaction.version 1 (no KIP-890 part 2): AddPartitionsToTxn v4+ is the broker-to-broker
-    # verification batch, which one broker does in-process
-    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
+    # transactions at transaction.version 1 (no KIP-890 part 2); AddPartitionsToTxn v4+ is the brokers' batched
+    # verification (KIP-890 part 1)
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 5),
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
     ApiKey.END_TXN: (0, 4),  # v5: KIP-890 part 2 (epoch bump per transaction)
     ApiKey.WRITE_TXN_MARKERS: (1, 1),  # v2: transaction version in the marker (TV2)

@@ -69,7 +69,7 @@ async def prescan_large_batches(services: BrokerServices, entries: list[tuple[st
             entries[k] = (name, index, scanned)
 
 
-def verify_transactional(
+async def verify_transactional(
     services: BrokerServices,
     ctx: RequestContext,
     req: Any,
@@ -79,7 +79,7 @@ def verify_transactional(
     verified: set[int],
 ) -> ErrorCode | None:
     """A transactional batch needs WRITE on the request's transactional id, and its producer's ongoing transaction
-    must include the partition (KIP-890 part 1, asked of the transaction coordinator in-process). None: append it;
+    must include the partition (KIP-890 part 1, asked of the transaction coordinator). None: append it;
     its producer joins `verified`."""
     if len(records) < HEADER_SIZE:
         return None
@@ -89,7 +89,7 @@ def verify_transactional(
     tid = req.transactional_id if ctx.api_version >= 3 else None
     if tid is None or not authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
         return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    err = services.txn_coordinator.verify(tid, f[9], f[10], (topic, index))
+    err = await services.txn_coordinator.verify_produce(tid, f[9], f[10], (topic, index))
     if err:
         return err
     verified.add(f[9])
@@ -145,7 +145,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
             else:
                 try:
                     check_produce_records(v, pd.records)
-                    err = verify_transactional(services, ctx, req, name, pd.index, pd.records, verified)
+                    err = await verify_transactional(services, ctx, req, name, pd.index, pd.records, verified)
                     if err is None:
                         entries.append((name, pd.index, pd.records))
                 except RecordBatchError as e:

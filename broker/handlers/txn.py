@@ -38,6 +38,8 @@ async def add_partitions_to_txn(services: BrokerServices, ctx: RequestContext, r
     TR = Resp.AddPartitionsToTxnTopicResult
     PR = TR.AddPartitionsToTxnPartitionResult
     v = ctx.api_version
+    if v >= 4:
+        return await _add_partitions_batched(services, ctx, req, Resp)
     tid = req.v3_and_below_transactional_id
     wanted = [(t.name, list(t.partitions)) for t in req.v3_and_below_topics]
     errors: dict[tuple[str, int], ErrorCode] = {}
@@ -71,6 +73,41 @@ async def add_partitions_to_txn(services: BrokerServices, ctx: RequestContext, r
         for t, ps in wanted
     ]
     return Resp(version=v, throttle_time_ms=0, results_by_topic_v3_and_below=results)
+
+
+async def _add_partitions_batched(services: BrokerServices, ctx: RequestContext, req: Any, Resp: Any) -> Any:
+    """v4+ (brokers only, CLUSTER_ACTION): several transactions at once; `verify_only` asks whether the partitions
+    are in the ongoing transaction (KIP-890 part 1, a partition leader verifying a produce)."""
+    v = ctx.api_version
+    if not authorize(ctx, Op.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
+        return Resp(version=v, throttle_time_ms=0, error_code=E.CLUSTER_AUTHORIZATION_FAILED, results_by_transaction=[])
+    R = Resp.AddPartitionsToTxnResult
+    TR = R.AddPartitionsToTxnTopicResult
+    PR = TR.AddPartitionsToTxnPartitionResult
+    coord = services.txn_coordinator
+    out = []
+    for x in req.transactions:
+        wanted = [(t.name, p) for t in x.topics for p in t.partitions]
+        if x.verify_only:
+            errors = {tp: coord.verify(x.transactional_id, x.producer_id, x.producer_epoch, tp) for tp in wanted}
+        else:
+            err = await coord.add_partitions(x.transactional_id, x.producer_id, x.producer_epoch, wanted)
+            errors = dict.fromkeys(wanted, err)
+        out.append(
+            R(
+                transactional_id=x.transactional_id,
+                topic_results=[
+                    TR(
+                        name=t.name,
+                        results_by_partition=[
+                            PR(partition_index=p, partition_error_code=errors[(t.name, p)]) for p in t.partitions
+                        ],
+                    )
+                    for t in x.topics
+                ],
+            )
+        )
+    return Resp(version=v, throttle_time_ms=0, error_code=E.NONE, results_by_transaction=out)
 
 
 # -- AddOffsetsToTxn ------------------------------------------------------------------------------------------------

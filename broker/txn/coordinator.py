@@ -27,6 +27,7 @@ from ..coordinator.runtime import (
     CoordinatorRuntime,
     CoordinatorTopic,
 )
+from .channel import TxnChannel
 from .metadata import NO_PRODUCER_EPOCH, TopicPartition, TransactionMetadata, TxnSnapshot, TxnState
 from .records import TRANSACTION_STATE_TOPIC, TxnRecordFormatError, decode_key, decode_value, encode_key, encode_value
 
@@ -73,6 +74,11 @@ class TxnLoad:
     txns: dict[str, TransactionMetadata] = field(default_factory=dict)
 
 
+_COORDINATOR_ERRORS = frozenset(
+    {E.NOT_COORDINATOR, E.COORDINATOR_NOT_AVAILABLE, E.COORDINATOR_LOAD_IN_PROGRESS, E.CONCURRENT_TRANSACTIONS}
+)
+
+
 def _map_write_error(err: ErrorCode) -> ErrorCode:
     """Kafka's TransactionStateManager.appendTransactionToLog: what the client is told of a failed write."""
     if err in (E.UNKNOWN_TOPIC_OR_PARTITION, E.NOT_ENOUGH_REPLICAS, E.NOT_ENOUGH_REPLICAS_AFTER_APPEND):
@@ -99,6 +105,7 @@ class TransactionCoordinator:
         new_producer_id: Callable[[], Awaitable[int]],
         write_markers: MarkerWriter,
         leader_epoch: Callable[[int], int],
+        channel: TxnChannel | None = None,
         clock: Callable[[], int] | None = None,
     ) -> None:
         self.config = config
@@ -107,6 +114,7 @@ class TransactionCoordinator:
         self._new_producer_id = new_producer_id
         self._write_markers = write_markers
         self._leader_epoch = leader_epoch
+        self.channel = channel  # other brokers: their coordinators (verification)
         self.coordinator_epochs: dict[int, int] = {}  # partition -> leader epoch it was loaded at
         self.runtime: CoordinatorRuntime[TxnLoad] = CoordinatorRuntime(
             config.topic, self, replica_manager, store, clock=self._now
@@ -309,11 +317,10 @@ class TransactionCoordinator:
         return await self._write(md, snap)
 
     def verify(self, tid: str, pid: int, epoch: int, tp: TopicPartition) -> ErrorCode:
-        """KIP-890 part 1 on one broker: may `pid` append a transactional batch to `tp` now? Errors as Kafka's
-        produce path answers a failed verification."""
+        """AddPartitionsToTxn `verify_only` (KIP-890 part 1): is `tp` in `pid`'s ongoing transaction?"""
         err = self.check(tid)
         if err:
-            return E.NOT_ENOUGH_REPLICAS  # retriable for a producer, as Kafka maps coordinator errors
+            return err
         md = self.txns.get(tid)
         if md is None or md.producer_id != pid:
             return E.INVALID_PRODUCER_ID_MAPPING
@@ -322,6 +329,18 @@ class TransactionCoordinator:
         if md.state != S.ONGOING or md.pending is not None or tp not in md.partitions:
             return E.INVALID_TXN_STATE
         return E.NONE
+
+    async def verify_produce(self, tid: str, pid: int, epoch: int, tp: TopicPartition) -> ErrorCode:
+        """May `pid` append a transactional batch to `tp` (led here) now? Asks this coordinator, or the id's
+        coordinator on another broker; errors as Kafka's produce path answers a failed verification."""
+        err = self.verify(tid, pid, epoch, tp)
+        if err == E.NOT_COORDINATOR and self.channel is not None:
+            leader = self.channel.coordinator_of(self.partition_for(tid))
+            if leader >= 0:
+                err = await self.channel.verify(leader, tid, pid, epoch, tp)
+        if err in _COORDINATOR_ERRORS:
+            return E.NOT_ENOUGH_REPLICAS  # retriable for a producer, as Kafka maps coordinator errors
+        return err
 
     # -- EndTxn -------------------------------------------------------------------------------------------------------
     async def end_txn(self, tid: str, pid: int, epoch: int, commit: bool) -> ErrorCode:

@@ -259,6 +259,24 @@ def test_produce_to_a_partition_not_in_the_transaction_is_refused(broker):
             return int(r.responses[0].partition_responses[0].error_code)
 
         assert produce(1) == 48  # INVALID_TXN_STATE: partition 1 is not in the transaction
+        # what a partition leader on another broker asks the coordinator (AddPartitionsToTxn v4, verify_only)
+        verified = c.call(
+            ADD_PARTITIONS,
+            4,
+            transactions=[
+                {
+                    "transactional_id": tid,
+                    "producer_id": pid,
+                    "producer_epoch": epoch,
+                    "verify_only": True,
+                    "topics": [{"name": topic, "partitions": [0, 1]}],
+                }
+            ],
+        )
+        codes = [
+            p.partition_error_code for p in verified.results_by_transaction[0].topic_results[0].results_by_partition
+        ]
+        assert (verified.error_code, codes) == (0, [0, 48])
         assert produce(0) == 0
         end = c.call(END_TXN, 3, transactional_id=tid, producer_id=pid, producer_epoch=epoch, committed=True)
         assert end.error_code == 0
