@@ -8,8 +8,11 @@ One broker for the module; the restart test runs last.
 
 from __future__ import annotations
 
+import asyncio
+import subprocess
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +22,7 @@ from tests.support import ck
 from tests.support.broker_proc import StrataBroker
 from tests.support.kafka_wire import WireClient
 from tests.support.records import Rec
-from tests.support.txn_log import read_confluent
+from tests.support.txn_log import read_confluent, read_kafka_python
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -282,6 +285,75 @@ def test_produce_to_a_partition_not_in_the_transaction_is_refused(broker):
         assert end.error_code == 0
         assert produce(0) == 48  # the transaction is over: a late batch cannot reopen it
     wait_until(lambda: _end(broker, topic, True) == 2, 30)
+
+
+# -- other clients: commit, abort, commit; READ_COMMITTED readers see the committed records only ------------------
+def _check_commit_abort_commit(broker: StrataBroker, topic: str) -> None:
+    # c1 c2 marker a1 marker c3 marker
+    wait_until(lambda: _end(broker, topic, True) == 7, 30, message=lambda: f"LSO {_end(broker, topic, True)}")
+    assert _read(broker, topic, "read_committed") == [b"c1", b"c2", b"c3"]
+    values, end, _ = read_kafka_python(broker.bootstrap, topic, "read_committed")
+    assert (values, end) == ([b"c1", b"c2", b"c3"], 7)
+
+
+def test_kafka_python_transactional_producer(broker):
+    from kafka import KafkaProducer
+
+    topic = _topic(broker)
+    p = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id=f"tx-{topic}")
+    try:
+        p.init_transactions()
+        for values, commit in (([b"c1", b"c2"], True), ([b"a1"], False), ([b"c3"], True)):
+            p.begin_transaction()
+            for v in values:
+                p.send(topic, v, partition=0)
+            if commit:
+                p.commit_transaction()
+            else:
+                p.flush()
+                p.abort_transaction()
+    finally:
+        p.close()
+    _check_commit_abort_commit(broker, topic)
+
+
+def test_aiokafka_transactional_producer(broker):
+    from aiokafka import AIOKafkaProducer
+
+    topic = _topic(broker)
+
+    async def run() -> None:
+        p = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id=f"tx-{topic}")
+        await p.start()
+        try:
+            for values, commit in (([b"c1", b"c2"], True), ([b"a1"], False), ([b"c3"], True)):
+                await p.begin_transaction()
+                for v in values:
+                    await p.send_and_wait(topic, v, partition=0)
+                if commit:
+                    await p.commit_transaction()
+                else:
+                    await p.abort_transaction()
+        finally:
+            await p.stop()
+
+    asyncio.run(run())
+    _check_commit_abort_commit(broker, topic)
+
+
+def test_kafkajs_transactional_producer(broker):
+    js = Path(__file__).resolve().parents[1] / "js"
+    assert (js / "node_modules" / "kafkajs").is_dir(), "run `make node-deps` (npm install in tests/js)"
+    topic = _topic(broker)
+    proc = subprocess.run(
+        ["node", str(js / "transactions.js"), broker.bootstrap, topic, f"tx-{topic}"],
+        cwd=js,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-4000:]
+    _check_commit_abort_commit(broker, topic)
 
 
 def test_open_transaction_survives_a_restart(broker):
