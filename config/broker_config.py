@@ -361,13 +361,6 @@ _BROKER_DEFS: list[ConfigDef] = [
         at_least(1),
     ),
     ConfigDef(
-        "transactional.id.expiration.ms",
-        T.INT,
-        604800000,
-        "expire a transactional id idle this long (kept for Kafka parity: no transactions yet)",
-        at_least(1),
-    ),
-    ConfigDef(
         "metrics.listener",
         T.STRING,
         "http://127.0.0.1:9464/metrics",
