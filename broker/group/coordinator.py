@@ -978,6 +978,11 @@ class GroupCoordinator:
                 return err, {}
         return E.NONE, await self.offsets.store_transactional(group, producer, offsets)
 
+    def has_pending_txn_offset(self, group_id: str, tp: tuple[str, int]) -> bool:
+        """Whether an open transaction has written an offset of `tp` for the group (OffsetFetch require_stable)."""
+        g = self.groups.get(group_id)
+        return g is not None and any(tp in pending for pending in g.pending_txn_offsets.values())
+
     def complete_transaction(self, partition: int, producer_id: int, commit: bool) -> None:
         """WriteTxnMarkers appended `producer_id`'s marker to `__consumer_offsets` partition `partition`."""
         self.offsets.complete_transaction(partition, producer_id, commit)

@@ -352,6 +352,9 @@ async def offset_fetch(services: BrokerServices, ctx: RequestContext, req: Any) 
                     ctx, coord, P, g.group_id, topics, lambda t, ps: T(name=t, partitions=ps)
                 )
                 groups.append(G(group_id=g.group_id, topics=tops, error_code=err))
+        if req.require_stable:
+            for g in groups:
+                _mark_unstable(services, coord, g.group_id, g.topics)
         return Resp(version=v, throttle_time_ms=0, groups=groups)
     T = Resp.OffsetFetchResponseTopic
     P = T.OffsetFetchResponsePartition
@@ -366,7 +369,29 @@ async def offset_fetch(services: BrokerServices, ctx: RequestContext, req: Any) 
             tops = await _fetched_topics(P, asked, lambda t, ps: T(name=t, partitions=ps), err)
             return Resp(version=v, throttle_time_ms=0, topics=tops)
         return Resp(version=v, throttle_time_ms=0, topics=[], error_code=err)
+    if v >= 7 and req.require_stable:
+        _mark_unstable(services, coord, req.group_id, tops)
     return Resp(version=v, throttle_time_ms=0, topics=tops, error_code=E.NONE)
+
+
+def _mark_unstable(services: BrokerServices, coord: Any, group_id: str, topics: list[Any]) -> None:
+    """`require_stable` (KIP-447): a partition whose offset a transaction of the group has written but not yet
+    committed or aborted answers UNSTABLE_OFFSET_COMMIT (the consumer retries) instead of the older offset."""
+    for t in topics:
+        name = t.name if getattr(t, "name", None) else None
+        if name is None and getattr(t, "topic_id", None) is not None:
+            info = services.store.topic_by_id(t.topic_id)
+            name = info.name if info is not None else None
+        for p in t.partitions:
+            if (
+                name is not None
+                and p.error_code == E.NONE
+                and coord.has_pending_txn_offset(group_id, (name, p.partition_index))
+            ):
+                p.error_code = E.UNSTABLE_OFFSET_COMMIT
+                p.committed_offset = -1
+                p.committed_leader_epoch = -1
+                p.metadata = ""
 
 
 async def _fetch_group(

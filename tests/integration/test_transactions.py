@@ -27,7 +27,7 @@ from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
-FIND_COORDINATOR, INIT_PRODUCER_ID, ADD_PARTITIONS, END_TXN = 10, 22, 24, 26
+OFFSET_FETCH, FIND_COORDINATOR, INIT_PRODUCER_ID, ADD_PARTITIONS, END_TXN = 9, 10, 22, 24, 26
 DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 61, 65, 66
 
 
@@ -363,7 +363,9 @@ def test_open_transaction_survives_a_restart(broker):
     topic = _topic(broker)
     group = f"g-{topic}"
     p = _producer(broker, f"tx-{topic}")
-    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, **ck.QUIET})
+    c = Consumer(
+        {"bootstrap.servers": broker.bootstrap, "group.id": group, "isolation.level": "read_uncommitted", **ck.QUIET}
+    )
     try:
         meta = c.consumer_group_metadata()
         p.begin_transaction()
@@ -375,6 +377,17 @@ def test_open_transaction_survives_a_restart(broker):
         p.flush(30)
         broker.restart()
         assert c.committed([TopicPartition(topic, 0)], timeout=30)[0].offset == 5  # 7 is pending
+        with WireClient.connect(broker.bootstrap) as w:
+            for stable, expected in ((False, (0, 5)), (True, (88, -1))):  # 88: UNSTABLE_OFFSET_COMMIT (KIP-447)
+                r = w.call(
+                    OFFSET_FETCH,
+                    7,
+                    group_id=group,
+                    topics=[{"name": topic, "partition_indexes": [0]}],
+                    require_stable=stable,
+                )
+                part = r.topics[0].partitions[0]
+                assert (part.error_code, part.committed_offset) == expected, (stable, part)
         p.produce(topic, b"after-restart")
         p.commit_transaction(60)
         wait_until(lambda: _end(broker, topic, True) == 3, 30)
