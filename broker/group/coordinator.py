@@ -356,6 +356,7 @@ class GroupCoordinator:
         for gid, g in state.groups.items():
             g.subscribed_topics = g.compute_subscribed_topics()
             self.groups[gid] = g
+            self.offsets.track_pending(g)
             for m in g.members.values():
                 self._schedule_heartbeat(g, m)
 
@@ -370,6 +371,7 @@ class GroupCoordinator:
                 g.complete_join(m, JoinResult(E.NOT_COORDINATOR, member_id=m.member_id))
                 g.complete_sync(m, SyncResult(E.NOT_COORDINATOR))
             self._cancel_group_timers(gid)
+            self.offsets.untrack_pending(g)
             g.transition_to(S.DEAD, now)
             del self.groups[gid]
 

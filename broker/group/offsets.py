@@ -63,6 +63,8 @@ class OffsetMetadataManager:
         self.metadata_max_bytes = metadata_max_bytes
         self.retention_ms = retention_ms
         self.has_timers = has_timers
+        # producer id -> groups holding its pending transactional offsets, so a marker finds them without a scan
+        self.txn_groups: dict[int, set[str]] = {}
 
     async def store(
         self, group: ClassicGroup, offsets: dict[tuple[str, int], OffsetAndMetadata]
@@ -114,17 +116,38 @@ class OffsetMetadataManager:
             mapped = map_append_error(werr, True) if werr else E.NONE
             if not werr and self.groups.get(group_id) is group:
                 group.pending_txn_offsets.setdefault(producer[0], {}).update(accepted)
+                self.txn_groups.setdefault(producer[0], set()).add(group_id)
             for tp in accepted:
                 results[tp] = mapped
         return results
 
     def complete_transaction(self, partition: int, producer_id: int, commit: bool) -> None:
         """A marker of `producer_id` reached `partition`: its pending offsets there are committed or dropped."""
-        for gid, g in self.groups.items():
-            if producer_id in g.pending_txn_offsets and self.runtime.partition_for(gid) == partition:
-                pending = g.pending_txn_offsets.pop(producer_id)
-                if commit:
-                    g.offsets.update(pending)
+        gids = self.txn_groups.get(producer_id)
+        if gids is None:
+            return
+        for gid in [g for g in gids if self.runtime.partition_for(g) == partition]:
+            gids.discard(gid)
+            group = self.groups.get(gid)
+            pending = group.pending_txn_offsets.pop(producer_id, None) if group is not None else None
+            if group is not None and pending is not None and commit:
+                group.offsets.update(pending)
+        if not gids:
+            del self.txn_groups[producer_id]
+
+    def track_pending(self, group: ClassicGroup) -> None:
+        """A loaded group's pending transactional offsets join the index."""
+        for pid in group.pending_txn_offsets:
+            self.txn_groups.setdefault(pid, set()).add(group.group_id)
+
+    def untrack_pending(self, group: ClassicGroup) -> None:
+        """An unloaded group's pending transactional offsets leave the index."""
+        for pid in group.pending_txn_offsets:
+            gids = self.txn_groups.get(pid)
+            if gids is not None:
+                gids.discard(group.group_id)
+                if not gids:
+                    del self.txn_groups[pid]
 
     def fetch(
         self, group_id: str, topics: list[tuple[str, list[int]]] | None

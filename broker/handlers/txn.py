@@ -313,7 +313,7 @@ async def list_transactions(services: BrokerServices, ctx: RequestContext, req: 
         for md in txns
         if (not states or md.state in states)
         and (not pids or md.producer_id in pids)
-        and (duration is None or duration < 0 or (md.start_ms >= 0 and now - md.start_ms > duration))
+        and (duration is None or duration < 0 or now - md.start_ms > duration)  # as Kafka, Empty ones too
         and (pattern is None or pattern.fullmatch(md.transactional_id) is not None)
     ]
     visible = filter_authorized(ctx, Op.DESCRIBE, ResourceType.TRANSACTIONAL_ID, (md.transactional_id for md in picked))
