@@ -180,7 +180,16 @@ async def txn_offset_commit(services: BrokerServices, ctx: RequestContext, req: 
                     )
     top = E.NONE
     results: dict[tuple[str, int], ErrorCode] = {}
-    if offsets:
+    if offsets and services.group_coordinator.check_group(req.group_id) == E.NONE:
+        # KIP-890 part 1: the group's offsets partition must be in the producer's ongoing transaction
+        # (AddOffsetsToTxn), else the offsets would wait for a marker that never comes
+        gp = (OFFSETS_TOPIC, services.group_coordinator.partition_for(req.group_id))
+        top = await services.txn_coordinator.verify_produce(
+            req.transactional_id, req.producer_id, req.producer_epoch, gp
+        )
+        if top == E.NOT_ENOUGH_REPLICAS:  # the transaction coordinator is not reachable now: retriable
+            top = E.COORDINATOR_NOT_AVAILABLE
+    if offsets and not top:
         top, results = await services.group_coordinator.commit_transactional_offsets(
             req.group_id,
             (req.producer_id, req.producer_epoch),

@@ -326,8 +326,8 @@ class TransactionCoordinator:
             return E.INVALID_PRODUCER_ID_MAPPING
         if md.producer_epoch != epoch:
             return E.INVALID_PRODUCER_EPOCH
-        if md.state != S.ONGOING or md.pending is not None or tp not in md.partitions:
-            return E.INVALID_TXN_STATE
+        if md.state != S.ONGOING or md.pending not in (None, S.ONGOING) or tp not in md.partitions:
+            return E.INVALID_TXN_STATE  # (a pending Ongoing only adds partitions; a pending Prepare* ends it)
         return E.NONE
 
     async def verify_produce(self, tid: str, pid: int, epoch: int, tp: TopicPartition) -> ErrorCode:

@@ -262,6 +262,20 @@ def test_produce_to_a_partition_not_in_the_transaction_is_refused(broker):
             return int(r.responses[0].partition_responses[0].error_code)
 
         assert produce(1) == 48  # INVALID_TXN_STATE: partition 1 is not in the transaction
+        # offsets without AddOffsetsToTxn: the group's __consumer_offsets partition is not in the transaction
+        offsets = c.call(
+            28,
+            3,
+            transactional_id=tid,
+            group_id=f"g-{topic}",
+            producer_id=pid,
+            producer_epoch=epoch,
+            generation_id=-1,
+            member_id="",
+            group_instance_id=None,
+            topics=[{"name": topic, "partitions": [{"partition_index": 0, "committed_offset": 1}]}],
+        )
+        assert offsets.topics[0].partitions[0].error_code == 48
         # what a partition leader on another broker asks the coordinator (AddPartitionsToTxn v4, verify_only)
         verified = c.call(
             ADD_PARTITIONS,
