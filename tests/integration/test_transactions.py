@@ -136,7 +136,7 @@ def test_zombie_producer_is_fenced(broker):
 def test_open_transaction_is_aborted_after_its_timeout(broker):
     topic = _topic(broker)
     tid = f"tx-{topic}"
-    p = _producer(broker, tid, **{"transaction.timeout.ms": 1500})
+    p = _producer(broker, tid, **{"transaction.timeout.ms": 3000})
     p.begin_transaction()
     p.produce(topic, b"left-open")
     p.flush(30)
