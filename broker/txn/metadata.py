@@ -94,6 +94,7 @@ class TxnSnapshot:
             parts,
             self.last_update_ms,
             self.start_ms,
+            previous_producer_id=self.last_producer_id,
         )
 
 

@@ -4,10 +4,11 @@ TransactionLogKey / TransactionLogValue message schemas).
 * TransactionLogKey (version 0): transactionalId string.
 * TransactionLogValue: producerId int64, producerEpoch int16, transactionTimeoutMs int32, transactionStatus int8,
   transactionPartitions nullable [topic string, partitionIds [int32]], transactionLastUpdateTimestampMs int64,
-  transactionStartTimestampMs int64. Version 0 is classic; version 1 (flexible, written by Kafka only with
-  transaction.version 2) adds tagged fields PreviousProducerId (0), NextProducerId (1), ClientTransactionVersion (2).
+  transactionStartTimestampMs int64. Version 0 is classic; version 1 (flexible: compact strings and arrays, written
+  by Kafka from transaction.version 1) adds tagged fields PreviousProducerId (0), NextProducerId (1),
+  ClientTransactionVersion (2).
 
-Strata writes value version 0, as Kafka does below transaction.version 2, and reads both. An Empty transaction has a
+Strata writes value version 1, as Kafka does at transaction.version 1, and reads both. An Empty transaction has a
 null partition list. A null value is a tombstone (an expired transactional id).
 """
 
@@ -16,11 +17,18 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from strata.protocol.wire import ByteReader, WireFormatError, write_string
+from strata.protocol.wire import (
+    ByteReader,
+    WireFormatError,
+    write_compact_string,
+    write_string,
+    write_tagged_fields,
+    write_uvarint,
+)
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 KEY_VERSION = 0
-VALUE_VERSION = 0
+VALUE_VERSION = 1
 
 _HEAD = struct.Struct(">hqhib")  # version, producerId, producerEpoch, timeoutMs, status
 _I16 = struct.Struct(">h")
@@ -52,17 +60,24 @@ def encode_key(transactional_id: str) -> bytes:
 
 
 def encode_value(v: TxnLogValue) -> bytes:
+    """Version 1 (flexible), what Kafka writes at transaction.version 1: compact strings and arrays, tagged fields
+    written only when they differ from their defaults."""
     out = bytearray(_HEAD.pack(VALUE_VERSION, v.producer_id, v.producer_epoch, v.timeout_ms, v.status))
     if v.partitions is None:
-        out += _I32.pack(-1)
+        write_uvarint(out, 0)
     else:
-        out += _I32.pack(len(v.partitions))
+        write_uvarint(out, len(v.partitions) + 1)
         for topic, parts in sorted(v.partitions.items()):
-            write_string(out, topic)
-            out += _I32.pack(len(parts))
+            write_compact_string(out, topic)
+            write_uvarint(out, len(parts) + 1)
             for p in sorted(parts):
                 out += _I32.pack(p)
+            write_uvarint(out, 0)  # the topic's tagged fields
     out += _I64.pack(v.last_update_ms) + _I64.pack(v.start_ms)
+    tags = [
+        (tag, _I64.pack(value)) for tag, value in ((0, v.previous_producer_id), (1, v.next_producer_id)) if value != -1
+    ]
+    write_tagged_fields(out, tags)
     return bytes(out)
 
 

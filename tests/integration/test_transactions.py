@@ -223,6 +223,12 @@ def test_admin_apis_describe_and_list(broker):
             producer_epoch=-1,
         )
         assert r.error_code == 50  # INVALID_TRANSACTION_TIMEOUT
+        # the feature level built (TV1: no KIP-890 part 2), which Java clients read to pick their protocol
+        av = c.api_versions(3)
+        assert [(f.name, f.min_version, f.max_version) for f in av.supported_features] == [
+            ("transaction.version", 0, 1)
+        ]
+        assert [(f.name, f.max_version_level) for f in av.finalized_features] == [("transaction.version", 1)]
     p.commit_transaction(30)
 
 

@@ -25,27 +25,40 @@ def test_key_is_version_0_and_a_string():
     assert decode_key(struct.pack(">hh", 1, 1) + b"x") is None  # unknown key version: skipped
 
 
-def test_value_v0_layout():
-    v = TxnLogValue(7, 3, 60000, int(TxnState.ONGOING), {"b": [2, 0], "a": [1]}, 1000, 900)
-    expected = struct.pack(">hqhib", 0, 7, 3, 60000, 1) + struct.pack(">i", 2)
-    expected += struct.pack(">h", 1) + b"a" + struct.pack(">ii", 1, 1)
-    expected += struct.pack(">h", 1) + b"b" + struct.pack(">iii", 2, 0, 2)
-    expected += struct.pack(">qq", 1000, 900)
-    assert encode_value(v) == expected
-    back = decode_value(expected)
+def test_value_v1_layout():
+    """What Strata writes: version 1 (flexible), PreviousProducerId tagged only when set."""
+    v = TxnLogValue(7, 3, 60000, int(TxnState.ONGOING), {"b": [2, 0], "a": [1]}, 1000, 900, previous_producer_id=5)
+    expected = bytearray(struct.pack(">hqhib", 1, 7, 3, 60000, 1) + bytes([3]))  # two topics
+    expected += bytes([2]) + b"a" + bytes([2]) + struct.pack(">i", 1) + bytes([0])
+    expected += bytes([2]) + b"b" + bytes([3]) + struct.pack(">ii", 0, 2) + bytes([0])
+    expected += struct.pack(">qq", 1000, 900) + bytes([1, 0, 8]) + struct.pack(">q", 5)
+    assert encode_value(v) == bytes(expected)
+    back = decode_value(bytes(expected))
     assert (back.producer_id, back.producer_epoch, back.timeout_ms, back.status) == (7, 3, 60000, 1)
     assert back.partitions == {"a": [1], "b": [0, 2]} and (back.last_update_ms, back.start_ms) == (1000, 900)
+    assert (back.previous_producer_id, back.next_producer_id) == (5, -1)
+    no_tags = TxnLogValue(7, 3, 60000, 1, {"a": [1]}, 1000, 900)
+    assert encode_value(no_tags).endswith(struct.pack(">qq", 1000, 900) + bytes([0]))
+
+
+def test_value_v0_is_read():
+    """Version 0 (classic encodings), what Kafka writes below transaction.version 1."""
+    v0 = struct.pack(">hqhib", 0, 7, 3, 60000, 2) + struct.pack(">i", 1)
+    v0 += struct.pack(">h", 1) + b"a" + struct.pack(">iii", 2, 0, 4) + struct.pack(">qq", 1000, 900)
+    back = decode_value(v0)
+    assert (back.producer_id, back.status, back.partitions, back.start_ms) == (7, 2, {"a": [0, 4]}, 900)
 
 
 def test_empty_state_has_a_null_partition_list():
     v = TxnLogValue(7, 0, 60000, int(TxnState.EMPTY), None, 1, -1)
-    assert encode_value(v)[17:21] == struct.pack(">i", -1)
+    assert encode_value(v)[17] == 0  # compact null
     assert decode_value(encode_value(v)).partitions is None
+    v0 = struct.pack(">hqhib", 0, 7, 0, 60000, 0) + struct.pack(">iqq", -1, 1, -1)
+    assert decode_value(v0).partitions is None
 
 
 def test_value_v1_flexible_with_tagged_fields():
-    """Kafka writes version 1 (compact encodings, tagged PreviousProducerId/NextProducerId) with transaction.version
-    2; a log it wrote loads here too."""
+    """Kafka's own version 1 values (here with NextProducerId, which only transaction.version 2 sets) load too."""
     out = bytearray(struct.pack(">hqhib", 1, 9, 4, 30000, int(TxnState.PREPARE_COMMIT)))
     write_uvarint(out, 2)  # one topic (compact array: n + 1)
     write_uvarint(out, 2)
