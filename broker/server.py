@@ -42,7 +42,7 @@ from .services import BrokerServices
 from .topic_manager import TopicManager
 from .txn import TRANSACTION_STATE_TOPIC, TransactionCoordinator, TxnConfig
 from .txn.channel import TxnChannel
-from .txn.markers import append_markers
+from .txn.markers import TxnMarker, append_markers
 
 if TYPE_CHECKING:
     from strata.remote.metadata import TopicIdPartition
@@ -554,9 +554,9 @@ class KafkaServer:
             return max(p.leader_epoch, 0) if p is not None else 0
 
         async def local_markers(
-            pid: int, epoch: int, commit: bool, coordinator_epoch: int, partitions: list[tuple[str, int]]
+            marker: TxnMarker, partitions: list[tuple[str, int]]
         ) -> dict[tuple[str, int], ErrorCode]:
-            return await append_markers(rm, gc, pid, epoch, commit, coordinator_epoch, partitions)
+            return await append_markers(rm, gc, marker, partitions)
 
         self.txn_channel = TxnChannel(self.config, self.broker_id, self.store, self.endpoints, local_markers)
         return TransactionCoordinator(

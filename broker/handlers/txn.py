@@ -19,7 +19,7 @@ from ..group.records import OFFSETS_TOPIC, OffsetAndMetadata
 from ..replica_manager import pace
 from ..request_context import RequestContext
 from ..services import BrokerServices
-from ..txn.markers import append_markers
+from ..txn.markers import TxnMarker, append_markers
 from ..txn.metadata import TxnState
 
 E = ErrorCode
@@ -228,15 +228,8 @@ async def write_txn_markers(services: BrokerServices, ctx: RequestContext, req: 
         if not allowed:
             errors = {tp: E.CLUSTER_AUTHORIZATION_FAILED for tp in parts}
         else:
-            errors = await append_markers(
-                services.replica_manager,
-                services.group_coordinator,
-                m.producer_id,
-                m.producer_epoch,
-                m.transaction_result,
-                m.coordinator_epoch,
-                parts,
-            )
+            marker = TxnMarker(m.producer_id, m.producer_epoch, m.transaction_result, m.coordinator_epoch)
+            errors = await append_markers(services.replica_manager, services.group_coordinator, marker, parts)
         out.append(
             MR(
                 producer_id=m.producer_id,

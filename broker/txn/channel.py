@@ -10,7 +10,6 @@ cannot be reached answers a retriable error: the caller retries (markers) or the
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
@@ -22,6 +21,7 @@ from strata.protocol.registry import REQUEST_CLASSES, ApiKey
 from ..cluster.broker_client import BrokerConnection, BrokerConnectionError, inter_broker_security
 from ..endpoints import BrokerEndpoints
 from ..metadata_store import MetadataStore
+from .markers import MarkerWriter, TxnMarker
 from .metadata import TopicPartition
 from .records import TRANSACTION_STATE_TOPIC
 
@@ -31,7 +31,6 @@ E = ErrorCode
 CLIENT_ID = "strata-txn"
 WRITE_TXN_MARKERS_VERSION = 1
 ADD_PARTITIONS_VERIFY_VERSION = 4
-LocalMarkers = Callable[[int, int, bool, int, list[TopicPartition]], Awaitable[dict[TopicPartition, ErrorCode]]]
 
 
 class TxnChannel:
@@ -41,7 +40,7 @@ class TxnChannel:
         broker_id: int,
         store: MetadataStore,
         endpoints: BrokerEndpoints,
-        local_markers: LocalMarkers,
+        local_markers: MarkerWriter,
     ) -> None:
         self.config = config
         self.broker_id = broker_id
@@ -82,12 +81,7 @@ class TxnChannel:
 
     # -- markers (the coordinator's side) ---------------------------------------------------------------------------
     async def write_markers(
-        self,
-        producer_id: int,
-        producer_epoch: int,
-        commit: bool,
-        coordinator_epoch: int,
-        partitions: list[TopicPartition],
+        self, marker: TxnMarker, partitions: list[TopicPartition]
     ) -> dict[TopicPartition, ErrorCode]:
         by_leader: dict[int, list[TopicPartition]] = {}
         out: dict[TopicPartition, ErrorCode] = {}
@@ -99,39 +93,29 @@ class TxnChannel:
                 out[tp] = E.LEADER_NOT_AVAILABLE
             else:
                 by_leader.setdefault(st.leader, []).append(tp)
-        jobs = [
-            self._markers_to(b, producer_id, producer_epoch, commit, coordinator_epoch, tps)
-            for b, tps in by_leader.items()
-        ]
-        for res in await asyncio.gather(*jobs):
+        for res in await asyncio.gather(*(self._markers_to(b, marker, tps) for b, tps in by_leader.items())):
             out.update(res)
         return out
 
     async def _markers_to(
-        self,
-        broker_id: int,
-        producer_id: int,
-        producer_epoch: int,
-        commit: bool,
-        coordinator_epoch: int,
-        partitions: list[TopicPartition],
+        self, broker_id: int, marker: TxnMarker, partitions: list[TopicPartition]
     ) -> dict[TopicPartition, ErrorCode]:
         if broker_id == self.broker_id:
-            return await self.local_markers(producer_id, producer_epoch, commit, coordinator_epoch, partitions)
+            return await self.local_markers(marker, partitions)
         by_topic: dict[str, list[int]] = {}
         for t, p in partitions:
             by_topic.setdefault(t, []).append(p)
         M = REQUEST_CLASSES[ApiKey.WRITE_TXN_MARKERS].WritableTxnMarker
         T = M.WritableTxnMarkerTopic
-        marker = M(
-            producer_id=producer_id,
-            producer_epoch=producer_epoch,
-            transaction_result=commit,
+        wire = M(
+            producer_id=marker.producer_id,
+            producer_epoch=marker.producer_epoch,
+            transaction_result=marker.commit,
             topics=[T(name=t, partition_indexes=ps) for t, ps in by_topic.items()],
-            coordinator_epoch=coordinator_epoch,
+            coordinator_epoch=marker.coordinator_epoch,
         )
         try:
-            resp = await self._request(broker_id, ApiKey.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, markers=[marker])
+            resp = await self._request(broker_id, ApiKey.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, markers=[wire])
         except (BrokerConnectionError, TimeoutError) as e:
             log.info("cannot send transaction markers", broker=broker_id, error=str(e))
             return dict.fromkeys(partitions, E.NETWORK_EXCEPTION)

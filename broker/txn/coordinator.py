@@ -28,6 +28,7 @@ from ..coordinator.runtime import (
     CoordinatorTopic,
 )
 from .channel import TxnChannel
+from .markers import MarkerWriter, TxnMarker
 from .metadata import NO_PRODUCER_EPOCH, TopicPartition, TransactionMetadata, TxnSnapshot, TxnState
 from .records import TRANSACTION_STATE_TOPIC, TxnRecordFormatError, decode_key, decode_value, encode_key, encode_value
 
@@ -36,11 +37,6 @@ log = structlog.get_logger("strata.txn")
 E = ErrorCode
 S = TxnState
 MARKER_RETRY_BACKOFF_S = (0.05, 1.0)  # first and largest wait between marker attempts
-
-
-# Appends commit/abort markers to the partitions of a transaction (WriteTxnMarkers' work): (producer id, producer
-# epoch, commit, coordinator epoch, partitions) -> each partition's error (NONE once its leader has the marker).
-MarkerWriter = Callable[[int, int, bool, int, list[TopicPartition]], Awaitable[dict[TopicPartition, ErrorCode]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,7 +382,8 @@ class TransactionCoordinator:
             while remaining:
                 if self.txns.get(tid) is not md or not self.active:
                     return  # the next coordinator completes it from the log
-                results = await self._write_markers(md.producer_id, md.producer_epoch, commit, cepoch, remaining)
+                marker = TxnMarker(md.producer_id, md.producer_epoch, commit, cepoch)
+                results = await self._write_markers(marker, remaining)
                 retry = []
                 for tp in remaining:
                     e = results.get(tp, E.UNKNOWN_SERVER_ERROR)

@@ -9,6 +9,8 @@ coordinator on another broker.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from strata.protocol.errors import ErrorCode
@@ -23,26 +25,41 @@ if TYPE_CHECKING:
 TopicPartition = tuple[str, int]
 
 
+@dataclass(frozen=True, slots=True)
+class TxnMarker:
+    """What ends one producer's transaction on its partitions (a WritableTxnMarker without the partitions)."""
+
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    coordinator_epoch: int
+
+    def batch(self) -> bytes:
+        return build_end_txn_marker(
+            self.producer_id, self.producer_epoch, commit=self.commit, coordinator_epoch=self.coordinator_epoch
+        )
+
+
+# Appends a marker to partitions: each partition's error (NONE once its leader has the marker).
+MarkerWriter = Callable[[TxnMarker, list[TopicPartition]], Awaitable[dict[TopicPartition, ErrorCode]]]
+
+
 async def append_markers(
     replica_manager: ReplicaManager,
     group_coordinator: GroupCoordinator,
-    producer_id: int,
-    producer_epoch: int,
-    commit: bool,
-    coordinator_epoch: int,
+    marker: TxnMarker,
     partitions: list[TopicPartition],
 ) -> dict[TopicPartition, ErrorCode]:
-    entries: list[tuple[str, int, bytes | memoryview]] = [
-        (t, p, build_end_txn_marker(producer_id, producer_epoch, commit=commit, coordinator_epoch=coordinator_epoch))
-        for t, p in partitions
-    ]
+    """Append `marker` to the partitions this broker leads (the others answer NOT_LEADER_OR_FOLLOWER)."""
+    batch = marker.batch()
+    entries: list[tuple[str, int, bytes | memoryview]] = [(t, p, batch) for t, p in partitions]
     results = await replica_manager.append_records(entries, internal=True, from_client=False)
     out: dict[TopicPartition, ErrorCode] = {}
     for tp, r in zip(partitions, results):
         out[tp] = ErrorCode(r.error)
         if r.error == ErrorCode.NONE and tp[0] == OFFSETS_TOPIC:
-            group_coordinator.complete_transaction(tp[1], producer_id, commit)
+            group_coordinator.complete_transaction(tp[1], marker.producer_id, marker.commit)
     return out
 
 
-__all__ = ["append_markers"]
+__all__ = ["MarkerWriter", "TxnMarker", "append_markers"]
