@@ -99,6 +99,7 @@ def build_handlers() -> dict[int, HandlerFn]:
         producer,
         sasl,
         scram_admin,
+        txn,
     )
 
     return {
@@ -141,6 +142,14 @@ def build_handlers() -> dict[int, HandlerFn]:
         ApiKey.DESCRIBE_ACLS: acls.describe_acls,
         ApiKey.CREATE_ACLS: acls.create_acls,
         ApiKey.DELETE_ACLS: acls.delete_acls,
+        ApiKey.ADD_PARTITIONS_TO_TXN: txn.add_partitions_to_txn,
+        ApiKey.ADD_OFFSETS_TO_TXN: txn.add_offsets_to_txn,
+        ApiKey.END_TXN: txn.end_txn,
+        ApiKey.WRITE_TXN_MARKERS: txn.write_txn_markers,
+        ApiKey.TXN_OFFSET_COMMIT: txn.txn_offset_commit,
+        ApiKey.DESCRIBE_PRODUCERS: txn.describe_producers,
+        ApiKey.DESCRIBE_TRANSACTIONS: txn.describe_transactions,
+        ApiKey.LIST_TRANSACTIONS: txn.list_transactions,
     }
 
 

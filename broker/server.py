@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from strata.config import BrokerConfig, ConfigError
+from strata.protocol.errors import ErrorCode
 from strata.protocol.uuids import kafka_uuid_str
 from strata.storage.cleaner_manager import CleanerConfig, LogCleaner
 from strata.storage.log_manager import LogManager
@@ -39,6 +40,9 @@ from .security.authorizer import AclSync, build_authorizer
 from .security.listener_security import build_listener_security
 from .services import BrokerServices
 from .topic_manager import TopicManager
+from .txn import TRANSACTION_STATE_TOPIC, TransactionCoordinator, TxnConfig
+from .txn.channel import TxnChannel
+from .txn.markers import TxnMarker, append_markers
 
 if TYPE_CHECKING:
     from strata.remote.metadata import TopicIdPartition
@@ -202,6 +206,8 @@ class KafkaServer:
         else:
             self.topic_manager = TopicManager(config, self.store, self.replica_manager)
         self.group_coordinator = GroupCoordinator.from_broker_config(config, self.replica_manager, self.store)
+        producer_ids = ProducerIdManager(self.store)
+        self.txn_coordinator = self._build_txn_coordinator(producer_ids)
         self.replica_manager.leadership_listeners.append(self._on_leadership_change)
         self.dynamic_config.attach(self.replica_manager, self.log_cleaner)
         self.services = BrokerServices(
@@ -214,7 +220,8 @@ class KafkaServer:
             replica_manager=self.replica_manager,
             topic_manager=self.topic_manager,
             group_coordinator=self.group_coordinator,
-            producer_ids=ProducerIdManager(self.store),
+            txn_coordinator=self.txn_coordinator,
+            producer_ids=producer_ids,
             remote_log_manager=self.tiered.rlm if self.tiered is not None else None,
             controller_channel=self.controller_channel,
         )
@@ -336,6 +343,8 @@ class KafkaServer:
 
             if (offsets := self.store.topic(OFFSETS_TOPIC)) is not None:
                 self.group_coordinator.num_partitions = offsets.partitions
+            if (txn_state := self.store.topic(TRANSACTION_STATE_TOPIC)) is not None:
+                self.txn_coordinator.runtime.num_partitions = txn_state.partitions
         await asyncio.get_running_loop().run_in_executor(None, self.log_manager.startup)
         if self._etcd_store is not None:  # (cluster mode)
             self._delete_stray_logs(self._etcd_store)
@@ -370,6 +379,7 @@ class KafkaServer:
                 # died before it could write the marks, and with every replica down nobody else would
                 self.tiered.rlm.start_marking_deleted(self._deleted_while_down)
         await self.group_coordinator.startup()  # loads __consumer_offsets in the background
+        await self.txn_coordinator.startup()  # loads __transaction_state in the background
         self.metrics.register_log_collector(self.replica_manager.all_logs)
         # one broker alone (local metadata) is its own controller and leads every partition
         self.metrics.register_controller(self._is_controller if self.cluster_mode else lambda: True, self._offline)
@@ -527,6 +537,37 @@ class KafkaServer:
                 self.group_coordinator.on_become_leader(partition.index)
             else:
                 self.group_coordinator.on_resign(partition.index)
+        elif partition.topic.name == TRANSACTION_STATE_TOPIC:
+            if leader:
+                self.txn_coordinator.on_become_leader(partition.index)
+            else:
+                self.txn_coordinator.on_resign(partition.index)
+
+    def _build_txn_coordinator(self, producer_ids: ProducerIdManager) -> TransactionCoordinator:
+        """The transaction coordinator; markers go to this broker's partitions in-process and to other leaders
+        over the inter-broker listener (`TxnChannel`), which also asks other coordinators to verify produces."""
+        rm = self.replica_manager
+        gc = self.group_coordinator
+
+        def leader_epoch(index: int) -> int:
+            p = rm.get_partition(TRANSACTION_STATE_TOPIC, index)
+            return max(p.leader_epoch, 0) if p is not None else 0
+
+        async def local_markers(
+            marker: TxnMarker, partitions: list[tuple[str, int]]
+        ) -> dict[tuple[str, int], ErrorCode]:
+            return await append_markers(rm, gc, marker, partitions)
+
+        self.txn_channel = TxnChannel(self.config, self.broker_id, self.store, self.endpoints, local_markers)
+        return TransactionCoordinator(
+            TxnConfig.from_broker_config(self.config),
+            rm,
+            self.store,
+            new_producer_id=producer_ids.generate,
+            write_markers=self.txn_channel.write_markers,
+            leader_epoch=leader_epoch,
+            channel=self.txn_channel,
+        )
 
     async def _isr_expiration(self) -> None:
         self.replica_manager.maybe_shrink_isr()
@@ -561,6 +602,8 @@ class KafkaServer:
             await self.controller.stop()
         for t in self._tasks:
             t.cancel()
+        await self.txn_coordinator.shutdown()  # lets queued transaction-state writes land
+        await self.txn_channel.close()
         await self.group_coordinator.shutdown()  # answers parked joins, lets queued offset writes land
         await self.socket_server.stop()
         if self.controller_channel is not None:

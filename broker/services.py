@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
     from .cluster.forwarding import ControllerChannel
     from .group import GroupCoordinator
+    from .txn import TransactionCoordinator
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +40,7 @@ class BrokerServices:
     replica_manager: ReplicaManager
     topic_manager: TopicManager
     group_coordinator: GroupCoordinator
+    txn_coordinator: TransactionCoordinator
     producer_ids: ProducerIdManager
     remote_log_manager: RemoteLogManager | None  # tiered storage (remote.log.storage.system.enable)
     controller_channel: ControllerChannel | None  # a cluster: admin requests go to the controller

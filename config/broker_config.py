@@ -248,6 +248,56 @@ _BROKER_DEFS: list[ConfigDef] = [
         "offsets.retention.check.interval.ms", T.LONG, 600000, "how often offsets are checked for expiry", at_least(1)
     ),
     ConfigDef("offset.metadata.max.bytes", T.INT, 4096, "largest metadata string of a committed offset"),
+    # transactions (names and defaults from Kafka's TransactionLogConfig and TransactionStateManagerConfig)
+    ConfigDef(
+        "transaction.state.log.num.partitions", T.INT, 50, "partitions of __transaction_state (set once)", at_least(1)
+    ),
+    ConfigDef(
+        "transaction.state.log.replication.factor",
+        T.SHORT,
+        3,
+        "replication factor of __transaction_state (capped by the live brokers)",
+        at_least(1),
+    ),
+    ConfigDef("transaction.state.log.min.isr", T.INT, 2, "min.insync.replicas of __transaction_state", at_least(1)),
+    ConfigDef(
+        "transaction.state.log.segment.bytes",
+        T.INT,
+        100 * 1024 * 1024,
+        "segment size of __transaction_state",
+        at_least(1),
+    ),
+    ConfigDef(
+        "transaction.state.log.load.buffer.size",
+        T.INT,
+        5 * 1024 * 1024,
+        "read size when loading transactions",
+        at_least(1),
+    ),
+    ConfigDef(
+        "transaction.max.timeout.ms",
+        T.INT,
+        900000,
+        "largest transaction.timeout.ms a producer may ask for",
+        at_least(1),
+    ),
+    ConfigDef(
+        "transactional.id.expiration.ms", T.INT, 604800000, "idle transactional ids are removed after this", at_least(1)
+    ),
+    ConfigDef(
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+        T.INT,
+        10000,
+        "how often transactions past their timeout are looked for and aborted",
+        at_least(1),
+    ),
+    ConfigDef(
+        "transaction.remove.expired.transaction.cleanup.interval.ms",
+        T.INT,
+        3600000,
+        "how often expired transactional ids are removed",
+        at_least(1),
+    ),
     # KIP-405 tiered storage (names and defaults from Kafka's RemoteLogManagerConfig)
     ConfigDef("remote.log.storage.system.enable", T.BOOLEAN, False, "enable tiered storage on this broker"),
     ConfigDef(
@@ -308,13 +358,6 @@ _BROKER_DEFS: list[ConfigDef] = [
         T.INT,
         600000,
         "how often idle producer ids are expired",
-        at_least(1),
-    ),
-    ConfigDef(
-        "transactional.id.expiration.ms",
-        T.INT,
-        604800000,
-        "expire a transactional id idle this long (kept for Kafka parity: no transactions yet)",
         at_least(1),
     ),
     ConfigDef(

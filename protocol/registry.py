@@ -67,6 +67,11 @@ class ApiKey:
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    WRITE_TXN_MARKERS = 27
+    TXN_OFFSET_COMMIT = 28
     DESCRIBE_ACLS = 29
     CREATE_ACLS = 30
     DELETE_ACLS = 31
@@ -86,6 +91,9 @@ class ApiKey:
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
+    DESCRIBE_PRODUCERS = 61
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
 
 
 def api_name(api_key: int) -> str:
@@ -112,7 +120,17 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.LIST_GROUPS: (0, 5),
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.OFFSET_DELETE: (0, 0),
-    ApiKey.INIT_PRODUCER_ID: (0, 5),  # non-transactional (idempotent) producers; v6 is KIP-939 2PC
+    ApiKey.INIT_PRODUCER_ID: (0, 5),  # v6 is KIP-939 2PC
+    # transactions at transaction.version 1 (no KIP-890 part 2); AddPartitionsToTxn v4+ is the brokers' batched
+    # verification (KIP-890 part 1)
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 5),
+    ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
+    ApiKey.END_TXN: (0, 4),  # v5: KIP-890 part 2 (epoch bump per transaction)
+    ApiKey.WRITE_TXN_MARKERS: (1, 1),  # v2: transaction version in the marker (TV2)
+    ApiKey.TXN_OFFSET_COMMIT: (0, 4),  # v5: KIP-890 part 2
+    ApiKey.DESCRIBE_PRODUCERS: (0, 0),
+    ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
+    ApiKey.LIST_TRANSACTIONS: (0, 2),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
     ApiKey.API_VERSIONS: (0, 4),
     ApiKey.SASL_HANDSHAKE: (0, 1),  # v0: the legacy flow (raw tokens after the handshake)

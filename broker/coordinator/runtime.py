@@ -24,12 +24,14 @@ import asyncio
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from functools import partial
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import structlog
 
 from strata.protocol.errors import ErrorCode
 from strata.protocol.records import build_batch, iter_batches, iter_records
+from strata.storage.producer_state import read_end_marker
 
 if TYPE_CHECKING:
     from strata.storage.log import FetchDataInfo
@@ -43,6 +45,8 @@ LOAD_BUFFER_DEFAULT = 5 * 1024 * 1024
 BUILD_OFF_LOOP_RECORDS = 1024  # writes with more records are built into a batch in a worker thread
 Record = tuple[bytes, bytes | None]  # (key, value); a None value is a tombstone
 L = TypeVar("L")
+L_contra = TypeVar("L_contra", contravariant=True)
+_Write = tuple[int, Sequence[Record], "asyncio.Future[ErrorCode]", tuple[int, int] | None]
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -66,6 +70,15 @@ def partition_for(key: str, num_partitions: int) -> int:
 # ---------------------------------------------------------------------------------------------------------------------
 # what the runtime needs from the broker, and from the state machine it hosts
 # ---------------------------------------------------------------------------------------------------------------------
+def _build(records: Sequence[Record], now: int, producer_id: int, producer_epoch: int) -> bytes:
+    """A batch of the coordinator's records; with a producer id, a transactional batch of that producer."""
+    if producer_id < 0:
+        return build_batch(records, timestamp=now)
+    return build_batch(
+        records, timestamp=now, producer_id=producer_id, producer_epoch=producer_epoch, is_transactional=True
+    )
+
+
 class CoordinatorLog(Protocol):
     """The local log of a partition of the coordinator topic, as a load reads it."""
 
@@ -96,7 +109,13 @@ class CoordinatorReplicaManager(Protocol):
     def get_partition(self, topic: str, partition: int) -> CoordinatorPartition | None: ...
 
     async def append_records(
-        self, entries: list[tuple[str, int, bytes | memoryview]], internal: bool = False
+        self,
+        entries: list[tuple[str, int, bytes | memoryview]],
+        internal: bool = False,
+        required_acks: int | None = None,
+        timeout_ms: int | None = None,
+        *,
+        from_client: bool = True,
     ) -> Sequence[AppendResult]: ...
 
     def ensure_partitions(self, info: TopicInfo) -> None: ...
@@ -115,6 +134,19 @@ class CoordinatorMetadataStore(Protocol):
     async def create_topic(
         self, name: str, partitions: int, configs: dict[str, str], internal: bool = False, replication_factor: int = 1
     ) -> TopicInfo: ...
+
+
+@runtime_checkable
+class TransactionalReplay(Protocol[L_contra]):
+    """What a state machine that writes transactional records (the group coordinator's TxnOffsetCommit) adds to
+    `CoordinatorShard`: a load hands it those records with their producer id, and the commit/abort markers that
+    end them, in log order."""
+
+    def replay_transactional(
+        self, state: L_contra, producer_id: int, key: bytes | None, value: bytes | None
+    ) -> None: ...
+
+    def replay_end_txn(self, state: L_contra, producer_id: int, commit: bool) -> None: ...
 
 
 class CoordinatorShard(Protocol[L]):
@@ -141,6 +173,7 @@ class CoordinatorTopic:
     replication_factor: int
     segment_bytes: int
     load_buffer_size: int = LOAD_BUFFER_DEFAULT
+    min_isr: int | None = None  # the topic's min.insync.replicas (capped by its replication factor)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -170,7 +203,7 @@ class CoordinatorRuntime(Generic[L]):
         self._load_gen: dict[int, int] = {}
         self.active = False
         self.loaded = asyncio.Event()  # the partitions led at startup are loaded
-        self._queue: asyncio.Queue[tuple[int, Sequence[Record], asyncio.Future[ErrorCode]]] | None = None
+        self._queue: asyncio.Queue[_Write] | None = None
         self._queue_taken = asyncio.Event()  # set when the writer takes the last queued write (shutdown's drain)
         self._tasks: list[asyncio.Task[None]] = []
         self._spawned: set[asyncio.Task[Any]] = set()
@@ -242,6 +275,8 @@ class CoordinatorRuntime(Generic[L]):
         try:
             # Capped by the live brokers (Kafka refuses instead; docs/configuration.md).
             rf = min(self.topic.replication_factor, max(1, len(store.brokers())))
+            if self.topic.min_isr is not None:
+                configs["min.insync.replicas"] = str(min(self.topic.min_isr, rf))
             info = await store.create_topic(name, self.num_partitions, configs, internal=True, replication_factor=rf)
             if not store.clustered:  # in a cluster the replicas follow the partition states
                 self.replica_manager.ensure_partitions(info)
@@ -323,6 +358,7 @@ class CoordinatorRuntime(Generic[L]):
         """Replay one partition from its log start offset (Kafka's coordinator load); with `gen`, the state is
         installed only if the partition was not resigned (or re-won) meanwhile."""
         state = self.shard.begin_load(partition)
+        txn: TransactionalReplay[L] | None = self.shard if isinstance(self.shard, TransactionalReplay) else None
         offset = ulog.log_start_offset
         end = ulog.log_end_offset
         count = 0
@@ -338,10 +374,17 @@ class CoordinatorRuntime(Generic[L]):
                 advanced = True
                 offset = h.next_offset
                 if h.is_control:
+                    if txn is not None and h.is_transactional:
+                        marker = read_end_marker(buf, pos)
+                        if marker is not None:
+                            txn.replay_end_txn(state, h.producer_id, not marker[0])
                     continue
                 for r in iter_records(buf, pos):
                     count += 1
-                    self.shard.replay(state, r.key, r.value)
+                    if txn is not None and h.is_transactional:
+                        txn.replay_transactional(state, h.producer_id, r.key, r.value)
+                    else:
+                        self.shard.replay(state, r.key, r.value)
             if not advanced:
                 break
             await asyncio.sleep(0)
@@ -351,14 +394,18 @@ class CoordinatorRuntime(Generic[L]):
         return count
 
     # -- writes ------------------------------------------------------------------------------------------------------
-    def write(self, partition: int, records: Sequence[Record]) -> asyncio.Future[ErrorCode]:
+    def write(
+        self, partition: int, records: Sequence[Record], producer: tuple[int, int] | None = None
+    ) -> asyncio.Future[ErrorCode]:
         """Queue records for one partition now (so records keep the order in which the state machine produced
-        them); the future resolves to the append's error code once the records are committed or failed."""
+        them); the future resolves to the append's error code once the records are committed or failed.
+        `producer` (id, epoch) writes them as a transactional batch of that producer (Kafka's TxnOffsetCommit
+        append, origin COORDINATOR): they count only once a commit marker follows."""
         fut: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
         if self._queue is None:
             fut.set_result(E.COORDINATOR_NOT_AVAILABLE)
         else:
-            self._queue.put_nowait((partition, records, fut))
+            self._queue.put_nowait((partition, records, fut, producer))
         return fut
 
     def write_nowait(self, partition: int, records: Sequence[Record], what: str) -> None:
@@ -379,18 +426,24 @@ class CoordinatorRuntime(Generic[L]):
         assert self._queue is not None
         rm = self.replica_manager
         while True:
-            partition, records, fut = await self._queue.get()
+            partition, records, fut, producer = await self._queue.get()
             if self._queue.empty():
                 self._queue_taken.set()
             try:
                 if not await self.ensure_topic():
                     err = E.COORDINATOR_NOT_AVAILABLE
                 else:
+                    pid, epoch = producer if producer is not None else (-1, -1)
+                    now = self.now()
                     if len(records) > BUILD_OFF_LOOP_RECORDS:  # e.g. a commit of 100,000 offsets: ~1 s to build
-                        batch = await asyncio.to_thread(build_batch, records, timestamp=self.now())
+                        batch = await asyncio.to_thread(partial(_build, records, now, pid, epoch))
                     else:
-                        batch = build_batch(records, timestamp=self.now())
-                    res = (await rm.append_records([(self.topic.name, partition, batch)], internal=True))[0]
+                        batch = _build(records, now, pid, epoch)
+                    entry: list[tuple[str, int, bytes | memoryview]] = [(self.topic.name, partition, batch)]
+                    if producer is None:
+                        res = (await rm.append_records(entry, internal=True))[0]
+                    else:  # Kafka's AppendOrigin COORDINATOR: no sequence numbers to check
+                        res = (await rm.append_records(entry, internal=True, from_client=False))[0]
                     err = ErrorCode(res.error)
             except asyncio.CancelledError:
                 if not fut.done():
@@ -411,6 +464,7 @@ __all__ = [
     "CoordinatorShard",
     "CoordinatorTopic",
     "Record",
+    "TransactionalReplay",
     "java_string_hash",
     "partition_for",
 ]

@@ -329,10 +329,34 @@ class GroupCoordinator:
         except (RecordFormatError, UnicodeDecodeError, ValueError) as e:
             log.warning("skipping an unreadable offsets-topic record", error=str(e))
 
+    def replay_transactional(self, state: GroupLoad, producer_id: int, key: bytes | None, value: bytes | None) -> None:
+        """An offset commit written in a transaction (TxnOffsetCommit): pending until its marker."""
+        if key is None:
+            return
+        try:
+            k = decode_key(key)
+            if not isinstance(k, OffsetCommitKey) or value is None:
+                return
+            g = state.groups.get(k.group)
+            if g is None:
+                g = state.groups[k.group] = ClassicGroup(k.group, state.now)
+            g.pending_txn_offsets.setdefault(producer_id, {})[(k.topic, k.partition)] = decode_offset_commit_value(
+                value
+            )
+        except (RecordFormatError, UnicodeDecodeError, ValueError) as e:
+            log.warning("skipping an unreadable offsets-topic record", error=str(e))
+
+    def replay_end_txn(self, state: GroupLoad, producer_id: int, commit: bool) -> None:
+        for g in state.groups.values():
+            pending = g.pending_txn_offsets.pop(producer_id, None)
+            if pending is not None and commit:
+                g.offsets.update(pending)
+
     def complete_load(self, partition: int, state: GroupLoad) -> None:
         for gid, g in state.groups.items():
             g.subscribed_topics = g.compute_subscribed_topics()
             self.groups[gid] = g
+            self.offsets.track_pending(g)
             for m in g.members.values():
                 self._schedule_heartbeat(g, m)
 
@@ -347,6 +371,7 @@ class GroupCoordinator:
                 g.complete_join(m, JoinResult(E.NOT_COORDINATOR, member_id=m.member_id))
                 g.complete_sync(m, SyncResult(E.NOT_COORDINATOR))
             self._cancel_group_timers(gid)
+            self.offsets.untrack_pending(g)
             g.transition_to(S.DEAD, now)
             del self.groups[gid]
 
@@ -931,6 +956,38 @@ class GroupCoordinator:
             if err:
                 return err, {}
         return E.NONE, await self.offsets.store(group, offsets)
+
+    async def commit_transactional_offsets(
+        self,
+        group_id: str,
+        producer: tuple[int, int],
+        generation_id: int,
+        member_id: str,
+        instance_id: str | None,
+        offsets: dict[tuple[str, int], OffsetAndMetadata],
+    ) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
+        """TxnOffsetCommit (Kafka's handleTxnCommitOffsets): as an offset commit, but the offsets count only once
+        the producer's transaction commits. A group that does not exist is created (a simple group)."""
+        err = self.check_group(group_id)
+        if err:
+            return err, {}
+        group = self.groups.get(group_id)
+        if group is None:
+            group = self.groups[group_id] = ClassicGroup(group_id, self._now())
+        elif generation_id >= 0 or member_id or instance_id is not None:
+            err = self._validate_offset_commit(group, member_id, instance_id, generation_id)
+            if err and err != E.REBALANCE_IN_PROGRESS:
+                return err, {}
+        return E.NONE, await self.offsets.store_transactional(group, producer, offsets)
+
+    def has_pending_txn_offset(self, group_id: str, tp: tuple[str, int]) -> bool:
+        """Whether an open transaction has written an offset of `tp` for the group (OffsetFetch require_stable)."""
+        g = self.groups.get(group_id)
+        return g is not None and any(tp in pending for pending in g.pending_txn_offsets.values())
+
+    def complete_transaction(self, partition: int, producer_id: int, commit: bool) -> None:
+        """WriteTxnMarkers appended `producer_id`'s marker to `__consumer_offsets` partition `partition`."""
+        self.offsets.complete_transaction(partition, producer_id, commit)
 
     def fetch_offsets(
         self, group_id: str, topics: list[tuple[str, list[int]]] | None

@@ -170,6 +170,8 @@ class ClassicGroup:
         self.new_member_added = False
         self.subscribed_topics: set[str] | None = None
         self.offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
+        # TxnOffsetCommit: offsets written in a producer's open transaction, committed by its commit marker
+        self.pending_txn_offsets: dict[int, dict[tuple[str, int], OffsetAndMetadata]] = {}
 
     # -- state -----------------------------------------------------------------------------------------------
     def is_in(self, *states: GroupState) -> bool:

@@ -63,6 +63,8 @@ class OffsetMetadataManager:
         self.metadata_max_bytes = metadata_max_bytes
         self.retention_ms = retention_ms
         self.has_timers = has_timers
+        # producer id -> groups holding its pending transactional offsets, so a marker finds them without a scan
+        self.txn_groups: dict[int, set[str]] = {}
 
     async def store(
         self, group: ClassicGroup, offsets: dict[tuple[str, int], OffsetAndMetadata]
@@ -92,6 +94,60 @@ class OffsetMetadataManager:
             for tp in accepted:
                 results[tp] = E.NONE
         return results
+
+    async def store_transactional(
+        self, group: ClassicGroup, producer: tuple[int, int], offsets: dict[tuple[str, int], OffsetAndMetadata]
+    ) -> dict[tuple[str, int], ErrorCode]:
+        """TxnOffsetCommit: the records go in the producer's transaction; the offsets stay pending in the group
+        until the transaction's marker reaches this partition (`complete_transaction`)."""
+        group_id = group.group_id
+        results: dict[tuple[str, int], ErrorCode] = {}
+        kvs = []
+        accepted = {}
+        for n, (tp, om) in enumerate(offsets.items()):
+            await pace(n)
+            if len(om.metadata.encode()) > self.metadata_max_bytes:
+                results[tp] = E.OFFSET_METADATA_TOO_LARGE
+                continue
+            kvs.append((encode_offset_commit_key(group_id, tp[0], tp[1]), encode_offset_commit_value(om, 3)))
+            accepted[tp] = om
+        if kvs:
+            werr = await self.runtime.write(self.runtime.partition_for(group_id), kvs, producer=producer)
+            mapped = map_append_error(werr, True) if werr else E.NONE
+            if not werr and self.groups.get(group_id) is group:
+                group.pending_txn_offsets.setdefault(producer[0], {}).update(accepted)
+                self.txn_groups.setdefault(producer[0], set()).add(group_id)
+            for tp in accepted:
+                results[tp] = mapped
+        return results
+
+    def complete_transaction(self, partition: int, producer_id: int, commit: bool) -> None:
+        """A marker of `producer_id` reached `partition`: its pending offsets there are committed or dropped."""
+        gids = self.txn_groups.get(producer_id)
+        if gids is None:
+            return
+        for gid in [g for g in gids if self.runtime.partition_for(g) == partition]:
+            gids.discard(gid)
+            group = self.groups.get(gid)
+            pending = group.pending_txn_offsets.pop(producer_id, None) if group is not None else None
+            if group is not None and pending is not None and commit:
+                group.offsets.update(pending)
+        if not gids:
+            del self.txn_groups[producer_id]
+
+    def track_pending(self, group: ClassicGroup) -> None:
+        """A loaded group's pending transactional offsets join the index."""
+        for pid in group.pending_txn_offsets:
+            self.txn_groups.setdefault(pid, set()).add(group.group_id)
+
+    def untrack_pending(self, group: ClassicGroup) -> None:
+        """An unloaded group's pending transactional offsets leave the index."""
+        for pid in group.pending_txn_offsets:
+            gids = self.txn_groups.get(pid)
+            if gids is not None:
+                gids.discard(group.group_id)
+                if not gids:
+                    del self.txn_groups[pid]
 
     def fetch(
         self, group_id: str, topics: list[tuple[str, list[int]]] | None
@@ -151,7 +207,13 @@ class OffsetMetadataManager:
                     elif now - base(om) >= self.retention_ms:
                         expired.append(tp)
             all_gone = len(expired) == len(g.offsets)
-            delete_group = all_gone and g.is_in(S.EMPTY) and not g.pending_members and not self.has_timers(gid)
+            delete_group = (
+                all_gone
+                and g.is_in(S.EMPTY)
+                and not g.pending_members
+                and not g.pending_txn_offsets
+                and not self.has_timers(gid)
+            )
             if not expired and not delete_group:
                 continue
             kvs = writes.setdefault(p, [])

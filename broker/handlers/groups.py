@@ -22,6 +22,7 @@ from ..group.records import OffsetAndMetadata
 from ..replica_manager import YIELD_EVERY, pace
 from ..request_context import RequestContext
 from ..services import BrokerServices
+from ..txn import TRANSACTION_STATE_TOPIC
 
 E = ErrorCode
 Op = AclOperation
@@ -66,17 +67,29 @@ async def find_coordinator(services: BrokerServices, ctx: RequestContext, req: A
     elif key_type == KEY_TYPE_TRANSACTION:
         allowed = filter_authorized(ctx, Op.DESCRIBE, ResourceType.TRANSACTIONAL_ID, keys)
         refused = (E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, _TXN_AUTH_FAILED)
+    txn = services.txn_coordinator
     if key_type == KEY_TYPE_GROUP and coord.active and allowed:
         await coord.ensure_offsets_topic()  # Kafka creates the offsets topic on the first FindCoordinator
+    elif key_type == KEY_TYPE_TRANSACTION and txn.active and allowed:
+        await txn.ensure_topic()  # and the transaction state topic on the first transactional one
 
     def answer(key: str, key_type: int) -> tuple[ErrorCode, str | None, int, str, int]:
-        """The coordinator of a group is the leader of its __consumer_offsets partition."""
+        """The coordinator of a group (a transactional id) is the leader of its __consumer_offsets
+        (__transaction_state) partition."""
         if refused is not None and key not in allowed:
             return refused[0], refused[1], -1, "", -1
-        if key_type == KEY_TYPE_GROUP:
-            if not coord.active or not coord.offsets_topic_exists():
+        if key_type in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
+            if key_type == KEY_TYPE_GROUP:
+                up = coord.active and coord.offsets_topic_exists()
+                topic, index = OFFSETS_TOPIC, coord.partition_for(key)
+            else:
+                if key == "":
+                    return E.INVALID_REQUEST, "Transactional id must not be empty.", -1, "", -1
+                up = txn.active and txn.topic_exists()
+                topic, index = TRANSACTION_STATE_TOPIC, txn.partition_for(key)
+            if not up:
                 return E.COORDINATOR_NOT_AVAILABLE, "The coordinator is not available.", -1, "", -1
-            state = store.partition_state(OFFSETS_TOPIC, coord.partition_for(key))
+            state = store.partition_state(topic, index)
             leader = state.leader if state is not None else -1
             if leader == services.broker_id:
                 host, port = services.endpoints.advertised_endpoint(listener)
@@ -86,8 +99,6 @@ async def find_coordinator(services: BrokerServices, ctx: RequestContext, req: A
             if ep is None:
                 return E.COORDINATOR_NOT_AVAILABLE, "The coordinator is not available.", -1, "", -1
             return E.NONE, None, leader, ep[0], ep[1]
-        if key_type == KEY_TYPE_TRANSACTION:
-            return E.COORDINATOR_NOT_AVAILABLE, "This broker has no transaction coordinator.", -1, "", -1
         return E.INVALID_REQUEST, f"Unsupported key type {key_type}.", -1, "", -1
 
     if v >= 4:
@@ -341,6 +352,9 @@ async def offset_fetch(services: BrokerServices, ctx: RequestContext, req: Any) 
                     ctx, coord, P, g.group_id, topics, lambda t, ps: T(name=t, partitions=ps)
                 )
                 groups.append(G(group_id=g.group_id, topics=tops, error_code=err))
+        if req.require_stable:
+            for g in groups:
+                _mark_unstable(services, coord, g.group_id, g.topics)
         return Resp(version=v, throttle_time_ms=0, groups=groups)
     T = Resp.OffsetFetchResponseTopic
     P = T.OffsetFetchResponsePartition
@@ -355,7 +369,29 @@ async def offset_fetch(services: BrokerServices, ctx: RequestContext, req: Any) 
             tops = await _fetched_topics(P, asked, lambda t, ps: T(name=t, partitions=ps), err)
             return Resp(version=v, throttle_time_ms=0, topics=tops)
         return Resp(version=v, throttle_time_ms=0, topics=[], error_code=err)
+    if v >= 7 and req.require_stable:
+        _mark_unstable(services, coord, req.group_id, tops)
     return Resp(version=v, throttle_time_ms=0, topics=tops, error_code=E.NONE)
+
+
+def _mark_unstable(services: BrokerServices, coord: Any, group_id: str, topics: list[Any]) -> None:
+    """`require_stable` (KIP-447): a partition whose offset a transaction of the group has written but not yet
+    committed or aborted answers UNSTABLE_OFFSET_COMMIT (the consumer retries) instead of the older offset."""
+    for t in topics:
+        name = t.name if getattr(t, "name", None) else None
+        if name is None and getattr(t, "topic_id", None) is not None:
+            info = services.store.topic_by_id(t.topic_id)
+            name = info.name if info is not None else None
+        for p in t.partitions:
+            if (
+                name is not None
+                and p.error_code == E.NONE
+                and coord.has_pending_txn_offset(group_id, (name, p.partition_index))
+            ):
+                p.error_code = E.UNSTABLE_OFFSET_COMMIT
+                p.committed_offset = -1
+                p.committed_leader_epoch = -1
+                p.metadata = ""
 
 
 async def _fetch_group(

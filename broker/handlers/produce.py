@@ -12,13 +12,14 @@ from strata.protocol.records import (
     COMPRESSION_MASK,
     HEADER,
     HEADER_SIZE,
+    TRANSACTIONAL_MASK,
     RecordBatchError,
     check_produce_records,
     is_crc_valid,
 )
 from strata.protocol.registry import ApiKey, response_class
 
-from ..authorization import filter_authorized
+from ..authorization import authorize, filter_authorized
 from ..authorized_ops import AclOperation, ResourceType
 from ..network import CloseConnection
 from ..request_context import RequestContext
@@ -68,6 +69,33 @@ async def prescan_large_batches(services: BrokerServices, entries: list[tuple[st
             entries[k] = (name, index, scanned)
 
 
+async def verify_transactional(
+    services: BrokerServices,
+    ctx: RequestContext,
+    req: Any,
+    topic: str,
+    index: int,
+    records: bytes | memoryview,
+    verified: set[int],
+) -> ErrorCode | None:
+    """A transactional batch needs WRITE on the request's transactional id, and its producer's ongoing transaction
+    must include the partition (KIP-890 part 1, asked of the transaction coordinator). None: append it;
+    its producer joins `verified`."""
+    if len(records) < HEADER_SIZE:
+        return None
+    f = HEADER.unpack_from(records, 0)
+    if not f[5] & TRANSACTIONAL_MASK or f[9] < 0:
+        return None
+    tid = req.transactional_id if ctx.api_version >= 3 else None
+    if tid is None or not authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
+        return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    err = await services.txn_coordinator.verify_produce(tid, f[9], f[10], (topic, index))
+    if err:
+        return err
+    verified.add(f[9])
+    return None
+
+
 async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
     Resp = response_class(ApiKey.PRODUCE)
     TopicResp = Resp.TopicProduceResponse
@@ -97,6 +125,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
         fixed_error = ErrorCode.INVALID_REQUIRED_ACKS
 
     entries: list[tuple[str, int, bytes | memoryview]] = []
+    verified: set[int] = set()  # producers whose transactional batches the coordinator verified (KIP-890)
     # (topic idx, partition idx, pre-append error and its message)
     slots: list[tuple[int, int, int | None, str | None]] = []
     for ti, (td, name, _tid) in enumerate(topics):
@@ -116,7 +145,9 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
             else:
                 try:
                     check_produce_records(v, pd.records)
-                    entries.append((name, pd.index, pd.records))
+                    err = await verify_transactional(services, ctx, req, name, pd.index, pd.records, verified)
+                    if err is None:
+                        entries.append((name, pd.index, pd.records))
                 except RecordBatchError as e:
                     err, message = e.error_code, str(e)
             slots.append((ti, pd.index, err, message))
@@ -132,7 +163,11 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
     results = (
         iter(
             await services.replica_manager.append_records(
-                entries, internal=internal, required_acks=req.acks, timeout_ms=req.timeout_ms
+                entries,
+                internal=internal,
+                required_acks=req.acks,
+                timeout_ms=req.timeout_ms,
+                verified_producers=frozenset(verified),
             )
         )
         if entries

@@ -64,6 +64,9 @@ INIT_PRODUCER_ID, OFFSET_FOR_LEADER_EPOCH, CREATE_ACLS, DESCRIBE_CONFIGS, ALTER_
 DESCRIBE_LOG_DIRS, CREATE_PARTITIONS, DELETE_GROUPS, ELECT_LEADERS, INCREMENTAL_ALTER_CONFIGS = 35, 37, 42, 43, 44
 ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS, OFFSET_DELETE = 45, 46, 47
 DESCRIBE_SCRAM, ALTER_SCRAM, DESCRIBE_CLUSTER = 50, 51, 60
+ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, WRITE_TXN_MARKERS, TXN_OFFSET_COMMIT = 24, 25, 26, 27, 28
+DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 61, 65, 66
+INVALID_TXN_STATE = 48
 # ConfigResource types
 TOPIC_RES, BROKER_RES, BROKER_LOGGER_RES, GROUP_RES = 2, 4, 8, 32
 
@@ -118,6 +121,7 @@ ACLS = [
     acl(RT.TOPIC, "bob-made", "User:bob", Op.CREATE),
     acl(RT.CLUSTER, "kafka-cluster", "User:alice", Op.IDEMPOTENT_WRITE),
     acl(RT.TOPIC, "carol-t", "User:carol", Op.WRITE),
+    acl(RT.TRANSACTIONAL_ID, "alice-tx-ok", "User:alice", Op.WRITE),
 ]
 
 
@@ -290,6 +294,65 @@ def test_metadata_by_topic_id(env: Env) -> None:
     by_id = {t.topic_id: t for t in resp.topics}
     assert by_id[ids["secret"]].error_code == TOPIC_AUTH and by_id[ids["secret"]].name is None  # the name is secret
     assert by_id[ids["alice-rw"]].error_code == NONE and by_id[ids["alice-rw"]].name == "alice-rw"
+
+
+# -- transactions ---------------------------------------------------------------------------------------------------
+def test_transactional_ids_need_write(env: Env) -> None:
+    """InitProducerId, AddPartitionsToTxn and a transactional Produce need WRITE on the transactional id (alice has it
+    on alice-tx-ok only); AddPartitionsToTxn v4+ is for brokers (CLUSTER_ACTION); ListTransactions filters."""
+    wait_until(lambda: env.alice.call(FIND_COORDINATOR, 3, key="alice-tx-ok", key_type=1).error_code == NONE, 30)
+    init = env.alice.call(
+        INIT_PRODUCER_ID,
+        4,
+        transactional_id="alice-tx-ok",
+        transaction_timeout_ms=60000,
+        producer_id=-1,
+        producer_epoch=-1,
+    )
+    assert init.error_code == NONE
+    pid, epoch = init.producer_id, init.producer_epoch
+
+    def add(c: WireClient, tid: str, topic: str, version: int = 3) -> list[int]:
+        fields = {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch}
+        if version >= 4:
+            r = c.call(
+                ADD_PARTITIONS_TO_TXN,
+                version,
+                transactions=[{**fields, "verify_only": False, "topics": [{"name": topic, "partitions": [0]}]}],
+            )
+            return [r.error_code]
+        r = c.call(
+            ADD_PARTITIONS_TO_TXN,
+            version,
+            **{f"v3_and_below_{k}": v for k, v in fields.items()},
+            v3_and_below_topics=[{"name": topic, "partitions": [0]}],
+        )
+        return [p.partition_error_code for t in r.results_by_topic_v3_and_below for p in t.results_by_partition]
+
+    assert add(env.alice, "alice-tx", "alice-rw") == [TXN_AUTH]
+    assert add(env.alice, "alice-tx-ok", "secret") == [TOPIC_AUTH]
+    assert add(env.alice, "alice-tx-ok", "alice-rw", version=4) == [CLUSTER_AUTH]
+
+    def produce_txn(tid: str) -> int:
+        from strata.protocol.records import build_batch as txn_batch
+
+        batch = txn_batch([b"v"], producer_id=pid, producer_epoch=epoch, base_sequence=0, is_transactional=True)
+        r = env.alice.call(
+            PRODUCE,
+            9,
+            transactional_id=tid,
+            acks=1,
+            timeout_ms=5000,
+            topic_data=[{"name": "alice-rw", "partition_data": [{"index": 1, "records": batch}]}],
+        )
+        return r.responses[0].partition_responses[0].error_code
+
+    assert produce_txn("alice-tx") == TXN_AUTH
+    assert produce_txn("alice-tx-ok") == INVALID_TXN_STATE  # allowed, but partition 1 is not in a transaction
+    listed = env.bob.call(LIST_TRANSACTIONS, 0, state_filters=[], producer_id_filters=[])
+    assert listed.error_code == NONE and listed.transaction_states == []
+    listed = env.admin.call(LIST_TRANSACTIONS, 0, state_filters=[], producer_id_filters=[])
+    assert [t.transactional_id for t in listed.transaction_states] == ["alice-tx-ok"]  # fmt: skip
 
 
 # -- groups ---------------------------------------------------------------------------------------------------------
@@ -653,6 +716,7 @@ def _refusals(ids: dict[str, uuid.UUID]) -> list[tuple[int, str, int | None, dic
     part |= {"log_start_offset": -1, "partition_max_bytes": 1024}
     offs = {"partition_index": 0, "committed_offset": 1, "committed_leader_epoch": -1, "committed_metadata": ""}
     alter = {"resource_type": TOPIC_RES, "resource_name": "alice-rw"}
+    txn = {"transactional_id": "alice-tx", "producer_id": 1, "producer_epoch": 0}
     return [
         (PRODUCE, "alice", TOPIC_AUTH, {"transactional_id": None, "acks": 1, "timeout_ms": 5000, "topic_data": [
             {"name": "secret", "topic_id": ids["secret"],
@@ -713,6 +777,17 @@ def _refusals(ids: dict[str, uuid.UUID]) -> list[tuple[int, str, int | None, dic
         (LIST_REASSIGNMENTS, "alice", CLUSTER_AUTH, {"timeout_ms": 10000, "topics": None}),
         (DESCRIBE_SCRAM, "alice", CLUSTER_AUTH, {"users": None}),
         (ALTER_SCRAM, "alice", CLUSTER_AUTH, {"deletions": [{"name": "carol", "mechanism": 1}], "upsertions": []}),
+        (INIT_PRODUCER_ID, "alice", TXN_AUTH, {"transactional_id": "alice-tx", "transaction_timeout_ms": 60000,
+            "producer_id": -1, "producer_epoch": -1}),
+        (ADD_OFFSETS_TO_TXN, "alice", TXN_AUTH, {**txn, "group_id": "alice-g"}),
+        (END_TXN, "alice", TXN_AUTH, {**txn, "committed": True}),
+        (TXN_OFFSET_COMMIT, "alice", TXN_AUTH, {**txn, "group_id": "alice-g", "generation_id": -1, "member_id": "",
+            "group_instance_id": None, "topics": [{"name": "alice-rw", "partitions": [offs]}]}),
+        (WRITE_TXN_MARKERS, "alice", CLUSTER_AUTH, {"markers": [{"producer_id": 1, "producer_epoch": 0,
+            "transaction_result": True, "coordinator_epoch": 0,
+            "topics": [{"name": "alice-rw", "partition_indexes": [0]}]}]}),
+        (DESCRIBE_TRANSACTIONS, "alice", TXN_AUTH, {"transactional_ids": ["alice-tx"]}),
+        (DESCRIBE_PRODUCERS, "bob", TOPIC_AUTH, {"topics": [{"name": "alice-rw", "partition_indexes": [0]}]}),
     ]  # fmt: skip
 
 

@@ -1,5 +1,5 @@
 """Transactional data for the READ_COMMITTED tests, written with storage calls into a stopped broker's partition
-directory (there is no transaction coordinator yet), and a kafka-python reader that stops at the readable end."""
+directory (exact layouts, without a coordinator), and readers that stop at the readable end."""
 
 from __future__ import annotations
 
@@ -76,8 +76,10 @@ def read_kafka_python(bootstrap: str, topic: str, isolation: str, timeout: float
         c.close()
 
 
-def read_confluent(bootstrap: str, topic: str, isolation: str, stop: int, timeout: float = 30) -> list[bytes]:
-    """Values a confluent-kafka consumer reads from offset 0 until its position reaches `stop`."""
+def read_confluent(
+    bootstrap: str, topic: str, isolation: str, stop: int, timeout: float = 30, partition: int = 0
+) -> list[bytes]:
+    """Values a confluent-kafka consumer reads from offset 0 of `partition` until its position reaches `stop`."""
     import time
 
     from confluent_kafka import Consumer
@@ -93,14 +95,14 @@ def read_confluent(bootstrap: str, topic: str, isolation: str, stop: int, timeou
         }
     )
     try:
-        c.assign([CkTp(topic, 0, 0)])
+        c.assign([CkTp(topic, partition, 0)])
         values: list[bytes] = []
 
         def caught_up() -> bool:
             m = c.poll(0.1)
             if m is not None and m.error() is None:
                 values.append(m.value() or b"")
-            return c.position([CkTp(topic, 0)])[0].offset >= stop
+            return c.position([CkTp(topic, partition)])[0].offset >= stop
 
         wait_until(caught_up, timeout=timeout, message=lambda: f"{isolation}: {values}")
         return values
