@@ -48,3 +48,28 @@ def test_a_commit_marker_during_the_offsets_load_commits_the_pending_offsets(tmp
         server.log_manager.shutdown()
 
     run(main())
+
+
+def test_an_abort_marker_racing_a_txn_offset_commit_leaves_nothing_pending(tmp_path):
+    """The coordinator aborts a transaction (timeout, or a new producer fencing it) while its TxnOffsetCommit is being
+    written: the abort marker lands after the offsets' record and completes before the commit's write is answered.
+    The offsets must be dropped, not left pending (Kafka records them as pending before the append)."""
+
+    async def main():
+        h = await H(tmp_path, **{"offsets.topic.num.partitions": 1}).start()
+        coord = h.coord
+        log = h.server.replica_manager.get_partition(OFFSETS, 0).log
+        leo = log.log_end_offset
+        task = asyncio.create_task(coord.commit_transactional_offsets("g", (9, 0), -1, "", None, {("t", 0): om(5)}))
+        for _ in range(1000):
+            await asyncio.sleep(0)
+            if log.log_end_offset > leo:
+                break
+        assert log.log_end_offset > leo and not task.done(), "no moment between the append and the answer"
+        coord.complete_transaction(0, 9, False)  # the abort marker's completion
+        assert (await task)[0] == E.NONE
+        assert not coord.has_pending_txn_offset("g", ("t", 0))
+        assert coord.fetch_offsets("g", None) == (E.NONE, [])
+        await h.close()
+
+    run(main())
