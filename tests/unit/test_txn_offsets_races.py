@@ -1,8 +1,13 @@
-"""A transaction marker that reaches a `__consumer_offsets` partition while the group coordinator is still loading it
-(a broker restart, or a new leader, with the transaction coordinator completing a transaction at the same time): the
-transaction's pending offsets must still be committed. The marker writer answers COORDINATOR_LOAD_IN_PROGRESS
-(retriable: the transaction coordinator retries) until the load is done, so the marker is never appended behind the
-load's back and then missed by both the replay and the live state."""
+"""Transactional offsets (TxnOffsetCommit) against the markers that complete them, in the orders a busy broker can
+produce:
+
+* a marker that reaches a `__consumer_offsets` partition while the group coordinator is still loading it (a restart,
+  or a new leader, with the transaction coordinator completing a transaction at the same time): the marker writer
+  answers NOT_LEADER_OR_FOLLOWER (the transaction coordinator retries) until the load is done, so the marker is never
+  appended behind the load's back and then missed by both the replay and the live state;
+* an abort marker that lands after a TxnOffsetCommit's record and completes before its write is answered: the
+  offsets are pending from before the append, so the marker drops them.
+"""
 
 from __future__ import annotations
 
