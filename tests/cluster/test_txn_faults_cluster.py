@@ -18,11 +18,12 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from tests.cluster.txn_workload import TxnLoop, read_committed
 from tests.support.broker_proc import REPO_ROOT
 from tests.support.ck import QUIET
-from tests.support.txn_checker import check_transactions
+from tests.support.txn_checker import check_transactions, check_transform
 from tests.support.txn_log import read_confluent
 from tests.support.waiting import wait_until
 
 PARTITIONS = 3  # led by all three brokers: one is led away from the coordinator
+OFFSETS_TOPIC = "__consumer_offsets"
 OVERRIDES = {"transaction.state.log.num.partitions": 1, "offsets.topic.num.partitions": 1}
 
 
@@ -157,3 +158,49 @@ def test_paused_zombie_is_aborted_by_timeout_and_fenced(cluster_factory, tmp_pat
     wait_until(lambda: _ends(c.bootstrap, topic, 1)[0] == _ends(c.bootstrap, topic, 1)[1], 30)
     end = _ends(c.bootstrap, topic, 1)[1][0]
     assert read_confluent(c.bootstrap, topic, "read_committed", stop=end) == [b"fresh"]
+
+
+def test_consume_transform_produce_across_a_group_coordinator_kill(cluster_factory, tmp_path) -> None:
+    """The consume-transform-produce application (tests/support/ctp_app.py) runs while the broker leading
+    `__consumer_offsets` (its group coordinator, where its transactional offsets wait for their markers) is killed
+    with SIGKILL and restarted: each input's result is read exactly once and the offsets reach the input's end."""
+    c = cluster_factory(3, overrides=OVERRIDES)
+    n = 80
+    c.create_topic("ctp-in", 2, 3, {"min.insync.replicas": 2})
+    c.create_topic("ctp-out", 2, 3, {"min.insync.replicas": 2})
+    inputs = {p: [f"p{p}-{i}".encode() for i in range(n)] for p in range(2)}
+    producer = Producer({"bootstrap.servers": c.bootstrap, "acks": "all", **QUIET})
+    for p, values in inputs.items():
+        for v in values:
+            producer.produce("ctp-in", v, partition=p)
+    assert producer.flush(60) == 0
+    events = tmp_path / "events.jsonl"
+    cmd = [sys.executable, "-m", "tests.support.ctp_app", "--bootstrap", c.bootstrap, "--input", "ctp-in"]
+    cmd += ["--output", "ctp-out", "--partitions", "2", "--group", "ctp", "--tid", "ctp", "--events", str(events)]
+    with open(tmp_path / "app.err", "wb") as err:
+        app = subprocess.Popen(cmd, cwd=str(REPO_ROOT), stdout=subprocess.DEVNULL, stderr=err)
+    try:
+
+        def committed(k: int) -> bool:
+            lines = events.read_text().splitlines() if events.exists() else []
+            return sum(json.loads(x)["event"] == "committed" for x in lines) >= k
+
+        wait_until(lambda: committed(3), 60)
+        victim = c.leader_of(OFFSETS_TOPIC, 0)
+        c.kill9(victim)
+        c.wait_leader(OFFSETS_TOPIC, 0, not_in=[victim])
+        c.start(victim)
+        assert app.wait(120) == 0, events.read_text()[-3000:]
+    finally:
+        if app.poll() is None:
+            app.kill()
+            app.wait()
+    reads = read_committed(c.bootstrap, "ctp-out", 2)
+    verdict = check_transform(inputs, reads, b">out")
+    assert verdict.ok, verdict.report()
+    probe = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "ctp", **QUIET})
+    try:
+        got = probe.committed([TopicPartition("ctp-in", p) for p in range(2)], timeout=30)
+        assert [tp.offset for tp in got] == [n, n]
+    finally:
+        probe.close()
