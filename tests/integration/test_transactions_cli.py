@@ -1,16 +1,19 @@
 """`strata transactions` (like kafka-transactions.sh) as an operator runs it, against a live broker with a real
 confluent-kafka transactional producer whose transaction is left open: list, describe, describe-producers,
 find-hanging, and abort by start offset (DescribeProducers + WriteTxnMarkers), after which the LSO moves and a
-READ_COMMITTED consumer reads past the aborted records."""
+READ_COMMITTED consumer reads past the aborted records; and the transaction metrics (docs/metrics.md) count what the
+producer did."""
 
 from __future__ import annotations
 
 import subprocess
+import urllib.request
 import uuid
 from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support import ck
 from tests.support.broker_proc import StrataBroker
@@ -133,3 +136,51 @@ def test_list_describe_and_abort_an_open_transaction(broker, cli):
     rows = ok(cli("describe-producers", "--topic", topic, "--partition", "0"))
     assert [(r[0], r[-1]) for r in rows[1:]] == [(pid, "None")]
     p.abort_transaction(30)  # the producer ends its transaction at the coordinator; the marker is harmless
+
+
+def _scrape(broker: StrataBroker) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{broker.metrics_port}/metrics", timeout=10).read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }
+
+
+def test_metrics_count_transactions_and_the_lso_lag(broker):
+    topic = f"txmet-{uuid.uuid4().hex[:8]}"
+    ck.create_topic(broker.bootstrap, topic, 1)
+    before = _scrape(broker)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": f"tx-{topic}", **ck.QUIET})
+    p.init_transactions(30)
+    for commit in (True, False):
+        p.begin_transaction()
+        p.produce(topic, b"x")
+        p.flush(30)
+        p.commit_transaction(30) if commit else p.abort_transaction(30)
+    p.begin_transaction()
+    for i in range(3):
+        p.produce(topic, b"open-%d" % i)
+    p.flush(30)
+
+    def delta(m: dict, name: str, *labels: tuple[str, str]) -> float:
+        return m.get((name, labels), 0.0) - before.get((name, labels), 0.0)
+
+    part = (("partition", "0"), ("topic", topic))
+    done = "strata_txn_coordinator_transactions_completed_total"
+
+    def settled() -> dict | None:
+        m = _scrape(broker)
+        return m if delta(m, done, ("result", "abort")) == 1 and m.get(("strata_log_lso_lag", part)) == 3 else None
+
+    m = wait_until(settled, 30, message="abort counted and the LSO lag of the open transaction")
+    assert delta(m, done, ("result", "commit")) == 1
+    assert delta(m, "strata_txn_coordinator_marker_latency_seconds_count") == 2
+    assert m[("strata_log_last_stable_offset", part)] == 4  # x, commit marker, x, abort marker; then 3 open records
+    assert m[("strata_log_high_watermark", part)] == 7
+    assert m[("strata_txn_coordinator_transactions", (("state", "Ongoing"),))] >= 1
+    assert m[("strata_txn_coordinator_partitions", (("state", "loaded"),))] == 3  # every __transaction_state partition
+    assert m[("strata_txn_coordinator_partitions", (("state", "loading"),))] == 0
+    p.commit_transaction(30)
+    wait_until(lambda: _scrape(broker).get(("strata_log_lso_lag", part)) == 0, 30)
+    wait_until(lambda: _scrape(broker)[("strata_txn_coordinator_markers_pending", ())] == 0, 30)
