@@ -1,8 +1,10 @@
 """`strata transactions` (like kafka-transactions.sh) as an operator runs it, against a live broker with a real
 confluent-kafka transactional producer whose transaction is left open: list, describe, describe-producers,
-find-hanging, and abort by start offset (DescribeProducers + WriteTxnMarkers), after which the LSO moves and a
-READ_COMMITTED consumer reads past the aborted records; and the transaction metrics (docs/metrics.md) count what the
-producer did."""
+find-hanging (a transaction no coordinator knows, written while the broker was down), and abort (by start offset:
+DescribeProducers + WriteTxnMarkers; or by producer id and epochs), after which the LSO moves and a READ_COMMITTED
+consumer reads past the aborted records; and the transaction metrics (docs/metrics.md) count what producers did.
+
+One broker for the module; the find-hanging test restarts it and runs last."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support import ck
 from tests.support.broker_proc import StrataBroker
-from tests.support.txn_log import read_confluent
+from tests.support.txn_log import TxnWriter, read_confluent, write_partition
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -212,3 +214,32 @@ def test_abort_by_producer_id_epoch_and_coordinator_epoch(broker, cli):
     wait_until(lambda: _lso(broker, topic) == 2, 30)
     assert read_confluent(broker.bootstrap, topic, "read_committed", stop=2) == []
     p.abort_transaction(30)
+
+
+def test_find_hanging_and_abort_a_transaction_no_coordinator_knows(broker, cli):
+    """A hanging transaction: data of a producer whose coordinator has no transaction (written into the partition
+    while the broker is down, as a lost marker would leave it). find-hanging lists it, abort by start offset ends it.
+    Restarts the module's broker: runs last."""
+    topic = f"txhang-{uuid.uuid4().hex[:8]}"
+    ck.create_topic(broker.bootstrap, topic, 1)
+    pid = 900_000  # above any producer id block the broker handed out in this module
+
+    def build(w: TxnWriter) -> None:
+        w.plain(b"before")
+        w.txn(pid, b"hanging-0", b"hanging-1")
+
+    broker.stop()
+    write_partition(broker.partition_dir(topic, 0), build)
+    broker.start()
+    assert _lso(broker, topic) == 1
+
+    headers = ["Topic", "Partition", "ProducerId", "ProducerEpoch", "CoordinatorEpoch", "StartOffset", "LastTimestamp"]
+    headers.append("Duration(min)")
+    rows = wait_until(lambda: ok(cli("find-hanging", "--topic", topic, "--max-transaction-timeout", "0"))[1:], 30)
+    assert [r[:6] for r in rows] == [[topic, "0", str(pid), "0", "-1", "1"]]
+    assert ok(cli("find-hanging", "--broker-id", "0", "--max-transaction-timeout", "0"))[0] == headers
+    assert ok(cli("find-hanging", "--topic", topic))[1:] == []  # younger than the default 15 minutes
+    ok(cli("abort", "--topic", topic, "--partition", "0", "--start-offset", "1"))
+    wait_until(lambda: _lso(broker, topic) == 4, 30)  # the abort marker at 3 closed it
+    assert read_confluent(broker.bootstrap, topic, "read_committed", stop=4) == [b"before"]
+    assert ok(cli("find-hanging", "--topic", topic, "--max-transaction-timeout", "0")) == [headers]
