@@ -217,6 +217,7 @@ OPTIONAL_GROUPS: list[tuple[str, str]] = [
     ("rejoin", "bench.rejoin_bench"),  # issue 6: wiped follower rejoining the ISR, tiered vs untiered
     ("quotas", "bench.quota_bench"),  # issue 18: achieved rate under producer_byte_rate / consumer_byte_rate
     ("security", "bench.security_bench"),  # issue 18: TLS vs plaintext throughput, SCRAM connection set-up rate
+    ("transactions", "bench.txn_bench"),  # issue 19: transactional vs idempotent produce, READ_COMMITTED consume
 ]
 
 

@@ -127,6 +127,7 @@ class BrokerMetrics:
         self.log_flush = Histogram(
             "strata_log_flush_time_seconds", "fsync of a log", buckets=_LATENCY_BUCKETS, registry=r
         )
+        self.txn = TxnMetrics(r)
         self._server: WSGIServer | None = None
 
     def authentication(self, listener: str, mechanism: str, ok: bool, reauth: bool = False) -> None:
@@ -186,6 +187,11 @@ class BrokerMetrics:
             registry=r,
         ).set_function(_safe(lambda: offline_partitions() if active() else 0))
 
+    def register_txn_coordinator(self, coordinator) -> None:
+        """kafka.coordinator.transaction gauges (transactions by state, partitions loaded and loading, transactions
+        whose markers are being written), read from the transaction coordinator at scrape time."""
+        self.registry.register(_TxnCoordinatorCollector(coordinator))
+
     def register_log_cleaner(self, cleaner) -> None:
         """kafka.log:type=LogCleanerManager / LogCleaner gauges, read from the cleaner at scrape time."""
         r = self.registry
@@ -238,6 +244,40 @@ class BrokerMetrics:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+
+class TxnMetrics:
+    """What the transaction coordinator counts as it goes: transactions completed (commit / abort), the ones it
+    aborted past their timeout, and the marker latency (Kafka's TransactionMarkerChannelManager: from
+    PrepareCommit/PrepareAbort written to the last partition's marker written), with the retries on the way."""
+
+    def __init__(self, r: CollectorRegistry) -> None:
+        self.completed = Counter(
+            "strata_txn_coordinator_transactions_completed",
+            "Transactions completed (CompleteCommit / CompleteAbort written) by this coordinator",
+            ["result"],
+            registry=r,
+        )
+        self.timed_out = Counter(
+            "strata_txn_coordinator_timed_out_transactions",
+            "Ongoing transactions this coordinator aborted past transaction.timeout.ms",
+            registry=r,
+        )
+        self.marker_latency = Histogram(
+            "strata_txn_coordinator_marker_latency_seconds",
+            "From PrepareCommit/PrepareAbort written to every partition's marker written",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.marker_retries = Counter(
+            "strata_txn_coordinator_marker_retries",
+            "Marker writes retried (a leader not reachable or not ready)",
+            registry=r,
+        )
+
+    def transaction_completed(self, commit: bool, marker_s: float) -> None:
+        self.completed.labels("commit" if commit else "abort").inc()
+        self.marker_latency.observe(marker_s)
 
 
 def fetch_request_name(request: Any) -> str:
@@ -296,6 +336,43 @@ class _PartitionCollector:
         yield from (isr, reps, under, total)
 
 
+class _TxnCoordinatorCollector:
+    """Transactions this broker coordinates by state, its `__transaction_state` partitions loaded and loading, and
+    the transactions whose markers are being written (Kafka's marker queue), read at scrape time."""
+
+    STATES = ("Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort", "Dead")
+
+    def __init__(self, coordinator: Any) -> None:
+        self._coordinator = coordinator
+
+    def collect(self):
+        c = self._coordinator
+        by_state = GaugeMetricFamily(
+            "strata_txn_coordinator_transactions",
+            "Transactional ids this broker coordinates, by state",
+            labels=["state"],
+        )
+        counts = dict.fromkeys(self.STATES, 0)
+        for md in list(c.txns.values()):  # (off the loop: a copy, plain attribute reads)
+            name = md.state.wire_name
+            counts[name] = counts.get(name, 0) + 1
+        for state, n in counts.items():
+            by_state.add_metric([state], n)
+        parts = GaugeMetricFamily(
+            "strata_txn_coordinator_partitions",
+            "__transaction_state partitions this broker leads, loaded or loading",
+            labels=["state"],
+        )
+        loading = len(set(c.runtime.loading))
+        parts.add_metric(["loaded"], max(len(set(c.runtime.owned)) - loading, 0))
+        parts.add_metric(["loading"], loading)
+        pending = GaugeMetricFamily(
+            "strata_txn_coordinator_markers_pending", "Transactions whose markers are being written"
+        )
+        pending.add_metric([], c.markers_pending)
+        yield from (by_state, parts, pending)
+
+
 class _LogCollector:
     """kafka.log:type=Log gauges (Size, LogStartOffset, LogEndOffset, NumLogSegments), read at scrape time."""
 
@@ -310,14 +387,26 @@ class _LogCollector:
         end = GaugeMetricFamily("strata_log_end_offset", "Log end offset (LEO)", labels=["topic", "partition"])
         hw = GaugeMetricFamily("strata_log_high_watermark", "High watermark", labels=["topic", "partition"])
         segs = GaugeMetricFamily("strata_log_num_segments", "Segments of a local log", labels=["topic", "partition"])
+        lso = GaugeMetricFamily(
+            "strata_log_last_stable_offset", "Last stable offset (LSO)", labels=["topic", "partition"]
+        )
+        lso_lag = GaugeMetricFamily(
+            "strata_log_lso_lag",
+            "HW - LSO: offsets READ_COMMITTED consumers wait for (open transactions)",
+            labels=["topic", "partition"],
+        )
         for log in list(self._logs()):
             labels = [log.topic, str(log.partition)]
             try:
-                size.add_metric(labels, log.size_in_bytes)
-                start.add_metric(labels, log.log_start_offset)
-                end.add_metric(labels, log.log_end_offset)
-                hw.add_metric(labels, log.high_watermark)
+                values = (log.size_in_bytes, log.log_start_offset, log.log_end_offset, log.high_watermark)
+                stable = log.last_stable_offset
+                size.add_metric(labels, values[0])
+                start.add_metric(labels, values[1])
+                end.add_metric(labels, values[2])
+                hw.add_metric(labels, values[3])
                 segs.add_metric(labels, log.num_segments)
+                lso.add_metric(labels, stable)
+                lso_lag.add_metric(labels, max(values[3] - stable, 0))
             except Exception:  # noqa: BLE001, S112 - a log being deleted while scraped: skip it, keep the scrape
                 continue
-        yield from (size, start, end, hw, segs)
+        yield from (size, start, end, hw, segs, lso, lso_lag)

@@ -380,6 +380,7 @@ class KafkaServer:
                 self.tiered.rlm.start_marking_deleted(self._deleted_while_down)
         await self.group_coordinator.startup()  # loads __consumer_offsets in the background
         await self.txn_coordinator.startup()  # loads __transaction_state in the background
+        self.metrics.register_txn_coordinator(self.txn_coordinator)
         self.metrics.register_log_collector(self.replica_manager.all_logs)
         # one broker alone (local metadata) is its own controller and leads every partition
         self.metrics.register_controller(self._is_controller if self.cluster_mode else lambda: True, self._offline)
@@ -567,6 +568,7 @@ class KafkaServer:
             write_markers=self.txn_channel.write_markers,
             leader_epoch=leader_epoch,
             channel=self.txn_channel,
+            metrics=self.metrics.txn,
         )
 
     async def _isr_expiration(self) -> None:

@@ -51,10 +51,13 @@ async def lookup(
         off = ulog.highest_offset_in_remote_storage if tiered else -1
         return -1, off, _epoch(ulog, off) if off >= 0 else -1
     if ts == EARLIEST_PENDING_UPLOAD:
-        # KIP-1023: the first offset not yet in remote storage; -1 on a topic without remote storage.
-        if not tiered:
+        # KIP-1023: the first offset not yet in remote storage; -1 on a topic without remote storage, and -1 while a
+        # leader does not know yet what is there (nothing copied by its lineage, but local data already deleted).
+        # Never above the LSO: only segments wholly below it are copied, so an open transaction's data is pending.
+        highest = ulog.highest_offset_in_remote_storage if tiered else -1
+        if not tiered or (highest < 0 and ulog.local_log_start_offset != ulog.log_start_offset):
             return -1, -1, -1
-        off = max(ulog.highest_offset_in_remote_storage + 1, ulog.log_start_offset)
+        off = max(highest + 1, ulog.log_start_offset)
         return -1, off, _epoch(ulog, off)
     # A real timestamp (>= 0) is looked up in the remote time indexes first; MAX_TIMESTAMP (-3) is not a time to
     # search for (the remote lookup would answer the first record with a timestamp >= -3, i.e. the log start).

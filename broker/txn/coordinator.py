@@ -15,6 +15,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -31,6 +32,9 @@ from .channel import TxnChannel
 from .markers import MarkerWriter, TxnMarker
 from .metadata import NO_PRODUCER_EPOCH, TopicPartition, TransactionMetadata, TxnSnapshot, TxnState
 from .records import TRANSACTION_STATE_TOPIC, TxnRecordFormatError, decode_key, decode_value, encode_key, encode_value
+
+if TYPE_CHECKING:
+    from ..metrics import TxnMetrics
 
 log = structlog.get_logger("strata.txn")
 
@@ -103,8 +107,10 @@ class TransactionCoordinator:
         leader_epoch: Callable[[int], int],
         channel: TxnChannel | None = None,
         clock: Callable[[], int] | None = None,
+        metrics: TxnMetrics | None = None,
     ) -> None:
         self.config = config
+        self.metrics = metrics
         self.txns: dict[str, TransactionMetadata] = {}
         self._now = clock or (lambda: int(time.time() * 1000))
         self._new_producer_id = new_producer_id
@@ -122,6 +128,11 @@ class TransactionCoordinator:
     @property
     def active(self) -> bool:
         return self.runtime.active
+
+    @property
+    def markers_pending(self) -> int:
+        """Transactions whose markers are being written (Kafka's marker queue)."""
+        return len(self._completing)
 
     async def startup(self) -> None:
         await self.runtime.startup()
@@ -391,6 +402,8 @@ class TransactionCoordinator:
                         continue  # written, or the partition is gone (Kafka drops it too)
                     retry.append(tp)
                 if retry:
+                    if self.metrics is not None:
+                        self.metrics.marker_retries.inc(len(retry))
                     log.info(
                         "retrying transaction markers",
                         transactional_id=tid,
@@ -400,15 +413,18 @@ class TransactionCoordinator:
                     await asyncio.sleep(wait)
                     wait = min(wait * 2, MARKER_RETRY_BACKOFF_S[1])
                 remaining = retry
+            marker_s = time.monotonic() - started
             while self.txns.get(tid) is md and self.active:
                 snap = md.prepare(S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT, self._now())
                 if not await self._write(md, snap):
+                    if self.metrics is not None:
+                        self.metrics.transaction_completed(commit, marker_s)
                     log.info(
                         "transaction completed",
                         transactional_id=tid,
                         committed=commit,
                         partitions=len(md.partitions),
-                        marker_ms=round((time.monotonic() - started) * 1000),
+                        marker_ms=round(marker_s * 1000),
                     )
                     return
                 await asyncio.sleep(wait)
@@ -439,6 +455,8 @@ class TransactionCoordinator:
                 producer_id=md.producer_id,
                 timeout_ms=md.timeout_ms,
             )
+            if self.metrics is not None:
+                self.metrics.timed_out.inc()
             err = await self._abort(md, bump=True)
             if err:
                 log.warning(

@@ -55,18 +55,22 @@ class GroupAdmin(AdminClient):
     """AdminClient plus the group APIs. Requests for a group go to its coordinator."""
 
     # -- plumbing --------------------------------------------------------------------------------------------
-    def find_coordinator(self, group: str) -> tuple[int, str, int]:
+    def find_coordinator(self, key: str, key_type: int = 0) -> tuple[int, str, int]:
+        """(node id, host, port) of the coordinator of a group (key type 0) or a transactional id (1)."""
+        what = f"FindCoordinator for {'group' if key_type == 0 else 'transactional id'} {key!r}: "
         v = self.api_version(ApiKey.FIND_COORDINATOR)
         if v >= 4:
-            resp = self.request(ApiKey.FIND_COORDINATOR, v, key_type=0, coordinator_keys=[group])
+            resp = self.request(ApiKey.FIND_COORDINATOR, v, key_type=key_type, coordinator_keys=[key])
             c = resp.coordinators[0]
-            check_error(c.error_code, c.error_message, f"FindCoordinator for group {group!r}: ")
+            check_error(c.error_code, c.error_message, what)
             return c.node_id, c.host, c.port
-        fields: dict[str, Any] = {"key": group}
+        fields: dict[str, Any] = {"key": key}
         if v >= 1:
-            fields["key_type"] = 0
+            fields["key_type"] = key_type
+        elif key_type:
+            raise AdminError("the broker cannot find transaction coordinators (FindCoordinator v0)")
         resp = self.request(ApiKey.FIND_COORDINATOR, v, **fields)
-        check_error(resp.error_code, getattr(resp, "error_message", None), f"FindCoordinator for group {group!r}: ")
+        check_error(resp.error_code, getattr(resp, "error_message", None), what)
         return resp.node_id, resp.host, resp.port
 
     def _coordinator(self, group: str) -> AdminClient:

@@ -34,6 +34,7 @@ from . import (
     remote_log_metadata,
     serve,
     topics,
+    transactions,
     users,
 )
 from .command_config import CommandConfigError, load_command_config, process_security, use_for_this_process
@@ -49,6 +50,7 @@ COMMANDS: tuple[Command, ...] = (
     acls,
     dump_log,
     groups,
+    transactions,
     remote_log_metadata,
     pipeline,
     console_producer,
@@ -67,7 +69,7 @@ COMMANDS: tuple[Command, ...] = (
 USAGE = (
     "{serve,topics,configs,groups,dump-log,remote-log-metadata,pipeline,console-producer,console-consumer,"
     "get-offsets,delete-records,log-dirs,broker-api-versions,reassign-partitions,leader-election,"
-    "producer-perf-test,consumer-perf-test,users,acls,quotas}"
+    "producer-perf-test,consumer-perf-test,users,acls,quotas,transactions}"
 )
 
 

@@ -119,8 +119,19 @@ def test_find_coordinator(module_broker, bs, wire, v):
             ("a", 0, 0, "127.0.0.1", port),
             ("b", 0, 0, "127.0.0.1", port),
         ]
-        r = w.call(FIND_COORDINATOR, v, key_type=1, coordinator_keys=["txn"])
-        assert r.coordinators[0].error_code == COORD_NA and r.coordinators[0].node_id == -1
+        # the transaction coordinator: COORDINATOR_NOT_AVAILABLE at most while __transaction_state is created
+        c = wait_until(
+            lambda: next(
+                (
+                    c
+                    for c in w.call(FIND_COORDINATOR, v, key_type=1, coordinator_keys=["txn"]).coordinators
+                    if c.error_code != COORD_NA
+                ),
+                None,
+            ),
+            timeout=30,
+        )
+        assert (c.key, c.error_code, c.node_id, c.port) == ("txn", 0, 0, port)
         if v >= 6:
             assert (
                 w.call(FIND_COORDINATOR, v, key_type=2, coordinator_keys=["s"]).coordinators[0].error_code
@@ -131,8 +142,13 @@ def test_find_coordinator(module_broker, bs, wire, v):
     r = w.call(FIND_COORDINATOR, v, **fields)
     assert (r.error_code, r.node_id, r.host, r.port) == (0, 0, "127.0.0.1", port)
     if v >= 1:
-        r = w.call(FIND_COORDINATOR, v, key="txn", key_type=1)
-        assert (r.error_code, r.node_id) == (COORD_NA, -1) and r.error_message
+        r = wait_until(
+            lambda: (lambda r: r if r.error_code != COORD_NA else None)(
+                w.call(FIND_COORDINATOR, v, key="txn", key_type=1)
+            ),
+            timeout=30,
+        )
+        assert (r.error_code, r.node_id, r.port) == (0, 0, port)
 
 
 def test_offsets_topic_is_internal_and_compacted(bs, wire):

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import pytest
 
+from strata.protocol.constants import EARLIEST_PENDING_UPLOAD_TIMESTAMP as EARLIEST_PENDING_UPLOAD
 from strata.protocol.uuids import kafka_uuid_str
 from tests.support.kafka_wire import WireClient
 from tests.support.txn_log import TxnWriter, read_confluent, read_kafka_python, write_partition
@@ -65,6 +66,13 @@ def test_read_committed_from_remote_storage(make_harness: Callable[..., Harness]
     txn_objects = [o for o in objects if o.endswith(".txnindex")]
     assert len(txn_objects) == 1 and "00000000000000000004-" in txn_objects[0], objects
     assert copied() == [(0, 3), (4, 6)]  # still: the LSO did not move
+    # segment 7 is closed but above the LSO: ListOffsets -6 (KIP-1023) answers 7, the first offset not copied, and
+    # the copy lag does not count segment 7 (it cannot be copied before its transaction ends)
+    assert h.list_offset(TOPIC, 0, EARLIEST_PENDING_UPLOAD, version=11)[:2] == (0, LSO)
+    labels = (("partition", "0"), ("topic", TOPIC))
+    lag = wait_until(lambda: h.metrics().get(("strata_remote_copy_lag_segments", labels)) is not None, 30)
+    assert lag and h.metrics()[("strata_remote_copy_lag_segments", labels)] == 0
+    assert h.metrics()[("strata_remote_copy_lag_bytes", labels)] == 0
 
     with WireClient.connect(h.broker.bootstrap) as c:
         req = WireClient.fetch_request(TOPIC, 0, 0, version=11, max_wait_ms=10)
