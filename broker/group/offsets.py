@@ -112,11 +112,24 @@ class OffsetMetadataManager:
             kvs.append((encode_offset_commit_key(group_id, tp[0], tp[1]), encode_offset_commit_value(om, 3)))
             accepted[tp] = om
         if kvs:
+            # Pending before the append, as Kafka's prepareTxnOffsetCommit: a marker that lands after the record
+            # (the coordinator aborting the transaction meanwhile) may complete before this write is answered.
+            pid = producer[0]
+            pending = group.pending_txn_offsets.setdefault(pid, {})
+            before = {tp: pending[tp] for tp in accepted if tp in pending}
+            pending.update(accepted)
+            self.txn_groups.setdefault(pid, set()).add(group_id)
             werr = await self.runtime.write(self.runtime.partition_for(group_id), kvs, producer=producer)
             mapped = map_append_error(werr, True) if werr else E.NONE
-            if not werr and self.groups.get(group_id) is group:
-                group.pending_txn_offsets.setdefault(producer[0], {}).update(accepted)
-                self.txn_groups.setdefault(producer[0], set()).add(group_id)
+            if werr and group.pending_txn_offsets.get(pid) is pending:  # not written: back to what was pending
+                for tp in accepted:
+                    if tp in before:
+                        pending[tp] = before[tp]
+                    else:
+                        pending.pop(tp, None)
+                if not pending:
+                    del group.pending_txn_offsets[pid]
+                    self._untrack(pid, group_id)
             for tp in accepted:
                 results[tp] = mapped
         return results
@@ -143,11 +156,14 @@ class OffsetMetadataManager:
     def untrack_pending(self, group: ClassicGroup) -> None:
         """An unloaded group's pending transactional offsets leave the index."""
         for pid in group.pending_txn_offsets:
-            gids = self.txn_groups.get(pid)
-            if gids is not None:
-                gids.discard(group.group_id)
-                if not gids:
-                    del self.txn_groups[pid]
+            self._untrack(pid, group.group_id)
+
+    def _untrack(self, pid: int, group_id: str) -> None:
+        gids = self.txn_groups.get(pid)
+        if gids is not None:
+            gids.discard(group_id)
+            if not gids:
+                del self.txn_groups[pid]
 
     def fetch(
         self, group_id: str, topics: list[tuple[str, list[int]]] | None

@@ -50,16 +50,32 @@ async def append_markers(
     marker: TxnMarker,
     partitions: list[TopicPartition],
 ) -> dict[TopicPartition, ErrorCode]:
-    """Append `marker` to the partitions this broker leads (the others answer NOT_LEADER_OR_FOLLOWER)."""
-    batch = marker.batch()
-    entries: list[tuple[str, int, bytes | memoryview]] = [(t, p, batch) for t, p in partitions]
-    results = await replica_manager.append_records(entries, internal=True, from_client=False)
+    """Append `marker` to the partitions this broker leads (the others answer NOT_LEADER_OR_FOLLOWER).
+
+    A `__consumer_offsets` partition whose group coordinator is not loaded yet answers NOT_LEADER_OR_FOLLOWER
+    (retried by the transaction coordinator, as Kafka's broker answers a group coordinator that is not ready): a
+    marker appended behind the load's back would be missed both by the replay (it reads to the log end it saw when
+    it started) and by the live state (which does not hold the transaction's offsets yet), leaving them pending."""
     out: dict[TopicPartition, ErrorCode] = {}
-    for tp, r in zip(partitions, results):
+    ready = [tp for tp in partitions if tp[0] != OFFSETS_TOPIC or _offsets_loaded(group_coordinator, tp[1])]
+    for tp in partitions:
+        if tp not in ready:
+            out[tp] = ErrorCode.NOT_LEADER_OR_FOLLOWER
+    if not ready:
+        return out
+    batch = marker.batch()
+    entries: list[tuple[str, int, bytes | memoryview]] = [(t, p, batch) for t, p in ready]
+    results = await replica_manager.append_records(entries, internal=True, from_client=False)
+    for tp, r in zip(ready, results):
         out[tp] = ErrorCode(r.error)
         if r.error == ErrorCode.NONE and tp[0] == OFFSETS_TOPIC:
             group_coordinator.complete_transaction(tp[1], marker.producer_id, marker.commit)
     return out
+
+
+def _offsets_loaded(group_coordinator: GroupCoordinator, partition: int) -> bool:
+    runtime = group_coordinator.runtime
+    return runtime.active and partition not in runtime.loading
 
 
 __all__ = ["MarkerWriter", "TxnMarker", "append_markers"]
