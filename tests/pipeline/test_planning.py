@@ -100,7 +100,7 @@ def test_rate_limit_shares_by_backlog_and_always_progresses():
         ({}, "exactly one of"),
         ({"subscribe": "a", "startingOffsets": "latest"}, "not allowed in a batch"),
         ({"subscribe": "a", "endingOffsets": '{"a":{"0":-2}}'}, "not allowed in a batch"),
-        ({"subscribe": "a", "read.mode": "direct", "kafka.isolation.level": "read_committed"}, "read_uncommitted"),
+        ({"subscribe": "a", "read.mode": "direct", "kafka.isolation.level": "serializable"}, "read_committed"),
         ({"subscribe": "a", "minPartitions": "0"}, "at least 1"),
         ({"assign": "[1,2]"}, "JSON object"),
     ],
