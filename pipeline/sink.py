@@ -203,12 +203,12 @@ def _send_in_transaction(
             marker_at = TopicPartition(marker_topic, 0, max(result.records, 0), metadata=txn.epoch)
             producer.send_offsets_to_transaction([marker_at], consumer.consumer_group_metadata(), TXN_TIMEOUT_S)
             producer.commit_transaction(TXN_TIMEOUT_S)
-        except (ProduceError, KafkaException) as e:
-            with contextlib.suppress(KafkaException):  # fenced or fatal: the coordinator aborts it anyway
+        except BaseException as e:  # a broker error, or the task's input failing: nothing of it may commit
+            with contextlib.suppress(KafkaException):  # fenced or fatal: the next attempt's init aborts it
                 producer.abort_transaction(TXN_TIMEOUT_S)
-            if isinstance(e, ProduceError):
-                raise
-            raise ProduceError(f"transaction {txn.transactional_id} failed: {e}") from None
+            if isinstance(e, KafkaException):
+                raise ProduceError(f"transaction {txn.transactional_id} failed: {e}") from None
+            raise
         return result
     except KafkaException as e:
         raise ProduceError(f"transaction {txn.transactional_id} failed: {e}") from None
