@@ -232,7 +232,9 @@ def with_txn_sources(r: OffsetRange, segments: list[Any], local_aborted: list[An
     pieces = []
     for p in r.pieces:
         if p.segment is not None:
-            later = tuple(s for s in segments if s.start_offset > p.segment.end_offset)
+            # only segments copied with transaction index entries (KIP-1058's txn_idx_empty false): the others
+            # hold no abort, and a long history would otherwise ship every later segment with every piece
+            later = tuple(s for s in segments if s.start_offset > p.segment.end_offset and not s.txn_idx_empty)
             local = tuple(e for e in local_aborted if e.first_offset < p.end)
             p = Piece(p.start, p.end, p.segment, later, local)
         pieces.append(p)
