@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from strata.pipeline.jobs.transform import transform
 from strata.pipeline.options import parse_source_options
 from strata.pipeline.planning import plan_batch
 from tests.pipeline.support import (
@@ -125,22 +126,7 @@ def test_exactly_once_sink_fences_a_zombie_attempt_and_survives_a_task_retry(spa
 
 
 def _stream(spark: Any, bs: str, src: str, out: str, ck: Path) -> None:
-    q = (
-        spark.readStream.format("strata")
-        .option("kafka.bootstrap.servers", bs)
-        .option("subscribe", src)
-        .option("startingOffsets", "earliest")
-        .load()
-        .selectExpr("value")
-        .writeStream.format("strata")
-        .option("kafka.bootstrap.servers", bs)
-        .option("topic", out)
-        .option("exactlyOnce", "true")
-        .option("checkpointLocation", str(ck))
-        .trigger(availableNow=True)
-        .start()
-    )
-    q.awaitTermination()
+    transform(spark, bs, src, out, str(ck), once=True, exactly_once=True)  # strata pipeline transform --exactly-once
 
 
 def test_exactly_once_stream_replayed_batch_is_not_written_twice(spark, tiered, tmp_path):
