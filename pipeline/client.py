@@ -241,6 +241,61 @@ class Cluster:
             return {tp: -1 for tp in tps}  # broker mode for the whole range
         return out
 
+    def local_aborted_txns(self, local_starts: dict[TP, int]) -> dict[TP, list[Any]]:
+        """READ_COMMITTED direct reads: the aborted transactions whose abort markers are in each partition's local
+        log, i.e. at or after its local log start. A READ_COMMITTED Fetch at the local log start returns every
+        aborted transaction overlapping what it reads, among them those that began in remote storage and ended
+        locally (Kafka's collectAbortedTxns: last offset >= the fetch offset). Only (producer id, first offset)
+        come back, so the last offset is set to the local log start (the executor drops the producer's records
+        from the first offset until the producer's next control batch, as a Kafka consumer does)."""
+        from strata.cli.admin_client import AdminClient, check_error
+        from strata.protocol.registry import REQUEST_CLASSES, ApiKey
+        from strata.storage.txn_index import AbortedTxn
+
+        out: dict[TP, list[Any]] = {tp: [] for tp in local_starts}
+        by_topic: dict[str, list[int]] = {}
+        for (t, p), start in local_starts.items():
+            if start >= 0:
+                by_topic.setdefault(t, []).append(p)
+        T = REQUEST_CLASSES[ApiKey.FETCH].FetchTopic
+        with AdminClient(self.opts.bootstrap, self.timeout, self.opts.security) as admin:
+            for topic, parts in by_topic.items():
+                for conn, ps in admin.by_leader(topic, parts):
+                    fetch_parts = [
+                        T.FetchPartition(
+                            partition=p,
+                            current_leader_epoch=-1,
+                            fetch_offset=local_starts[(topic, p)],
+                            last_fetched_epoch=-1,
+                            log_start_offset=-1,
+                            partition_max_bytes=1,  # the first batch is returned whatever the limit
+                        )
+                        for p in ps
+                    ]
+                    _v, resp = conn.call(
+                        ApiKey.FETCH,
+                        ours_max=12,  # topics by name
+                        replica_id=-1,
+                        max_wait_ms=0,
+                        min_bytes=0,
+                        max_bytes=1,
+                        isolation_level=1,
+                        session_id=0,
+                        session_epoch=-1,
+                        topics=[T(topic=topic, partitions=fetch_parts)],
+                        forgotten_topics_data=[],
+                        rack_id="",
+                    )
+                    for rt in resp.responses:
+                        for rp in rt.partitions:
+                            check_error(rp.error_code, None, f"Fetch {topic}-{rp.partition_index}: ")
+                            start = local_starts[(topic, rp.partition_index)]
+                            out[(topic, rp.partition_index)] = [
+                                AbortedTxn(a.producer_id, a.first_offset, start, -1)
+                                for a in rp.aborted_transactions or []
+                            ]
+        return out
+
     # -- remote log metadata -----------------------------------------------------------------------------------
     def remote_segments(self, partitions: dict[TP, uuid.UUID]) -> dict[TP, list[Any]]:
         """Live remote segments (COPY_SEGMENT_FINISHED) per partition, sorted by start offset, read from the

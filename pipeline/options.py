@@ -28,7 +28,10 @@ Reading (batch and streaming):
   direct mode; ``direct.chunkBytes`` (default 8 MiB) and ``direct.fetchConcurrency`` (default 4) size the ranged
   reads of a segment; ``kafkaConsumer.pollTimeoutMs`` (default 120000).
 
-Writing: ``kafka.bootstrap.servers``, ``topic`` (overrides a ``topic`` column), ``kafka.*`` producer properties.
+Writing: ``kafka.bootstrap.servers``, ``topic`` (overrides a ``topic`` column), ``kafka.*`` producer properties;
+``exactlyOnce`` (default false: one transaction per task, see ``strata.pipeline.sink``) and
+``transactional.id.prefix`` (the task's transactional id is ``<prefix>-<Spark partition id>``; default
+``strata-spark-<query id or write id>``).
 """
 
 from __future__ import annotations
@@ -285,10 +288,6 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: bool) -> Sour
     isolation = kafka_conf.pop("isolation.level", "read_uncommitted").strip().lower()
     if isolation not in ("read_uncommitted", "read_committed"):
         raise OptionError(f"option kafka.isolation.level must be read_uncommitted or read_committed, not {isolation!r}")
-    if read_mode == "direct" and isolation != "read_uncommitted":
-        raise OptionError(
-            "read.mode=direct reads segments as stored and supports only kafka.isolation.level=read_uncommitted"
-        )
     rsm_config = {k[len("rsm.config.") :]: v for k, v in opts.items() if k.startswith("rsm.config.")}
     poll_ms = _int("kafkaConsumer.pollTimeoutMs", opts.get("kafkaconsumer.polltimeoutms"), minimum=1)
     return SourceOptions(
@@ -316,11 +315,25 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: bool) -> Sour
     )
 
 
+# exactlyOnce: a task's transaction stays open while it sends its rows (up to the 120 s flush deadline and more for a
+# big partition); librdkafka's default of 60 s would have the coordinator abort a slow task's transaction. Kafka's
+# broker allows up to transaction.max.timeout.ms (15 minutes by default).
+TRANSACTION_TIMEOUT_MS = 300_000
+
+
 @dataclass(frozen=True)
 class SinkOptions:
     bootstrap: str
     topic: str | None
     kafka_conf: dict[str, str] = field(repr=False)  # may hold passwords
+    exactly_once: bool = False
+    transactional_id_prefix: str | None = None
+
+    def connection_conf(self) -> dict[str, Any]:
+        """Bootstrap servers and the connection's security, for the sink's other clients (the marker look-up)."""
+        conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "log_level": 3}
+        conf.update({k: v for k, v in self.kafka_conf.items() if k.startswith(("security.", "sasl.", "ssl."))})
+        return conf
 
     def producer_conf(self) -> dict[str, Any]:
         conf: dict[str, Any] = {
@@ -330,6 +343,8 @@ class SinkOptions:
             "compression.type": "none",
             "log_level": 3,
         }
+        if self.exactly_once:
+            conf["transaction.timeout.ms"] = TRANSACTION_TIMEOUT_MS
         conf.update(self.kafka_conf)
         conf.update(_FORCED_PRODUCER)
         return conf
@@ -348,11 +363,26 @@ def parse_sink_options(options: Mapping[str, Any]) -> SinkOptions:
                 f"option kafka.{k}={given} is not allowed: the strata sink always produces with "
                 f"{k}={forced} (idempotent, fully acknowledged writes)"
             )
-    for k in ("key.serializer", "value.serializer", "transactional.id"):
+    for k in ("key.serializer", "value.serializer"):
         if k in kafka_conf:
             raise OptionError(f"option kafka.{k} is not supported by the strata sink")
+    if "transactional.id" in kafka_conf:
+        raise OptionError(
+            "option kafka.transactional.id is not supported: each task needs its own transactional id; set "
+            "exactlyOnce=true (and transactional.id.prefix to name them)"
+        )
+    exactly_once = bool_option("exactlyOnce", opts.get("exactlyonce"), False)
+    prefix = opts.get("transactional.id.prefix", "").strip() or None
+    if prefix is not None and not exactly_once:
+        raise OptionError("option transactional.id.prefix needs exactlyOnce=true")
     topic = opts.get("topic", "").strip() or None
-    return SinkOptions(bootstrap=bootstrap, topic=topic, kafka_conf=kafka_conf)
+    return SinkOptions(
+        bootstrap=bootstrap,
+        topic=topic,
+        kafka_conf=kafka_conf,
+        exactly_once=exactly_once,
+        transactional_id_prefix=prefix,
+    )
 
 
 __all__ = [

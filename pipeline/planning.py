@@ -25,6 +25,11 @@ class Piece:
     start: int
     end: int
     segment: Any = None  # strata.remote.metadata.RemoteLogSegmentMetadata
+    # READ_COMMITTED remote pieces: the remote segments after ``segment`` (their ``.txnindex`` may hold the abort
+    # of a transaction this piece reads) and the aborted transactions whose markers are in the leader's local log
+    # (``AbortedTxn`` tuples, from a READ_COMMITTED Fetch at the local log start made while planning)
+    following: tuple[Any, ...] = ()
+    local_aborted: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -212,7 +217,28 @@ def plan_ranges(
     wanted = {r.tp: tid for r in ranges if (tid := ids.get(r.topic)) is not None}
     segments = cluster.remote_segments(wanted)
     local = cluster.local_log_starts(sorted({r.tp for r in ranges}))
-    return [assign_pieces(r, segments.get(r.tp, []), local.get(r.tp, -1)) for r in ranges]
+    planned = [assign_pieces(r, segments.get(r.tp, []), local.get(r.tp, -1)) for r in ranges]
+    if opts.isolation_level != "read_committed":
+        return planned
+    remote_tps = sorted({r.tp for r in planned if any(p.segment is not None for p in r.pieces)})
+    local_aborted = cluster.local_aborted_txns({tp: local[tp] for tp in remote_tps})
+    return [with_txn_sources(r, segments.get(r.tp, []), local_aborted.get(r.tp, [])) for r in planned]
+
+
+def with_txn_sources(r: OffsetRange, segments: list[Any], local_aborted: list[Any]) -> OffsetRange:
+    """READ_COMMITTED: give each remote piece what its executor needs to find the aborted transactions it reads,
+    as Kafka's RemoteLogManager collects them: the ``.txnindex`` of its segment and of the later segments (until
+    an entry's last stable offset reaches the piece's end), then the entries of the local log."""
+    pieces = []
+    for p in r.pieces:
+        if p.segment is not None:
+            # only segments copied with transaction index entries (KIP-1058's txn_idx_empty false): the others
+            # hold no abort, and a long history would otherwise ship every later segment with every piece
+            later = tuple(s for s in segments if s.start_offset > p.segment.end_offset and not s.txn_idx_empty)
+            local = tuple(e for e in local_aborted if e.first_offset < p.end)
+            p = Piece(p.start, p.end, p.segment, later, local)
+        pieces.append(p)
+    return r.with_pieces(tuple(pieces))
 
 
 def plan_batch(opts: SourceOptions) -> list[OffsetRange]:
@@ -241,4 +267,5 @@ __all__ = [
     "resolve_ends",
     "resolve_starts",
     "split_ranges",
+    "with_txn_sources",
 ]

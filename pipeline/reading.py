@@ -305,9 +305,63 @@ def _declared_size(batch_start: bytes | bytearray) -> int:
     return LOG_OVERHEAD + read_offset_and_length(batch_start, 0)[1]
 
 
+# -- READ_COMMITTED on remote pieces ------------------------------------------------------------------------------
+def remote_aborted_txns(storage: RemoteStorage, piece: Piece) -> list[Any]:
+    """The aborted transactions overlapping the piece's offsets, collected as Kafka's RemoteLogManager does: the
+    ``.txnindex`` of the piece's segment, then of each later remote segment, until an entry's last stable offset
+    reaches the piece's end (no later abort can concern it); otherwise the local log's entries the driver got."""
+    from strata.remote.rsm import IndexType, RemoteResourceNotFoundError
+    from strata.storage.txn_index import decode_entries, search
+
+    lo, hi = piece.start, piece.end
+    found: list[Any] = []
+    for seg in (piece.segment, *piece.following):
+        if getattr(seg, "txn_idx_empty", False):  # KIP-1058: copied without transaction index entries
+            continue
+        try:
+            data = storage.call(storage.rsm.fetch_index(seg, IndexType.TRANSACTION))
+        except RemoteResourceNotFoundError:
+            continue  # the segment has no aborted transaction (the index is written on the first entry)
+        result = search(decode_entries(data), lo, hi)
+        found.extend(result.aborted_transactions)
+        if result.is_complete:
+            return found
+    found.extend(e for e in piece.local_aborted if e.last_offset >= lo and e.first_offset < hi)
+    return found
+
+
+class AbortedFilter:
+    """Drops the batches of aborted transactions the way a Kafka READ_COMMITTED consumer does: batches are seen in
+    offset order; a producer becomes aborted at the first batch reaching its aborted transaction's first offset,
+    and stops being so at its next control batch (the abort marker); its transactional batches in between are
+    skipped."""
+
+    def __init__(self, aborted: list[Any]) -> None:
+        self._pending = sorted(aborted, key=lambda e: e.first_offset)
+        self._next = 0
+        self._active: set[int] = set()
+
+    def skip(self, h: Any) -> bool:
+        pending = self._pending
+        while self._next < len(pending) and pending[self._next].first_offset <= h.last_offset:
+            self._active.add(pending[self._next].producer_id)
+            self._next += 1
+        if not h.is_transactional or h.producer_id not in self._active:
+            return False
+        if h.is_control:  # the abort marker closes the transaction (decode skips control batches anyway)
+            self._active.discard(h.producer_id)
+        return True
+
+
 def read_remote_piece(
-    storage: RemoteStorage, opts: SourceOptions, r: OffsetRange, piece: Piece, out: ArrowEmitter
+    storage: RemoteStorage,
+    opts: SourceOptions,
+    r: OffsetRange,
+    piece: Piece,
+    out: ArrowEmitter,
+    aborted: AbortedFilter | None = None,
 ) -> Iterator[Any]:
+    """``aborted``: READ_COMMITTED, the filter of the piece's aborted transactions."""
     from strata.protocol.records import is_crc_valid, iter_batches
     from strata.remote.rsm import IndexType, RemoteResourceNotFoundError
 
@@ -326,6 +380,8 @@ def read_remote_piece(
                 reached_hi = True
                 break
             consumed = bpos + h.size
+            if aborted is not None and aborted.skip(h):
+                continue
             if h.last_offset < lo:
                 continue
             if not is_crc_valid(buf, bpos):
@@ -421,7 +477,11 @@ def read_range(opts: SourceOptions, r: OffsetRange, arrow_schema: Any) -> Iterat
     out = ArrowEmitter(arrow_schema, r.topic, r.partition)
     for piece in r.pieces or (Piece(r.start, r.end, None),):
         if piece.segment is not None:
-            yield from read_remote_piece(shared_storage(opts), opts, r, piece, out)
+            storage = shared_storage(opts)
+            aborted = None
+            if opts.isolation_level == "read_committed":
+                aborted = AbortedFilter(remote_aborted_txns(storage, piece))
+            yield from read_remote_piece(storage, opts, r, piece, out, aborted)
         else:
             yield from read_broker_piece(opts, r, piece, out)
     if len(out.columns):
@@ -429,6 +489,7 @@ def read_range(opts: SourceOptions, r: OffsetRange, arrow_schema: Any) -> Iterat
 
 
 __all__ = [
+    "AbortedFilter",
     "ArrowEmitter",
     "BufferPool",
     "RemoteStorage",
@@ -436,5 +497,6 @@ __all__ = [
     "complete_straddler",
     "index_positions",
     "read_range",
+    "remote_aborted_txns",
     "shared_storage",
 ]

@@ -12,6 +12,7 @@ its offset range (and, in direct mode, the remote segments covering it) to an ex
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -39,7 +40,7 @@ from .client import TP, Cluster, DataLossError, data_loss_message
 from .options import bool_option, parse_sink_options, parse_source_options
 from .planning import OffsetRange, plan_batch, plan_ranges, resolve_starts
 from .reading import read_range
-from .sink import SinkCommit, check_sink_schema, produce_rows
+from .sink import SinkCommit, check_sink_schema, produce_rows, task_txn
 
 try:  # Spark >= 4.2: admission control and Trigger.AvailableNow
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
@@ -256,9 +257,12 @@ class StrataBatchWriter(DataSourceWriter):
         self.opts = parse_sink_options(options)
         self.fields = schema.fieldNames()
         check_sink_schema(self.fields, self.opts)
+        # exactlyOnce: made on the driver, so every attempt of a task of this write has the same transactional id
+        self.write_id = uuid.uuid4().hex
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        return StrataCommitMessage(produce_rows(self.opts, self.fields, iterator))
+        txn = task_txn(self.opts, self.write_id) if self.opts.exactly_once else None
+        return StrataCommitMessage(produce_rows(self.opts, self.fields, iterator, txn))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Every record was acknowledged (acks=all) when its task finished."""
@@ -274,13 +278,15 @@ class StrataStreamWriter(DataSourceStreamWriter):
         check_sink_schema(self.fields, self.opts)
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        return StrataCommitMessage(produce_rows(self.opts, self.fields, iterator))
+        txn = task_txn(self.opts, None) if self.opts.exactly_once else None
+        return StrataCommitMessage(produce_rows(self.opts, self.fields, iterator, txn))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Acknowledged when the tasks finished; Spark records the batch in its commit log."""
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """At-least-once: a retried micro-batch produces its records again."""
+        """At-least-once: a retried micro-batch produces its records again (exactlyOnce: only the tasks whose
+        transaction did not commit)."""
 
 
 # -- the data source ------------------------------------------------------------------------------------------------

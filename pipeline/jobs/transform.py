@@ -7,7 +7,9 @@ Each record of ``--topic`` becomes one record of ``--to-topic``: key and headers
 expression ``--value`` (default: the value unchanged), records failing ``--where`` are dropped, and
 ``--keep-partition`` writes to the same partition number. The sink produces with acks=all and idempotence; offsets
 are Spark-managed in the checkpoint, so a restart resumes after the last committed micro-batch (at-least-once
-into the output topic, like Spark's Kafka sink).
+into the output topic, like Spark's Kafka sink). ``--exactly-once`` reads the input READ_COMMITTED and writes each
+task's records in a transaction (the sink's ``exactlyOnce``): each input record's result is in the output exactly
+once for READ_COMMITTED readers, a replayed micro-batch included (docs/spark.md, "Transactions").
 """
 
 from __future__ import annotations
@@ -51,8 +53,11 @@ def transform(
     rsm_class: str | None = None,
     rsm_config: Mapping[str, str] | None = None,
     extra: Mapping[str, str] | None = None,
+    exactly_once: bool = False,
 ) -> Any:
     more = dict(position_options(start))
+    if exactly_once:
+        more["kafka.isolation.level"] = "read_committed"  # an explicit --option wins
     if max_offsets_per_trigger:
         more["maxOffsetsPerTrigger"] = str(max_offsets_per_trigger)
     opts = source_options(
@@ -70,6 +75,7 @@ def transform(
         .options(**security_options(extra or {}))
         .option("kafka.bootstrap.servers", to_bootstrap or bootstrap)
         .option("topic", to_topic)
+        .option("exactlyOnce", str(exactly_once).lower())
         .option("checkpointLocation", checkpoint)
         .queryName(f"transform-{topic}-to-{to_topic}")
     )
@@ -94,6 +100,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--once", action="store_true", help="process what is there now, then stop (availableNow)")
     p.add_argument("--interval", default="5 seconds")
     p.add_argument("--max-offsets-per-trigger", type=int, default=None)
+    p.add_argument(
+        "--exactly-once",
+        action="store_true",
+        help="read the input read_committed and write each task in a transaction (sink option exactlyOnce)",
+    )
 
 
 def run(spark: Any, args: argparse.Namespace) -> int:
@@ -115,6 +126,7 @@ def run(spark: Any, args: argparse.Namespace) -> int:
         rsm_class=args.rsm_class,
         rsm_config=dict(args.rsm_config or []),
         extra=job_options(args),
+        exactly_once=args.exactly_once,
     )
     if not args.once:
         try:

@@ -17,7 +17,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
 
     s = get_spark(
         "strata-tests",
-        master="local[2]",
+        master="local[2,2]",  # a failed task is retried once, as on a cluster (spark.task.maxFailures)
         conf={
             "spark.sql.shuffle.partitions": "2",
             "spark.default.parallelism": "2",

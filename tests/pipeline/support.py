@@ -116,8 +116,11 @@ def produce(
     assert not errors, errors[:3]
 
 
-def consume_all(bootstrap: str, topic: str, partitions: list[int] | None = None) -> list[tuple]:
-    """Every record of the topic through a stock consumer (assign, earliest -> high watermark):
+def consume_all(
+    bootstrap: str, topic: str, partitions: list[int] | None = None, isolation: str = "read_uncommitted"
+) -> list[tuple]:
+    """Every record of the topic through a stock consumer (assign, earliest -> high watermark, or the LSO at
+    read_committed):
     (partition, offset, key, value, timestamp ms, timestampType, headers)."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
@@ -128,7 +131,7 @@ def consume_all(bootstrap: str, topic: str, partitions: list[int] | None = None)
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             "enable.partition.eof": True,
-            "isolation.level": "read_uncommitted",
+            "isolation.level": isolation,
             "log_level": 3,
         }
     )
@@ -226,3 +229,56 @@ def remote_fetch_bytes(broker: StrataBroker, topic: str) -> float:
         if line.startswith("strata_remote_fetch_bytes_total{") and f'topic="{topic}"' in line:
             total += float(line.rsplit(" ", 1)[1])
     return total
+
+
+def produce_transactions(bootstrap: str, topic: str, rounds: list[tuple[int, int, bool]], value_size: int = 120):
+    """Two transactional confluent-kafka producers (A and B) on partition 0, interleaved: each round opens a
+    transaction on both, sends A's and B's records alternately (one batch each), then ends A's (commit if the
+    round's flag, else abort) and B's the other way. A round's counts may be 0 (that producer sits it out).
+    Returns (committed, aborted): values in offset order, as the delivery reports placed them."""
+    from confluent_kafka import Producer
+
+    producers = {
+        name: Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "transactional.id": f"{topic}-{name}-{uuid.uuid4().hex[:6]}",
+                "linger.ms": 0,
+                "log_level": 3,
+            }
+        )
+        for name in ("A", "B")
+    }
+    for p in producers.values():
+        p.init_transactions(60)
+    placed: dict[bytes, int] = {}
+    committed: list[bytes] = []
+    aborted: list[bytes] = []
+
+    def sent(err: Any, msg: Any) -> None:
+        assert err is None, err
+        placed[msg.value()] = msg.offset()
+
+    for i, (n_a, n_b, a_commits) in enumerate(rounds):
+        values = {
+            name: [f"{name}-{i}-{j}-".encode().ljust(value_size, b"x") for j in range(n)]
+            for name, n in (("A", n_a), ("B", n_b))
+        }
+        for name in ("A", "B"):
+            if values[name]:
+                producers[name].begin_transaction()
+        for j in range(max(n_a, n_b)):
+            for name in ("A", "B"):
+                if j < len(values[name]):
+                    producers[name].produce(topic, values[name][j], partition=0, on_delivery=sent)
+                    assert producers[name].flush(30) == 0
+        for name, commit in (("A", a_commits), ("B", not a_commits)):
+            if not values[name]:
+                continue
+            if commit:
+                producers[name].commit_transaction(60)
+                committed.extend(values[name])
+            else:
+                producers[name].abort_transaction(60)
+                aborted.extend(values[name])
+    return sorted(committed, key=placed.__getitem__), sorted(aborted, key=placed.__getitem__)

@@ -12,7 +12,7 @@ import pytest
 
 from strata.cli.admin_client import AdminClient
 from strata.pipeline.client import DataLossError
-from strata.pipeline.options import OptionError, parse_source_options
+from strata.pipeline.options import OptionError, parse_sink_options, parse_source_options
 from strata.pipeline.planning import OffsetRange, assign_pieces, plan_batch, split_ranges
 from strata.pipeline.reading import byte_range, index_positions, read_range
 from strata.pipeline.source import rate_limit, source_schema
@@ -100,7 +100,7 @@ def test_rate_limit_shares_by_backlog_and_always_progresses():
         ({}, "exactly one of"),
         ({"subscribe": "a", "startingOffsets": "latest"}, "not allowed in a batch"),
         ({"subscribe": "a", "endingOffsets": '{"a":{"0":-2}}'}, "not allowed in a batch"),
-        ({"subscribe": "a", "read.mode": "direct", "kafka.isolation.level": "read_committed"}, "read_uncommitted"),
+        ({"subscribe": "a", "read.mode": "direct", "kafka.isolation.level": "serializable"}, "read_committed"),
         ({"subscribe": "a", "minPartitions": "0"}, "at least 1"),
         ({"assign": "[1,2]"}, "JSON object"),
     ],
@@ -197,3 +197,53 @@ def test_remote_segment_gone_after_planning(plan_topics, tiered):
     offsets = [o for b in read_range(lenient, plan, schema) for o in b.column("offset").to_pylist()]
     lost = set(range(remote[0].start, remote[0].end))
     assert offsets == [o for o in range(plan.start, plan.end) if o not in lost]
+
+
+@pytest.mark.parametrize(
+    "opts, message",
+    [
+        ({"kafka.transactional.id": "t"}, "exactlyOnce=true"),
+        ({"transactional.id.prefix": "p"}, "needs exactlyOnce=true"),
+        ({"exactlyOnce": "maybe"}, "true or false"),
+    ],
+)
+def test_sink_option_errors(opts, message):
+    with pytest.raises(OptionError, match=message):
+        parse_sink_options({"kafka.bootstrap.servers": "127.0.0.1:1", **opts})
+
+
+def test_exactly_once_sink_options():
+    on = parse_sink_options({"kafka.bootstrap.servers": "h:1", "exactlyOnce": "true", "transactional.id.prefix": "j"})
+    assert (on.exactly_once, on.transactional_id_prefix) == (True, "j")
+    assert on.producer_conf()["transaction.timeout.ms"] == 300_000
+    off = parse_sink_options({"kafka.bootstrap.servers": "h:1"})
+    assert not off.exactly_once and "transaction.timeout.ms" not in off.producer_conf()
+
+
+def test_aborted_filter_drops_an_aborted_producer_until_its_marker():
+    from strata.pipeline.reading import AbortedFilter
+    from strata.protocol.records import BatchHeader, build_batch
+    from strata.protocol.txn_markers import build_end_txn_marker
+    from strata.storage.txn_index import AbortedTxn
+
+    def header(batch: bytes, offset: int) -> BatchHeader:
+        b = bytearray(batch)
+        b[0:8] = offset.to_bytes(8, "big")
+        return BatchHeader(bytes(b))
+
+    def data(pid: int, offset: int) -> BatchHeader:
+        return header(
+            build_batch([b"v"], producer_id=pid, producer_epoch=0, base_sequence=0, is_transactional=True), offset
+        )
+
+    f = AbortedFilter([AbortedTxn(7, 2, 5, 6)])
+    seen = [
+        f.skip(header(build_batch([b"plain"]), 0)),
+        f.skip(data(7, 1)),  # before the aborted transaction's first offset: an earlier, committed one
+        f.skip(data(7, 2)),
+        f.skip(data(8, 3)),  # another producer's records in between
+        f.skip(data(7, 4)),
+        f.skip(header(build_end_txn_marker(7, 0, commit=False, coordinator_epoch=0), 5)),
+        f.skip(data(7, 6)),  # the producer's next transaction
+    ]
+    assert seen == [False, False, True, False, True, True, False]
