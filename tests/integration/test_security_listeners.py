@@ -17,7 +17,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+)
 
 from tests.support.broker_proc import StrataBroker, free_port
 from tests.support.certs import Pki, make_pki
@@ -381,10 +389,26 @@ def test_ssl_mtls_principal_mapping_and_certificate_reload(tmp_path: Path) -> No
             "listener.name.ssl.ssl.truststore.location": str(pki.ca_pem),
             "listener.name.ssl.ssl.client.auth": "required",
             "ssl.principal.mapping.rules": "RULE:^CN=([^,]+),OU=clients,.*$/$1/L",
+            # the mapped principal is what the authorizer judges: alice may use mtls* only
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": "User:ANONYMOUS",
         }
     )
     broker.start()
     try:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        for rtype, prefix in ((ResourceType.TOPIC, "mtls"), (ResourceType.GROUP, "g-mtls")):
+            binding = AclBinding(
+                rtype,
+                prefix,
+                ResourcePatternType.PREFIXED,
+                "User:alice",
+                "*",
+                AclOperation.ALL,
+                AclPermissionType.ALLOW,
+            )
+            for f in admin.create_acls([binding]).values():
+                f.result(30)
         crt, key = pki.client("alice", "Alice", "clients")
         conf = {
             "bootstrap.servers": f"127.0.0.1:{port}",
@@ -396,6 +420,14 @@ def test_ssl_mtls_principal_mapping_and_certificate_reload(tmp_path: Path) -> No
         }
         assert len(roundtrip(conf, "mtls", 10)) == 10
         wait_until(lambda: "no principal" not in broker.tail(), 1)
+        # the same certificate outside alice's prefix: refused as User:alice (an unmapped name would be refused on
+        # mtls too, and a super user nowhere)
+        errors: list[int] = []
+        p = Producer({**conf, "message.timeout.ms": 10000})
+        p.produce("elsewhere", b"x", on_delivery=lambda err, _m: errors.append(err.code() if err else 0))
+        p.flush(30)
+        assert errors == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
+        wait_until(lambda: "User:alice" in broker.tail() and "authorization denied" in broker.tail(), 10)
 
         crt2, key2 = pki.client("eve", "Eve", "outsiders")
         expect_failure({**conf, "ssl.certificate.location": str(crt2), "ssl.key.location": str(key2)})
