@@ -5,7 +5,7 @@ with 4 KiB segments and `local.retention.bytes=1`; the last transaction is a lon
 the active segment. Once every closed segment is in remote storage (LocalTieredStorage) and deleted locally,
 confluent-kafka, kafka-python, aiokafka, kafkajs and kcat read the partition from offset 0 at read_committed: each
 returns exactly the committed records, in offset order; no aborted record appears. (Spark, broker and direct mode,
-reads the same history in tests/pipeline/test_transactions.py.)
+reads the same history in tests/pipeline/test_spark_transactions.py.)
 """
 
 from __future__ import annotations
