@@ -102,7 +102,8 @@ def test_partition_leader_fails_over_between_produce_and_marker(cluster_factory)
         c.kill9(victim)
         dead.append(victim)
         c.wait_leader(topic, victim_p, not_in=[victim])
-        lso, hw = _ends(c.bootstrap, topic, PARTITIONS)
+        # a new leader answers OFFSET_NOT_AVAILABLE (retriable, KIP-207) until its HW has caught up
+        lso, hw = wait_until(lambda: _ends(c.bootstrap, topic, PARTITIONS), 60, message="ListOffsets at the new leader")
         assert lso[victim_p] == 2 * n < hw[victim_p], (lso, hw)  # the open transaction holds the new leader's LSO
         if commit:
             p.commit_transaction(60)
