@@ -66,14 +66,14 @@ class OffsetMetadataManager:
         # producer id -> groups holding its pending transactional offsets, so a marker finds them without a scan
         self.txn_groups: dict[int, set[str]] = {}
 
-    async def store(
-        self, group: ClassicGroup, offsets: dict[tuple[str, int], OffsetAndMetadata]
-    ) -> dict[tuple[str, int], ErrorCode]:
-        """Write a validated commit; the group's offsets change once the records are committed."""
-        group_id = group.group_id
+    async def _records(
+        self, group_id: str, offsets: dict[tuple[str, int], OffsetAndMetadata]
+    ) -> tuple[dict[tuple[str, int], ErrorCode], list[tuple[bytes, bytes]], dict[tuple[str, int], OffsetAndMetadata]]:
+        """A commit's offsets checked against `offset.metadata.max.bytes` (refused ones answered
+        OFFSET_METADATA_TOO_LARGE) and encoded as offset commit records; (results so far, records, accepted)."""
         results: dict[tuple[str, int], ErrorCode] = {}
-        kvs = []
-        accepted = {}
+        kvs: list[tuple[bytes, bytes]] = []
+        accepted: dict[tuple[str, int], OffsetAndMetadata] = {}
         for n, (tp, om) in enumerate(offsets.items()):
             await pace(n)  # a commit of 100,000 partitions: other connections get a turn
             if len(om.metadata.encode()) > self.metadata_max_bytes:
@@ -82,6 +82,14 @@ class OffsetMetadataManager:
             version = 1 if om.expire_timestamp >= 0 else 3  # Kafka's offsetCommitValueVersion()
             kvs.append((encode_offset_commit_key(group_id, tp[0], tp[1]), encode_offset_commit_value(om, version)))
             accepted[tp] = om
+        return results, kvs, accepted
+
+    async def store(
+        self, group: ClassicGroup, offsets: dict[tuple[str, int], OffsetAndMetadata]
+    ) -> dict[tuple[str, int], ErrorCode]:
+        """Write a validated commit; the group's offsets change once the records are committed."""
+        group_id = group.group_id
+        results, kvs, accepted = await self._records(group_id, offsets)
         if kvs:
             werr = await self.runtime.write(self.runtime.partition_for(group_id), kvs)
             if werr:
@@ -101,16 +109,7 @@ class OffsetMetadataManager:
         """TxnOffsetCommit: the records go in the producer's transaction; the offsets stay pending in the group
         until the transaction's marker reaches this partition (`complete_transaction`)."""
         group_id = group.group_id
-        results: dict[tuple[str, int], ErrorCode] = {}
-        kvs = []
-        accepted = {}
-        for n, (tp, om) in enumerate(offsets.items()):
-            await pace(n)
-            if len(om.metadata.encode()) > self.metadata_max_bytes:
-                results[tp] = E.OFFSET_METADATA_TOO_LARGE
-                continue
-            kvs.append((encode_offset_commit_key(group_id, tp[0], tp[1]), encode_offset_commit_value(om, 3)))
-            accepted[tp] = om
+        results, kvs, accepted = await self._records(group_id, offsets)
         if kvs:
             # Pending before the append, as Kafka's prepareTxnOffsetCommit: a marker that lands after the record
             # (the coordinator aborting the transaction meanwhile) may complete before this write is answered.
