@@ -104,9 +104,14 @@ def produce(bootstrap: str, client_id: str, seconds: float, total: int | None = 
     p.flush(30)
     with lock:
         measured = [(t, n) for t, n in acked if t <= end]
-    rate, span = _steady_rate(measured, start)
+    return _result(measured, start, throttles)
+
+
+def _result(samples: list[tuple[float, int]], start: float, throttles: list[float]) -> dict[str, Any]:
+    """A side's report: bytes, the steady rate and the span it was measured over, librdkafka's throttle events."""
+    rate, span = _steady_rate(samples, start)
     return {
-        "bytes": sum(n for _, n in measured),
+        "bytes": sum(n for _, n in samples),
         "rate": rate,
         "measured_s": span,
         "throttle_events": len(throttles),
@@ -140,14 +145,7 @@ def consume(bootstrap: str, seconds: float) -> dict[str, Any]:
                     got.append((time.monotonic(), len(m.value() or b"")))
     finally:
         c.close()
-    rate, span = _steady_rate(got, start)
-    return {
-        "bytes": sum(n for _, n in got),
-        "rate": rate,
-        "measured_s": span,
-        "throttle_events": len(throttles),
-        "max_throttle_s": max(throttles, default=0.0),
-    }
+    return _result(got, start, throttles)
 
 
 def measure(seconds: float, mib_per_s: float) -> dict[str, Any]:
