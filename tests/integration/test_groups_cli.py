@@ -121,6 +121,25 @@ def test_list_describe_reset_delete(bs):
     assert group in ok(groups(bs, "list")).split()
     stable = ok(groups(bs, "list", "--state", "Stable"))
     assert any(line.split() == [group, "Stable"] for line in stable.splitlines())
+    # --type/--state without a value add the column (kafka-consumer-groups.sh --list --type --state)
+    listed = ok(groups(bs, "list", "--type", "--state")).splitlines()
+    assert listed[0].split() == ["GROUP", "TYPE", "STATE"] and [group, "Classic", "Stable"] in [
+        r.split() for r in listed
+    ]
+    assert [group, "Classic"] in [r.split() for r in ok(groups(bs, "list", "--type", "classic")).splitlines()]
+    assert group not in ok(groups(bs, "list", "--type", "consumer"))
+    assert group not in ok(groups(bs, "list", "--state", "empty,dead"))
+    assert "Invalid type list 'simple'" in fails(groups(bs, "list", "--type", "simple"))
+
+    # --members --verbose and --state of a classic group: no epochs, no target assignment
+    members = ok(groups(bs, "describe", "--group", group, "--members", "--verbose")).split("\n")[2:]
+    assert members[0].split()[:1] + members[0].split()[2:] == [group, "/127.0.0.1", "cli-consumer", "2", "-"] + [
+        f"{TOPIC}:0,1",
+        "-",
+        "-",
+    ]
+    state = ok(groups(bs, "describe", "--group", group, "--state")).splitlines()[-1].split()
+    assert state[0] == group and state[3:] == ["range", "Stable", "1"]
 
     # describe with an active member: per partition current offset, log end offset, lag, owner
     out = ok(groups(bs, "describe", "--group", group))
