@@ -131,11 +131,15 @@ def _balanced(members: list[Member], per_member: int, since: float) -> bool:
     return len(seen) == PARTITIONS
 
 
-def _wait(cond: Callable[[], bool], timeout: float, what: str) -> float:
+def _wait(cond: Callable[[], bool], timeout: float, what: str, members: list[Member]) -> float:
     deadline = time.monotonic() + timeout
     while not cond():
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} not within {timeout:.0f} s")
+            now = time.monotonic()
+            state = [
+                (len(owned), round(now - last, 1) if last else None) for owned, last in map(Member.snapshot, members)
+            ]
+            raise TimeoutError(f"{what} not within {timeout:.0f} s (partitions, s since last record: {state})")
         time.sleep(0.02)
     return time.monotonic()
 
@@ -177,11 +181,12 @@ def measure_mode(bootstrap: str, name: str, conf: dict[str, str]) -> dict[str, A
         formed_from = time.monotonic()
         for m in six:
             m.start()
-        formed = _wait(lambda: _balanced(six, PARTITIONS // MEMBERS, time.monotonic() - 1.0), 120, "6 members")
+        formed = _wait(lambda: _balanced(six, PARTITIONS // MEMBERS, time.monotonic() - 1.0), 120, "6 members", six)
         time.sleep(STEADY_S)  # the baseline window: nothing changes in the group
         joined = time.monotonic()
         seventh.start()
-        absorbed = _wait(lambda: _balanced([*six, seventh], PARTITIONS // (MEMBERS + 1), joined), 120, "the 7th")
+        seven = [*six, seventh]
+        absorbed = _wait(lambda: _balanced(seven, PARTITIONS // (MEMBERS + 1), joined), 120, "the 7th", seven)
         time.sleep(2.0)
         end = time.monotonic()
     finally:
