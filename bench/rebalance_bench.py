@@ -11,10 +11,11 @@ Per protocol: 6 confluent-kafka consumers (threads of this process, librdkafka's
 fresh group, `auto.offset.reset=latest`; once their assignments are disjoint, cover the topic and all of them
 receive records, a 3 s steady window gives the baseline gap, then the 7th subscribes. Absorbed = the members'
 own rebalance callbacks show a disjoint, complete assignment of 6 partitions each. A member's pause is the longest
-gap between two records it received from 1 s before the 7th subscribed to 2 s after the group absorbed it (a
-member in an eager rebalance stops for the whole rebalance; a cooperative or consumer-protocol member keeps
-consuming what it keeps). Reported per protocol: absorb time, the 7th member's first record, the longest and
-median pause of the 6, and the steady-state longest gap.
+gap between two records of the partitions it keeps (owned before the 7th subscribed and after the group absorbed it)
+from 1 s before the 7th subscribed to 2 s after the group absorbed it (a member in an eager rebalance stops for the
+whole rebalance; a cooperative or consumer-protocol member keeps consuming what it keeps). Reported per protocol:
+absorb time, the 7th member's first record, the longest and median pause of the 6, and the steady-state longest gap
+(any partition: what the machine's noise alone gives).
 
 Assignors (no broker): `uniform` and `range` on 1,000 members subscribed to 10 topics of 1,000 partitions, a fresh
 group, then a 1,001st member joining (the sticky path), and with heterogeneous subscriptions (5 topics of 10 each)
@@ -78,7 +79,7 @@ class Member(threading.Thread):
             **QUIET,
         }
         self.eager = conf.get("partition.assignment.strategy") in ("range", "roundrobin")
-        self.times: list[float] = []
+        self.records: list[tuple[float, int]] = []  # (arrival, partition) of every record
         self.owned: set[TP] = set()
         self.lock = threading.Lock()
         self.stopping = threading.Event()
@@ -101,11 +102,11 @@ class Member(threading.Thread):
         try:
             c.subscribe([TOPIC], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke)
             while not self.stopping.is_set():
-                got = [m for m in c.consume(500, 0.05) if m.error() is None]
+                got = [m.partition() or 0 for m in c.consume(500, 0.05) if m.error() is None]
                 if got:
                     now = time.monotonic()
                     with self.lock:
-                        self.times.extend([now] * len(got))
+                        self.records.extend((now, p) for p in got)
         except Exception as e:  # noqa: BLE001 - reported in the row, the other protocols still run
             self.error = f"{type(e).__name__}: {e}"
         finally:
@@ -113,7 +114,12 @@ class Member(threading.Thread):
 
     def snapshot(self) -> tuple[set[TP], float | None]:
         with self.lock:
-            return set(self.owned), self.times[-1] if self.times else None
+            return set(self.owned), self.records[-1][0] if self.records else None
+
+    def arrivals(self, partitions: set[int] | None = None) -> list[float]:
+        """When records arrived (of these partitions only, if given)."""
+        with self.lock:
+            return [t for t, p in self.records if partitions is None or p in partitions]
 
     def stop(self) -> None:
         self.stopping.set()
@@ -184,9 +190,11 @@ def measure_mode(bootstrap: str, name: str, conf: dict[str, str]) -> dict[str, A
         formed = _wait(lambda: _balanced(six, PARTITIONS // MEMBERS, time.monotonic() - 1.0), 120, "6 members", six)
         time.sleep(STEADY_S)  # the baseline window: nothing changes in the group
         joined = time.monotonic()
+        before = [m.snapshot()[0] for m in six]
         seventh.start()
         seven = [*six, seventh]
         absorbed = _wait(lambda: _balanced(seven, PARTITIONS // (MEMBERS + 1), joined), 120, "the 7th", seven)
+        kept = [{p for _, p in owned & m.snapshot()[0]} for owned, m in zip(before, six, strict=True)]
         time.sleep(2.0)
         end = time.monotonic()
     finally:
@@ -196,14 +204,16 @@ def measure_mode(bootstrap: str, name: str, conf: dict[str, str]) -> dict[str, A
     errors = [m.error for m in [*six, seventh] if m.error]
     if errors:
         raise RuntimeError("; ".join(errors))
-    pauses = [_longest_gap(m.times, joined - 1.0, absorbed + 2.0) for m in six]
-    steady = [_longest_gap(m.times, joined - STEADY_S, joined) for m in six]
+    # the stream of the partitions each member had before and still has after: what a rebalance should not stop
+    pauses = [_longest_gap(m.arrivals(k), joined - 1.0, absorbed + 2.0) for m, k in zip(six, kept, strict=True)]
+    steady = [_longest_gap(m.arrivals(), joined - STEADY_S, joined) for m in six]
     return {
         "protocol": name,
         "config": conf,
         "form_s": formed - formed_from,
         "absorb_s": absorbed - joined,
-        "seventh_first_record_s": min((t for t in seventh.times if t >= joined), default=end) - joined,
+        "seventh_first_record_s": min((t for t in seventh.arrivals() if t >= joined), default=end) - joined,
+        "kept_partitions": sorted(len(k) for k in kept),
         "longest_pause_s": max(pauses),
         "median_pause_s": statistics.median(pauses),
         "steady_longest_gap_s": max(steady),
