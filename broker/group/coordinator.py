@@ -33,6 +33,11 @@ from ..coordinator.runtime import (
     CoordinatorRuntime,
     CoordinatorTopic,
 )
+from .consumer import records as consumer_records
+from .consumer.group import GROUP_TYPE as CONSUMER_GROUP_TYPE
+from .consumer.group import ConsumerGroup
+from .consumer.manager import ConsumerGroupManager, ConsumerLoad, HeartbeatError, HeartbeatRequest, HeartbeatResult
+from .consumer.offsets import validate_offset_commit, validate_offset_fetch
 from .group import GROUP_TYPE, ClassicGroup, GroupState, JoinResult, Member, SyncResult
 from .offsets import OffsetMetadataManager, map_append_error
 from .records import (
@@ -114,6 +119,7 @@ class GroupLoad:
 
     now: int
     groups: dict[str, ClassicGroup] = field(default_factory=dict)
+    consumer: ConsumerLoad | None = None
 
 
 class GroupCoordinator:
@@ -128,6 +134,7 @@ class GroupCoordinator:
         store: CoordinatorMetadataStore,
         *,
         clock: Callable[[], int] | None = None,
+        broker_config: BrokerConfig | None = None,
     ) -> None:
         self.config = config
         self.initial_rebalance_delay_ms: int = config.initial_rebalance_delay_ms
@@ -136,6 +143,7 @@ class GroupCoordinator:
         self.max_group_size: int = config.max_group_size
         self.retention_check_interval_ms: int = config.retention_check_interval_ms
         self.groups: dict[str, ClassicGroup] = {}
+        self.consumer_groups: dict[str, ConsumerGroup] = {}  # KIP-848 groups (consumer/manager.py); ids are unique
         self._now = clock or (lambda: int(time.time() * 1000))
         self._timers: dict[tuple, asyncio.TimerHandle] = {}
         self._retention_task: asyncio.Task[None] | None = None
@@ -148,6 +156,17 @@ class GroupCoordinator:
             metadata_max_bytes=config.offset_metadata_max_bytes,
             retention_ms=config.retention_ms,
             has_timers=self._has_timers,
+            consumer_groups=self.consumer_groups,
+        )
+        self.consumer = ConsumerGroupManager(
+            broker_config if broker_config is not None else _default_broker_config(),
+            self.consumer_groups,
+            self.runtime,
+            store,
+            self,
+            now=self._now,
+            classic_group_state=self._classic_group_state,
+            take_classic_group=self._take_classic_group,
         )
 
     @classmethod
@@ -159,7 +178,7 @@ class GroupCoordinator:
         *,
         clock: Callable[[], int] | None = None,
     ) -> GroupCoordinator:
-        return cls(GroupConfig.from_broker_config(cfg), replica_manager, store, clock=clock)
+        return cls(GroupConfig.from_broker_config(cfg), replica_manager, store, clock=clock, broker_config=cfg)
 
     # -- the runtime's state, as the handlers, the server and tests see it ------------------------------------------
     @property
@@ -231,6 +250,28 @@ class GroupCoordinator:
         if h is not None:
             h.cancel()
 
+    def schedule(self, key: tuple, delay_ms: float, fn: Callable, *args: Any) -> None:
+        """A timer for the consumer groups (consumer/manager.py): `fn(*args)` after `delay_ms`, replacing `key`'s."""
+        self._schedule(key, delay_ms, fn, *args)
+
+    def cancel(self, key: tuple) -> None:
+        self._cancel(key)
+
+    def _classic_group_state(self, group_id: str) -> str | None:
+        """None (no classic group), "empty" (offsets at most: it may become a consumer group) or "active"."""
+        g = self.groups.get(group_id)
+        if g is None or g.is_in(S.DEAD):
+            return None
+        return "empty" if g.is_in(S.EMPTY) and not g.members and not g.pending_members else "active"
+
+    def _take_classic_group(self, group_id: str) -> ClassicGroup | None:
+        """An empty classic group becoming a consumer group: it leaves the classic groups (its offsets go along)."""
+        g = self.groups.pop(group_id, None)
+        if g is not None:
+            self._cancel_group_timers(group_id)
+            g.transition_to(S.DEAD, self._now())
+        return g
+
     def _has_timers(self, group_id: str) -> bool:
         return any(k[1] == group_id for k in self._timers)
 
@@ -278,15 +319,27 @@ class GroupCoordinator:
 
     # ---- the runtime's callbacks (CoordinatorShard): a partition's groups loaded from its records, unloaded ----
     def begin_load(self, partition: int) -> GroupLoad:
-        return GroupLoad(self._now())
+        now = self._now()
+        return GroupLoad(now, consumer=ConsumerLoad(now))
 
     def replay(self, state: GroupLoad, key: bytes | None, value: bytes | None) -> None:
         loaded, now = state.groups, state.now
         if key is None:
             return
         try:
+            ck = consumer_records.decode_key(key)
+            if ck is not None:
+                if state.consumer is not None:
+                    self._replay_consumer(state, state.consumer, ck, value)
+                return
             k = decode_key(key)
-            if isinstance(k, OffsetCommitKey):
+            consumer_group = state.consumer.groups.get(k.group) if state.consumer and k is not None else None
+            if isinstance(k, OffsetCommitKey) and consumer_group is not None:
+                if value is None:
+                    consumer_group.offsets.pop((k.topic, k.partition), None)
+                else:
+                    consumer_group.offsets[(k.topic, k.partition)] = decode_offset_commit_value(value)
+            elif isinstance(k, OffsetCommitKey):
                 g = loaded.get(k.group)
                 if value is None:
                     if g is not None:
@@ -329,6 +382,27 @@ class GroupCoordinator:
         except (RecordFormatError, UnicodeDecodeError, ValueError) as e:
             log.warning("skipping an unreadable offsets-topic record", error=str(e))
 
+    @staticmethod
+    def _replay_consumer(
+        state: GroupLoad, load: ConsumerLoad, key: consumer_records.ConsumerGroupKey, value: bytes | None
+    ) -> None:
+        """A consumer group record; a group created over an empty classic one takes its offsets, and a deleted one
+        that still has offsets (it became a classic group) leaves them to a classic group."""
+        before = load.groups.get(key.group)
+        ConsumerGroupManager.replay(load, key, value)
+        gone = value is None and key.version == consumer_records.GROUP_EPOCH and before is not None
+        if gone and before is not None and (before.offsets or before.pending_txn_offsets):
+            g = state.groups.setdefault(key.group, ClassicGroup(key.group, state.now))
+            g.offsets.update(before.offsets)
+            g.pending_txn_offsets.update(before.pending_txn_offsets)
+        if value is not None and key.version == consumer_records.GROUP_EPOCH:
+            old = state.groups.get(key.group)
+            if old is not None and not old.members:
+                cg = load.groups[key.group]
+                cg.offsets.update(old.offsets)
+                cg.pending_txn_offsets.update(old.pending_txn_offsets)
+                del state.groups[key.group]
+
     def replay_transactional(self, state: GroupLoad, producer_id: int, key: bytes | None, value: bytes | None) -> None:
         """An offset commit written in a transaction (TxnOffsetCommit): pending until its marker."""
         if key is None:
@@ -337,7 +411,9 @@ class GroupCoordinator:
             k = decode_key(key)
             if not isinstance(k, OffsetCommitKey) or value is None:
                 return
-            g = state.groups.get(k.group)
+            g: ClassicGroup | ConsumerGroup | None = state.groups.get(k.group)
+            if g is None and state.consumer is not None:
+                g = state.consumer.groups.get(k.group)
             if g is None:
                 g = state.groups[k.group] = ClassicGroup(k.group, state.now)
             g.pending_txn_offsets.setdefault(producer_id, {})[(k.topic, k.partition)] = decode_offset_commit_value(
@@ -347,7 +423,8 @@ class GroupCoordinator:
             log.warning("skipping an unreadable offsets-topic record", error=str(e))
 
     def replay_end_txn(self, state: GroupLoad, producer_id: int, commit: bool) -> None:
-        for g in state.groups.values():
+        consumer = state.consumer.groups.values() if state.consumer is not None else ()
+        for g in [*state.groups.values(), *consumer]:
             pending = g.pending_txn_offsets.pop(producer_id, None)
             if pending is not None and commit:
                 g.offsets.update(pending)
@@ -359,6 +436,12 @@ class GroupCoordinator:
             self.offsets.track_pending(g)
             for m in g.members.values():
                 self._schedule_heartbeat(g, m)
+        if state.consumer is not None:
+            for gid, cg in ConsumerGroupManager.finish_load(state.consumer).items():
+                self.groups.pop(gid, None)
+                self.consumer_groups[gid] = cg
+                self.offsets.track_pending(cg)
+                self.consumer.schedule_loaded(cg)
 
     def unload(self, partition: int) -> None:
         """The groups of a resigned partition are gone from here: their members get NOT_COORDINATOR and find the
@@ -374,6 +457,11 @@ class GroupCoordinator:
             self.offsets.untrack_pending(g)
             g.transition_to(S.DEAD, now)
             del self.groups[gid]
+        for gid, cg in list(self.consumer_groups.items()):
+            if self.partition_for(gid) == partition:
+                self.consumer.drop(gid)
+                self.offsets.untrack_pending(cg)
+                del self.consumer_groups[gid]
 
     def _group_metadata_kv(self, group: ClassicGroup, assignment: dict[str, bytes]) -> tuple[bytes, bytes]:
         members = [
@@ -407,9 +495,36 @@ class GroupCoordinator:
             return JoinResult(err, member_id=p.member_id)
         if not self.min_session_timeout_ms <= p.session_timeout_ms <= self.max_session_timeout_ms:
             return JoinResult(E.INVALID_SESSION_TIMEOUT, member_id=p.member_id)
+        if p.group_id in self.consumer_groups:
+            err = await self._classic_join_to_consumer_group(p.group_id)
+            if err:
+                return JoinResult(err, member_id=p.member_id)
         fut = asyncio.get_running_loop().create_future()
         self._join(p, fut)
         return await fut
+
+    async def _classic_join_to_consumer_group(self, group_id: str) -> ErrorCode:
+        """A classic member joins a consumer group: an empty one becomes a classic group (its records go, its
+        offsets stay); a non-empty one refuses it (members of both protocols in one group are not supported)."""
+        async with self.consumer.lock(group_id):
+            cg = self.consumer_groups.get(group_id)
+            if cg is None:
+                return E.NONE
+            if cg.members:
+                return E.INCONSISTENT_GROUP_PROTOCOL
+            err = await self.runtime.write(self.partition_for(group_id), self.consumer.delete_records(cg))
+            if err:
+                return map_append_error(err, False)
+            if self.consumer_groups.get(group_id) is not cg:
+                return E.NONE
+            self.consumer.drop(group_id)
+            del self.consumer_groups[group_id]
+            cg.dead = True
+            g = self.groups[group_id] = ClassicGroup(group_id, self._now())
+            g.offsets = cg.offsets
+            g.pending_txn_offsets = cg.pending_txn_offsets
+            log.info("an empty consumer group became a classic group", group=group_id)
+            return E.NONE
 
     def _join(self, p: JoinParams, fut: asyncio.Future) -> None:
         unknown = p.member_id == ""
@@ -945,6 +1060,10 @@ class GroupCoordinator:
         err = self.check_group(group_id)
         if err:
             return err, {}
+        cg = self.consumer_groups.get(group_id)
+        if cg is not None:
+            err = validate_offset_commit(cg, member_id, generation_id, False, api_version)
+            return (err, {}) if err else (E.NONE, await self.offsets.store(cg, offsets))
         group = self.groups.get(group_id)
         if group is None:
             if generation_id >= 0:
@@ -971,6 +1090,13 @@ class GroupCoordinator:
         err = self.check_group(group_id)
         if err:
             return err, {}
+        cg = self.consumer_groups.get(group_id)
+        if cg is not None:
+            if generation_id >= 0 or member_id:
+                err = validate_offset_commit(cg, member_id, generation_id, True, 5)
+                if err:
+                    return err, {}
+            return E.NONE, await self.offsets.store_transactional(cg, producer, offsets)
         group = self.groups.get(group_id)
         if group is None:
             group = self.groups[group_id] = ClassicGroup(group_id, self._now())
@@ -982,7 +1108,7 @@ class GroupCoordinator:
 
     def has_pending_txn_offset(self, group_id: str, tp: tuple[str, int]) -> bool:
         """Whether an open transaction has written an offset of `tp` for the group (OffsetFetch require_stable)."""
-        g = self.groups.get(group_id)
+        g: ClassicGroup | ConsumerGroup | None = self.groups.get(group_id) or self.consumer_groups.get(group_id)
         return g is not None and any(tp in pending for pending in g.pending_txn_offsets.values())
 
     def complete_transaction(self, partition: int, producer_id: int, commit: bool) -> None:
@@ -998,29 +1124,75 @@ class GroupCoordinator:
             return err, []
         return E.NONE, self.offsets.fetch(group_id, topics)
 
+    def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode:
+        """OffsetFetch v9+ from a consumer group member: its member id and epoch must be current."""
+        cg = self.consumer_groups.get(group_id)
+        if cg is None or self.check_group(group_id):
+            return E.NONE  # (the fetch itself answers coordinator errors; classic groups do not check)
+        return validate_offset_fetch(cg, member_id, member_epoch)
+
+    # =========================================================================================================
+    # KIP-848 consumer groups (consumer/manager.py)
+    async def consumer_group_heartbeat(self, req: HeartbeatRequest) -> HeartbeatResult:
+        """ConsumerGroupHeartbeat: COORDINATOR_NOT_AVAILABLE when stopped, the request's own errors, then whether
+        this broker coordinates the group (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS), as Kafka orders them."""
+        if not self.active:
+            return HeartbeatResult(E.COORDINATOR_NOT_AVAILABLE)
+        try:
+            self.consumer.validate(req)
+        except HeartbeatError as e:
+            return HeartbeatResult(e.code, e.message)
+        err = self.runtime.check(req.group_id)
+        if err:
+            return HeartbeatResult(err)
+        return await self.consumer.heartbeat(req)
+
+    def describe_consumer_group(self, group_id: str) -> tuple[ErrorCode, str | None, ConsumerGroup | None]:
+        """ConsumerGroupDescribe of one group: (error, message, group)."""
+        if not group_id:
+            return E.INVALID_GROUP_ID, None, None
+        err = self.check_group(group_id)
+        if err:
+            return err, None, None
+        g = self.consumer_groups.get(group_id)
+        if g is None:
+            if self.groups.get(group_id) is not None and not self.groups[group_id].is_in(S.DEAD):
+                return E.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.", None
+            return E.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.", None
+        return E.NONE, None, g
+
     # =========================================================================================================
     # admin: list / describe / delete
     def list_groups(
         self, states: list[str] | None = None, types: list[str] | None = None
-    ) -> tuple[ErrorCode, list[ClassicGroup]]:
+    ) -> tuple[ErrorCode, list[ClassicGroup | ConsumerGroup]]:
         err = E.NONE if self.active else E.COORDINATOR_NOT_AVAILABLE
         if self.loading:
             err = E.COORDINATOR_LOAD_IN_PROGRESS
         wanted_states = {s.lower() for s in states} if states else None
         wanted_types = {t.lower() for t in types} if types else None
-        if wanted_types is not None and GROUP_TYPE not in wanted_types:
-            return err, []
-        out = [
-            g
-            for g in self.groups.values()
-            if not g.is_in(S.DEAD) and (wanted_states is None or g.state.value.lower() in wanted_states)
-        ]
+        out: list[ClassicGroup | ConsumerGroup] = []
+        if wanted_types is None or GROUP_TYPE in wanted_types:
+            out += [
+                g
+                for g in self.groups.values()
+                if not g.is_in(S.DEAD) and (wanted_states is None or g.state.value.lower() in wanted_states)
+            ]
+        if wanted_types is None or CONSUMER_GROUP_TYPE in wanted_types:
+            out += [
+                g
+                for g in self.consumer_groups.values()
+                if wanted_states is None or g.state.value.lower() in wanted_states
+            ]
         return err, sorted(out, key=lambda g: g.group_id)
 
-    def describe_group(self, group_id: str) -> tuple[ErrorCode, ClassicGroup | None]:
+    def describe_group(self, group_id: str) -> tuple[ErrorCode, ClassicGroup | ConsumerGroup | None]:
         err = self.check_group(group_id)
         if err:
             return err, None
+        cg = self.consumer_groups.get(group_id)
+        if cg is not None:
+            return E.NONE, cg
         g = self.groups.get(group_id)
         if g is None or g.is_in(S.DEAD):
             return E.GROUP_ID_NOT_FOUND, None
@@ -1034,6 +1206,20 @@ class GroupCoordinator:
             err = self.check_group(gid)
             if err:
                 results[gid] = err
+                continue
+            cg = self.consumer_groups.get(gid)
+            if cg is not None:
+                if cg.members:
+                    results[gid] = E.NON_EMPTY_GROUP
+                    continue
+                p = self.partition_for(gid)
+                kvs = writes.setdefault(p, [])
+                kvs += [(encode_offset_commit_key(gid, t, i), None) for (t, i) in sorted(cg.offsets)]
+                kvs += self.consumer.delete_records(cg)
+                cg.dead = True
+                self.consumer.drop(gid)
+                del self.consumer_groups[gid]
+                deleted.append((gid, p))
                 continue
             g = self.groups.get(gid)
             if g is None or g.is_in(S.DEAD):
@@ -1063,6 +1249,9 @@ class GroupCoordinator:
         err = self.check_group(group_id)
         if err:
             return err, {}
+        cg = self.consumer_groups.get(group_id)
+        if cg is not None:
+            return await self.offsets.delete(cg, partitions)
         g = self.groups.get(group_id)
         if g is None or g.is_in(S.DEAD):
             return E.GROUP_ID_NOT_FOUND, {}
@@ -1087,6 +1276,12 @@ class GroupCoordinator:
         if not self.active:
             return 0, 0
         return await self.offsets.expire(self._now() if now is None else now)
+
+
+def _default_broker_config() -> BrokerConfig:
+    from strata.config import BrokerConfig
+
+    return BrokerConfig.load(None)
 
 
 __all__ = ["GroupConfig", "GroupCoordinator", "JoinParams"]
