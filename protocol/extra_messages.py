@@ -7,6 +7,8 @@ a subclass of ApiMessage is all a new API needs; the registry picks these up as 
 
 from __future__ import annotations
 
+from typing import Any
+
 from kafka.protocol.api_message import ApiMessage
 
 _PACKAGE = "strata.protocol.messages"
@@ -25,7 +27,16 @@ class ConsumerGroupDescribeRequest(ApiMessage, load_json=_PACKAGE):  # type: ign
 
 
 class ConsumerGroupDescribeResponse(ApiMessage, load_json=_PACKAGE):  # type: ignore[call-arg]
-    pass
+    @classmethod
+    def json_patch(cls, json: dict[str, Any]) -> dict[str, Any]:
+        """AuthorizedOperations as kafka-python's other responses carry it: a set of operation codes (None: not
+        requested, INT32_MIN on the wire)."""
+        for group_field in json["fields"]:
+            if group_field["name"] == "Groups":
+                for f in group_field["fields"]:
+                    if f["name"] == "AuthorizedOperations":
+                        f["type"] = "bitfield"
+        return json
 
 
 __all__ = [

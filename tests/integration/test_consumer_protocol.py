@@ -22,10 +22,12 @@ import threading
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.support import ck
+from tests.support.kafka_wire import WireClient
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -38,7 +40,11 @@ MODULE_BROKER_OVERRIDES = {
     "group.consumer.min.heartbeat.interval.ms": 100,
     "group.consumer.heartbeat.interval.ms": 500,
     "offsets.topic.num.partitions": 3,
+    "group.consumer.max.size": 4,
 }
+HB, DESCRIBE_CG, COMMIT, FETCH, FIND, LIST, DESCRIBE, DELETE = 68, 69, 8, 9, 10, 16, 15, 42
+(UNKNOWN_MEMBER, INVALID_REQUEST, NON_EMPTY, GROUP_NOT_FOUND, MAX_SIZE, FENCED_INSTANCE) = (25, 42, 68, 69, 81, 82)
+FENCED_EPOCH, UNRELEASED, UNSUPPORTED_ASSIGNOR, STALE_EPOCH, BAD_REGEX = 110, 111, 112, 113, 128
 
 
 class Member:
@@ -257,3 +263,139 @@ def test_regex_subscription_new_topic_and_added_partition(module_broker):
         }
     finally:
         c.close()
+
+
+# -- the wire: what Kafka answers to each kind of heartbeat, and the group APIs on a consumer group ------------------
+def hb(w: WireClient, group: str, member: str, epoch: int, **fields: object) -> Any:
+    base: dict[str, object] = {"group_id": group, "member_id": member, "member_epoch": epoch}
+    if epoch == 0:
+        base.update(rebalance_timeout_ms=5000, topic_partitions=[])
+    base.update(fields)
+    return w.call(HB, 1, **base)
+
+
+def test_heartbeat_errors_and_group_apis_on_the_wire(module_broker):
+    bs = module_broker.bootstrap
+    topic, group = "kip848-wire", "kip848-wire"
+    ck.create_topic(bs, topic, 4)
+    w = WireClient.connect(bs)
+    assert w.call(FIND, 0, key=group).error_code == 0
+    r = hb(w, group, "m1", 0, subscribed_topic_names=[topic])
+    assert (r.error_code, r.member_id, r.member_epoch, r.heartbeat_interval_ms) == (0, "m1", 1, 500)
+    assert [sorted(tp.partitions) for tp in r.assignment.topic_partitions] == [[0, 1, 2, 3]]
+    epoch = r.member_epoch
+    owned = [{"topic_id": r.assignment.topic_partitions[0].topic_id, "partitions": [0, 1, 2, 3]}]
+    # bad input, each with Kafka's code
+    assert hb(w, group, "m1", epoch + 5).error_code == FENCED_EPOCH
+    assert hb(w, group, "nobody", 1).error_code == UNKNOWN_MEMBER
+    assert hb(w, "no-such-group", "m9", 1).error_code == UNKNOWN_MEMBER
+    bad = hb(w, group, "m2", 0, subscribed_topic_names=[topic], server_assignor="nope")
+    assert bad.error_code == UNSUPPORTED_ASSIGNOR and "nope" in bad.error_message
+    bad = hb(w, group, "m2", 0, subscribed_topic_regex="kip848-(")
+    assert bad.error_code == BAD_REGEX and "kip848-(" in bad.error_message
+    for fields in (
+        {"subscribed_topic_names": [topic], "rebalance_timeout_ms": -1},
+        {"subscribed_topic_names": [topic], "topic_partitions": None},
+        {"subscribed_topic_names": [topic], "topic_partitions": owned},
+        {},  # neither names nor a regex
+    ):
+        assert hb(w, group, "m2", 0, **fields).error_code == INVALID_REQUEST, fields
+    assert hb(w, group, "", 0, subscribed_topic_names=[topic]).error_code == INVALID_REQUEST  # v1: client ids
+    assert hb(w, group, "m1", -3).error_code == INVALID_REQUEST
+    ok = hb(w, group, "m1", epoch, topic_partitions=owned)
+    assert (ok.error_code, ok.member_epoch) == (0, epoch)
+
+    # offsets: the member's epoch must be current (OffsetCommit/OffsetFetch v9)
+    def commit(member: str, member_epoch: int) -> int:
+        c = w.call(
+            COMMIT,
+            9,
+            group_id=group,
+            generation_id_or_member_epoch=member_epoch,
+            member_id=member,
+            topics=[{"name": topic, "partitions": [{"partition_index": 0, "committed_offset": 7}]}],
+        )
+        return int(c.topics[0].partitions[0].error_code)
+
+    def fetch(member: str | None, member_epoch: int) -> int:
+        f = w.call(
+            FETCH,
+            9,
+            groups=[
+                {
+                    "group_id": group,
+                    "member_id": member,
+                    "member_epoch": member_epoch,
+                    "topics": [{"name": topic, "partition_indexes": [0]}],
+                }
+            ],
+            require_stable=False,
+        )
+        return int(f.groups[0].error_code)
+
+    assert commit("m1", epoch + 1) == STALE_EPOCH
+    assert commit("nobody", epoch) == UNKNOWN_MEMBER
+    assert commit("", -1) == UNKNOWN_MEMBER  # the admin client may only commit for an empty group
+    assert commit("m1", epoch) == 0
+    assert fetch("m1", epoch - 1) == STALE_EPOCH
+    assert fetch("nobody", epoch) == UNKNOWN_MEMBER
+    assert fetch("m1", epoch) == 0 and fetch(None, -1) == 0
+
+    # the group as the admin APIs see it
+    d = w.call(DESCRIBE_CG, 1, group_ids=[group, "no-such-group"], include_authorized_operations=False)
+    g, missing = d.groups
+    assert (g.error_code, g.group_state, g.group_epoch, g.assignment_epoch, g.assignor_name) == (
+        0,
+        "Stable",
+        1,
+        1,
+        "uniform",
+    )
+    [m] = g.members
+    assert (m.member_id, m.member_epoch, m.member_type, m.subscribed_topic_names) == ("m1", 1, 1, [topic])
+    assert [(tp.topic_id, tp.topic_name, sorted(tp.partitions)) for tp in m.assignment.topic_partitions] == [
+        (owned[0]["topic_id"], topic, [0, 1, 2, 3])
+    ]
+    assert missing.error_code == GROUP_NOT_FOUND
+    listed = w.call(LIST, 5, states_filter=[], types_filter=["consumer"]).groups
+    assert (group, "consumer", "Stable", "consumer") in {
+        (x.group_id, x.protocol_type, x.group_state, x.group_type) for x in listed
+    }
+    assert group not in {x.group_id for x in w.call(LIST, 5, states_filter=[], types_filter=["classic"]).groups}
+    dg = w.call(DESCRIBE, 5, groups=[group], include_authorized_operations=False).groups[0]
+    assert (dg.error_code, dg.group_state, dg.protocol_type, [x.member_id for x in dg.members]) == (
+        0,
+        "Stable",
+        "consumer",
+        ["m1"],
+    )
+    assert w.call(DELETE, 2, groups_names=[group]).results[0].error_code == NON_EMPTY
+    assert hb(w, group, "m1", -1).member_epoch == -1  # leaves
+    assert w.call(DELETE, 2, groups_names=[group]).results[0].error_code == 0
+    assert w.call(DESCRIBE_CG, 0, group_ids=[group], include_authorized_operations=False).groups[0].error_code == (
+        GROUP_NOT_FOUND
+    )
+    w.close()
+
+
+def test_static_membership_and_group_size_on_the_wire(module_broker):
+    bs = module_broker.bootstrap
+    topic = "kip848-static"
+    ck.create_topic(bs, topic, 2)
+    w = WireClient.connect(bs)
+    assert w.call(FIND, 0, key=topic).error_code == 0
+    a = hb(w, topic, "a1", 0, instance_id="i1", subscribed_topic_names=[topic])
+    assert a.error_code == 0 and a.member_epoch == 1
+    taken = hb(w, topic, "a2", 0, instance_id="i1", subscribed_topic_names=[topic])
+    assert taken.error_code == UNRELEASED
+    # epoch -2: the instance leaves for a while, keeping its slot and partitions; a new incarnation takes them over
+    assert hb(w, topic, "a1", -2, instance_id="i1").member_epoch == -2
+    b = hb(w, topic, "a2", 0, instance_id="i1", subscribed_topic_names=[topic])
+    assert b.error_code == 0
+    assert sorted(p for tp in b.assignment.topic_partitions for p in tp.partitions) == [0, 1]
+    assert hb(w, topic, "a1", 1, instance_id="i1").error_code == FENCED_INSTANCE
+    # group.consumer.max.size = 4
+    for i in range(3):
+        assert hb(w, topic, f"x{i}", 0, subscribed_topic_names=[topic]).error_code == 0
+    assert hb(w, topic, "x9", 0, subscribed_topic_names=[topic]).error_code == MAX_SIZE
+    w.close()
