@@ -166,6 +166,23 @@ def _max_gap(records: list[tuple[int, int, int]], partitions: set[int], start: i
     return max(b - a for a, b in itertools.pairwise(edges))
 
 
+def _redelivered_after_commit(everyone: list[Member]) -> list[tuple[tuple[int, int], list[int], int]]:
+    """Records delivered again after some member had committed past them: ((partition, offset), delivery times,
+    commit time)."""
+    commits = [c for m in everyone for c in m.snapshot()[1]]
+    deliveries: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for m in everyone:
+        for p, o, t in m.snapshot()[0]:
+            deliveries[(p, o)].append(t)
+    late = []
+    for (p, o), ts in deliveries.items():
+        if len(ts) > 1:
+            committed = min((t for cp, nxt, t in commits if cp == p and nxt > o), default=None)
+            if committed is not None and max(ts) > committed:
+                late.append(((p, o), ts, committed))
+    return late
+
+
 def test_group_balances_grows_without_pause_and_survives_kill9(module_broker, members):
     bs = module_broker.bootstrap
     topic, group, n = "kip848-main", "kip848-main", 12
@@ -206,19 +223,8 @@ def test_group_balances_grows_without_pause_and_survives_kill9(module_broker, me
         return [(p, o) for p in range(n) for o in range(ends[p]) if (p, o) not in got]
 
     wait_until(lambda: not missing(), 30, message=lambda: f"not consumed: {missing()[:20]} of {ends}")  # none skipped
-    # nothing committed comes again: a record delivered again after some member committed past it
-    everyone = [victim, *ms]
-    commits = [c for m in everyone for c in m.snapshot()[1]]
-    deliveries: dict[tuple[int, int], list[int]] = defaultdict(list)
-    for m in everyone:
-        for p, o, t in m.snapshot()[0]:
-            deliveries[(p, o)].append(t)
-    late = []
-    for (p, o), ts in deliveries.items():
-        if len(ts) > 1:
-            committed = min((t for cp, nxt, t in commits if cp == p and nxt > o), default=None)
-            if committed is not None and max(ts) > committed:
-                late.append(((p, o), ts, committed))
+    # nothing committed comes again
+    late = _redelivered_after_commit([victim, *ms])
     assert not late, f"redelivered after their commit: {late[:5]}"
 
 
@@ -399,3 +405,48 @@ def test_static_membership_and_group_size_on_the_wire(module_broker):
         assert hb(w, topic, f"x{i}", 0, subscribed_topic_names=[topic]).error_code == 0
     assert hb(w, topic, "x9", 0, subscribed_topic_names=[topic]).error_code == MAX_SIZE
     w.close()
+
+
+def _describe(bs: str, group: str) -> Any:
+    with WireClient.connect(bs) as w:
+        return w.call(DESCRIBE_CG, 0, group_ids=[group], include_authorized_operations=False).groups[0]
+
+
+def _undelivered(ms: list[Member], bs: str, topic: str, n: int) -> list[tuple[int, int]]:
+    got = {(p, o) for m in ms for p, o, _ in m.snapshot()[0]}
+    ends = {p: ck.watermarks(bs, topic, p)[1] for p in range(n)}
+    return [(p, o) for p in range(n) for o in range(ends[p]) if (p, o) not in got]
+
+
+def test_members_carry_on_across_a_coordinator_restart(module_broker, members):
+    """kill -9 of the (single) broker: the group's records reload, so the members keep their ids and epochs and
+    the group epoch does not move (a group rebuilt from scratch would count its joins again). Last in the module:
+    it restarts the shared broker."""
+    bs = module_broker.bootstrap
+    topic, group, n = "kip848-restart", "kip848-restart", 4
+    ck.create_topic(bs, topic, n)
+    producer = SteadyProducer(bs, topic, n, interval=0.1)
+    try:
+        ms = [members("consumer", bs, topic, group) for _ in range(3)]
+        wait_until(lambda: _balanced(ms, n), 30, message=lambda: str([m.assignment() for m in ms]))
+        everyone = list(ms)
+        ms.pop().stop()  # one leaves: epoch 4 with two members, which a group rebuilt by rejoins would not reach
+        wait_until(lambda: _balanced(ms, n), 30, message=lambda: str([m.assignment() for m in ms]))
+        stable = wait_until(lambda: (d := _describe(bs, group)).group_state == "Stable" and d, 30)
+        before = (stable.group_epoch, sorted((m.member_id, m.member_epoch) for m in stable.members))
+        module_broker.restart(kill=True)
+        t_restart = int(time.time() * 1000)
+        wait_until(
+            lambda: any(t > t_restart for m in ms for _, _, t in m.snapshot()[0]), 30, message="records after restart"
+        )
+        after = _describe(bs, group)
+        assert before[0] == 4
+        assert (after.group_epoch, sorted((m.member_id, m.member_epoch) for m in after.members)) == before
+    finally:
+        producer.stop()
+    wait_until(
+        lambda: not _undelivered(everyone, bs, topic, n),
+        30,
+        message=lambda: str(_undelivered(everyone, bs, topic, n)[:9]),
+    )
+    assert not _redelivered_after_commit(everyone)

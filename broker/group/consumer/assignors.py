@@ -51,17 +51,22 @@ class _StickyUniform:
         count = dict.fromkeys(members, 0)
         subscribers = {t: sorted(m for m, s in members.items() if t in s.subscribed_topic_ids) for t in topics}
         total = sum(topics[t].partitions for t in topics if subscribers[t])
-        quota = -(-total // max(len(members), 1))
-        for mid in sorted(members):
-            spec = members[mid]
-            for tid in sorted(spec.owned, key=str):
-                if tid not in topics or tid not in spec.subscribed_topic_ids:
-                    continue
-                for p in sorted(spec.owned[tid]):
-                    if p < topics[tid].partitions and (tid, p) not in taken and count[mid] < quota:
+        quota, extra = divmod(total, max(len(members), 1))
+        for bonus in (0, 1):  # keep up to the floor quota first, then one more while the remainder lasts
+            for mid in sorted(members):
+                spec = members[mid]
+                for tid in sorted(spec.owned, key=str):
+                    if tid not in topics or tid not in spec.subscribed_topic_ids:
+                        continue
+                    for p in sorted(spec.owned[tid]):
+                        if p >= topics[tid].partitions or (tid, p) in taken or count[mid] >= quota + bonus:
+                            continue
+                        if bonus and extra <= 0:
+                            break
                         out[mid].setdefault(tid, set()).add(p)
                         taken.add((tid, p))
                         count[mid] += 1
+                        extra -= bonus
         for tid in sorted(topics, key=lambda t: topics[t].name):
             subs = subscribers[tid]
             if not subs:
