@@ -144,6 +144,7 @@ class GroupCoordinator:
         self.retention_check_interval_ms: int = config.retention_check_interval_ms
         self.groups: dict[str, ClassicGroup] = {}
         self.consumer_groups: dict[str, ConsumerGroup] = {}  # KIP-848 groups (consumer/manager.py); ids are unique
+        self.classic_rebalances = 0  # classic rebalances started (Kafka's classic-group-rebalance sensor)
         self._now = clock or (lambda: int(time.time() * 1000))
         self._timers: dict[tuple, asyncio.TimerHandle] = {}
         self._retention_task: asyncio.Task[None] | None = None
@@ -762,6 +763,7 @@ class GroupCoordinator:
                 ("join", group.group_id), delay, self._try_complete_initial_rebalance, group.group_id, delay, remaining
             )
         group.transition_to(S.PREPARING_REBALANCE, self._now())
+        self.classic_rebalances += 1
         log.info("preparing to rebalance", group=group.group_id, generation=group.generation_id, reason=reason)
         if not initial:
             self._maybe_complete_join_else_schedule(group)

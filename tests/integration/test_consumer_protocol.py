@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -271,6 +272,17 @@ def test_regex_subscription_new_topic_and_added_partition(module_broker):
         c.close()
 
 
+def _scrape(broker: Any) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{broker.metrics_port}/metrics", timeout=5).read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
+
+
 # -- the wire: what Kafka answers to each kind of heartbeat, and the group APIs on a consumer group ------------------
 def hb(w: WireClient, group: str, member: str, epoch: int, **fields: object) -> Any:
     base: dict[str, object] = {"group_id": group, "member_id": member, "member_epoch": epoch}
@@ -375,6 +387,9 @@ def test_heartbeat_errors_and_group_apis_on_the_wire(module_broker):
         "consumer",
         ["m1"],
     )
+    metrics = _scrape(module_broker)
+    assert metrics[("strata_group_coordinator_groups", (("state", "Stable"), ("type", "consumer")))] >= 1
+    assert metrics[("strata_group_coordinator_rebalances_total", (("protocol", "consumer"),))] >= 1
     assert w.call(DELETE, 2, groups_names=[group]).results[0].error_code == NON_EMPTY
     assert hb(w, group, "m1", -1).member_epoch == -1  # leaves
     assert w.call(DELETE, 2, groups_names=[group]).results[0].error_code == 0

@@ -47,7 +47,8 @@ _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _VALUE_V0 = _I16.pack(0)
 
-Record = tuple[bytes, bytes | None]
+Record = tuple[bytes, bytes | None]  # a None value is a tombstone
+KeyValue = tuple[bytes, bytes]
 
 
 class ConsumerRecordError(WireFormatError):
@@ -126,11 +127,11 @@ def _read_assignment(r: ByteReader) -> Assignment:
     return out
 
 
-def group_epoch_record(group: str, epoch: int) -> Record:
+def group_epoch_record(group: str, epoch: int) -> KeyValue:
     return _key(GROUP_EPOCH, group), _VALUE_V0 + _I32.pack(epoch) + b"\x00"
 
 
-def partition_metadata_record(group: str, topics: Mapping[str, TopicMetadata]) -> Record:
+def partition_metadata_record(group: str, topics: Mapping[str, TopicMetadata]) -> KeyValue:
     out = bytearray(_VALUE_V0)
     _array_len(out, len(topics))
     for name in sorted(topics):
@@ -144,7 +145,7 @@ def partition_metadata_record(group: str, topics: Mapping[str, TopicMetadata]) -
     return _key(PARTITION_METADATA, group), bytes(out)
 
 
-def member_metadata_record(group: str, m: ConsumerGroupMember) -> Record:
+def member_metadata_record(group: str, m: ConsumerGroupMember) -> KeyValue:
     out = bytearray(_VALUE_V0)
     write_compact_string(out, m.instance_id)
     write_compact_string(out, m.rack_id)
@@ -170,18 +171,18 @@ def member_metadata_record(group: str, m: ConsumerGroupMember) -> Record:
     return _key(MEMBER_METADATA, group, m.member_id), bytes(out)
 
 
-def target_epoch_record(group: str, epoch: int) -> Record:
+def target_epoch_record(group: str, epoch: int) -> KeyValue:
     return _key(TARGET_ASSIGNMENT_EPOCH, group), _VALUE_V0 + _I32.pack(epoch) + b"\x00"
 
 
-def target_member_record(group: str, member_id: str, a: Assignment) -> Record:
+def target_member_record(group: str, member_id: str, a: Assignment) -> KeyValue:
     out = bytearray(_VALUE_V0)
     _assignment(out, a)
     out.append(0)
     return _key(TARGET_ASSIGNMENT_MEMBER, group, member_id), bytes(out)
 
 
-def current_assignment_record(group: str, m: ConsumerGroupMember) -> Record:
+def current_assignment_record(group: str, m: ConsumerGroupMember) -> KeyValue:
     out = bytearray(_VALUE_V0)
     out += _I32.pack(m.member_epoch) + _I32.pack(m.previous_member_epoch) + _I8.pack(int(m.state))
     _assignment(out, m.assigned)
