@@ -24,7 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from strata.protocol import consumer_protocol
 from strata.protocol.errors import ErrorCode
+from strata.protocol.wire import WireFormatError
 
 from ..coordinator.runtime import (
     LOAD_BUFFER_DEFAULT,
@@ -34,9 +36,19 @@ from ..coordinator.runtime import (
     CoordinatorTopic,
 )
 from .consumer import records as consumer_records
+from .consumer.classic import (
+    assignment_blob,
+    by_id,
+    classic_heartbeat,
+    classic_join,
+    classic_leave,
+    classic_sync,
+    parse_subscription,
+)
 from .consumer.group import GROUP_TYPE as CONSUMER_GROUP_TYPE
 from .consumer.group import ConsumerGroup
 from .consumer.manager import ConsumerGroupManager, ConsumerLoad, HeartbeatError, HeartbeatRequest, HeartbeatResult
+from .consumer.member import ClassicMemberMetadata, ConsumerGroupMember
 from .consumer.offsets import validate_offset_commit, validate_offset_fetch
 from .group import GROUP_TYPE, ClassicGroup, GroupState, JoinResult, Member, SyncResult
 from .offsets import OffsetMetadataManager, map_append_error
@@ -168,6 +180,8 @@ class GroupCoordinator:
             now=self._now,
             classic_group_state=self._classic_group_state,
             take_classic_group=self._take_classic_group,
+            upgrade=self._upgrade,
+            downgrade=self._downgrade,
         )
 
     @classmethod
@@ -266,12 +280,101 @@ class GroupCoordinator:
         return "empty" if g.is_in(S.EMPTY) and not g.members and not g.pending_members else "active"
 
     def _take_classic_group(self, group_id: str) -> ClassicGroup | None:
-        """An empty classic group becoming a consumer group: it leaves the classic groups (its offsets go along)."""
+        """A classic group becoming a consumer group leaves the classic groups (its offsets go along); members
+        parked in JoinGroup/SyncGroup are told to rejoin (REBALANCE_IN_PROGRESS), as Kafka's upgrade does."""
         g = self.groups.pop(group_id, None)
         if g is not None:
+            for m in list(g.members.values()):
+                g.complete_join(m, JoinResult(E.REBALANCE_IN_PROGRESS, member_id=m.member_id))
+                g.complete_sync(m, SyncResult(E.REBALANCE_IN_PROGRESS))
             self._cancel_group_timers(group_id)
             g.transition_to(S.DEAD, self._now())
         return g
+
+    def _upgrade(self, group_id: str) -> tuple[ConsumerGroup, list[consumer_records.Record]] | None:
+        """Kafka's online upgrade (convertToConsumerGroup): a classic group of the "consumer" embedded protocol
+        becomes a consumer group whose members are its members at its generation, each owning its last assignment
+        (they will be asked to rejoin). The records replace the classic group's; nothing is installed here."""
+        g = self.groups.get(group_id)
+        if g is None or not g.uses_consumer_protocol() or g.num_members > self.consumer.config.max_size:
+            return None
+        topics = self.consumer.topics()
+        cg = ConsumerGroup(group_id, self._now())
+        cg.group_epoch = cg.assignment_epoch = g.generation_id
+        try:
+            for m in g.members.values():
+                sub = parse_subscription(m.metadata(g.protocol_name))
+                assigned = {
+                    tid: frozenset(ps) for tid, ps in by_id(consumer_protocol.assigned_partitions(m.assignment), topics)
+                }
+                cm = ConsumerGroupMember(
+                    m.member_id,
+                    instance_id=m.group_instance_id,
+                    rack_id=sub.rack,
+                    client_id=m.client_id,
+                    client_host=m.client_host,
+                    subscribed_topic_names=tuple(sub.topics),
+                    rebalance_timeout_ms=m.rebalance_timeout_ms,
+                    member_epoch=g.generation_id,
+                    previous_member_epoch=g.generation_id,
+                    assigned=assigned,
+                    classic=ClassicMemberMetadata(m.session_timeout_ms, list(m.protocols)),
+                )
+                cg.update_member(cm)
+                cg.target[cm.member_id] = assigned
+        except (consumer_protocol.ConsumerProtocolError, WireFormatError, UnicodeDecodeError):
+            log.warning("cannot upgrade a classic group: its consumer protocol metadata is malformed", group=group_id)
+            return None
+        records: list[consumer_records.Record] = [(encode_group_metadata_key(group_id), None)]
+        records += [consumer_records.member_metadata_record(group_id, m) for m in cg.members.values()]
+        records.append(consumer_records.group_epoch_record(group_id, cg.group_epoch))
+        records += [consumer_records.target_member_record(group_id, mid, a) for mid, a in cg.target.items()]
+        records.append(consumer_records.target_epoch_record(group_id, cg.assignment_epoch))
+        records += [consumer_records.current_assignment_record(group_id, m) for m in cg.members.values()]
+        return cg, records
+
+    def _downgrade(self, cg: ConsumerGroup, leaving: str) -> tuple[list[consumer_records.Record], Callable[[], None]]:
+        """Kafka's online downgrade (convertToClassicGroup): the last consumer-protocol member leaves, the classic
+        members carry on in a classic group at the group epoch, with their current assignments; it rebalances at
+        once. (records, install)."""
+        gid = cg.group_id
+        g = ClassicGroup(gid, self._now())
+        g.generation_id = cg.group_epoch
+        g.protocol_type = consumer_protocol.PROTOCOL_TYPE
+        assignments: dict[str, bytes] = {}
+        for m in cg.members.values():
+            if m.member_id == leaving or m.classic is None:
+                continue
+            assignments[m.member_id] = assignment_blob(m.assigned, self.consumer.store)
+            g.add(
+                Member(
+                    m.member_id,
+                    m.instance_id,
+                    m.client_id,
+                    m.client_host,
+                    m.rebalance_timeout_ms,
+                    m.classic.session_timeout_ms,
+                    consumer_protocol.PROTOCOL_TYPE,
+                    m.classic.protocols,
+                    assignments[m.member_id],
+                )
+            )
+        g.protocol_name = g.select_protocol()
+        g.state = g.previous_state = S.STABLE
+        g.subscribed_topics = g.compute_subscribed_topics()
+        records = self.consumer.delete_records(cg) + [self._group_metadata_kv(g, assignments)]
+
+        def install() -> None:
+            self.consumer_groups.pop(gid, None)
+            cg.dead = True
+            g.offsets = cg.offsets
+            g.pending_txn_offsets = cg.pending_txn_offsets
+            self.groups[gid] = g
+            for m in g.members.values():
+                self._schedule_heartbeat(g, m)
+            self._prepare_rebalance(g, f"Downgrade group {gid} from consumer to classic.")
+
+        return records, install
 
     def _has_timers(self, group_id: str) -> bool:
         return any(k[1] == group_id for k in self._timers)
@@ -497,27 +600,41 @@ class GroupCoordinator:
         if not self.min_session_timeout_ms <= p.session_timeout_ms <= self.max_session_timeout_ms:
             return JoinResult(E.INVALID_SESSION_TIMEOUT, member_id=p.member_id)
         if p.group_id in self.consumer_groups:
-            err = await self._classic_join_to_consumer_group(p.group_id)
-            if err:
-                return JoinResult(err, member_id=p.member_id)
+            res = await self._classic_join_to_consumer_group(p)
+            if res is not None:
+                return res
         fut = asyncio.get_running_loop().create_future()
         self._join(p, fut)
         return await fut
 
-    async def _classic_join_to_consumer_group(self, group_id: str) -> ErrorCode:
-        """A classic member joins a consumer group: an empty one becomes a classic group (its records go, its
-        offsets stay); a non-empty one refuses it (members of both protocols in one group are not supported)."""
+    async def _classic_join_to_consumer_group(self, p: JoinParams) -> JoinResult | None:
+        """A classic member joins a consumer group: a non-empty one takes it as a classic member
+        (consumer/classic.py); an empty one becomes a classic group (its records go, its offsets stay) and the join
+        proceeds there (None)."""
+        group_id = p.group_id
         async with self.consumer.lock(group_id):
             cg = self.consumer_groups.get(group_id)
             if cg is None:
-                return E.NONE
+                return None
             if cg.members:
-                return E.INCONSISTENT_GROUP_PROTOCOL
+                return await classic_join(
+                    self.consumer,
+                    cg,
+                    p.member_id,
+                    p.group_instance_id,
+                    p.client_id,
+                    p.client_host,
+                    p.session_timeout_ms,
+                    p.rebalance_timeout_ms,
+                    p.protocol_type,
+                    p.protocols,
+                    p.api_version,
+                )
             err = await self.runtime.write(self.partition_for(group_id), self.consumer.delete_records(cg))
             if err:
-                return map_append_error(err, False)
+                return JoinResult(map_append_error(err, False), member_id=p.member_id)
             if self.consumer_groups.get(group_id) is not cg:
-                return E.NONE
+                return None
             self.consumer.drop(group_id)
             del self.consumer_groups[group_id]
             cg.dead = True
@@ -525,7 +642,7 @@ class GroupCoordinator:
             g.offsets = cg.offsets
             g.pending_txn_offsets = cg.pending_txn_offsets
             log.info("an empty consumer group became a classic group", group=group_id)
-            return E.NONE
+            return None
 
     def _join(self, p: JoinParams, fut: asyncio.Future) -> None:
         unknown = p.member_id == ""
@@ -910,6 +1027,9 @@ class GroupCoordinator:
         err = self.check_group(group_id)
         if err:
             return SyncResult(err)
+        cg = self.consumer_groups.get(group_id)
+        if cg is not None:
+            return classic_sync(self.consumer, cg, member_id, instance_id, generation_id, protocol_type, protocol_name)
         group = self.groups.get(group_id)
         if group is None or group.is_in(S.EMPTY):
             return SyncResult(E.UNKNOWN_MEMBER_ID)
@@ -967,6 +1087,9 @@ class GroupCoordinator:
         err = self.check_group(group_id)
         if err:
             return err
+        cg = self.consumer_groups.get(group_id)
+        if cg is not None:
+            return classic_heartbeat(self.consumer, cg, member_id, instance_id, generation_id)
         group = self.groups.get(group_id)
         if group is None:
             return E.UNKNOWN_MEMBER_ID
@@ -983,6 +1106,27 @@ class GroupCoordinator:
         if group.is_in(S.PREPARING_REBALANCE):
             return E.REBALANCE_IN_PROGRESS
         return E.NONE
+
+    def is_consumer_group(self, group_id: str) -> bool:
+        return group_id in self.consumer_groups
+
+    async def leave_consumer_group(
+        self, group_id: str, members: list[tuple[str, str | None]]
+    ) -> tuple[ErrorCode, list[tuple[str, str | None, ErrorCode]]]:
+        """LeaveGroup of classic members of a consumer group; any left over once it became a classic group leave
+        that one."""
+        err = self.check_group(group_id)
+        if err:
+            return err, []
+        async with self.consumer.lock(group_id):
+            cg = self.consumer_groups.get(group_id)
+            if cg is None:
+                return self.leave_group(group_id, members)
+            results, rest = await classic_leave(self.consumer, cg, members)
+        if rest:
+            top, more = self.leave_group(group_id, rest)
+            results += more if not top else [(m, i, top) for m, i in rest]
+        return E.NONE, results
 
     def leave_group(
         self, group_id: str, members: list[tuple[str, str | None]]

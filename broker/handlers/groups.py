@@ -225,7 +225,11 @@ async def leave_group(services: BrokerServices, ctx: RequestContext, req: Any) -
         members = [(req.member_id, None)]
     else:
         members = [(m.member_id, m.group_instance_id) for m in req.members]
-    top, results = services.group_coordinator.leave_group(req.group_id, members)
+    coord = services.group_coordinator
+    if coord.is_consumer_group(req.group_id):  # classic members of a consumer group (a rolling upgrade)
+        top, results = await coord.leave_consumer_group(req.group_id, members)
+    else:
+        top, results = coord.leave_group(req.group_id, members)
     if v < 3:
         err = top or (results[0][2] if results else E.NONE)
         return Resp(version=v, throttle_time_ms=0, error_code=err)

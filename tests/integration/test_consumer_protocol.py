@@ -422,6 +422,56 @@ def test_static_membership_and_group_size_on_the_wire(module_broker):
     w.close()
 
 
+def _group_type(bs: str, group: str) -> str | None:
+    with WireClient.connect(bs) as w:
+        listed = w.call(LIST, 5, states_filter=[], types_filter=[]).groups
+    return next((g.group_type for g in listed if g.group_id == group), None)
+
+
+def test_rolling_upgrade_and_downgrade_between_protocols(module_broker, members):
+    """A classic group (kafka-python, aiokafka) is converted member by member to the consumer protocol
+    (confluent-kafka) and back, while records flow: the group changes type when the first consumer-protocol member
+    joins and when the last one leaves, every record is consumed, none again after its commit."""
+    bs = module_broker.bootstrap
+    topic, group, n = "kip848-migrate", "kip848-migrate", 4
+    ck.create_topic(bs, topic, n)
+    producer = SteadyProducer(bs, topic, n, interval=0.1)
+    everyone: list[Member] = []
+
+    def join(client: str) -> Member:
+        everyone.append(members(client, bs, topic, group))
+        return everyone[-1]
+
+    def settle(live: list[Member], kind: str) -> None:
+        wait_until(lambda: _balanced(live, n), 60, message=lambda: str([m.assignment() for m in live]))
+        wait_until(lambda: _group_type(bs, group) == kind, 10, message=kind)
+
+    try:
+        k1, a1 = join("kafka-python"), join("aiokafka")
+        settle([k1, a1], "classic")
+        c1 = join("consumer")  # online upgrade: the classic members stay, as classic members of a consumer group
+        settle([k1, a1, c1], "consumer")
+        k1.stop()
+        c2 = join("consumer")
+        settle([a1, c1, c2], "consumer")
+        a1.stop()
+        settle([c1, c2], "consumer")
+        k2, a2 = join("kafka-python"), join("aiokafka")  # and back
+        settle([c1, c2, k2, a2], "consumer")
+        c1.stop()
+        settle([c2, k2, a2], "consumer")
+        c2.stop()  # the last consumer-protocol member: online downgrade
+        settle([k2, a2], "classic")
+    finally:
+        producer.stop()
+    wait_until(
+        lambda: not _undelivered(everyone, bs, topic, n),
+        30,
+        message=lambda: str(_undelivered(everyone, bs, topic, n)[:9]),
+    )
+    assert not _redelivered_after_commit(everyone)
+
+
 def _describe(bs: str, group: str) -> Any:
     with WireClient.connect(bs) as w:
         return w.call(DESCRIBE_CG, 0, group_ids=[group], include_authorized_operations=False).groups[0]

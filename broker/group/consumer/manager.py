@@ -30,6 +30,7 @@ from .assignors import (
     assignor_by_name,
     compile_subscription_regex,
 )
+from .classic import replace_records
 from .group import ConsumerGroup
 from .member import Assignment, ConsumerGroupMember, MemberState, same_assignment
 from .reconcile import FencedMember, Owned, reconcile
@@ -91,6 +92,8 @@ class TopicsSource(Protocol):
     def config_overrides(self, resource_type: int, name: str) -> dict[str, str]: ...
 
     def add_listener(self, callback: Callable[[str, object], None]) -> None: ...
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> Any: ...
 
 
 class Timers(Protocol):
@@ -157,7 +160,7 @@ class ConsumerLoad:
 
 
 @dataclass(slots=True)
-class _Change:
+class Change:
     """What a heartbeat (or a fence) decided, applied to the group once its records are committed."""
 
     records: list[Record] = field(default_factory=list)
@@ -197,6 +200,8 @@ class ConsumerGroupManager:
         now: Callable[[], int],
         classic_group_state: Callable[[str], str | None],
         take_classic_group: Callable[[str], ClassicOffsets | None],
+        upgrade: Callable[[str], tuple[ConsumerGroup, list[Record]] | None] = lambda gid: None,
+        downgrade: Callable[[ConsumerGroup, str], tuple[list[Record], Callable[[], None]]] | None = None,
     ) -> None:
         self.cfg = cfg
         self.config = ConsumerGroupConfig.from_broker_config(cfg)
@@ -207,12 +212,27 @@ class ConsumerGroupManager:
         self.now = now
         self.classic_group_state = classic_group_state
         self.take_classic_group = take_classic_group
+        self.upgrade = upgrade
+        self.downgrade = downgrade
         self._locks: dict[str, asyncio.Lock] = {}
         self._regex_cache: dict[str, Any] = {}
         self.stale_metadata: set[str] = set()  # groups whose subscribed topics changed since their last heartbeat
         self.rebalances = 0  # group epoch bumps (Kafka's consumer-group-rebalance sensor)
         if self.topics_source is not None:
             self.topics_source.add_listener(self.on_metadata_change)
+
+    # -- the metadata image ----------------------------------------------------------------------------------------
+    @property
+    def store(self) -> TopicsSource | None:
+        return self.topics_source
+
+    def topics(self) -> Mapping[str, Any]:
+        return self.topics_source.topics() if self.topics_source is not None else {}
+
+    def replace_member_records(
+        self, g: ConsumerGroup, old: ConsumerGroupMember, new: ConsumerGroupMember
+    ) -> list[Record]:
+        return replace_records(g.group_id, old, new, g.target_of(old.member_id))
 
     # -- configuration ---------------------------------------------------------------------------------------------
     def _group_values(self, group_id: str) -> dict[str, Any]:
@@ -258,7 +278,7 @@ class ConsumerGroupManager:
         return rx
 
     def _subscription_metadata(self, members: Iterable[ConsumerGroupMember]) -> dict[str, TopicMetadata]:
-        topics = self.topics_source.topics() if self.topics_source is not None else {}
+        topics = self.topics()
         names: set[str] = set()
         patterns: set[str] = set()
         for m in members:
@@ -334,18 +354,28 @@ class ConsumerGroupManager:
         except HeartbeatError as e:
             return HeartbeatResult(e.code, e.message)
 
-    def _group_for(self, req: HeartbeatRequest) -> tuple[ConsumerGroup, bool]:
-        """The group, or a new one for a member joining (epoch 0); (group, created)."""
-        g = self.groups.get(req.group_id)
+    def _group_for(self, req: HeartbeatRequest, change: Change) -> tuple[ConsumerGroup, bool]:
+        """The group, or a new one for a member joining (epoch 0), over an empty classic group (its metadata record
+        goes, its offsets stay) or converting a classic group in use (Kafka's online upgrade); (group, created)."""
+        gid = req.group_id
+        g = self.groups.get(gid)
         if g is not None:
             return g, False
         if req.member_epoch != 0:
-            raise HeartbeatError(E.UNKNOWN_MEMBER_ID, f"Consumer group {req.group_id} not found.")
-        if self.classic_group_state(req.group_id) == "active":
-            raise HeartbeatError(E.GROUP_ID_NOT_FOUND, f"Group {req.group_id} is not a consumer group.")
-        return ConsumerGroup(req.group_id, self.now()), True
+            raise HeartbeatError(E.UNKNOWN_MEMBER_ID, f"Consumer group {gid} not found.")
+        classic = self.classic_group_state(gid)
+        if classic == "active":
+            converted = self.upgrade(gid) if self.config.migration_policy in ("upgrade", "bidirectional") else None
+            if converted is None:
+                raise HeartbeatError(E.GROUP_ID_NOT_FOUND, f"Group {gid} is not a consumer group.")
+            g, records = converted
+            change.records += records
+            return g, True
+        if classic == "empty":
+            change.records.append(classic_group_tombstone(gid))
+        return ConsumerGroup(gid, self.now()), True
 
-    async def _write(self, group_id: str, records: Sequence[Record]) -> None:
+    async def write(self, group_id: str, records: Sequence[Record]) -> None:
         if not records:
             return
         err = await self.runtime.write(self.runtime.partition_for(group_id), records)
@@ -373,7 +403,7 @@ class ConsumerGroupManager:
                 )
 
     def _member_for(
-        self, g: ConsumerGroup, req: HeartbeatRequest, change: _Change
+        self, g: ConsumerGroup, req: HeartbeatRequest, change: Change
     ) -> tuple[ConsumerGroupMember, ConsumerGroupMember | None]:
         """(the member as it stands, or a new one; the member it replaces, a static member's old incarnation)."""
         joining = req.member_epoch == 0
@@ -406,10 +436,7 @@ class ConsumerGroupManager:
                 )
             # the new incarnation takes the old one's subscription and assignment (Kafka's replaceMember)
             new = replace(existing, member_id=req.member_id, member_epoch=0, previous_member_epoch=0)
-            change.records += member_tombstones(g.group_id, existing.member_id)
-            change.records.append(member_metadata_record(g.group_id, new))
-            change.records.append(target_member_record(g.group_id, new.member_id, g.target_of(existing.member_id)))
-            change.records.append(current_assignment_record(g.group_id, new))
+            change.records += self.replace_member_records(g, existing, new)
             return new, existing
         existing = self._known_static_member(existing, req)
         self._check_epoch(existing, req.member_epoch, req.topic_partitions)
@@ -428,18 +455,19 @@ class ConsumerGroupManager:
             )
         return existing
 
-    async def _heartbeat(self, req: HeartbeatRequest) -> HeartbeatResult:
-        g, created = self._group_for(req)
-        gid = g.group_id
-        if len(g.members) >= self.config.max_size and g.member(req.member_id) is None:
+    def check_size(self, g: ConsumerGroup, member_id: str) -> None:
+        """Kafka's throwIfConsumerGroupIsFull: a member not yet in a full group is refused."""
+        if len(g.members) >= self.config.max_size and g.member(member_id) is None:
             raise HeartbeatError(
                 E.GROUP_MAX_SIZE_REACHED,
                 f"The consumer group has reached its maximum capacity of {self.config.max_size} members.",
             )
-        change = _Change()
-        if created and self.classic_group_state(gid) == "empty":
-            # an empty classic group (offsets only) becomes this consumer group: its metadata record goes
-            change.records.append(classic_group_tombstone(gid))
+
+    async def _heartbeat(self, req: HeartbeatRequest) -> HeartbeatResult:
+        change = Change()
+        g, created = self._group_for(req, change)
+        gid = g.group_id
+        self.check_size(g, req.member_id)
         member, replaced = self._member_for(g, req, change)
         new_member = g.member(member.member_id) is None
         names = tuple(req.subscribed_topic_names) if req.subscribed_topic_names is not None else None
@@ -458,8 +486,39 @@ class ConsumerGroupManager:
             client_host=req.client_host,
             classic=None,
         )
+        reconciled = await self.join_or_update(g, created, member, replaced, updated, req.topic_partitions, change)
+        full = req.member_epoch == 0 or (
+            req.rebalance_timeout_ms != -1
+            and req.subscribed_topic_names is not None
+            and req.topic_partitions is not None
+        )
+        changed = not same_assignment(member.assigned, reconciled.assigned) or new_member
+        return HeartbeatResult(
+            E.NONE,
+            None,
+            reconciled.member_id,
+            reconciled.member_epoch,
+            self.heartbeat_interval_ms(gid),
+            reconciled.assigned if (full or changed) else None,
+        )
+
+    async def join_or_update(
+        self,
+        g: ConsumerGroup,
+        created: bool,
+        member: ConsumerGroupMember,
+        replaced: ConsumerGroupMember | None,
+        updated: ConsumerGroupMember,
+        owned: Owned,
+        change: Change,
+    ) -> ConsumerGroupMember:
+        """Steps 1-3 of Kafka's heartbeat for a member of either protocol: persist the member if it changed, bump
+        the group epoch if its subscription (or the subscribed topics) changed, compute the target assignment if the
+        group epoch moved past it, reconcile the member; then write it all and apply it once committed."""
+        gid = g.group_id
+        new_member = g.member(member.member_id) is None
         bump = False
-        if new_member or replaced is not None or updated != replace(member, classic=None):
+        if new_member or replaced is not None or updated != member:
             change.records.append(member_metadata_record(gid, updated))
             bump = new_member or updated.subscription_key() != member.subscription_key()
         group_epoch = g.group_epoch
@@ -499,7 +558,7 @@ class ConsumerGroupManager:
                 target_epoch,
                 targets.get(updated.member_id, {}),
                 self._owner_epoch(g, updated, g_epochs),
-                req.topic_partitions,
+                owned,
             )
         except FencedMember as e:
             raise HeartbeatError(E.FENCED_MEMBER_EPOCH, str(e)) from None
@@ -509,31 +568,20 @@ class ConsumerGroupManager:
         if replaced is not None:
             change.remove.append(replaced.member_id)
             change.targets = targets
-        await self._write(gid, change.records)
+        await self.write(gid, change.records)
         if created:
             taken = self.take_classic_group(gid)
             if taken is not None:
                 g.offsets.update(taken.offsets)
                 g.pending_txn_offsets.update(taken.pending_txn_offsets)
-                log.info("an empty classic group became a consumer group", group=gid)
+                log.info("a classic group became a consumer group", group=gid, members=len(g.members))
             self.groups[gid] = g
+            for m in g.members.values():  # (members of a converted classic group)
+                self.schedule_session(gid, m)
         self._apply(g, change)
         self._after_reconcile(gid, member, reconciled)
-        self._schedule_session(gid, reconciled.member_id)
-        full = req.member_epoch == 0 or (
-            req.rebalance_timeout_ms != -1
-            and req.subscribed_topic_names is not None
-            and req.topic_partitions is not None
-        )
-        changed = not same_assignment(member.assigned, reconciled.assigned) or new_member
-        return HeartbeatResult(
-            E.NONE,
-            None,
-            reconciled.member_id,
-            reconciled.member_epoch,
-            self.heartbeat_interval_ms(gid),
-            reconciled.assigned if (full or changed) else None,
-        )
+        self.schedule_session(gid, reconciled)
+        return reconciled
 
     @staticmethod
     def _partition_epochs_without(g: ConsumerGroup, gone: ConsumerGroupMember) -> Callable[[uuid.UUID, int], int]:
@@ -577,7 +625,7 @@ class ConsumerGroupManager:
         metadata: Mapping[str, TopicMetadata],
         old_targets: Mapping[str, Assignment],
         epoch: int,
-        change: _Change,
+        change: Change,
     ) -> dict[str, Assignment]:
         """Kafka's TargetAssignmentBuilder: the assignor's answer for the group as it will be, and records for every
         member whose target changed, then the assignment epoch."""
@@ -622,7 +670,7 @@ class ConsumerGroupManager:
         log.info("computed a new target assignment", group=g.group_id, epoch=epoch, assignor=name, members=len(members))
         return targets
 
-    def _apply(self, g: ConsumerGroup, change: _Change) -> None:
+    def _apply(self, g: ConsumerGroup, change: Change) -> None:
         for mid in change.remove:
             g.remove_member(mid)
         if change.group_epoch is not None:
@@ -666,27 +714,40 @@ class ConsumerGroupManager:
                     E.UNKNOWN_MEMBER_ID, f"Member {req.member_id} is not a member of group {g.group_id}."
                 )
             log.info("member left the consumer group", group=g.group_id, member=m.member_id)
-            await self._fence(g, m)
+            await self.fence(g, m)
             return HeartbeatResult(E.NONE, None, req.member_id, req.member_epoch)
         m = self._known_static_member(g.static_member(req.instance_id), req)
         if req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
             # the slot stays (with its partitions) until the instance comes back or its session expires
             leaving = replace(m, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH, pending_revocation={})
-            await self._write(g.group_id, [current_assignment_record(g.group_id, leaving)])
+            await self.write(g.group_id, [current_assignment_record(g.group_id, leaving)])
             g.update_member(leaving)
             self.timers.cancel(("cg-rebalance", g.group_id, m.member_id))
             log.info("static member left temporarily", group=g.group_id, member=m.member_id, instance=req.instance_id)
             return HeartbeatResult(E.NONE, None, m.member_id, LEAVE_GROUP_STATIC_MEMBER_EPOCH)
         log.info("static member left the consumer group", group=g.group_id, member=m.member_id)
-        await self._fence(g, m)
+        await self.fence(g, m)
         return HeartbeatResult(E.NONE, None, req.member_id, req.member_epoch)
 
-    async def _fence(self, g: ConsumerGroup, m: ConsumerGroupMember) -> None:
+    async def fence(self, g: ConsumerGroup, m: ConsumerGroupMember) -> None:
         """Kafka's consumerGroupFenceMember: the member's records go, the subscription metadata is recomputed without
         it and the group epoch bumps (the others get a new target at their next heartbeat)."""
         gid = g.group_id
-        change = _Change(records=member_tombstones(gid, m.member_id), remove=[m.member_id])
         rest = [x for x in g.members.values() if x.member_id != m.member_id]
+        if (
+            rest
+            and all(x.uses_classic_protocol for x in rest)
+            and self.downgrade is not None
+            and self.config.migration_policy in ("downgrade", "bidirectional")
+        ):
+            # the last consumer-protocol member leaves: the classic members carry on in a classic group
+            records, install = self.downgrade(g, m.member_id)
+            await self.write(gid, records)
+            self.drop(gid)
+            install()
+            log.info("a consumer group became a classic group", group=gid, members=len(rest))
+            return
+        change = Change(records=member_tombstones(gid, m.member_id), remove=[m.member_id])
         metadata = self._subscription_metadata(rest)
         if metadata != g.subscription_metadata:
             change.records.append(partition_metadata_record(gid, metadata))
@@ -694,7 +755,7 @@ class ConsumerGroupManager:
         change.group_epoch = g.group_epoch + 1
         change.records.append(group_epoch_record(gid, change.group_epoch))
         self.rebalances += 1
-        await self._write(gid, change.records)
+        await self.write(gid, change.records)
         self._apply(g, change)
         self._cancel_member_timers(gid, m.member_id)
 
@@ -703,10 +764,10 @@ class ConsumerGroupManager:
         self.timers.cancel(("cg-rebalance", gid, member_id))
 
     # -- timers --------------------------------------------------------------------------------------------------------
-    def _schedule_session(self, gid: str, member_id: str) -> None:
-        self.timers.schedule(
-            ("cg-session", gid, member_id), self.session_timeout_ms(gid), self._session_expired, gid, member_id
-        )
+    def schedule_session(self, gid: str, m: ConsumerGroupMember) -> None:
+        """A member's session: the group's (consumer protocol) or the one it joined with (classic protocol)."""
+        ms = m.classic.session_timeout_ms if m.classic is not None else self.session_timeout_ms(gid)
+        self.timers.schedule(("cg-session", gid, m.member_id), ms, self._session_expired, gid, m.member_id)
 
     def _session_expired(self, gid: str, member_id: str) -> None:
         self.runtime.spawn(self._expire(gid, member_id, None, "the member session expired"))
@@ -722,14 +783,14 @@ class ConsumerGroupManager:
                 return
             log.info("member fenced from the consumer group", group=gid, member=member_id, reason=reason)
             try:
-                await self._fence(g, m)
+                await self.fence(g, m)
             except HeartbeatError as e:
                 log.warning("could not fence a member", group=gid, member=member_id, error=e.code.name)
 
     def schedule_loaded(self, g: ConsumerGroup) -> None:
         """A loaded group's members get a fresh session (Kafka schedules them on load too)."""
         for m in g.members.values():
-            self._schedule_session(g.group_id, m.member_id)
+            self.schedule_session(g.group_id, m)
             if m.state == MemberState.UNREVOKED_PARTITIONS and not m.uses_classic_protocol:
                 self.timers.schedule(
                     ("cg-rebalance", g.group_id, m.member_id),
@@ -822,6 +883,7 @@ class ConsumerGroupManager:
 
 
 __all__ = [
+    "Change",
     "ConsumerGroupConfig",
     "ConsumerGroupManager",
     "ConsumerLoad",
