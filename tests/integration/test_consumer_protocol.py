@@ -464,17 +464,22 @@ def test_rolling_upgrade_and_downgrade_between_protocols(module_broker, members)
         settle([k2, a2], "classic")
     finally:
         producer.stop()
+    _check_deliveries(everyone, bs, topic, n)
+
+
+def _describe(bs: str, group: str) -> Any:
+    with WireClient.connect(bs) as w:
+        return w.call(DESCRIBE_CG, 0, group_ids=[group], include_authorized_operations=False).groups[0]
+
+
+def _check_deliveries(everyone: list[Member], bs: str, topic: str, n: int) -> None:
+    """Every record produced is consumed, and none again after a commit past it."""
     wait_until(
         lambda: not _undelivered(everyone, bs, topic, n),
         30,
         message=lambda: str(_undelivered(everyone, bs, topic, n)[:9]),
     )
     assert not _redelivered_after_commit(everyone)
-
-
-def _describe(bs: str, group: str) -> Any:
-    with WireClient.connect(bs) as w:
-        return w.call(DESCRIBE_CG, 0, group_ids=[group], include_authorized_operations=False).groups[0]
 
 
 def _undelivered(ms: list[Member], bs: str, topic: str, n: int) -> list[tuple[int, int]]:
@@ -509,9 +514,4 @@ def test_members_carry_on_across_a_coordinator_restart(module_broker, members):
         assert (after.group_epoch, sorted((m.member_id, m.member_epoch) for m in after.members)) == before
     finally:
         producer.stop()
-    wait_until(
-        lambda: not _undelivered(everyone, bs, topic, n),
-        30,
-        message=lambda: str(_undelivered(everyone, bs, topic, n)[:9]),
-    )
-    assert not _redelivered_after_commit(everyone)
+    _check_deliveries(everyone, bs, topic, n)

@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 HEARTBEAT_MS = 500
 SESSION_MS = 6000  # classic members (the consumer protocol's session is the broker's)
@@ -33,6 +34,22 @@ def _ms() -> int:
 def _out(line: str) -> None:
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
+
+
+def _emit(batches: dict[Any, list[Any]]) -> dict[Any, int]:
+    """Print a poll's records; the next offset of each partition polled (what to commit)."""
+    positions = {}
+    for tp, recs in batches.items():
+        for r in recs:
+            _out(f"R {tp.partition} {r.offset} {_ms()}")
+        if recs:
+            positions[tp] = recs[-1].offset + 1
+    return positions
+
+
+def _committed(positions: dict[Any, int]) -> None:
+    for tp, nxt in positions.items():
+        _out(f"C {tp.partition} {nxt} {_ms()}")
 
 
 class _Assignment:
@@ -97,18 +114,11 @@ def _kafka_python(bs: str, topic: str, group: str, client_id: str, stop: threadi
     )
     seen = _Assignment()
     while not stop.is_set():
-        batches = c.poll(timeout_ms=200)
-        positions = {}
-        for tp, recs in batches.items():
-            for r in recs:
-                _out(f"R {tp.partition} {r.offset} {_ms()}")
-            if recs:
-                positions[tp] = recs[-1].offset + 1
+        positions = _emit(c.poll(timeout_ms=200))
         if positions:
             try:
                 c.commit()
-                for tp, nxt in positions.items():
-                    _out(f"C {tp.partition} {nxt} {_ms()}")
+                _committed(positions)
             except KafkaError:
                 pass
         seen.report(tp.partition for tp in c.assignment())
@@ -134,18 +144,11 @@ def _aiokafka(bs: str, topic: str, group: str, client_id: str, stop: threading.E
         seen = _Assignment()
         try:
             while not stop.is_set():
-                batches = await c.getmany(timeout_ms=200)
-                positions = {}
-                for tp, recs in batches.items():
-                    for r in recs:
-                        _out(f"R {tp.partition} {r.offset} {_ms()}")
-                    if recs:
-                        positions[tp] = recs[-1].offset + 1
+                positions = _emit(await c.getmany(timeout_ms=200))
                 if positions:
                     try:
                         await c.commit(positions)
-                        for tp, nxt in positions.items():
-                            _out(f"C {tp.partition} {nxt} {_ms()}")
+                        _committed(positions)
                     except KafkaError:
                         pass
                 seen.report(tp.partition for tp in c.assignment())
