@@ -13,27 +13,28 @@ member its own process (tests/support/kip848_member.py), against one broker shar
 
 from __future__ import annotations
 
-import itertools
-import os
-import signal
-import subprocess
-import sys
-import threading
 import time
 import urllib.request
-from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support import ck
 from tests.support.kafka_wire import WireClient
+from tests.support.kip848_group import (
+    Member,
+    MemberPool,
+    SteadyProducer,
+    balanced,
+    check_deliveries,
+    describe,
+    max_gap,
+    redelivered_after_commit,
+)
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
-REPO = Path(__file__).resolve().parents[2]
 SESSION_MS = 6000
 MODULE_BROKER_OVERRIDES = {
     "group.consumer.min.session.timeout.ms": 1000,
@@ -48,140 +49,11 @@ HB, DESCRIBE_CG, COMMIT, FETCH, FIND, LIST, DESCRIBE, DELETE = 68, 69, 8, 9, 10,
 FENCED_EPOCH, UNRELEASED, UNSUPPORTED_ASSIGNOR, STALE_EPOCH, BAD_REGEX = 110, 111, 112, 113, 128
 
 
-class Member:
-    """A member process; a reader thread keeps its R (record), C (commit) and A (assignment) lines."""
-
-    def __init__(self, client: str, bs: str, topic: str, group: str, name: str, log_dir: Path) -> None:
-        self.name = name
-        self.err_path = log_dir / f"{name}.stderr"
-        self._err = open(self.err_path, "wb")  # noqa: SIM115 - closed when the process ends
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.kip848_member", client, bs, topic, group, name],
-            stdout=subprocess.PIPE,
-            stderr=self._err,
-            stdin=subprocess.DEVNULL,
-            cwd=str(REPO),
-            env=dict(os.environ, PYTHONUNBUFFERED="1"),
-        )
-        self._lock = threading.Lock()
-        self.records: list[tuple[int, int, int]] = []  # (partition, offset, ms)
-        self.commits: list[tuple[int, int, int]] = []  # (partition, next offset, ms)
-        self.assignments: list[tuple[int, frozenset[int]]] = []  # (ms, partitions)
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for raw in self.proc.stdout:
-            kind, *rest = raw.decode(errors="replace").split()
-            with self._lock:
-                if kind == "R":
-                    self.records.append((int(rest[0]), int(rest[1]), int(rest[2])))
-                elif kind == "C":
-                    self.commits.append((int(rest[0]), int(rest[1]), int(rest[2])))
-                elif kind == "A":
-                    parts = frozenset(int(p) for p in rest[1].split(",")) if len(rest) > 1 else frozenset()
-                    self.assignments.append((int(rest[0]), parts))
-
-    def assignment(self) -> frozenset[int]:
-        with self._lock:
-            return self.assignments[-1][1] if self.assignments else frozenset()
-
-    def snapshot(self) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]:
-        with self._lock:
-            return list(self.records), list(self.commits)
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        self._thread.join(timeout=5)
-        self._err.close()
-
-    def stderr_tail(self) -> str:
-        return self.err_path.read_text(errors="replace")[-2000:]
-
-
 @pytest.fixture
 def members(tmp_path):
-    started: list[Member] = []
-
-    def spawn(client: str, bs: str, topic: str, group: str) -> Member:
-        m = Member(client, bs, topic, group, f"{group}-{len(started)}", tmp_path)
-        started.append(m)
-        return m
-
-    yield spawn
-    for m in started:
-        m.kill()
-        m.stop()
-
-
-class SteadyProducer:
-    """One record per partition every `interval` seconds until stopped: a gap in a member's stream is then the
-    member's, not the producer's."""
-
-    def __init__(self, bs: str, topic: str, partitions: int, interval: float = 0.05) -> None:
-        self.p = ck.producer(bs, **{"linger.ms": 0})
-        self.topic = topic
-        self.partitions = partitions
-        self.interval = interval
-        self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        n = 0
-        while not self.stopped.is_set():
-            for p in range(self.partitions):
-                self.p.produce(self.topic, str(n).encode(), partition=p)
-            self.p.poll(0)
-            n += 1
-            self.stopped.wait(self.interval)
-
-    def stop(self) -> None:
-        self.stopped.set()
-        self.thread.join(timeout=10)
-        assert self.p.flush(30) == 0
-
-
-def _balanced(ms: list[Member], partitions: int) -> bool:
-    got = [m.assignment() for m in ms]
-    union: set[int] = set().union(*got)
-    sizes = sorted(len(a) for a in got)
-    return len(union) == partitions and sum(sizes) == partitions and sizes[-1] - sizes[0] <= 1
-
-
-def _max_gap(records: list[tuple[int, int, int]], partitions: set[int], start: int, end: int) -> int:
-    """The longest time without a record of `partitions` in [start, end] (ms)."""
-    times = sorted(t for p, _, t in records if p in partitions and start <= t <= end)
-    edges = [start, *times, end]
-    return max(b - a for a, b in itertools.pairwise(edges))
-
-
-def _redelivered_after_commit(everyone: list[Member]) -> list[tuple[tuple[int, int], list[int], int]]:
-    """Records delivered again after some member had committed past them: ((partition, offset), delivery times,
-    commit time)."""
-    commits = [c for m in everyone for c in m.snapshot()[1]]
-    deliveries: dict[tuple[int, int], list[int]] = defaultdict(list)
-    for m in everyone:
-        for p, o, t in m.snapshot()[0]:
-            deliveries[(p, o)].append(t)
-    late = []
-    for (p, o), ts in deliveries.items():
-        if len(ts) > 1:
-            committed = min((t for cp, nxt, t in commits if cp == p and nxt > o), default=None)
-            if committed is not None and max(ts) > committed:
-                late.append(((p, o), ts, committed))
-    return late
+    pool = MemberPool(tmp_path)
+    yield pool.spawn
+    pool.close()
 
 
 def test_group_balances_grows_without_pause_and_survives_kill9(module_broker, members):
@@ -191,20 +63,20 @@ def test_group_balances_grows_without_pause_and_survives_kill9(module_broker, me
     producer = SteadyProducer(bs, topic, n)
     try:
         ms = [members("consumer", bs, topic, group) for _ in range(3)]
-        wait_until(lambda: _balanced(ms, n), 30, message=lambda: str([m.assignment() for m in ms]))
+        wait_until(lambda: balanced(ms, n), 30, message=lambda: str([m.assignment() for m in ms]))
         assert sorted(len(m.assignment()) for m in ms) == [4, 4, 4]
 
         # a 4th member: the others give up one partition each and never stop on the ones they keep
         before = [m.assignment() for m in ms]
         joined = int(time.time() * 1000)
         ms.append(members("consumer", bs, topic, group))
-        wait_until(lambda: _balanced(ms, n), 30, message=lambda: str([m.assignment() for m in ms]))
+        wait_until(lambda: balanced(ms, n), 30, message=lambda: str([m.assignment() for m in ms]))
         time.sleep(1.0)  # a second of steady consumption after the rebalance, inside the measured window
         settled = int(time.time() * 1000)
         for m, had in zip(ms[:3], before):
             kept = had & m.assignment()
             assert len(kept) == 3, (m.name, had, m.assignment())
-            gap = _max_gap(m.snapshot()[0], kept, joined, settled)
+            gap = max_gap(m.snapshot()[0], kept, joined, settled)
             assert gap < SESSION_MS / 3, f"{m.name} paused {gap} ms on the partitions it kept"
 
         # SIGKILL: no leave; the partitions move once the broker expires the session
@@ -212,7 +84,7 @@ def test_group_balances_grows_without_pause_and_survives_kill9(module_broker, me
         lost = victim.assignment()
         killed = time.monotonic()
         victim.kill()
-        wait_until(lambda: _balanced(ms, n), SESSION_MS / 1000 + 20, message=lambda: str([m.assignment() for m in ms]))
+        wait_until(lambda: balanced(ms, n), SESSION_MS / 1000 + 20, message=lambda: str([m.assignment() for m in ms]))
         assert time.monotonic() - killed >= SESSION_MS / 1000 * 0.8  # not before the session expired
         assert lost <= set().union(*(m.assignment() for m in ms))
     finally:
@@ -225,7 +97,7 @@ def test_group_balances_grows_without_pause_and_survives_kill9(module_broker, me
 
     wait_until(lambda: not missing(), 30, message=lambda: f"not consumed: {missing()[:20]} of {ends}")  # none skipped
     # nothing committed comes again
-    late = _redelivered_after_commit([victim, *ms])
+    late = redelivered_after_commit([victim, *ms])
     assert not late, f"redelivered after their commit: {late[:5]}"
 
 
@@ -443,7 +315,7 @@ def test_rolling_upgrade_and_downgrade_between_protocols(module_broker, members)
         return everyone[-1]
 
     def settle(live: list[Member], kind: str) -> None:
-        wait_until(lambda: _balanced(live, n), 60, message=lambda: str([m.assignment() for m in live]))
+        wait_until(lambda: balanced(live, n), 60, message=lambda: str([m.assignment() for m in live]))
         wait_until(lambda: _group_type(bs, group) == kind, 10, message=kind)
 
     try:
@@ -464,28 +336,7 @@ def test_rolling_upgrade_and_downgrade_between_protocols(module_broker, members)
         settle([k2, a2], "classic")
     finally:
         producer.stop()
-    _check_deliveries(everyone, bs, topic, n)
-
-
-def _describe(bs: str, group: str) -> Any:
-    with WireClient.connect(bs) as w:
-        return w.call(DESCRIBE_CG, 0, group_ids=[group], include_authorized_operations=False).groups[0]
-
-
-def _check_deliveries(everyone: list[Member], bs: str, topic: str, n: int) -> None:
-    """Every record produced is consumed, and none again after a commit past it."""
-    wait_until(
-        lambda: not _undelivered(everyone, bs, topic, n),
-        30,
-        message=lambda: str(_undelivered(everyone, bs, topic, n)[:9]),
-    )
-    assert not _redelivered_after_commit(everyone)
-
-
-def _undelivered(ms: list[Member], bs: str, topic: str, n: int) -> list[tuple[int, int]]:
-    got = {(p, o) for m in ms for p, o, _ in m.snapshot()[0]}
-    ends = {p: ck.watermarks(bs, topic, p)[1] for p in range(n)}
-    return [(p, o) for p in range(n) for o in range(ends[p]) if (p, o) not in got]
+    check_deliveries(everyone, bs, topic, n)
 
 
 def test_members_carry_on_across_a_coordinator_restart(module_broker, members):
@@ -498,20 +349,20 @@ def test_members_carry_on_across_a_coordinator_restart(module_broker, members):
     producer = SteadyProducer(bs, topic, n, interval=0.1)
     try:
         ms = [members("consumer", bs, topic, group) for _ in range(3)]
-        wait_until(lambda: _balanced(ms, n), 30, message=lambda: str([m.assignment() for m in ms]))
+        wait_until(lambda: balanced(ms, n), 30, message=lambda: str([m.assignment() for m in ms]))
         everyone = list(ms)
         ms.pop().stop()  # one leaves: epoch 4 with two members, which a group rebuilt by rejoins would not reach
-        wait_until(lambda: _balanced(ms, n), 30, message=lambda: str([m.assignment() for m in ms]))
-        stable = wait_until(lambda: (d := _describe(bs, group)).group_state == "Stable" and d, 30)
+        wait_until(lambda: balanced(ms, n), 30, message=lambda: str([m.assignment() for m in ms]))
+        stable = wait_until(lambda: (d := describe(bs, group)).group_state == "Stable" and d, 30)
         before = (stable.group_epoch, sorted((m.member_id, m.member_epoch) for m in stable.members))
         module_broker.restart(kill=True)
         t_restart = int(time.time() * 1000)
         wait_until(
             lambda: any(t > t_restart for m in ms for _, _, t in m.snapshot()[0]), 30, message="records after restart"
         )
-        after = _describe(bs, group)
+        after = describe(bs, group)
         assert before[0] == 4
         assert (after.group_epoch, sorted((m.member_id, m.member_epoch) for m in after.members)) == before
     finally:
         producer.stop()
-    _check_deliveries(everyone, bs, topic, n)
+    check_deliveries(everyone, bs, topic, n)
