@@ -14,10 +14,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import structlog
-
-log = structlog.get_logger("strata.group")
-
 
 # -- the stand-ins (used only while strata.broker.group.assignors / .regex are missing) -------------------------------
 @dataclass(frozen=True)
@@ -114,10 +110,10 @@ class _RegexStandin:
 
 
 def _load(name: str, standin: Any) -> Any:
+    """(Nothing is logged: this runs at import, before the broker's logging is configured.)"""
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError:
-        log.warning("module missing: using a stand-in", module=name)
         return standin
 
 
