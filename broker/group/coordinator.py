@@ -1237,11 +1237,10 @@ class GroupCoordinator:
         if err:
             return err, {}
         cg = self.consumer_groups.get(group_id)
-        if cg is not None:
-            if generation_id >= 0 or member_id:
-                err = validate_offset_commit(cg, member_id, generation_id, True, 5)
-                if err:
-                    return err, {}
+        if cg is not None:  # as Kafka's validateTransactionalOffsetCommit: epoch -1 only into an empty group
+            err = validate_offset_commit(cg, member_id, generation_id, True, 5)
+            if err:
+                return err, {}
             return E.NONE, await self.offsets.store_transactional(cg, producer, offsets)
         group = self.groups.get(group_id)
         if group is None:

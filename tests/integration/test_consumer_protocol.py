@@ -144,6 +144,33 @@ def test_regex_subscription_new_topic_and_added_partition(module_broker):
         c.close()
 
 
+def test_transactional_offsets_of_a_consumer_group_member(module_broker):
+    """send_offsets_to_transaction with a consumer-protocol member's group metadata: TxnOffsetCommit is checked
+    against the member's epoch and its offsets count once the transaction commits."""
+    from confluent_kafka import Producer, TopicPartition
+
+    bs = module_broker.bootstrap
+    ck.create_topic(bs, "kip848-txn", 1)
+    p = ck.producer(bs)
+    for i in range(5):
+        p.produce("kip848-txn", str(i).encode(), partition=0)
+    p.flush(10)
+    c = ck.consumer(bs, **{"group.id": "kip848-txn", "group.protocol": "consumer", "auto.offset.reset": "earliest"})
+    tx = Producer({"bootstrap.servers": bs, "transactional.id": "kip848-tx", "log_level": 3})
+    try:
+        c.subscribe(["kip848-txn"])
+        got: list[Any] = []
+        wait_until(lambda: got.extend(m for m in c.consume(10, 0.2) if m.error() is None) or len(got) >= 5, 30)
+        tx.init_transactions(30)
+        tx.begin_transaction()
+        tx.send_offsets_to_transaction([TopicPartition("kip848-txn", 0, 5)], c.consumer_group_metadata(), 30)
+        tx.commit_transaction(30)
+        committed = c.committed([TopicPartition("kip848-txn", 0)], timeout=10)
+        assert committed[0].offset == 5
+    finally:
+        c.close()
+
+
 def _scrape(broker: Any) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     from prometheus_client.parser import text_string_to_metric_families
 

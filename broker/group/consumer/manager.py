@@ -376,13 +376,18 @@ class ConsumerGroupManager:
         return ConsumerGroup(gid, self.now()), True
 
     async def write(self, group_id: str, records: Sequence[Record]) -> None:
+        """Write a change's records; a failed write, or a partition resigned meanwhile (its groups are gone from
+        here), answers the error and changes nothing."""
         if not records:
             return
-        err = await self.runtime.write(self.runtime.partition_for(group_id), records)
+        partition = self.runtime.partition_for(group_id)
+        err = await self.runtime.write(partition, records)
         if err:
             from ..offsets import map_append_error
 
             raise HeartbeatError(map_append_error(err, False))
+        if partition not in self.runtime.owned:
+            raise HeartbeatError(E.NOT_COORDINATOR)
 
     def _check_epoch(self, m: ConsumerGroupMember, received: int, owned: Owned) -> None:
         """Kafka's throwIfConsumerGroupMemberEpochIsInvalid: a member whose epoch is ahead, or behind other than the
