@@ -272,6 +272,9 @@ class GroupCoordinator:
     def cancel(self, key: tuple) -> None:
         self._cancel(key)
 
+    def scheduled(self, key: tuple) -> bool:
+        return key in self._timers
+
     def _classic_group_state(self, group_id: str) -> str | None:
         """None (no classic group), "empty" (offsets at most: it may become a consumer group) or "active"."""
         g = self.groups.get(group_id)

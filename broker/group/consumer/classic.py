@@ -161,6 +161,8 @@ async def classic_join(
         reconciled = await mgr.join_or_update(g, False, member, replaced, updated, by_id(sub.owned, topics), change)
     except HeartbeatError as e:
         return JoinResult(e.code, member_id=member_id)
+    mgr.timers.cancel(("cg-join", g.group_id, reconciled.member_id))
+    mgr.classic_deadline("sync", g.group_id, reconciled)
     return JoinResult(
         E.NONE,
         member_id=reconciled.member_id,
@@ -205,7 +207,9 @@ def classic_sync(
         protocol_name is not None and protocol_name != name
     ):
         return SyncResult(E.INCONSISTENT_GROUP_PROTOCOL)
+    mgr.timers.cancel(("cg-sync", g.group_id, m.member_id))
     if g.group_epoch > m.member_epoch and m.state != MemberState.UNREVOKED_PARTITIONS:
+        mgr.classic_deadline("join", g.group_id, m, if_absent=True)
         return SyncResult(E.REBALANCE_IN_PROGRESS)
     mgr.schedule_session(g.group_id, m)
     return SyncResult(E.NONE, PROTOCOL_TYPE, name, assignment_blob(m.assigned, mgr.store))
@@ -219,7 +223,10 @@ def classic_heartbeat(
         return err
     m = g.members[member_id]
     mgr.schedule_session(g.group_id, m)
-    return E.REBALANCE_IN_PROGRESS if _needs_rejoin(g, m) else E.NONE
+    if not _needs_rejoin(g, m):
+        return E.NONE
+    mgr.classic_deadline("join", g.group_id, m, if_absent=True)
+    return E.REBALANCE_IN_PROGRESS
 
 
 async def classic_leave(

@@ -103,6 +103,8 @@ class Timers(Protocol):
 
     def cancel(self, key: tuple) -> None: ...
 
+    def scheduled(self, key: tuple) -> bool: ...
+
 
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupConfig:
@@ -765,8 +767,19 @@ class ConsumerGroupManager:
         self._cancel_member_timers(gid, m.member_id)
 
     def _cancel_member_timers(self, gid: str, member_id: str) -> None:
-        self.timers.cancel(("cg-session", gid, member_id))
-        self.timers.cancel(("cg-rebalance", gid, member_id))
+        for kind in ("cg-session", "cg-rebalance", "cg-join", "cg-sync"):
+            self.timers.cancel((kind, gid, member_id))
+
+    def classic_deadline(self, kind: str, gid: str, m: ConsumerGroupMember, if_absent: bool = False) -> None:
+        """A classic member's join deadline (it was told to rejoin) or sync deadline (it joined): it is fenced if
+        it does not send that request within its rebalance timeout (Kafka's consumer group join/sync timeouts)."""
+        key = (f"cg-{kind}", gid, m.member_id)
+        if not (if_absent and self.timers.scheduled(key)):
+            reason = f"the classic member did not {kind} within its rebalance timeout"
+            self.timers.schedule(key, m.rebalance_timeout_ms, self._deadline_expired, gid, m.member_id, reason)
+
+    def _deadline_expired(self, gid: str, member_id: str, reason: str) -> None:
+        self.runtime.spawn(self._expire(gid, member_id, None, reason))
 
     # -- timers --------------------------------------------------------------------------------------------------------
     def schedule_session(self, gid: str, m: ConsumerGroupMember) -> None:
