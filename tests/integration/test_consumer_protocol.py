@@ -45,6 +45,7 @@ MODULE_BROKER_OVERRIDES = {
     "group.consumer.max.size": 4,
 }
 HB, DESCRIBE_CG, COMMIT, FETCH, FIND, LIST, DESCRIBE, DELETE = 68, 69, 8, 9, 10, 16, 15, 42
+JOIN, HEARTBEAT, SYNC, REBALANCING, MEMBER_ID_REQUIRED = 11, 12, 14, 27, 79
 (UNKNOWN_MEMBER, INVALID_REQUEST, NON_EMPTY, GROUP_NOT_FOUND, MAX_SIZE, FENCED_INSTANCE) = (25, 42, 68, 69, 81, 82)
 FENCED_EPOCH, UNRELEASED, UNSUPPORTED_ASSIGNOR, STALE_EPOCH, BAD_REGEX = 110, 111, 112, 113, 128
 
@@ -318,6 +319,61 @@ def test_static_membership_and_group_size_on_the_wire(module_broker):
     for i in range(3):
         assert hb(w, topic, f"x{i}", 0, subscribed_topic_names=[topic]).error_code == 0
     assert hb(w, topic, "x9", 0, subscribed_topic_names=[topic]).error_code == MAX_SIZE
+    w.close()
+
+
+def test_classic_member_in_a_consumer_group_on_the_wire(module_broker):
+    """A classic JoinGroup into a consumer group: answered at once (two-step join, its member epoch as generation, no
+    leader), SyncGroup hands out what the broker assigned, Heartbeat says REBALANCE_IN_PROGRESS once partitions it
+    waits for are free; a classic member that joins and never syncs is fenced after its rebalance timeout."""
+    from strata.protocol import consumer_protocol as cp
+
+    bs = module_broker.bootstrap
+    topic = group = "kip848-mixed"
+    ck.create_topic(bs, topic, 2)
+    w = WireClient.connect(bs)
+    assert w.call(FIND, 0, key=group).error_code == 0
+    c1 = hb(w, group, "c1", 0, subscribed_topic_names=[topic])
+    owned = [{"topic_id": tp.topic_id, "partitions": list(tp.partitions)} for tp in c1.assignment.topic_partitions]
+    assert sorted(owned[0]["partitions"]) == [0, 1]
+
+    def join(member_id: str, rebalance_ms: int = 10000) -> Any:
+        return w.call(
+            JOIN,
+            5,
+            group_id=group,
+            session_timeout_ms=10000,
+            rebalance_timeout_ms=rebalance_ms,
+            member_id=member_id,
+            group_instance_id=None,
+            protocol_type="consumer",
+            protocols=[{"name": "range", "metadata": cp.encode_subscription([topic])}],
+        )
+
+    first = join("")
+    assert first.error_code == MEMBER_ID_REQUIRED and first.member_id
+    joined = join(first.member_id)
+    assert (joined.error_code, joined.protocol_name, joined.leader, joined.members) == (0, "range", "", [])
+    sync_fields = {"group_id": group, "member_id": first.member_id, "group_instance_id": None, "assignments": []}
+    synced = w.call(SYNC, 3, generation_id=joined.generation_id, **sync_fields)
+    assert (synced.error_code, cp.assigned_partitions(synced.assignment)) == (0, [])  # c1 still owns both
+    # c1 learns it must give one up, and acknowledges by reporting only the other one
+    c1 = hb(w, group, "c1", c1.member_epoch, topic_partitions=owned)
+    kept = [{"topic_id": tp.topic_id, "partitions": list(tp.partitions)} for tp in c1.assignment.topic_partitions]
+    assert len(kept[0]["partitions"]) == 1
+    hb(w, group, "c1", c1.member_epoch, topic_partitions=kept)
+    beat = w.call(HEARTBEAT, 3, group_id=group, generation_id=joined.generation_id, member_id=first.member_id,
+                  group_instance_id=None)  # fmt: skip
+    assert beat.error_code == REBALANCING  # its partition is free: rejoin to get it
+    again = join(first.member_id)
+    synced = w.call(SYNC, 3, generation_id=again.generation_id, **sync_fields)
+    assert len(cp.assigned_partitions(synced.assignment)[0][1]) == 1
+    assert w.call(HEARTBEAT, 3, group_id=group, generation_id=again.generation_id, member_id=first.member_id,
+                  group_instance_id=None).error_code == 0  # fmt: skip
+    # a classic member that joins and never syncs
+    lazy = join(join("").member_id, rebalance_ms=500)
+    assert lazy.error_code == 0
+    wait_until(lambda: lazy.member_id not in {m.member_id for m in describe(bs, group).members}, 5)  # < session
     w.close()
 
 
