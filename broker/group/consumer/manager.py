@@ -21,15 +21,9 @@ import structlog
 from strata.config.dynamic import group_config_values
 from strata.protocol.errors import ErrorCode
 
+from ..assignors import ASSIGNOR_NAMES, MemberSubscriptionSpec, TopicSpec, assignor_by_name
 from ..records import encode_group_metadata_key
-from .assignors import (
-    ASSIGNOR_NAMES,
-    InvalidRegex,
-    MemberSubscriptionSpec,
-    TopicSpec,
-    assignor_by_name,
-    compile_subscription_regex,
-)
+from ..regex import CompiledRegex, InvalidRegex, compile_subscription_regex
 from .classic import replace_records
 from .group import ConsumerGroup
 from .member import Assignment, ConsumerGroupMember, MemberState, same_assignment
@@ -70,7 +64,8 @@ E = ErrorCode
 LEAVE_GROUP_MEMBER_EPOCH = -1
 LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
 RESOURCE_GROUP = 32  # ConfigResource type GROUP: per-group consumer.session.timeout.ms / heartbeat.interval.ms
-ASSIGN_OFF_LOOP_MEMBERS = 100  # larger groups compute their target assignment in a worker thread
+ASSIGN_OFF_LOOP_MEMBERS = 100
+REGEX_CACHE_SIZE = 1024  # larger groups compute their target assignment in a worker thread
 MIGRATION_POLICIES = ("disabled", "upgrade", "downgrade", "bidirectional")
 
 
@@ -94,6 +89,10 @@ class TopicsSource(Protocol):
     def add_listener(self, callback: Callable[[str, object], None]) -> None: ...
 
     def topic_by_id(self, topic_id: uuid.UUID) -> Any: ...
+
+    def brokers(self) -> Mapping[int, Any]: ...
+
+    def partition_state(self, topic: str, partition: int) -> Any: ...
 
 
 class Timers(Protocol):
@@ -217,7 +216,7 @@ class ConsumerGroupManager:
         self.upgrade = upgrade
         self.downgrade = downgrade
         self._locks: dict[str, asyncio.Lock] = {}
-        self._regex_cache: dict[str, Any] = {}
+        self._regex_cache: dict[str, CompiledRegex] = {}
         self.stale_metadata: set[str] = set()  # groups whose subscribed topics changed since their last heartbeat
         self.rebalances = 0  # group epoch bumps (Kafka's consumer-group-rebalance sensor)
         if self.topics_source is not None:
@@ -273,9 +272,11 @@ class ConsumerGroupManager:
             if key in g.subscription_metadata or key in g.subscribed_names() or g.regexes():
                 self.stale_metadata.add(gid)
 
-    def _regex(self, pattern: str) -> Any:
+    def _regex(self, pattern: str) -> CompiledRegex:
         rx = self._regex_cache.get(pattern)
         if rx is None:
+            if len(self._regex_cache) >= REGEX_CACHE_SIZE:  # clients choose the patterns: bounded
+                self._regex_cache.clear()
             rx = self._regex_cache[pattern] = compile_subscription_regex(pattern)
         return rx
 
@@ -614,6 +615,22 @@ class ConsumerGroupManager:
     def preferred_assignor(self, g: ConsumerGroup) -> str:
         return self._preferred_assignor(g.members.values())
 
+    def _partition_racks(self, t: TopicMetadata) -> dict[int, frozenset[str]]:
+        """The racks of each partition's replicas ({} when no broker has a rack)."""
+        src = self.topics_source
+        if src is None:
+            return {}
+        brokers = src.brokers()
+        info = src.topics().get(t.name)
+        out = {}
+        for p in range(t.partitions):
+            state = src.partition_state(t.name, p)
+            replicas = state.replicas if state is not None else (info.replicas(p) if info is not None else [])
+            racks = frozenset(r for b in replicas if (r := getattr(brokers.get(b), "rack", None)))
+            if racks:
+                out[p] = racks
+        return out
+
     def _preferred_assignor(self, members: Iterable[ConsumerGroupMember]) -> str:
         """The server assignor most members ask for (ties: the broker's order), else the broker's first."""
         counts: dict[str, int] = {}
@@ -651,8 +668,14 @@ class ConsumerGroupManager:
             )
             for mid, m in members.items()
         }
+        racks = any(m.rack_id for m in members.values())  # rack-aware only when members say where they are
         topics = {
-            t.topic_id: TopicSpec(topic_id=t.topic_id, name=t.name, partitions=t.partitions, partition_racks={})
+            t.topic_id: TopicSpec(
+                topic_id=t.topic_id,
+                name=t.name,
+                partitions=t.partitions,
+                partition_racks=self._partition_racks(t) if racks else {},
+            )
             for t in by_id.values()
         }
         try:
