@@ -380,7 +380,8 @@ class GroupCoordinator:
         return records, install
 
     def _has_timers(self, group_id: str) -> bool:
-        return any(k[1] == group_id for k in self._timers)
+        """Whether the group has a timer running, or a consumer group change is being written (it stays)."""
+        return any(k[1] == group_id for k in self._timers) or self.consumer.busy(group_id)
 
     def _cancel_group_timers(self, group_id: str) -> None:
         for key in [k for k in self._timers if k[1] == group_id]:
@@ -615,7 +616,7 @@ class GroupCoordinator:
         (consumer/classic.py); an empty one becomes a classic group (its records go, its offsets stay) and the join
         proceeds there (None)."""
         group_id = p.group_id
-        async with self.consumer.lock(group_id):
+        async with self.consumer.locked(group_id):
             cg = self.consumer_groups.get(group_id)
             if cg is None:
                 return None
@@ -1121,7 +1122,7 @@ class GroupCoordinator:
         err = self.check_group(group_id)
         if err:
             return err, []
-        async with self.consumer.lock(group_id):
+        async with self.consumer.locked(group_id):
             cg = self.consumer_groups.get(group_id)
             if cg is None:
                 return self.leave_group(group_id, members)
@@ -1357,7 +1358,7 @@ class GroupCoordinator:
                 continue
             cg = self.consumer_groups.get(gid)
             if cg is not None:
-                if cg.members:
+                if cg.members or self.consumer.busy(gid):  # (busy: a member's join is being written)
                     results[gid] = E.NON_EMPTY_GROUP
                     continue
                 p = self.partition_for(gid)

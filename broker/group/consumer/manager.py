@@ -11,8 +11,9 @@ changes nothing, and the member retries.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -216,6 +217,7 @@ class ConsumerGroupManager:
         self.upgrade = upgrade
         self.downgrade = downgrade
         self._locks: dict[str, asyncio.Lock] = {}
+        self._lock_users: dict[str, int] = {}  # group id -> changes holding or awaiting its lock
         self._regex_cache: dict[str, CompiledRegex] = {}
         self.stale_metadata: set[str] = set()  # groups whose subscribed topics changed since their last heartbeat
         self.rebalances = 0  # group epoch bumps (Kafka's consumer-group-rebalance sensor)
@@ -256,11 +258,29 @@ class ConsumerGroupManager:
     def supported_assignors(self) -> list[str]:
         return [a for a in self.config.assignors if assignor_by_name(a) is not None]
 
-    def lock(self, group_id: str) -> asyncio.Lock:
+    def busy(self, group_id: str) -> bool:
+        """A change of the group is being computed or written, or waits to be."""
+        return group_id in self._lock_users
+
+    @contextlib.asynccontextmanager
+    async def locked(self, group_id: str) -> AsyncIterator[None]:
+        """The group's lock: one change of a group at a time. A lock lives while someone holds or waits for it and
+        its group exists (clients name group ids: none is kept for the others)."""
         lk = self._locks.get(group_id)
         if lk is None:
             lk = self._locks[group_id] = asyncio.Lock()
-        return lk
+        self._lock_users[group_id] = self._lock_users.get(group_id, 0) + 1
+        try:
+            async with lk:
+                yield
+        finally:
+            left = self._lock_users[group_id] - 1
+            if left:
+                self._lock_users[group_id] = left
+            else:
+                del self._lock_users[group_id]
+                if group_id not in self.groups:
+                    self._locks.pop(group_id, None)
 
     # -- metadata changes (MetadataStore listener) -------------------------------------------------------------------
     def on_metadata_change(self, kind: str, key: object) -> None:
@@ -350,7 +370,7 @@ class ConsumerGroupManager:
     async def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResult:
         try:
             self.validate(req)
-            async with self.lock(req.group_id):
+            async with self.locked(req.group_id):
                 if req.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
                     return await self._leave(req)
                 return await self._heartbeat(req)
@@ -817,7 +837,7 @@ class ConsumerGroupManager:
         self.runtime.spawn(self._expire(gid, member_id, epoch, "it failed to revoke its partitions in time"))
 
     async def _expire(self, gid: str, member_id: str, epoch: int | None, reason: str) -> None:
-        async with self.lock(gid):
+        async with self.locked(gid):
             g = self.groups.get(gid)
             m = g.member(member_id) if g is not None else None
             if g is None or m is None or (epoch is not None and m.member_epoch != epoch):
@@ -849,9 +869,8 @@ class ConsumerGroupManager:
             for mid in g.members:
                 self._cancel_member_timers(gid, mid)
         self.stale_metadata.discard(gid)
-        lk = self._locks.get(gid)
-        if lk is not None and not lk.locked():
-            del self._locks[gid]
+        if gid not in self._lock_users:
+            self._locks.pop(gid, None)
 
     # -- deletion ------------------------------------------------------------------------------------------------------
     def delete_records(self, g: ConsumerGroup) -> list[Record]:
