@@ -106,6 +106,17 @@ class Timers(Protocol):
     def scheduled(self, key: tuple) -> bool: ...
 
 
+_ASSIGNOR_CLASSES = {
+    "org.apache.kafka.coordinator.group.assignor.UniformAssignor": "uniform",
+    "org.apache.kafka.coordinator.group.assignor.RangeAssignor": "range",
+}
+
+
+def _assignor_name(entry: str) -> str:
+    """An entry of `group.consumer.assignors`: an assignor's name, or Kafka's class name for it."""
+    return _ASSIGNOR_CLASSES.get(entry.strip(), entry.strip())
+
+
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupConfig:
     """`group.consumer.*` settings read once (the per-group session and heartbeat come from the GROUP configs)."""
@@ -118,7 +129,7 @@ class ConsumerGroupConfig:
     def from_broker_config(cls, cfg: BrokerConfig) -> ConsumerGroupConfig:
         return cls(
             max_size=int(cfg["group.consumer.max.size"]),
-            assignors=tuple(cfg["group.consumer.assignors"]),
+            assignors=tuple(_assignor_name(a) for a in cfg["group.consumer.assignors"]),
             migration_policy=str(cfg["group.consumer.migration.policy"]).lower(),
         )
 
