@@ -1,0 +1,59 @@
+"""Records -> Arrow rows of the table. A `Converter` turns a `RecordChunk` into the rows it can convert and the
+records it cannot, each with a reason (they go to the DLQ table or are dropped, per
+`iceberg.invalid.record.action`). `KeyValueConverter` is key_value mode, where every record converts;
+value_json's converter plugs in through the same protocol."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import pyarrow as pa
+
+from .records import RecordChunk, TopicRecord
+from .schema import HEADERS_TYPE, KEY_VALUE_SCHEMA, TIMESTAMP_TYPE
+
+Rejected = list[tuple[TopicRecord, str]]
+
+
+class Converter(Protocol):
+    """Converts the records of one partition's chunk for one table."""
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        """The columns of the table this converter writes (used to create the table)."""
+        ...
+
+    def __call__(self, chunk: RecordChunk) -> tuple[pa.Table, Rejected]:
+        """(the rows, in the table's columns; the records that do not convert, with why)."""
+        ...
+
+
+def key_value_columns(chunk: RecordChunk) -> dict[str, pa.Array]:
+    """The key_value columns of every record of `chunk` (also the `kafka` struct of value_json rows and the DLQ
+    table's columns)."""
+    n = len(chunk)
+    return {
+        "key": pa.array(chunk.keys, pa.binary()),
+        "value": pa.array(chunk.values, pa.binary()),
+        "topic": pa.array([chunk.topic] * n, pa.string()),
+        "partition": pa.array([chunk.partition] * n, pa.int32()),
+        "offset": pa.array(chunk.offsets, pa.int64()),
+        # ms -> us: the Arrow/Spark timestamp type (microseconds, UTC)
+        "timestamp": pa.array([t * 1000 for t in chunk.timestamps], pa.int64()).cast(TIMESTAMP_TYPE),
+        "timestampType": pa.array(chunk.timestamp_types, pa.int32()),
+        "headers": pa.array([[{"key": k, "value": v} for k, v in h] for h in chunk.headers], HEADERS_TYPE),
+    }
+
+
+class KeyValueConverter:
+    """key_value mode: the record as Spark's Kafka source shows it; nothing is rejected."""
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        return KEY_VALUE_SCHEMA
+
+    def __call__(self, chunk: RecordChunk) -> tuple[pa.Table, Rejected]:
+        return pa.Table.from_pydict(key_value_columns(chunk), schema=KEY_VALUE_SCHEMA), []
+
+
+__all__ = ["Converter", "KeyValueConverter", "Rejected", "key_value_columns"]

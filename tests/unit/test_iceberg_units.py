@@ -1,0 +1,91 @@
+"""Iceberg topics, the pieces without a broker: `iceberg.partition.spec` parsing, READ_COMMITTED decoding of stored
+batches (markers and aborted transactions skipped, the next offset moved past them), the key_value conversion, the
+snapshot-summary offsets carried forward, and a commit refused once another leader moved the partition's offset."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog.sql import SqlCatalog
+
+from strata.config import ConfigError
+from strata.config.iceberg import PartitionField, parse_partition_spec
+from strata.protocol.records import build_batch
+from strata.protocol.txn_markers import build_end_txn_marker
+from strata.remote.iceberg.catalog import ensure_table
+from strata.remote.iceberg.commit import OffsetConflictError, commit_files, write_data_files
+from strata.remote.iceberg.convert import KeyValueConverter
+from strata.remote.iceberg.offsets import committed_next_offsets
+from strata.remote.iceberg.records import decode_committed
+from strata.remote.iceberg.schema import KEY_VALUE_SCHEMA
+from strata.storage.txn_index import AbortedTxn
+
+
+def test_partition_spec_terms():
+    assert parse_partition_spec("") == []
+    assert parse_partition_spec("hour(timestamp), bucket(16, key) ,identity(partition)") == [
+        PartitionField("hour", "timestamp"),
+        PartitionField("bucket", "key", 16),
+        PartitionField("identity", "partition"),
+    ]
+    for bad in (
+        "hour(timestamp",
+        "month(timestamp)",
+        "bucket(0, key)",
+        "bucket(key)",
+        "hour(timestamp),hour(timestamp)",
+    ):
+        with pytest.raises(ConfigError):
+            parse_partition_spec(bad)
+
+
+def _txn(base: int, pid: int, values: list[bytes]) -> bytes:
+    return build_batch(values, base, producer_id=pid, producer_epoch=0, base_sequence=0, is_transactional=True)
+
+
+def test_decode_skips_markers_and_aborted_transactions():
+    ts = 1_700_000_000_000
+    log = b"".join(
+        [
+            build_batch([(b"k0", b"plain", [("h", b"v")])], 0, timestamp=ts),  # 0
+            _txn(1, 7, [b"a1", b"a2"]),  # 1-2: aborted (pid 7)
+            _txn(3, 8, [b"c1"]),  # 3: committed (pid 8)
+            build_end_txn_marker(7, 0, commit=False, coordinator_epoch=0, base_offset=4),  # 4
+            build_end_txn_marker(8, 0, commit=True, coordinator_epoch=0, base_offset=5),  # 5
+            build_batch([b"after"], 6, timestamp=ts),  # 6
+            build_batch([b"above-lso"], 7, timestamp=ts),  # 7: not below the upper bound
+        ]
+    )
+    chunk = decode_committed("t", 2, log, 0, 7, [AbortedTxn(7, 1, 4, 1)])
+    assert chunk.offsets == [0, 3, 6]
+    assert chunk.values == [b"plain", b"c1", b"after"]
+    assert chunk.next_offset == 7
+    assert chunk.headers[0] == [("h", b"v")] and chunk.keys[0] == b"k0" and chunk.timestamps[0] == ts
+    # resuming inside the range reads only what follows
+    later = decode_committed("t", 2, log, 5, 7, [])
+    assert later.offsets == [6] and later.next_offset == 7
+    rows, bad = KeyValueConverter()(chunk)
+    assert not bad and rows.schema == KEY_VALUE_SCHEMA
+    assert rows.column("partition").to_pylist() == [2, 2, 2]
+    assert rows.column("timestamp").to_pylist()[0].timestamp() * 1000 == ts
+
+
+def test_commits_carry_offsets_forward_and_refuse_a_moved_offset(tmp_path):
+    cat = SqlCatalog("strata", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}/wh")
+    ident = ("strata", "orders.v1")
+    table = ensure_table(cat, ident, KEY_VALUE_SCHEMA, parse_partition_spec("hour(timestamp)"), {})
+
+    def rows(partition: int, offsets: list[int]) -> pa.Table:
+        chunk = decode_committed(
+            "orders.v1", partition, b"".join(build_batch([b"x"], o) for o in offsets), offsets[0], 10**9, []
+        )
+        return KeyValueConverter()(chunk)[0]
+
+    commit_files(cat, ident, write_data_files(table, rows(0, [0, 1])), 0, None, 2, "tid")
+    commit_files(cat, ident, write_data_files(table, rows(1, [0])), 1, None, 1, "tid")
+    assert committed_next_offsets(cat.load_table(ident)) == {0: 2, 1: 1}
+    # a translator that still believes partition 0 is at 0 (a deposed leader) cannot commit its files
+    files = write_data_files(table, rows(0, [0, 1]))
+    with pytest.raises(OffsetConflictError):
+        commit_files(cat, ident, files, 0, None, 2, "tid")
+    assert cat.load_table(ident).scan().to_arrow().num_rows == 3
