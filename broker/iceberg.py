@@ -157,16 +157,17 @@ class IcebergManager:
                 self._stop(key)
             p.log.retention_hold_offset = None
             return
-        # every replica of an Iceberg topic holds retention (a follower may lead next); the leader moves the hold
-        p.log.retention_hold_max_bytes = self.config["iceberg.max.local.retention.hold.bytes"]
-        if p.log.retention_hold_offset is None:
-            p.log.retention_hold_offset = p.log.log_start_offset
-        self.metrics.hold_bytes.labels(p.topic.name, str(p.index)).set(p.log.untranslated_bytes())
         current = self.translators.get(key)
         if not p.is_leader:
+            # followers do not know the table's offsets: their retention does not wait (docs/iceberg.md, limits)
+            p.log.retention_hold_offset = None
             if current is not None:
                 self._stop(key)
             return
+        p.log.retention_hold_max_bytes = self.config["iceberg.max.local.retention.hold.bytes"]
+        if p.log.retention_hold_offset is None:
+            p.log.retention_hold_offset = p.log.log_start_offset  # all of it, until the table says more
+        self.metrics.hold_bytes.labels(p.topic.name, str(p.index)).set(p.log.untranslated_bytes())
         settings = self._settings(values)
         if current is not None:
             t, epoch, old = current

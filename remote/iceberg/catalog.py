@@ -19,6 +19,9 @@ from strata.config.iceberg import CATALOG_PROP_PREFIX, REST, SQL, PartitionField
 from .schema import iceberg_schema, partition_spec
 
 TARGET_FILE_SIZE = "write.target-file-size-bytes"
+# pyiceberg redoes a refused commit itself with the snapshot summary it computed before: that would carry stale
+# offsets of the other partitions forward. The translator redoes commits itself (commit.py), so pyiceberg must not.
+NO_COMMIT_RETRIES = {"commit.retry.num-retries": "0"}
 
 
 @dataclass(frozen=True)
@@ -111,7 +114,7 @@ def ensure_table(
     """Load the table, or create it (and its namespace) with `schema` and `spec`. Blocking. Another broker may
     create it at the same moment: then its table is loaded."""
     try:
-        return catalog.load_table(identifier)
+        return _without_commit_retries(catalog.load_table(identifier))
     except NoSuchTableError:
         pass
     try:
@@ -125,10 +128,22 @@ def ensure_table(
     ischema = iceberg_schema(schema)
     try:
         return catalog.create_table(
-            identifier, schema=ischema, partition_spec=partition_spec(ischema, spec), properties=dict(properties)
+            identifier,
+            schema=ischema,
+            partition_spec=partition_spec(ischema, spec),
+            properties={**properties, **NO_COMMIT_RETRIES},
         )
     except TableAlreadyExistsError:
-        return catalog.load_table(identifier)
+        return _without_commit_retries(catalog.load_table(identifier))
+
+
+def _without_commit_retries(table: Table) -> Table:
+    """A table made elsewhere (another tool) gets NO_COMMIT_RETRIES before the translator commits to it."""
+    if all(table.properties.get(k) == v for k, v in NO_COMMIT_RETRIES.items()):
+        return table
+    with table.transaction() as tx:
+        tx.set_properties(NO_COMMIT_RETRIES)
+    return table
 
 
 __all__ = ["CatalogSettings", "TARGET_FILE_SIZE", "catalog_settings", "ensure_table", "open_catalog"]

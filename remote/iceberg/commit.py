@@ -25,6 +25,7 @@ from pyiceberg.table import Table
 from .offsets import committed_next_offsets, committed_topic_id, summary_properties
 
 MAX_ATTEMPTS = 20
+COMMIT_ID = "strata.commit-id"  # one per commit_files call: tells whether an attempt whose answer was lost landed
 
 
 class OffsetConflictError(Exception):
@@ -51,6 +52,14 @@ def table_next_offset(table: Table, partition: int, topic_id: str) -> int | None
     return committed_next_offsets(table).get(partition)
 
 
+def _landed(table: Table, commit_id: str) -> bool:
+    """Whether a recent snapshot is this commit's (the catalog may have applied an attempt it answered badly)."""
+    for snap in table.snapshots()[-MAX_ATTEMPTS:]:
+        if snap.summary is not None and snap.summary.additional_properties.get(COMMIT_ID) == commit_id:
+            return True
+    return False
+
+
 def write_data_files(table: Table, rows: pa.Table) -> list[DataFile]:
     """Write `rows` as Parquet files of the table's target size, split by its partition spec (not committed)."""
     from pyiceberg.io.pyarrow import _dataframe_to_data_files
@@ -68,17 +77,22 @@ def commit_files(
     expected: int | None,
     next_offset: int,
     topic_id: str,
+    table: Table | None = None,
 ) -> CommitResult:
     """Append `files` and set the partition's next offset to `next_offset`, if the table's is still `expected`.
-    Raises OffsetConflictError when it is not; CommitFailedException after MAX_ATTEMPTS concurrent commits."""
+    Raises OffsetConflictError when it is not; CommitFailedException after MAX_ATTEMPTS concurrent commits.
+    `table`: the table as just loaded (the first attempt uses it; a refused one loads the table again)."""
+    commit_id = uuid.uuid4().hex
     for attempt in range(1, MAX_ATTEMPTS + 1):
-        table = catalog.load_table(identifier)
-        actual = table_next_offset(table, partition, topic_id)
-        if actual == next_offset and expected != next_offset and attempt > 1:
+        if table is None or attempt > 1:
+            table = catalog.load_table(identifier)
+        if attempt > 1 and _landed(table, commit_id):
             return CommitResult(table, attempt)  # an earlier attempt landed after all (its answer was lost)
+        actual = table_next_offset(table, partition, topic_id)
         if actual != expected:
             raise OffsetConflictError(partition, expected, actual)
         props = summary_properties(table, {partition: next_offset}, topic_id)
+        props[COMMIT_ID] = commit_id
         tx = table.transaction()
         with tx.update_snapshot(snapshot_properties=props).fast_append() as append:
             for f in files:

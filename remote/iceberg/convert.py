@@ -8,8 +8,9 @@ from __future__ import annotations
 from typing import Protocol
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from .records import RecordChunk, TopicRecord
+from .records import Header, RecordChunk, TopicRecord
 from .schema import HEADERS_TYPE, KEY_VALUE_SCHEMA, TIMESTAMP_TYPE
 
 Rejected = list[tuple[TopicRecord, str]]
@@ -28,10 +29,27 @@ class Converter(Protocol):
         ...
 
 
+def headers_array(headers: list[list[Header]]) -> pa.Array:
+    """list<struct<key, value>> from per-record header lists, built from flat columns and offsets."""
+    offsets = [0]
+    keys: list[str] = []
+    values: list[bytes | None] = []
+    for h in headers:
+        for k, v in h:
+            keys.append(k)
+            values.append(v)
+        offsets.append(len(keys))
+    entries = pa.StructArray.from_arrays(
+        [pa.array(keys, pa.string()), pa.array(values, pa.binary())], fields=list(HEADERS_TYPE.value_type)
+    )
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), entries, type=HEADERS_TYPE)
+
+
 def key_value_columns(chunk: RecordChunk) -> dict[str, pa.Array]:
     """The key_value columns of every record of `chunk` (also the `kafka` struct of value_json rows and the DLQ
     table's columns)."""
     n = len(chunk)
+    millis = pa.array(chunk.timestamps, pa.int64())
     return {
         "key": pa.array(chunk.keys, pa.binary()),
         "value": pa.array(chunk.values, pa.binary()),
@@ -39,9 +57,9 @@ def key_value_columns(chunk: RecordChunk) -> dict[str, pa.Array]:
         "partition": pa.array([chunk.partition] * n, pa.int32()),
         "offset": pa.array(chunk.offsets, pa.int64()),
         # ms -> us: the Arrow/Spark timestamp type (microseconds, UTC)
-        "timestamp": pa.array([t * 1000 for t in chunk.timestamps], pa.int64()).cast(TIMESTAMP_TYPE),
+        "timestamp": pc.multiply(millis, 1000).cast(TIMESTAMP_TYPE),
         "timestampType": pa.array(chunk.timestamp_types, pa.int32()),
-        "headers": pa.array([[{"key": k, "value": v} for k, v in h] for h in chunk.headers], HEADERS_TYPE),
+        "headers": headers_array(chunk.headers),
     }
 
 
@@ -56,4 +74,4 @@ class KeyValueConverter:
         return pa.Table.from_pydict(key_value_columns(chunk), schema=KEY_VALUE_SCHEMA), []
 
 
-__all__ = ["Converter", "KeyValueConverter", "Rejected", "key_value_columns"]
+__all__ = ["Converter", "KeyValueConverter", "Rejected", "headers_array", "key_value_columns"]

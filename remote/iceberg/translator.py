@@ -26,6 +26,7 @@ import pyarrow as pa
 import structlog
 from pyiceberg.catalog import Catalog
 from pyiceberg.manifest import DataFile
+from pyiceberg.table import Table
 
 from strata.config.iceberg import PartitionField
 from strata.protocol.records import BufferChain
@@ -251,6 +252,7 @@ class PartitionTranslator:
         expected = await self.runtime.run(open_table)
         self._expected = expected
         self.status.next_offset = self.source.log_start_offset() if expected is None else expected
+        self.source.translated(self.status.next_offset)
         self._opened = True
         log.info(
             "iceberg translator started",
@@ -304,13 +306,21 @@ class PartitionTranslator:
             if end == nxt:
                 return False
             rows, rejected = await self._convert(chunks)
-            files = await rt.run(self._write, rows)
+            table, files = await rt.run(self._write, rows)
             if rejected:
                 await self._reject(rejected)
             if not src.still_leader():
                 raise LeadershipLostError
             result = await rt.run(
-                commit_files, rt.catalog(), self.identifier, files, src.partition, self._expected, end, src.topic_id
+                commit_files,
+                rt.catalog(),
+                self.identifier,
+                files,
+                src.partition,
+                self._expected,
+                end,
+                src.topic_id,
+                table,
             )
         finally:
             await rt.budget.release(reserved)
@@ -355,9 +365,9 @@ class PartitionTranslator:
 
         return await self.runtime.run(convert)
 
-    def _write(self, rows: pa.Table) -> list[DataFile]:
+    def _write(self, rows: pa.Table) -> tuple[Table, list[DataFile]]:
         table = self.runtime.catalog().load_table(self.identifier)
-        return list(write_data_files(table, rows))
+        return table, write_data_files(table, rows)
 
     async def _reject(self, rejected: Rejected) -> None:
         action = self.settings.invalid_record_action

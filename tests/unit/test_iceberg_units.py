@@ -4,6 +4,8 @@ snapshot-summary offsets carried forward, and a commit refused once another lead
 
 from __future__ import annotations
 
+import threading
+
 import pyarrow as pa
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
@@ -89,3 +91,32 @@ def test_commits_carry_offsets_forward_and_refuse_a_moved_offset(tmp_path):
     with pytest.raises(OffsetConflictError):
         commit_files(cat, ident, files, 0, None, 2, "tid")
     assert cat.load_table(ident).scan().to_arrow().num_rows == 3
+
+
+def test_racing_leaders_commit_each_range_once(tmp_path):
+    """A deposed leader and the new one translate the same ranges at the same moment (two threads, one SQLite
+    catalog): for every range exactly one commit lands, the other is refused, and the table holds each offset once."""
+    cat = SqlCatalog("strata", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}/wh")
+    ident = ("strata", "race")
+    table = ensure_table(cat, ident, KEY_VALUE_SCHEMA, [], {})
+    outcomes: list[str] = []
+
+    def translate(start: int, end: int) -> None:
+        chunk = decode_committed("race", 0, b"".join(build_batch([b"x"], o) for o in range(start, end)), start, end, [])
+        files = write_data_files(table, KeyValueConverter()(chunk)[0])
+        try:
+            commit_files(cat, ident, files, 0, None if start == 0 else start, end, "tid")
+            outcomes.append("committed")
+        except OffsetConflictError:
+            outcomes.append("refused")
+
+    for start in range(0, 40, 5):
+        racers = [threading.Thread(target=translate, args=(start, start + 5)) for _ in range(2)]
+        for t in racers:
+            t.start()
+        for t in racers:
+            t.join(30)
+    assert outcomes.count("committed") == 8 and outcomes.count("refused") == 8
+    offsets = sorted(cat.load_table(ident).scan().to_arrow().column("offset").to_pylist())
+    assert offsets == list(range(40))
+    assert committed_next_offsets(cat.load_table(ident)) == {0: 40}
