@@ -256,3 +256,49 @@ def test_enabling_iceberg_on_a_topic_translates_it_from_its_log_start(broker):
     wait_translated(cat, topic, {0: 500, 1: 500})
     got = rows(cat, topic)
     assert len(got) == 1000 and {r.value.split(b"-")[0] for r in got} == {b"before", b"after"}
+
+
+def test_status_and_describe_commands(broker):
+    from tests.support.cli_run import fails, ok, strata
+
+    bs = broker.bootstrap
+    topic = _topic("cli")
+    ck.create_topic(bs, topic, 2, ICEBERG)
+    ck.produce_all(bs, topic, _bulk(300, 2, "cli"))
+    cat = broker_catalog(broker.log_dir)
+    wait_translated(cat, topic, {0: 150, 1: 150})
+    conf = ["--broker-config", str(broker.props_path), "--bootstrap-server", bs]
+    out = ok(strata("iceberg", "status", "--topic", topic, *conf))
+    lines = out.splitlines()
+    assert lines[0].split() == ["TOPIC", "PARTITION", "TABLE-OFFSET", "LOG-END-OFFSET", "LAG", "LAG-SECONDS"]
+    assert lines[1].split() == [topic, "0", "150", "150", "0", "0.0"]
+    assert lines[2].split() == [topic, "1", "150", "150", "0", "0.0"]
+    assert "Records: 300" in out and "DLQ records: -" in out
+    out = ok(strata("iceberg", "describe", "--topic", topic, *conf))
+    assert "strata.partition.0.next-offset=150" in out and "hour" in out and "commit.retry.num-retries=0" in out
+    err = fails(strata("iceberg", "status", "--topic", "no-such-table", *conf), 1)
+    assert "cannot load table strata.no-such-table" in err
+
+    # the metrics count what was committed; lag is 0 once the table holds the topic
+    metrics = _scrape(broker)
+    assert metrics[("strata_iceberg_records_written_total", (("topic", topic),))] == 300
+    assert metrics[("strata_iceberg_commits_total", (("topic", topic),))] >= 2
+    assert metrics[("strata_iceberg_files_written_total", (("topic", topic),))] >= 2
+    assert metrics[("strata_iceberg_bytes_written_total", (("topic", topic),))] > 0
+    for p in ("0", "1"):
+        labels = (("partition", p), ("topic", topic))
+        assert metrics[("strata_iceberg_translation_lag_records", labels)] == 0
+        assert metrics[("strata_iceberg_translated_next_offset", labels)] == 150
+
+
+def _scrape(broker: StrataBroker) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{broker.metrics_port}/metrics", timeout=5).read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }

@@ -6,7 +6,8 @@
 - the catalog unavailable for a while (the test holds an exclusive lock on the SQLite catalog, so every commit of
   the broker fails with "database is locked"): produce goes on unaffected, local retention (retention.bytes=1)
   deletes no segment the table does not hold yet, and once the catalog is back the table catches up and retention
-  moves on.
+  moves on; a tiered topic's segments are copied and deleted locally meanwhile, so its translator catches up by
+  reading remote storage.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StrataBroker]:
             "iceberg.translator.backoff.max.ms": 500,
             "log.retention.check.interval.ms": 200,
             "log.segment.delete.delay.ms": 0,
+            "remote.log.storage.system.enable": True,  # LocalTieredStorage under the data dir
+            "remote.log.manager.task.interval.ms": 200,
+            "remote.log.metadata.topic.num.partitions": 1,
         },
         name="iceberg-faults",
     ).start()
@@ -95,22 +99,35 @@ def test_kill9_during_commits_leaves_every_offset_once(broker, seed):
 
 
 def test_catalog_outage_produce_unaffected_retention_holds_and_table_catches_up(broker):
+    from strata.cli.admin_client import AdminClient
+
     bs = broker.bootstrap
     topic = f"outage-{uuid.uuid4().hex[:4]}"
+    tiered = f"outage-tiered-{uuid.uuid4().hex[:4]}"
     ck.create_topic(bs, topic, 1, {**ICEBERG, "segment.bytes": 16384, "retention.bytes": 1})
+    ck.create_topic(
+        bs, tiered, 1, {**ICEBERG, "segment.bytes": 16384, "remote.storage.enable": True, "local.retention.bytes": 1}
+    )
     cat = broker_catalog(broker.log_dir)
-    ck.produce_all(bs, topic, _records(200, 1, "pre"))
+    for t in (topic, tiered):
+        ck.produce_all(bs, t, _records(200, 1, "pre"))
     before = wait_translated(cat, topic, _ends(broker, topic, 1))[0]
+    tiered_before = wait_translated(cat, tiered, _ends(broker, tiered, 1))[0]
 
     lock = sqlite3.connect(broker.log_dir / "iceberg" / "catalog.db", timeout=30, isolation_level=None)
     lock.execute("BEGIN EXCLUSIVE")  # the catalog refuses the broker's commits from here
     try:
         started = time.monotonic()
-        ck.produce_all(bs, topic, _records(3000, 1, "during"), **{"batch.size": 2048})
+        for t in (topic, tiered):
+            ck.produce_all(bs, t, _records(3000, 1, "during"), **{"batch.size": 2048})
         produce_s = time.monotonic() - started
-        end = _ends(broker, topic, 1)[0]
-        # the closed segments beyond what the table holds are kept although retention.bytes=1 wants them gone
-        deadline = time.monotonic() + 4.0
+        end, tiered_end = _ends(broker, topic, 1)[0], _ends(broker, tiered, 1)[0]
+        with AdminClient(bs, timeout=10) as a:
+            # the tiered topic's untranslated segments are copied, then deleted locally: the table is behind the
+            # local log, so its translator will read remote storage
+            wait_until(lambda: a.list_offsets(tiered, [0], -4)[0] > tiered_before + 1000, timeout=30)
+        # the other topic's closed segments beyond what the table holds are kept though retention.bytes=1 says go
+        deadline = time.monotonic() + 3.0
         while time.monotonic() < deadline:
             low, _ = ck.watermarks(bs, topic, 0)
             assert low <= before, f"retention deleted offsets {before}..{low} before they were translated"
@@ -120,8 +137,10 @@ def test_catalog_outage_produce_unaffected_retention_holds_and_table_catches_up(
         lock.close()
     assert produce_s < 20, f"produce took {produce_s:.1f}s during the catalog outage"
     wait_translated(cat, topic, {0: end}, timeout=60)
+    wait_translated(cat, tiered, {0: tiered_end}, timeout=60)
     # retention moves on once the table holds the records
     wait_until(lambda: ck.watermarks(bs, topic, 0)[0] > before, timeout=30, message="retention resumed")
-    got = rows(cat, topic)
-    assert [r.offset for r in got] == list(range(end))
-    assert sum(1 for r in got if r.key is not None and r.key.startswith(b"during")) == 3000
+    for t, n in ((topic, end), (tiered, tiered_end)):
+        got = rows(cat, t)
+        assert [r.offset for r in got] == list(range(n)), t
+        assert [r.key for r in got] == [r.key for r in _records(200, 1, "pre") + _records(3000, 1, "during")], t
