@@ -5,6 +5,7 @@ retention hold; the metrics. docs/iceberg.md describes the feature."""
 from __future__ import annotations
 
 import asyncio
+import importlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -39,8 +40,21 @@ log = structlog.get_logger("strata.iceberg")
 
 RECONCILE_INTERVAL_S = 1.0
 
-# value_json (and any other mode) plugs its converter in here: mode -> factory(topic configs) -> Converter
+# mode -> factory(topic configs) -> Converter. A mode not listed is looked up as the module
+# strata.remote.iceberg.<mode> with a `converter(configs)` function (value_json's is remote/iceberg/value_json.py).
 CONVERTERS: dict[str, Callable[[dict[str, Any]], Converter]] = {KEY_VALUE: lambda configs: KeyValueConverter()}
+
+
+def converter_factory(mode: str) -> Callable[[dict[str, Any]], Converter] | None:
+    factory = CONVERTERS.get(mode)
+    if factory is not None:
+        return factory
+    try:
+        module = importlib.import_module(f"strata.remote.iceberg.{mode}")
+    except ImportError:
+        return None
+    found: Callable[[dict[str, Any]], Converter] | None = getattr(module, "converter", None)
+    return found
 
 
 class PartitionLogSource:
@@ -106,6 +120,9 @@ class IcebergManager:
         )
         self.translators: dict[tuple[str, int], tuple[PartitionTranslator, int, TranslatorSettings]] = {}
         self._task: asyncio.Task[None] | None = None
+        self._refused: dict[
+            tuple[str, int], str
+        ] = {}  # partitions whose translator cannot start, and why (logged once)
         replicas.leadership_listeners.append(self._on_leadership)
 
     def start(self) -> None:
@@ -125,16 +142,19 @@ class IcebergManager:
     # ---- which partitions translate ----------------------------------------------------------------------------
     def _on_leadership(self, p: Partition, leader: bool) -> None:
         if self._task is not None:
-            self.reconcile(p)
+            self.reconcile(p)  # at once: a deposed leader's translator stops before its next commit
 
     async def _reconcile_loop(self) -> None:
         """Leadership changes arrive through the listener; configs (iceberg.enable, lag, spec) and epoch bumps are
         picked up here."""
         while True:
-            for p in list(self.replicas.partitions.values()):
-                self.reconcile(p)
-            for key in [k for k in self.translators if k not in self.replicas.partitions]:
-                self._stop(key)
+            try:
+                for p in list(self.replicas.partitions.values()):
+                    self.reconcile(p)
+                for key in [k for k in self.translators if k not in self.replicas.partitions]:
+                    self._stop(key)
+            except Exception:  # logged; the next pass tries again
+                log.exception("iceberg reconcile failed")
             await asyncio.sleep(RECONCILE_INTERVAL_S)
 
     def _settings(self, values: dict[str, Any]) -> TranslatorSettings:
@@ -175,12 +195,19 @@ class IcebergManager:
                 return
             self._stop(key)
         mode = str(values.get("iceberg.mode") or KEY_VALUE)
-        factory = CONVERTERS.get(mode)
-        if factory is None:
-            log.warning("iceberg mode not available on this broker", topic=p.topic.name, mode=mode)
+        factory = converter_factory(mode)
+        try:
+            if factory is None:
+                raise ValueError(f"iceberg.mode {mode} is not available on this broker")
+            converter = factory(values)
+        except Exception as e:  # noqa: BLE001 - a topic's bad settings must not stop the other translators
+            if self._refused.get(key) != str(e):
+                self._refused[key] = str(e)
+                log.warning("iceberg translator not started", topic=p.topic.name, partition=p.index, reason=str(e))
             return
+        self._refused.pop(key, None)
         source = PartitionLogSource(p, p.leader_epoch, self._rlm)
-        t = PartitionTranslator(source, settings, self.runtime, factory(values))
+        t = PartitionTranslator(source, settings, self.runtime, converter)
         self.translators[key] = (t, p.leader_epoch, settings)
         t.start()
 
@@ -190,4 +217,4 @@ class IcebergManager:
             entry[0].stop()
 
 
-__all__ = ["CONVERTERS", "IcebergManager", "PartitionLogSource"]
+__all__ = ["CONVERTERS", "IcebergManager", "PartitionLogSource", "converter_factory"]

@@ -14,6 +14,7 @@ racing a new leader is refused by the table's offsets).
 from __future__ import annotations
 
 import asyncio
+import importlib
 import random
 import threading
 import time
@@ -370,10 +371,26 @@ class PartitionTranslator:
         return table, write_data_files(table, rows)
 
     async def _reject(self, rejected: Rejected) -> None:
-        action = self.settings.invalid_record_action
+        """Rejected records go to the DLQ table (`iceberg.invalid.record.action=dlq_table`) before the commit that
+        moves past them, or are dropped; counted either way under the action taken."""
+        sink = self.reject_sink
+        if self.settings.invalid_record_action == "dlq_table" and sink is None:
+            sink = self.reject_sink = await self.runtime.run(self._dlq_sink)
+        action = "dlq_table" if self.settings.invalid_record_action == "dlq_table" and sink is not None else "drop"
+        if action == "dlq_table" and sink is not None:
+            await self.runtime.run(sink, rejected)
         self.runtime.metrics.invalid_records.labels(self.source.topic, action).inc(len(rejected))
-        if action == "dlq_table" and self.reject_sink is not None:
-            await self.runtime.run(self.reject_sink, rejected)
+
+    def _dlq_sink(self) -> RejectSink | None:
+        """The DLQ writer of `remote/iceberg/dlq.py` (`dlq_sink(catalog, table identifier) -> RejectSink`), when
+        that module is installed; else None (rejected records are dropped, with a warning)."""
+        try:
+            dlq = importlib.import_module(f"{__package__}.dlq")
+        except ImportError:
+            log.warning("no DLQ writer: rejected records are dropped", topic=self.source.topic)
+            return None
+        sink: RejectSink = dlq.dlq_sink(self.runtime.catalog(), self.identifier)
+        return sink
 
 
 __all__ = [

@@ -258,8 +258,13 @@ def test_enabling_iceberg_on_a_topic_translates_it_from_its_log_start(broker):
     assert len(got) == 1000 and {r.value.split(b"-")[0] for r in got} == {b"before", b"after"}
 
 
-def test_status_and_describe_commands(broker):
-    from tests.support.cli_run import fails, ok, strata
+def test_status_and_describe_commands(broker, capsys):
+    from strata.cli.main import main as cli_main
+
+    def strata(*args: str) -> tuple[int, str, str]:
+        code = cli_main(list(args))
+        out, err = capsys.readouterr()
+        return code, out, err
 
     bs = broker.bootstrap
     topic = _topic("cli")
@@ -268,16 +273,18 @@ def test_status_and_describe_commands(broker):
     cat = broker_catalog(broker.log_dir)
     wait_translated(cat, topic, {0: 150, 1: 150})
     conf = ["--broker-config", str(broker.props_path), "--bootstrap-server", bs]
-    out = ok(strata("iceberg", "status", "--topic", topic, *conf))
+    code, out, _ = strata("iceberg", "status", "--topic", topic, *conf)
+    assert code == 0
     lines = out.splitlines()
     assert lines[0].split() == ["TOPIC", "PARTITION", "TABLE-OFFSET", "LOG-END-OFFSET", "LAG", "LAG-SECONDS"]
     assert lines[1].split() == [topic, "0", "150", "150", "0", "0.0"]
     assert lines[2].split() == [topic, "1", "150", "150", "0", "0.0"]
     assert "Records: 300" in out and "DLQ records: -" in out
-    out = ok(strata("iceberg", "describe", "--topic", topic, *conf))
+    code, out, _ = strata("iceberg", "describe", "--topic", topic, *conf)
+    assert code == 0
     assert "strata.partition.0.next-offset=150" in out and "hour" in out and "commit.retry.num-retries=0" in out
-    err = fails(strata("iceberg", "status", "--topic", "no-such-table", *conf), 1)
-    assert "cannot load table strata.no-such-table" in err
+    code, out, err = strata("iceberg", "status", "--topic", "no-such-table", *conf)
+    assert code == 1 and err.count("\n") == 1 and "cannot load table strata.no-such-table" in err
 
     # the metrics count what was committed; lag is 0 once the table holds the topic
     metrics = _scrape(broker)
