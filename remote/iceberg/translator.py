@@ -84,8 +84,9 @@ class RejectSink(Protocol):
 
 
 class MemoryBudget:
-    """Record bytes all translators hold at once (`iceberg.translator.memory.bytes`): a round reserves what it may
-    read before reading it."""
+    """Record bytes all translators hold at once (`iceberg.translator.memory.bytes`). A round waits for its first
+    piece; later pieces are taken only if free (else the round commits what it has), so partitions share the
+    budget and none waits on another that holds part of it."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
@@ -98,6 +99,16 @@ class MemoryBudget:
             await self._cond.wait_for(lambda: self.free >= n)
             self.free -= n
         return n
+
+    def try_acquire(self, n: int) -> bool:
+        if self.free < n:
+            return False
+        self.free -= n
+        return True
+
+    def take(self, n: int) -> None:
+        """Bytes already read past a reservation (a batch larger than the piece asked for)."""
+        self.free -= n
 
     async def release(self, n: int) -> None:
         async with self._cond:
@@ -301,9 +312,9 @@ class PartitionTranslator:
             if self.status.caught_up_at is None:
                 self.status.caught_up_at = time.monotonic()
             return False
-        reserved = await rt.budget.acquire(self.settings.max_bytes)
+        held = [await rt.budget.acquire(min(READ_PIECE_BYTES, self.settings.max_bytes))]
         try:
-            chunks, end = await self._read(nxt, lso, reserved)
+            chunks, end = await self._read(nxt, lso, held)
             if end == nxt:
                 return False
             rows, rejected = await self._convert(chunks)
@@ -324,7 +335,7 @@ class PartitionTranslator:
                 table,
             )
         finally:
-            await rt.budget.release(reserved)
+            await rt.budget.release(held[0])
         self._expected = end
         self.status.next_offset = end
         self.status.last_commit_ms = int(time.time() * 1000)
@@ -338,15 +349,25 @@ class PartitionTranslator:
         m.records.labels(src.topic).inc(rows.num_rows)
         return end < src.last_stable_offset()
 
-    async def _read(self, nxt: int, lso: int, budget: int) -> tuple[list[RecordChunk], int]:
-        src = self.source
+    async def _read(self, nxt: int, lso: int, held: list[int]) -> tuple[list[RecordChunk], int]:
+        """Read and decode from `nxt` towards the LSO, up to max_bytes; `held[0]` is the budget this round holds
+        (grown piece by piece while the budget has room)."""
+        src, budget = self.source, self.runtime.budget
         chunks: list[RecordChunk] = []
         got = 0
         off = nxt
-        while off < lso and got < budget:
-            data, aborted = await src.read(off, min(READ_PIECE_BYTES, budget - got), lso)
+        while off < lso and got < self.settings.max_bytes:
+            want = min(READ_PIECE_BYTES, self.settings.max_bytes - got)
+            if got + want > held[0]:
+                if not budget.try_acquire(want):
+                    break  # the budget is in use: commit what this round has
+                held[0] += want
+            data, aborted = await src.read(off, want, lso)
             if not len(data):
                 break
+            if got + len(data) > held[0]:
+                budget.take(got + len(data) - held[0])
+                held[0] = got + len(data)
             chunk = await self.runtime.run(decode_committed, src.topic, src.partition, data, off, lso, aborted)
             if chunk.next_offset <= off:
                 break

@@ -37,7 +37,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StrataBroker]:
     b = StrataBroker(
         tmp_path_factory.mktemp("iceberg-faults"),
         {
-            "iceberg.translator.max.file.bytes": 8192,  # many small commits: a kill lands among them
+            "iceberg.translator.max.file.bytes": 16384,  # several commits per partition: a kill lands among them
             "iceberg.translator.backoff.ms": 100,
             "iceberg.translator.backoff.max.ms": 500,
             "log.retention.check.interval.ms": 200,
@@ -87,7 +87,7 @@ def test_kill9_during_commits_leaves_every_offset_once(broker, seed):
     done = wait_until(
         lambda: (s := sum(table_offsets(cat, topic).values())) >= share * n and s,
         timeout=60,
-        interval=0.01,
+        interval=0.05,
         message=f"{share:.0%} of {topic} translated",
     )
     broker.kill9()
