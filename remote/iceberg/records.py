@@ -101,7 +101,7 @@ def decode_committed(
 
 def _append_batch(out: RecordChunk, buf: bytes | memoryview, pos: int, h: BatchHeader, start: int) -> None:
     """The records of one batch into the chunk's columns. A tight loop over the (inflated, bounded) record section
-    with one-byte varints read inline: the translator's CPU goes here."""
+    with one- and two-byte varints read inline: the translator's CPU goes here."""
     try:
         payload = batch_payload(buf[pos : pos + h.size], h)
         _decode_records(out, payload, h, start)
@@ -121,6 +121,9 @@ def _decode_records(out: RecordChunk, p: bytes, h: BatchHeader, start: int) -> N
         b = p[i]
         if b < 0x80:
             length, i = (b >> 1) ^ -(b & 1), i + 1
+        elif p[i + 1] < 0x80:
+            u = (b & 0x7F) | (p[i + 1] << 7)
+            length, i = (u >> 1) ^ -(u & 1), i + 2
         else:
             length, i = read_varint(p, i)
         end = i + length
@@ -128,16 +131,25 @@ def _decode_records(out: RecordChunk, p: bytes, h: BatchHeader, start: int) -> N
         b = p[j]
         if b < 0x80:
             ts_delta, j = (b >> 1) ^ -(b & 1), j + 1
+        elif p[j + 1] < 0x80:
+            u = (b & 0x7F) | (p[j + 1] << 7)
+            ts_delta, j = (u >> 1) ^ -(u & 1), j + 2
         else:
             ts_delta, j = read_varlong(p, j)
         b = p[j]
         if b < 0x80:
             off_delta, j = (b >> 1) ^ -(b & 1), j + 1
+        elif p[j + 1] < 0x80:
+            u = (b & 0x7F) | (p[j + 1] << 7)
+            off_delta, j = (u >> 1) ^ -(u & 1), j + 2
         else:
             off_delta, j = read_varint(p, j)
         b = p[j]
         if b < 0x80:
             kl, j = (b >> 1) ^ -(b & 1), j + 1
+        elif p[j + 1] < 0x80:
+            u = (b & 0x7F) | (p[j + 1] << 7)
+            kl, j = (u >> 1) ^ -(u & 1), j + 2
         else:
             kl, j = read_varint(p, j)
         if kl < 0:
@@ -148,6 +160,9 @@ def _decode_records(out: RecordChunk, p: bytes, h: BatchHeader, start: int) -> N
         b = p[j]
         if b < 0x80:
             vl, j = (b >> 1) ^ -(b & 1), j + 1
+        elif p[j + 1] < 0x80:
+            u = (b & 0x7F) | (p[j + 1] << 7)
+            vl, j = (u >> 1) ^ -(u & 1), j + 2
         else:
             vl, j = read_varint(p, j)
         if vl < 0:
@@ -158,6 +173,9 @@ def _decode_records(out: RecordChunk, p: bytes, h: BatchHeader, start: int) -> N
         b = p[j]
         if b < 0x80:
             hc, j = (b >> 1) ^ -(b & 1), j + 1
+        elif p[j + 1] < 0x80:
+            u = (b & 0x7F) | (p[j + 1] << 7)
+            hc, j = (u >> 1) ^ -(u & 1), j + 2
         else:
             hc, j = read_varint(p, j)
         hs: list[Header] = []
