@@ -211,7 +211,11 @@ class PartitionTranslator:
         interval = max(self.settings.target_lag_ms / 2000.0, 0.05)
         while True:
             if not self.source.still_leader():
-                log.info("iceberg translator stops: leadership lost", topic=self.source.topic, p=self.source.partition)
+                log.info(
+                    "iceberg translator stops: leadership lost",
+                    topic=self.source.topic,
+                    partition=self.source.partition,
+                )
                 return
             try:
                 if not self._opened:
@@ -220,7 +224,11 @@ class PartitionTranslator:
                 failures = 0
                 self.status.error = None
             except LeadershipLostError:
-                log.info("iceberg translator stops: leadership lost", topic=self.source.topic, p=self.source.partition)
+                log.info(
+                    "iceberg translator stops: leadership lost",
+                    topic=self.source.topic,
+                    partition=self.source.partition,
+                )
                 return
             except OffsetConflictError as e:
                 # Another leader translated this range: it (or a later one) carries on. Stop, never re-commit.
