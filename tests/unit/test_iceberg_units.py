@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import random
 import threading
+import time
+import uuid
 
 import pyarrow as pa
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
-from strata.config import ConfigError
+from strata.config import ConfigError, default_log_config
 from strata.config.iceberg import PartitionField, parse_partition_spec
 from strata.protocol.records import build_batch, iter_batches, iter_records
 from strata.protocol.txn_markers import build_end_txn_marker
@@ -21,6 +23,7 @@ from strata.remote.iceberg.convert import KeyValueConverter
 from strata.remote.iceberg.offsets import committed_next_offsets
 from strata.remote.iceberg.records import decode_committed
 from strata.remote.iceberg.schema import KEY_VALUE_SCHEMA
+from strata.storage.log import UnifiedLog
 from strata.storage.txn_index import AbortedTxn
 
 
@@ -144,3 +147,31 @@ def test_decoder_agrees_with_iter_records():
     assert chunk.values == [r.value for r in want]
     assert chunk.headers == [r.headers for r in want]
     assert chunk.timestamps == [r.timestamp for r in want]
+
+
+def test_retention_keeps_untranslated_segments_up_to_the_cap(tmp_path):
+    """An Iceberg topic's leader log: retention deletes only segments below the hold (the table's next offset),
+    unless the untranslated closed segments exceed the cap; without a hold it deletes as usual."""
+    now = int(time.time() * 1000)
+    log = UnifiedLog.open(
+        tmp_path / "ice-0",
+        uuid.UUID(int=1),
+        default_log_config(segment_bytes=1024, retention_ms=1),
+        needs_recovery=False,
+    )
+    for i in range(40):
+        log.append_as_leader(build_batch([b"v" * 40, b"w" * 40], timestamp=now + i), 0, now_ms=now)
+    log.update_high_watermark(log.log_end_offset)
+    segs = log.segments
+    assert len(segs) >= 5
+    hold = segs[2].base_offset  # the table holds everything below the third segment
+    log.retention_hold_offset = hold
+    log.retention_hold_max_bytes = -1
+    untranslated = log.untranslated_bytes()
+    assert untranslated == sum(s.size for s in segs[2:-1])
+    assert log.delete_retention_breached_segments(now_ms=now + 60_000) == 2
+    assert log.log_start_offset == hold  # nothing untranslated went
+    log.retention_hold_max_bytes = untranslated - 1  # past the cap: retention wins
+    assert log.delete_retention_breached_segments(now_ms=now + 60_000) > 0
+    assert log.log_start_offset > hold
+    log.close()
