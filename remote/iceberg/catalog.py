@@ -24,7 +24,7 @@ TARGET_FILE_SIZE = "write.target-file-size-bytes"
 NO_COMMIT_RETRIES = {"commit.retry.num-retries": "0"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class CatalogSettings:
     """Where the tables are: the catalog (type, uri, secrets) and the warehouse with its FileIO properties."""
 
@@ -40,6 +40,9 @@ class CatalogSettings:
         props.update(self.properties)
         props.update(self.secrets)
         return props
+
+    def __repr__(self) -> str:
+        return f"CatalogSettings({self.describe()})"
 
     def describe(self) -> str:
         """For logs and errors: no secret, and no password inside the URI."""

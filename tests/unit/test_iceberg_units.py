@@ -175,3 +175,39 @@ def test_retention_keeps_untranslated_segments_up_to_the_cap(tmp_path):
     assert log.delete_retention_breached_segments(now_ms=now + 60_000) > 0
     assert log.log_start_offset > hold
     log.close()
+
+
+def test_catalog_settings_defaults_and_secrets(tmp_path):
+    """The warehouse defaults to the remote storage, and no secret reaches a repr or the description logs print."""
+    from strata.remote.iceberg.catalog import catalog_settings
+
+    local = catalog_settings({}, tmp_path)
+    assert local.uri == f"sqlite:///{tmp_path}/iceberg/catalog.db"
+    assert local.warehouse == f"file://{tmp_path}/iceberg/warehouse"
+    tiered = catalog_settings(
+        {"remote.log.storage.system.enable": True, "remote.log.storage.manager.class.name": "local"}, tmp_path
+    )
+    assert tiered.warehouse == f"file://{tmp_path}/iceberg"
+    s3 = catalog_settings(
+        {
+            "remote.log.storage.system.enable": True,
+            "remote.log.storage.manager.class.name": "s3",
+            "rsm.config.s3.bucket.name": "lake",
+            "rsm.config.key.prefix": "prod/",
+            "rsm.config.s3.endpoint.url": "http://127.0.0.1:9000",
+            "rsm.config.aws.access.key.id": "AKIDEXAMPLE",
+            "rsm.config.aws.secret.access.key": "s3-secret-value",
+            "iceberg.catalog.type": "rest",
+            "iceberg.catalog.uri": "https://user:uri-password@catalog.example/api",
+            "iceberg.catalog.credential": "client:rest-secret-value",
+            "iceberg.catalog.prop.s3.path-style-access": "true",
+        },
+        tmp_path,
+    )
+    assert s3.warehouse == "s3://lake/prod/iceberg/"
+    props = s3.catalog_properties()
+    assert props["s3.endpoint"] == "http://127.0.0.1:9000" and props["s3.secret-access-key"] == "s3-secret-value"
+    assert props["credential"] == "client:rest-secret-value" and props["s3.path-style-access"] == "true"
+    for shown in (repr(s3), s3.describe()):
+        for secret in ("s3-secret-value", "rest-secret-value", "uri-password", "AKIDEXAMPLE"):
+            assert secret not in shown
