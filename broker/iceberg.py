@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from strata.config import BrokerConfig
+from strata.config import BrokerConfig, ConfigError, parse_bool
 from strata.config.iceberg import KEY_VALUE, parse_partition_spec
 from strata.protocol.records import BufferChain
 from strata.protocol.uuids import kafka_uuid_str
@@ -28,6 +28,7 @@ from strata.remote.iceberg.translator import (
 from strata.storage.txn_index import AbortedTxn
 
 from .partition import Partition
+from .replica_manager import pace
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -39,6 +40,14 @@ if TYPE_CHECKING:
 log = structlog.get_logger("strata.iceberg")
 
 RECONCILE_INTERVAL_S = 1.0
+
+
+def _enabled(raw: str | None) -> bool:
+    try:
+        return raw is not None and parse_bool(raw)
+    except ConfigError:
+        return False
+
 
 # mode -> factory(topic configs) -> Converter. A mode not listed is looked up as the module
 # strata.remote.iceberg.<mode> with a `converter(configs)` function (value_json's is remote/iceberg/value_json.py).
@@ -146,16 +155,32 @@ class IcebergManager:
 
     async def _reconcile_loop(self) -> None:
         """Leadership changes arrive through the listener; configs (iceberg.enable, lag, spec) and epoch bumps are
-        picked up here."""
+        picked up here, once a second, looking only at Iceberg topics and the partitions translated now."""
         while True:
             try:
-                for p in list(self.replicas.partitions.values()):
-                    self.reconcile(p)
-                for key in [k for k in self.translators if k not in self.replicas.partitions]:
-                    self._stop(key)
+                await self._reconcile_all()
             except Exception:  # logged; the next pass tries again
                 log.exception("iceberg reconcile failed")
             await asyncio.sleep(RECONCILE_INTERVAL_S)
+
+    async def _reconcile_all(self) -> None:
+        parts = self.replicas.partitions
+        n = 0
+        for info in list(self.replicas.store.topics().values()):
+            if info.internal or not _enabled(info.configs.get("iceberg.enable")):
+                continue
+            for i in range(info.partitions):
+                p = parts.get((info.name, i))
+                if p is not None:
+                    self.reconcile(p)
+                await pace(n)
+                n += 1
+        for key in list(self.translators):  # also those of topics no longer enabled, or gone
+            p = parts.get(key)
+            if p is None:
+                self._stop(key)
+            else:
+                self.reconcile(p)
 
     def _settings(self, values: dict[str, Any]) -> TranslatorSettings:
         cfg = self.config
@@ -170,13 +195,12 @@ class IcebergManager:
 
     def reconcile(self, p: Partition) -> None:
         key = p.key
-        values = dict(p.log.config.values)
-        enabled = bool(values.get("iceberg.enable")) and not p.topic.internal
-        if not enabled:
+        if not p.log.config.values.get("iceberg.enable") or p.topic.internal:
             if key in self.translators:
                 self._stop(key)
             p.log.retention_hold_offset = None
             return
+        values = dict(p.log.config.values)
         current = self.translators.get(key)
         if not p.is_leader:
             # followers do not know the table's offsets: their retention does not wait (docs/iceberg.md, limits)
