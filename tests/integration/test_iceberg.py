@@ -153,18 +153,26 @@ def test_table_holds_exactly_the_topic_records_of_every_client(broker, tmp_path)
 
     started = time.monotonic()
     ck.produce_all(bs, topic, _bulk(100_000, partitions, "ck"), compression="lz4", **{"batch.size": 262144})
+    t_ck = time.monotonic()
     _produce_kafka_python(bs, topic, _bulk(2_000, partitions, "kp"))
     _produce_aiokafka(bs, topic, _bulk(2_000, partitions, "aio"))
     _produce_kafkajs(bs, topic, partitions, [r for r in _bulk(2_000, partitions, "js") if r.key is not None], tmp_path)
+    t_others = time.monotonic()
 
     ends = _ends(broker, topic, partitions)
     assert sum(ends.values()) == 100_000 + 2_000 + 2_000 + 2_000 - sum(1 for i in range(2_000) if i % 97 == 0)
     offsets = wait_translated(cat, topic, ends, timeout=90)
     assert offsets == ends
-    print(f"\n106k records in the table {time.monotonic() - started:.1f}s after the first produce")
+    t_table = time.monotonic()
+    print(
+        f"\nconfluent 100k {t_ck - started:.1f}s, other clients {t_others - t_ck:.1f}s; the table complete "
+        f"{t_table - t_others:.1f}s after the last produce"
+    )
 
     got = rows(cat, topic)
+    t_rows = time.monotonic()
     want = _topic_records(broker, topic, ends)
+    print(f"table rows {t_rows - t_table:.1f}s, topic read {time.monotonic() - t_rows:.1f}s")
     want.sort(key=lambda r: (r.partition, r.offset))
     assert len(got) == len(want) == sum(ends.values())
     for p in range(partitions):  # every offset once: no duplicate, no gap
@@ -181,6 +189,7 @@ def test_table_holds_exactly_the_topic_records_of_every_client(broker, tmp_path)
     # the snapshot summary names the topic id beside the offsets (the contract with the Spark reader)
     summary = cat.load_table(("strata", topic)).current_snapshot().summary
     assert summary["strata.topic-id"]
+    print(f"compared with the topic in {time.monotonic() - t_table:.1f}s")
 
 
 def _txn_producer(bs: str) -> Producer:
