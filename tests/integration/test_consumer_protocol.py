@@ -105,6 +105,7 @@ def test_group_balances_grows_without_pause_and_survives_kill9(module_broker, me
 def test_regex_subscription_new_topic_and_added_partition(module_broker):
     """librdkafka sends a `^`-prefixed subscription as SubscribedTopicRegex; the broker resolves it against the
     topics and bumps the group epoch when a matching topic appears or grows."""
+    from confluent_kafka import ConsumerGroupType
     from confluent_kafka.admin import NewPartitions
 
     bs = module_broker.bootstrap
@@ -135,12 +136,14 @@ def test_regex_subscription_new_topic_and_added_partition(module_broker):
         p.produce("kip848rx-a", b"a1", partition=1)
         p.flush(10)
         wait_until(lambda: got(("kip848rx-a", 1, b"a1")), 30, message=lambda: str(seen))
-        assert {(tp.topic, tp.partition) for tp in c.assignment()} == {
-            ("kip848rx-a", 0),
-            ("kip848rx-a", 1),
-            ("kip848rx-b", 0),
-            ("kip848rx-b", 1),
-        }
+        everything = {("kip848rx-a", 0), ("kip848rx-a", 1), ("kip848rx-b", 0), ("kip848rx-b", 1)}
+        assert {(tp.topic, tp.partition) for tp in c.assignment()} == everything
+        # the admin client sees it as a consumer group (ListGroups v5, ConsumerGroupDescribe)
+        listed = {g.group_id: g.type for g in a.list_consumer_groups().result(10).valid}
+        assert listed["kip848-rx"] == ConsumerGroupType.CONSUMER
+        d = a.describe_consumer_groups(["kip848-rx"])["kip848-rx"].result(10)
+        assert (d.type, d.partition_assignor, len(d.members)) == (ConsumerGroupType.CONSUMER, "uniform", 1)
+        assert {(tp.topic, tp.partition) for tp in d.members[0].assignment.topic_partitions} == everything
     finally:
         c.close()
 
