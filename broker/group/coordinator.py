@@ -1,5 +1,6 @@
-"""GroupCoordinator: classic consumer groups and committed offsets, a state machine on the coordinator runtime over
-`__consumer_offsets` (strata.broker.coordinator.runtime).
+"""GroupCoordinator: classic consumer groups, KIP-848 consumer groups (their protocol is consumer/manager.py's) and
+committed offsets, a state machine on the coordinator runtime over `__consumer_offsets`
+(strata.broker.coordinator.runtime).
 
 Semantics follow Apache Kafka's classic group coordinator (GroupMetadataManager/ClassicGroup in Kafka 3.7+/4.x):
 two-step join with MEMBER_ID_REQUIRED (JoinGroup v4+), generations starting at 1, protocol selection by votes,
