@@ -322,6 +322,9 @@ def test_static_membership_and_group_size_on_the_wire(module_broker):
     for i in range(3):
         assert hb(w, topic, f"x{i}", 0, subscribed_topic_names=[topic]).error_code == 0
     assert hb(w, topic, "x9", 0, subscribed_topic_names=[topic]).error_code == MAX_SIZE
+    v0 = w.call(HB, 0, group_id="kip848-v0", member_id="", member_epoch=0, rebalance_timeout_ms=5000,
+                topic_partitions=[], subscribed_topic_names=[topic])  # fmt: skip
+    assert v0.error_code == 0 and len(v0.member_id) == 22  # v0: the coordinator names the member (a Kafka Uuid)
     w.close()
 
 

@@ -21,6 +21,7 @@ import structlog
 
 from strata.config.dynamic import group_config_values
 from strata.protocol.errors import ErrorCode
+from strata.protocol.uuids import kafka_uuid_str
 
 from ..assignors import ASSIGNOR_NAMES, MemberSubscriptionSpec, TopicSpec, assignor_by_name
 from ..records import encode_group_metadata_key
@@ -381,6 +382,8 @@ class ConsumerGroupManager:
     async def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResult:
         try:
             self.validate(req)
+            if req.member_id == "":  # v0 join: the coordinator names the member (v1+: the client does, KIP-1082)
+                req.member_id = kafka_uuid_str(uuid.uuid4())
             async with self.locked(req.group_id):
                 if req.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
                     return await self._leave(req)
