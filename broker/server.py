@@ -395,6 +395,7 @@ class KafkaServer:
         await self.group_coordinator.startup()  # loads __consumer_offsets in the background
         await self.txn_coordinator.startup()  # loads __transaction_state in the background
         self.metrics.register_txn_coordinator(self.txn_coordinator)
+        self.metrics.register_group_coordinator(self.group_coordinator)
         self.metrics.register_log_collector(self.replica_manager.all_logs)
         # one broker alone (local metadata) is its own controller and leads every partition
         self.metrics.register_controller(self._is_controller if self.cluster_mode else lambda: True, self._offline)

@@ -236,6 +236,22 @@ _BROKER_DEFS: list[ConfigDef] = [
     ),
     ConfigDef("group.consumer.min.heartbeat.interval.ms", T.INT, 5000, "", at_least(1)),
     ConfigDef("group.consumer.max.heartbeat.interval.ms", T.INT, 15000, "", at_least(1)),
+    ConfigDef(
+        "group.consumer.max.size", T.INT, 2**31 - 1, "members per consumer group (consumer protocol)", at_least(1)
+    ),
+    ConfigDef(
+        "group.consumer.assignors",
+        T.LIST,
+        ["uniform", "range"],
+        "server-side assignors, the first being the default (consumer protocol)",
+    ),
+    ConfigDef(
+        "group.consumer.migration.policy",
+        T.STRING,
+        "bidirectional",
+        "conversion between classic and consumer groups",
+        choices=("disabled", "upgrade", "downgrade", "bidirectional"),
+    ),
     ConfigDef("offsets.topic.num.partitions", T.INT, 50, "partitions of __consumer_offsets (set once)", at_least(1)),
     ConfigDef("offsets.topic.replication.factor", T.SHORT, 1, "replication factor of __consumer_offsets", at_least(1)),
     ConfigDef(
