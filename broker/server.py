@@ -28,6 +28,7 @@ from .cluster.broker_client import inter_broker_security
 from .cluster.model import BrokerInfo
 from .dynamic_config import DynamicBrokerConfig
 from .endpoints import BrokerEndpoints
+from .fetch_session import FetchSessionCache
 from .gc_pauses import GcPauses, freeze_startup_objects
 from .group import GroupCoordinator
 from .metadata_store import LocalMetadataStore, MetadataStore
@@ -224,6 +225,11 @@ class KafkaServer:
             producer_ids=producer_ids,
             remote_log_manager=self.tiered.rlm if self.tiered is not None else None,
             controller_channel=self.controller_channel,
+            fetch_sessions=FetchSessionCache(
+                config["max.incremental.fetch.session.cache.slots"],
+                config["min.incremental.fetch.session.eviction.ms"],
+                self.metrics,
+            ),
         )
         # authorizer.class.name: ACLs from the metadata store (a local broker's file now, etcd's once started)
         self.authorizer = build_authorizer(config.values)

@@ -125,6 +125,16 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("max.connections.per.ip", T.INT, 2**31 - 1, "beyond it a new connection is closed", at_least(0)),
     ConfigDef("max.connections.per.ip.overrides", T.STRING, "", "host:count,... overriding max.connections.per.ip"),
     ConfigDef("fetch.max.bytes", T.INT, 55 * 1024 * 1024, "broker cap on a fetch response", at_least(0)),
+    ConfigDef(
+        "max.incremental.fetch.session.cache.slots", T.INT, 1000, "KIP-227 fetch sessions the broker keeps", at_least(0)
+    ),
+    ConfigDef(
+        "min.incremental.fetch.session.eviction.ms",
+        T.LONG,
+        120000,
+        "a fetch session idle (or, for the size rule, existing) this long may be evicted (Kafka's fixed 120 s)",
+        at_least(0),
+    ),
     # replication (Kafka's ReplicationConfigs)
     ConfigDef(
         "replica.lag.time.max.ms",
