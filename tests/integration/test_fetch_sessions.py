@@ -242,7 +242,7 @@ def _read_confluent(bs: str, topic: str, partitions: int, n: int) -> list[bytes]
         while len(got) < n and time.monotonic() < deadline:
             m = c.poll(0.2)
             if m is not None and m.error() is None:
-                got.append(m.value())
+                got.append(m.value() or b"")
         return got
     finally:
         c.close()

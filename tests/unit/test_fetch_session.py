@@ -5,6 +5,8 @@ The wire side is in tests/integration/test_fetch_sessions.py."""
 from __future__ import annotations
 
 import time
+import uuid
+from typing import Any
 
 import pytest
 
@@ -153,3 +155,49 @@ def test_throttled_answers_are_not_counted():
     # the client never saw HW 11: it is answered again
     ctx = cache.new_context(12, sid, 2, False, {}, [])
     assert ctx.respond([ok(11)])[2] == [0]
+
+
+def test_follower_handler_against_the_cache_and_a_restarted_leader():
+    """The follower's FetchSessionHandler with the leader's cache: full, then only changed partitions; a leader that
+    lost its sessions (a restart: a new cache) answers FETCH_SESSION_ID_NOT_FOUND and the next fetch is full."""
+    from strata.broker.cluster.fetch_session_handler import FetchSessionHandler
+
+    tid = uuid.uuid4()
+
+    def exchange(h: FetchSessionHandler, cache: FetchSessionCache, wanted: dict) -> tuple[dict, list, int, list]:
+        data = h.build(wanted)
+        parts: dict[Any, CachedPartition] = {
+            (t, p): CachedPartition(t, p, off, mb, ep, lfe, ls)
+            for (t, p), (off, ls, mb, ep, lfe) in data.to_send.items()
+        }
+        ctx = cache.new_context(17, data.session_id, data.epoch, True, parts, list[Any](data.to_forget))
+        if ctx.error:
+            h.handle_response(ctx.error, 0)
+            return data.to_send, data.to_forget, ctx.error, []
+        sid, err, selected = ctx.respond([ok(cp.fetch_offset + 1) for cp in ctx.partitions])
+        h.handle_response(err, sid)
+        return data.to_send, data.to_forget, err, selected if selected is not None else list(range(len(ctx.partitions)))
+
+    leader = FetchSessionCache(10, 120_000)
+    h = FetchSessionHandler()
+    a, b = (tid, 0), (tid, 1)
+    sent, forgot, err, answered = exchange(h, leader, {a: (5, 0, 1024, 3, 2), b: (7, 0, 1024, 3, 2)})
+    assert (set(sent), forgot, err, answered) == ({a, b}, [], 0, [0, 1]) and h.epoch == 1
+    assert leader.sessions[h.session_id].privileged
+    # a's LEO moved: only a is sent; HW moved for a only (the fake answers HW = fetch offset + 1)
+    sent, forgot, err, answered = exchange(h, leader, {a: (6, 0, 1024, 3, 2), b: (7, 0, 1024, 3, 2)})
+    assert (set(sent), forgot, err, answered) == ({a}, [], 0, [0])
+    # b is dropped from the fetch (backoff): forgotten
+    sent, forgot, err, _ = exchange(h, leader, {a: (6, 0, 1024, 3, 2)})
+    assert (sent, forgot, err) == ({}, [b], 0)
+    # the leader restarted
+    restarted = FetchSessionCache(10, 120_000)
+    assert exchange(h, restarted, {a: (6, 0, 1024, 3, 2)})[2] == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+    sent, _, err, _ = exchange(h, restarted, {a: (6, 0, 1024, 3, 2)})
+    assert (set(sent), err) == ({a}, 0) and h.session_id in restarted.sessions
+    # a lost answer (connection closed): a full fetch that closes the session and opens another
+    old = h.session_id
+    h.build({a: (6, 0, 1024, 3, 2)})
+    h.handle_error()
+    exchange(h, restarted, {a: (6, 0, 1024, 3, 2)})
+    assert old not in restarted.sessions and h.session_id in restarted.sessions
