@@ -251,6 +251,8 @@ class KafkaServer:
             inter_broker_listener=config.inter_broker_listener_name or config.listeners[0].name,
             security=build_listener_security(config, scram_lookup),
             sasl_max_receive=config["sasl.server.max.receive.size"],
+            queued_max_request_bytes=config["queued.max.request.bytes"],
+            failed_authentication_delay_ms=config["connection.failed.authentication.delay.ms"],
         )
         # partitions of tiered topics deleted while this broker was down
         self._deleted_while_down: list[TopicIdPartition] = []
