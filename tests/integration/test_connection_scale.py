@@ -17,6 +17,7 @@ import socket
 import struct
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,36 @@ from tests.support.waiting import wait_until
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 SASL_AUTHENTICATION_FAILED = 58
+MIB = 1 << 20
+JAAS = (
+    "org.apache.kafka.common.security.plain.PlainLoginModule required "
+    'username="admin" password="admin-secret" user_alice="alice-secret";'
+)
+
+
+@pytest.fixture(scope="module")
+def scale_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StrataBroker, int]]:
+    """One broker for the module: a PLAINTEXT listener and a SASL_PLAINTEXT one (PLAIN), a 1 MiB request memory pool
+    (the least Kafka allows with 1 MiB requests) and a 1 s failed-authentication delay. (broker, SASL port)"""
+    sasl_port = free_port()
+    broker = StrataBroker(tmp_path_factory.mktemp("connection_scale"), name="connection_scale")
+    broker.overrides.update(
+        {
+            "listeners": f"PLAINTEXT://127.0.0.1:{broker.port},SASL://127.0.0.1:{sasl_port}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL:SASL_PLAINTEXT",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.sasl.plain.sasl.jaas.config": JAAS,
+            "connection.failed.authentication.delay.ms": "1000",
+            "socket.request.max.bytes": str(MIB),
+            "queued.max.request.bytes": str(MIB),
+        }
+    )
+    broker.start()
+    try:
+        yield broker, sasl_port
+    finally:
+        broker.stop()
 
 
 def rss_kib(pid: int) -> int:
@@ -45,8 +76,8 @@ def metric(port: int, name: str) -> float:
     return float(m.group(1)) if m else -1.0
 
 
-def test_two_thousand_idle_connections_cost_a_few_kib_each(broker_factory):
-    broker = broker_factory()
+def test_two_thousand_idle_connections_cost_a_few_kib_each(scale_broker):
+    broker, _ = scale_broker
     assert broker.pid is not None
     with WireClient.connect(broker.bootstrap) as w:  # warm up: the first request's imports and caches
         w.metadata(None)
@@ -64,9 +95,9 @@ def test_two_thousand_idle_connections_cost_a_few_kib_each(broker_factory):
     wait_until(lambda: metric(broker.metrics_port, "strata_network_connections") <= 1, timeout=20)
 
 
-def test_queued_max_request_bytes_stops_reading_request_bodies(broker_factory):
-    mib = 1 << 20
-    broker = broker_factory(**{"socket.request.max.bytes": mib, "queued.max.request.bytes": mib})
+def test_queued_max_request_bytes_stops_reading_request_bodies(scale_broker):
+    broker, _ = scale_broker
+    mib = MIB
     used = "strata_network_memory_pool_used_bytes"
     assert metric(broker.metrics_port, used) == 0
     # a request whose size is read but whose body trickles holds its bytes of the pool meanwhile: all of them
@@ -78,7 +109,7 @@ def test_queued_max_request_bytes_stops_reading_request_bodies(broker_factory):
     try:
         p.produce("backpressure", b"v", on_delivery=lambda err, msg: delivered.append(err or msg.offset()))
         # the producer's requests (Metadata, then Produce) are not read while the pool has nothing left
-        assert p.flush(2) == 1 and not delivered
+        assert p.flush(1.5) == 1 and not delivered
         assert metric(broker.metrics_port, "strata_network_memory_pool_available_bytes") == 0
         slow.close()  # its bytes come back: the producer's requests are read and answered
         assert p.flush(30) == 0
@@ -88,37 +119,18 @@ def test_queued_max_request_bytes_stops_reading_request_bodies(broker_factory):
     wait_until(lambda: metric(broker.metrics_port, used) == 0, timeout=10)
 
 
-def test_failed_authentication_is_answered_late_without_holding_others(tmp_path):
-    sasl_port = free_port()
-    jaas = (
-        "org.apache.kafka.common.security.plain.PlainLoginModule required "
-        'username="admin" password="admin-secret" user_alice="alice-secret";'
-    )
-    broker = StrataBroker(tmp_path / "sasl", name="sasl-delay")
-    broker.overrides.update(
-        {
-            "listeners": f"PLAINTEXT://127.0.0.1:{broker.port},SASL://127.0.0.1:{sasl_port}",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL:SASL_PLAINTEXT",
-            "inter.broker.listener.name": "PLAINTEXT",
-            "sasl.enabled.mechanisms": "PLAIN",
-            "listener.name.sasl.plain.sasl.jaas.config": jaas,
-            "connection.failed.authentication.delay.ms": "1500",
-        }
-    )
-    broker.start()
-    try:
-        with WireClient("127.0.0.1", sasl_port) as bad, WireClient("127.0.0.1", sasl_port) as other:
-            assert bad.call(17, 1, mechanism="PLAIN").error_code == 0
-            started = time.monotonic()
-            corr = bad.send(REQUEST_CLASSES[36][2](auth_bytes=b"\0alice\0wrong"))
-            # meanwhile another connection of the listener is served, and the bad one has no answer yet
-            other.sasl_plain("alice", "alice-secret")
-            assert other.api_versions(3).error_code == 0
-            assert select.select([bad.sock], [], [], 0)[0] == [], "the failed authentication was answered at once"
-            resp = bad.recv(RESPONSE_CLASSES[36], 2, corr)
-            assert resp.error_code == SASL_AUTHENTICATION_FAILED
-            assert time.monotonic() - started >= 1.4
-            assert bad.wait_closed(10), "the connection stays open after a failed authentication"
-        assert broker.is_running()
-    finally:
-        broker.stop()
+def test_failed_authentication_is_answered_late_without_holding_others(scale_broker):
+    broker, sasl_port = scale_broker
+    with WireClient("127.0.0.1", sasl_port) as bad, WireClient("127.0.0.1", sasl_port) as other:
+        assert bad.call(17, 1, mechanism="PLAIN").error_code == 0
+        started = time.monotonic()
+        corr = bad.send(REQUEST_CLASSES[36][2](auth_bytes=b"\0alice\0wrong"))
+        # meanwhile another connection of the listener is served, and the bad one has no answer yet
+        other.sasl_plain("alice", "alice-secret")
+        assert other.api_versions(3).error_code == 0
+        assert select.select([bad.sock], [], [], 0)[0] == [], "the failed authentication was answered at once"
+        resp = bad.recv(RESPONSE_CLASSES[36], 2, corr)
+        assert resp.error_code == SASL_AUTHENTICATION_FAILED
+        assert time.monotonic() - started >= 0.95
+        assert bad.wait_closed(10), "the connection stays open after a failed authentication"
+    assert broker.is_running()
