@@ -23,13 +23,14 @@ from typing import Any
 
 import pytest
 from kafka import KafkaConsumer, TopicPartition
-from kafka.protocol.consumer import FetchRequest, FetchResponse
+from kafka.protocol.consumer import FetchResponse
 
 from strata.protocol.errors import ErrorCode
 from tests.support import ck
 from tests.support.broker_proc import StrataBroker
 from tests.support.fetch_log_proxy import FetchLogProxy
 from tests.support.kafka_wire import WireClient, build_batch
+from tests.support.session_fetch import answered, fetch
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -51,51 +52,6 @@ def proxied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StrataBr
 def produce(w: WireClient, topic: str, partition: int, *values: bytes) -> None:
     resp = w.produce(topic, partition, build_batch([(None, v, []) for v in values]))
     assert resp.responses[0].partition_responses[0].error_code == 0
-
-
-def fetch(
-    w: WireClient,
-    version: int,
-    session: tuple[int, int],
-    parts: dict[tuple[Any, int], int],
-    forget: list[tuple[Any, int]] | None = None,
-    max_wait_ms: int = 0,
-    send_only: bool = False,
-) -> Any:
-    T = FetchRequest.FetchTopic
-    key = "topic_id" if version >= 13 else "topic"
-    topics: dict[Any, list] = {}
-    for (t, p), offset in parts.items():
-        topics.setdefault(t, []).append(T.FetchPartition(partition=p, fetch_offset=offset, partition_max_bytes=1 << 20))
-    forgotten: dict[Any, list[int]] = {}
-    for t, p in forget or ():
-        forgotten.setdefault(t, []).append(p)
-    F = FetchRequest.ForgottenTopic
-    req = FetchRequest[version](
-        replica_id=-1,
-        max_wait_ms=max_wait_ms,
-        min_bytes=1,
-        max_bytes=1 << 20,
-        isolation_level=0,
-        session_id=session[0],
-        session_epoch=session[1],
-        topics=[T(**{key: t}, partitions=ps) for t, ps in topics.items()],
-        forgotten_topics_data=[F(**{key: t}, partitions=ps) for t, ps in forgotten.items()],
-        rack_id="",
-    )
-    if send_only:
-        return w.send(req)
-    return w.request(req)
-
-
-def answered(resp: Any, version: int) -> dict[tuple[Any, int], tuple[int, int, int]]:
-    """(topic, partition) -> (error, high watermark, record bytes)"""
-    key = "topic_id" if version >= 13 else "topic"
-    return {
-        (getattr(t, key), p.partition_index): (p.error_code, p.high_watermark, len(p.records or b""))
-        for t in resp.responses
-        for p in t.partitions
-    }
 
 
 @pytest.mark.parametrize("version", [12, 17])
