@@ -177,7 +177,7 @@ class KafkaApis:
         self.metrics.request_completed(name, elapsed, req)
         return elapsed
 
-    async def handle(self, conn: Connection, payload: bytes) -> bytes | list | None:
+    async def handle(self, conn: Connection, payload: bytes | memoryview) -> bytes | list | None:
         received = time.perf_counter()
         try:
             hdr = peek_header(payload)
@@ -264,6 +264,8 @@ class KafkaApis:
         slot = self.request_slots if takes_request_slot(hdr.api_key, req) else None
         if slot is not None:
             await slot.acquire()
+        else:  # it may wait for other requests (a purgatory): its bytes must not hold back reading theirs
+            conn.release_request_bytes()
         quotas = self.quotas if self.quotas.enabled else None
         timed: LoopTimed | None = None
         try:

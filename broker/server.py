@@ -28,6 +28,7 @@ from .cluster.broker_client import inter_broker_security
 from .cluster.model import BrokerInfo
 from .dynamic_config import DynamicBrokerConfig
 from .endpoints import BrokerEndpoints
+from .fetch_session import FetchSessionCache
 from .gc_pauses import GcPauses, freeze_startup_objects
 from .group import GroupCoordinator
 from .metadata_store import LocalMetadataStore, MetadataStore
@@ -226,6 +227,11 @@ class KafkaServer:
             producer_ids=producer_ids,
             remote_log_manager=self.tiered.rlm if self.tiered is not None else None,
             controller_channel=self.controller_channel,
+            fetch_sessions=FetchSessionCache(
+                config["max.incremental.fetch.session.cache.slots"],
+                config["min.incremental.fetch.session.eviction.ms"],
+                self.metrics,
+            ),
         )
         # authorizer.class.name: ACLs from the metadata store (a local broker's file now, etcd's once started)
         self.authorizer = build_authorizer(config.values)
@@ -247,6 +253,8 @@ class KafkaServer:
             inter_broker_listener=config.inter_broker_listener_name or config.listeners[0].name,
             security=build_listener_security(config, scram_lookup),
             sasl_max_receive=config["sasl.server.max.receive.size"],
+            queued_max_request_bytes=config["queued.max.request.bytes"],
+            failed_authentication_delay_ms=config["connection.failed.authentication.delay.ms"],
         )
         # partitions of tiered topics deleted while this broker was down
         self._deleted_while_down: list[TopicIdPartition] = []
