@@ -89,6 +89,7 @@ def build_handlers() -> dict[int, HandlerFn]:
         client_quotas,
         cluster_admin,
         configs,
+        consumer_groups,
         fetch,
         groups,
         list_offsets,
@@ -133,6 +134,8 @@ def build_handlers() -> dict[int, HandlerFn]:
         ApiKey.LIST_GROUPS: groups.list_groups,
         ApiKey.DESCRIBE_GROUPS: groups.describe_groups,
         ApiKey.DELETE_GROUPS: groups.delete_groups,
+        ApiKey.CONSUMER_GROUP_HEARTBEAT: consumer_groups.consumer_group_heartbeat,
+        ApiKey.CONSUMER_GROUP_DESCRIBE: consumer_groups.consumer_group_describe,
         ApiKey.SASL_HANDSHAKE: sasl.sasl_handshake,
         ApiKey.SASL_AUTHENTICATE: sasl.sasl_authenticate,
         ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: scram_admin.describe_user_scram_credentials,
@@ -174,7 +177,7 @@ class KafkaApis:
         self.metrics.request_completed(name, elapsed, req)
         return elapsed
 
-    async def handle(self, conn: Connection, payload: bytes) -> bytes | list | None:
+    async def handle(self, conn: Connection, payload: bytes | memoryview) -> bytes | list | None:
         received = time.perf_counter()
         try:
             hdr = peek_header(payload)
@@ -261,6 +264,8 @@ class KafkaApis:
         slot = self.request_slots if takes_request_slot(hdr.api_key, req) else None
         if slot is not None:
             await slot.acquire()
+        else:  # it may wait for other requests (a purgatory): its bytes must not hold back reading theirs
+            conn.release_request_bytes()
         quotas = self.quotas if self.quotas.enabled else None
         timed: LoopTimed | None = None
         try:

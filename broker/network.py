@@ -16,6 +16,13 @@ Limits (Kafka's SocketServer / ConnectionQuotas):
   with Kafka's log line.
 * `queued.max.requests` is KafkaApis' (broker/apis.py): a request waiting for a slot is one this connection has
   read, and with one request per connection in progress nothing more is read from it.
+* `queued.max.request.bytes` (broker/frame_reader.py, Kafka's request memory pool): a request's bytes are taken
+  once its size is read and given back when it is done (or parked: what waits for other requests, as exempt from
+  `queued.max.requests`); while none are left no request body is read from any connection.
+
+Reading (broker/frame_reader.py): a connection holds no read buffer between requests; a small chunk takes sizes and
+small frames, a larger frame is received in place into a buffer of its size, and at most that chunk is read ahead of
+the request in progress (pipelined requests wait in the kernel).
 
 Frames larger than `socket.request.max.bytes`, negative sizes and undecodable requests close that connection only.
 
@@ -25,7 +32,9 @@ Kafka closes an idle connection), is logged once with the peer and closes that c
 becomes the principal through `ssl.principal.mapping.rules`. On a SASL listener a connection may send only
 ApiVersions, SaslHandshake and SaslAuthenticate (or raw tokens after a v0 handshake) until it authenticates, in
 frames of at most `sasl.server.max.receive.size`; anything else closes it, as does a failed authentication once its
-response is sent and an expired session (`connections.max.reauth.ms`) that sends anything but a re-authentication.
+response is sent (after `connection.failed.authentication.delay.ms`, which slows password guessing down without
+holding up other connections) and an expired session (`connections.max.reauth.ms`) that sends anything but a
+re-authentication.
 PLAINTEXT listeners skip all of it.
 """
 
@@ -44,9 +53,11 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import structlog
+from prometheus_client import Gauge
 
 from strata.config import ConnectionQuotas, Listener
 
+from .frame_reader import FrameProtocol, RequestMemory
 from .metrics import BrokerMetrics
 from .request_context import ANONYMOUS, KafkaPrincipal
 from .security.listener_security import ListenerSecurity, NoMatchingRule
@@ -58,7 +69,6 @@ log = structlog.get_logger("strata.network")
 _SIZE = struct.Struct(">i")
 _SIZE_API = struct.Struct(">h")
 
-READ_LIMIT = 1 << 20  # StreamReader buffer; it stops reading the socket at twice this
 # Write buffer water marks: drain() waits above HIGH until the buffer is below LOW. A response larger than HIGH
 # stays referenced by the transport until sent, so these bound what is queued *beyond* the response in progress.
 WRITE_HIGH = 1 << 20
@@ -110,6 +120,15 @@ class Connection:
     principal: KafkaPrincipal = ANONYMOUS  # who authenticated (ANONYMOUS: no SASL, no TLS client auth)
     sasl: SaslAuthenticator | None = None  # on a SASL listener: the connection's authentication state
     muted_until: float = 0.0  # client quotas (KIP-219): no request is read before this monotonic time
+    request_memory: RequestMemory | None = None  # queued.max.request.bytes
+    request_bytes: int = 0  # what the request in progress holds of it
+
+    def release_request_bytes(self) -> None:
+        """The request in progress no longer counts against queued.max.request.bytes (done, or parked waiting for
+        other requests, which must still be read)."""
+        if self.request_bytes and self.request_memory is not None:
+            self.request_memory.release(self.request_bytes)
+        self.request_bytes = 0
 
     def mute(self, throttle_ms: int) -> None:
         """Read nothing more from this client for `throttle_ms` (Kafka mutes a throttled channel)."""
@@ -126,7 +145,7 @@ class Connection:
 
 # A handler answers one frame with the framed response: bytes, or a list of buffers (written with writelines,
 # so large record buffers are sent without being joined), or None (no response, acks=0).
-Handler = Callable[[Connection, bytes], Awaitable[bytes | list | None]]
+Handler = Callable[[Connection, bytes | memoryview], Awaitable[bytes | list | None]]
 
 
 def client_address(addr: object) -> str:
@@ -197,6 +216,8 @@ class SocketServer:
         inter_broker_listener: str = "",
         security: Mapping[str, ListenerSecurity] | None = None,
         sasl_max_receive: int = SASL_MAX_RECEIVE,
+        queued_max_request_bytes: int = -1,
+        failed_authentication_delay_ms: int = 0,
     ) -> None:
         self.listeners = listeners
         self.handler = handler
@@ -206,6 +227,19 @@ class SocketServer:
         self.quotas = quotas or ConnectionQuotas()
         self.security = dict(security or {})
         self.sasl_max_receive = sasl_max_receive
+        self.request_memory = memory = RequestMemory(queued_max_request_bytes)
+        # kafka.network:type=SocketServer,name=MemoryPoolAvailable / MemoryPoolUsed (unbounded: available is +Inf)
+        Gauge(
+            "strata_network_memory_pool_available_bytes",
+            "Bytes of queued.max.request.bytes not held by requests in progress",
+            registry=metrics.registry,
+        ).set_function(lambda: memory.available if memory.bounded else float("inf"))
+        Gauge(
+            "strata_network_memory_pool_used_bytes",
+            "Bytes of requests in progress counted against queued.max.request.bytes",
+            registry=metrics.registry,
+        ).set_function(lambda: memory.used)
+        self.failed_auth_delay_s = failed_authentication_delay_ms / 1000.0
         # Kafka protects the inter-broker listener only when there is another listener to take connections from
         self.protected_listener = inter_broker_listener if len(listeners) > 1 else ""
         self.sockets: list[socket.socket] = []
@@ -365,10 +399,9 @@ class SocketServer:
             csock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError:
             pass
-        reader = asyncio.StreamReader(limit=READ_LIMIT)
-        protocol = asyncio.StreamReaderProtocol(reader)
         peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) and len(addr) >= 2 else "?"
         sec = self.security.get(listener)
+        protocol = FrameProtocol(loop, over_ssl=sec is not None and sec.ssl_context is not None)
         try:
             if sec is None or sec.ssl_context is None:
                 transport, _ = await loop.connect_accepted_socket(lambda: protocol, csock)
@@ -385,8 +418,8 @@ class SocketServer:
             csock.close()
             return
         transport.set_write_buffer_limits(high=WRITE_HIGH, low=WRITE_LOW)
-        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
-        conn = Connection(next(self._ids), peer, listener, writer, address)
+        writer = asyncio.StreamWriter(transport, protocol, None, loop)
+        conn = Connection(next(self._ids), peer, listener, writer, address, request_memory=self.request_memory)
         if sec is not None and not self._secure(conn, sec):
             conn.abort()
             return
@@ -395,7 +428,7 @@ class SocketServer:
         self.metrics.connections_created.inc()
         clean = False
         try:
-            await self._requests(conn, reader)
+            await self._requests(conn, protocol)
             clean = True
         except CloseConnection:
             pass
@@ -404,6 +437,7 @@ class SocketServer:
         except Exception:
             log.exception("connection failed", conn=conn.id, peer=conn.peer)
         finally:
+            conn.release_request_bytes()
             self.connections.pop(conn.id, None)
             self.metrics.connections.dec()
             if clean:
@@ -411,13 +445,12 @@ class SocketServer:
             else:
                 conn.abort()
 
-    async def _requests(self, conn: Connection, reader: asyncio.StreamReader) -> None:
+    async def _requests(self, conn: Connection, frames: FrameProtocol) -> None:
         """Read, answer and write requests one at a time until the peer closes or a request closes the connection."""
         writer = conn.writer
         tls = writer.get_extra_info("ssl_object") is not None
         while True:
-            head = await reader.readexactly(4)
-            (size,) = _SIZE.unpack(head)
+            size = await frames.read_size()
             limit = self.max_request_bytes
             if conn.sasl is not None and conn.sasl.principal is None:
                 limit = min(limit, self.sasl_max_receive)  # not authenticated yet: Kafka's SASL receive bound
@@ -430,7 +463,8 @@ class SocketServer:
                     max=limit,
                 )
                 raise CloseConnection
-            payload = await reader.readexactly(size)
+            conn.request_bytes = await self.request_memory.acquire(size)
+            payload = await frames.read_frame(size)
             conn.busy = True
             try:
                 if conn.sasl is None:
@@ -440,7 +474,10 @@ class SocketServer:
             finally:
                 conn.busy = False
                 conn.last_active = time.monotonic()
+                conn.release_request_bytes()
             del payload
+            if conn.sasl is not None and conn.sasl.state is SaslState.FAILED:
+                await self._failed_authentication_delay()
             if writer.is_closing():
                 return  # the peer went away while its request was handled: nothing to answer (uvloop would raise)
             if response is not None:
@@ -516,11 +553,20 @@ class SocketServer:
         conn.sasl = sec.new_authenticator()
         return True
 
-    async def _sasl_request(self, conn: Connection, auth: SaslAuthenticator, payload: bytes) -> bytes | list | None:
+    async def _failed_authentication_delay(self) -> None:
+        """Kafka's connection.failed.authentication.delay.ms: the answer to a failed authentication (and the close)
+        comes this much later, so a client guessing passwords is slowed down; only this connection waits."""
+        if self.failed_auth_delay_s > 0:
+            await asyncio.sleep(self.failed_auth_delay_s)
+
+    async def _sasl_request(
+        self, conn: Connection, auth: SaslAuthenticator, payload: bytes | memoryview
+    ) -> bytes | list | None:
         """A frame on a SASL listener: a raw token after a v0 handshake, else a request the state allows."""
         if auth.expects_raw_token:
             step = await authenticate_step(auth, bytes(payload), self.metrics, conn.listener, conn.peer)
             if auth.state is SaslState.FAILED:
+                await self._failed_authentication_delay()
                 raise CloseConnection  # the legacy flow has no error response: Kafka closes
             if auth.state is SaslState.COMPLETE:
                 conn.principal = auth.principal or ANONYMOUS
