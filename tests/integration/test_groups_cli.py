@@ -193,11 +193,6 @@ def test_consumer_protocol_group(bs):
     """A KIP-848 group (confluent-kafka, group.protocol=consumer): `list` shows its TYPE, `describe --members
     --verbose` its member epoch with the current and target assignment (ConsumerGroupDescribe), `--state --verbose`
     the group and target assignment epochs; the default view adds the members table to the offsets."""
-    from strata.cli.groups import GroupAdmin
-
-    with GroupAdmin(bs, timeout=10) as a:
-        if 69 not in a.versions:
-            pytest.skip("the broker does not advertise ConsumerGroupDescribe (issue 20's coordinator not merged)")
     group = "cli-kip848"
     c = Consumer(
         {
