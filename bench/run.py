@@ -219,6 +219,7 @@ OPTIONAL_GROUPS: list[tuple[str, str]] = [
     ("security", "bench.security_bench"),  # issue 18: TLS vs plaintext throughput, SCRAM connection set-up rate
     ("transactions", "bench.txn_bench"),  # issue 19: transactional vs idempotent produce, READ_COMMITTED consume
     ("connections", "bench.conn_bench"),  # issue 22: broker RSS with 10,000 idle client connections
+    ("rebalance", "bench.rebalance_bench"),  # issue 20: a 7th member joins 6: classic eager/cooperative vs KIP-848
 ]
 
 

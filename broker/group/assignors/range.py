@@ -72,19 +72,24 @@ def _cut(
             out[m] = frozenset(range(start, start + quota[m]))
             start += quota[m]
         return out
-    shared = [frozenset.intersection(*(racks.racks(t, p) for t in group_topics)) for p in range(count)]
+    by_rack: dict[str, list[int]] = {}  # each rack's partition numbers, ascending
+    for p in range(count):
+        for shared in frozenset.intersection(*(racks.racks(t, p) for t in group_topics)):
+            by_rack.setdefault(shared, []).append(p)
+    next_index = dict.fromkeys(by_rack, 0)  # members of a rack take its partitions in order: skip what went before
     taken: dict[str, list[int]] = {m: [] for m in members}
     free = set(range(count))
     for m in members:
         rack = specs[m].rack
-        if rack is None:
+        if rack is None or rack not in by_rack:
             continue
-        for p in range(count):
-            if len(taken[m]) == quota[m]:
-                break
-            if p in free and rack in shared[p]:
-                taken[m].append(p)
-                free.discard(p)
+        candidates, i = by_rack[rack], next_index[rack]
+        while len(taken[m]) < quota[m] and i < len(candidates):
+            if candidates[i] in free:
+                taken[m].append(candidates[i])
+                free.discard(candidates[i])
+            i += 1
+        next_index[rack] = i
     left = sorted(free)
     for m in members:
         need = quota[m] - len(taken[m])
