@@ -390,9 +390,9 @@ def _group_type(bs: str, group: str) -> str | None:
 
 
 def test_rolling_upgrade_and_downgrade_between_protocols(module_broker, members):
-    """A classic group (kafka-python, aiokafka) is converted member by member to the consumer protocol
-    (confluent-kafka) and back, while records flow: the group changes type when the first consumer-protocol member
-    joins and when the last one leaves, every record is consumed, none again after its commit."""
+    """A classic group (kafka-python, aiokafka, confluent-kafka) is converted member by member to the consumer
+    protocol (confluent-kafka) and back, while records flow: the group changes type when the first consumer-protocol
+    member joins and when the last one leaves, every record is consumed, none again after its commit."""
     bs = module_broker.bootstrap
     topic, group, n = "kip848-migrate", "kip848-migrate", 4
     ck.create_topic(bs, topic, n)
@@ -408,11 +408,12 @@ def test_rolling_upgrade_and_downgrade_between_protocols(module_broker, members)
         wait_until(lambda: _group_type(bs, group) == kind, 10, message=kind)
 
     try:
-        k1, a1 = join("kafka-python"), join("aiokafka")
-        settle([k1, a1], "classic")
+        k1, a1, r1 = join("kafka-python"), join("aiokafka"), join("classic")
+        settle([k1, a1, r1], "classic")
         c1 = join("consumer")  # online upgrade: the classic members stay, as classic members of a consumer group
-        settle([k1, a1, c1], "consumer")
+        settle([k1, a1, r1, c1], "consumer")
         k1.stop()
+        r1.stop()
         c2 = join("consumer")
         settle([a1, c1, c2], "consumer")
         a1.stop()
@@ -420,9 +421,10 @@ def test_rolling_upgrade_and_downgrade_between_protocols(module_broker, members)
         k2, a2 = join("kafka-python"), join("aiokafka")  # and back
         settle([c1, c2, k2, a2], "consumer")
         c1.stop()
-        settle([c2, k2, a2], "consumer")
+        r2 = join("classic")
+        settle([c2, k2, a2, r2], "consumer")
         c2.stop()  # the last consumer-protocol member: online downgrade
-        settle([k2, a2], "classic")
+        settle([k2, a2, r2], "classic")
     finally:
         producer.stop()
     check_deliveries(everyone, bs, topic, n)
