@@ -1,0 +1,435 @@
+"""``iceberg.mode=value_json``: each record's value, parsed as JSON, becomes the columns of a schema the topic
+configures, and the record's Kafka metadata is kept in a ``kafka`` struct column (the key_value columns minus
+``value``).
+
+The schema is a JSON Schema subset (what Kafka users write for Schema Registry's JSON format and Kafka Connect):
+an ``object`` with ``properties``; each property is ``string`` (``format``: ``date-time`` -> timestamptz, ``date`` ->
+date), ``integer`` (long; ``format: int32`` -> int), ``number`` (double; ``format: float`` -> float), ``boolean``,
+``object`` (a struct, nested ``properties``) or ``array`` (a list of its ``items``). ``"type": ["string", "null"]``
+allows null; ``required`` lists the properties a record must have. Every column is optional in the table (so that
+adding a property is a compatible schema change); ``required`` and nullability are checked per record. Properties the
+schema does not name are ignored (JSON Schema's default ``additionalProperties``).
+
+Records that do not parse or do not match come back as ``(row, reason)`` pairs for the DLQ table (or the drop
+counter); nothing raises on bad data. Schema evolution (``bind``): properties the table lacks become columns
+(pyiceberg ``update_schema``); a property whose type the table cannot take (anything but Iceberg's int -> long and
+float -> double promotions) keeps the table's column, and records with a value there go to the DLQ, the reason naming
+both types.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from .kv_schema import KAFKA_STRUCT_COLUMNS, KEY_VALUE_SCHEMA
+
+KAFKA_COLUMN = "kafka"
+_LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
+_INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
+# Iceberg's legal type promotions (old table type -> configured type)
+_PROMOTIONS = {("int", "long"), ("float", "double")}
+
+
+class ValueSchemaError(ValueError):
+    """``iceberg.value.schema`` (or its file) is not a JSON Schema this converter understands."""
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One property of the value schema: its Iceberg kind, whether null is allowed, and nested fields/items."""
+
+    name: str
+    kind: str  # string, long, int, double, float, boolean, timestamptz, date, struct or list
+    nullable: bool = True
+    required: bool = False
+    fields: tuple[FieldSpec, ...] = ()  # struct
+    item: FieldSpec | None = None  # list
+
+    def type_name(self) -> str:
+        if self.kind == "struct":
+            return "struct<" + ", ".join(f"{f.name}: {f.type_name()}" for f in self.fields) + ">"
+        if self.kind == "list":
+            assert self.item is not None
+            return f"list<{self.item.type_name()}>"
+        return self.kind
+
+
+# -- parsing the schema ---------------------------------------------------------------------------------------------
+def _types_of(doc: Mapping[str, Any], where: str) -> tuple[str, bool]:
+    t = doc.get("type")
+    names = [t] if isinstance(t, str) else list(t) if isinstance(t, list) else None
+    if not names or not all(isinstance(n, str) for n in names):
+        raise ValueSchemaError(f"{where}: 'type' must be a JSON Schema type name or a list of them")
+    nullable = "null" in names
+    rest = [n for n in names if n != "null"]
+    if len(rest) != 1:
+        raise ValueSchemaError(f"{where}: exactly one non-null type is supported, got {names}")
+    return rest[0], nullable
+
+
+def _parse_field(name: str, doc: Any, where: str, required: bool) -> FieldSpec:
+    if not isinstance(doc, Mapping):
+        raise ValueSchemaError(f"{where}: a property's schema must be an object")
+    t, nullable = _types_of(doc, where)
+    fmt = doc.get("format")
+    if t == "string":
+        kind = {"date-time": "timestamptz", "date": "date"}.get(fmt or "", "string")
+    elif t == "integer":
+        kind = "int" if fmt == "int32" else "long"
+    elif t == "number":
+        kind = "float" if fmt == "float" else "double"
+    elif t == "boolean":
+        kind = "boolean"
+    elif t == "object":
+        return FieldSpec(name, "struct", nullable, required, _parse_properties(doc, where))
+    elif t == "array":
+        items = doc.get("items")
+        if items is None:
+            raise ValueSchemaError(f"{where}: an array needs 'items'")
+        return FieldSpec(name, "list", nullable, required, item=_parse_field("element", items, f"{where}[]", False))
+    else:
+        raise ValueSchemaError(f"{where}: type {t!r} is not supported")
+    return FieldSpec(name, kind, nullable, required)
+
+
+def _parse_properties(doc: Mapping[str, Any], where: str) -> tuple[FieldSpec, ...]:
+    props = doc.get("properties")
+    if not isinstance(props, Mapping) or not props:
+        raise ValueSchemaError(f"{where}: an object needs a non-empty 'properties' map")
+    req = doc.get("required", [])
+    if not isinstance(req, list) or not all(isinstance(r, str) for r in req):
+        raise ValueSchemaError(f"{where}: 'required' must be a list of property names")
+    unknown = sorted(set(req) - set(props))
+    if unknown:
+        raise ValueSchemaError(f"{where}: 'required' names properties that are not defined: {unknown}")
+    return tuple(_parse_field(str(n), d, f"{where}.{n}", n in req) for n, d in props.items())
+
+
+def parse_value_schema(text: str) -> tuple[FieldSpec, ...]:
+    """The top-level properties of a JSON Schema document (an ``object``)."""
+    try:
+        doc = json.loads(text)
+    except ValueError as e:
+        raise ValueSchemaError(f"the value schema is not JSON: {e}") from None
+    if not isinstance(doc, Mapping) or doc.get("type") != "object":
+        raise ValueSchemaError('the value schema must be a JSON Schema object: {"type": "object", "properties": ...}')
+    fields = _parse_properties(doc, "$")
+    if any(f.name == KAFKA_COLUMN for f in fields):
+        raise ValueSchemaError(f"the value schema may not define {KAFKA_COLUMN!r}: that column holds the metadata")
+    return fields
+
+
+def load_value_schema(schema: str | None, schema_file: str | None) -> tuple[FieldSpec, ...]:
+    """``iceberg.value.schema`` (inline JSON) wins over ``iceberg.value.schema.file`` (a path on the broker)."""
+    if schema and schema.strip():
+        return parse_value_schema(schema)
+    if schema_file and schema_file.strip():
+        try:
+            text = Path(schema_file).read_text(encoding="utf-8")
+        except OSError as e:
+            raise ValueSchemaError(f"iceberg.value.schema.file {schema_file!r}: {e.strerror}") from None
+        return parse_value_schema(text)
+    raise ValueSchemaError("iceberg.mode=value_json needs iceberg.value.schema or iceberg.value.schema.file")
+
+
+# -- Arrow types ----------------------------------------------------------------------------------------------------
+_ARROW_PRIMITIVES: dict[str, pa.DataType] = {
+    "string": pa.string(),
+    "long": pa.int64(),
+    "int": pa.int32(),
+    "double": pa.float64(),
+    "float": pa.float32(),
+    "boolean": pa.bool_(),
+    "timestamptz": pa.timestamp("us", tz="UTC"),
+    "date": pa.date32(),
+}
+
+
+def arrow_type(f: FieldSpec) -> pa.DataType:
+    if f.kind == "struct":
+        return pa.struct([pa.field(c.name, arrow_type(c)) for c in f.fields])
+    if f.kind == "list":
+        assert f.item is not None
+        return pa.list_(pa.field("element", arrow_type(f.item)))
+    return _ARROW_PRIMITIVES[f.kind]
+
+
+def kafka_struct_type() -> pa.DataType:
+    return pa.struct([KEY_VALUE_SCHEMA.field(n) for n in KAFKA_STRUCT_COLUMNS])
+
+
+def value_json_arrow_schema(fields: Sequence[FieldSpec]) -> pa.Schema:
+    """The configured columns, then the ``kafka`` struct (contract: value_json mode)."""
+    return pa.schema([pa.field(f.name, arrow_type(f)) for f in fields] + [pa.field(KAFKA_COLUMN, kafka_struct_type())])
+
+
+# -- schema evolution -----------------------------------------------------------------------------------------------
+def _iceberg_kind(t: Any) -> str:
+    from pyiceberg import types as it
+
+    simple: dict[type, str] = {
+        it.StringType: "string",
+        it.LongType: "long",
+        it.IntegerType: "int",
+        it.DoubleType: "double",
+        it.FloatType: "float",
+        it.BooleanType: "boolean",
+        it.TimestamptzType: "timestamptz",
+        it.DateType: "date",
+        it.StructType: "struct",
+        it.ListType: "list",
+    }
+    return simple.get(type(t), str(t))
+
+
+@dataclass
+class Binding:
+    """What ``bind`` found: properties whose configured type the table cannot take (path -> reason)."""
+
+    conflicts: dict[tuple[str, ...], str] = field(default_factory=dict)
+
+
+def _compare(spec: FieldSpec, t: Any, path: tuple[str, ...], out: Binding, table: str) -> FieldSpec | None:
+    """The part of ``spec`` the table can take and must add or widen (None: nothing), recording conflicts."""
+    have = _iceberg_kind(t)
+    if spec.kind == "struct" and have == "struct":
+        kept = []
+        for c in spec.fields:
+            sub = t.fields if hasattr(t, "fields") else ()
+            match = next((x for x in sub if x.name == c.name), None)
+            if match is None:
+                kept.append(c)
+                continue
+            k = _compare(c, match.field_type, (*path, c.name), out, table)
+            if k is not None:
+                kept.append(k)
+        return FieldSpec(spec.name, "struct", spec.nullable, spec.required, tuple(kept)) if kept else None
+    if spec.kind == "list" and have == "list":
+        assert spec.item is not None
+        item = _compare(spec.item, t.element_type, (*path, "element"), out, table)
+        if item is None:
+            return None
+        return FieldSpec(spec.name, "list", spec.nullable, spec.required, item=item)
+    if spec.kind == have or (have, spec.kind) in _PROMOTIONS:
+        return spec
+    if (spec.kind, have) in _PROMOTIONS:  # configured narrower than the table: its wider column takes the values
+        return None
+    out.conflicts[path] = (
+        f"incompatible schema change: {'.'.join(path)} is {spec.type_name()} in the value schema but "
+        f"{t} in table {table}"
+    )
+    return None
+
+
+def bind_table(fields: Sequence[FieldSpec], table: Any) -> Binding:
+    """Evolve ``table``'s schema to the configured one where Iceberg allows it (new optional columns, int -> long,
+    float -> double) in one schema update, and report what it cannot take."""
+    out = Binding()
+    name = ".".join(table.name()) if hasattr(table, "name") else str(table)
+    current = table.schema()
+    compatible = []
+    for f in fields:
+        try:
+            existing = current.find_field(f.name)
+        except ValueError:
+            compatible.append(f)
+            continue
+        k = _compare(f, existing.field_type, (f.name,), out, name)
+        if k is not None:
+            compatible.append(k)
+    if not compatible:
+        return out
+    wanted = pa.schema([pa.field(f.name, arrow_type(f)) for f in compatible])
+    with table.update_schema() as update:
+        update.union_by_name(wanted)
+    return out
+
+
+# -- record conversion ----------------------------------------------------------------------------------------------
+class _Invalid(ValueError):
+    pass
+
+
+def _coerce(f: FieldSpec, v: Any, path: str) -> Any:
+    if v is None:
+        if not f.nullable:
+            raise _Invalid(f"{path}: null is not allowed")
+        return None
+    k = f.kind
+    if k == "string":
+        if isinstance(v, str):
+            return v
+    elif k in ("long", "int"):
+        if isinstance(v, float) and v.is_integer() and math.isfinite(v):  # 3.0 is an integer in JSON Schema
+            v = int(v)
+        if isinstance(v, int) and not isinstance(v, bool):
+            lo, hi = (_LONG_MIN, _LONG_MAX) if k == "long" else (_INT_MIN, _INT_MAX)
+            if not lo <= v <= hi:
+                raise _Invalid(f"{path}: {v} is out of range for {k}")
+            return v
+    elif k in ("double", "float"):
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            return float(v)
+    elif k == "boolean":
+        if isinstance(v, bool):
+            return v
+    elif k == "timestamptz":
+        if isinstance(v, str):
+            try:
+                ts = datetime.datetime.fromisoformat(v)
+            except ValueError:
+                raise _Invalid(f"{path}: {v!r} is not an RFC 3339 date-time") from None
+            if ts.tzinfo is None:
+                raise _Invalid(f"{path}: {v!r} has no time zone offset (RFC 3339 date-time)")
+            return ts.astimezone(datetime.UTC)
+    elif k == "date":
+        if isinstance(v, str):
+            try:
+                return datetime.date.fromisoformat(v)
+            except ValueError:
+                raise _Invalid(f"{path}: {v!r} is not a full-date (YYYY-MM-DD)") from None
+    elif k == "struct":
+        if isinstance(v, dict):
+            return _coerce_object(f.fields, v, path)
+    elif k == "list" and isinstance(v, list):
+        assert f.item is not None
+        return [_coerce(f.item, x, f"{path}[{i}]") for i, x in enumerate(v)]
+    raise _Invalid(f"{path}: expected {f.type_name()}, got {_json_type(v)}")
+
+
+def _coerce_object(fields: Sequence[FieldSpec], obj: Mapping[str, Any], path: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in fields:
+        if f.name not in obj:
+            if f.required:
+                raise _Invalid(f"{path}.{f.name}: required property is missing")
+            out[f.name] = None
+            continue
+        out[f.name] = _coerce(f, obj[f.name], f"{path}.{f.name}")
+    return out
+
+
+# JSON type names of what json.loads returns (bool before int: True is an int in Python)
+_JSON_TYPES: tuple[tuple[type, str], ...] = (
+    (bool, "boolean"),
+    (int, "integer"),
+    (float, "number"),
+    (str, "string"),
+    (list, "array"),
+    (dict, "object"),
+)
+
+
+def _json_type(v: Any) -> str:
+    return next((name for t, name in _JSON_TYPES if isinstance(v, t)), type(v).__name__)
+
+
+def _conflict_hit(obj: Any, path: tuple[str, ...]) -> bool:
+    """Whether the parsed value holds a non-null value at ``path`` (``element`` steps into every list item)."""
+    if obj is None:
+        return False
+    if not path:
+        return True
+    head, rest = path[0], path[1:]
+    if head == "element" and isinstance(obj, list):
+        return any(_conflict_hit(x, rest) for x in obj)
+    if isinstance(obj, dict):
+        return _conflict_hit(obj.get(head), rest)
+    return False
+
+
+def _drop_path(obj: Any, path: tuple[str, ...]) -> None:
+    if obj is None or not path:
+        return
+    head, rest = path[0], path[1:]
+    if head == "element" and isinstance(obj, list):
+        for x in obj:
+            _drop_path(x, rest)
+    elif isinstance(obj, dict) and head in obj:
+        if rest:
+            _drop_path(obj[head], rest)
+        else:
+            obj[head] = None
+
+
+class ValueJsonConverter:
+    """``(key_value table) -> (value_json table, [(row, reason)])``, the Converter of ``iceberg.mode=value_json``.
+
+    Input: a pyarrow Table (or RecordBatch) with the key_value columns (``kv_schema.KEY_VALUE_SCHEMA``). Output: a
+    table in ``output_schema`` (the table's schema once bound, else the configured one) and the rejected rows as
+    key_value dicts (``row["value"]`` the raw bytes) with the reason, in offset order."""
+
+    def __init__(self, fields: Sequence[FieldSpec]) -> None:
+        self.fields = tuple(fields)
+        self.schema = value_json_arrow_schema(self.fields)  # the configured schema: creates the table
+        self.output_schema = self.schema
+        self.binding = Binding()
+
+    def bind(self, table: Any) -> Binding:
+        """Evolve ``table`` to the configured schema where allowed and write rows in its (new) schema."""
+        from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+        self.binding = bind_table(self.fields, table)
+        table.refresh()
+        self.output_schema = schema_to_pyarrow(table.schema(), include_field_ids=False)
+        return self.binding
+
+    def _value_columns(self, raw: bytes | None) -> tuple[dict[str, Any] | None, str]:
+        """The value's columns, or None and the reason it cannot become a row."""
+        if raw is None:
+            return None, "the value is null (a tombstone): no JSON to convert"
+        try:
+            doc = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as e:
+            return None, f"the value is not JSON: {e}"
+        if not isinstance(doc, dict):
+            return None, f"the value is a JSON {_json_type(doc)}, not an object"
+        conflicts = self.binding.conflicts
+        hit = next((why for p, why in conflicts.items() if _conflict_hit(doc, p)), None)
+        if hit is not None:
+            return None, hit
+        try:
+            out = _coerce_object(self.fields, doc, "$")
+        except _Invalid as e:
+            return None, f"the value does not match the schema: {e}"
+        for p in conflicts:  # an optional conflicting property that is absent or null: null in the table's column
+            _drop_path(out, p)
+        return out, ""
+
+    def __call__(self, records: pa.Table | pa.RecordBatch) -> tuple[pa.Table, list[tuple[dict[str, Any], str]]]:
+        rows = records.to_pylist()
+        good: list[dict[str, Any]] = []
+        bad: list[tuple[dict[str, Any], str]] = []
+        value_names = [f.name for f in self.output_schema if f.name != KAFKA_COLUMN]
+        for row in rows:
+            out, reason = self._value_columns(row.get("value"))
+            if out is None:
+                bad.append((row, reason))
+                continue
+            good_row = {n: out.get(n) for n in value_names}
+            good_row[KAFKA_COLUMN] = {n: row.get(n) for n in KAFKA_STRUCT_COLUMNS}
+            good.append(good_row)
+        table = pa.Table.from_pylist(good, schema=self.output_schema)
+        return table, bad
+
+
+__all__ = [
+    "KAFKA_COLUMN",
+    "Binding",
+    "FieldSpec",
+    "ValueJsonConverter",
+    "ValueSchemaError",
+    "arrow_type",
+    "bind_table",
+    "load_value_schema",
+    "parse_value_schema",
+    "value_json_arrow_schema",
+]
