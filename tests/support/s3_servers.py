@@ -258,11 +258,62 @@ class SeaweedServer(S3Server):
     name = "seaweedfs"
     start_timeout = 90.0
 
+    def __init__(self, workdir: Path, bucket: str = "strata-tiered", table_bucket: str = "") -> None:
+        """``table_bucket``: also serve SeaweedFS's Iceberg REST catalog (``iceberg_uri``) with this S3 Tables
+        bucket as its warehouse."""
+        super().__init__(workdir, bucket)
+        self.table_bucket = table_bucket
+        self.iceberg_port = 0
+
+    @property
+    def iceberg_uri(self) -> str:
+        return f"http://127.0.0.1:{self.iceberg_port}"
+
     def choose_port(self) -> int:
         return free_port_pairs(1)[0]
 
     def command(self) -> list[str]:
-        return weed_mini_command(_venv_bin("weed"), self.workdir, self.port)
+        if self.table_bucket:
+            self.iceberg_port = free_port_pairs(1, avoid={self.port, self.port + 10000})[0]
+        return weed_mini_command(_venv_bin("weed"), self.workdir, self.port, self.iceberg_port, self.table_bucket)
+
+    def env(self) -> dict[str, str]:
+        env = super().env()
+        if self.table_bucket:
+            # identities for the Iceberg catalog's SigV4 and its multipart uploads (unsigned access is refused there)
+            env.update({"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY})
+        return env
+
+    def _ready(self) -> bool:
+        if not super()._ready():
+            return False
+        if not self.iceberg_port:
+            return True
+        try:
+            with urllib.request.urlopen(f"{self.iceberg_uri}/v1/config", timeout=2) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    def iceberg_catalog_config(self) -> dict[str, str]:
+        """The broker's ``iceberg.catalog.*`` settings for this catalog (pyiceberg RestCatalog over SigV4, data in
+        the table bucket through the S3 gateway)."""
+        return {
+            "iceberg.catalog.type": "rest",
+            "iceberg.catalog.uri": self.iceberg_uri,
+            "iceberg.catalog.warehouse": f"s3://{self.table_bucket}",
+            "iceberg.catalog.prop.s3.endpoint": self.endpoint,
+            "iceberg.catalog.prop.s3.region": REGION,
+            "iceberg.catalog.prop.s3.access-key-id": ACCESS_KEY,
+            "iceberg.catalog.prop.s3.secret-access-key": SECRET_KEY,
+            "iceberg.catalog.prop.s3.path-style-access": "true",
+            "iceberg.catalog.prop.rest.sigv4-enabled": "true",
+            "iceberg.catalog.prop.rest.signing-region": REGION,
+            "iceberg.catalog.prop.rest.signing-name": "s3tables",
+            "iceberg.catalog.prop.client.access-key-id": ACCESS_KEY,
+            "iceberg.catalog.prop.client.secret-access-key": SECRET_KEY,
+            "iceberg.catalog.prop.client.region": REGION,
+        }
 
 
 # ---------------------------------------------------------------------------------------------------------------------
