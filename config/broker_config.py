@@ -369,6 +369,13 @@ _BROKER_DEFS: list[ConfigDef] = [
     ),
     ConfigDef("log.format", T.STRING, "console", "console or json", choices=("console", "json")),
     ConfigDef("log.level", T.STRING, "INFO", "", choices=("DEBUG", "INFO", "WARNING", "ERROR")),
+    ConfigDef(
+        "iceberg.maintenance.interval.ms",
+        T.LONG,
+        3600000,
+        "topic tables: merge small files and expire snapshots this often (0: never)",
+        at_least(0),
+    ),
 ]
 
 BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in _BROKER_DEFS + SECURITY_DEFS + AUTHORIZER_DEFS}

@@ -16,6 +16,7 @@ from .defs import (
     retention_value,
 )
 from .defs import ConfigType as T
+from .value_schema import check_value_schema
 
 # (topic key, broker synonym or None, definition)
 _TOPIC_DEFS: list[tuple[str, str | None, ConfigDef]] = [
@@ -156,6 +157,20 @@ _TOPIC_DEFS: list[tuple[str, str | None, ConfigDef]] = [
         ConfigDef(
             "remote.log.delete.on.disable", T.BOOLEAN, False, "allow turning remote storage off, deleting remote data"
         ),
+    ),
+]
+
+# iceberg.mode=value_json: the value's JSON Schema, inline or as a file on the brokers (docs/iceberg.md)
+_TOPIC_DEFS += [
+    (
+        "iceberg.value.schema",
+        None,
+        ConfigDef("iceberg.value.schema", T.STRING, "", "value_json: JSON Schema of the value", check_value_schema),
+    ),
+    (
+        "iceberg.value.schema.file",
+        None,
+        ConfigDef("iceberg.value.schema.file", T.STRING, "", "value_json: path of the value's JSON Schema file"),
     ),
 ]
 

@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 
 from .kv_schema import KEY_VALUE_SCHEMA
-from .snapshot_props import TOPIC_ID, carried_properties, next_offsets, summary_properties
+from .snapshot_props import TOPIC_ID, carried_properties, ensure_commit_properties, next_offsets, summary_properties
 
 DLQ_SUFFIX = "~dlq"
 DLQ_SCHEMA = KEY_VALUE_SCHEMA.append(pa.field("reason", pa.string()))
@@ -36,6 +36,7 @@ def append_dlq(
     """Append the rows of ``bad`` the DLQ table does not hold yet, with the commit's next offsets in the snapshot
     summary; returns the number of rows written. A CommitFailedException (a concurrent commit) propagates: the
     caller retries after ``table.refresh()``, as for the topic table."""
+    ensure_commit_properties(table)
     parent = table.current_snapshot()
     done = next_offsets(summary_properties(parent))
     fresh = [(row, why) for row, why in bad if int(row["offset"]) >= done.get(int(row["partition"]), 0)]

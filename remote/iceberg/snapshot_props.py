@@ -11,6 +11,11 @@ from typing import Any
 PREFIX = "strata.partition."
 SUFFIX = ".next-offset"
 TOPIC_ID = "strata.topic-id"
+# pyiceberg (0.12) retries a commit that lost a race by rebuilding the snapshot on the new parent with the SAME
+# summary properties, computed from the old parent: a partition another leader advanced meanwhile would get its
+# older next-offset back (duplicates after the next leader change). Topic and DLQ tables turn that retry off;
+# their writers refresh, rebuild the properties and retry themselves.
+COMMIT_PROPERTIES = {"commit.retry.num-retries": "0"}
 
 
 def next_offset_key(partition: int) -> str:
@@ -44,4 +49,19 @@ def carried_properties(snapshot: Any, updates: Mapping[int, int] | None = None) 
     return props
 
 
-__all__ = ["TOPIC_ID", "carried_properties", "next_offset_key", "next_offsets", "summary_properties"]
+def ensure_commit_properties(table: Any) -> None:
+    """Set ``COMMIT_PROPERTIES`` on ``table`` unless it has them."""
+    if any(table.properties.get(k) != v for k, v in COMMIT_PROPERTIES.items()):
+        with table.transaction() as tx:
+            tx.set_properties(COMMIT_PROPERTIES)
+
+
+__all__ = [
+    "COMMIT_PROPERTIES",
+    "TOPIC_ID",
+    "ensure_commit_properties",
+    "carried_properties",
+    "next_offset_key",
+    "next_offsets",
+    "summary_properties",
+]
