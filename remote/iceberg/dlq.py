@@ -1,14 +1,17 @@
 """The dead-letter table ``<topic>~dlq`` of ``iceberg.invalid.record.action=dlq_table``: the key_value columns of
 each record a converter rejected, plus ``reason``.
 
-Exactly once, like the topic table: each DLQ commit carries the same ``strata.partition.<p>.next-offset``
-properties as the topic-table commit it belongs to, and is made first. A translator that dies between the two
-converts the same records again after restart; ``append_dlq`` leaves out the rows below the DLQ table's committed
-offset of their partition, so they are not written twice."""
+Exactly once, like the topic table: each DLQ commit carries ``strata.partition.<p>.next-offset`` = one past the last
+rejected record of each partition it holds, and is made before the topic-table commit that moves the translator past
+those records. A translator that dies between the two converts the same records again after restart; ``append_dlq``
+leaves out the records below the DLQ table's committed offset of their partition, so none is written twice."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import datetime
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -18,35 +21,76 @@ from .snapshot_props import TOPIC_ID, carried_properties, ensure_commit_properti
 
 DLQ_SUFFIX = "~dlq"
 DLQ_SCHEMA = KEY_VALUE_SCHEMA.append(pa.field("reason", pa.string()))
+MAX_ATTEMPTS = 20
 
 
 def dlq_table_name(topic: str) -> str:
     return topic + DLQ_SUFFIX
 
 
-def dlq_rows(bad: Sequence[tuple[Mapping[str, Any], str]]) -> pa.Table:
-    """Rejected ``(key_value row, reason)`` pairs as a table in ``DLQ_SCHEMA``."""
-    names = KEY_VALUE_SCHEMA.names
-    return pa.Table.from_pylist([{**{n: row.get(n) for n in names}, "reason": why} for row, why in bad], DLQ_SCHEMA)
+def _row(record: Any) -> dict[str, Any]:
+    """A key_value row of a rejected record: a mapping of the key_value columns, or a translator record (attributes
+    topic, partition, offset, timestamp in ms, timestamp_type, key, value, headers as (key, value) pairs)."""
+    if isinstance(record, Mapping):
+        return {n: record.get(n) for n in KEY_VALUE_SCHEMA.names}
+    headers = record.headers
+    return {
+        "key": record.key,
+        "value": record.value,
+        "topic": record.topic,
+        "partition": record.partition,
+        "offset": record.offset,
+        "timestamp": datetime.datetime.fromtimestamp(record.timestamp / 1000, datetime.UTC),
+        "timestampType": record.timestamp_type,
+        "headers": [{"key": k, "value": v} for k, v in headers] if headers else None,
+    }
 
 
-def append_dlq(
-    table: Any, bad: Sequence[tuple[Mapping[str, Any], str]], next_offsets_after: Mapping[int, int], topic_id: str
-) -> int:
-    """Append the rows of ``bad`` the DLQ table does not hold yet, with the commit's next offsets in the snapshot
-    summary; returns the number of rows written. A CommitFailedException (a concurrent commit) propagates: the
-    caller retries after ``table.refresh()``, as for the topic table."""
+def dlq_rows(bad: Sequence[tuple[Any, str]]) -> pa.Table:
+    """Rejected ``(record, reason)`` pairs as a table in ``DLQ_SCHEMA``."""
+    return pa.Table.from_pylist([{**_row(rec), "reason": why} for rec, why in bad], DLQ_SCHEMA)
+
+
+def append_dlq(table: Any, bad: Sequence[tuple[Any, str]], topic_id: str) -> int:
+    """Append the rejected records the DLQ table does not hold yet; returns how many were written. A
+    CommitFailedException (a concurrent commit: another partition's leader) propagates; ``DlqSink`` retries."""
     ensure_commit_properties(table)
     parent = table.current_snapshot()
     done = next_offsets(summary_properties(parent))
-    fresh = [(row, why) for row, why in bad if int(row["offset"]) >= done.get(int(row["partition"]), 0)]
-    updates = {p: off for p, off in next_offsets_after.items() if off > done.get(p, -1)}
-    if not fresh and not updates:
+    rows = dlq_rows(bad).to_pylist()
+    fresh = [r for r in rows if r["offset"] >= done.get(r["partition"], 0)]
+    if not fresh:
         return 0
+    updates: dict[int, int] = {}
+    for r in fresh:
+        updates[r["partition"]] = max(updates.get(r["partition"], 0), r["offset"] + 1)
     props = carried_properties(parent, updates)
     props[TOPIC_ID] = topic_id
-    table.append(dlq_rows(fresh), snapshot_properties=props)
+    table.append(pa.Table.from_pylist(fresh, DLQ_SCHEMA), snapshot_properties=props)
     return len(fresh)
 
 
-__all__ = ["DLQ_SCHEMA", "DLQ_SUFFIX", "append_dlq", "dlq_rows", "dlq_table_name"]
+class DlqSink:
+    """``iceberg.invalid.record.action=dlq_table``: called (blocking, on the translator's executor) with a round's
+    rejected records before its topic-table commit. ``open_table`` loads or creates ``<topic>~dlq`` with
+    ``DLQ_SCHEMA``; a commit that loses the race to another partition's leader is redone on the new snapshot."""
+
+    def __init__(self, open_table: Callable[[], Any], topic_id: str) -> None:
+        self.open_table = open_table
+        self.topic_id = topic_id
+        self.written = 0
+
+    def __call__(self, rejected: Sequence[tuple[Any, str]]) -> None:
+        from pyiceberg.exceptions import CommitFailedException
+
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            try:
+                self.written += append_dlq(self.open_table(), rejected, self.topic_id)
+                return
+            except CommitFailedException:
+                if attempt == MAX_ATTEMPTS:
+                    raise
+                time.sleep(random.uniform(0.005, 0.05) * min(attempt, 10))  # spread competing committers apart
+
+
+__all__ = ["DLQ_SCHEMA", "DLQ_SUFFIX", "DlqSink", "append_dlq", "dlq_rows", "dlq_table_name"]

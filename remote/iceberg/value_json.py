@@ -261,16 +261,18 @@ def _drop_path(obj: Any, path: tuple[str, ...]) -> None:
 
 
 class ValueJsonConverter:
-    """``(key_value table) -> (value_json table, [(row, reason)])``, the Converter of ``iceberg.mode=value_json``.
+    """The Converter of ``iceberg.mode=value_json``: ``(records) -> (rows in the table's schema, [(record, why)])``.
 
-    Input: a pyarrow Table (or RecordBatch) with the key_value columns (``kv_schema.KEY_VALUE_SCHEMA``). Output: a
-    table in ``output_schema`` (the table's schema once bound, else the configured one) and the rejected rows as
-    key_value dicts (``row["value"]`` the raw bytes) with the reason, in offset order."""
+    ``records``: a translator's chunk of one partition (columns ``offsets``, ``timestamps`` in ms,
+    ``timestamp_types``, ``keys``, ``values``, ``headers`` as lists, ``topic``, ``partition``, and ``record(i)``
+    for a rejected record), or a pyarrow Table/RecordBatch of the key_value columns (whose rejected rows come back as
+    dicts). ``arrow_schema`` creates the table; ``bind(table)`` must follow (at start and after the topic's schema
+    config changed) so that rows are written in the table's current schema."""
 
     def __init__(self, fields: Sequence[FieldSpec]) -> None:
         self.fields = tuple(fields)
-        self.schema = value_json_arrow_schema(self.fields)  # the configured schema: creates the table
-        self.output_schema = self.schema
+        self.arrow_schema = value_json_arrow_schema(self.fields)  # the configured schema: creates the table
+        self.output_schema = self.arrow_schema
         self.binding = Binding()
 
     def bind(self, table: Any) -> Binding:
@@ -281,6 +283,13 @@ class ValueJsonConverter:
         table.refresh()
         self.output_schema = schema_to_pyarrow(table.schema(), include_field_ids=False)
         return self.binding
+
+    def column(self, name: str) -> str:
+        """The table column ``iceberg.partition.spec`` means by ``name``: a value column, else the ``kafka``
+        struct's (``hour(timestamp)`` partitions by the record timestamp, ``kafka.timestamp``)."""
+        if any(f.name == name for f in self.fields) or name.startswith(f"{KAFKA_COLUMN}."):
+            return name
+        return f"{KAFKA_COLUMN}.{name}" if name in KAFKA_STRUCT_COLUMNS else name
 
     def _value_columns(self, raw: bytes | None) -> tuple[dict[str, Any] | None, str]:
         """The value's columns, or None and the reason it cannot become a row."""
@@ -304,21 +313,46 @@ class ValueJsonConverter:
             _drop_path(out, p)
         return out, ""
 
-    def __call__(self, records: pa.Table | pa.RecordBatch) -> tuple[pa.Table, list[tuple[dict[str, Any], str]]]:
-        rows = records.to_pylist()
+    def __call__(self, records: Any) -> tuple[pa.Table, list[tuple[Any, str]]]:
+        if isinstance(records, pa.Table | pa.RecordBatch):
+            rows = records.to_pylist()
+            values = [r.get("value") for r in rows]
+            kafka = [{n: r.get(n) for n in KAFKA_STRUCT_COLUMNS} for r in rows]
+            rejected = rows.__getitem__
+        else:
+            values = records.values
+            kafka = _chunk_kafka_rows(records)
+            rejected = records.record
         good: list[dict[str, Any]] = []
-        bad: list[tuple[dict[str, Any], str]] = []
+        bad: list[tuple[Any, str]] = []
         value_names = [f.name for f in self.output_schema if f.name != KAFKA_COLUMN]
-        for row in rows:
-            out, reason = self._value_columns(row.get("value"))
+        for i, raw in enumerate(values):
+            out, reason = self._value_columns(raw)
             if out is None:
-                bad.append((row, reason))
+                bad.append((rejected(i), reason))
                 continue
-            good_row = {n: out.get(n) for n in value_names}
-            good_row[KAFKA_COLUMN] = {n: row.get(n) for n in KAFKA_STRUCT_COLUMNS}
-            good.append(good_row)
-        table = pa.Table.from_pylist(good, schema=self.output_schema)
-        return table, bad
+            row = {n: out.get(n) for n in value_names}
+            row[KAFKA_COLUMN] = kafka[i]
+            good.append(row)
+        return pa.Table.from_pylist(good, schema=self.output_schema), bad
+
+
+def _chunk_kafka_rows(chunk: Any) -> list[dict[str, Any]]:
+    """The ``kafka`` struct of each record of a translator chunk (timestamps: ms -> us)."""
+    return [
+        {
+            "key": key,
+            "topic": chunk.topic,
+            "partition": chunk.partition,
+            "offset": off,
+            "timestamp": ts * 1000,
+            "timestampType": tt,
+            "headers": [{"key": k, "value": v} for k, v in hdrs] if hdrs else None,
+        }
+        for key, off, ts, tt, hdrs in zip(
+            chunk.keys, chunk.offsets, chunk.timestamps, chunk.timestamp_types, chunk.headers, strict=True
+        )
+    ]
 
 
 __all__ = [

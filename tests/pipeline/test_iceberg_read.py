@@ -76,7 +76,7 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         },
     }
     conv = ValueJsonConverter(parse_value_schema(json.dumps(schema)))
-    orders = c.create_table(("strata", "orders"), schema=conv.schema)
+    orders = c.create_table(("strata", "orders"), schema=conv.arrow_schema)
     conv.bind(orders)
     doc = {"id": 0, "user": {"name": "u", "tier": 1}, "lines": [{"sku": "a"}, {"sku": "b"}]}
     good, bad = conv(

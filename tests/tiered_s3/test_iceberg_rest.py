@@ -38,7 +38,7 @@ def test_value_json_table_through_the_rest_catalog(seaweed: SeaweedServer) -> No
         "properties": {"id": {"type": "integer"}, "tags": {"type": "array", "items": {"type": "string"}}},
     }
     conv = ValueJsonConverter(parse_value_schema(json.dumps(schema)))
-    table = catalog.create_table(opts.identifier, schema=conv.schema)
+    table = catalog.create_table(opts.identifier, schema=conv.arrow_schema)
     conv.bind(table)
     t0 = datetime.datetime(2026, 5, 1, tzinfo=datetime.UTC)
     kv = pa.Table.from_pylist(

@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from strata.remote.iceberg.dlq import DLQ_SCHEMA, append_dlq, dlq_table_name
+from strata.remote.iceberg.dlq import DLQ_SCHEMA, DlqSink, append_dlq, dlq_table_name
 from strata.remote.iceberg.kv_schema import KEY_VALUE_SCHEMA
 from strata.remote.iceberg.offsets import committed_next_offsets
 from strata.remote.iceberg.value_json import (
@@ -88,7 +88,7 @@ GOOD = {
 
 def test_nested_fields_round_trip_through_a_real_table(catalog: Any) -> None:
     conv = ValueJsonConverter(parse_value_schema(json.dumps(SCHEMA)))
-    table = catalog.create_table(("strata", "orders"), schema=conv.schema)
+    table = catalog.create_table(("strata", "orders"), schema=conv.arrow_schema)
     conv.bind(table)
     good, bad = conv(_kv([GOOD, {"id": 2, "user": {"name": "bob"}}]))
     assert bad == []
@@ -137,22 +137,70 @@ def test_dlq_table_holds_rejected_records_with_offsets_exactly_once(catalog: Any
     conv = ValueJsonConverter(parse_value_schema(json.dumps(SCHEMA)))
     _good, bad = conv(_kv([GOOD, b"\xff", {"id": "x", "user": {"name": "a"}}, GOOD], partition=3, start=40))
     dlq = catalog.create_table(("strata", dlq_table_name("orders")), schema=DLQ_SCHEMA)
-    assert append_dlq(dlq, bad, {3: 44}, "topic-uuid") == 2
-    # the translator died before its topic-table commit: the same batch is converted and offered again
-    assert append_dlq(dlq, bad, {3: 44}, "topic-uuid") == 0
+    assert append_dlq(dlq, bad, "topic-uuid") == 2
+    # the translator died before its topic-table commit: the same records are converted and offered again
+    assert append_dlq(dlq, bad, "topic-uuid") == 0
     rows = dlq.scan().to_arrow().to_pylist()
     assert [(r["partition"], r["offset"], r["value"]) for r in rows] == [
         (3, 41, b"\xff"),
         (3, 42, b'{"id": "x", "user": {"name": "a"}}'),
     ]
     assert "not JSON" in rows[0]["reason"] and "$.id: expected long" in rows[1]["reason"]
-    assert committed_next_offsets(dlq) == {3: 44}
+    assert committed_next_offsets(dlq) == {3: 43}
     assert dlq.current_snapshot().summary["strata.topic-id"] == "topic-uuid"
+
+
+class _Chunk:
+    """A translator chunk's shape (remote.iceberg.records.RecordChunk): columns as lists, record(i)."""
+
+    def __init__(self, values: list[Any], partition: int = 0, start: int = 0) -> None:
+        self.topic, self.partition = "orders", partition
+        self.values = [v if isinstance(v, bytes) or v is None else json.dumps(v).encode() for v in values]
+        self.offsets = [start + i for i in range(len(values))]
+        self.timestamps = [1_700_000_000_000 + i for i in range(len(values))]
+        self.timestamp_types = [0] * len(values)
+        self.keys = [b"k"] * len(values)
+        self.headers = [[("h", b"v")] if i % 2 else [] for i in range(len(values))]
+
+    def record(self, i: int) -> Any:
+        from types import SimpleNamespace
+
+        return SimpleNamespace(
+            topic=self.topic,
+            partition=self.partition,
+            offset=self.offsets[i],
+            timestamp=self.timestamps[i],
+            timestamp_type=self.timestamp_types[i],
+            key=self.keys[i],
+            value=self.values[i],
+            headers=self.headers[i],
+        )
+
+
+def test_translator_chunks_convert_and_their_rejects_reach_the_dlq(catalog: Any) -> None:
+    conv = ValueJsonConverter(parse_value_schema(json.dumps(SCHEMA)))
+    good, bad = conv(_Chunk([GOOD, "nope", GOOD], partition=2, start=7))
+    assert good.num_rows == 2 and [r.offset for r, _ in bad] == [8]
+    kafka = good.column("kafka").to_pylist()
+    assert [k["offset"] for k in kafka] == [7, 9]
+    assert kafka[0]["timestamp"] == datetime.datetime.fromtimestamp(1_700_000_000, datetime.UTC)
+    assert kafka[1]["headers"] is None and kafka[0]["partition"] == 2
+    dlq = catalog.create_table(("strata", "orders~dlq"), schema=DLQ_SCHEMA)
+    sink = DlqSink(lambda: catalog.load_table(("strata", "orders~dlq")), "tid")
+    sink(bad)
+    sink(bad)
+    rows = dlq.refresh().scan().to_arrow().to_pylist()
+    assert [(r["partition"], r["offset"], r["value"], r["headers"]) for r in rows] == [
+        (2, 8, b'"nope"', [{"key": "h", "value": b"v"}])
+    ]
+    assert sink.written == 1
+    assert "JSON string, not an object" in rows[0]["reason"]
+    assert conv.column("timestamp") == "kafka.timestamp" and conv.column("id") == "id"
 
 
 def test_new_optional_field_becomes_a_column(catalog: Any) -> None:
     v1 = ValueJsonConverter(parse_value_schema(json.dumps(SCHEMA)))
-    table = catalog.create_table(("strata", "orders"), schema=v1.schema)
+    table = catalog.create_table(("strata", "orders"), schema=v1.arrow_schema)
     v1.bind(table)
     table.append(v1(_kv([GOOD]))[0])
 
@@ -173,7 +221,7 @@ def test_new_optional_field_becomes_a_column(catalog: Any) -> None:
 
 def test_incompatible_type_change_sends_records_to_the_dlq(catalog: Any) -> None:
     v1 = ValueJsonConverter(parse_value_schema(json.dumps(SCHEMA)))
-    table = catalog.create_table(("strata", "orders"), schema=v1.schema)
+    table = catalog.create_table(("strata", "orders"), schema=v1.arrow_schema)
     v1.bind(table)
     changed = json.loads(json.dumps(SCHEMA))
     changed["properties"]["amount"] = {"type": ["string", "null"]}  # double -> string: Iceberg cannot
@@ -193,7 +241,7 @@ def test_incompatible_type_change_sends_records_to_the_dlq(catalog: Any) -> None
 def test_int_to_long_promotion_widens_the_column(catalog: Any) -> None:
     narrow = {"type": "object", "properties": {"n": {"type": "integer", "format": "int32"}}}
     v1 = ValueJsonConverter(parse_value_schema(json.dumps(narrow)))
-    table = catalog.create_table(("strata", "nums"), schema=v1.schema)
+    table = catalog.create_table(("strata", "nums"), schema=v1.arrow_schema)
     v1.bind(table)
     table.append(v1(_kv([{"n": 5}]))[0])
     wide = {"type": "object", "properties": {"n": {"type": "integer"}}}
