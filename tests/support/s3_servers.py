@@ -280,7 +280,7 @@ class SeaweedServer(S3Server):
     def env(self) -> dict[str, str]:
         env = super().env()
         if self.table_bucket:
-            # identities for the Iceberg catalog's SigV4 and its multipart uploads (unsigned access is refused there)
+            # an identity for the Iceberg catalog's OAuth2 and S3 access (it refuses unknown keys on multipart uploads)
             env.update({"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY})
         return env
 
@@ -296,23 +296,18 @@ class SeaweedServer(S3Server):
             return False
 
     def iceberg_catalog_config(self) -> dict[str, str]:
-        """The broker's ``iceberg.catalog.*`` settings for this catalog (pyiceberg RestCatalog over SigV4, data in
-        the table bucket through the S3 gateway)."""
+        """The broker's ``iceberg.catalog.*`` settings for this catalog: pyiceberg's RestCatalog with an OAuth2 client
+        credential (SeaweedFS takes the S3 access key and secret), the Parquet files through the S3 gateway."""
         return {
             "iceberg.catalog.type": "rest",
             "iceberg.catalog.uri": self.iceberg_uri,
             "iceberg.catalog.warehouse": f"s3://{self.table_bucket}",
+            "iceberg.catalog.credential": f"{ACCESS_KEY}:{SECRET_KEY}",
             "iceberg.catalog.prop.s3.endpoint": self.endpoint,
             "iceberg.catalog.prop.s3.region": REGION,
             "iceberg.catalog.prop.s3.access-key-id": ACCESS_KEY,
             "iceberg.catalog.prop.s3.secret-access-key": SECRET_KEY,
             "iceberg.catalog.prop.s3.path-style-access": "true",
-            "iceberg.catalog.prop.rest.sigv4-enabled": "true",
-            "iceberg.catalog.prop.rest.signing-region": REGION,
-            "iceberg.catalog.prop.rest.signing-name": "s3tables",
-            "iceberg.catalog.prop.client.access-key-id": ACCESS_KEY,
-            "iceberg.catalog.prop.client.secret-access-key": SECRET_KEY,
-            "iceberg.catalog.prop.client.region": REGION,
         }
 
 
