@@ -218,6 +218,7 @@ OPTIONAL_GROUPS: list[tuple[str, str]] = [
     ("quotas", "bench.quota_bench"),  # issue 18: achieved rate under producer_byte_rate / consumer_byte_rate
     ("security", "bench.security_bench"),  # issue 18: TLS vs plaintext throughput, SCRAM connection set-up rate
     ("transactions", "bench.txn_bench"),  # issue 19: transactional vs idempotent produce, READ_COMMITTED consume
+    ("iceberg", "bench.iceberg_bench"),  # issue 23: translation vs produce rate, Spark aggregate table vs topic
 ]
 
 
