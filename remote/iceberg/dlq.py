@@ -17,7 +17,14 @@ from typing import Any
 import pyarrow as pa
 
 from .kv_schema import KEY_VALUE_SCHEMA
-from .snapshot_props import TOPIC_ID, carried_properties, ensure_commit_properties, next_offsets, summary_properties
+from .snapshot_props import (
+    COMMIT_PROPERTIES,
+    TOPIC_ID,
+    carried_properties,
+    ensure_commit_properties,
+    next_offsets,
+    summary_properties,
+)
 
 DLQ_SUFFIX = "~dlq"
 DLQ_SCHEMA = KEY_VALUE_SCHEMA.append(pa.field("reason", pa.string()))
@@ -93,4 +100,27 @@ class DlqSink:
                 time.sleep(random.uniform(0.005, 0.05) * min(attempt, 10))  # spread competing committers apart
 
 
-__all__ = ["DLQ_SCHEMA", "DLQ_SUFFIX", "DlqSink", "append_dlq", "dlq_rows", "dlq_table_name"]
+def dlq_sink(catalog: Any, identifier: tuple[str, str]) -> DlqSink:
+    """The broker's hook: the DLQ sink of the topic table ``identifier``. The DLQ table ``<topic>~dlq`` (same
+    namespace, unpartitioned) is made at its first write; its commits carry the topic table's ``strata.topic-id``
+    (a table property the translator sets)."""
+    from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
+
+    ns, topic = identifier
+    dlq_id = (ns, dlq_table_name(topic))
+    topic_id = str(catalog.load_table(identifier).properties.get(TOPIC_ID, ""))
+
+    def open_table() -> Any:
+        try:
+            return catalog.load_table(dlq_id)
+        except NoSuchTableError:
+            pass
+        try:
+            return catalog.create_table(dlq_id, schema=DLQ_SCHEMA, properties={**COMMIT_PROPERTIES, TOPIC_ID: topic_id})
+        except TableAlreadyExistsError:  # another partition's leader made it first
+            return catalog.load_table(dlq_id)
+
+    return DlqSink(open_table, topic_id)
+
+
+__all__ = ["DLQ_SCHEMA", "DLQ_SUFFIX", "DlqSink", "append_dlq", "dlq_rows", "dlq_sink", "dlq_table_name"]

@@ -337,6 +337,14 @@ class ValueJsonConverter:
         return pa.Table.from_pylist(good, schema=self.output_schema), bad
 
 
+def converter(configs: Mapping[str, Any]) -> ValueJsonConverter:
+    """The broker's hook (``strata.remote.iceberg.<mode>.converter(topic configs)``): the converter of a topic's
+    ``iceberg.value.schema`` / ``iceberg.value.schema.file``. Raises ValueSchemaError naming what is wrong."""
+    return ValueJsonConverter(
+        load_value_schema(configs.get("iceberg.value.schema"), configs.get("iceberg.value.schema.file"))
+    )
+
+
 def _chunk_kafka_rows(chunk: Any) -> list[dict[str, Any]]:
     """The ``kafka`` struct of each record of a translator chunk (timestamps: ms -> us)."""
     return [
@@ -363,6 +371,7 @@ __all__ = [
     "ValueSchemaError",
     "arrow_type",
     "bind_table",
+    "converter",
     "load_value_schema",
     "parse_value_schema",
     "value_json_arrow_schema",

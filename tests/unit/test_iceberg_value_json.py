@@ -11,12 +11,13 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from strata.remote.iceberg.dlq import DLQ_SCHEMA, DlqSink, append_dlq, dlq_table_name
+from strata.remote.iceberg.dlq import DLQ_SCHEMA, append_dlq, dlq_sink, dlq_table_name
 from strata.remote.iceberg.kv_schema import KEY_VALUE_SCHEMA
 from strata.remote.iceberg.offsets import committed_next_offsets
 from strata.remote.iceberg.value_json import (
     ValueJsonConverter,
     ValueSchemaError,
+    converter,
     load_value_schema,
     parse_value_schema,
 )
@@ -185,11 +186,14 @@ def test_translator_chunks_convert_and_their_rejects_reach_the_dlq(catalog: Any)
     assert [k["offset"] for k in kafka] == [7, 9]
     assert kafka[0]["timestamp"] == datetime.datetime.fromtimestamp(1_700_000_000, datetime.UTC)
     assert kafka[1]["headers"] is None and kafka[0]["partition"] == 2
-    dlq = catalog.create_table(("strata", "orders~dlq"), schema=DLQ_SCHEMA)
-    sink = DlqSink(lambda: catalog.load_table(("strata", "orders~dlq")), "tid")
+    catalog.create_table(("strata", "orders"), schema=conv.arrow_schema, properties={"strata.topic-id": "tid"})
+    sink = dlq_sink(catalog, ("strata", "orders"))  # the broker's hook: makes orders~dlq at its first write
     sink(bad)
     sink(bad)
-    rows = dlq.refresh().scan().to_arrow().to_pylist()
+    dlq = catalog.load_table(("strata", "orders~dlq"))
+    assert dlq.properties["commit.retry.num-retries"] == "0"
+    assert dlq.current_snapshot().summary["strata.topic-id"] == "tid"
+    rows = dlq.scan().to_arrow().to_pylist()
     assert [(r["partition"], r["offset"], r["value"], r["headers"]) for r in rows] == [
         (2, 8, b'"nope"', [{"key": "h", "value": b"v"}])
     ]
@@ -276,6 +280,14 @@ def test_schema_file_and_missing_schema(tmp_path: Path) -> None:
     f = tmp_path / "orders.schema.json"
     f.write_text(json.dumps(SCHEMA))
     assert [x.name for x in load_value_schema(None, str(f))][:2] == ["id", "amount"]
+    # the broker's hook builds the converter from the topic's configs; the inline schema wins over the file
+    conv = converter(
+        {
+            "iceberg.value.schema": json.dumps({"type": "object", "properties": {"z": {"type": "string"}}}),
+            "iceberg.value.schema.file": str(f),
+        }
+    )
+    assert conv.arrow_schema.names == ["z", "kafka"]
     with pytest.raises(ValueSchemaError, match=r"needs iceberg\.value\.schema"):
         load_value_schema("", "")
     with pytest.raises(ValueSchemaError, match="No such file"):
