@@ -278,11 +278,10 @@ class SeaweedServer(S3Server):
         return weed_mini_command(_venv_bin("weed"), self.workdir, self.port, self.iceberg_port, self.table_bucket)
 
     def env(self) -> dict[str, str]:
-        env = super().env()
-        if self.table_bucket:
-            # an identity for the Iceberg catalog's OAuth2 and S3 access (it refuses unknown keys on multipart uploads)
-            env.update({"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY})
-        return env
+        # the clients' identity: without one SeaweedFS accepts signed PUTs but refuses signed multipart uploads
+        # (UploadPart: INVALID_ACCESS_KEY_ID), which pyarrow's S3 writer uses for Parquet and Iceberg metadata files;
+        # the Iceberg catalog's OAuth2 client credential is this identity too
+        return {**super().env(), "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY}
 
     def _ready(self) -> bool:
         if not super()._ready():
