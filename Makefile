@@ -17,11 +17,11 @@ $(BASE_STAMP): pyproject.toml
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[client]'
+	$(PIP) install -q -e '.[client,iceberg]'
 	touch $(BASE_STAMP)
 
 $(STAMP): $(BASE_STAMP)
-	$(PIP) install -q -e '.[test,bench,spark,dev]'
+	$(PIP) install -q -e '.[test,bench,spark,dev,iceberg]'
 	touch $(STAMP)
 
 venv: $(STAMP)

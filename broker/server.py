@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from .cluster.etcd_store import EtcdMetadataStore
     from .cluster.forwarding import ControllerChannel
     from .cluster.liveness import PeerWatch
+    from .iceberg import IcebergManager
     from .tiered import TieredStorage
 
 log = structlog.get_logger("strata.server")
@@ -209,6 +210,7 @@ class KafkaServer:
         producer_ids = ProducerIdManager(self.store)
         self.txn_coordinator = self._build_txn_coordinator(producer_ids)
         self.replica_manager.leadership_listeners.append(self._on_leadership_change)
+        self.iceberg: IcebergManager | None = self._build_iceberg()
         self.dynamic_config.attach(self.replica_manager, self.log_cleaner)
         self.services = BrokerServices(
             config=config,
@@ -250,6 +252,18 @@ class KafkaServer:
         self._deleted_while_down: list[TopicIdPartition] = []
         self._tasks: list[asyncio.Task] = []
         self.metrics_address: tuple[str, int] | None = None
+
+    def _build_iceberg(self) -> IcebergManager | None:
+        """Iceberg topics (docs/iceberg.md): built when pyiceberg is installed (the `iceberg` extra); its
+        translators start for the partitions led here of topics with iceberg.enable=true."""
+        try:
+            from .iceberg import IcebergManager
+        except ImportError as e:
+            log.info("iceberg topics unavailable (pip install 'strata-broker[iceberg]')", error=str(e))
+            return None
+        return IcebergManager(
+            self.config, self.replica_manager, self.metrics.registry, lambda: self.replica_manager.rlm
+        )
 
     def _log_config_for(self, topic: str):
         return self.replica_manager.log_config_for(topic)
@@ -386,6 +400,8 @@ class KafkaServer:
         self.metrics.register_controller(self._is_controller if self.cluster_mode else lambda: True, self._offline)
         self.gc_pauses.install(self.metrics.registry)
         await self.socket_server.start()  # bound at the beginning: now accepting
+        if self.iceberg is not None:
+            self.iceberg.start()
         if self.peer_watch is not None:  # (cluster mode)
             self.peer_watch.start()
         if self.log_cleaner is not None:  # compaction; its swaps run on this loop
@@ -611,6 +627,8 @@ class KafkaServer:
         if self.controller_channel is not None:
             await self.controller_channel.close()
         await self.replica_manager.shutdown()  # replica fetchers stop before the logs close
+        if self.iceberg is not None:
+            await self.iceberg.close()  # translators stop (a commit in flight finishes in its thread)
         if self.tiered is not None:
             await self.tiered.close()  # the partition remover, the RLM, the RLMM and its connections
         await self.dynamic_config.close()  # a cleaner restart in flight

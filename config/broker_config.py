@@ -13,6 +13,7 @@ from .authorizer import AUTHORIZER_DEFS
 from .connection_quotas import ConnectionQuotas
 from .defs import ConfigDef, ConfigError, at_least, retention_value
 from .defs import ConfigType as T
+from .iceberg import CATALOG_PROP_PREFIX, ICEBERG_BROKER_DEFS
 from .security import SECURITY_DEFS, check_security, protocol_map
 from .topic_config import TOPIC_CONFIG_DEFS, TOPIC_TO_BROKER_SYNONYM, LogConfig
 
@@ -369,20 +370,15 @@ _BROKER_DEFS: list[ConfigDef] = [
     ),
     ConfigDef("log.format", T.STRING, "console", "console or json", choices=("console", "json")),
     ConfigDef("log.level", T.STRING, "INFO", "", choices=("DEBUG", "INFO", "WARNING", "ERROR")),
-    ConfigDef(
-        "iceberg.maintenance.interval.ms",
-        T.LONG,
-        3600000,
-        "topic tables: merge small files and expire snapshots this often (0: never)",
-        at_least(0),
-    ),
 ]
 
-BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in _BROKER_DEFS + SECURITY_DEFS + AUTHORIZER_DEFS}
+BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
+    d.name: d for d in _BROKER_DEFS + SECURITY_DEFS + AUTHORIZER_DEFS + ICEBERG_BROKER_DEFS
+}
 
 # Keys under these prefixes belong to plugins (Kafka's remote.log.storage.manager.impl.prefix and
 # remote.log.metadata.manager.impl.prefix defaults) or to one listener: not reported as unknown.
-PLUGIN_PREFIXES = ("rsm.config.", "rlmm.config.", "listener.name.")
+PLUGIN_PREFIXES = ("rsm.config.", "rlmm.config.", "listener.name.", CATALOG_PROP_PREFIX)
 
 
 def broker_default(key: str) -> Any:

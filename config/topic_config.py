@@ -16,7 +16,7 @@ from .defs import (
     retention_value,
 )
 from .defs import ConfigType as T
-from .value_schema import check_value_schema
+from .iceberg import ICEBERG_TOPIC_DEFS, check_iceberg_overrides
 
 # (topic key, broker synonym or None, definition)
 _TOPIC_DEFS: list[tuple[str, str | None, ConfigDef]] = [
@@ -160,19 +160,7 @@ _TOPIC_DEFS: list[tuple[str, str | None, ConfigDef]] = [
     ),
 ]
 
-# iceberg.mode=value_json: the value's JSON Schema, inline or as a file on the brokers (docs/iceberg.md)
-_TOPIC_DEFS += [
-    (
-        "iceberg.value.schema",
-        None,
-        ConfigDef("iceberg.value.schema", T.STRING, "", "value_json: JSON Schema of the value", check_value_schema),
-    ),
-    (
-        "iceberg.value.schema.file",
-        None,
-        ConfigDef("iceberg.value.schema.file", T.STRING, "", "value_json: path of the value's JSON Schema file"),
-    ),
-]
+_TOPIC_DEFS += ICEBERG_TOPIC_DEFS
 
 TOPIC_CONFIG_DEFS: dict[str, ConfigDef] = {k: d for k, _, d in _TOPIC_DEFS}
 TOPIC_TO_BROKER_SYNONYM: dict[str, str] = {k: s for k, s, _ in _TOPIC_DEFS if s}
@@ -189,6 +177,7 @@ def validate_topic_overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:
             out[key] = d.parse(raw)
         except ConfigError as e:
             raise ConfigError(f"Invalid value {raw!r} for configuration {key}: {e}") from None
+    check_iceberg_overrides(out)
     return out
 
 
