@@ -217,13 +217,13 @@ def tail_source_options(opts: TableOptions, committed: Mapping[int, int]) -> Sou
 
 
 def plan(opts: TableOptions, filters: Sequence[Any] = ()) -> TablePlan:
-    from strata.remote.iceberg.snapshot_props import next_offsets, summary_properties
+    from strata.remote.iceberg.offsets import committed_next_offsets
 
     table = load_table(opts)
     snap = table.current_snapshot()
     key_value = all(c in table.schema().column_names for c in ("partition", "offset"))
     row_filter, bounds = pruning(filters, key_value)
-    committed = next_offsets(summary_properties(snap))
+    committed = committed_next_offsets(table)  # the summary of snap, the snapshot planned below
     out = TablePlan(table.metadata_location, dict(table.io.properties), committed=committed)
     if snap is not None:
         scan = table.scan(row_filter=row_filter, snapshot_id=snap.snapshot_id)

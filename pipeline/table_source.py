@@ -25,7 +25,7 @@ from pyspark.sql.types import StructType
 
 from .options import SourceOptions
 from .planning import OffsetRange
-from .reading import read_range
+from .reading import ROWS_PER_BATCH, read_range
 from .source import _arrow_schema
 from .table_planning import TableOptions, load_table, parse_table_options, plan
 
@@ -96,8 +96,9 @@ def read_file(ctx: FileScanContext, task: Any, target: Any) -> Iterator[Any]:
     schema = next(s for s in md.schemas if s.schema_id == ctx.schema_id)
     scan = ArrowScan(md, io, schema, ctx.row_filter)
     for rb in scan.to_record_batches([task]):
-        if rb.num_rows:
-            yield rb.select(target.names).cast(target)
+        out = rb.select(target.names).cast(target)
+        for at in range(0, out.num_rows, ROWS_PER_BATCH):  # batches of the strata source's size for the JVM side
+            yield out.slice(at, ROWS_PER_BATCH)
 
 
 class TableReader(DataSourceReader):

@@ -16,15 +16,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from .catalog import NO_COMMIT_RETRIES, without_commit_retries
 from .kv_schema import KEY_VALUE_SCHEMA
-from .snapshot_props import (
-    COMMIT_PROPERTIES,
-    TOPIC_ID,
-    carried_properties,
-    ensure_commit_properties,
-    next_offsets,
-    summary_properties,
-)
+from .offsets import TOPIC_ID, carried_properties, committed_next_offsets
 
 DLQ_SUFFIX = "~dlq"
 DLQ_SCHEMA = KEY_VALUE_SCHEMA.append(pa.field("reason", pa.string()))
@@ -61,9 +55,8 @@ def dlq_rows(bad: Sequence[tuple[Any, str]]) -> pa.Table:
 def append_dlq(table: Any, bad: Sequence[tuple[Any, str]], topic_id: str) -> int:
     """Append the rejected records the DLQ table does not hold yet; returns how many were written. A
     CommitFailedException (a concurrent commit: another partition's leader) propagates; ``DlqSink`` retries."""
-    ensure_commit_properties(table)
-    parent = table.current_snapshot()
-    done = next_offsets(summary_properties(parent))
+    without_commit_retries(table)
+    done = committed_next_offsets(table)
     rows = dlq_rows(bad).to_pylist()
     fresh = [r for r in rows if r["offset"] >= done.get(r["partition"], 0)]
     if not fresh:
@@ -71,7 +64,7 @@ def append_dlq(table: Any, bad: Sequence[tuple[Any, str]], topic_id: str) -> int
     updates: dict[int, int] = {}
     for r in fresh:
         updates[r["partition"]] = max(updates.get(r["partition"], 0), r["offset"] + 1)
-    props = carried_properties(parent, updates)
+    props = carried_properties(table, updates)
     props[TOPIC_ID] = topic_id
     table.append(pa.Table.from_pylist(fresh, DLQ_SCHEMA), snapshot_properties=props)
     return len(fresh)
@@ -116,7 +109,7 @@ def dlq_sink(catalog: Any, identifier: tuple[str, str]) -> DlqSink:
         except NoSuchTableError:
             pass
         try:
-            return catalog.create_table(dlq_id, schema=DLQ_SCHEMA, properties={**COMMIT_PROPERTIES, TOPIC_ID: topic_id})
+            return catalog.create_table(dlq_id, schema=DLQ_SCHEMA, properties={**NO_COMMIT_RETRIES, TOPIC_ID: topic_id})
         except TableAlreadyExistsError:  # another partition's leader made it first
             return catalog.load_table(dlq_id)
 

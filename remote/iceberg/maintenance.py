@@ -13,7 +13,7 @@ old snapshots, with Iceberg's own table properties for the thresholds.
   newest ``history.expire.min-snapshots-to-keep`` (1) and every branch or tag head; the data files only they
   referenced are deleted. The offsets live in every snapshot's summary, so expiry cannot lose them.
 
-Commits are made with pyiceberg's automatic commit retry off (``snapshot_props.ensure_commit_properties``).
+Commits are made with pyiceberg's automatic commit retry off (``catalog.without_commit_retries``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .snapshot_props import carried_properties, ensure_commit_properties
+from .catalog import without_commit_retries
+from .offsets import carried_properties
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +92,7 @@ def merge_small_files(table: Any, min_input_files: int = MIN_INPUT_FILES) -> tup
     from pyiceberg.expressions import AlwaysTrue
     from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
 
-    parent = table.current_snapshot()
-    if parent is None:
+    if table.current_snapshot() is None:
         return 0, 0
     groups = small_file_groups(table, min_input_files)
     if not groups:
@@ -107,7 +107,7 @@ def merge_small_files(table: Any, min_input_files: int = MIN_INPUT_FILES) -> tup
         old += [t.file for t in tasks]
         new += list(_dataframe_to_data_files(table.metadata, _kafka_order(rows), table.io))
     tx = table.transaction()
-    with tx.update_snapshot(snapshot_properties=carried_properties(parent)).overwrite() as ow:
+    with tx.update_snapshot(snapshot_properties=carried_properties(table)).overwrite() as ow:
         for f in old:
             ow.delete_data_file(f)
         for f in new:
@@ -150,7 +150,7 @@ def run_maintenance(table: Any, now_ms: int | None = None, min_input_files: int 
     to a translator's commit is skipped until the next run."""
     from pyiceberg.exceptions import CommitFailedException
 
-    ensure_commit_properties(table)
+    without_commit_retries(table)
     out = MaintenanceResult()
     try:
         out.files_merged, out.files_written = merge_small_files(table, min_input_files)

@@ -288,10 +288,25 @@ class SeaweedServer(S3Server):
             return False
         if not self.iceberg_port:
             return True
+        return self._table_bucket_ready()
+
+    def _table_bucket_ready(self) -> bool:
+        """The catalog answers for the table bucket (it is made a moment after the catalog starts listening)."""
+        import json
+        import urllib.parse
+
+        form = urllib.parse.urlencode(
+            {"grant_type": "client_credentials", "client_id": ACCESS_KEY, "client_secret": SECRET_KEY}
+        ).encode()
         try:
-            with urllib.request.urlopen(f"{self.iceberg_uri}/v1/config", timeout=2) as r:
+            with urllib.request.urlopen(f"{self.iceberg_uri}/v1/oauth/tokens", data=form, timeout=2) as r:
+                token = json.loads(r.read())["access_token"]
+            req = urllib.request.Request(
+                f"{self.iceberg_uri}/v1/{self.table_bucket}/namespaces", headers={"Authorization": f"Bearer {token}"}
+            )
+            with urllib.request.urlopen(req, timeout=2) as r:
                 return r.status == 200
-        except OSError:
+        except (OSError, ValueError, KeyError):
             return False
 
     def iceberg_catalog_config(self) -> dict[str, str]:

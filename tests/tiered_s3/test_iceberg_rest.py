@@ -1,7 +1,8 @@
 """SeaweedFS's Iceberg REST catalog (``weed mini -s3.port.iceberg``, an S3 Tables bucket as the warehouse) through
-pyiceberg's RestCatalog with the ``iceberg.catalog.*`` settings the broker and the Spark source take: a value_json
-table with a DLQ-worthy record is written, then planned and read file by file by the ``strata-iceberg`` source's
-driver and executor code (SigV4 to the catalog, the S3 gateway for the Parquet files)."""
+pyiceberg's RestCatalog with the ``iceberg.catalog.*`` settings the broker and the Spark source take (OAuth2 client
+credential to the catalog, the S3 gateway for the Parquet files): a value_json table written with pyiceberg, and a
+topic the broker's translator turns into a table there; both planned and read file by file by the
+``strata-iceberg`` source's driver and executor code."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 from strata.pipeline.table_planning import load_catalog, parse_table_options, plan
 from strata.pipeline.table_source import FileScanContext, read_file
 from strata.remote.iceberg.kv_schema import KEY_VALUE_SCHEMA
-from strata.remote.iceberg.snapshot_props import carried_properties
+from strata.remote.iceberg.offsets import carried_properties
 from strata.remote.iceberg.value_json import ValueJsonConverter, parse_value_schema
 from tests.support.s3_servers import SeaweedServer
 
@@ -59,7 +60,7 @@ def test_value_json_table_through_the_rest_catalog(seaweed: SeaweedServer) -> No
     )
     good, bad = conv(kv)
     assert [row["offset"] for row, _ in bad] == [3]
-    table.append(good, snapshot_properties=carried_properties(None, {0: 6}))
+    table.append(good, snapshot_properties=carried_properties(table, {0: 6}))
 
     # a second client (the Spark driver) sees the commit and its offsets; the executors read the files from S3
     p = plan(opts)
@@ -69,3 +70,51 @@ def test_value_json_table_through_the_rest_catalog(seaweed: SeaweedServer) -> No
     target = pa.schema([pa.field("id", pa.int64()), pa.field("tags", pa.list_(pa.field("element", pa.string())))])
     rows = [r for t in p.tasks for b in read_file(ctx, t, target) for r in b.to_pylist()]
     assert sorted(rows, key=lambda r: r["id"]) == [{"id": i, "tags": ["a"] * i} for i in (0, 1, 2, 4, 5)]
+
+
+def test_broker_translates_a_topic_into_the_rest_catalog(
+    seaweed: SeaweedServer, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A broker with iceberg.catalog.type=rest on SeaweedFS: its translator creates and fills the table there, and
+    the strata-iceberg planning finds every record at its offset."""
+    from confluent_kafka import Producer
+
+    from tests.support.broker_proc import StrataBroker
+    from tests.support.waiting import wait_until
+
+    topic = "events-rest"
+    cfg = seaweed.iceberg_catalog_config()
+    b = StrataBroker(tmp_path_factory.mktemp("rest-broker"), cfg, name="rest-broker").start()
+    try:
+        from strata.cli.admin_client import AdminClient
+
+        with AdminClient(b.bootstrap) as a:
+            a.create_topic(topic, 2, 1, {"iceberg.enable": "true", "iceberg.target.lag.ms": "300"})
+        p = Producer({"bootstrap.servers": b.bootstrap, "acks": "all", "log_level": 3})
+        for i in range(40):
+            p.produce(topic, f"v{i}".encode(), key=f"k{i}".encode(), partition=i % 2)
+        assert p.flush(30) == 0
+        opts = parse_table_options({"subscribe": topic, **cfg})
+
+        def committed() -> dict[int, int] | None:
+            try:
+                c = plan(opts).committed
+            except Exception:  # noqa: BLE001 - no table yet
+                return None
+            return c if c == {0: 20, 1: 20} else None
+
+        wait_until(committed, timeout=60, message="the table never reached the topic's end")
+        p2 = plan(opts)
+        ctx = FileScanContext(p2.metadata_location, p2.io_props, p2.schema_id, p2.row_filter)
+        target = pa.schema(
+            [pa.field("partition", pa.int32()), pa.field("offset", pa.int64()), pa.field("value", pa.binary())]
+        )
+        rows = sorted(
+            (r["partition"], r["offset"], r["value"])
+            for t in p2.tasks
+            for bt in read_file(ctx, t, target)
+            for r in bt.to_pylist()
+        )
+        assert rows == sorted((i % 2, i // 2, f"v{i}".encode()) for i in range(40))
+    finally:
+        b.stop()

@@ -14,6 +14,7 @@ import pytest
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.transforms import HourTransform
 
+from strata.remote.iceberg.catalog import without_commit_retries
 from strata.remote.iceberg.kv_schema import KEY_VALUE_SCHEMA
 from strata.remote.iceberg.maintenance import (
     MaintenanceScheduler,
@@ -21,8 +22,7 @@ from strata.remote.iceberg.maintenance import (
     merge_small_files,
     run_maintenance,
 )
-from strata.remote.iceberg.offsets import committed_next_offsets
-from strata.remote.iceberg.snapshot_props import TOPIC_ID, carried_properties, ensure_commit_properties
+from strata.remote.iceberg.offsets import TOPIC_ID, carried_properties, committed_next_offsets
 from tests.support.waiting import wait_until
 
 T0 = datetime.datetime(2026, 4, 1, 8, 0, tzinfo=datetime.UTC)
@@ -48,7 +48,7 @@ def _rows(partition: int, lo: int, hi: int) -> pa.Table:
 
 
 def _commit(table: Any, partition: int, lo: int, hi: int) -> None:
-    props = carried_properties(table.current_snapshot(), {partition: hi})
+    props = carried_properties(table, {partition: hi})
     props[TOPIC_ID] = "tid"
     table.append(_rows(partition, lo, hi), snapshot_properties=props)
 
@@ -72,7 +72,7 @@ def table(catalog: Any) -> Any:
     t = catalog.create_table(("strata", "t"), schema=KEY_VALUE_SCHEMA)
     with t.update_spec() as u:
         u.add_field("timestamp", HourTransform(), "timestamp_hour")
-    ensure_commit_properties(t)
+    without_commit_retries(t)
     for i in range(6):  # six small commits alternating between two Kafka partitions, one hour
         _commit(t, i % 2, (i // 2) * 10, (i // 2) * 10 + 10)
     return t
@@ -156,10 +156,10 @@ def test_pyiceberg_commit_retry_would_rewind_offsets(catalog: Any, retry_off: bo
     parent with the summary properties computed for the old one."""
     t = catalog.create_table(("strata", f"r{int(retry_off)}"), schema=KEY_VALUE_SCHEMA)
     if retry_off:
-        ensure_commit_properties(t)
+        without_commit_retries(t)
     _commit(t, 0, 0, 10)
     leader1 = catalog.load_table(t.name())
-    props = carried_properties(leader1.current_snapshot(), {1: 5})  # partition 1's leader builds its commit ...
+    props = carried_properties(leader1, {1: 5})  # partition 1's leader builds its commit ...
     _commit(t, 0, 10, 20)  # ... partition 0's leader commits first
     if retry_off:
         with pytest.raises(CommitFailedException):
