@@ -17,8 +17,8 @@ from typing import Any
 import pyarrow as pa
 
 from .catalog import NO_COMMIT_RETRIES, without_commit_retries
-from .kv_schema import KEY_VALUE_SCHEMA
 from .offsets import TOPIC_ID, carried_properties, committed_next_offsets
+from .schema import KEY_VALUE_SCHEMA
 
 DLQ_SUFFIX = "~dlq"
 DLQ_SCHEMA = KEY_VALUE_SCHEMA.append(pa.field("reason", pa.string()))

@@ -32,7 +32,10 @@ from strata.config.value_schema import (
     parse_value_schema,
 )
 
-from .kv_schema import KAFKA_STRUCT_COLUMNS, KEY_VALUE_SCHEMA
+from .schema import KEY_VALUE_SCHEMA
+
+# the key_value columns the kafka struct keeps (all but value)
+KAFKA_STRUCT_COLUMNS = ("key", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
 
 _LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
 _INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1

@@ -19,8 +19,8 @@ from pyspark.sql import datasource as ds
 from strata.pipeline.options import OptionError
 from strata.pipeline.table_planning import parse_table_options, plan
 from strata.pipeline.table_source import FilePartition, FileScanContext, TableReader, read_file
-from strata.remote.iceberg.kv_schema import KEY_VALUE_SCHEMA
 from strata.remote.iceberg.offsets import TOPIC_ID, carried_properties
+from strata.remote.iceberg.schema import KEY_VALUE_SCHEMA
 from strata.remote.iceberg.value_json import ValueJsonConverter, parse_value_schema
 from tests.pipeline.support import consume_all, create_topic, df_records, produce
 

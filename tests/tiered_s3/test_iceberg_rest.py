@@ -15,8 +15,8 @@ import pytest
 
 from strata.pipeline.table_planning import load_catalog, parse_table_options, plan
 from strata.pipeline.table_source import FileScanContext, read_file
-from strata.remote.iceberg.kv_schema import KEY_VALUE_SCHEMA
 from strata.remote.iceberg.offsets import carried_properties
+from strata.remote.iceberg.schema import KEY_VALUE_SCHEMA
 from strata.remote.iceberg.value_json import ValueJsonConverter, parse_value_schema
 from tests.support.s3_servers import SeaweedServer
 

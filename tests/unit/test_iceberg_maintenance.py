@@ -15,7 +15,6 @@ from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.transforms import HourTransform
 
 from strata.remote.iceberg.catalog import without_commit_retries
-from strata.remote.iceberg.kv_schema import KEY_VALUE_SCHEMA
 from strata.remote.iceberg.maintenance import (
     MaintenanceScheduler,
     expire_snapshots,
@@ -23,6 +22,7 @@ from strata.remote.iceberg.maintenance import (
     run_maintenance,
 )
 from strata.remote.iceberg.offsets import TOPIC_ID, carried_properties, committed_next_offsets
+from strata.remote.iceberg.schema import KEY_VALUE_SCHEMA
 from tests.support.waiting import wait_until
 
 T0 = datetime.datetime(2026, 4, 1, 8, 0, tzinfo=datetime.UTC)

@@ -12,8 +12,8 @@ import pyarrow as pa
 import pytest
 
 from strata.remote.iceberg.dlq import DLQ_SCHEMA, append_dlq, dlq_sink, dlq_table_name
-from strata.remote.iceberg.kv_schema import KEY_VALUE_SCHEMA
 from strata.remote.iceberg.offsets import committed_next_offsets
+from strata.remote.iceberg.schema import KEY_VALUE_SCHEMA
 from strata.remote.iceberg.value_json import (
     ValueJsonConverter,
     ValueSchemaError,
