@@ -220,6 +220,7 @@ OPTIONAL_GROUPS: list[tuple[str, str]] = [
     ("transactions", "bench.txn_bench"),  # issue 19: transactional vs idempotent produce, READ_COMMITTED consume
     ("connections", "bench.conn_bench"),  # issue 22: broker RSS with 10,000 idle client connections
     ("rebalance", "bench.rebalance_bench"),  # issue 20: a 7th member joins 6: classic eager/cooperative vs KIP-848
+    ("iceberg", "bench.iceberg_bench"),  # issue 23: translation vs produce rate, Spark aggregate table vs topic
 ]
 
 

@@ -18,6 +18,8 @@ from strata.protocol.records import BufferChain
 from strata.protocol.uuids import kafka_uuid_str
 from strata.remote.iceberg.catalog import catalog_settings
 from strata.remote.iceberg.convert import Converter, KeyValueConverter
+from strata.remote.iceberg.dlq import dlq_table_name
+from strata.remote.iceberg.maintenance import MaintenanceScheduler
 from strata.remote.iceberg.metrics import IcebergMetrics
 from strata.remote.iceberg.translator import (
     MemoryBudget,
@@ -133,12 +135,15 @@ class IcebergManager:
             tuple[str, int], str
         ] = {}  # partitions whose translator cannot start, and why (logged once)
         replicas.leadership_listeners.append(self._on_leadership)
+        self.maintenance = MaintenanceScheduler(config["iceberg.maintenance.interval.ms"], self._maintained_tables)
 
     def start(self) -> None:
         log.info("iceberg topics enabled", catalog=self.runtime.settings.describe())
         self._task = asyncio.get_running_loop().create_task(self._reconcile_loop(), name="iceberg-reconcile")
+        self.maintenance.start()
 
     async def close(self) -> None:
+        await self.maintenance.stop()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -147,6 +152,31 @@ class IcebergManager:
         await asyncio.gather(*(t.wait_stopped() for t, _, _ in self.translators.values()))
         self.translators.clear()
         self.executor.shutdown(wait=False, cancel_futures=True)
+
+    async def _maintained_tables(self) -> list[Any]:
+        """The tables this broker maintains (remote/iceberg/maintenance.py): those of the Iceberg topics whose
+        partition 0 it leads, one maintainer per table, and their DLQ tables."""
+        topics = sorted(
+            {
+                p.topic.name
+                for p in list(self.replicas.partitions.values())
+                if p.index == 0 and p.is_leader and not p.topic.internal and p.log.config.values.get("iceberg.enable")
+            }
+        )
+        ns = self.runtime.settings.namespace
+
+        def load() -> list[Any]:
+            from pyiceberg.exceptions import NoSuchTableError
+
+            catalog, out = self.runtime.catalog(), []
+            for name in (n for t in topics for n in (t, dlq_table_name(t))):
+                try:
+                    out.append(catalog.load_table((ns, name)))
+                except NoSuchTableError:
+                    pass
+            return out
+
+        return await self.runtime.run(load) if topics else []
 
     # ---- which partitions translate ----------------------------------------------------------------------------
     def _on_leadership(self, p: Partition, leader: bool) -> None:
@@ -191,6 +221,10 @@ class IcebergManager:
             invalid_record_action=str(values["iceberg.invalid.record.action"]),
             backoff_ms=cfg["iceberg.translator.backoff.ms"],
             backoff_max_ms=cfg["iceberg.translator.backoff.max.ms"],
+            converter_configs=tuple(
+                (k, str(values.get(k) or ""))
+                for k in ("iceberg.mode", "iceberg.value.schema", "iceberg.value.schema.file")
+            ),
         )
 
     def reconcile(self, p: Partition) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from .defs import ConfigDef, ConfigError, at_least
 from .defs import ConfigType as T
+from .value_schema import check_value_schema
 
 KEY_VALUE = "key_value"
 VALUE_JSON = "value_json"
@@ -144,6 +145,16 @@ ICEBERG_TOPIC_DEFS: list[tuple[str, str | None, ConfigDef]] = [
             choices=INVALID_RECORD_ACTIONS,
         ),
     ),
+    (
+        "iceberg.value.schema",
+        None,
+        ConfigDef("iceberg.value.schema", T.STRING, "", "value_json: JSON Schema of the value", check_value_schema),
+    ),
+    (
+        "iceberg.value.schema.file",
+        None,
+        ConfigDef("iceberg.value.schema.file", T.STRING, "", "value_json: path of the value's JSON Schema file"),
+    ),
 ]
 
 SQL, REST = "sql", "rest"
@@ -190,6 +201,13 @@ ICEBERG_BROKER_DEFS: list[ConfigDef] = [
         1024**3,
         "per partition: untranslated bytes local retention keeps past its limits (-1: no cap)",
         at_least(-1),
+    ),
+    ConfigDef(
+        "iceberg.maintenance.interval.ms",
+        T.LONG,
+        3600000,
+        "merge small files and expire snapshots of the tables of topics whose partition 0 is led here (0: never)",
+        at_least(0),
     ),
 ]
 

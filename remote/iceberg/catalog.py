@@ -117,7 +117,7 @@ def ensure_table(
     """Load the table, or create it (and its namespace) with `schema` and `spec`. Blocking. Another broker may
     create it at the same moment: then its table is loaded."""
     try:
-        return _without_commit_retries(catalog.load_table(identifier))
+        return without_commit_retries(catalog.load_table(identifier))
     except NoSuchTableError:
         pass
     try:
@@ -137,10 +137,10 @@ def ensure_table(
             properties={**properties, **NO_COMMIT_RETRIES},
         )
     except TableAlreadyExistsError:
-        return _without_commit_retries(catalog.load_table(identifier))
+        return without_commit_retries(catalog.load_table(identifier))
 
 
-def _without_commit_retries(table: Table) -> Table:
+def without_commit_retries(table: Table) -> Table:
     """A table made elsewhere (another tool) gets NO_COMMIT_RETRIES before the translator commits to it."""
     if all(table.properties.get(k) == v for k, v in NO_COMMIT_RETRIES.items()):
         return table
@@ -149,4 +149,12 @@ def _without_commit_retries(table: Table) -> Table:
     return table
 
 
-__all__ = ["CatalogSettings", "TARGET_FILE_SIZE", "catalog_settings", "ensure_table", "open_catalog"]
+__all__ = [
+    "NO_COMMIT_RETRIES",
+    "CatalogSettings",
+    "TARGET_FILE_SIZE",
+    "catalog_settings",
+    "ensure_table",
+    "open_catalog",
+    "without_commit_retries",
+]

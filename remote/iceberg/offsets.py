@@ -55,4 +55,19 @@ def summary_properties(table: Any, updates: Mapping[int, int], topic_id: str) ->
     return props
 
 
-__all__ = ["TOPIC_ID", "committed_next_offsets", "committed_topic_id", "next_offset_key", "summary_properties"]
+def carried_properties(table: Any, updates: Mapping[int, int] | None = None) -> dict[str, str]:
+    """The ``strata.*`` summary properties of ``table``'s current snapshot (offsets and topic id, whatever the topic
+    id), with ``updates`` applied: for commits that are not a translator's (DLQ appends, maintenance rewrites)."""
+    props = {k: str(v) for k, v in _summary(table).items() if k.startswith("strata.")}
+    props.update({next_offset_key(p): str(o) for p, o in (updates or {}).items()})
+    return props
+
+
+__all__ = [
+    "TOPIC_ID",
+    "carried_properties",
+    "committed_next_offsets",
+    "committed_topic_id",
+    "next_offset_key",
+    "summary_properties",
+]

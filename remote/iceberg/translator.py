@@ -14,6 +14,7 @@ racing a new leader is refused by the table's offsets).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib
 import random
 import threading
@@ -150,6 +151,8 @@ class TranslatorSettings:
     invalid_record_action: str
     backoff_ms: int
     backoff_max_ms: int
+    # the configs the converter is built from (mode, value schema): a change restarts the translator with a new one
+    converter_configs: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -264,9 +267,15 @@ class PartitionTranslator:
         schema = self.converter.arrow_schema
         props = {TARGET_FILE_SIZE: str(self.settings.max_bytes), "strata.topic-id": self.source.topic_id}
         spec = list(self.settings.partition_spec)
+        column = getattr(self.converter, "column", None)  # value_json: hour(timestamp) means kafka.timestamp
+        if column is not None:
+            spec = [dataclasses.replace(f, column=column(f.column)) for f in spec]
+        bind = getattr(self.converter, "bind", None)  # value_json: evolve the table to the configured schema
 
         def open_table() -> int | None:
             table = ensure_table(self.runtime.catalog(), self.identifier, schema, spec, props)
+            if bind is not None:
+                bind(table)
             return table_next_offset(table, self.source.partition, self.source.topic_id)
 
         expected = await self.runtime.run(open_table)
