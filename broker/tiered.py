@@ -18,6 +18,8 @@ from strata.config import ConfigError
 from strata.protocol.constants import REMOTE_LOG_METADATA_TOPIC
 from strata.protocol.errors import ErrorCode, KafkaApiError
 from strata.protocol.registry import REQUEST_CLASSES, ApiKey
+from strata.remote.bucket_manifest_writer import ManifestWriter, PartitionManifestWriter
+from strata.remote.bucket_store import manifest_store_for
 from strata.remote.executors import RemoteExecutors
 from strata.remote.metadata import TopicIdPartition
 from strata.remote.partition_remover import RemotePartitionRemover
@@ -432,6 +434,16 @@ def build_tiered_storage(
     )
     # strata_rsm_s3_*, *_cache_*
     remote_metrics.register_storage_stats(lambda: rlm.rsm, lambda: rlm.index_cache)
+    bucket = manifest_store_for(rsm)
+    if bucket is not None:  # bucket manifests (issue 24): LocalTieredStorage and S3 know how to store them
+        manifest_writer = ManifestWriter(bucket, keep=cfg["remote.manifest.retained.revisions"], metrics=remote_metrics)
+        rlm.manifests = PartitionManifestWriter(
+            manifest_writer,
+            rlmm,
+            broker_id=cfg.broker_id,
+            interval_ms=cfg["remote.manifest.upload.interval.ms"],
+            metrics=remote_metrics,
+        )
     remover = RemotePartitionRemover(
         rlm,
         rlmm,
