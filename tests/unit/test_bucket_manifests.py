@@ -5,6 +5,7 @@ LocalTieredStorage)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 import uuid
 from pathlib import Path
@@ -89,6 +90,10 @@ def _objects(store_root: Path, entries: list[SegmentEntry], skip: dict[int, str]
                 (pdir / (e.object_prefix + suffix)).write_bytes(b"x")
 
 
+def _revision_of(segments: list[SegmentEntry], revision: int) -> PartitionManifest:
+    return pmanifest(segments, epoch=3, revision=revision)
+
+
 def test_versioned_writes_gc_and_highest_epoch_revision_wins(tmp_path: Path) -> None:
     async def run() -> None:
         store = LocalManifestStore(tmp_path, fsync=False)
@@ -98,7 +103,7 @@ def test_versioned_writes_gc_and_highest_epoch_revision_wins(tmp_path: Path) -> 
         segs = [seg(0, 9), seg(10, 19), seg(20, 29)]
         _objects(tmp_path, segs)
         for n in range(1, 4):
-            await writer.put(directory, "partition", lambda rev, n=n: pmanifest(segs[:n], epoch=3, revision=rev))
+            await writer.put(directory, "partition", functools.partial(_revision_of, segs[:n]))
         names = [k.rsplit("/", 1)[-1] for k in await store.list(directory)]
         assert names == [
             "manifest.0000000003.00000000000000000002.json",
