@@ -1,13 +1,15 @@
 """The bucket manifests (issue 24): the JSON documents that make a tiered-storage bucket self-describing.
 
-Three kinds, each a versioned JSON object (`"format": 1`) documented in docs/tiered-storage.md ("Bucket layout and
-manifests") as an interface other tools may read:
+Four kinds, each a versioned JSON object (`"format": 1`, `"kind"`) documented in docs/tiered-storage.md ("Bucket
+layout and manifests") as an interface other tools may read:
 
 * partition manifest: the segments of the partition's current lineage that are COPY_SEGMENT_FINISHED and not deleted,
   the leader-epoch chain, the log start offset and the highest uploaded offset;
 * topic manifest: topic id, name, partition count, replication factor and every non-default topic config;
-* cluster manifest: cluster id, topics with ids, consumer group offsets, ACLs, SCRAM credentials (salted and hashed,
-  as stored) and client quotas.
+* cluster manifest: cluster id, topics with ids, ACLs, SCRAM credentials (salted and hashed, as stored) and client
+  quotas;
+* group offsets manifest: the committed offsets of the groups one `__consumer_offsets` partition holds, written by
+  that partition's leader (only a group's coordinator has its offsets).
 
 They live under `__strata_manifests/` beside Kafka's LocalTieredStorage partition directories (whose names always
 end in `-<partition>-<topicIdBase64url>`, so no topic can collide with it). Every write is a new object named
@@ -32,6 +34,7 @@ FORMAT_VERSION = 1
 MANIFESTS_ROOT = "__strata_manifests/"
 CLUSTER_DIR = MANIFESTS_ROOT + "cluster/"
 TOPICS_DIR = MANIFESTS_ROOT + "topics/"
+GROUPS_DIR = MANIFESTS_ROOT + "groups/"
 D = TypeVar("D")
 _NAME_RE = re.compile(r"^manifest\.(\d{10})\.(\d{20})\.json$")
 
@@ -51,6 +54,11 @@ def topic_manifest_dir(topic: str, topic_id: uuid.UUID) -> str:
 
 def partition_manifest_dir(topic: str, topic_id: uuid.UUID, partition: int) -> str:
     return f"{topic_dir(topic, topic_id)}partition-{partition}/"
+
+
+def group_offsets_dir(offsets_partition: int) -> str:
+    """`__strata_manifests/groups/partition-<n>/`: the offsets of the groups `__consumer_offsets`-<n> holds."""
+    return f"{GROUPS_DIR}partition-{offsets_partition}/"
 
 
 def manifest_name(writer_epoch: int, revision: int) -> str:
@@ -225,16 +233,15 @@ class TopicManifest:
 
 @dataclass(frozen=True)
 class ClusterManifest:
-    """The cluster-wide state a restore needs besides the topics' own manifests. `group_offsets`: group -> topic ->
-    partition -> (offset, leader epoch, metadata); `acls`: Kafka's ACL bindings as dicts; `scram_credentials`: user ->
-    mechanism -> the stored salted/hashed form (never a password); `client_quotas`: entity -> quota -> value."""
+    """The cluster-wide state a restore needs besides the topics' own manifests: `topics` name -> topic id; `acls`:
+    Kafka's ACL bindings as the metadata store keeps them; `scram_credentials`: user -> mechanism -> the stored
+    salted/hashed form (never a password); `client_quotas`: [{"entity": [[type, name]], "quotas": {key: value}}]."""
 
     cluster_id: str
     revision: int
     written_at_ms: int
     writer_epoch: int = 0
     topics: dict[str, str] = field(default_factory=dict)  # name -> topic id (base64url)
-    group_offsets: dict[str, dict[str, dict[str, dict[str, Any]]]] = field(default_factory=dict)
     acls: list[dict[str, Any]] = field(default_factory=list)
     scram_credentials: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     client_quotas: list[dict[str, Any]] = field(default_factory=list)
@@ -251,16 +258,43 @@ class ClusterManifest:
         return _fields_from_json(cls, _loads(raw, "cluster"), "cluster manifest", topics=dict, acls=list)
 
 
+@dataclass(frozen=True)
+class GroupOffsetsManifest:
+    """The committed offsets of the groups one `__consumer_offsets` partition holds, written by its leader (the
+    groups' coordinator) at `leader_epoch`: group -> topic -> partition (text) -> {offset, leader_epoch, metadata}."""
+
+    offsets_partition: int
+    leader_epoch: int
+    revision: int
+    written_at_ms: int
+    broker_id: int
+    offsets: dict[str, dict[str, dict[str, dict[str, Any]]]] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return manifest_name(self.leader_epoch, self.revision)
+
+    def to_bytes(self) -> bytes:
+        return _dumps("groups", _fields_to_json(self))
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> GroupOffsetsManifest:
+        return _fields_from_json(cls, _loads(raw, "groups"), "group offsets manifest", offsets=dict)
+
+
 __all__ = [
     "CLUSTER_DIR",
     "FORMAT_VERSION",
+    "GROUPS_DIR",
     "MANIFESTS_ROOT",
     "TOPICS_DIR",
     "ClusterManifest",
+    "GroupOffsetsManifest",
     "ManifestFormatError",
     "PartitionManifest",
     "SegmentEntry",
     "TopicManifest",
+    "group_offsets_dir",
     "manifest_name",
     "parse_manifest_name",
     "parse_topic_dir",

@@ -15,14 +15,16 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from strata.protocol.uuids import kafka_uuid_str
 
 from .bucket_manifest import (
     CLUSTER_DIR,
+    GROUPS_DIR,
     TOPICS_DIR,
     ClusterManifest,
+    GroupOffsetsManifest,
     ManifestFormatError,
     PartitionManifest,
     SegmentEntry,
@@ -77,6 +79,8 @@ class TopicPlan:
 class RestorePlan:
     cluster: ClusterManifest | None
     topics: dict[str, TopicPlan] = field(default_factory=dict)
+    #: group -> topic -> partition -> {offset, leader_epoch, metadata}, merged from every group offsets manifest
+    group_offsets: dict[str, dict[str, dict[int, dict[str, Any]]]] = field(default_factory=dict)
 
 
 class BucketManifestReader:
@@ -104,6 +108,18 @@ class BucketManifestReader:
 
     async def partition_manifest(self, topic: str, topic_id: uuid.UUID, partition: int) -> PartitionManifest | None:
         return await self._latest(partition_manifest_dir(topic, topic_id, partition), PartitionManifest.from_bytes)
+
+    async def group_offsets(self) -> dict[str, dict[str, dict[int, dict[str, Any]]]]:
+        """The newest group offsets manifest of every `__consumer_offsets` partition, merged."""
+        out: dict[str, dict[str, dict[int, dict[str, Any]]]] = {}
+        dirs = {k.rsplit("/", 1)[0] + "/" for k in await self.store.list(GROUPS_DIR)}
+        for directory in sorted(dirs):
+            gm = await self._latest(directory, GroupOffsetsManifest.from_bytes)
+            for group, topics in (gm.offsets if gm is not None else {}).items():
+                for topic, parts in topics.items():
+                    dest = out.setdefault(group, {}).setdefault(topic, {})
+                    dest.update({int(p): dict(v) for p, v in parts.items()})
+        return out
 
     async def list_topics(self) -> list[tuple[str, uuid.UUID]]:
         """(topic, topic id) of every topic the bucket has manifests of; a name can appear with several ids (a
@@ -176,10 +192,11 @@ class BucketManifestReader:
         return plan
 
     async def restore_plan(self, topics: set[str] | None = None) -> RestorePlan:
-        """The plan of every topic in the bucket (or of `topics`); when a name has several ids, the one the cluster
+        """The plan of every topic in the bucket (or of `topics`) that has a topic manifest (a deleted topic has
+        none, whatever partition manifests a racing leader left); when a name has several ids, the one the cluster
         manifest names wins, else the one with the newest topic manifest."""
         cluster = await self.cluster_manifest()
-        plan = RestorePlan(cluster)
+        plan = RestorePlan(cluster, group_offsets=await self.group_offsets())
         candidates: dict[str, list[uuid.UUID]] = {}
         for name, tid in await self.list_topics():
             if topics is None or name in topics:
@@ -188,17 +205,17 @@ class BucketManifestReader:
             chosen = [t for t in ids if cluster is not None and cluster.topics.get(name) == kafka_uuid_str(t)]
             if not chosen:
                 chosen = await self._newest_topic_id(name, ids)
-            plan.topics[name] = await self.topic_plan(name, chosen[0])
+            if chosen:
+                plan.topics[name] = await self.topic_plan(name, chosen[0])
         return plan
 
     async def _newest_topic_id(self, name: str, ids: list[uuid.UUID]) -> list[uuid.UUID]:
-        if len(ids) == 1:
-            return ids
         dated = []
         for tid in ids:
             tm = await self.topic_manifest(name, tid)
-            dated.append((tm.written_at_ms if tm is not None else -1, tid))
-        return [max(dated, key=lambda d: d[0])[1]]
+            if tm is not None:
+                dated.append((tm.written_at_ms, tid))
+        return [max(dated, key=lambda d: d[0])[1]] if dated else []
 
 
 __all__ = [

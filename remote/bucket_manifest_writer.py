@@ -26,6 +26,7 @@ from strata.storage.log import UnifiedLog
 
 from .bucket_manifest import (
     ClusterManifest,
+    GroupOffsetsManifest,
     PartitionManifest,
     SegmentEntry,
     TopicManifest,
@@ -42,7 +43,7 @@ log = structlog.get_logger("strata.remote.manifests")
 DEFAULT_KEEP_REVISIONS = 3
 RETRY_BACKOFF_S = 1.0
 StillLeader = Callable[[], Awaitable[bool]]
-Manifest = PartitionManifest | TopicManifest | ClusterManifest
+Manifest = PartitionManifest | TopicManifest | ClusterManifest | GroupOffsetsManifest
 
 
 def _now_ms() -> int:
@@ -155,16 +156,21 @@ class ManifestWriter:
         self.metrics = metrics
         self._revisions: dict[str, int] = {}  # directory -> highest revision known there
 
-    async def next_revision(self, directory: str) -> int:
-        known = self._revisions.get(directory)
+    async def next_revision(self, directory: str, fresh: bool = False) -> int:
+        """One above the highest revision in `directory`: listed the first time (or when `fresh`), then counted here
+        (a partition's leader is its only writer until the next leader epoch, whose names sort above anyway)."""
+        known = None if fresh else self._revisions.get(directory)
         if known is None:
             names = [parse_manifest_name(k) for k in await self.store.list(directory)]
             known = self._revisions[directory] = max((r for _, r in filter(None, names)), default=0)
         return known + 1
 
-    async def put(self, directory: str, kind: str, build: Callable[[int], Manifest]) -> Manifest:
-        """Build the manifest for the next revision of `directory` and write it; then GC old revisions."""
-        revision = await self.next_revision(directory)
+    async def put(
+        self, directory: str, kind: str, build: Callable[[int], Manifest], *, fresh: bool = False
+    ) -> Manifest:
+        """Build the manifest for the next revision of `directory` and write it; then GC old revisions. `fresh`:
+        list the directory first (a writer that may have changed meanwhile: the controller's manifests)."""
+        revision = await self.next_revision(directory, fresh)
         manifest = build(revision)
         data = manifest.to_bytes()
         try:
