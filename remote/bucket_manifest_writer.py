@@ -253,6 +253,14 @@ class PartitionManifestWriter:
         if st is not None and st.task is not None:
             st.task.cancel()
 
+    async def delete_partition(self, tip: TopicIdPartition) -> None:
+        """The partition's remote data is gone (topic deleted): its manifests go too."""
+        self.stop(tip)
+        directory = partition_manifest_dir(tip.topic, tip.topic_id, tip.partition)
+        for key in await self.writer.store.list(directory):
+            await self.writer.store.delete(key)
+        self.writer.forget(directory)
+
     async def _run(self, st: _PartitionState) -> None:
         while st.dirty and not self._closed and self._parts.get(st.tip) is st:
             wait = st.last_write + self.interval_s - time.monotonic()

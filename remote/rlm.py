@@ -362,6 +362,8 @@ class RemoteLogManager:
         await self._wait_ready(st.tip)
         await self._catch_up_as_new_leader(st.tip)
         await self.sync_highest_copied_offset(st.ulog)
+        if self.rlmm.list_remote_log_segments(st.tip):
+            self._remote_changed(st.ulog, st)  # a new leader's manifest: its lineage, its epoch (fences the old one)
         while not self._closed and not st.resigned:
             delay = self.config.task_interval_ms / 1000.0
             try:
@@ -804,6 +806,8 @@ class RemoteLogManager:
                 if left:
                     raise RemoteStorageError(f"{left} segment(s) could not be deleted")
                 await self.rsm.delete_partition(tip)
+                if self.manifests is not None:
+                    await self.manifests.delete_partition(tip)
                 break
             except Exception as e:  # remote outage: back off and retry
                 failures += 1

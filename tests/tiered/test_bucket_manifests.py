@@ -16,6 +16,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from strata.protocol.uuids import kafka_uuid_str, parse_kafka_uuid
+from strata.remote.bucket_manifest import topic_dir
 from strata.remote.bucket_manifest_reader import BucketManifestReader, PartitionPlan, RestorePlan
 from strata.remote.bucket_store import LocalManifestStore, ManifestStore, S3ManifestStore
 from strata.remote.s3 import S3RemoteStorageManager
@@ -127,6 +128,17 @@ def expect_topic_in_plan(configs: dict[str, str], group_offset: int) -> Callable
     return check
 
 
+def expect_no_manifests_of_deleted(topic: str) -> Callable[[Harness], None]:
+    def check(h: Harness) -> None:
+        gone = next(t for t in reversed(h.deleted) if t.name == topic)
+        directory = topic_dir(topic, parse_kafka_uuid(gone.topic_id or ""))
+        h.wait(
+            f"no object under {directory}", lambda: read_bucket(h, lambda r: r.store.list(directory)), lambda k: not k
+        )
+
+    return check
+
+
 @pytest.mark.parametrize("backend_name", ["s3"])  # LocalTieredStorage: the kill -9 test below and the unit tests
 def test_manifests_follow_copies_deletions_configs_and_offsets(make_harness: Callable[..., Harness]) -> None:
     h = make_harness(**FAST_MANIFESTS)
@@ -151,6 +163,8 @@ def test_manifests_follow_copies_deletions_configs_and_offsets(make_harness: Cal
             "a deleted topic leaves the bucket's picture",
             lambda h: h.wait("topic gone from the plan", lambda: restore_plan(h), lambda p: "t" not in p.topics),
         )
+        .expect_empty_remote_storage("t")
+        .step("and its partition manifests go with its data", expect_no_manifests_of_deleted("t"))
         .run(h)
     )
     assert h.metric("strata_remote_manifest_uploads_total", kind="partition") >= 2
