@@ -199,11 +199,12 @@ class BucketManifestService:
         gc = self.groups
         if gc is None or not gc.active:
             return
+        by_partition = self._group_offsets(gc)
         for partition in sorted(gc.owned - gc.loading):
             p = self.replicas.partitions.get((OFFSETS_TOPIC, partition))
             if p is None or not p.is_leader:
                 continue
-            offsets = self._group_offsets(gc, partition)
+            offsets = by_partition.get(partition, {})
             last = self._last_groups.get(partition)
             if (last is None and not offsets) or last == (p.leader_epoch, offsets):
                 continue  # unchanged, or nothing to say (a predecessor's manifest may have more)
@@ -223,12 +224,11 @@ class BucketManifestService:
             self._last_groups[partition] = (p.leader_epoch, offsets)
 
     @staticmethod
-    def _group_offsets(gc: GroupCoordinator, partition: int) -> dict[str, dict[str, dict[str, dict[str, Any]]]]:
-        out: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
+    def _group_offsets(gc: GroupCoordinator) -> dict[int, dict[str, dict[str, dict[str, dict[str, Any]]]]]:
+        """`__consumer_offsets` partition -> group -> topic -> partition -> committed offset, of every group here."""
+        out: dict[int, dict[str, dict[str, dict[str, dict[str, Any]]]]] = {}
         _, groups = gc.list_groups()
         for g in groups:
-            if gc.partition_for(g.group_id) != partition:
-                continue
             err, topics = gc.fetch_offsets(g.group_id, None)
             if err:
                 continue
@@ -237,7 +237,8 @@ class BucketManifestService:
                     if om is None:
                         continue
                     entry = {"offset": om.offset, "leader_epoch": om.leader_epoch, "metadata": om.metadata}
-                    out.setdefault(g.group_id, {}).setdefault(topic, {})[str(p)] = entry
+                    group = out.setdefault(gc.partition_for(g.group_id), {}).setdefault(g.group_id, {})
+                    group.setdefault(topic, {})[str(p)] = entry
         return out
 
 

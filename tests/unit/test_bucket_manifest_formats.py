@@ -20,7 +20,7 @@ from strata.remote.bucket_manifest import (
     TopicManifest,
     partition_manifest_dir,
 )
-from strata.remote.bucket_manifest_reader import BucketManifestReader
+from strata.remote.bucket_manifest_reader import BucketManifestReader, PartitionPlan, TopicPlan
 from strata.remote.bucket_manifest_writer import ManifestWriter, PartitionManifestWriter, in_lineage
 from strata.remote.bucket_store import LocalManifestStore
 from strata.remote.local_tiered import LocalTieredStorage
@@ -28,6 +28,7 @@ from strata.remote.metadata import RemoteLogSegmentId, RemoteLogSegmentMetadata,
 from strata.remote.remote_metrics import RemoteMetrics
 from strata.remote.rlm import RemoteLogManager, RemoteLogManagerConfig, topic_id_partition
 from strata.remote.rsm import partition_dir_name
+from strata.remote.topic_recovery_plan import RecoveryWindow, select_partition, select_topic
 from tests.support.waiting import wait_until_async
 from tests.unit.test_rlm_deposed import open_tiered_log, started_rlmm
 
@@ -217,3 +218,19 @@ def test_deposed_leader_writes_no_partition_manifest(tmp_path: Path) -> None:
             await rlmm.close()
 
     asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def test_topic_recovery_window_takes_the_newest_segments() -> None:
+    segs = [seg(0, 9), seg(10, 19), seg(20, 29), seg(30, 39)]  # 100 bytes each, newest record at 1000 + start
+    plan = PartitionPlan(0, None, segs, log_start_offset=5, next_offset=40)
+    assert select_partition(plan, RecoveryWindow.everything(), 0) == plan
+    by_bytes = select_partition(plan, RecoveryWindow(retention_bytes=250), 0)
+    assert [s.start_offset for s in by_bytes.segments] == [20, 30]
+    assert (by_bytes.log_start_offset, by_bytes.next_offset) == (20, 40)
+    by_time = select_partition(plan, RecoveryWindow(retention_ms=30), now_ms=1040)  # newest at 1010 is 30 ms old
+    assert [s.start_offset for s in by_time.segments] == [10, 20, 30]
+    none = select_partition(plan, RecoveryWindow(retention_bytes=50), 0)
+    assert (none.segments, none.log_start_offset, none.next_offset) == ([], 40, 40)  # producers continue at 40
+    window = RecoveryWindow.from_topic_configs({"retention.bytes": "100", "cleanup.policy": "delete"})
+    topic = TopicPlan("orders", TID, 1, 1, {}, None, {0: plan})
+    assert [s.start_offset for s in select_topic(topic, window, 0).partitions[0].segments] == [30]
