@@ -154,16 +154,22 @@ class ManifestWriter:
         self.store = store
         self.keep = max(1, keep)
         self.metrics = metrics
-        self._revisions: dict[str, int] = {}  # directory -> highest revision known there
+        # directory -> its manifests' keys, oldest first: listed once (or when `fresh`), then kept here, so that a
+        # write costs one PUT and the deletion of the oldest revision, no LIST
+        self._keys: dict[str, list[str]] = {}
+
+    async def _listed(self, directory: str, fresh: bool) -> list[str]:
+        keys = None if fresh else self._keys.get(directory)
+        if keys is None:
+            found = [(name, k) for k in await self.store.list(directory) if (name := parse_manifest_name(k))]
+            keys = self._keys[directory] = [k for _, k in sorted(found)]
+        return keys
 
     async def next_revision(self, directory: str, fresh: bool = False) -> int:
         """One above the highest revision in `directory`: listed the first time (or when `fresh`), then counted here
         (a partition's leader is its only writer until the next leader epoch, whose names sort above anyway)."""
-        known = None if fresh else self._revisions.get(directory)
-        if known is None:
-            names = [parse_manifest_name(k) for k in await self.store.list(directory)]
-            known = self._revisions[directory] = max((r for _, r in filter(None, names)), default=0)
-        return known + 1
+        names = [parse_manifest_name(k) for k in await self._listed(directory, fresh)]
+        return max((r for _, r in filter(None, names)), default=0) + 1
 
     async def put(
         self, directory: str, kind: str, build: Callable[[int], Manifest], *, fresh: bool = False
@@ -179,7 +185,9 @@ class ManifestWriter:
             if self.metrics is not None:
                 self.metrics.manifest_upload_errors.labels(kind).inc()
             raise
-        self._revisions[directory] = revision
+        keys = self._keys.setdefault(directory, [])
+        keys.append(directory + manifest.name)
+        keys.sort(key=lambda k: parse_manifest_name(k) or (-1, -1))
         if self.metrics is not None:
             self.metrics.manifest_uploads.labels(kind).inc()
             self.metrics.manifest_upload_bytes.labels(kind).inc(len(data))
@@ -188,17 +196,16 @@ class ManifestWriter:
 
     async def collect_garbage(self, directory: str) -> None:
         """Delete all but the `keep` greatest manifests of the directory (best effort: the next write retries)."""
+        keys = self._keys.get(directory, [])
         try:
-            names = sorted(
-                (parse_manifest_name(k), k) for k in await self.store.list(directory) if parse_manifest_name(k)
-            )
-            for _, key in names[: -self.keep]:
-                await self.store.delete(key)
+            while len(keys) > self.keep:
+                await self.store.delete(keys[0])
+                keys.pop(0)
         except Exception as e:  # noqa: BLE001 - garbage only: the next write collects it
             log.info("manifest garbage collection failed", directory=directory, error=repr(e))
 
     def forget(self, directory: str) -> None:
-        self._revisions.pop(directory, None)
+        self._keys.pop(directory, None)
 
 
 @dataclass
