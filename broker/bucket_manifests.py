@@ -25,10 +25,12 @@ import structlog
 from strata.protocol.uuids import kafka_uuid_str
 from strata.remote.bucket_manifest import (
     CLUSTER_DIR,
+    TOPICS_DIR,
     ClusterManifest,
     GroupOffsetsManifest,
     TopicManifest,
     group_offsets_dir,
+    parse_topic_dir,
     topic_dir,
     topic_manifest_dir,
 )
@@ -74,7 +76,6 @@ class BucketManifestService:
         self.interval_s = cluster_interval_ms / 1000.0
         self._dirty_topics: set[str] = set()
         self._cluster_dirty = True
-        self._known: dict[str, uuid.UUID] = {}  # tiered topics whose manifests this broker wrote (for deletion)
         self._last_cluster: ClusterManifest | None = None  # content last written (revision, time zeroed)
         self._last_groups: dict[int, tuple[int, dict[str, Any]]] = {}  # offsets partition -> (epoch, offsets)
         self._wake = asyncio.Event()
@@ -108,6 +109,7 @@ class BucketManifestService:
         last_periodic = float("-inf")
         while True:
             periodic = self.interval_s > 0 and time.monotonic() - last_periodic >= self.interval_s
+            self._wake.clear()  # before the pass: a change during it wakes the next one
             try:
                 if self._is_writer():
                     await self.write_topic_manifests()
@@ -123,7 +125,6 @@ class BucketManifestService:
             except Exception as e:  # noqa: BLE001 - the bucket failing: retried
                 log.warning("bucket manifest write failed", error=repr(e))
                 timeout = RETRY_S
-            self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
             await asyncio.sleep(CHANGE_DEBOUNCE_S)
@@ -140,10 +141,16 @@ class BucketManifestService:
 
     async def _write_topic(self, name: str) -> None:
         t = self.store.topic(name)
-        old = self._known.get(name)
-        if old is not None and (t is None or t.topic_id != old or not is_tiered(t)):
-            await self._delete_topic_manifests(name, old)  # deleted (or recreated): the bucket forgets it
-        if t is None or not is_tiered(t):
+        live = t.topic_id if t is not None and is_tiered(t) else None
+        # manifests of an earlier topic of that name (deleted, recreated, no longer tiered), whoever wrote them
+        stale = set()
+        for key in await self.writer.store.list(f"{TOPICS_DIR}{name}-"):
+            parsed = parse_topic_dir(key[len(TOPICS_DIR) :].split("/", 1)[0])
+            if parsed is not None and parsed[0] == name and parsed[1] != live:
+                stale.add(parsed[1])
+        for topic_id in stale:
+            await self._delete_topic_manifests(name, topic_id)
+        if t is None or live is None:
             return
         rf = len(t.assignments[0]) if t.assignments else 1
 
@@ -151,12 +158,10 @@ class BucketManifestService:
             return TopicManifest(t.topic_id, t.name, t.partitions, rf, dict(t.configs), revision, _now_ms())
 
         await self.writer.put(topic_manifest_dir(t.name, t.topic_id), "topic", build, fresh=True)
-        self._known[name] = t.topic_id
 
     async def _delete_topic_manifests(self, name: str, topic_id: uuid.UUID) -> None:
         """The topic manifest first: without it a reader does not take the topic, whatever partition manifests
         remain (a leader's last write racing the deletion)."""
-        self._known.pop(name, None)
         store = self.writer.store
         keys = await store.list(topic_dir(name, topic_id))
         first = topic_manifest_dir(name, topic_id)

@@ -36,6 +36,7 @@ CLUSTER_DIR = MANIFESTS_ROOT + "cluster/"
 TOPICS_DIR = MANIFESTS_ROOT + "topics/"
 GROUPS_DIR = MANIFESTS_ROOT + "groups/"
 D = TypeVar("D")
+_ID_CHARS = 22  # Kafka's base64url text of a 16-byte uuid, unpadded
 _NAME_RE = re.compile(r"^manifest\.(\d{10})\.(\d{20})\.json$")
 
 
@@ -74,9 +75,11 @@ def parse_manifest_name(name: str) -> tuple[int, int] | None:
 
 
 def parse_topic_dir(name: str) -> tuple[str, uuid.UUID] | None:
-    """(topic, topic id) of a `<topic>-<topicIdBase64url>` directory name."""
-    topic, sep, tid = name.rstrip("/").rpartition("-")
-    if not sep or not topic:
+    """(topic, topic id) of a `<topic>-<topicIdBase64url>` directory name. The id is always 22 characters and may
+    itself contain "-" (base64url), so it is cut by length, not at the last "-"."""
+    name = name.rstrip("/")
+    topic, sep, tid = name[: -_ID_CHARS - 1], name[-_ID_CHARS - 1 : -_ID_CHARS], name[-_ID_CHARS:]
+    if sep != "-" or not topic:
         return None
     try:
         return topic, parse_kafka_uuid(tid)

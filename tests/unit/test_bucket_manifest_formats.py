@@ -12,13 +12,18 @@ from pathlib import Path
 
 import pytest
 
+from strata.protocol.uuids import parse_kafka_uuid
 from strata.remote.bucket_manifest import (
+    TOPICS_DIR,
     ClusterManifest,
     ManifestFormatError,
     PartitionManifest,
     SegmentEntry,
     TopicManifest,
+    parse_topic_dir,
     partition_manifest_dir,
+    topic_dir,
+    topic_manifest_dir,
 )
 from strata.remote.bucket_manifest_reader import BucketManifestReader, PartitionPlan, TopicPlan
 from strata.remote.bucket_manifest_writer import ManifestWriter, PartitionManifestWriter, in_lineage
@@ -234,3 +239,19 @@ def test_topic_recovery_window_takes_the_newest_segments() -> None:
     window = RecoveryWindow.from_topic_configs({"retention.bytes": "100", "cleanup.policy": "delete"})
     topic = TopicPlan("orders", TID, 1, 1, {}, None, {0: plan})
     assert [s.start_offset for s in select_topic(topic, window, 0).partitions[0].segments] == [30]
+
+
+def test_topic_directories_parse_with_dashes_in_name_and_id(tmp_path: Path) -> None:
+    tid = parse_kafka_uuid("V8H6Ki71Q1-XQEMQOK-h3Q")  # base64url ids may hold "-"
+    assert parse_topic_dir(topic_dir("my-topic", tid).removeprefix(TOPICS_DIR)) == ("my-topic", tid)
+    assert parse_topic_dir("orders") is None
+
+    async def run() -> None:
+        store = LocalManifestStore(tmp_path, fsync=False)
+        tm = TopicManifest(tid, "my-topic", 1, 1, {}, 1, 1)
+        await store.put(topic_manifest_dir("my-topic", tid) + tm.name, tm.to_bytes())
+        reader = BucketManifestReader(store)
+        assert await reader.list_topics() == [("my-topic", tid)]
+        assert list((await reader.restore_plan()).topics) == ["my-topic"]
+
+    asyncio.run(run())
