@@ -57,6 +57,27 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def cluster_manifest(store: MetadataStore, revision: int) -> ClusterManifest:
+    """The cluster manifest of the metadata store's image now."""
+    topics = {n: kafka_uuid_str(t.topic_id) for n, t in store.topics().items() if not t.internal}
+    scram: dict[str, dict[str, dict[str, Any]]] = {}
+    for (user, mechanism), cred in store.scram_credentials().items():
+        scram.setdefault(user, {})[mechanism.name] = cred.to_json()  # salted, hashed: never a password
+    quotas = [
+        {"entity": [[etype, name] for etype, name in entity.components()], "quotas": dict(values)}
+        for entity, values in store.client_quotas().items()
+    ]
+    return ClusterManifest(
+        cluster_id=store.cluster_id,
+        revision=revision,
+        written_at_ms=_now_ms(),
+        topics=topics,
+        acls=[b.to_json() for b in store.acls()],
+        scram_credentials=scram,
+        client_quotas=quotas,
+    )
+
+
 class BucketManifestService:
     def __init__(
         self,
@@ -172,23 +193,7 @@ class BucketManifestService:
 
     # -- cluster ------------------------------------------------------------------------------------------------------
     def cluster_state(self, revision: int) -> ClusterManifest:
-        topics = {n: kafka_uuid_str(t.topic_id) for n, t in self.store.topics().items() if not t.internal}
-        scram: dict[str, dict[str, dict[str, Any]]] = {}
-        for (user, mechanism), cred in self.store.scram_credentials().items():
-            scram.setdefault(user, {})[mechanism.name] = cred.to_json()  # salted, hashed: never a password
-        quotas = [
-            {"entity": [[etype, name] for etype, name in entity.components()], "quotas": dict(values)}
-            for entity, values in self.store.client_quotas().items()
-        ]
-        return ClusterManifest(
-            cluster_id=self.store.cluster_id,
-            revision=revision,
-            written_at_ms=_now_ms(),
-            topics=topics,
-            acls=[b.to_json() for b in self.store.acls()],
-            scram_credentials=scram,
-            client_quotas=quotas,
-        )
+        return cluster_manifest(self.store, revision)
 
     async def write_cluster_manifest(self) -> bool:
         """Write the cluster manifest if its content changed since this broker last wrote it."""
@@ -247,4 +252,4 @@ class BucketManifestService:
         return out
 
 
-__all__ = ["BucketManifestService", "is_tiered"]
+__all__ = ["BucketManifestService", "cluster_manifest", "is_tiered"]
