@@ -401,6 +401,13 @@ class KafkaServer:
                 # died before it could write the marks, and with every replica down nobody else would
                 self.tiered.rlm.start_marking_deleted(self._deleted_while_down)
         await self.group_coordinator.startup()  # loads __consumer_offsets in the background
+        if self.tiered is not None:  # the bucket's topic, cluster and group offsets manifests (issue 24)
+            self.tiered.start_manifests(
+                self.store,
+                self.replica_manager,
+                self.group_coordinator,
+                self.config["remote.cluster.manifest.interval.ms"],
+            )
         await self.txn_coordinator.startup()  # loads __transaction_state in the background
         self.metrics.register_txn_coordinator(self.txn_coordinator)
         self.metrics.register_group_coordinator(self.group_coordinator)

@@ -386,6 +386,22 @@ _BROKER_DEFS: list[ConfigDef] = [
     ),
     ConfigDef("remote.log.metadata.initialization.retry.interval.ms", T.LONG, 100, "", at_least(1)),
     ConfigDef("follower.fetch.last.tiered.offset.enable", T.BOOLEAN, False, "KIP-1023"),
+    # bucket manifests (issue 24; Strata's own names)
+    ConfigDef(
+        "remote.manifest.upload.interval.ms",
+        T.LONG,
+        10000,
+        "at most one partition manifest write per partition per interval (after copies and remote deletions)",
+        at_least(0),
+    ),
+    ConfigDef(
+        "remote.cluster.manifest.interval.ms",
+        T.LONG,
+        60000,
+        "how often the controller (or single broker) writes the cluster manifest; 0 disables it",
+        at_least(0),
+    ),
+    ConfigDef("remote.manifest.retained.revisions", T.INT, 3, "manifest revisions kept per directory", at_least(1)),
     ConfigDef(
         "producer.id.expiration.ms",
         T.INT,
