@@ -156,7 +156,12 @@ class KafkaServer:
         # when built, after the replica manager's own subscription.
         self.controller: Controller | None = None
         self.peer_watch: PeerWatch | None = None
-        self.log_manager = LogManager(self.log_dirs, self._log_config_for)
+        self.log_manager = LogManager(
+            self.log_dirs,
+            self._log_config_for,
+            recovery_threads=config["num.recovery.threads.per.data.dir"],
+            open_files=config["log.open.files.cache.size"],
+        )
         cleaner_config = CleanerConfig.from_broker_config(config)
         self.log_cleaner: LogCleaner | None = None
         if cleaner_config.enable:

@@ -7,6 +7,7 @@ means a crash: logs are then recovered from their recovery points.
 
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 import time
@@ -15,6 +16,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+
+import structlog
 
 from strata.config import LogConfig
 from strata.protocol.uuids import kafka_uuid_str, parse_kafka_uuid
@@ -28,6 +31,7 @@ from .checkpoints import (
     atomic_write,
     fsync_path,
 )
+from .file_cache import OPEN_FILES, effective_capacity
 from .log import UnifiedLog, parse_topic_partition
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
@@ -35,6 +39,9 @@ PARTITION_METADATA_FILE = "partition.metadata"
 DELETE_DIR_SUFFIX = "-delete"
 ZERO_UUID = uuid.UUID(int=0)
 FSYNC_THREADS = 16  # threads making or fsyncing partition files together
+PROGRESS_EVERY_S = 2.0  # at most one "Recovering N logs: x/N done" line this often
+
+log = structlog.get_logger("strata.log_manager")
 
 TopicPartition = tuple[str, int]
 
@@ -65,6 +72,32 @@ def fsync_all(paths: list[Path]) -> None:
             pass
 
 
+class _Progress:
+    """Kafka's load progress: "Recovering N logs: x/N done (y%)" at most every PROGRESS_EVERY_S, and the total."""
+
+    def __init__(self, log_dir: Path, total: int, verb: str) -> None:
+        self.log_dir, self.total, self.verb = log_dir, total, verb
+        self.done = 0
+        self.start = self.last = time.monotonic()
+        if total:
+            log.info(f"{verb} {total} logs", log_dir=str(log_dir))
+
+    def done_one(self) -> None:
+        self.done += 1
+        now = time.monotonic()
+        if now - self.last >= PROGRESS_EVERY_S and self.done < self.total:
+            self.last = now
+            pct = 100 * self.done // self.total
+            log.info(
+                f"{self.verb} {self.total} logs: {self.done}/{self.total} done ({pct}%)", log_dir=str(self.log_dir)
+            )
+
+    def finish(self) -> None:
+        if self.total:
+            ms = round((time.monotonic() - self.start) * 1000)
+            log.info(f"{self.verb} {self.total} logs: done in {ms} ms", log_dir=str(self.log_dir))
+
+
 def read_partition_metadata(dir: Path) -> uuid.UUID | None:
     try:
         text = (dir / PARTITION_METADATA_FILE).read_text()
@@ -78,48 +111,81 @@ def read_partition_metadata(dir: Path) -> uuid.UUID | None:
 
 
 class LogManager:
-    def __init__(self, log_dirs: list[Path], log_config_for: Callable[[str], LogConfig]) -> None:
+    def __init__(
+        self,
+        log_dirs: list[Path],
+        log_config_for: Callable[[str], LogConfig],
+        *,
+        recovery_threads: int = 1,
+        open_files: int | None = None,
+    ) -> None:
+        """`recovery_threads`: num.recovery.threads.per.data.dir; `open_files`: log.open.files.cache.size (sizes
+        the process's open-file cache, storage/file_cache.py)."""
         self.log_dirs = [Path(d) for d in log_dirs]
         self.log_config_for = log_config_for
+        self.recovery_threads = max(1, recovery_threads)
+        if open_files is not None:
+            OPEN_FILES.resize(effective_capacity(open_files))
         self._logs: dict[TopicPartition, UnifiedLog] = {}
         self._log_dir_of: dict[TopicPartition, Path] = {}
         self._checkpoint_lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------------------------------------------
     def startup(self) -> None:
-        """Load every `<topic>-<partition>` dir; recover when the dir lacks the clean-shutdown marker."""
+        """Load every `<topic>-<partition>` dir, `num.recovery.threads.per.data.dir` logs at a time per dir (as
+        Kafka's LogManager.loadLogs); recover when the dir lacks the clean-shutdown marker (only the segments from
+        each log's recovery point on are scanned)."""
         for log_dir in self.log_dirs:
-            log_dir.mkdir(parents=True, exist_ok=True)
-            marker = log_dir / CLEAN_SHUTDOWN_FILE
-            clean = marker.exists()
-            recovery_points = self._read_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
-            log_starts = self._read_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
-            hws = self._read_checkpoint(log_dir / REPLICATION_OFFSET_CHECKPOINT)
-            for d in sorted(log_dir.iterdir()):
-                if not d.is_dir():
-                    continue
-                if d.name.endswith(DELETE_DIR_SUFFIX):
-                    shutil.rmtree(d, ignore_errors=True)  # a deletion interrupted by a crash
-                    continue
-                try:
-                    tp = parse_topic_partition(d.name)
-                except ValueError:
-                    continue
-                topic_id = read_partition_metadata(d) or ZERO_UUID
-                log = UnifiedLog.open(
-                    d,
-                    topic_id,
-                    self.log_config_for(tp[0]),
-                    recovery_point=recovery_points.get(tp, 0),
-                    log_start_offset=log_starts.get(tp, 0),
-                    high_watermark=hws.get(tp, 0),
-                    needs_recovery=not clean,
-                )
-                self._logs[tp] = log
+            self._load_dir(log_dir)
+
+    def _load_dir(self, log_dir: Path) -> None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        marker = log_dir / CLEAN_SHUTDOWN_FILE
+        clean = marker.exists()
+        recovery_points = self._read_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
+        log_starts = self._read_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
+        hws = self._read_checkpoint(log_dir / REPLICATION_OFFSET_CHECKPOINT)
+        todo: list[tuple[TopicPartition, Path, LogConfig]] = []
+        with os.scandir(log_dir) as it:
+            names = sorted(e.name for e in it if e.is_dir())
+        for name in names:
+            d = log_dir / name
+            if name.endswith(DELETE_DIR_SUFFIX):
+                shutil.rmtree(d, ignore_errors=True)  # a deletion interrupted by a crash
+                continue
+            try:
+                tp = parse_topic_partition(name)
+            except ValueError:
+                continue
+            todo.append((tp, d, self.log_config_for(tp[0])))
+        def load(tp: TopicPartition, d: Path, config: LogConfig) -> UnifiedLog:
+            return UnifiedLog.open(
+                d,
+                read_partition_metadata(d) or ZERO_UUID,
+                config,
+                recovery_point=recovery_points.get(tp, 0),
+                log_start_offset=log_starts.get(tp, 0),
+                high_watermark=hws.get(tp, 0),
+                needs_recovery=not clean,
+            )
+
+        progress = _Progress(log_dir, len(todo), "Loading" if clean else "Recovering")
+        if self.recovery_threads == 1 or len(todo) <= 1:
+            for tp, d, config in todo:
+                self._logs[tp] = load(tp, d, config)
                 self._log_dir_of[tp] = log_dir
-            marker.unlink(missing_ok=True)
-            if clean:
-                fsync_path(log_dir)
+                progress.done_one()
+        else:
+            with ThreadPoolExecutor(self.recovery_threads, thread_name_prefix="strata-recovery") as pool:
+                futures = [(tp, pool.submit(load, tp, d, config)) for tp, d, config in todo]
+                for tp, f in futures:
+                    self._logs[tp] = f.result()
+                    self._log_dir_of[tp] = log_dir
+                    progress.done_one()
+        progress.finish()
+        marker.unlink(missing_ok=True)
+        if clean:
+            fsync_path(log_dir)
 
     @staticmethod
     def _read_checkpoint(path: Path) -> dict[TopicPartition, int]:

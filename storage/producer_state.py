@@ -391,7 +391,8 @@ class ProducerStateManager:
 
     fast_path = True  # tests switch it off to compare the one-batch shortcut with the general validation
 
-    def __init__(self, dir: Path) -> None:
+    def __init__(self, dir: Path, names: Iterable[str] | None = None) -> None:
+        """`names`: the dir's file names when the caller has listed it already (one listing per log load)."""
         self.dir = Path(dir)
         self.producers: dict[int, ProducerStateEntry] = {}
         # open transactions, first offset -> producer id, in first offset order (appends come in offset order)
@@ -402,15 +403,16 @@ class ProducerStateManager:
         self.last_snap_offset = 0
         self._snapshots: dict[int, Path] = {}
         self._unflushed: list[Path] = []
-        self._load_snapshot_files()
+        self._load_snapshot_files(names)
 
     # -- snapshot files ---------------------------------------------------------------------------------------
-    def _load_snapshot_files(self) -> None:
+    def _load_snapshot_files(self, names: Iterable[str] | None = None) -> None:
         self._snapshots = {}
-        try:
-            names = os.listdir(self.dir)
-        except FileNotFoundError:
-            return
+        if names is None:
+            try:
+                names = os.listdir(self.dir)
+            except FileNotFoundError:
+                return
         for name in names:
             off = parse_snapshot_offset(name)
             if off is not None:
