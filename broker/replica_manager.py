@@ -357,7 +357,13 @@ class ReplicaManager:
         todo = [i for i in range(info.partitions) if self.log_manager.get_log(info.name, i) is None]
         if todo:
             cfg = self.config.log_config(info.configs)
-            made = await asyncio.to_thread(self.log_manager.make_logs, info.name, todo, info.topic_id, cfg)
+            # the leader epoch's start is written (fsynced) with the files, off the loop: make_leader finds it there
+            epochs = {
+                i: st.leader_epoch
+                for i in todo
+                if (st := self.store.partition_state(info.name, i)) is not None and st.leader == self.broker_id
+            }
+            made = await asyncio.to_thread(self.log_manager.make_logs, info.name, todo, info.topic_id, cfg, epochs)
             current = self.store.topic(info.name)
             if current is None or current.topic_id != info.topic_id:  # deleted (or re-created) meanwhile
                 await asyncio.to_thread(self.log_manager.discard_logs, made)
@@ -475,7 +481,7 @@ class ReplicaManager:
         holds it back only for replica.lag.time.max.ms, and when that runs out no fetch may come to notice."""
         t = now_ms()
         for p in list(self.partitions.values()):
-            if not p.is_leader:
+            if not p.is_leader or not p.followers:  # no follower: nothing to shrink, the HW moved with each append
                 continue
             self._maybe_hw_moved(p)
             new_isr = p.isr_to_shrink(t)

@@ -26,6 +26,10 @@ DEFAULT_CAPACITY = 4096
 _NO_DESCRIPTORS = (errno.EMFILE, errno.ENFILE)
 
 
+def _as_path(path: Path | str) -> Path:
+    return path if isinstance(path, Path) else Path(path)
+
+
 def effective_capacity(configured: int) -> int:
     """The configured size, but at most half the process's soft RLIMIT_NOFILE (sockets need the rest)."""
     try:
@@ -61,7 +65,7 @@ class OpenFileCache:
 
     def file(self, path: Path, flags: int = os.O_RDWR, *, create: bool = False) -> CachedFile:
         """A cached file for `path`; `create` makes it now (opened with O_CREAT, and left open in the cache)."""
-        f = CachedFile(self, Path(path), flags)
+        f = CachedFile(self, _as_path(path), flags)
         if create:
             f.acquire(os.O_CREAT)
             f.release()
@@ -69,15 +73,18 @@ class OpenFileCache:
 
     # -- internals (called with self._lock held) -------------------------------------------------------------
     def _evict(self, limit: int) -> None:
-        """Close least recently used idle files until at most `limit` are open."""
-        if len(self._open) <= limit:
-            return
-        for f in list(self._open):
-            if len(self._open) <= limit:
-                break
-            if f._users == 0 and self._open.pop(f, 0) is None:
-                f._close_fd()
-                self.evictions += 1
+        """Close least recently used idle files until at most `limit` are open (files in use move to the back)."""
+        lru = self._open
+        tries = len(lru)
+        while len(lru) > limit and tries > 0:
+            tries -= 1
+            f = next(iter(lru))
+            if f._users:
+                lru.move_to_end(f)
+                continue
+            del lru[f]
+            f._close_fd()
+            self.evictions += 1
 
     def _opened(self, f: CachedFile) -> None:
         self.opens += 1

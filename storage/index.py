@@ -49,7 +49,7 @@ class _IndexFile:
         files: OpenFileCache | None = None,
         size_hint: int | None = None,
     ) -> None:
-        self.path = Path(path)
+        self.path = path if isinstance(path, Path) else Path(path)
         self.base_offset = base_offset
         self.max_entries = max(1, max_index_size // self.entry_size)
         cache = files if files is not None else OPEN_FILES
@@ -80,6 +80,14 @@ class _IndexFile:
 
     def _truncate_entries(self, n: int) -> None:
         self._file.truncate(n * self.entry_size)
+
+    def _reset_file(self) -> None:
+        """Empty the file, unless it is known to be empty already (recovery resets thousands of indexes, and a
+        needless ftruncate costs a journal write)."""
+        on_disk = self.entries if self._loaded else self._size_hint
+        self._loaded = True
+        if on_disk != 0:
+            self._truncate_entries(0)
 
     @property
     def entries(self) -> int:
@@ -220,9 +228,8 @@ class OffsetIndex(_IndexFile):
             self._truncate_entries(i)
 
     def reset(self) -> None:
-        self._loaded = True
+        self._reset_file()
         self._offsets, self._positions = array("i"), array("i")
-        self._truncate_entries(0)
 
 
 class TimeIndex(_IndexFile):
@@ -304,9 +311,8 @@ class TimeIndex(_IndexFile):
             self._truncate_entries(i)
 
     def reset(self) -> None:
-        self._loaded = True
+        self._reset_file()
         self._timestamps, self._offsets = array("q"), array("i")
-        self._truncate_entries(0)
 
 
 __all__ = ["OffsetIndex", "TimeIndex", "IndexCorruptError"]

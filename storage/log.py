@@ -135,7 +135,7 @@ class UnifiedLog:
         self, dir: Path, topic_id: uuid.UUID, config: LogConfig, *, names: Iterable[str] | None = None
     ) -> None:
         """Use `UnifiedLog.open`; this only sets fields (`names`: the dir's file names, when already listed)."""
-        self.dir = Path(dir)
+        self.dir = dir if isinstance(dir, Path) else Path(dir)
         self.topic, self.partition = parse_topic_partition(self.dir.name)
         self.topic_id = topic_id
         self.config = config
@@ -145,6 +145,8 @@ class UnifiedLog:
         self.local_log_start_offset = 0
         self.high_watermark = 0
         self.recovery_point = 0
+        # called (event loop) when the log gets its first unflushed message: the LogManager's set of dirty logs
+        self.on_dirty: Callable[[UnifiedLog], None] | None = None
         self._appended_messages = 0  # written by the event loop only
         self._flushed_messages = 0  # written by flush only (maybe another thread)
         self._last_flush_ms = _now_ms()
@@ -183,7 +185,7 @@ class UnifiedLog:
         neither fsyncs nor moves the recovery point past its checkpoint: only a flush advances it, so a crash before
         the next flush recovers the same segments again (and 20,000 logs do not cost 20,000 fsyncs at startup).
         """
-        dir = Path(dir)
+        dir = dir if isinstance(dir, Path) else Path(dir)
         dir.mkdir(parents=True, exist_ok=True)
         names = os.listdir(dir)  # one listing serves the whole load (thousands of partitions load at startup)
         if any(n.endswith((CLEANED_SUFFIX, SWAP_SUFFIX)) for n in names):
@@ -201,6 +203,7 @@ class UnifiedLog:
         bases.sort()
         known = set(bases)
         listing: dict[str, os.stat_result] = {}
+        dir_str = str(dir)
         for name in kept:
             stem, dot, suffix = name.partition(".")
             if not dot or not stem.isdigit() or "." + suffix not in _SEGMENT_SUFFIXES:
@@ -209,7 +212,7 @@ class UnifiedLog:
                 (dir / name).unlink(missing_ok=True)  # orphan index of a deleted segment
                 continue
             try:
-                listing[name] = os.stat(dir / name)
+                listing[name] = os.stat(os.path.join(dir_str, name))
             except FileNotFoundError:
                 pass
         self = cls(dir, topic_id, config, names=kept)
@@ -613,6 +616,8 @@ class UnifiedLog:
             self._segments[-1].append(data, batches, next_offset)
         except OSError as e:
             raise KafkaStorageError(f"write to {self.dir} failed: {e}") from e
+        if self._appended_messages == self._flushed_messages and self.on_dirty is not None:
+            self.on_dirty(self)
         self._appended_messages += next_offset - first_offset
 
     # ------------------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +31,7 @@ from .checkpoints import (
     atomic_write,
     fsync_path,
 )
+from .epoch_cache import LEADER_EPOCH_CHECKPOINT
 from .file_cache import OPEN_FILES, effective_capacity
 from .log import UnifiedLog, parse_topic_partition
 
@@ -128,6 +129,7 @@ class LogManager:
             OPEN_FILES.resize(effective_capacity(open_files))
         self._logs: dict[TopicPartition, UnifiedLog] = {}
         self._log_dir_of: dict[TopicPartition, Path] = {}
+        self._dirty: set[UnifiedLog] = set()  # logs with unflushed messages: what the flush check looks at
         self._checkpoint_lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------------------------------------------
@@ -158,6 +160,7 @@ class LogManager:
             except ValueError:
                 continue
             todo.append((tp, d, self.log_config_for(tp[0])))
+
         def load(tp: TopicPartition, d: Path, config: LogConfig) -> UnifiedLog:
             return UnifiedLog.open(
                 d,
@@ -172,15 +175,13 @@ class LogManager:
         progress = _Progress(log_dir, len(todo), "Loading" if clean else "Recovering")
         if self.recovery_threads == 1 or len(todo) <= 1:
             for tp, d, config in todo:
-                self._logs[tp] = load(tp, d, config)
-                self._log_dir_of[tp] = log_dir
+                self._register(tp, load(tp, d, config), log_dir)
                 progress.done_one()
         else:
             with ThreadPoolExecutor(self.recovery_threads, thread_name_prefix="strata-recovery") as pool:
                 futures = [(tp, pool.submit(load, tp, d, config)) for tp, d, config in todo]
                 for tp, f in futures:
-                    self._logs[tp] = f.result()
-                    self._log_dir_of[tp] = log_dir
+                    self._register(tp, f.result(), log_dir)
                     progress.done_one()
         progress.finish()
         marker.unlink(missing_ok=True)
@@ -194,10 +195,22 @@ class LogManager:
         except CheckpointFormatError:
             return {}  # treated as absent: recovery from offset 0 is slower but safe
 
+    def _register(self, tp: TopicPartition, log: UnifiedLog, log_dir: Path) -> None:
+        log.on_dirty = self._dirty.add
+        self._logs[tp] = log
+        self._log_dir_of[tp] = log_dir
+
     def shutdown(self) -> None:
-        """Flush every log, write all checkpoints, mark each dir cleanly shut down, close."""
-        for log in self._logs.values():
-            log.flush()
+        """Flush every log (many at once: their fsyncs share the file system's journal commits), write all
+        checkpoints, mark each dir cleanly shut down, close."""
+        logs = list(self._logs.values())
+        if len(logs) > 1:
+            with ThreadPoolExecutor(min(FSYNC_THREADS, len(logs)), thread_name_prefix="strata-flush") as pool:
+                for _ in pool.map(UnifiedLog.flush, logs):
+                    pass
+        else:
+            for log in logs:
+                log.flush()
         self.checkpoint_recovery_points()
         self.checkpoint_log_start_offsets()
         self.checkpoint_high_watermarks()
@@ -206,6 +219,7 @@ class LogManager:
         for log_dir in self.log_dirs:
             atomic_write(log_dir / CLEAN_SHUTDOWN_FILE, b"")
         self._logs.clear()
+        self._dirty.clear()
         self._log_dir_of.clear()
 
     # -- logs ------------------------------------------------------------------------------------------------
@@ -242,13 +256,21 @@ class LogManager:
         write_partition_metadata(d, topic_id)
         log = UnifiedLog.open(d, topic_id, config, needs_recovery=False)
         fsync_path(log_dir)
-        self._logs[tp] = log
-        self._log_dir_of[tp] = log_dir
+        self._register(tp, log, log_dir)
         return log
 
-    def make_logs(self, topic: str, partitions: list[int], topic_id: uuid.UUID, config: LogConfig) -> list[NewLog]:
+    def make_logs(
+        self,
+        topic: str,
+        partitions: list[int],
+        topic_id: uuid.UUID,
+        config: LogConfig,
+        leader_epochs: Mapping[int, int] | None = None,
+    ) -> list[NewLog]:
         """Create the dirs and files of new partition logs, without registering them (`adopt_logs` does, on the
-        event loop): the file-system work of a large CreateTopics may run in a worker thread. All or nothing: on an
+        event loop): the file-system work of a large CreateTopics may run in a worker thread. `leader_epochs`
+        (partition -> the epoch this broker leads it in) are written to the logs' epoch caches here, off the event
+        loop, so becoming leader finds them (each is an fsynced file write). All or nothing: on an
         OSError (say EMFILE, "Too many open files") what was made is closed and removed before it is raised, so no
         half-made partition dir is left to trouble a restart. The files are made durable together at the end."""
         counts = self._dir_counts()
@@ -262,7 +284,10 @@ class LogManager:
         def make(tp: TopicPartition, log_dir: Path, d: Path) -> NewLog:
             d.mkdir(parents=True, exist_ok=True)
             write_partition_metadata(d, topic_id, sync=False)
-            return NewLog(tp, log_dir, UnifiedLog.open(d, topic_id, config, needs_recovery=False))
+            log = UnifiedLog.open(d, topic_id, config, needs_recovery=False)
+            if leader_epochs and (epoch := leader_epochs.get(tp[1])) is not None:
+                log.leader_epoch_cache.assign(epoch, log.log_end_offset, sync=False)  # fsynced below with the rest
+            return NewLog(tp, log_dir, log)
 
         made: list[NewLog] = []
         failure: BaseException | None = None
@@ -278,7 +303,10 @@ class LogManager:
             if failure is not None:
                 raise failure
             # durable before the create is answered: each partition.metadata, its dir entry, the partition dirs
-            fsync_all([f for d in dirs for f in (d / PARTITION_METADATA_FILE, d)])
+            files = [d / PARTITION_METADATA_FILE for d in dirs]
+            if leader_epochs:
+                files += [n.log.dir / LEADER_EPOCH_CHECKPOINT for n in made if n.tp[1] in leader_epochs]
+            fsync_all(files + dirs)
             fsync_all(sorted({n.log_dir for n in made}))
         except BaseException:
             self.discard_logs(made, dirs)
@@ -298,8 +326,7 @@ class LogManager:
         for n in logs:
             if n.tp in self._logs:
                 continue
-            self._logs[n.tp] = n.log
-            self._log_dir_of[n.tp] = n.log_dir
+            self._register(n.tp, n.log, n.log_dir)
 
     def detach_log(self, topic: str, partition: int) -> Path | None:
         """Unregister and close a log and rename its dir to `<topic>-<partition>.<uuidhex>-delete` (atomic: a crash
@@ -310,6 +337,7 @@ class LogManager:
         log_dir = self._log_dir_of.pop(tp, None)
         if log is None or log_dir is None:
             return None
+        self._dirty.discard(log)
         log.close(take_snapshot=False)  # no producer snapshot for a log about to be removed
         tomb = log_dir / f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
         try:
@@ -368,12 +396,14 @@ class LogManager:
 
     def flush_dirty_logs(self, now_ms: int | None = None) -> list[UnifiedLog]:
         """Logs due a flush: flush.ms elapsed since the last one, or flush.messages reached, with unflushed data.
-        The caller flushes them (possibly in a worker thread)."""
+        The caller flushes them (possibly in a worker thread). Only logs appended to since their last flush are
+        looked at (O(active), not O(partitions))."""
         now = int(time.time() * 1000) if now_ms is None else now_ms
         due = []
-        for log in self._logs.values():
+        for log in list(self._dirty):
             pending = log.unflushed_messages
             if pending <= 0:
+                self._dirty.discard(log)  # flushed since: its next append adds it again
                 continue
             if now - log.last_flush_time_ms >= log.config.flush_ms or pending >= log.config.flush_messages:
                 due.append(log)

@@ -393,7 +393,7 @@ class ProducerStateManager:
 
     def __init__(self, dir: Path, names: Iterable[str] | None = None) -> None:
         """`names`: the dir's file names when the caller has listed it already (one listing per log load)."""
-        self.dir = Path(dir)
+        self.dir = dir if isinstance(dir, Path) else Path(dir)
         self.producers: dict[int, ProducerStateEntry] = {}
         # open transactions, first offset -> producer id, in first offset order (appends come in offset order)
         self.ongoing_txns: dict[int, int] = {}

@@ -96,7 +96,7 @@ class LogSegment:
     ) -> None:
         """`listing` (file name -> stat, from the log dir's scan at load) opens existing files without a stat or
         an open each; without it the files are created if missing (a new segment)."""
-        self.dir = Path(dir)
+        self.dir = dir if isinstance(dir, Path) else Path(dir)
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         cache = files if files is not None else OPEN_FILES

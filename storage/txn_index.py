@@ -83,7 +83,7 @@ class TransactionIndex:
     ) -> None:
         """`exists` (known from the log dir's scan) saves a stat; the descriptor comes from the open-file cache
         (storage/file_cache.py) on writes only."""
-        self.path = Path(path)
+        self.path = path if isinstance(path, Path) else Path(path)
         self.base_offset = base_offset
         self.entries: list[AbortedTxn] = []
         self.file = (files if files is not None else OPEN_FILES).file(self.path, os.O_RDWR | os.O_APPEND)
