@@ -69,3 +69,11 @@ def freeze_startup_objects() -> None:
     frees the rest), which bounds what can leak by what start-up built."""
     gc.collect()
     gc.freeze()
+
+
+def freeze_new_objects() -> None:
+    """After a bulk creation (thousands of partitions): move the objects alive now to the permanent generation
+    without a full collection first (that collection is the pause being avoided). Full collections otherwise scan
+    every partition's objects again and again: 2-8 s event loop stalls with 20,000 partitions. What is garbage in a
+    reference cycle at this moment is kept (reference counting frees everything else)."""
+    gc.freeze()

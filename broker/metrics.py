@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -191,6 +191,10 @@ class BrokerMetrics:
         """kafka.coordinator.transaction gauges (transactions by state, partitions loaded and loading, transactions
         whose markers are being written), read from the transaction coordinator at scrape time."""
         self.registry.register(_TxnCoordinatorCollector(coordinator))
+
+    def register_open_file_cache(self, cache) -> None:
+        """The open-file cache of segment files (`log.open.files.cache.size`, Strata only), read at scrape time."""
+        self.registry.register(_OpenFilesCollector(cache))
 
     def register_log_cleaner(self, cleaner) -> None:
         """kafka.log:type=LogCleanerManager / LogCleaner gauges, read from the cleaner at scrape time."""
@@ -371,6 +375,24 @@ class _TxnCoordinatorCollector:
         )
         pending.add_metric([], c.markers_pending)
         yield from (by_state, parts, pending)
+
+
+class _OpenFilesCollector:
+    def __init__(self, cache: Any) -> None:
+        self._cache = cache
+
+    def collect(self):
+        c = self._cache
+        yield GaugeMetricFamily("strata_log_open_files", "Segment files open now", value=c.open_files)
+        yield GaugeMetricFamily(
+            "strata_log_open_files_capacity", "Segment files kept open at most (effective cache size)", value=c.capacity
+        )
+        yield CounterMetricFamily(
+            "strata_log_open_files_opens", "Segment files opened (first opens and reopens after eviction)", c.opens
+        )
+        yield CounterMetricFamily(
+            "strata_log_open_files_evictions", "Idle segment files closed to stay within the cache size", c.evictions
+        )
 
 
 class _LogCollector:

@@ -30,6 +30,7 @@ from strata.storage.txn_index import AbortedTxn
 
 from .cluster.model import PartitionState, StaleStateError
 from .cluster.replica_fetcher import ReplicaFetcherManager
+from .gc_pauses import freeze_new_objects
 from .metadata_store import MetadataStore, TopicInfo
 from .metrics import BrokerMetrics
 from .partition import Partition, now_ms
@@ -50,6 +51,7 @@ INTERNAL_APPEND_TIMEOUT_MS = 5000  # Kafka's offsets.commit.timeout.ms: the brok
 # Loops over the partitions of one request or topic give other connections a turn every this many partitions.
 YIELD_EVERY = 256
 RENAMES_PER_YIELD = 32  # a partition dir's rename takes ~1 ms on a busy disk
+FREEZE_AFTER_PARTITIONS = 1000  # a creation this large moves its objects out of the collector's reach
 
 
 async def pace(n: int) -> None:
@@ -373,6 +375,8 @@ class ReplicaManager:
             self.apply_partition_state(info.name, i, self.store.partition_state(info.name, i))
             if i % YIELD_EVERY == YIELD_EVERY - 1:
                 await asyncio.sleep(0)
+        if len(todo) >= FREEZE_AFTER_PARTITIONS:
+            freeze_new_objects()  # as at startup: full GC passes would rescan these partitions' objects forever
 
     def remove_topic(self, info: TopicInfo) -> None:
         """Topic deleted: stop and delete every local replica (idempotent); the leader marks its remote data for the

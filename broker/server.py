@@ -20,6 +20,7 @@ from strata.config import BrokerConfig, ConfigError
 from strata.protocol.errors import ErrorCode
 from strata.protocol.uuids import kafka_uuid_str
 from strata.storage.cleaner_manager import CleanerConfig, LogCleaner
+from strata.storage.file_cache import OPEN_FILES
 from strata.storage.log_manager import LogManager
 
 from . import diagnostics, loggers
@@ -387,6 +388,7 @@ class KafkaServer:
         await self.txn_coordinator.startup()  # loads __transaction_state in the background
         self.metrics.register_txn_coordinator(self.txn_coordinator)
         self.metrics.register_log_collector(self.replica_manager.all_logs)
+        self.metrics.register_open_file_cache(OPEN_FILES)
         # one broker alone (local metadata) is its own controller and leads every partition
         self.metrics.register_controller(self._is_controller if self.cluster_mode else lambda: True, self._offline)
         self.gc_pauses.install(self.metrics.registry)

@@ -18,6 +18,7 @@ from .checkpoints import (
     read_checkpoint_lines,
     write_checkpoint_lines,
 )
+from .file_cache import as_path
 
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 UNDEFINED_EPOCH = -1
@@ -51,7 +52,7 @@ class LeaderEpochFileCache:
     """Entries ordered by both epoch and start offset (monotonic), as Kafka maintains them."""
 
     def __init__(self, path: Path | None, entries: list[EpochEntry] | None = None) -> None:
-        self.path = path if path is None or isinstance(path, Path) else Path(path)
+        self.path = None if path is None else as_path(path)
         self._entries: list[EpochEntry] = list(entries or [])
 
     @classmethod

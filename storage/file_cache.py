@@ -26,7 +26,8 @@ DEFAULT_CAPACITY = 4096
 _NO_DESCRIPTORS = (errno.EMFILE, errno.ENFILE)
 
 
-def _as_path(path: Path | str) -> Path:
+def as_path(path: Path | str) -> Path:
+    """`path` as a Path without re-parsing one that is already (pathlib's parsing shows at 20,000 logs)."""
     return path if isinstance(path, Path) else Path(path)
 
 
@@ -65,7 +66,7 @@ class OpenFileCache:
 
     def file(self, path: Path, flags: int = os.O_RDWR, *, create: bool = False) -> CachedFile:
         """A cached file for `path`; `create` makes it now (opened with O_CREAT, and left open in the cache)."""
-        f = CachedFile(self, _as_path(path), flags)
+        f = CachedFile(self, as_path(path), flags)
         if create:
             f.acquire(os.O_CREAT)
             f.release()
@@ -265,4 +266,4 @@ class _Use:
 OPEN_FILES = OpenFileCache(DEFAULT_CAPACITY)
 
 
-__all__ = ["CachedFile", "OpenFileCache", "OPEN_FILES", "DEFAULT_CAPACITY", "effective_capacity"]
+__all__ = ["CachedFile", "OpenFileCache", "OPEN_FILES", "DEFAULT_CAPACITY", "as_path", "effective_capacity"]

@@ -19,7 +19,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from pathlib import Path
 
-from .file_cache import OPEN_FILES, OpenFileCache
+from .file_cache import OPEN_FILES, OpenFileCache, as_path
 
 INT32_MAX = 2**31 - 1
 _OFFSET_ENTRY = struct.Struct(">ii")
@@ -49,7 +49,7 @@ class _IndexFile:
         files: OpenFileCache | None = None,
         size_hint: int | None = None,
     ) -> None:
-        self.path = path if isinstance(path, Path) else Path(path)
+        self.path = as_path(path)
         self.base_offset = base_offset
         self.max_entries = max(1, max_index_size // self.entry_size)
         cache = files if files is not None else OPEN_FILES

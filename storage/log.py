@@ -53,6 +53,7 @@ from .errors import (
     from_batch_error,
     record_validation_error,
 )
+from .file_cache import as_path
 from .producer_state import CompletedTxn, ProducerStateEntry, ProducerStateManager, read_end_marker
 from .record_codec import check_keys_present
 from .segment import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, LogSegment
@@ -135,7 +136,7 @@ class UnifiedLog:
         self, dir: Path, topic_id: uuid.UUID, config: LogConfig, *, names: Iterable[str] | None = None
     ) -> None:
         """Use `UnifiedLog.open`; this only sets fields (`names`: the dir's file names, when already listed)."""
-        self.dir = dir if isinstance(dir, Path) else Path(dir)
+        self.dir = as_path(dir)
         self.topic, self.partition = parse_topic_partition(self.dir.name)
         self.topic_id = topic_id
         self.config = config
@@ -185,7 +186,7 @@ class UnifiedLog:
         neither fsyncs nor moves the recovery point past its checkpoint: only a flush advances it, so a crash before
         the next flush recovers the same segments again (and 20,000 logs do not cost 20,000 fsyncs at startup).
         """
-        dir = dir if isinstance(dir, Path) else Path(dir)
+        dir = as_path(dir)
         dir.mkdir(parents=True, exist_ok=True)
         names = os.listdir(dir)  # one listing serves the whole load (thousands of partitions load at startup)
         if any(n.endswith((CLEANED_SUFFIX, SWAP_SUFFIX)) for n in names):

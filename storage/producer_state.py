@@ -48,6 +48,7 @@ from strata.protocol.records import NO_PRODUCER_EPOCH, NO_SEQUENCE
 
 from .checkpoints import atomic_write, fsync_path
 from .errors import StorageError
+from .file_cache import as_path
 
 NUM_BATCHES_TO_RETAIN = 5
 SNAPSHOT_SUFFIX = ".snapshot"
@@ -393,7 +394,7 @@ class ProducerStateManager:
 
     def __init__(self, dir: Path, names: Iterable[str] | None = None) -> None:
         """`names`: the dir's file names when the caller has listed it already (one listing per log load)."""
-        self.dir = dir if isinstance(dir, Path) else Path(dir)
+        self.dir = as_path(dir)
         self.producers: dict[int, ProducerStateEntry] = {}
         # open transactions, first offset -> producer id, in first offset order (appends come in offset order)
         self.ongoing_txns: dict[int, int] = {}

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from strata.protocol.records import HEADER_SIZE, LOG_APPEND_TIME, BatchHeader, compute_crc, iter_records
 
-from .file_cache import OPEN_FILES, CachedFile, OpenFileCache
+from .file_cache import OPEN_FILES, CachedFile, OpenFileCache, as_path
 from .index import INT32_MAX, IndexCorruptError, OffsetIndex, TimeIndex
 from .txn_index import TransactionIndex
 
@@ -96,7 +96,7 @@ class LogSegment:
     ) -> None:
         """`listing` (file name -> stat, from the log dir's scan at load) opens existing files without a stat or
         an open each; without it the files are created if missing (a new segment)."""
-        self.dir = dir if isinstance(dir, Path) else Path(dir)
+        self.dir = as_path(dir)
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         cache = files if files is not None else OPEN_FILES

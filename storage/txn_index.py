@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from .errors import KafkaStorageError
-from .file_cache import OPEN_FILES, OpenFileCache
+from .file_cache import OPEN_FILES, OpenFileCache, as_path
 
 TXN_INDEX_VERSION = 0
 _ENTRY = struct.Struct(">hqqqq")
@@ -83,7 +83,7 @@ class TransactionIndex:
     ) -> None:
         """`exists` (known from the log dir's scan) saves a stat; the descriptor comes from the open-file cache
         (storage/file_cache.py) on writes only."""
-        self.path = path if isinstance(path, Path) else Path(path)
+        self.path = as_path(path)
         self.base_offset = base_offset
         self.entries: list[AbortedTxn] = []
         self.file = (files if files is not None else OPEN_FILES).file(self.path, os.O_RDWR | os.O_APPEND)
