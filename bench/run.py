@@ -218,6 +218,7 @@ OPTIONAL_GROUPS: list[tuple[str, str]] = [
     ("quotas", "bench.quota_bench"),  # issue 18: achieved rate under producer_byte_rate / consumer_byte_rate
     ("security", "bench.security_bench"),  # issue 18: TLS vs plaintext throughput, SCRAM connection set-up rate
     ("transactions", "bench.txn_bench"),  # issue 19: transactional vs idempotent produce, READ_COMMITTED consume
+    ("scale", "bench.scale_bench"),  # issue 22: idle cost, Metadata and restarts with 1,000-20,000 partitions
 ]
 
 
