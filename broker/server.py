@@ -29,7 +29,7 @@ from .cluster.broker_client import inter_broker_security
 from .cluster.model import BrokerInfo
 from .dynamic_config import DynamicBrokerConfig
 from .endpoints import BrokerEndpoints
-from .gc_pauses import GcPauses, freeze_startup_objects
+from .gc_pauses import GcPauses, collector_paused, freeze_startup_objects
 from .group import GroupCoordinator
 from .metadata_store import LocalMetadataStore, MetadataStore
 from .metrics import BrokerMetrics
@@ -351,7 +351,10 @@ class KafkaServer:
                 self.group_coordinator.num_partitions = offsets.partitions
             if (txn_state := self.store.topic(TRANSACTION_STATE_TOPIC)) is not None:
                 self.txn_coordinator.runtime.num_partitions = txn_state.partitions
-        await asyncio.get_running_loop().run_in_executor(None, self.log_manager.startup)
+        # Loading 20,000 logs makes millions of objects: without this each full collection would rescan them and
+        # everything imported so far (clean restarts of 5,000 logs took 20 s instead of 8)
+        with collector_paused():
+            await asyncio.get_running_loop().run_in_executor(None, self.log_manager.startup)
         if self._etcd_store is not None:  # (cluster mode)
             self._delete_stray_logs(self._etcd_store)
         self.store.add_listener(self.on_metadata_change)  # no await before the load: no change is missed
