@@ -27,6 +27,7 @@ import statistics
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -188,9 +189,9 @@ def produce_many(bootstrap: str, topic: str, partitions: int, seconds: float) ->
     p.list_topics(topic, timeout=30)
     value = os.urandom(100)
 
-    def done(err: Any, msg: Any) -> None:
+    def done(sent_at: float, err: Any, _msg: Any) -> None:
         if err is None:
-            lat.append(time.monotonic() - msg.opaque)
+            lat.append(time.monotonic() - sent_at)
 
     # Kafka clients' own delivery latency: enqueue to acknowledgement
     sent = 0
@@ -199,7 +200,7 @@ def produce_many(bootstrap: str, topic: str, partitions: int, seconds: float) ->
     while time.monotonic() < end:
         for _ in range(1000):
             try:
-                p.produce(topic, value, partition=sent % partitions, on_delivery=done)
+                p.produce(topic, value, partition=sent % partitions, on_delivery=partial(done, time.monotonic()))
             except BufferError:
                 p.poll(0.01)
                 continue
