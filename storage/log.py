@@ -708,7 +708,7 @@ class UnifiedLog:
                         self._complete_txns(completed)
         psm.update_map_end_offset(leo)
         try:
-            psm.take_snapshot(sync=True)
+            psm.take_snapshot(sync=False)  # fsynced by the next flush: a torn one falls back to a replay
         except OSError as e:
             raise KafkaStorageError(f"producer snapshot in {self.dir} failed: {e}") from e
 

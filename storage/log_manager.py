@@ -204,23 +204,28 @@ class LogManager:
         """Flush every log (many at once: their fsyncs share the file system's journal commits), write all
         checkpoints, mark each dir cleanly shut down, close."""
         logs = list(self._logs.values())
-        if len(logs) > 1:
-            with ThreadPoolExecutor(min(FSYNC_THREADS, len(logs)), thread_name_prefix="strata-flush") as pool:
-                for _ in pool.map(UnifiedLog.flush, logs):
-                    pass
-        else:
-            for log in logs:
-                log.flush()
+        self._each_in_pool(UnifiedLog.flush, logs)
         self.checkpoint_recovery_points()
         self.checkpoint_log_start_offsets()
         self.checkpoint_high_watermarks()
-        for log in self._logs.values():
-            log.close()
+        self._each_in_pool(UnifiedLog.close, logs)  # each writes a synced producer snapshot
         for log_dir in self.log_dirs:
             atomic_write(log_dir / CLEAN_SHUTDOWN_FILE, b"")
         self._logs.clear()
         self._dirty.clear()
         self._log_dir_of.clear()
+
+    @staticmethod
+    def _each_in_pool(fn: Callable[[UnifiedLog], None], logs: list[UnifiedLog]) -> None:
+        """`fn` on every log, FSYNC_THREADS at a time (their fsyncs share the file system's journal commits: one
+        after the other, 20,000 logs' shutdown outlasts any stop timeout)."""
+        if len(logs) <= 1:
+            for log in logs:
+                fn(log)
+            return
+        with ThreadPoolExecutor(min(FSYNC_THREADS, len(logs)), thread_name_prefix="strata-shutdown") as pool:
+            for _ in pool.map(fn, logs):
+                pass
 
     # -- logs ------------------------------------------------------------------------------------------------
     def get_log(self, topic: str, partition: int) -> UnifiedLog | None:
