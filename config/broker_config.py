@@ -77,6 +77,16 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("log.flush.offset.checkpoint.interval.ms", T.INT, 60000, "", at_least(0)),
     ConfigDef("log.flush.start.offset.checkpoint.interval.ms", T.INT, 60000, "", at_least(0)),
     ConfigDef("log.segment.delete.delay.ms", T.LONG, 60000, "", at_least(0)),
+    ConfigDef(
+        "num.recovery.threads.per.data.dir", T.INT, 1, "threads loading (and recovering) logs at startup", at_least(1)
+    ),
+    ConfigDef(
+        "log.open.files.cache.size",
+        T.INT,
+        4096,
+        "Strata only: segment files kept open at most (an LRU; at most half the soft RLIMIT_NOFILE)",
+        at_least(1),
+    ),
     ConfigDef("log.message.timestamp.type", T.STRING, "CreateTime", "", choices=("CreateTime", "LogAppendTime")),
     ConfigDef("log.message.timestamp.before.max.ms", T.LONG, 2**63 - 1, ""),
     ConfigDef("log.message.timestamp.after.max.ms", T.LONG, 3600 * 1000, ""),
