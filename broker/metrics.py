@@ -410,6 +410,7 @@ class _GroupCoordinatorCollector:
         rebalances.add_metric(["consumer"], c.consumer.rebalances)
         yield from (groups, rebalances)
 
+
 class _OpenFilesCollector:
     def __init__(self, cache: Any) -> None:
         self._cache = cache
