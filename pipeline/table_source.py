@@ -10,8 +10,8 @@ A format of its own rather than an option of ``strata``: its schema is the table
 value's columns), it needs a catalog rather than a broker, and it reads files rather than offset ranges; the tail
 still goes through the ``strata`` source's planning and readers (either ``read.mode``). The driver plans with
 pyiceberg (one Spark partition per data file of the current snapshot, files pruned by the pushed filters on
-``partition`` and ``offset``); executors read their file with pyarrow through pyiceberg's ``ArrowScan``, which
-applies the table's schema evolution and delete files.
+``partition`` and ``offset``); executors read their file straight with pyarrow.parquet, or, for a file with delete
+files or an older schema, through pyiceberg's ``ArrowScan``, which applies them.
 """
 
 from __future__ import annotations
