@@ -10,8 +10,8 @@ A format of its own rather than an option of ``strata``: its schema is the table
 value's columns), it needs a catalog rather than a broker, and it reads files rather than offset ranges; the tail
 still goes through the ``strata`` source's planning and readers (either ``read.mode``). The driver plans with
 pyiceberg (one Spark partition per data file of the current snapshot, files pruned by the pushed filters on
-``partition`` and ``offset``); executors read their file with pyarrow through pyiceberg's ``ArrowScan``, which
-applies the table's schema evolution and delete files.
+``partition`` and ``offset``); executors read their file straight with pyarrow.parquet, or, for a file with delete
+files or an older schema, through pyiceberg's ``ArrowScan``, which applies them.
 """
 
 from __future__ import annotations
@@ -73,6 +73,21 @@ def table_spark_schema(table: Any) -> StructType:
 
 
 _METADATA: dict[str, Any] = {}  # metadata location -> TableMetadata, per worker process (immutable files)
+_FILE_IO: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}  # per worker process: FileIO (its S3 client) by props
+
+
+def _file_io(ctx: FileScanContext) -> Any:
+    """The catalog's FileIO, made once per worker process and set of properties: making one (an S3 file system,
+    its client and credentials) per file cost more than reading a small file."""
+    from pyiceberg.io import load_file_io
+
+    key = (ctx.metadata_location.split("/metadata/")[0], tuple(sorted(ctx.io_props.items())))
+    io = _FILE_IO.get(key)
+    if io is None:
+        if len(_FILE_IO) >= 16:
+            _FILE_IO.clear()
+        io = _FILE_IO[key] = load_file_io(properties=ctx.io_props, location=ctx.metadata_location)
+    return io
 
 
 def _metadata(ctx: FileScanContext, io: Any) -> Any:
@@ -86,19 +101,68 @@ def _metadata(ctx: FileScanContext, io: Any) -> Any:
     return md
 
 
+def _slices(rb: Any, target: Any) -> Iterator[Any]:
+    """``rb`` in Spark's Arrow schema, in batches of the strata source's size for the JVM side."""
+    out = rb.select(target.names).cast(target)
+    for at in range(0, out.num_rows, ROWS_PER_BATCH):
+        yield out.slice(at, ROWS_PER_BATCH)
+
+
+def _direct_filter(ctx: FileScanContext, schema: Any) -> Any:
+    """The pushed row filter as a pyarrow expression over the file's columns (None: keep every row)."""
+    from pyiceberg.expressions import AlwaysTrue
+    from pyiceberg.expressions.visitors import bind
+    from pyiceberg.io.pyarrow import expression_to_pyarrow
+
+    if ctx.row_filter is None or ctx.row_filter == AlwaysTrue():
+        return None
+    return expression_to_pyarrow(bind(schema, ctx.row_filter, case_sensitive=True), schema)
+
+
+def read_file_direct(ctx: FileScanContext, task: Any, target: Any, io: Any, schema: Any) -> Iterator[Any] | None:
+    """The rows of one data file read straight with pyarrow.parquet, or None when the file needs pyiceberg's
+    ArrowScan: it has delete files, or its columns (by field id) are not exactly the snapshot schema's (schema
+    evolution: ArrowScan projects old files onto the new schema)."""
+    import pyarrow.parquet as pq
+    from pyiceberg.io.pyarrow import pyarrow_to_schema
+
+    if task.delete_files or not task.file.file_path.endswith(".parquet"):
+        return None
+    f = io.new_input(task.file.file_path).open(seekable=True)
+    try:
+        pf = pq.ParquetFile(f, pre_buffer=True, buffer_size=8 << 20)
+        if pyarrow_to_schema(pf.schema_arrow).as_struct() != schema.as_struct():
+            f.close()
+            return None
+        row_filter = _direct_filter(ctx, schema)
+    except Exception:
+        f.close()
+        raise
+
+    def batches() -> Iterator[Any]:
+        with f:
+            columns = target.names if row_filter is None else None  # the filter may need columns Spark does not
+            for rb in pf.iter_batches(batch_size=ROWS_PER_BATCH, columns=columns, use_threads=False):
+                yield from _slices(rb if row_filter is None else rb.filter(row_filter), target)
+
+    return batches()
+
+
 def read_file(ctx: FileScanContext, task: Any, target: Any) -> Iterator[Any]:
-    """The rows of one data file, as record batches of Spark's Arrow schema (``target``)."""
-    from pyiceberg.io import load_file_io
+    """The rows of one data file, as record batches of Spark's Arrow schema (``target``): read with pyarrow
+    directly when the file has the snapshot's schema and no delete files, else through pyiceberg's ArrowScan."""
     from pyiceberg.io.pyarrow import ArrowScan
 
-    io = load_file_io(properties=ctx.io_props, location=ctx.metadata_location)
+    io = _file_io(ctx)
     md = _metadata(ctx, io)
     schema = next(s for s in md.schemas if s.schema_id == ctx.schema_id)
+    direct = read_file_direct(ctx, task, target, io, schema)
+    if direct is not None:
+        yield from direct
+        return
     scan = ArrowScan(md, io, schema, ctx.row_filter)
     for rb in scan.to_record_batches([task]):
-        out = rb.select(target.names).cast(target)
-        for at in range(0, out.num_rows, ROWS_PER_BATCH):  # batches of the strata source's size for the JVM side
-            yield out.slice(at, ROWS_PER_BATCH)
+        yield from _slices(rb, target)
 
 
 class TableReader(DataSourceReader):
