@@ -218,6 +218,7 @@ OPTIONAL_GROUPS: list[tuple[str, str]] = [
     ("quotas", "bench.quota_bench"),  # issue 18: achieved rate under producer_byte_rate / consumer_byte_rate
     ("security", "bench.security_bench"),  # issue 18: TLS vs plaintext throughput, SCRAM connection set-up rate
     ("transactions", "bench.txn_bench"),  # issue 19: transactional vs idempotent produce, READ_COMMITTED consume
+    ("floor", "bench.floor"),  # issue 22: produce/fetch floors of this machine and Strata's ratio to them
 ]
 
 
