@@ -28,6 +28,7 @@ from strata.protocol.registry import (
     unsupported_api_versions_response,
 )
 from strata.protocol.request_nulls import NullFieldError
+from strata.storage.file_region import FileRegion
 
 from .authorization import authorize
 from .cluster.forwarding import forwarded_identity, reframe
@@ -164,6 +165,7 @@ class KafkaApis:
         # read, and its connection reads nothing more until it is answered: backpressure, as Kafka's full request
         # queue stops its processors from reading.
         self.request_slots = asyncio.Semaphore(services.config["queued.max.requests"])
+        self.zero_copy = bool(services.config["fetch.zero.copy.enable"])  # sendfile on plaintext listeners
         missing = set(SUPPORTED_VERSIONS) - set(self.handlers)
         if missing:
             raise RuntimeError(f"advertised APIs without a handler: {sorted(missing)}")
@@ -246,6 +248,7 @@ class KafkaApis:
             self.authorizer,
             conn.sasl,
             self.metrics,
+            zero_copy=self.zero_copy and conn.plaintext,
         )
         act_for_forwarded_client(ctx)
         fwd = self.services.controller_channel
@@ -365,8 +368,9 @@ def response_entries(resp: Any, limit: int) -> int:
 
 
 def join_record_chains(resp: Any) -> None:
-    """BufferChain records (remote reads) as one buffer each, for kafka-python's encoder."""
+    """BufferChain records (remote reads) and FileRegions (zero-copy reads) as one buffer each, for
+    kafka-python's encoder."""
     for t in resp.responses:
         for p in t.partitions:
-            if isinstance(p.records, BufferChain):
+            if isinstance(p.records, BufferChain | FileRegion):
                 p.records = bytes(p.records)

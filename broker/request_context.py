@@ -60,6 +60,7 @@ class RequestContext:
         None  # the connection's SASL state on a SASL listener (SaslHandshake/-Authenticate)
     )
     metrics: BrokerMetrics | None = None  # where broker.authorization counts denials
+    zero_copy: bool = False  # Fetch may answer local records as FileRegions (plaintext listener, the switch on)
 
 
 __all__ = ["ANONYMOUS", "Authorizer", "KafkaPrincipal", "RequestContext"]

@@ -125,6 +125,12 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("max.connections.per.ip", T.INT, 2**31 - 1, "beyond it a new connection is closed", at_least(0)),
     ConfigDef("max.connections.per.ip.overrides", T.STRING, "", "host:count,... overriding max.connections.per.ip"),
     ConfigDef("fetch.max.bytes", T.INT, 55 * 1024 * 1024, "broker cap on a fetch response", at_least(0)),
+    ConfigDef(
+        "fetch.zero.copy.enable",
+        T.BOOLEAN,
+        True,
+        "Strata: Fetch sends local segment bytes with sendfile on plaintext listeners",
+    ),
     # replication (Kafka's ReplicationConfigs)
     ConfigDef(
         "replica.lag.time.max.ms",

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from strata.protocol.records import HEADER_SIZE, LOG_APPEND_TIME, BatchHeader, compute_crc, iter_records
 
+from .file_region import FileRegion
 from .index import INT32_MAX, IndexCorruptError, OffsetIndex, TimeIndex
 from .txn_index import TransactionIndex
 
@@ -95,6 +96,7 @@ class LogSegment:
         self.rolling_based_timestamp: int | None = None  # max timestamp of the first batch (Kafka's roll basis)
         self.created_ms = created_ms if created_ms is not None else int(time.time() * 1000)
         self.deleted = False
+        self.truncations = 0  # bumped by truncate_to: a FileRegion fixed before it is no longer valid
 
     # -- loading ---------------------------------------------------------------------------------------------
     @classmethod
@@ -267,10 +269,16 @@ class LogSegment:
         self.next_offset = next_offset
 
     def read(
-        self, start_offset: int, max_size: int, max_offset: int | None, min_one_message: bool
-    ) -> tuple[bytes, int] | None:
+        self,
+        start_offset: int,
+        max_size: int,
+        max_offset: int | None,
+        min_one_message: bool,
+        zero_copy_min: int = 0,
+    ) -> tuple[bytes | FileRegion, int] | None:
         """Whole batches from the batch holding `start_offset`, ending before the batch holding `max_offset`,
-        at most `max_size` bytes unless `min_one_message` and the first batch alone is larger.
+        at most `max_size` bytes unless `min_one_message` and the first batch alone is larger. With
+        `zero_copy_min`, data of at least that many bytes come as a FileRegion (sent with sendfile), not read.
 
         Returns (data, base offset of the first batch) -- data may be empty -- or None when `start_offset` is past
         this segment's last batch (the caller moves on to the next segment).
@@ -300,6 +308,10 @@ class LogSegment:
                 stop = start_pos + first.size
         if stop <= start_pos:
             return b"", start_offset
+        if zero_copy_min and stop - start_pos >= zero_copy_min:
+            generation = self.truncations
+            region = FileRegion(self._fd, start_pos, stop - start_pos, lambda: self.truncations == generation)
+            return region, first.base_offset
         return os.pread(self._fd, stop - start_pos, start_pos), first.base_offset
 
     def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> tuple[int, int] | None:
@@ -329,6 +341,7 @@ class LogSegment:
         self.time_index.truncate_to(h.base_offset)
         self.txn_index.truncate_to(h.base_offset)
         removed = self.size - pos
+        self.truncations += 1
         os.ftruncate(self._fd, pos)
         self.size = pos
         self.next_offset = self.base_offset

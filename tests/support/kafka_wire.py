@@ -46,6 +46,17 @@ class ConnectionClosed(Exception):
     """The broker closed the connection (EOF or reset)."""
 
 
+def recv_exact(sock: socket.socket, n: int) -> bytes:
+    """Exactly `n` bytes from a blocking socket; ConnectionError if the peer closes first."""
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(min(n - len(buf), 1 << 20))
+        if not chunk:
+            raise ConnectionError(f"closed after {len(buf)} of {n} bytes")
+        buf += chunk
+    return bytes(buf)
+
+
 def response_class(request: Any) -> type[Any]:
     cls = type(request)[None]
     if cls in _RESPONSES:
