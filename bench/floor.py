@@ -9,7 +9,10 @@ CPU per GiB on the same paths as a ratio to it, measured in one run.
 * ``fetch floor``: a process ``os.sendfile``s a page-cached 256 MiB file to a loopback socket, again and again.
   The reader, like the sender of the produce floor, is the parent process: its CPU is not counted.
 * Strata: ``produce-8p-acksall`` and ``fetch-raw-8p`` of ``bench/scenarios.py`` on one broker (the raw Fetch
-  reads the produce topic from the page cache), broker CPU s/GiB over the floor of its path.
+  reads the produce topic from the page cache), and ``produce-raw-8p`` (``bench/rawproduce.py``: 2 processes
+  resending a pre-encoded ~1 MB Produce request, 8 partitions x 120 KiB batches, acks=1, 5 in flight: the floor's
+  frame size, and next to no client CPU to compete with the broker on a small machine); broker CPU s/GiB over the
+  floor of its path.
 
 Each floor is measured before and after Strata and the smaller value is kept (noise only adds). Standalone:
 ``python -m bench.floor [--quick] [--gib N] [--strata-dir DIR] [--override K=V]``; in ``make bench`` it is the
@@ -252,10 +255,41 @@ def measure_floors(total: int, work_dir: Path) -> dict[str, dict]:
 
 
 # -- Strata -------------------------------------------------------------------------------------------------------
+def raw_produce(broker: Any, quick: bool, procs: int = 2) -> dict:
+    """produce-raw-8p on `broker`: {'cpu_s_per_gib', 'mib_s', 'bytes', 'errors'}."""
+    from .load import aggregate_window, run_workers
+    from .rawproduce import raw_produce_worker
+
+    topic = f"floor-raw-produce-{uuid.uuid4().hex[:6]}"
+    broker.create_topic(topic, 8)
+    requests = 128 if quick else 512  # per process, ~1 MiB each
+    cfgs = [
+        {"worker": i, "bootstrap": broker.bootstrap, "topic": topic, "partitions": list(range(8)), "time_cap": 60.0}
+        | {"requests": requests}
+        for i in range(procs)
+    ]
+    wr = run_workers(raw_produce_worker, cfgs, 120, probe=broker.cpu)
+    out: dict[str, Any] = {"errors": list(wr.errors)}
+    ok = wr.ok
+    if ok and wr.probe_start is not None and wr.probe_end is not None:
+        t0, t1 = aggregate_window(ok)
+        nbytes = sum(r["bytes"] for r in ok)
+        out.update(
+            cpu_s_per_gib=(wr.probe_end - wr.probe_start) / (nbytes / (1024 * MiB)),
+            mib_s=nbytes / MiB / max(t1 - t0, 1e-9),
+            bytes=nbytes,
+        )
+        if any(r["errors"] for r in ok):
+            out["errors"].append(f"{sum(r['errors'] for r in ok)} partition errors")
+    broker.delete_topic(topic)
+    return out
+
+
 def measure_strata(
     log_dir: Path, quick: bool, source_dir: Path | None = None, overrides: list[str] | None = None
 ) -> dict[str, dict]:
-    """produce-8p-acksall and fetch-raw-8p on one Strata broker: {scenario: {'cpu_s_per_gib', 'mib_s', ...}}."""
+    """produce-8p-acksall, produce-raw-8p and fetch-raw-8p on one Strata broker: {scenario: {'cpu_s_per_gib',
+    'mib_s', ...}}."""
     from .brokers import make_strata
     from .scenarios import ProduceThroughput, RawFetchThroughput, RunContext, Settings
 
@@ -274,6 +308,8 @@ def measure_strata(
                 "bytes": (r.get("summary") or {}).get("bytes"),
                 "errors": r.get("errors") or [],
             }
+        b.wait_quiet()
+        out["produce-raw-8p"] = raw_produce(b, quick)
     finally:
         b.stop()
     return out
@@ -297,7 +333,8 @@ def measure(
     m["floor_runs"] = runs
     m["floor"] = {k: min((r[k]["cpu_s_per_gib"] for r in runs), key=lambda v: v or float("inf")) for k in FLOORS}
     if strata:
-        paths = {"produce-8p-acksall": ("produce-blocking", "produce-uvloop"), "fetch-raw-8p": ("fetch",)}
+        produce = ("produce-blocking", "produce-uvloop")
+        paths = {"produce-8p-acksall": produce, "produce-raw-8p": produce, "fetch-raw-8p": ("fetch",)}
         for name, floors in paths.items():
             s = m["strata"].get(name) or {}
             s["ratios"] = {f: _div(s.get("cpu_s_per_gib"), m["floor"][f]) for f in floors}
@@ -321,6 +358,8 @@ def table(m: dict) -> str:
     rows = [
         ("produce (blocking receive)", "produce-blocking", "produce-8p-acksall"),
         ("produce (uvloop BufferedProtocol receive)", "produce-uvloop", "produce-8p-acksall"),
+        ("produce (blocking receive)", "produce-blocking", "produce-raw-8p"),
+        ("produce (uvloop BufferedProtocol receive)", "produce-uvloop", "produce-raw-8p"),
         ("fetch (sendfile)", "fetch", "fetch-raw-8p"),
     ]
     for label, floor, sc in rows:
@@ -347,7 +386,8 @@ def run(results: dict) -> None:
             "intro": (
                 f"Floors: {m['floor_bytes'] // MiB} MiB received as 1 MiB frames + CRC32C + file append, and "
                 "sendfile of a page-cached file, each in a process of its own (best of two, before and after "
-                "Strata). Strata: produce-8p-acksall and fetch-raw-8p on one broker, broker CPU s/GiB. "
+                "Strata). Strata: produce-8p-acksall (librdkafka), produce-raw-8p (pre-encoded ~1 MiB Produce "
+                "requests) and fetch-raw-8p on one broker, broker CPU s/GiB. "
                 "Aims (issue 22): fetch <= 2x, produce <= 1.5x."
             ),
             "markdown": table(m),

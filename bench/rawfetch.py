@@ -108,7 +108,7 @@ def parse_fetch_v11(buf: memoryview, size: int) -> dict[int, tuple[int, int, int
     return out
 
 
-def _recv_exact(sock: socket.socket, view: memoryview, n: int) -> None:
+def recv_exact(sock: socket.socket, view: memoryview, n: int) -> None:
     got = 0
     while got < n:
         k = sock.recv_into(view[got:n], n - got)
@@ -139,8 +139,8 @@ def raw_fetch_worker(cfg: dict, barrier, out) -> None:
         # of the data, so a cold remote read is not warmed by it)
         warm = {int(k): int(v) for k, v in (cfg.get("warmup_offsets") or dict.fromkeys(targets, 0)).items()}
         sock.sendall(encode_fetch(topic, warm, corr, 1024, 1024, max_wait_ms=0))
-        _recv_exact(sock, head, 4)
-        _recv_exact(sock, view, _I32.unpack_from(head)[0])
+        recv_exact(sock, head, 4)
+        recv_exact(sock, view, _I32.unpack_from(head)[0])
         barrier.wait(timeout=120)
         start = time.monotonic()
         deadline = start + cfg["time_cap"]
@@ -154,12 +154,12 @@ def raw_fetch_worker(cfg: dict, barrier, out) -> None:
             while offsets and time.monotonic() < deadline:
                 corr += 1
                 sock.sendall(encode_fetch(topic, offsets, corr, max_bytes, pmax))
-                _recv_exact(sock, head, 4)
+                recv_exact(sock, head, 4)
                 (size,) = _I32.unpack_from(head)
                 if size > len(buf):
                     buf = bytearray(size)
                     view = memoryview(buf)
-                _recv_exact(sock, view, size)
+                recv_exact(sock, view, size)
                 requests += 1
                 frame_bytes += size + 4
                 for part, (err, nbytes, nxt) in parse_fetch_v11(view, size).items():
@@ -222,9 +222,9 @@ def list_offset(
     with socket.create_connection((host, int(port)), timeout=timeout) as sock:
         sock.sendall(bytes(req.encode(header=True, framed=True)))
         head = memoryview(bytearray(4))
-        _recv_exact(sock, head, 4)
+        recv_exact(sock, head, 4)
         body = memoryview(bytearray(_I32.unpack_from(head)[0]))
-        _recv_exact(sock, body, len(body))
+        recv_exact(sock, body, len(body))
     resp = ListOffsetsResponse.decode(bytes(body), version=version, header=True)
     p = resp.topics[0].partitions[0]
     return p.error_code, p.offset

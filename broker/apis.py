@@ -15,6 +15,7 @@ import structlog
 
 from strata.protocol.acl import CLUSTER_NAME, AclError, AclOperation, ResourceType, parse_principal
 from strata.protocol.fetch_response import encode_fetch_response
+from strata.protocol.produce_records import use_request_buffer
 from strata.protocol.records import BufferChain
 from strata.protocol.registry import (
     SUPPORTED_VERSIONS,
@@ -176,7 +177,7 @@ class KafkaApis:
         self.metrics.request_completed(name, elapsed, req)
         return elapsed
 
-    async def handle(self, conn: Connection, payload: bytes) -> bytes | list | None:
+    async def handle(self, conn: Connection, payload: bytes | bytearray) -> bytes | list | None:
         received = time.perf_counter()
         try:
             hdr = peek_header(payload)
@@ -236,6 +237,8 @@ class KafkaApis:
             self.metrics.request_errors.labels(name).inc()
             raise CloseConnection from None
         req = decoded.body
+        if hdr.api_key == ApiKey.PRODUCE and isinstance(payload, bytearray):
+            use_request_buffer(req, payload, hdr.api_version)  # the append stamps the batch headers in place
         ctx = RequestContext(
             hdr.api_key,
             hdr.api_version,

@@ -57,6 +57,7 @@ import structlog
 from strata.config import ConnectionQuotas, Listener
 from strata.storage.file_region import FileRegion
 
+from .frame_reader import FrameReader
 from .metrics import BrokerMetrics
 from .request_context import ANONYMOUS, KafkaPrincipal
 from .security.listener_security import ListenerSecurity, NoMatchingRule
@@ -68,7 +69,6 @@ log = structlog.get_logger("strata.network")
 _SIZE = struct.Struct(">i")
 _SIZE_API = struct.Struct(">h")
 
-READ_LIMIT = 1 << 20  # StreamReader buffer; it stops reading the socket at twice this
 # Write buffer water marks: drain() waits above HIGH until the buffer is below LOW. A response larger than HIGH
 # stays referenced by the transport until sent, so these bound what is queued *beyond* the response in progress.
 WRITE_HIGH = 1 << 20
@@ -152,7 +152,7 @@ class Connection:
 
 # A handler answers one frame with the framed response: bytes, or a list of buffers (written with writelines,
 # so large record buffers are sent without being joined), or None (no response, acks=0).
-Handler = Callable[[Connection, bytes], Awaitable[bytes | list | None]]
+Handler = Callable[[Connection, bytes | bytearray], Awaitable[bytes | list | None]]
 
 
 def _set_done(fut: asyncio.Future) -> None:
@@ -396,8 +396,7 @@ class SocketServer:
             csock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError:
             pass
-        reader = asyncio.StreamReader(limit=READ_LIMIT)
-        protocol = asyncio.StreamReaderProtocol(reader)
+        protocol = reader = FrameReader()
         peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) and len(addr) >= 2 else "?"
         sec = self.security.get(listener)
         try:
@@ -416,7 +415,7 @@ class SocketServer:
             csock.close()
             return
         transport.set_write_buffer_limits(high=WRITE_HIGH, low=WRITE_LOW)
-        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+        writer = asyncio.StreamWriter(transport, protocol, None, loop)
         conn = Connection(
             next(self._ids), peer, listener, writer, address, plaintext=sec is None or sec.ssl_context is None
         )
@@ -445,7 +444,7 @@ class SocketServer:
                 conn.abort()
             conn.release_socket_fd()  # after the transport's close: the socket closes with the last descriptor
 
-    async def _requests(self, conn: Connection, reader: asyncio.StreamReader) -> None:
+    async def _requests(self, conn: Connection, reader: FrameReader) -> None:
         """Read, answer and write requests one at a time until the peer closes or a request closes the connection."""
         writer = conn.writer
         tls = writer.get_extra_info("ssl_object") is not None
@@ -627,7 +626,9 @@ class SocketServer:
         conn.sasl = sec.new_authenticator()
         return True
 
-    async def _sasl_request(self, conn: Connection, auth: SaslAuthenticator, payload: bytes) -> bytes | list | None:
+    async def _sasl_request(
+        self, conn: Connection, auth: SaslAuthenticator, payload: bytes | bytearray
+    ) -> bytes | list | None:
         """A frame on a SASL listener: a raw token after a v0 handshake, else a request the state allows."""
         if auth.expects_raw_token:
             step = await authenticate_step(auth, bytes(payload), self.metrics, conn.listener, conn.peer)

@@ -383,7 +383,8 @@ class UnifiedLog:
     ) -> LogAppendInfo:
         """Validate a Produce's batches, assign offsets from the LEO, stamp the leader epoch, write.
 
-        One copy (into a bytearray for the in-place header rewrites), one write. Never fsyncs.
+        The batch headers are rewritten in place when `records` is a writable memoryview (a Produce request's own
+        buffer, protocol/produce_records.py), else in one copy; one write. Never fsyncs.
         `from_client=False` (Kafka's AppendOrigin COORDINATOR: coordinators writing markers/offsets) allows control
         batches; a commit or abort marker completes its producer's transaction (an older producer epoch is
         INVALID_PRODUCER_EPOCH, an older coordinator epoch TRANSACTION_COORDINATOR_FENCED). A client's transactional
@@ -491,7 +492,7 @@ class UnifiedLog:
                     0,
                     duplicate=True,
                 )
-        buf = bytearray(mv)
+        buf = mv if isinstance(records, memoryview) and not mv.readonly else bytearray(mv)
         for pos, ts in restamp:
             set_max_timestamp(buf, pos, ts)
         first = offset = self.log_end_offset
