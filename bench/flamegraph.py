@@ -1,8 +1,9 @@
-"""Flame graph of the broker on one hot path: ``python -m bench.flamegraph [produce|fetch] [--seconds S]``.
+"""Flame graph of the broker on one hot path: ``python -m bench.flamegraph [produce|produce-raw|fetch]``.
 
 Starts one Strata broker (this checkout, or ``--source-dir``), drives the path with the bench's own load
-(``produce``: ``produce-8p-acksall``'s librdkafka producers, 2 processes, 1 KiB records; ``fetch``: that topic read
-by the raw Fetch workers of ``bench/rawfetch.py``) and records the broker with py-spy (``pip install py-spy``, in the
+(``produce``: ``produce-8p-acksall``'s librdkafka producers, 2 processes, 1 KiB records; ``produce-raw``: the
+pre-encoded ~1 MB Produce requests of ``bench/rawproduce.py``; ``fetch``: the ``produce`` topic read by the raw Fetch
+workers of ``bench/rawfetch.py``) and records the broker with py-spy (``pip install py-spy``, in the
 ``bench`` extra) while the load runs, writing ``bench/results/flame-<path>.svg`` (``--format speedscope`` or
 ``raw`` for other viewers; ``--native`` adds C frames: uvloop, crc32c, the kernel's share shows as the syscall).
 The broker's CPU s/GiB of the run is printed; py-spy's sampling (``--nonblocking``) adds a little to it.
@@ -33,7 +34,7 @@ def py_spy(pid: int, out: str, seconds: float, fmt: str = "flamegraph", native: 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.flamegraph", description=__doc__)
-    ap.add_argument("path", choices=["produce", "fetch"], nargs="?", default="produce")
+    ap.add_argument("path", choices=["produce", "produce-raw", "fetch"], nargs="?", default="produce")
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--records", type=int, default=1_000_000, help="records produced (the load ends earlier)")
     ap.add_argument("--out", default=None, help="output file (default bench/results/flame-<path>.svg)")
@@ -48,6 +49,13 @@ def main(argv: list[str] | None = None) -> int:
     b = make_strata(args.log_dir, extra_overrides=args.override, source_dir=args.source_dir)
     b.start()
     try:
+        if args.path == "produce-raw":
+            from .floor import raw_produce
+
+            spy = py_spy(b.pid, out, args.seconds, args.format, args.native)
+            print(f"produce-raw-8p: {raw_produce(b, quick=False)}")
+            spy.wait(timeout=args.seconds + 60)
+            return 0
         recording = args.path == "produce"
         s = Settings(
             produce_records=args.records if recording else 200_000,
