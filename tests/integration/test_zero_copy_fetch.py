@@ -30,7 +30,7 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse
 from strata.protocol.registry import SUPPORTED_VERSIONS, ApiKey
 from tests.support.broker_proc import StrataBroker, free_port
 from tests.support.certs import Pki, make_pki
-from tests.support.kafka_wire import WireClient, build_batch, recv_exact
+from tests.support.kafka_wire import WireClient, build_batch, recv_exact, slow_reader_socket
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -223,8 +223,7 @@ def _whole_partition(topic: str) -> Any:
 
 def _stalled_fetch(zc: Broker, topic: str) -> tuple[socket.socket, int]:
     """A connection that asks for the whole partition and reads only the frame size."""
-    s = socket.create_connection(("127.0.0.1", zc.broker.port), timeout=30)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
+    s = slow_reader_socket("127.0.0.1", zc.broker.port)
     req = _whole_partition(topic)
     req.with_header(correlation_id=7, client_id="stalled-reader")
     s.sendall(bytes(req.encode(header=True, framed=True)))

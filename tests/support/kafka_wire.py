@@ -57,6 +57,16 @@ def recv_exact(sock: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
+def slow_reader_socket(host: str, port: int, rcvbuf: int = 64 << 10, timeout: float = 30.0) -> socket.socket:
+    """A connection with a small receive window (set before connecting: afterwards Linux keeps autotuning it up to
+    tcp_rmem's maximum), for clients that stop reading a large response."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    s.settimeout(timeout)
+    s.connect((host, port))
+    return s
+
+
 def response_class(request: Any) -> type[Any]:
     cls = type(request)[None]
     if cls in _RESPONSES:

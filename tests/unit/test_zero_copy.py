@@ -6,6 +6,7 @@ truncated after the response was built."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import struct
@@ -20,7 +21,8 @@ from strata.broker.network import Connection, SocketServer
 from strata.config import Listener
 from strata.storage.file_region import FileRegion, RegionTruncatedError
 from strata.storage.segment import LogSegment
-from tests.support.kafka_wire import build_batch, recv_exact
+from tests.support.kafka_wire import build_batch, recv_exact, slow_reader_socket
+from tests.support.waiting import wait_until
 
 BATCH = build_batch([(None, os.urandom(1000), []) for _ in range(100)])  # ~100 KiB
 
@@ -69,21 +71,54 @@ def test_region_is_invalid_once_its_segment_is_truncated(tmp_path: Path) -> None
     assert later is not None and isinstance(later[0], FileRegion) and later[0].valid()
 
 
-async def _serve(handler: Any, client: Any) -> Any:
-    """A SocketServer on an ephemeral plaintext port whose every frame is answered by `handler`; `client(port)` runs
-    in a thread (blocking sockets, as a real client)."""
+async def _serve(handler: Any, client: Any, idle_ms: int = 30_000) -> Any:
+    """A SocketServer on an ephemeral plaintext port whose every frame is answered by `handler`; `client(port,
+    server)` runs in a thread (blocking sockets, as a real client)."""
     server = SocketServer(
         [Listener.parse("PLAINTEXT://127.0.0.1:0")],
         handler,
         max_request_bytes=1 << 20,
-        idle_ms=30_000,
+        idle_ms=idle_ms,
         metrics=BrokerMetrics(),
     )
     await server.start()
     try:
-        return await asyncio.wait_for(asyncio.to_thread(client, server.bound["PLAINTEXT"][1]), 60)
+        return await asyncio.wait_for(asyncio.to_thread(client, server.bound["PLAINTEXT"][1], server), 60)
     finally:
         await server.stop()
+
+
+def test_a_reader_that_stops_for_the_idle_time_is_closed(tmp_path: Path) -> None:
+    """connections.max.idle.ms applies to a zero-copy send that makes no progress (as to a buffered one): the
+    connection is closed and the region's descriptor released, the frame is never completed."""
+    size = 1 << 30  # more than any socket buffers can hold (a sparse file: no disk used)
+    path = tmp_path / "data"
+    with open(path, "wb") as f:
+        f.truncate(size)
+    fd = os.open(path, os.O_RDONLY)
+    regions: list[FileRegion] = []
+
+    async def handler(conn: Connection, frame: bytes) -> list:
+        regions.append(FileRegion(fd, 0, size, lambda: True))
+        return [struct.pack(">i", size), regions[-1]]
+
+    def client(port: int, server: SocketServer) -> int:
+        with slow_reader_socket("127.0.0.1", port) as s:
+            s.sendall(struct.pack(">i", 1) + b"x")
+            wait_until(lambda: server.connections, 20, message="the connection was not accepted")
+            wait_until(lambda: not server.connections, 20, message="the stalled connection was not closed")
+            got = 0
+            with contextlib.suppress(ConnectionResetError):
+                while chunk := s.recv(1 << 20):
+                    got += len(chunk)
+            return got
+
+    try:
+        got = uvloop.run(_serve(handler, client, idle_ms=300))
+    finally:
+        os.close(fd)
+    assert got < 4 + size, "the frame was completed although the reader stalled"
+    assert regions and not regions[0].valid(), "the region's descriptor is still open"
 
 
 def test_regions_go_out_in_order_through_partial_writes(tmp_path: Path) -> None:
@@ -103,9 +138,8 @@ def test_regions_go_out_in_order_through_partial_writes(tmp_path: Path) -> None:
             return [struct.pack(">i", body_size), head, region, tail]
         return [struct.pack(">i", len(head) + len(big) + len(tail)), head, big, tail]
 
-    def client(port: int) -> tuple[bytes, bytes]:
-        with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
+    def client(port: int, server: SocketServer) -> tuple[bytes, bytes]:
+        with slow_reader_socket("127.0.0.1", port) as s:
             s.sendall(struct.pack(">i", 3) + b"big")
             (size,) = struct.unpack(">i", recv_exact(s, 4))
             first = recv_exact(s, size)
@@ -141,7 +175,7 @@ def test_truncated_region_closes_the_connection(tmp_path: Path) -> None:
         seg.append(bytes(rest), spans, 4000)  # the same positions now hold other batches
         return [struct.pack(">i", 4 + len(region)), b"HEAD", region]
 
-    def client(port: int) -> bytes:
+    def client(port: int, server: SocketServer) -> bytes:
         with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
             s.sendall(struct.pack(">i", 1) + b"x")
             got = bytearray()
