@@ -271,3 +271,20 @@ def test_a_topic_deleted_while_its_records_are_sent(zc: Broker) -> None:
     finally:
         stalled.close()
     assert frame == copied, "the response of a deleted segment must carry the bytes it had"
+
+
+def test_the_switch_turns_sendfile_off(tmp_path: Path) -> None:
+    """fetch.zero.copy.enable=false: plaintext listeners read the records too (nothing leaves by sendfile)."""
+    b = StrataBroker(tmp_path / "broker", {"fetch.zero.copy.enable": "false"})
+    b.start()
+    try:
+        off = Broker(b, 0, None)  # type: ignore[arg-type]  # no TLS listener here
+        topic = f"zc-off-{uuid.uuid4().hex[:6]}"
+        with off.plain() as c:
+            _create(c, topic, 1)
+            _produce(c, topic, 0, [_batch(MIB_BATCH_RECORDS, b"o" * VALUE)] * 2)
+            frame = _raw(c, _whole_partition(topic), 9)
+        assert len(_records(frame)) > 2_000_000
+        assert off.sendfile_bytes() == 0
+    finally:
+        b.stop()
