@@ -16,6 +16,7 @@ import socket
 import struct
 import time
 import traceback
+from collections.abc import Iterator
 from typing import Any
 
 MiB = 1024 * 1024
@@ -117,14 +118,27 @@ def recv_exact(sock: socket.socket, view: memoryview, n: int) -> None:
         got += k
 
 
+@contextlib.contextmanager
+def worker_result(worker: int, barrier, out) -> Iterator[tuple[dict[str, Any], contextlib.ExitStack]]:
+    """A bench worker's result dict, put on `out` when the body ends; a failure is reported there with its traceback
+    and breaks the barrier (the parent stops waiting). Sockets entered on the stack are closed first."""
+    res: dict[str, Any] = {"worker": worker}
+    try:
+        with contextlib.ExitStack() as stack:
+            yield res, stack
+    except Exception:  # noqa: BLE001
+        res["error"] = traceback.format_exc(limit=3)
+        with contextlib.suppress(Exception):
+            barrier.abort()
+    out.put(res)
+
+
 def raw_fetch_worker(cfg: dict, barrier, out) -> None:
     """Read ``cfg['targets']`` ({partition: end offset}) of ``cfg['topic']`` from offset 0, whole passes repeated
     while the measurement is shorter than ``min_seconds`` (bounded by ``max_passes`` and ``time_cap``)."""
-    res: dict[str, Any] = {"worker": cfg["worker"]}
-    sock = None
-    try:
+    with worker_result(cfg["worker"], barrier, out) as (res, stack):
         host, port = cfg["bootstrap"].rsplit(":", 1)
-        sock = socket.create_connection((host, int(port)), timeout=30)
+        sock = stack.enter_context(socket.create_connection((host, int(port)), timeout=30))
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * MiB)
@@ -192,14 +206,6 @@ def raw_fetch_worker(cfg: dict, barrier, out) -> None:
             first_error=first_error,
             capped=capped,
         )
-    except Exception:  # noqa: BLE001
-        res["error"] = traceback.format_exc(limit=3)
-        with contextlib.suppress(Exception):
-            barrier.abort()
-    finally:
-        if sock is not None:
-            sock.close()
-    out.put(res)
 
 
 def list_offset(

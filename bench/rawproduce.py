@@ -12,15 +12,12 @@ GiB is what differs between two brokers.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 import struct
 import time
-import traceback
-from typing import Any
 
-from .rawfetch import recv_exact
+from .rawfetch import recv_exact, worker_result
 
 _I32 = struct.Struct(">i")
 PRODUCE_VERSION = 9
@@ -64,11 +61,9 @@ def raw_produce_worker(cfg: dict, barrier, out) -> None:
     ``time_cap``); reports the record bytes acknowledged and the measured window."""
     from kafka.protocol.producer import ProduceResponse
 
-    res: dict[str, Any] = {"worker": cfg["worker"]}
-    sock = None
-    try:
+    with worker_result(cfg["worker"], barrier, out) as (res, stack):
         host, port = cfg["bootstrap"].rsplit(":", 1)
-        sock = socket.create_connection((host, int(port)), timeout=60)
+        sock = stack.enter_context(socket.create_connection((host, int(port)), timeout=60))
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         batch = build_batch(cfg.get("batch_records", 120), cfg.get("record_size", 1024))
         parts = list(cfg["partitions"])
@@ -102,11 +97,3 @@ def raw_produce_worker(cfg: dict, barrier, out) -> None:
             acked += 1
         end = time.monotonic()
         res.update(start=start, end=end, requests=acked, bytes=acked * per_request, errors=errors)
-    except Exception:  # noqa: BLE001
-        res["error"] = traceback.format_exc(limit=3)
-        with contextlib.suppress(Exception):
-            barrier.abort()
-    finally:
-        if sock is not None:
-            sock.close()
-    out.put(res)
