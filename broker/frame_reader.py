@@ -21,10 +21,13 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 
-__all__ = ["DIRECT_MIN", "STAGE_SIZE", "FrameReader"]
+__all__ = ["DIRECT_FIRST", "DIRECT_MIN", "STAGE_SIZE", "FrameReader"]
 
 STAGE_SIZE = 64 << 10  # staging buffer: headers, small requests, pipelined requests not read yet
 DIRECT_MIN = 16 << 10  # reads larger than this are received into their own buffer
+# A large read's buffer starts at this size and doubles as its bytes arrive: a client that announces a 100 MiB
+# request and sends nothing makes the broker hold 1 MiB, not 100 (as StreamReader grew with the data).
+DIRECT_FIRST = 1 << 20
 
 
 class FrameReader(asyncio.BufferedProtocol):
@@ -38,7 +41,7 @@ class FrameReader(asyncio.BufferedProtocol):
         self._start = 0  # staged bytes not read yet: _stage[_start:_end]
         self._end = 0
         self._target: bytearray | None = None  # a large read in progress: received into _target[_got:]
-        self._target_view: memoryview | None = None
+        self._target_size = 0  # its final size
         self._got = 0
         self._want = 0  # a small read waiting for this many staged bytes
         self._waiter: asyncio.Future[None] | None = None
@@ -51,8 +54,11 @@ class FrameReader(asyncio.BufferedProtocol):
         self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio.Transport
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self._target_view is not None:
-            return self._target_view[self._got :]
+        target = self._target
+        if target is not None and self._got < self._target_size:
+            if self._got == len(target):  # what is allocated is full: double it, up to the read's size
+                target.extend(bytes(min(len(target), self._target_size - len(target))))
+            return memoryview(target)[self._got :]  # a fresh view each time: none outlives the read into it
         if self._view is None:
             self._stage = bytearray(STAGE_SIZE)
             self._view = memoryview(self._stage)
@@ -66,10 +72,9 @@ class FrameReader(asyncio.BufferedProtocol):
         return self._view[self._end :]
 
     def buffer_updated(self, nbytes: int) -> None:
-        if self._target_view is not None:  # get_buffer handed out the rest of a large read
+        if self._target is not None and self._got < self._target_size:  # into the large read (get_buffer)
             self._got += nbytes
-            if self._got == len(self._target_view):
-                self._target_view = None  # done: what comes next is staged
+            if self._got == self._target_size:  # done: what comes next is staged
                 self._wake()
             return
         self._end += nbytes
@@ -128,18 +133,18 @@ class FrameReader(asyncio.BufferedProtocol):
         if staged >= n:
             return self._take(n)
         if n > DIRECT_MIN:
-            target = bytearray(n)
+            target = bytearray(max(min(n, DIRECT_FIRST), staged))
             if staged:
                 assert self._view is not None
                 target[:staged] = self._view[self._start : self._end]
             self._release_stage()
-            self._target, self._target_view, self._got = target, memoryview(target), staged
+            self._target, self._target_size, self._got = target, n, staged
             try:
                 while self._got < n:
                     self._raise_if_done(bytes(target[: self._got]), n)
                     await self._wait()
             finally:
-                self._target = self._target_view = None
+                self._target, self._target_size = None, 0
             return target
         if self._view is not None and self._start + n > len(self._view):
             self._compact()

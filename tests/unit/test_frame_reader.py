@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import uvloop
 
-from strata.broker.frame_reader import DIRECT_MIN, STAGE_SIZE, FrameReader
+from strata.broker.frame_reader import DIRECT_FIRST, DIRECT_MIN, STAGE_SIZE, FrameReader
 
 
 def _run(body: Callable[[FrameReader, socket.socket, Any], Awaitable[Any]]) -> Any:
@@ -139,5 +139,26 @@ def test_the_writer_drains_through_the_reader() -> None:
             except BlockingIOError:
                 continue
         await drain
+
+    _run(body)
+
+
+def test_an_announced_size_is_not_allocated_before_its_bytes_arrive() -> None:
+    """A client that announces a 100 MiB request and sends 10 bytes makes the reader hold DIRECT_FIRST, not 100
+    MiB (the buffer doubles as the bytes come)."""
+
+    async def body(reader: FrameReader, client: socket.socket, transport: Any) -> None:
+        client.sendall(b"0123456789")
+        read = asyncio.ensure_future(reader.readexactly(100 << 20))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        while reader._got < 10 and loop.time() < deadline:
+            await asyncio.sleep(0.01)  # polling the reader's progress (the condition), bounded
+        assert reader._got == 10 and reader._target is not None and len(reader._target) == DIRECT_FIRST
+        client.sendall(b"x" * (3 << 20))
+        client.shutdown(socket.SHUT_WR)
+        with pytest.raises(asyncio.IncompleteReadError) as e:
+            await read
+        assert len(e.value.partial) == 10 + (3 << 20)
 
     _run(body)
