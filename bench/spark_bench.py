@@ -47,7 +47,9 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _fill(bootstrap: str, partitions: int, mib: int) -> tuple[int, int]:
+def _fill(bootstrap: str, partitions: int, mib: int, topic: str = TOPIC) -> tuple[int, int]:
+    """``mib`` of 1 KiB incompressible values, keys 0..n-1, round-robin over the partitions (idempotent, acks=all);
+    returns (records, bytes) once all are acknowledged."""
     from confluent_kafka import Producer
 
     n = mib * 1024 * 1024 // VALUE_BYTES
@@ -69,7 +71,7 @@ def _fill(bootstrap: str, partitions: int, mib: int) -> tuple[int, int]:
         while True:
             try:
                 p.produce(
-                    TOPIC,
+                    topic,
                     payload[off : off + VALUE_BYTES],
                     key=b"%08d" % i,
                     partition=i % partitions,
@@ -83,7 +85,9 @@ def _fill(bootstrap: str, partitions: int, mib: int) -> tuple[int, int]:
     return n, n * (VALUE_BYTES + 8)
 
 
-def _wait_offloaded(bootstrap: str, partitions: int, timeout: float = 300) -> dict[int, tuple[int, int]]:
+def _wait_offloaded(
+    bootstrap: str, partitions: int, timeout: float = 300, topic: str = TOPIC
+) -> dict[int, tuple[int, int]]:
     """Wait until every partition's local log holds only its last (active) segment; returns {p: (local start,
     end)}."""
     from strata.cli.admin_client import AdminClient
@@ -91,8 +95,8 @@ def _wait_offloaded(bootstrap: str, partitions: int, timeout: float = 300) -> di
     deadline = time.monotonic() + timeout
     while True:
         with AdminClient(bootstrap) as a:
-            local = a.list_offsets(TOPIC, range(partitions), -4)
-            end = a.list_offsets(TOPIC, range(partitions), -1)
+            local = a.list_offsets(topic, range(partitions), -4)
+            end = a.list_offsets(topic, range(partitions), -1)
         state = {p: (local[p], end[p]) for p in range(partitions)}
         if all(end[p] - local[p] <= 9 * 1024 for p in state):  # at most ~one 8 MiB segment left locally
             return state

@@ -91,6 +91,7 @@ def build_handlers() -> dict[int, HandlerFn]:
         client_quotas,
         cluster_admin,
         configs,
+        consumer_groups,
         fetch,
         groups,
         list_offsets,
@@ -135,6 +136,8 @@ def build_handlers() -> dict[int, HandlerFn]:
         ApiKey.LIST_GROUPS: groups.list_groups,
         ApiKey.DESCRIBE_GROUPS: groups.describe_groups,
         ApiKey.DELETE_GROUPS: groups.delete_groups,
+        ApiKey.CONSUMER_GROUP_HEARTBEAT: consumer_groups.consumer_group_heartbeat,
+        ApiKey.CONSUMER_GROUP_DESCRIBE: consumer_groups.consumer_group_describe,
         ApiKey.SASL_HANDSHAKE: sasl.sasl_handshake,
         ApiKey.SASL_AUTHENTICATE: sasl.sasl_authenticate,
         ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: scram_admin.describe_user_scram_credentials,
@@ -267,6 +270,8 @@ class KafkaApis:
         slot = self.request_slots if takes_request_slot(hdr.api_key, req) else None
         if slot is not None:
             await slot.acquire()
+        else:  # it may wait for other requests (a purgatory): its bytes must not hold back reading theirs
+            conn.release_request_bytes()
         quotas = self.quotas if self.quotas.enabled else None
         timed: LoopTimed | None = None
         try:

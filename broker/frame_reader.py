@@ -1,186 +1,192 @@
-"""FrameReader: a connection's receive side as an asyncio BufferedProtocol, so a large request is received by the
-kernel straight into the buffer that becomes its payload.
+"""The read side of a client connection: 4-byte-framed requests received with buffers sized on demand, and Kafka's
+request memory pool (`queued.max.request.bytes`).
 
-With StreamReader every received chunk is copied into the reader's buffer (`feed_data`), copied out again by
-`readexactly`, and the rest shifted down: for Produce that was more CPU than the receive itself
-(`bench/flamegraph.py`). Here small reads land in a staging buffer; `readexactly(n)` of more than DIRECT_MIN bytes
-moves what is staged into a new bytearray of `n` bytes and has the transport receive the rest into it (the only
-copy of those bytes is the kernel's). The payload of such a read is that bytearray, writable, so the append path
-can rewrite batch headers in place (`UnifiedLog.append_as_leader`).
+`FrameReader` is the connection's asyncio protocol (a BufferedProtocol: the event loop receives straight into the
+buffer it offers). Between requests it holds no buffer at all: an idle connection costs its objects, not a read
+buffer. When bytes arrive, a chunk of READ_AHEAD bytes takes the size and small frames, which are copied out of it.
+A frame that is not all there yet gets a buffer of its own and the rest of it is received in place: the kernel's
+copy is the only one (StreamReader copied every byte in with `feed_data` and out again with `readexactly`, more CPU
+than the receive itself for Produce, `bench/flamegraph.py`). That buffer is a bytearray and becomes the payload, so
+the append can stamp batch headers in place (`protocol/produce_records.py`). It starts at DIRECT_FIRST bytes and
+doubles as the bytes arrive: a client that announces a 100 MiB request and sends nothing makes the broker hold
+1 MiB, not 100. Nothing is read beyond the frame in progress but what fits in the chunk: at READ_AHEAD bytes read
+ahead the socket is not read any more, so pipelined requests wait in the kernel, as Kafka mutes a channel with a
+request in progress. It is also the StreamWriter's protocol, with the write flow control StreamWriter.drain()
+expects (asyncio's FlowControlMixin is a Protocol, and uvloop delivers no bytes to a class that is both).
 
-It keeps StreamReader's contract where the processor relies on it (broker/network.py): `readexactly` raises
-`asyncio.IncompleteReadError` at EOF and the connection's error after a reset; reading stops (the transport is
-paused) while the staging buffer is full and nobody reads, so a client that pipelines requests holds at most
-STAGE_SIZE bytes of them; an idle connection holds no buffer. It is also the StreamWriter's protocol, with the
-write flow control StreamWriter.drain() expects (`_drain_helper`; asyncio's FlowControlMixin is a Protocol, and
-uvloop then delivers no data to a BufferedProtocol).
+`RequestMemory` is Kafka's SimpleMemoryPool in its broker mode (non-strict): a request's bytes are taken when its
+size has been read, before its body is, and given back when it is done; while the pool is empty no request body is
+read from any connection (backpressure instead of memory growth). As in Kafka, a request is admitted while any bytes
+are left, so one larger than what remains still goes in.
 """
 
 from __future__ import annotations
 
 import asyncio
+import struct
 from collections import deque
+from typing import Any
 
-__all__ = ["DIRECT_FIRST", "DIRECT_MIN", "STAGE_SIZE", "FrameReader"]
+__all__ = ["DIRECT_FIRST", "READ_AHEAD", "FrameReader", "RequestMemory"]
 
-STAGE_SIZE = 64 << 10  # staging buffer: headers, small requests, pipelined requests not read yet
-DIRECT_MIN = 16 << 10  # reads larger than this are received into their own buffer
-# A large read's buffer starts at this size and doubles as its bytes arrive: a client that announces a 100 MiB
-# request and sends nothing makes the broker hold 1 MiB, not 100 (as StreamReader grew with the data).
-DIRECT_FIRST = 1 << 20
+READ_AHEAD = 16 << 10  # bytes read past the frame in progress, at most
+DIRECT_FIRST = 1 << 20  # a frame's own buffer starts at this size and doubles up to the frame's
+
+_SIZE = struct.Struct(">i")
 
 
 class FrameReader(asyncio.BufferedProtocol):
-    def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
-        self._write_paused = False
-        self._drain_waiters: deque[asyncio.Future[None]] = deque()
-        self._lost = False
-        self._stage: bytearray | None = None
-        self._view: memoryview | None = None
-        self._start = 0  # staged bytes not read yet: _stage[_start:_end]
+    """A BufferedProtocol only (uvloop treats a class that is also an asyncio.Protocol as one and would hand it
+    bytes through a no-op data_received), with the write flow control StreamWriter.drain() expects."""
+
+    def __init__(self, over_ssl: bool = False) -> None:
+        self._over_ssl = over_ssl
+        self.transport: Any = None  # uvloop's transports are not asyncio.Transport
+        self._chunk: bytearray | None = None  # bytes read ahead of the frame in progress: _chunk[_start:_end]
+        self._start = 0
         self._end = 0
-        self._target: bytearray | None = None  # a large read in progress: received into _target[_got:]
-        self._target_size = 0  # its final size
+        self._frame: bytearray | None = None  # a frame being received in place: _frame[:_got] of _frame_size
+        self._frame_size = 0
         self._got = 0
-        self._want = 0  # a small read waiting for this many staged bytes
         self._waiter: asyncio.Future[None] | None = None
         self._eof = False
         self._error: BaseException | None = None
-        self._paused = False
+        self._read_paused = False
+        self._write_paused = False
+        self._drain_waiters: deque[asyncio.Future[None]] = deque()
+        self._lost = False
 
-    # -- protocol callbacks -----------------------------------------------------------------------------------
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio.Transport
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        target = self._target
-        if target is not None and self._got < self._target_size:
-            if self._got == len(target):  # what is allocated is full: double it, up to the read's size
-                target.extend(bytes(min(len(target), self._target_size - len(target))))
-            return memoryview(target)[self._got :]  # a fresh view each time: none outlives the read into it
-        if self._view is None:
-            self._stage = bytearray(STAGE_SIZE)
-            self._view = memoryview(self._stage)
-        elif self._end == len(self._view):
-            self._compact()
-            if self._end == len(self._view):  # full (reading is paused at this point, but never hand out nothing)
-                assert self._stage is not None
-                self._view.release()
-                self._stage.extend(bytes(STAGE_SIZE))
-                self._view = memoryview(self._stage)
-        return self._view[self._end :]
-
-    def buffer_updated(self, nbytes: int) -> None:
-        if self._target is not None and self._got < self._target_size:  # into the large read (get_buffer)
-            self._got += nbytes
-            if self._got == self._target_size:  # done: what comes next is staged
-                self._wake()
-            return
-        self._end += nbytes
-        if self._want and self._end - self._start >= self._want:
-            self._wake()
-        elif self._end >= STAGE_SIZE and self._start == 0 and self.transport is not None:
-            self._paused = True  # full, and nobody reads: stop receiving until a read makes room
-            self.transport.pause_reading()
-
-    def eof_received(self) -> bool:
-        self._eof = True
-        self._wake()
-        # keep a plaintext transport open for the responses still to be written (as StreamReaderProtocol does);
-        # a TLS transport closes itself either way
-        return self.transport is not None and self.transport.get_extra_info("sslcontext") is None
+    # ---- asyncio callbacks -------------------------------------------------------------------------------------
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
-        if exc is not None:
-            self._error = exc
-        self._eof = True
-        self._wake()
-        self.transport = None
-        self._wake_drainers(exc)
-
-    # -- write flow control (StreamWriter.drain) --------------------------------------------------------------
-    def pause_writing(self) -> None:
-        self._write_paused = True
-
-    def resume_writing(self) -> None:
-        self._write_paused = False
-        self._wake_drainers(None)
-
-    def _wake_drainers(self, exc: Exception | None) -> None:
-        while self._drain_waiters:
-            w = self._drain_waiters.popleft()
+        for w in self._drain_waiters:  # a drain() in progress ends (with the error, as asyncio's)
             if not w.done():
                 if exc is None:
                     w.set_result(None)
                 else:
                     w.set_exception(exc)
+        self._eof = True
+        self._error = exc
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self._eof = True
+        self._wake()
+        return not self._over_ssl  # keep a half-closed plain socket open to answer what it sent (as StreamReader)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        frame = self._frame
+        if frame is not None and self._got < self._frame_size:
+            if self._got == len(frame):  # what is allocated is full: double it, up to the frame's size
+                frame.extend(bytes(min(len(frame), self._frame_size - len(frame))))
+            return memoryview(frame)[self._got :]  # a fresh view each time: none outlives the receive into it
+        chunk = self._chunk
+        if chunk is None:
+            chunk = self._chunk = bytearray(READ_AHEAD)
+        elif self._end == len(chunk):  # only while reading stops (a loop may ask once more): make room
+            if self._start:
+                chunk[: self._end - self._start] = chunk[self._start : self._end]
+                self._end -= self._start
+                self._start = 0
+            else:
+                chunk.extend(bytes(len(chunk)))
+        return memoryview(chunk)[self._end :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._frame is not None and self._got < self._frame_size:
+            self._got += nbytes
+            if self._got == self._frame_size:  # the reader waits for the whole frame only
+                self._wake()
+            return
+        self._end += nbytes
+        if self._end - self._start >= READ_AHEAD and not self._read_paused and not self.transport.is_closing():
+            self._read_paused = True  # enough read ahead: the rest waits in the kernel
+            self.transport.pause_reading()
+        self._wake()
+
+    # ---- write flow control (asyncio's FlowControlMixin, which StreamWriter.drain() calls) ------------------------
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        for w in self._drain_waiters:
+            if not w.done():
+                w.set_result(None)
 
     async def _drain_helper(self) -> None:
         if self._lost:
             raise ConnectionResetError("Connection lost")
         if not self._write_paused:
             return
-        w: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        w = asyncio.get_running_loop().create_future()
         self._drain_waiters.append(w)
-        await w
-
-    # -- reading ----------------------------------------------------------------------------------------------
-    async def readexactly(self, n: int) -> bytes | bytearray:
-        """Exactly `n` bytes (a bytearray when more than DIRECT_MIN); IncompleteReadError at EOF before that."""
-        staged = self._end - self._start
-        if staged >= n:
-            return self._take(n)
-        if n > DIRECT_MIN:
-            target = bytearray(max(min(n, DIRECT_FIRST), staged))
-            if staged:
-                assert self._view is not None
-                target[:staged] = self._view[self._start : self._end]
-            self._release_stage()
-            self._target, self._target_size, self._got = target, n, staged
-            try:
-                while self._got < n:
-                    self._raise_if_done(bytes(target[: self._got]), n)
-                    await self._wait()
-            finally:
-                self._target, self._target_size = None, 0
-            return target
-        if self._view is not None and self._start + n > len(self._view):
-            self._compact()
-        self._want = n
         try:
-            while self._end - self._start < n:
-                self._raise_if_done(self._staged_bytes(), n)
+            await w
+        finally:
+            self._drain_waiters.remove(w)
+
+    def _wake(self) -> None:
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    # ---- the processor's side ------------------------------------------------------------------------------------
+    async def read_size(self) -> int:
+        """The next frame's size (its 4-byte prefix)."""
+        while self._end - self._start < 4:
+            self._raise_if_closed(self._chunk, self._start, self._end, 4)
+            # the loop may have asked for a buffer it then had nothing for (after filling a frame's): drop it
+            self._drop_empty_chunk()
+            await self._wait()
+        assert self._chunk is not None
+        (size,) = _SIZE.unpack_from(self._chunk, self._start)
+        self._start += 4
+        self._drop_empty_chunk()
+        return int(size)
+
+    async def read_frame(self, size: int) -> bytes | bytearray:
+        """The body of the frame whose size was just read: bytes when it came with the chunk, else the bytearray it
+        was received into (writable)."""
+        have = self._end - self._start
+        if have >= size:
+            chunk = self._chunk
+            out = bytes(memoryview(chunk)[self._start : self._start + size]) if chunk is not None and size else b""
+            self._start += size
+            self._drop_empty_chunk()
+            return out
+        frame = bytearray(max(min(size, DIRECT_FIRST), have))
+        if have:
+            assert self._chunk is not None
+            frame[:have] = memoryview(self._chunk)[self._start : self._end]
+        self._chunk, self._start, self._end = None, 0, 0
+        self._frame, self._frame_size, self._got = frame, size, have
+        try:
+            while self._got < size:
+                self._raise_if_closed(frame, 0, self._got, size)
                 await self._wait()
         finally:
-            self._want = 0
-        return self._take(n)
+            self._frame, self._frame_size = None, 0
+        return frame
 
-    def _take(self, n: int) -> bytes | bytearray:
-        assert self._view is not None
-        piece = self._view[self._start : self._start + n]
-        out = bytearray(piece) if n > DIRECT_MIN else bytes(piece)  # large reads are writable either way
-        self._start += n
+    def _drop_empty_chunk(self) -> None:
         if self._start == self._end:
-            self._release_stage()
-        elif self._paused and self._start >= len(self._view) // 2 and self.transport is not None:
-            self._paused = False  # room again (get_buffer compacts): receive the rest of the pipeline
-            self.transport.resume_reading()
-        return out
+            self._chunk, self._start, self._end = None, 0, 0  # an idle connection holds no read buffer
 
-    def _staged_bytes(self) -> bytes:
-        return bytes(self._view[self._start : self._end]) if self._view is not None else b""
-
-    def _raise_if_done(self, partial: bytes, n: int) -> None:
-        if self._error is not None:
+    def _raise_if_closed(self, buf: bytearray | None, start: int, end: int, want: int) -> None:
+        """At EOF: the connection's error, or StreamReader's IncompleteReadError with what did arrive."""
+        if not self._eof:
+            return
+        if isinstance(self._error, ConnectionError):
             raise self._error
-        if self._eof:
-            raise asyncio.IncompleteReadError(partial, n)
+        raise asyncio.IncompleteReadError(bytes(buf[start:end]) if buf is not None else b"", want)
 
     async def _wait(self) -> None:
-        if self._paused and self.transport is not None:
-            self._paused = False
+        if self._read_paused:
+            self._read_paused = False
             self.transport.resume_reading()
         self._waiter = asyncio.get_running_loop().create_future()
         try:
@@ -188,22 +194,34 @@ class FrameReader(asyncio.BufferedProtocol):
         finally:
             self._waiter = None
 
-    def _wake(self) -> None:
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
 
-    def _compact(self) -> None:
-        """Move the unread staged bytes to the front of the staging buffer."""
-        assert self._view is not None
-        if self._start:
-            rest = self._end - self._start
-            self._stage[:rest] = self._stage[self._start : self._end]  # type: ignore[index]
-            self._start, self._end = 0, rest
+class RequestMemory:
+    """Bytes of requests in progress, bounded by `queued.max.request.bytes` (<= 0: unbounded, nothing is counted)."""
 
-    def _release_stage(self) -> None:
-        """Nothing staged: drop the buffer (an idle connection holds none) and receive again if paused."""
-        self._stage = self._view = None
-        self._start = self._end = 0
-        if self._paused and self.transport is not None:
-            self._paused = False
-            self.transport.resume_reading()
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.available = limit
+        self._freed = asyncio.Event()
+
+    @property
+    def bounded(self) -> bool:
+        return self.limit > 0
+
+    @property
+    def used(self) -> int:
+        return self.limit - self.available if self.bounded else 0
+
+    async def acquire(self, size: int) -> int:
+        """Take `size` bytes once any are left; returns what was taken (0 when unbounded)."""
+        if not self.bounded:
+            return 0
+        while self.available <= 0:
+            self._freed.clear()
+            await self._freed.wait()
+        self.available -= size
+        return size
+
+    def release(self, size: int) -> None:
+        if size:
+            self.available += size
+            self._freed.set()

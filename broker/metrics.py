@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -196,6 +196,11 @@ class BrokerMetrics:
         whose markers are being written), read from the transaction coordinator at scrape time."""
         self.registry.register(_TxnCoordinatorCollector(coordinator))
 
+    def register_group_coordinator(self, coordinator) -> None:
+        """kafka.server:type=group-coordinator-metrics: groups by protocol and state, rebalances by protocol, read
+        from the group coordinator at scrape time."""
+        self.registry.register(_GroupCoordinatorCollector(coordinator))
+
     def register_log_cleaner(self, cleaner) -> None:
         """kafka.log:type=LogCleanerManager / LogCleaner gauges, read from the cleaner at scrape time."""
         r = self.registry
@@ -375,6 +380,35 @@ class _TxnCoordinatorCollector:
         )
         pending.add_metric([], c.markers_pending)
         yield from (by_state, parts, pending)
+
+
+class _GroupCoordinatorCollector:
+    """Groups this broker coordinates by type (classic, consumer) and state, and the rebalances each protocol
+    started (a classic PreparingRebalance, a consumer group epoch bump)."""
+
+    def __init__(self, coordinator: Any) -> None:
+        self._coordinator = coordinator
+
+    def collect(self):
+        c = self._coordinator
+        groups = GaugeMetricFamily(
+            "strata_group_coordinator_groups",
+            "Groups this broker coordinates, by type and state",
+            labels=["type", "state"],
+        )
+        counts: dict[tuple[str, str], int] = {}
+        for kind, gs in (("classic", list(c.groups.values())), ("consumer", list(c.consumer_groups.values()))):
+            for g in gs:  # (off the loop: copies, plain attribute reads)
+                key = (kind, g.state.value)
+                counts[key] = counts.get(key, 0) + 1
+        for (kind, state), n in sorted(counts.items()):
+            groups.add_metric([kind, state], n)
+        rebalances = CounterMetricFamily(
+            "strata_group_coordinator_rebalances", "Rebalances started, by group protocol", labels=["protocol"]
+        )
+        rebalances.add_metric(["classic"], c.classic_rebalances)
+        rebalances.add_metric(["consumer"], c.consumer.rebalances)
+        yield from (groups, rebalances)
 
 
 class _LogCollector:

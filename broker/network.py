@@ -16,6 +16,13 @@ Limits (Kafka's SocketServer / ConnectionQuotas):
   with Kafka's log line.
 * `queued.max.requests` is KafkaApis' (broker/apis.py): a request waiting for a slot is one this connection has
   read, and with one request per connection in progress nothing more is read from it.
+* `queued.max.request.bytes` (broker/frame_reader.py, Kafka's request memory pool): a request's bytes are taken
+  once its size is read and given back when it is done (or parked: what waits for other requests, as exempt from
+  `queued.max.requests`); while none are left no request body is read from any connection.
+
+Reading (broker/frame_reader.py): a connection holds no read buffer between requests; a small chunk takes sizes and
+small frames, a larger frame is received in place into a buffer of its size, and at most that chunk is read ahead of
+the request in progress (pipelined requests wait in the kernel).
 
 Frames larger than `socket.request.max.bytes`, negative sizes and undecodable requests close that connection only.
 
@@ -25,7 +32,9 @@ Kafka closes an idle connection), is logged once with the peer and closes that c
 becomes the principal through `ssl.principal.mapping.rules`. On a SASL listener a connection may send only
 ApiVersions, SaslHandshake and SaslAuthenticate (or raw tokens after a v0 handshake) until it authenticates, in
 frames of at most `sasl.server.max.receive.size`; anything else closes it, as does a failed authentication once its
-response is sent and an expired session (`connections.max.reauth.ms`) that sends anything but a re-authentication.
+response is sent (after `connection.failed.authentication.delay.ms`, which slows password guessing down without
+holding up other connections) and an expired session (`connections.max.reauth.ms`) that sends anything but a
+re-authentication.
 PLAINTEXT listeners skip all of it.
 
 Zero-copy Fetch (Kafka's FileRecords.writeTo): on listeners without TLS a Fetch response may hold FileRegions
@@ -53,11 +62,12 @@ from dataclasses import dataclass, field
 from typing import NoReturn
 
 import structlog
+from prometheus_client import Gauge
 
 from strata.config import ConnectionQuotas, Listener
 from strata.storage.file_region import FileRegion
 
-from .frame_reader import FrameReader
+from .frame_reader import FrameReader, RequestMemory
 from .metrics import BrokerMetrics
 from .request_context import ANONYMOUS, KafkaPrincipal
 from .security.listener_security import ListenerSecurity, NoMatchingRule
@@ -122,6 +132,15 @@ class Connection:
     muted_until: float = 0.0  # client quotas (KIP-219): no request is read before this monotonic time
     plaintext: bool = False  # no TLS: responses may carry FileRegions sent with sendfile
     sendfile_fd: int = -1  # a duplicate of the socket's descriptor for sendfile and its writability, made on demand
+    request_memory: RequestMemory | None = None  # queued.max.request.bytes
+    request_bytes: int = 0  # what the request in progress holds of it
+
+    def release_request_bytes(self) -> None:
+        """The request in progress no longer counts against queued.max.request.bytes (done, or parked waiting for
+        other requests, which must still be read)."""
+        if self.request_bytes and self.request_memory is not None:
+            self.request_memory.release(self.request_bytes)
+        self.request_bytes = 0
 
     def mute(self, throttle_ms: int) -> None:
         """Read nothing more from this client for `throttle_ms` (Kafka mutes a throttled channel)."""
@@ -228,6 +247,8 @@ class SocketServer:
         inter_broker_listener: str = "",
         security: Mapping[str, ListenerSecurity] | None = None,
         sasl_max_receive: int = SASL_MAX_RECEIVE,
+        queued_max_request_bytes: int = -1,
+        failed_authentication_delay_ms: int = 0,
     ) -> None:
         self.listeners = listeners
         self.handler = handler
@@ -237,6 +258,19 @@ class SocketServer:
         self.quotas = quotas or ConnectionQuotas()
         self.security = dict(security or {})
         self.sasl_max_receive = sasl_max_receive
+        self.request_memory = memory = RequestMemory(queued_max_request_bytes)
+        # kafka.network:type=SocketServer,name=MemoryPoolAvailable / MemoryPoolUsed (unbounded: available is +Inf)
+        Gauge(
+            "strata_network_memory_pool_available_bytes",
+            "Bytes of queued.max.request.bytes not held by requests in progress",
+            registry=metrics.registry,
+        ).set_function(lambda: memory.available if memory.bounded else float("inf"))
+        Gauge(
+            "strata_network_memory_pool_used_bytes",
+            "Bytes of requests in progress counted against queued.max.request.bytes",
+            registry=metrics.registry,
+        ).set_function(lambda: memory.used)
+        self.failed_auth_delay_s = failed_authentication_delay_ms / 1000.0
         # Kafka protects the inter-broker listener only when there is another listener to take connections from
         self.protected_listener = inter_broker_listener if len(listeners) > 1 else ""
         self.sockets: list[socket.socket] = []
@@ -396,9 +430,9 @@ class SocketServer:
             csock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError:
             pass
-        protocol = reader = FrameReader()
         peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) and len(addr) >= 2 else "?"
         sec = self.security.get(listener)
+        protocol = FrameReader(over_ssl=sec is not None and sec.ssl_context is not None)
         try:
             if sec is None or sec.ssl_context is None:
                 transport, _ = await loop.connect_accepted_socket(lambda: protocol, csock)
@@ -417,7 +451,13 @@ class SocketServer:
         transport.set_write_buffer_limits(high=WRITE_HIGH, low=WRITE_LOW)
         writer = asyncio.StreamWriter(transport, protocol, None, loop)
         conn = Connection(
-            next(self._ids), peer, listener, writer, address, plaintext=sec is None or sec.ssl_context is None
+            next(self._ids),
+            peer,
+            listener,
+            writer,
+            address,
+            request_memory=self.request_memory,
+            plaintext=sec is None or sec.ssl_context is None,
         )
         if sec is not None and not self._secure(conn, sec):
             conn.abort()
@@ -427,7 +467,7 @@ class SocketServer:
         self.metrics.connections_created.inc()
         clean = False
         try:
-            await self._requests(conn, reader)
+            await self._requests(conn, protocol)
             clean = True
         except CloseConnection:
             pass
@@ -436,6 +476,7 @@ class SocketServer:
         except Exception:
             log.exception("connection failed", conn=conn.id, peer=conn.peer)
         finally:
+            conn.release_request_bytes()
             self.connections.pop(conn.id, None)
             self.metrics.connections.dec()
             if clean:
@@ -444,13 +485,12 @@ class SocketServer:
                 conn.abort()
             conn.release_socket_fd()  # after the transport's close: the socket closes with the last descriptor
 
-    async def _requests(self, conn: Connection, reader: FrameReader) -> None:
+    async def _requests(self, conn: Connection, frames: FrameReader) -> None:
         """Read, answer and write requests one at a time until the peer closes or a request closes the connection."""
         writer = conn.writer
         tls = writer.get_extra_info("ssl_object") is not None
         while True:
-            head = await reader.readexactly(4)
-            (size,) = _SIZE.unpack(head)
+            size = await frames.read_size()
             limit = self.max_request_bytes
             if conn.sasl is not None and conn.sasl.principal is None:
                 limit = min(limit, self.sasl_max_receive)  # not authenticated yet: Kafka's SASL receive bound
@@ -463,7 +503,8 @@ class SocketServer:
                     max=limit,
                 )
                 raise CloseConnection
-            payload = await reader.readexactly(size)
+            conn.request_bytes = await self.request_memory.acquire(size)
+            payload = await frames.read_frame(size)
             conn.busy = True
             try:
                 if conn.sasl is None:
@@ -473,7 +514,10 @@ class SocketServer:
             finally:
                 conn.busy = False
                 conn.last_active = time.monotonic()
+                conn.release_request_bytes()
             del payload
+            if conn.sasl is not None and conn.sasl.state is SaslState.FAILED:
+                await self._failed_authentication_delay()
             if writer.is_closing():
                 return  # the peer went away while its request was handled: nothing to answer (uvloop would raise)
             if response is not None:
@@ -626,6 +670,12 @@ class SocketServer:
         conn.sasl = sec.new_authenticator()
         return True
 
+    async def _failed_authentication_delay(self) -> None:
+        """Kafka's connection.failed.authentication.delay.ms: the answer to a failed authentication (and the close)
+        comes this much later, so a client guessing passwords is slowed down; only this connection waits."""
+        if self.failed_auth_delay_s > 0:
+            await asyncio.sleep(self.failed_auth_delay_s)
+
     async def _sasl_request(
         self, conn: Connection, auth: SaslAuthenticator, payload: bytes | bytearray
     ) -> bytes | list | None:
@@ -633,6 +683,7 @@ class SocketServer:
         if auth.expects_raw_token:
             step = await authenticate_step(auth, bytes(payload), self.metrics, conn.listener, conn.peer)
             if auth.state is SaslState.FAILED:
+                await self._failed_authentication_delay()
                 raise CloseConnection  # the legacy flow has no error response: Kafka closes
             if auth.state is SaslState.COMPLETE:
                 conn.principal = auth.principal or ANONYMOUS

@@ -220,6 +220,8 @@ class ClientQuotas:
                 resp.responses = []  # Kafka's throttled fetch response: no partitions
                 if hasattr(resp, "node_endpoints"):
                     resp.node_endpoints = []
+                if ctx.on_fetch_throttled is not None:
+                    ctx.on_fetch_throttled()  # a fetch session: nothing of this answer reaches the client
         throttle_ms = max(bytes_ms, request_ms)
         if throttle_ms <= 0:
             return 0

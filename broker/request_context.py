@@ -8,6 +8,7 @@ allowed); handlers ask it through broker/authorization.py, which counts denials 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -60,6 +61,8 @@ class RequestContext:
         None  # the connection's SASL state on a SASL listener (SaslHandshake/-Authenticate)
     )
     metrics: BrokerMetrics | None = None  # where broker.authorization counts denials
+    # set by a Fetch in a session (broker/fetch_session.py): the quota code calls it when it empties the response
+    on_fetch_throttled: Callable[[], None] | None = None
     zero_copy: bool = False  # Fetch may answer local records as FileRegions (plaintext listener, the switch on)
 
 

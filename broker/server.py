@@ -28,6 +28,7 @@ from .cluster.broker_client import inter_broker_security
 from .cluster.model import BrokerInfo
 from .dynamic_config import DynamicBrokerConfig
 from .endpoints import BrokerEndpoints
+from .fetch_session import FetchSessionCache
 from .gc_pauses import GcPauses, freeze_startup_objects
 from .group import GroupCoordinator
 from .metadata_store import LocalMetadataStore, MetadataStore
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from .cluster.etcd_store import EtcdMetadataStore
     from .cluster.forwarding import ControllerChannel
     from .cluster.liveness import PeerWatch
+    from .iceberg import IcebergManager
     from .tiered import TieredStorage
 
 log = structlog.get_logger("strata.server")
@@ -209,6 +211,7 @@ class KafkaServer:
         producer_ids = ProducerIdManager(self.store)
         self.txn_coordinator = self._build_txn_coordinator(producer_ids)
         self.replica_manager.leadership_listeners.append(self._on_leadership_change)
+        self.iceberg: IcebergManager | None = self._build_iceberg()
         self.dynamic_config.attach(self.replica_manager, self.log_cleaner)
         self.services = BrokerServices(
             config=config,
@@ -224,6 +227,11 @@ class KafkaServer:
             producer_ids=producer_ids,
             remote_log_manager=self.tiered.rlm if self.tiered is not None else None,
             controller_channel=self.controller_channel,
+            fetch_sessions=FetchSessionCache(
+                config["max.incremental.fetch.session.cache.slots"],
+                config["min.incremental.fetch.session.eviction.ms"],
+                self.metrics,
+            ),
         )
         # authorizer.class.name: ACLs from the metadata store (a local broker's file now, etcd's once started)
         self.authorizer = build_authorizer(config.values)
@@ -245,11 +253,25 @@ class KafkaServer:
             inter_broker_listener=config.inter_broker_listener_name or config.listeners[0].name,
             security=build_listener_security(config, scram_lookup),
             sasl_max_receive=config["sasl.server.max.receive.size"],
+            queued_max_request_bytes=config["queued.max.request.bytes"],
+            failed_authentication_delay_ms=config["connection.failed.authentication.delay.ms"],
         )
         # partitions of tiered topics deleted while this broker was down
         self._deleted_while_down: list[TopicIdPartition] = []
         self._tasks: list[asyncio.Task] = []
         self.metrics_address: tuple[str, int] | None = None
+
+    def _build_iceberg(self) -> IcebergManager | None:
+        """Iceberg topics (docs/iceberg.md): built when pyiceberg is installed (the `iceberg` extra); its
+        translators start for the partitions led here of topics with iceberg.enable=true."""
+        try:
+            from .iceberg import IcebergManager
+        except ImportError as e:
+            log.info("iceberg topics unavailable (pip install 'strata-broker[iceberg]')", error=str(e))
+            return None
+        return IcebergManager(
+            self.config, self.replica_manager, self.metrics.registry, lambda: self.replica_manager.rlm
+        )
 
     def _log_config_for(self, topic: str):
         return self.replica_manager.log_config_for(topic)
@@ -381,11 +403,14 @@ class KafkaServer:
         await self.group_coordinator.startup()  # loads __consumer_offsets in the background
         await self.txn_coordinator.startup()  # loads __transaction_state in the background
         self.metrics.register_txn_coordinator(self.txn_coordinator)
+        self.metrics.register_group_coordinator(self.group_coordinator)
         self.metrics.register_log_collector(self.replica_manager.all_logs)
         # one broker alone (local metadata) is its own controller and leads every partition
         self.metrics.register_controller(self._is_controller if self.cluster_mode else lambda: True, self._offline)
         self.gc_pauses.install(self.metrics.registry)
         await self.socket_server.start()  # bound at the beginning: now accepting
+        if self.iceberg is not None:
+            self.iceberg.start()
         if self.peer_watch is not None:  # (cluster mode)
             self.peer_watch.start()
         if self.log_cleaner is not None:  # compaction; its swaps run on this loop
@@ -611,6 +636,8 @@ class KafkaServer:
         if self.controller_channel is not None:
             await self.controller_channel.close()
         await self.replica_manager.shutdown()  # replica fetchers stop before the logs close
+        if self.iceberg is not None:
+            await self.iceberg.close()  # translators stop (a commit in flight finishes in its thread)
         if self.tiered is not None:
             await self.tiered.close()  # the partition remover, the RLM, the RLMM and its connections
         await self.dynamic_config.close()  # a cleaner restart in flight

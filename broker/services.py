@@ -15,6 +15,7 @@ from strata.config import BrokerConfig
 from strata.storage.log_manager import LogManager
 
 from .endpoints import BrokerEndpoints
+from .fetch_session import FetchSessionCache
 from .metadata_store import MetadataStore
 from .metrics import BrokerMetrics
 from .producer_ids import ProducerIdManager
@@ -44,6 +45,7 @@ class BrokerServices:
     producer_ids: ProducerIdManager
     remote_log_manager: RemoteLogManager | None  # tiered storage (remote.log.storage.system.enable)
     controller_channel: ControllerChannel | None  # a cluster: admin requests go to the controller
+    fetch_sessions: FetchSessionCache  # KIP-227 incremental fetch sessions
 
 
 __all__ = ["BrokerServices"]

@@ -13,6 +13,7 @@ from .authorizer import AUTHORIZER_DEFS
 from .connection_quotas import ConnectionQuotas
 from .defs import ConfigDef, ConfigError, at_least, retention_value
 from .defs import ConfigType as T
+from .iceberg import CATALOG_PROP_PREFIX, ICEBERG_BROKER_DEFS
 from .security import SECURITY_DEFS, check_security, protocol_map
 from .topic_config import TOPIC_CONFIG_DEFS, TOPIC_TO_BROKER_SYNONYM, LogConfig
 
@@ -121,10 +122,33 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef(
         "queued.max.requests", T.INT, 500, "requests in progress at once; beyond it no socket is read", at_least(1)
     ),
+    ConfigDef(
+        "queued.max.request.bytes",
+        T.LONG,
+        -1,
+        "bytes of requests in progress; at the limit no request body is read (-1: unbounded)",
+    ),
+    ConfigDef(
+        "connection.failed.authentication.delay.ms",
+        T.INT,
+        100,
+        "delay of the answer and close after a failed authentication",
+        at_least(0),
+    ),
     ConfigDef("max.connections", T.INT, 2**31 - 1, "broker-wide; at the limit new connections wait", at_least(0)),
     ConfigDef("max.connections.per.ip", T.INT, 2**31 - 1, "beyond it a new connection is closed", at_least(0)),
     ConfigDef("max.connections.per.ip.overrides", T.STRING, "", "host:count,... overriding max.connections.per.ip"),
     ConfigDef("fetch.max.bytes", T.INT, 55 * 1024 * 1024, "broker cap on a fetch response", at_least(0)),
+    ConfigDef(
+        "max.incremental.fetch.session.cache.slots", T.INT, 1000, "KIP-227 fetch sessions the broker keeps", at_least(0)
+    ),
+    ConfigDef(
+        "min.incremental.fetch.session.eviction.ms",
+        T.LONG,
+        120000,
+        "a fetch session idle (or, for the size rule, existing) this long may be evicted (Kafka's fixed 120 s)",
+        at_least(0),
+    ),
     ConfigDef(
         "fetch.zero.copy.enable",
         T.BOOLEAN,
@@ -241,6 +265,22 @@ _BROKER_DEFS: list[ConfigDef] = [
     ),
     ConfigDef("group.consumer.min.heartbeat.interval.ms", T.INT, 5000, "", at_least(1)),
     ConfigDef("group.consumer.max.heartbeat.interval.ms", T.INT, 15000, "", at_least(1)),
+    ConfigDef(
+        "group.consumer.max.size", T.INT, 2**31 - 1, "members per consumer group (consumer protocol)", at_least(1)
+    ),
+    ConfigDef(
+        "group.consumer.assignors",
+        T.LIST,
+        ["uniform", "range"],
+        "server-side assignors, the first being the default (consumer protocol)",
+    ),
+    ConfigDef(
+        "group.consumer.migration.policy",
+        T.STRING,
+        "bidirectional",
+        "conversion between classic and consumer groups",
+        choices=("disabled", "upgrade", "downgrade", "bidirectional"),
+    ),
     ConfigDef("offsets.topic.num.partitions", T.INT, 50, "partitions of __consumer_offsets (set once)", at_least(1)),
     ConfigDef("offsets.topic.replication.factor", T.SHORT, 1, "replication factor of __consumer_offsets", at_least(1)),
     ConfigDef(
@@ -377,11 +417,13 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("log.level", T.STRING, "INFO", "", choices=("DEBUG", "INFO", "WARNING", "ERROR")),
 ]
 
-BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in _BROKER_DEFS + SECURITY_DEFS + AUTHORIZER_DEFS}
+BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {
+    d.name: d for d in _BROKER_DEFS + SECURITY_DEFS + AUTHORIZER_DEFS + ICEBERG_BROKER_DEFS
+}
 
 # Keys under these prefixes belong to plugins (Kafka's remote.log.storage.manager.impl.prefix and
 # remote.log.metadata.manager.impl.prefix defaults) or to one listener: not reported as unknown.
-PLUGIN_PREFIXES = ("rsm.config.", "rlmm.config.", "listener.name.")
+PLUGIN_PREFIXES = ("rsm.config.", "rlmm.config.", "listener.name.", CATALOG_PROP_PREFIX)
 
 
 def broker_default(key: str) -> Any:
@@ -476,6 +518,8 @@ class BrokerConfig:
         if values["node.id"] >= 0 and "broker.id" not in raw:
             values["broker.id"] = values["node.id"]
         ConnectionQuotas.from_values(values)  # KafkaConfig's checks, at load: a bad value fails with exit code 2
+        if 0 < values["queued.max.request.bytes"] < values["socket.request.max.bytes"]:
+            raise ConfigError("queued.max.request.bytes must be larger or equal to socket.request.max.bytes")
         return cls(values, originals)
 
     def apply_dynamic(self, cluster_default: Mapping[str, str], per_broker: Mapping[str, str]) -> set[str]:

@@ -16,6 +16,7 @@ from .defs import (
     retention_value,
 )
 from .defs import ConfigType as T
+from .iceberg import ICEBERG_TOPIC_DEFS, check_iceberg_overrides
 
 # (topic key, broker synonym or None, definition)
 _TOPIC_DEFS: list[tuple[str, str | None, ConfigDef]] = [
@@ -159,6 +160,8 @@ _TOPIC_DEFS: list[tuple[str, str | None, ConfigDef]] = [
     ),
 ]
 
+_TOPIC_DEFS += ICEBERG_TOPIC_DEFS
+
 TOPIC_CONFIG_DEFS: dict[str, ConfigDef] = {k: d for k, _, d in _TOPIC_DEFS}
 TOPIC_TO_BROKER_SYNONYM: dict[str, str] = {k: s for k, s, _ in _TOPIC_DEFS if s}
 
@@ -174,6 +177,7 @@ def validate_topic_overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:
             out[key] = d.parse(raw)
         except ConfigError as e:
             raise ConfigError(f"Invalid value {raw!r} for configuration {key}: {e}") from None
+    check_iceberg_overrides(out)
     return out
 
 

@@ -52,10 +52,14 @@ def prepare_environment(master: str) -> None:
 
 
 def register(spark: Any) -> None:
-    """Register the ``strata`` format on a SparkSession (idempotent)."""
+    """Register the ``strata`` and ``strata-iceberg`` formats on a SparkSession (idempotent). Filter pushdown to
+    Python data sources is switched on (Spark refuses a reader that prunes by filters without it)."""
     from .source import StrataDataSource
+    from .table_source import StrataIcebergDataSource
 
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     spark.dataSource.register(StrataDataSource)
+    spark.dataSource.register(StrataIcebergDataSource)
 
 
 def get_spark(

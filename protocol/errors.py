@@ -124,6 +124,7 @@ class ErrorCode(IntEnum):
     MISMATCHED_ENDPOINT_TYPE = 114
     UNSUPPORTED_ENDPOINT_TYPE = 115
     UNKNOWN_CONTROLLER_ID = 116
+    INVALID_REGULAR_EXPRESSION = 128  # KIP-848: a ConsumerGroupHeartbeat subscribed_topic_regex that does not compile
 
 
 class KafkaApiError(Exception):

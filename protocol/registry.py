@@ -15,7 +15,7 @@ from typing import Any
 import kafka.protocol as _kp
 from kafka.protocol.api_message import ApiMessage
 
-from . import codec_tagged
+from . import codec_tagged, extra_messages
 from .errors import ErrorCode
 from .request_nulls import NullFieldError, first_null, has_top_level_error
 from .wire import skip_tagged_fields
@@ -28,6 +28,7 @@ def _load_all() -> tuple[dict[int, type[ApiMessage]], dict[int, type[ApiMessage]
         if ".old" in mod.name or "generate_stubs" in mod.name:
             continue
         importlib.import_module(mod.name)
+    importlib.import_module(extra_messages.__name__)  # APIs kafka-python lacks (KIP-848's 68 and 69)
     requests: dict[int, type[ApiMessage]] = {}
     responses: dict[int, type[ApiMessage]] = {}
     stack = list(ApiMessage.__subclasses__())
@@ -94,6 +95,8 @@ class ApiKey:
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
 
 
 def api_name(api_key: int) -> str:
@@ -154,6 +157,8 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_ACLS: (1, 3),  # Kafka 4 removed v0; v3: the USER resource type
     ApiKey.CREATE_ACLS: (1, 3),
     ApiKey.DELETE_ACLS: (1, 3),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),  # KIP-848 (protocol/extra_messages.py); v1: subscribed_topic_regex
+    ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),  # v1: member_type (KIP-1099)
 }
 
 

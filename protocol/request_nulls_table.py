@@ -382,6 +382,13 @@ REQUEST_FIELDS: dict[int, tuple[Any, ...]] = {
     ),
     65: (("transactional_ids", "p", (0, 0), (-1, -1), ()),),
     66: (("state_filters", "p", (0, 2), (-1, -1), ()), ("producer_id_filters", "n", (0, 2), (-1, -1), ())),
+    68: (
+        ("group_id", "v", (0, 1), (-1, -1), ()),
+        ("member_id", "v", (0, 1), (-1, -1), ()),
+        ("subscribed_topic_names", "p", (0, 1), (0, 1), ()),
+        ("topic_partitions", "a", (0, 1), (0, 1), (("partitions", "n", (0, 1), (-1, -1), ()),)),
+    ),
+    69: (("group_ids", "p", (0, 1), (-1, -1), ()),),
     74: (("resource_types", "n", (1, 1), (-1, -1), ()),),
     75: (
         ("topics", "a", (0, 0), (-1, -1), (("name", "v", (0, 0), (-1, -1), ()),)),
@@ -418,5 +425,6 @@ TOP_LEVEL_ERROR_CODE: dict[int, tuple[int, int]] = {
     57: (0, 2),
     60: (0, 2),
     66: (0, 2),
+    68: (0, 1),
     74: (0, 1),
 }

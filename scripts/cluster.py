@@ -53,7 +53,10 @@ from strata.config.broker_config import parse_properties
 _COMPOSE_ONLY = {"metadata.store.connect", "log.dirs", "metrics.listener", "rsm.config.s3.endpoint.url"}
 # what docker-compose.yml gives the brokers and MinIO; SeaweedFS without an identity file accepts any
 S3_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "strata", "AWS_SECRET_ACCESS_KEY": "strata-secret"}
+# pyiceberg reads a catalog's properties from PYICEBERG_CATALOG__<name>__<key> too: the brokers' catalog is "strata"
+ICEBERG_CREDENTIAL = {"PYICEBERG_CATALOG__STRATA__CREDENTIAL": "strata:strata-secret"}
 BUCKET = "strata-tiered"
+TABLE_BUCKET = "strata-tables"  # the S3 Tables bucket of SeaweedFS's Iceberg REST catalog (Iceberg topics)
 REGION = "us-east-1"
 START_TIMEOUT = 90.0
 
@@ -71,6 +74,9 @@ def node_settings(seaweed: object) -> dict[str, object]:
         if k not in _COMPOSE_ONLY
     }
     props.update({f"rsm.config.{k}": v for k, v in seaweed.rsm_config().items()})  # type: ignore[attr-defined]
+    iceberg = getattr(seaweed, "iceberg_settings", None)
+    if iceberg is not None:
+        props.update(iceberg())
     props.update({"group.initial.rebalance.delay.ms": 0, "remote.log.manager.task.interval.ms": 5000})
     return props
 
@@ -200,7 +206,7 @@ class Seaweed(Process):
     def __init__(self, data_dir: Path) -> None:
         super().__init__("seaweedfs", data_dir / "seaweedfs" / "seaweedfs.log")
         self.dir = data_dir / "seaweedfs"
-        self.port = 0
+        self.port = self.iceberg_port = 0
 
     @property
     def endpoint(self) -> str:
@@ -208,8 +214,10 @@ class Seaweed(Process):
 
     def start(self) -> None:
         self.port = free_port_pairs(1)[0]
-        cmd = weed_mini_command(_tool("weed"), self.dir, self.port)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        self.iceberg_port = free_port_pairs(1, avoid={self.port, self.port + 10000})[0]
+        cmd = weed_mini_command(_tool("weed"), self.dir, self.port, self.iceberg_port, TABLE_BUCKET)
+        # the identity the brokers use (the Iceberg catalog's OAuth2 client and multipart uploads need a known key)
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith("AWS_")}, **S3_CREDENTIALS}
         self.spawn(cmd, env=env, cwd=self.dir)
         assert self.proc is not None
         _wait(self._bucket_ready, "SeaweedFS", self.proc, self.log)
@@ -235,6 +243,17 @@ class Seaweed(Process):
             return False
         finally:
             c.close()
+
+    def iceberg_settings(self) -> dict[str, object]:
+        """Iceberg topics: SeaweedFS's Iceberg REST catalog, warehouse the table bucket; the catalog's OAuth2 client
+        credential goes in the brokers' environment (ICEBERG_CREDENTIAL), not in their properties."""
+        return {
+            "iceberg.catalog.type": "rest",
+            "iceberg.catalog.uri": f"http://127.0.0.1:{self.iceberg_port}",
+            "iceberg.catalog.warehouse": f"s3://{TABLE_BUCKET}",
+            "iceberg.catalog.prop.s3.endpoint": self.endpoint,
+            "iceberg.catalog.prop.s3.path-style-access": "true",
+        }
 
     def rsm_config(self) -> dict[str, object]:
         """`rsm.config.*` keys (prefix stripped); the credentials go in the brokers' environment."""
@@ -288,7 +307,7 @@ class Broker(Process):
 
     def start(self, settings: dict[str, object], etcd: Etcd) -> None:
         path = self.write_properties(settings, etcd)
-        env = {**os.environ, **S3_CREDENTIALS, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, **S3_CREDENTIALS, **ICEBERG_CREDENTIAL, "PYTHONUNBUFFERED": "1"}
         self.spawn([sys.executable, "-m", "strata", "serve", str(path)], env=env, cwd=REPO)
 
     def registered(self) -> set[int]:
@@ -404,6 +423,7 @@ def banner(brokers: list[Broker], etcd: Etcd, seaweed: Seaweed, admin: Path | No
     lines += [
         f"  etcd: {etcd.url} (pid {etcd.pid})",
         f"  S3 (SeaweedFS): {seaweed.endpoint} bucket {BUCKET} (pid {seaweed.pid})",
+        f"  Iceberg REST catalog (SeaweedFS): http://127.0.0.1:{seaweed.iceberg_port} warehouse s3://{TABLE_BUCKET}",
     ]
     if admin:
         lines += [

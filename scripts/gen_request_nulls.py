@@ -42,6 +42,15 @@ def default_message_dir() -> Path:
     return Path(schemas.__file__).parent / "resources"
 
 
+VENDORED = ROOT / "protocol" / "messages"  # the APIs kafka-python lacks (strata.protocol.extra_messages)
+
+
+def spec_path(message_dir: Path, file_name: str) -> Path:
+    """A message's JSON in `message_dir`, else the copy Strata vendors for the APIs kafka-python lacks."""
+    path = message_dir / file_name
+    return path if path.exists() else VENDORED / file_name
+
+
 def load(path: Path) -> dict[str, Any]:
     data: dict[str, Any] = json.loads(_COMMENT.sub("", path.read_text()))
     return data
@@ -109,13 +118,13 @@ def build(message_dir: Path) -> tuple[dict[int, Any], dict[int, tuple[int, int]]
     errors: dict[int, tuple[int, int]] = {}
     for key in sorted(REQUEST_CLASSES):
         name = REQUEST_CLASSES[key].name.removesuffix("Request")
-        req = load(message_dir / f"{name}Request.json")
+        req = load(spec_path(message_dir, f"{name}Request.json"))
         lo, hi = versions(req["validVersions"])
         if key in SUPPORTED_VERSIONS:
             lo, hi = min(lo, SUPPORTED_VERSIONS[key][0]), max(hi, SUPPORTED_VERSIONS[key][1])
         common = {s["name"]: s["fields"] for s in req.get("commonStructs", [])}
         requests[key] = fields(req["fields"], common, lo, hi)
-        resp = load(message_dir / f"{name}Response.json")
+        resp = load(spec_path(message_dir, f"{name}Response.json"))
         for f in resp["fields"]:
             if f["name"] == "ErrorCode" and f["type"] == "int16" and "taggedVersions" not in f:
                 rng = clamp(versions(f.get("versions")), lo, hi)

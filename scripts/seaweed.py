@@ -50,12 +50,16 @@ def free_port_pairs(n: int, avoid: set[int] | None = None) -> list[int]:
     raise RuntimeError("no free port pairs found")
 
 
-def weed_mini_command(weed: str, workdir: Path, s3_port: int) -> list[str]:
+def weed_mini_command(
+    weed: str, workdir: Path, s3_port: int, iceberg_port: int = 0, table_bucket: str = ""
+) -> list[str]:
     """`weed mini` with its data under `workdir/data`, S3 on `s3_port` (chosen with free_port_pairs) and every other
-    service on a free pair (p, p + 10000)."""
+    service on a free pair (p, p + 10000). `iceberg_port` (0: off) serves SeaweedFS's Iceberg REST catalog, whose
+    warehouse is the S3 Tables bucket `table_bucket` (created at start)."""
     (workdir / "data").mkdir(parents=True, exist_ok=True)
     names = ["master", "volume", "filer", "admin"]
-    ports = dict(zip(names, free_port_pairs(len(names), avoid={s3_port, s3_port + GRPC_OFFSET}), strict=True))
+    taken = {s3_port, s3_port + GRPC_OFFSET} | ({iceberg_port} if iceberg_port else set())
+    ports = dict(zip(names, free_port_pairs(len(names), avoid=taken), strict=True))
     args = [
         weed,
         "mini",
@@ -64,11 +68,13 @@ def weed_mini_command(weed: str, workdir: Path, s3_port: int) -> list[str]:
         "-ip.bind=127.0.0.1",
         f"-s3.port={s3_port}",
         f"-s3.port.grpc={s3_port + GRPC_OFFSET}",
-        "-s3.port.iceberg=0",
+        f"-s3.port.iceberg={iceberg_port}",
         "-s3.port.lance=0",
         "-webdav=false",
         "-admin.ui=false",
     ]
+    if table_bucket:
+        args.append(f"-tableBucket={table_bucket}")
     for name, port in ports.items():
         args += [f"-{name}.port={port}", f"-{name}.port.grpc={port + GRPC_OFFSET}"]
     return args

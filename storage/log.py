@@ -160,6 +160,10 @@ class UnifiedLog:
         # KIP-405: the highest offset copied to remote storage (-1: none yet), maintained by the RemoteLogManager.
         # Local retention may only delete segments at or below it.
         self.highest_offset_in_remote_storage = -1
+        # Iceberg topics: retention keeps segments at or above the next offset to translate (None: no hold) while
+        # the untranslated closed segments stay within `retention_hold_max_bytes` (-1: no cap). Set by the broker.
+        self.retention_hold_offset: int | None = None
+        self.retention_hold_max_bytes = -1
 
     @property
     def remote_log_enabled(self) -> bool:
@@ -914,19 +918,38 @@ class UnifiedLog:
         if self.remote_log_enabled:
             return deleted + self._delete_local_retention_breached(now)
         if cfg.delete:
+            may_go = self._hold_allows()
             if cfg.retention_ms >= 0:
-                deleted += self._delete_prefix(lambda seg, _: now - seg.largest_timestamp > cfg.retention_ms)
+                deleted += self._delete_prefix(
+                    lambda seg, nxt: may_go(nxt) and now - seg.largest_timestamp > cfg.retention_ms
+                )
             if cfg.retention_bytes >= 0:
                 excess = [self.size_in_bytes - cfg.retention_bytes]
 
-                def over(seg: LogSegment, _: int) -> bool:
-                    if excess[0] - seg.size >= 0:
+                def over(seg: LogSegment, nxt: int) -> bool:
+                    if may_go(nxt) and excess[0] - seg.size >= 0:
                         excess[0] -= seg.size
                         return True
                     return False
 
                 deleted += self._delete_prefix(over)
         return deleted
+
+    def untranslated_bytes(self) -> int:
+        """Bytes of the closed segments holding offsets at or above `retention_hold_offset` (0 without a hold)."""
+        hold = self.retention_hold_offset
+        if hold is None:
+            return 0
+        segs = self._segments
+        return sum(s.size for i, s in enumerate(segs[:-1]) if segs[i + 1].base_offset > hold)
+
+    def _hold_allows(self) -> Callable[[int], bool]:
+        """Whether a segment ending before `nxt` may go as far as the Iceberg hold is concerned: it is translated,
+        or the untranslated bytes exceed the cap (then retention wins: the translator skips what it lost)."""
+        hold, cap = self.retention_hold_offset, self.retention_hold_max_bytes
+        if hold is None or (cap >= 0 and self.untranslated_bytes() > cap):
+            return lambda nxt: True
+        return lambda nxt: nxt <= hold
 
     def _delete_local_retention_breached(self, now: int) -> int:
         """Tiered log: local.retention.ms/bytes (-2: the total retention's value) over the local segments, and

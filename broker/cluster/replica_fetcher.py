@@ -6,7 +6,8 @@ Per partition the state machine is Kafka's:
 * **Truncating** -- after becoming follower (or a new leader epoch): OffsetForLeaderEpoch to the leader for the
   follower's latest epoch, truncate to min(the leader's end offset of that epoch, our end of it, our LEO), walking
   back one epoch at a time while the leader answers an epoch we do not have (KIP-101/KIP-279). Never by HW.
-* **Fetching** -- Fetch with `replica_state` (v15+) from the LEO with `last_fetched_epoch`; append with
+* **Fetching** -- Fetch with `replica_state` (v15+) from the LEO with `last_fetched_epoch`, in a KIP-227 fetch
+  session with the leader (fetch_session_handler.py: only changed partitions are sent and answered); append with
   `append_as_follower`; follower HW = min(leader HW, LEO); log start follows the leader's. A `diverging_epoch` in the
   response (KIP-320) truncates the same way. OFFSET_OUT_OF_RANGE resets against the leader's log start/end;
   OFFSET_MOVED_TO_TIERED_STORAGE (KIP-405) goes through `build_remote_log_aux_state`.
@@ -31,6 +32,7 @@ from strata.protocol.registry import REQUEST_CLASSES, ApiKey
 from strata.storage.errors import StorageError
 
 from .broker_client import BrokerConnection, BrokerConnectionError, inter_broker_security
+from .fetch_session_handler import SESSION_ERRORS, FetchSessionHandler, PartitionData
 
 if TYPE_CHECKING:
     from ..partition import Partition
@@ -105,6 +107,7 @@ class ReplicaFetcher:
     _fetch_in_flight: bool = False
     _interrupted: bool = False
     _closing: asyncio.Task | None = None
+    session: FetchSessionHandler = field(default_factory=FetchSessionHandler)  # KIP-227, with this leader
 
     # ---- membership --------------------------------------------------------------------------------------------
     def add(self, st: PartitionFetchState) -> None:
@@ -317,7 +320,8 @@ class ReplicaFetcher:
         self._rotation = (self._rotation + 1) % len(states)
         states = states[self._rotation :] + states[: self._rotation]
         sent: dict[tuple[uuid.UUID, int], tuple[PartitionFetchState, int]] = {}
-        by_topic: dict[uuid.UUID, list] = {}
+        wanted: dict[tuple[uuid.UUID, int], PartitionData] = {}
+        max_bytes = cfg["replica.fetch.max.bytes"]
         for st in states:
             p = self.current_partition(st)
             if p is None:
@@ -325,29 +329,38 @@ class ReplicaFetcher:
             ulog = p.log
             leo = ulog.log_end_offset
             latest = ulog.latest_epoch
-            sent[(st.topic_id, st.partition)] = (st, leo)
-            by_topic.setdefault(st.topic_id, []).append(
-                T.FetchPartition(
-                    partition=st.partition,
-                    current_leader_epoch=st.leader_epoch,
-                    fetch_offset=leo,
-                    last_fetched_epoch=-1 if latest is None else latest,
-                    log_start_offset=ulog.log_start_offset,
-                    partition_max_bytes=cfg["replica.fetch.max.bytes"],
-                )
-            )
+            key = (st.topic_id, st.partition)
+            sent[key] = (st, leo)
+            wanted[key] = (leo, ulog.log_start_offset, max_bytes, st.leader_epoch, -1 if latest is None else latest)
         if not sent:
             return False
+        # KIP-227: after the first (full) fetch, only partitions whose fetch changed are sent
+        data = self.session.build(wanted)
+        by_topic: dict[uuid.UUID, list] = {}
+        for (tid, index), (offset, log_start, part_max, epoch, last_epoch) in data.to_send.items():
+            by_topic.setdefault(tid, []).append(
+                T.FetchPartition(
+                    partition=index,
+                    current_leader_epoch=epoch,
+                    fetch_offset=offset,
+                    last_fetched_epoch=last_epoch,
+                    log_start_offset=log_start,
+                    partition_max_bytes=part_max,
+                )
+            )
+        forgotten: dict[uuid.UUID, list[int]] = {}
+        for tid, index in data.to_forget:
+            forgotten.setdefault(tid, []).append(index)
         wait_ms = cfg["replica.fetch.wait.max.ms"]
         fields: dict[str, Any] = {
             "max_wait_ms": wait_ms,
             "min_bytes": cfg["replica.fetch.min.bytes"],
             "max_bytes": cfg["replica.fetch.response.max.bytes"],
             "isolation_level": 0,
-            "session_id": 0,
-            "session_epoch": -1,
+            "session_id": data.session_id,
+            "session_epoch": data.epoch,
             "topics": [T(topic_id=tid, partitions=ps) for tid, ps in by_topic.items()],
-            "forgotten_topics_data": [],
+            "forgotten_topics_data": [Req.ForgottenTopic(topic_id=tid, partitions=ps) for tid, ps in forgotten.items()],
             "rack_id": cfg["broker.rack"] or "",
         }
         if FETCH_VERSION >= 15:
@@ -359,11 +372,17 @@ class ReplicaFetcher:
         try:
             resp = await self.request(ApiKey.FETCH, FETCH_VERSION, timeout, **fields)
         except BrokerConnectionError:
+            self.session.handle_error()
             if self._interrupted:
                 return True  # _interrupt_fetch: go round at once with the new partitions
             raise
         finally:
             self._fetch_in_flight = False
+        self.session.handle_response(resp.error_code, resp.session_id)
+        if resp.error_code in SESSION_ERRORS:
+            # the leader lost or left our session (e.g. it restarted): a full fetch at once, as Kafka's fetcher
+            log.info("fetch session reset", leader=self.source_id, error=_name(resp.error_code))
+            return True
         backoff = cfg["replica.fetch.backoff.ms"] / 1000.0
         if resp.error_code:
             log.info("fetch refused", leader=self.source_id, error=_name(resp.error_code))

@@ -1,5 +1,6 @@
-"""GroupCoordinator: classic consumer groups and committed offsets, a state machine on the coordinator runtime over
-`__consumer_offsets` (strata.broker.coordinator.runtime).
+"""GroupCoordinator: classic consumer groups, KIP-848 consumer groups (their protocol is consumer/manager.py's) and
+committed offsets, a state machine on the coordinator runtime over `__consumer_offsets`
+(strata.broker.coordinator.runtime).
 
 Semantics follow Apache Kafka's classic group coordinator (GroupMetadataManager/ClassicGroup in Kafka 3.7+/4.x):
 two-step join with MEMBER_ID_REQUIRED (JoinGroup v4+), generations starting at 1, protocol selection by votes,
@@ -24,7 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from strata.protocol import consumer_protocol
 from strata.protocol.errors import ErrorCode
+from strata.protocol.wire import WireFormatError
 
 from ..coordinator.runtime import (
     LOAD_BUFFER_DEFAULT,
@@ -33,6 +36,21 @@ from ..coordinator.runtime import (
     CoordinatorRuntime,
     CoordinatorTopic,
 )
+from .consumer import records as consumer_records
+from .consumer.classic import (
+    assignment_blob,
+    by_id,
+    classic_heartbeat,
+    classic_join,
+    classic_leave,
+    classic_sync,
+    parse_subscription,
+)
+from .consumer.group import GROUP_TYPE as CONSUMER_GROUP_TYPE
+from .consumer.group import ConsumerGroup
+from .consumer.manager import ConsumerGroupManager, ConsumerLoad, HeartbeatError, HeartbeatRequest, HeartbeatResult
+from .consumer.member import ClassicMemberMetadata, ConsumerGroupMember
+from .consumer.offsets import validate_offset_commit, validate_offset_fetch
 from .group import GROUP_TYPE, ClassicGroup, GroupState, JoinResult, Member, SyncResult
 from .offsets import OffsetMetadataManager, map_append_error
 from .records import (
@@ -114,6 +132,7 @@ class GroupLoad:
 
     now: int
     groups: dict[str, ClassicGroup] = field(default_factory=dict)
+    consumer: ConsumerLoad | None = None
 
 
 class GroupCoordinator:
@@ -128,6 +147,7 @@ class GroupCoordinator:
         store: CoordinatorMetadataStore,
         *,
         clock: Callable[[], int] | None = None,
+        broker_config: BrokerConfig | None = None,
     ) -> None:
         self.config = config
         self.initial_rebalance_delay_ms: int = config.initial_rebalance_delay_ms
@@ -136,6 +156,8 @@ class GroupCoordinator:
         self.max_group_size: int = config.max_group_size
         self.retention_check_interval_ms: int = config.retention_check_interval_ms
         self.groups: dict[str, ClassicGroup] = {}
+        self.consumer_groups: dict[str, ConsumerGroup] = {}  # KIP-848 groups (consumer/manager.py); ids are unique
+        self.classic_rebalances = 0  # classic rebalances started (Kafka's classic-group-rebalance sensor)
         self._now = clock or (lambda: int(time.time() * 1000))
         self._timers: dict[tuple, asyncio.TimerHandle] = {}
         self._retention_task: asyncio.Task[None] | None = None
@@ -148,6 +170,19 @@ class GroupCoordinator:
             metadata_max_bytes=config.offset_metadata_max_bytes,
             retention_ms=config.retention_ms,
             has_timers=self._has_timers,
+            consumer_groups=self.consumer_groups,
+        )
+        self.consumer = ConsumerGroupManager(
+            broker_config if broker_config is not None else _default_broker_config(),
+            self.consumer_groups,
+            self.runtime,
+            store,
+            self,
+            now=self._now,
+            classic_group_state=self._classic_group_state,
+            take_classic_group=self._take_classic_group,
+            upgrade=self._upgrade,
+            downgrade=self._downgrade,
         )
 
     @classmethod
@@ -159,7 +194,7 @@ class GroupCoordinator:
         *,
         clock: Callable[[], int] | None = None,
     ) -> GroupCoordinator:
-        return cls(GroupConfig.from_broker_config(cfg), replica_manager, store, clock=clock)
+        return cls(GroupConfig.from_broker_config(cfg), replica_manager, store, clock=clock, broker_config=cfg)
 
     # -- the runtime's state, as the handlers, the server and tests see it ------------------------------------------
     @property
@@ -231,8 +266,123 @@ class GroupCoordinator:
         if h is not None:
             h.cancel()
 
+    def schedule(self, key: tuple, delay_ms: float, fn: Callable, *args: Any) -> None:
+        """A timer for the consumer groups (consumer/manager.py): `fn(*args)` after `delay_ms`, replacing `key`'s."""
+        self._schedule(key, delay_ms, fn, *args)
+
+    def cancel(self, key: tuple) -> None:
+        self._cancel(key)
+
+    def scheduled(self, key: tuple) -> bool:
+        return key in self._timers
+
+    def _classic_group_state(self, group_id: str) -> str | None:
+        """None (no classic group), "empty" (offsets at most: it may become a consumer group) or "active"."""
+        g = self.groups.get(group_id)
+        if g is None or g.is_in(S.DEAD):
+            return None
+        return "empty" if g.is_in(S.EMPTY) and not g.members and not g.pending_members else "active"
+
+    def _take_classic_group(self, group_id: str) -> ClassicGroup | None:
+        """A classic group becoming a consumer group leaves the classic groups (its offsets go along); members
+        parked in JoinGroup/SyncGroup are told to rejoin (REBALANCE_IN_PROGRESS), as Kafka's upgrade does."""
+        g = self.groups.pop(group_id, None)
+        if g is not None:
+            for m in list(g.members.values()):
+                g.complete_join(m, JoinResult(E.REBALANCE_IN_PROGRESS, member_id=m.member_id))
+                g.complete_sync(m, SyncResult(E.REBALANCE_IN_PROGRESS))
+            self._cancel_group_timers(group_id)
+            g.transition_to(S.DEAD, self._now())
+        return g
+
+    def _upgrade(self, group_id: str) -> tuple[ConsumerGroup, list[consumer_records.Record]] | None:
+        """Kafka's online upgrade (convertToConsumerGroup): a classic group of the "consumer" embedded protocol
+        becomes a consumer group whose members are its members at its generation, each owning its last assignment
+        (they will be asked to rejoin). The records replace the classic group's; nothing is installed here."""
+        g = self.groups.get(group_id)
+        if g is None or not g.uses_consumer_protocol() or g.num_members > self.consumer.config.max_size:
+            return None
+        topics = self.consumer.topics()
+        cg = ConsumerGroup(group_id, self._now())
+        cg.group_epoch = cg.assignment_epoch = g.generation_id
+        try:
+            for m in g.members.values():
+                sub = parse_subscription(m.metadata(g.protocol_name))
+                assigned = {
+                    tid: frozenset(ps) for tid, ps in by_id(consumer_protocol.assigned_partitions(m.assignment), topics)
+                }
+                cm = ConsumerGroupMember(
+                    m.member_id,
+                    instance_id=m.group_instance_id,
+                    rack_id=sub.rack,
+                    client_id=m.client_id,
+                    client_host=m.client_host,
+                    subscribed_topic_names=tuple(sub.topics),
+                    rebalance_timeout_ms=m.rebalance_timeout_ms,
+                    member_epoch=g.generation_id,
+                    previous_member_epoch=g.generation_id,
+                    assigned=assigned,
+                    classic=ClassicMemberMetadata(m.session_timeout_ms, list(m.protocols)),
+                )
+                cg.update_member(cm)
+                cg.target[cm.member_id] = assigned
+        except (consumer_protocol.ConsumerProtocolError, WireFormatError, UnicodeDecodeError):
+            log.warning("cannot upgrade a classic group: its consumer protocol metadata is malformed", group=group_id)
+            return None
+        records: list[consumer_records.Record] = [(encode_group_metadata_key(group_id), None)]
+        records += [consumer_records.member_metadata_record(group_id, m) for m in cg.members.values()]
+        records.append(consumer_records.group_epoch_record(group_id, cg.group_epoch))
+        records += [consumer_records.target_member_record(group_id, mid, a) for mid, a in cg.target.items()]
+        records.append(consumer_records.target_epoch_record(group_id, cg.assignment_epoch))
+        records += [consumer_records.current_assignment_record(group_id, m) for m in cg.members.values()]
+        return cg, records
+
+    def _downgrade(self, cg: ConsumerGroup, leaving: str) -> tuple[list[consumer_records.Record], Callable[[], None]]:
+        """Kafka's online downgrade (convertToClassicGroup): the last consumer-protocol member leaves, the classic
+        members carry on in a classic group at the group epoch, with their current assignments; it rebalances at
+        once. (records, install)."""
+        gid = cg.group_id
+        g = ClassicGroup(gid, self._now())
+        g.generation_id = cg.group_epoch
+        g.protocol_type = consumer_protocol.PROTOCOL_TYPE
+        assignments: dict[str, bytes] = {}
+        for m in cg.members.values():
+            if m.member_id == leaving or m.classic is None:
+                continue
+            assignments[m.member_id] = assignment_blob(m.assigned, self.consumer.store)
+            g.add(
+                Member(
+                    m.member_id,
+                    m.instance_id,
+                    m.client_id,
+                    m.client_host,
+                    m.rebalance_timeout_ms,
+                    m.classic.session_timeout_ms,
+                    consumer_protocol.PROTOCOL_TYPE,
+                    m.classic.protocols,
+                    assignments[m.member_id],
+                )
+            )
+        g.protocol_name = g.select_protocol()
+        g.state = g.previous_state = S.STABLE
+        g.subscribed_topics = g.compute_subscribed_topics()
+        records = self.consumer.delete_records(cg) + [self._group_metadata_kv(g, assignments)]
+
+        def install() -> None:
+            self.consumer_groups.pop(gid, None)
+            cg.dead = True
+            g.offsets = cg.offsets
+            g.pending_txn_offsets = cg.pending_txn_offsets
+            self.groups[gid] = g
+            for m in g.members.values():
+                self._schedule_heartbeat(g, m)
+            self._prepare_rebalance(g, f"Downgrade group {gid} from consumer to classic.")
+
+        return records, install
+
     def _has_timers(self, group_id: str) -> bool:
-        return any(k[1] == group_id for k in self._timers)
+        """Whether the group has a timer running, or a consumer group change is being written (it stays)."""
+        return any(k[1] == group_id for k in self._timers) or self.consumer.busy(group_id)
 
     def _cancel_group_timers(self, group_id: str) -> None:
         for key in [k for k in self._timers if k[1] == group_id]:
@@ -278,15 +428,27 @@ class GroupCoordinator:
 
     # ---- the runtime's callbacks (CoordinatorShard): a partition's groups loaded from its records, unloaded ----
     def begin_load(self, partition: int) -> GroupLoad:
-        return GroupLoad(self._now())
+        now = self._now()
+        return GroupLoad(now, consumer=ConsumerLoad(now))
 
     def replay(self, state: GroupLoad, key: bytes | None, value: bytes | None) -> None:
         loaded, now = state.groups, state.now
         if key is None:
             return
         try:
+            ck = consumer_records.decode_key(key)
+            if ck is not None:
+                if state.consumer is not None:
+                    self._replay_consumer(state, state.consumer, ck, value)
+                return
             k = decode_key(key)
-            if isinstance(k, OffsetCommitKey):
+            consumer_group = state.consumer.groups.get(k.group) if state.consumer and k is not None else None
+            if isinstance(k, OffsetCommitKey) and consumer_group is not None:
+                if value is None:
+                    consumer_group.offsets.pop((k.topic, k.partition), None)
+                else:
+                    consumer_group.offsets[(k.topic, k.partition)] = decode_offset_commit_value(value)
+            elif isinstance(k, OffsetCommitKey):
                 g = loaded.get(k.group)
                 if value is None:
                     if g is not None:
@@ -329,6 +491,27 @@ class GroupCoordinator:
         except (RecordFormatError, UnicodeDecodeError, ValueError) as e:
             log.warning("skipping an unreadable offsets-topic record", error=str(e))
 
+    @staticmethod
+    def _replay_consumer(
+        state: GroupLoad, load: ConsumerLoad, key: consumer_records.ConsumerGroupKey, value: bytes | None
+    ) -> None:
+        """A consumer group record; a group created over an empty classic one takes its offsets, and a deleted one
+        that still has offsets (it became a classic group) leaves them to a classic group."""
+        before = load.groups.get(key.group)
+        ConsumerGroupManager.replay(load, key, value)
+        gone = value is None and key.version == consumer_records.GROUP_EPOCH and before is not None
+        if gone and before is not None and (before.offsets or before.pending_txn_offsets):
+            g = state.groups.setdefault(key.group, ClassicGroup(key.group, state.now))
+            g.offsets.update(before.offsets)
+            g.pending_txn_offsets.update(before.pending_txn_offsets)
+        if value is not None and key.version == consumer_records.GROUP_EPOCH:
+            old = state.groups.get(key.group)
+            if old is not None and not old.members:
+                cg = load.groups[key.group]
+                cg.offsets.update(old.offsets)
+                cg.pending_txn_offsets.update(old.pending_txn_offsets)
+                del state.groups[key.group]
+
     def replay_transactional(self, state: GroupLoad, producer_id: int, key: bytes | None, value: bytes | None) -> None:
         """An offset commit written in a transaction (TxnOffsetCommit): pending until its marker."""
         if key is None:
@@ -337,7 +520,9 @@ class GroupCoordinator:
             k = decode_key(key)
             if not isinstance(k, OffsetCommitKey) or value is None:
                 return
-            g = state.groups.get(k.group)
+            g: ClassicGroup | ConsumerGroup | None = state.groups.get(k.group)
+            if g is None and state.consumer is not None:
+                g = state.consumer.groups.get(k.group)
             if g is None:
                 g = state.groups[k.group] = ClassicGroup(k.group, state.now)
             g.pending_txn_offsets.setdefault(producer_id, {})[(k.topic, k.partition)] = decode_offset_commit_value(
@@ -347,7 +532,8 @@ class GroupCoordinator:
             log.warning("skipping an unreadable offsets-topic record", error=str(e))
 
     def replay_end_txn(self, state: GroupLoad, producer_id: int, commit: bool) -> None:
-        for g in state.groups.values():
+        consumer = state.consumer.groups.values() if state.consumer is not None else ()
+        for g in [*state.groups.values(), *consumer]:
             pending = g.pending_txn_offsets.pop(producer_id, None)
             if pending is not None and commit:
                 g.offsets.update(pending)
@@ -359,6 +545,12 @@ class GroupCoordinator:
             self.offsets.track_pending(g)
             for m in g.members.values():
                 self._schedule_heartbeat(g, m)
+        if state.consumer is not None:
+            for gid, cg in ConsumerGroupManager.finish_load(state.consumer).items():
+                self.groups.pop(gid, None)
+                self.consumer_groups[gid] = cg
+                self.offsets.track_pending(cg)
+                self.consumer.schedule_loaded(cg)
 
     def unload(self, partition: int) -> None:
         """The groups of a resigned partition are gone from here: their members get NOT_COORDINATOR and find the
@@ -374,6 +566,11 @@ class GroupCoordinator:
             self.offsets.untrack_pending(g)
             g.transition_to(S.DEAD, now)
             del self.groups[gid]
+        for gid, cg in list(self.consumer_groups.items()):
+            if self.partition_for(gid) == partition:
+                self.consumer.drop(gid)
+                self.offsets.untrack_pending(cg)
+                del self.consumer_groups[gid]
 
     def _group_metadata_kv(self, group: ClassicGroup, assignment: dict[str, bytes]) -> tuple[bytes, bytes]:
         members = [
@@ -407,9 +604,50 @@ class GroupCoordinator:
             return JoinResult(err, member_id=p.member_id)
         if not self.min_session_timeout_ms <= p.session_timeout_ms <= self.max_session_timeout_ms:
             return JoinResult(E.INVALID_SESSION_TIMEOUT, member_id=p.member_id)
+        if p.group_id in self.consumer_groups:
+            res = await self._classic_join_to_consumer_group(p)
+            if res is not None:
+                return res
         fut = asyncio.get_running_loop().create_future()
         self._join(p, fut)
         return await fut
+
+    async def _classic_join_to_consumer_group(self, p: JoinParams) -> JoinResult | None:
+        """A classic member joins a consumer group: a non-empty one takes it as a classic member
+        (consumer/classic.py); an empty one becomes a classic group (its records go, its offsets stay) and the join
+        proceeds there (None)."""
+        group_id = p.group_id
+        async with self.consumer.locked(group_id):
+            cg = self.consumer_groups.get(group_id)
+            if cg is None:
+                return None
+            if cg.members:
+                return await classic_join(
+                    self.consumer,
+                    cg,
+                    p.member_id,
+                    p.group_instance_id,
+                    p.client_id,
+                    p.client_host,
+                    p.session_timeout_ms,
+                    p.rebalance_timeout_ms,
+                    p.protocol_type,
+                    p.protocols,
+                    p.api_version,
+                )
+            err = await self.runtime.write(self.partition_for(group_id), self.consumer.delete_records(cg))
+            if err:
+                return JoinResult(map_append_error(err, False), member_id=p.member_id)
+            if self.consumer_groups.get(group_id) is not cg:
+                return None
+            self.consumer.drop(group_id)
+            del self.consumer_groups[group_id]
+            cg.dead = True
+            g = self.groups[group_id] = ClassicGroup(group_id, self._now())
+            g.offsets = cg.offsets
+            g.pending_txn_offsets = cg.pending_txn_offsets
+            log.info("an empty consumer group became a classic group", group=group_id)
+            return None
 
     def _join(self, p: JoinParams, fut: asyncio.Future) -> None:
         unknown = p.member_id == ""
@@ -647,6 +885,7 @@ class GroupCoordinator:
                 ("join", group.group_id), delay, self._try_complete_initial_rebalance, group.group_id, delay, remaining
             )
         group.transition_to(S.PREPARING_REBALANCE, self._now())
+        self.classic_rebalances += 1
         log.info("preparing to rebalance", group=group.group_id, generation=group.generation_id, reason=reason)
         if not initial:
             self._maybe_complete_join_else_schedule(group)
@@ -793,6 +1032,9 @@ class GroupCoordinator:
         err = self.check_group(group_id)
         if err:
             return SyncResult(err)
+        cg = self.consumer_groups.get(group_id)
+        if cg is not None:
+            return classic_sync(self.consumer, cg, member_id, instance_id, generation_id, protocol_type, protocol_name)
         group = self.groups.get(group_id)
         if group is None or group.is_in(S.EMPTY):
             return SyncResult(E.UNKNOWN_MEMBER_ID)
@@ -850,6 +1092,9 @@ class GroupCoordinator:
         err = self.check_group(group_id)
         if err:
             return err
+        cg = self.consumer_groups.get(group_id)
+        if cg is not None:
+            return classic_heartbeat(self.consumer, cg, member_id, instance_id, generation_id)
         group = self.groups.get(group_id)
         if group is None:
             return E.UNKNOWN_MEMBER_ID
@@ -866,6 +1111,27 @@ class GroupCoordinator:
         if group.is_in(S.PREPARING_REBALANCE):
             return E.REBALANCE_IN_PROGRESS
         return E.NONE
+
+    def is_consumer_group(self, group_id: str) -> bool:
+        return group_id in self.consumer_groups
+
+    async def leave_consumer_group(
+        self, group_id: str, members: list[tuple[str, str | None]]
+    ) -> tuple[ErrorCode, list[tuple[str, str | None, ErrorCode]]]:
+        """LeaveGroup of classic members of a consumer group; any left over once it became a classic group leave
+        that one."""
+        err = self.check_group(group_id)
+        if err:
+            return err, []
+        async with self.consumer.locked(group_id):
+            cg = self.consumer_groups.get(group_id)
+            if cg is None:
+                return self.leave_group(group_id, members)
+            results, rest = await classic_leave(self.consumer, cg, members)
+        if rest:
+            top, more = self.leave_group(group_id, rest)
+            results += more if not top else [(m, i, top) for m, i in rest]
+        return E.NONE, results
 
     def leave_group(
         self, group_id: str, members: list[tuple[str, str | None]]
@@ -945,6 +1211,10 @@ class GroupCoordinator:
         err = self.check_group(group_id)
         if err:
             return err, {}
+        cg = self.consumer_groups.get(group_id)
+        if cg is not None:
+            err = validate_offset_commit(cg, member_id, generation_id, False, api_version)
+            return (err, {}) if err else (E.NONE, await self.offsets.store(cg, offsets))
         group = self.groups.get(group_id)
         if group is None:
             if generation_id >= 0:
@@ -971,6 +1241,12 @@ class GroupCoordinator:
         err = self.check_group(group_id)
         if err:
             return err, {}
+        cg = self.consumer_groups.get(group_id)
+        if cg is not None:  # as Kafka's validateTransactionalOffsetCommit: epoch -1 only into an empty group
+            err = validate_offset_commit(cg, member_id, generation_id, True, 5)
+            if err:
+                return err, {}
+            return E.NONE, await self.offsets.store_transactional(cg, producer, offsets)
         group = self.groups.get(group_id)
         if group is None:
             group = self.groups[group_id] = ClassicGroup(group_id, self._now())
@@ -982,7 +1258,7 @@ class GroupCoordinator:
 
     def has_pending_txn_offset(self, group_id: str, tp: tuple[str, int]) -> bool:
         """Whether an open transaction has written an offset of `tp` for the group (OffsetFetch require_stable)."""
-        g = self.groups.get(group_id)
+        g: ClassicGroup | ConsumerGroup | None = self.groups.get(group_id) or self.consumer_groups.get(group_id)
         return g is not None and any(tp in pending for pending in g.pending_txn_offsets.values())
 
     def complete_transaction(self, partition: int, producer_id: int, commit: bool) -> None:
@@ -998,29 +1274,75 @@ class GroupCoordinator:
             return err, []
         return E.NONE, self.offsets.fetch(group_id, topics)
 
+    def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode:
+        """OffsetFetch v9+ from a consumer group member: its member id and epoch must be current."""
+        cg = self.consumer_groups.get(group_id)
+        if cg is None or self.check_group(group_id):
+            return E.NONE  # (the fetch itself answers coordinator errors; classic groups do not check)
+        return validate_offset_fetch(cg, member_id, member_epoch)
+
+    # =========================================================================================================
+    # KIP-848 consumer groups (consumer/manager.py)
+    async def consumer_group_heartbeat(self, req: HeartbeatRequest) -> HeartbeatResult:
+        """ConsumerGroupHeartbeat: COORDINATOR_NOT_AVAILABLE when stopped, the request's own errors, then whether
+        this broker coordinates the group (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS), as Kafka orders them."""
+        if not self.active:
+            return HeartbeatResult(E.COORDINATOR_NOT_AVAILABLE)
+        try:
+            self.consumer.validate(req)
+        except HeartbeatError as e:
+            return HeartbeatResult(e.code, e.message)
+        err = self.runtime.check(req.group_id)
+        if err:
+            return HeartbeatResult(err)
+        return await self.consumer.heartbeat(req)
+
+    def describe_consumer_group(self, group_id: str) -> tuple[ErrorCode, str | None, ConsumerGroup | None]:
+        """ConsumerGroupDescribe of one group: (error, message, group)."""
+        if not group_id:
+            return E.INVALID_GROUP_ID, None, None
+        err = self.check_group(group_id)
+        if err:
+            return err, None, None
+        g = self.consumer_groups.get(group_id)
+        if g is None:
+            if self.groups.get(group_id) is not None and not self.groups[group_id].is_in(S.DEAD):
+                return E.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.", None
+            return E.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.", None
+        return E.NONE, None, g
+
     # =========================================================================================================
     # admin: list / describe / delete
     def list_groups(
         self, states: list[str] | None = None, types: list[str] | None = None
-    ) -> tuple[ErrorCode, list[ClassicGroup]]:
+    ) -> tuple[ErrorCode, list[ClassicGroup | ConsumerGroup]]:
         err = E.NONE if self.active else E.COORDINATOR_NOT_AVAILABLE
         if self.loading:
             err = E.COORDINATOR_LOAD_IN_PROGRESS
         wanted_states = {s.lower() for s in states} if states else None
         wanted_types = {t.lower() for t in types} if types else None
-        if wanted_types is not None and GROUP_TYPE not in wanted_types:
-            return err, []
-        out = [
-            g
-            for g in self.groups.values()
-            if not g.is_in(S.DEAD) and (wanted_states is None or g.state.value.lower() in wanted_states)
-        ]
+        out: list[ClassicGroup | ConsumerGroup] = []
+        if wanted_types is None or GROUP_TYPE in wanted_types:
+            out += [
+                g
+                for g in self.groups.values()
+                if not g.is_in(S.DEAD) and (wanted_states is None or g.state.value.lower() in wanted_states)
+            ]
+        if wanted_types is None or CONSUMER_GROUP_TYPE in wanted_types:
+            out += [
+                g
+                for g in self.consumer_groups.values()
+                if wanted_states is None or g.state.value.lower() in wanted_states
+            ]
         return err, sorted(out, key=lambda g: g.group_id)
 
-    def describe_group(self, group_id: str) -> tuple[ErrorCode, ClassicGroup | None]:
+    def describe_group(self, group_id: str) -> tuple[ErrorCode, ClassicGroup | ConsumerGroup | None]:
         err = self.check_group(group_id)
         if err:
             return err, None
+        cg = self.consumer_groups.get(group_id)
+        if cg is not None:
+            return E.NONE, cg
         g = self.groups.get(group_id)
         if g is None or g.is_in(S.DEAD):
             return E.GROUP_ID_NOT_FOUND, None
@@ -1034,6 +1356,20 @@ class GroupCoordinator:
             err = self.check_group(gid)
             if err:
                 results[gid] = err
+                continue
+            cg = self.consumer_groups.get(gid)
+            if cg is not None:
+                if cg.members or self.consumer.busy(gid):  # (busy: a member's join is being written)
+                    results[gid] = E.NON_EMPTY_GROUP
+                    continue
+                p = self.partition_for(gid)
+                kvs = writes.setdefault(p, [])
+                kvs += [(encode_offset_commit_key(gid, t, i), None) for (t, i) in sorted(cg.offsets)]
+                kvs += self.consumer.delete_records(cg)
+                cg.dead = True
+                self.consumer.drop(gid)
+                del self.consumer_groups[gid]
+                deleted.append((gid, p))
                 continue
             g = self.groups.get(gid)
             if g is None or g.is_in(S.DEAD):
@@ -1063,6 +1399,9 @@ class GroupCoordinator:
         err = self.check_group(group_id)
         if err:
             return err, {}
+        cg = self.consumer_groups.get(group_id)
+        if cg is not None:
+            return await self.offsets.delete(cg, partitions)
         g = self.groups.get(group_id)
         if g is None or g.is_in(S.DEAD):
             return E.GROUP_ID_NOT_FOUND, {}
@@ -1087,6 +1426,12 @@ class GroupCoordinator:
         if not self.active:
             return 0, 0
         return await self.offsets.expire(self._now() if now is None else now)
+
+
+def _default_broker_config() -> BrokerConfig:
+    from strata.config import BrokerConfig
+
+    return BrokerConfig.load(None)
 
 
 __all__ = ["GroupConfig", "GroupCoordinator", "JoinParams"]

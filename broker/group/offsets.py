@@ -15,6 +15,8 @@ from strata.protocol.errors import ErrorCode
 
 from ..coordinator.runtime import CoordinatorRuntime
 from ..replica_manager import pace
+from .consumer.group import ConsumerGroup
+from .consumer.records import group_tombstones
 from .group import ClassicGroup, GroupState
 from .records import (
     OffsetAndMetadata,
@@ -27,6 +29,7 @@ log = structlog.get_logger("strata.group")
 
 S = GroupState
 E = ErrorCode
+AnyGroup = ClassicGroup | ConsumerGroup
 
 
 def map_append_error(err: ErrorCode, for_offsets: bool) -> ErrorCode:
@@ -57,8 +60,10 @@ class OffsetMetadataManager:
         metadata_max_bytes: int,
         retention_ms: int,
         has_timers: Callable[[str], bool],
+        consumer_groups: dict[str, ConsumerGroup] | None = None,
     ) -> None:
         self.groups = groups
+        self.consumer_groups: dict[str, ConsumerGroup] = consumer_groups if consumer_groups is not None else {}
         self.runtime = runtime
         self.metadata_max_bytes = metadata_max_bytes
         self.retention_ms = retention_ms
@@ -84,8 +89,12 @@ class OffsetMetadataManager:
             accepted[tp] = om
         return results, kvs, accepted
 
+    def group(self, group_id: str) -> AnyGroup | None:
+        """The classic or consumer group of that id (ids are unique across both)."""
+        return self.groups.get(group_id) or self.consumer_groups.get(group_id)
+
     async def store(
-        self, group: ClassicGroup, offsets: dict[tuple[str, int], OffsetAndMetadata]
+        self, group: AnyGroup, offsets: dict[tuple[str, int], OffsetAndMetadata]
     ) -> dict[tuple[str, int], ErrorCode]:
         """Write a validated commit; the group's offsets change once the records are committed."""
         group_id = group.group_id
@@ -97,14 +106,14 @@ class OffsetMetadataManager:
                 for tp in accepted:
                     results[tp] = mapped
                 return results
-            if self.groups.get(group_id) is group:
+            if self.group(group_id) is group:
                 group.offsets.update(accepted)
             for tp in accepted:
                 results[tp] = E.NONE
         return results
 
     async def store_transactional(
-        self, group: ClassicGroup, producer: tuple[int, int], offsets: dict[tuple[str, int], OffsetAndMetadata]
+        self, group: AnyGroup, producer: tuple[int, int], offsets: dict[tuple[str, int], OffsetAndMetadata]
     ) -> dict[tuple[str, int], ErrorCode]:
         """TxnOffsetCommit: the records go in the producer's transaction; the offsets stay pending in the group
         until the transaction's marker reaches this partition (`complete_transaction`)."""
@@ -140,19 +149,19 @@ class OffsetMetadataManager:
             return
         for gid in [g for g in gids if self.runtime.partition_for(g) == partition]:
             gids.discard(gid)
-            group = self.groups.get(gid)
+            group = self.group(gid)
             pending = group.pending_txn_offsets.pop(producer_id, None) if group is not None else None
             if group is not None and pending is not None and commit:
                 group.offsets.update(pending)
         if not gids:
             del self.txn_groups[producer_id]
 
-    def track_pending(self, group: ClassicGroup) -> None:
+    def track_pending(self, group: AnyGroup) -> None:
         """A loaded group's pending transactional offsets join the index."""
         for pid in group.pending_txn_offsets:
             self.txn_groups.setdefault(pid, set()).add(group.group_id)
 
-    def untrack_pending(self, group: ClassicGroup) -> None:
+    def untrack_pending(self, group: AnyGroup) -> None:
         """An unloaded group's pending transactional offsets leave the index."""
         for pid in group.pending_txn_offsets:
             self._untrack(pid, group.group_id)
@@ -168,7 +177,7 @@ class OffsetMetadataManager:
         self, group_id: str, topics: list[tuple[str, list[int]]] | None
     ) -> list[tuple[str, list[tuple[int, OffsetAndMetadata | None]]]]:
         """Committed offsets of the requested partitions (topics=None: every committed partition)."""
-        group = self.groups.get(group_id)
+        group = self.group(group_id)
         offsets = group.offsets if group is not None and not group.is_in(S.DEAD) else {}
         if topics is None:
             by_topic: dict[str, list[tuple[int, OffsetAndMetadata | None]]] = {}
@@ -178,7 +187,7 @@ class OffsetMetadataManager:
         return [(t, [(p, offsets.get((t, p))) for p in parts]) for t, parts in topics]
 
     async def delete(
-        self, g: ClassicGroup, partitions: list[tuple[str, int]]
+        self, g: AnyGroup, partitions: list[tuple[str, int]]
     ) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
         """OffsetDelete of a group that may lose them: tombstones, then the offsets go once they are committed."""
         group_id = g.group_id
@@ -206,7 +215,8 @@ class OffsetMetadataManager:
         """Expire offsets per Kafka's rules; delete Empty groups left without offsets. Returns (offsets, groups)."""
         writes: dict[int, list] = {}
         plans = []
-        for gid, g in list(self.groups.items()):
+        groups: list[tuple[str, AnyGroup]] = [*self.groups.items(), *self.consumer_groups.items()]
+        for gid, g in groups:
             p = self.runtime.partition_for(gid)
             if p in self.runtime.loading or g.is_in(S.DEAD):
                 continue
@@ -233,7 +243,11 @@ class OffsetMetadataManager:
                 continue
             kvs = writes.setdefault(p, [])
             kvs += [(encode_offset_commit_key(gid, t, i), None) for t, i in expired]
-            if delete_group:
+            if delete_group and isinstance(g, ConsumerGroup):
+                kvs += group_tombstones(gid, [])
+                g.dead = True
+                del self.consumer_groups[gid]
+            elif delete_group and isinstance(g, ClassicGroup):
                 kvs.append((encode_group_metadata_key(gid), None))
                 g.transition_to(S.DEAD, now)
                 del self.groups[gid]
@@ -252,7 +266,9 @@ class OffsetMetadataManager:
             log.info("expired offsets", offsets=n_offsets, groups_deleted=n_groups)
         return n_offsets, n_groups
 
-    def _expiration_base(self, g: ClassicGroup) -> Callable[[OffsetAndMetadata], int] | None:
+    def _expiration_base(self, g: AnyGroup) -> Callable[[OffsetAndMetadata], int] | None:
+        if isinstance(g, ConsumerGroup):  # Kafka's consumer groups: from the commit (subscribed topics kept)
+            return lambda om: om.commit_timestamp
         if g.protocol_type is not None:
             if g.is_in(S.EMPTY):
                 ts = g.current_state_timestamp

@@ -11,8 +11,8 @@ schemas; versions 0-3 are the classic encoding, version 4 of the values is the f
   currentStateTimestamp int64 (v2+), members [memberId, groupInstanceId nullable (v3+), clientId, clientHost,
   rebalanceTimeout int32 (v1+), sessionTimeout int32, subscription bytes, assignment bytes]. We write v3.
 
-A null value is a tombstone. Key versions >= 3 belong to KIP-848/share/streams groups, which Strata does not host:
-the loader skips them.
+A null value is a tombstone. Key versions 3-8 are KIP-848 consumer groups' records (consumer/records.py); the
+others (share and streams groups) Strata does not host: the loader skips them.
 """
 
 from __future__ import annotations

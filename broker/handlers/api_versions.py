@@ -1,6 +1,7 @@
 """ApiVersions: the advertised table and, from v3, the features Strata implements (Kafka's SupportedFeatures and
-FinalizedFeatures tagged fields): transaction.version 1 (no KIP-890 part 2), so clients keep the TV1 protocol.
-Nothing else goes in the tagged fields (old librdkafka fails on default tags)."""
+FinalizedFeatures tagged fields): transaction.version 1 (no KIP-890 part 2), so clients keep the TV1 protocol, and
+group.version 1 (KIP-848 consumer groups: ConsumerGroupHeartbeat and ConsumerGroupDescribe). Nothing else goes in
+the tagged fields (old librdkafka fails on default tags)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from ..request_context import RequestContext
 from ..services import BrokerServices
 
 # feature -> (min, max) supported level; the finalized level is the max (one broker build per cluster)
-FEATURES = {"transaction.version": (0, 1)}
+FEATURES = {"transaction.version": (0, 1), "group.version": (0, 1)}  # group.version 1: KIP-848 consumer groups
 FEATURES_EPOCH = 0
 
 

@@ -10,12 +10,15 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from strata.protocol import consumer_protocol
 from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import ApiKey, response_class
 
 from ..authorization import authorize, filter_authorized
 from ..authorized_ops import CLUSTER_NAME, AclOperation, ResourceType, allowed_quietly, requested_operations
 from ..group import OFFSETS_TOPIC
+from ..group.consumer.group import GROUP_TYPE as CONSUMER_GROUP_TYPE
+from ..group.consumer.group import ConsumerGroup
 from ..group.coordinator import JoinParams
 from ..group.group import GROUP_TYPE, GroupState
 from ..group.records import OffsetAndMetadata
@@ -222,7 +225,11 @@ async def leave_group(services: BrokerServices, ctx: RequestContext, req: Any) -
         members = [(req.member_id, None)]
     else:
         members = [(m.member_id, m.group_instance_id) for m in req.members]
-    top, results = services.group_coordinator.leave_group(req.group_id, members)
+    coord = services.group_coordinator
+    if coord.is_consumer_group(req.group_id):  # classic members of a consumer group (a rolling upgrade)
+        top, results = await coord.leave_consumer_group(req.group_id, members)
+    else:
+        top, results = coord.leave_group(req.group_id, members)
     if v < 3:
         err = top or (results[0][2] if results else E.NONE)
         return Resp(version=v, throttle_time_ms=0, error_code=err)
@@ -342,8 +349,11 @@ async def offset_fetch(services: BrokerServices, ctx: RequestContext, req: Any) 
         P = T.OffsetFetchResponsePartitions
         groups = []
         for g in req.groups:
+            fenced = coord.validate_offset_fetch(g.group_id, g.member_id, g.member_epoch) if v >= 9 else E.NONE
             if not _group_allowed(ctx, Op.DESCRIBE, g.group_id):
                 groups.append(G(group_id=g.group_id, topics=[], error_code=E.GROUP_AUTHORIZATION_FAILED))
+            elif fenced:  # a consumer group member fetching at a stale epoch (KIP-848)
+                groups.append(G(group_id=g.group_id, topics=[], error_code=fenced))
             elif v >= 10:
                 groups.append(await _fetch_group_by_topic_id(ctx, services.store, coord, G, g))
             else:
@@ -533,7 +543,10 @@ async def list_groups(services: BrokerServices, ctx: RequestContext, req: Any) -
         groups = [g for g in groups if allowed_quietly(ctx, Op.DESCRIBE, ResourceType.GROUP, g.group_id)]
     listed = [
         Resp.ListedGroup(
-            group_id=g.group_id, protocol_type=g.protocol_type or "", group_state=g.state.value, group_type=GROUP_TYPE
+            group_id=g.group_id,
+            protocol_type=g.protocol_type or "",
+            group_state=g.state.value,
+            group_type=CONSUMER_GROUP_TYPE if isinstance(g, ConsumerGroup) else GROUP_TYPE,
         )
         for g in groups
     ]
@@ -598,6 +611,8 @@ def _describe_group(services: BrokerServices, D: Any, gid: str, v: int, ops: set
         )
     if err or g is None:  # (g is None only with an error)
         return _group_error(D, gid, err, ops)
+    if isinstance(g, ConsumerGroup):
+        return _describe_consumer_group(services, D, g, ops)
     stable = g.state == GroupState.STABLE
     members = [
         M(
@@ -616,6 +631,40 @@ def _describe_group(services: BrokerServices, D: Any, gid: str, v: int, ops: set
         group_state=g.state.value,
         protocol_type=g.protocol_type or "",
         protocol_data=(g.protocol_name or "") if stable else "",
+        members=members,
+        authorized_operations=ops,
+    )
+
+
+def _describe_consumer_group(services: BrokerServices, D: Any, g: ConsumerGroup, ops: set[int] | None) -> Any:
+    """A consumer group as a classic client sees it (Kafka's ConsumerGroup.asDescribedGroup): protocol type
+    "consumer", the default assignor as the protocol, each member's subscription and assignment as consumer
+    protocol blobs (topic names, version 0)."""
+    M = D.DescribedGroupMember
+    store = services.store
+    members = []
+    for m in g.members.values():
+        assigned = []
+        for tid, parts in sorted(m.assigned.items(), key=str):
+            info = store.topic_by_id(tid)
+            if info is not None:
+                assigned.append((info.name, sorted(parts)))
+        members.append(
+            M(
+                member_id=m.member_id,
+                group_instance_id=m.instance_id,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                member_metadata=consumer_protocol.encode_subscription(list(m.subscribed_topic_names)),
+                member_assignment=consumer_protocol.encode_assignment(assigned),
+            )
+        )
+    return D(
+        error_code=E.NONE,
+        group_id=g.group_id,
+        group_state=g.state.value,
+        protocol_type=g.protocol_type,
+        protocol_data=services.group_coordinator.consumer.default_assignor,
         members=members,
         authorized_operations=ops,
     )

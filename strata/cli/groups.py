@@ -1,5 +1,6 @@
 """Consumer-group administration over the Kafka protocol, and the `strata groups` command (like
-kafka-consumer-groups.sh): list, describe (offsets, lag, members), delete, reset-offsets.
+kafka-consumer-groups.sh): list (type, state), describe (offsets, lag, members, state), delete, reset-offsets.
+Classic groups and KIP-848 consumer groups (ConsumerGroupDescribe: member epochs, current and target assignments).
 
 Speaks plain Kafka wire protocol through strata.cli.admin_client.AdminClient, so it works against any
 Kafka-compatible broker; group requests go to the group's coordinator (FindCoordinator).
@@ -8,7 +9,6 @@ Kafka-compatible broker; group requests go to the group's coordinator (FindCoord
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field
 from typing import Any
 
 from strata.protocol.consumer_protocol import PROTOCOL_TYPE, ConsumerProtocolError, assigned_partitions
@@ -16,39 +16,22 @@ from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import REQUEST_CLASSES, ApiKey
 
 from . import group_offsets
-from .admin_client import LATEST, AdminClient, AdminError, check_error, error_text
+from .admin_client import LATEST, AdminClient, AdminError, BrokerNode, check_error, error_text
 from .common import SubParsers, add_action_command, error, table
+from .group_describe import (
+    CONSUMER_GROUP_DESCRIBE,
+    GroupDescription,
+    ListedGroup,
+    MemberDescription,
+    consumer_group_description,
+    list_table,
+    members_table,
+    parse_states,
+    parse_types,
+    state_table,
+)
 
 NAME = "groups"
-
-
-@dataclass
-class MemberDescription:
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    host: str
-    assignment: list[tuple[str, list[int]]] = field(default_factory=list)
-
-    def partitions(self) -> list[tuple[str, int]]:
-        return [(t, p) for t, ps in self.assignment for p in ps]
-
-
-@dataclass
-class GroupDescription:
-    group_id: str
-    state: str
-    protocol_type: str
-    protocol: str
-    members: list[MemberDescription] = field(default_factory=list)
-
-
-@dataclass
-class ListedGroup:
-    group_id: str
-    protocol_type: str
-    state: str
-    group_type: str
 
 
 class GroupAdmin(AdminClient):
@@ -78,18 +61,30 @@ class GroupAdmin(AdminClient):
         return self.peer(host, port)
 
     # -- groups ----------------------------------------------------------------------------------------------
-    def list_groups(self, states: list[str] | None = None) -> list[ListedGroup]:
+    def list_groups(self, states: list[str] | None = None, types: list[str] | None = None) -> list[ListedGroup]:
         """Every group of the cluster: ListGroups answers only the groups its broker coordinates, so it goes to
-        every broker and the answers are merged, as Kafka's admin client does."""
+        every broker and the answers are merged, as Kafka's admin client does. `types`: 'Classic', 'Consumer'."""
         merged: dict[str, ListedGroup] = {}
         conns: list[AdminClient] = [self.peer(n.host, n.port) for n in self.brokers()] or [self]
         for conn in conns:
-            for g in _list_groups_at(conn, states):
+            for g in _list_groups_at(conn, states, types):
                 merged[g.group_id] = g
         return [merged[g] for g in sorted(merged)]
 
     def describe_group(self, group: str) -> GroupDescription:
-        c = self._coordinator(group)
+        """A consumer group through ConsumerGroupDescribe when the coordinator has it; a classic group (which
+        ConsumerGroupDescribe answers GROUP_ID_NOT_FOUND) or an older broker through DescribeGroups, as Kafka's
+        admin client falls back."""
+        node_id, host, port = self.find_coordinator(group)
+        c = self.peer(host, port)
+        coordinator = BrokerNode(node_id, host, port, None)
+        if CONSUMER_GROUP_DESCRIBE in REQUEST_CLASSES and CONSUMER_GROUP_DESCRIBE in c.versions:
+            v = c.api_version(CONSUMER_GROUP_DESCRIBE)
+            resp = c.request(CONSUMER_GROUP_DESCRIBE, v, group_ids=[group], include_authorized_operations=False)
+            g = resp.groups[0]
+            if g.error_code != ErrorCode.GROUP_ID_NOT_FOUND:
+                check_error(g.error_code, g.error_message, f"ConsumerGroupDescribe {group!r}: ")
+                return consumer_group_description(g, coordinator)
         v = c.api_version(ApiKey.DESCRIBE_GROUPS)
         fields: dict[str, Any] = {"groups": [group]}
         if v >= 3:
@@ -97,7 +92,7 @@ class GroupAdmin(AdminClient):
         resp = c.request(ApiKey.DESCRIBE_GROUPS, v, **fields)
         g = resp.groups[0]
         if g.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
-            return GroupDescription(group, "Dead", "", "")
+            return GroupDescription(group, "Dead", "", "", coordinator=coordinator)
         check_error(g.error_code, getattr(g, "error_message", None), f"DescribeGroups {group!r}: ")
         members = []
         for m in g.members:
@@ -112,7 +107,9 @@ class GroupAdmin(AdminClient):
                     m.member_id, getattr(m, "group_instance_id", None), m.client_id, m.client_host, assignment
                 )
             )
-        return GroupDescription(g.group_id, g.group_state, g.protocol_type, g.protocol_data, members)
+        return GroupDescription(
+            g.group_id, g.group_state, g.protocol_type, g.protocol_data, members, coordinator=coordinator
+        )
 
     def fetch_offsets(self, group: str, topics: dict[str, list[int]] | None = None) -> dict[tuple[str, int], int]:
         """Committed offsets (topics=None: every partition the group has committed). -1 = none."""
@@ -206,7 +203,7 @@ class GroupAdmin(AdminClient):
         return {p.partition_index: p.error_code for t in resp.topics for p in t.partitions}
 
 
-def _list_groups_at(conn: AdminClient, states: list[str] | None) -> list[ListedGroup]:
+def _list_groups_at(conn: AdminClient, states: list[str] | None, types: list[str] | None) -> list[ListedGroup]:
     v = conn.api_version(ApiKey.LIST_GROUPS)
     fields: dict[str, Any] = {}
     if v >= 4:
@@ -214,7 +211,9 @@ def _list_groups_at(conn: AdminClient, states: list[str] | None) -> list[ListedG
     elif states:
         raise AdminError("the broker cannot filter groups by state (ListGroups < v4)")
     if v >= 5:
-        fields["types_filter"] = []
+        fields["types_filter"] = [t.lower() for t in types or []]
+    elif types:
+        raise AdminError("the broker cannot filter groups by type (ListGroups < v5)")
     resp = conn.request(ApiKey.LIST_GROUPS, v, **fields)
     check_error(resp.error_code, what=f"ListGroups at {conn.host}:{conn.port}: ")
     return [
@@ -228,9 +227,10 @@ def _list_groups_at(conn: AdminClient, states: list[str] | None) -> list[ListedG
 # =============================================================================================================
 # `strata groups`
 def _groups_list(a: GroupAdmin, args: argparse.Namespace) -> int:
-    groups = a.list_groups([args.state] if args.state else None)
-    if args.state:
-        print(table([["GROUP", "STATE"]] + [[g.group_id, g.state] for g in groups]))
+    include_state, include_type = args.state is not None, args.type is not None
+    groups = a.list_groups(parse_states(args.state) or None, parse_types(args.type) or None)
+    if include_state or include_type:
+        print(list_table(groups, include_type, include_state))
     else:
         for g in groups:
             print(g.group_id)
@@ -240,6 +240,21 @@ def _groups_list(a: GroupAdmin, args: argparse.Namespace) -> int:
 def _groups_describe(a: GroupAdmin, args: argparse.Namespace) -> int:
     group = args.group
     desc = a.describe_group(group)
+    views = [v for v in ("members", "state", "offsets") if getattr(args, v)]
+    if len(views) > 1:
+        raise AdminError("describe takes at most one of these options: --members, --state, --offsets")
+    if views and views[0] != "offsets":
+        if desc.state == "Dead":
+            raise AdminError(f"Consumer group '{group}' does not exist.")
+        if views[0] == "state":
+            print()
+            print(state_table(desc, args.verbose))
+        elif desc.members:
+            print()
+            print(members_table(desc, args.verbose))
+        else:
+            print(f"\nConsumer group '{group}' has no active members.")
+        return 0
     committed = a.fetch_offsets(group)
     if desc.state == "Dead" and not committed:
         raise AdminError(f"Consumer group '{group}' does not exist.")
@@ -284,6 +299,9 @@ def _groups_describe(a: GroupAdmin, args: argparse.Namespace) -> int:
             rows.append([group, "-", "-", "-", "-", "-", m.member_id, m.host, m.client_id])
     print()
     print(table(rows))
+    if desc.group_type == "Consumer" and desc.members and not views:  # KIP-848: epochs, current vs target
+        print()
+        print(members_table(desc, verbose=True))
     print(f"\nState: {desc.state}  Members: {len(desc.members)}")
     return 0
 
@@ -314,10 +332,31 @@ def run(args: argparse.Namespace) -> int:
 
 def register(sub: SubParsers) -> None:
     action = add_action_command(sub, NAME, "list, describe, delete consumer groups, reset or delete their offsets", run)
-    ls = action("list", _groups_list, "group ids")
-    ls.add_argument("--state", help="only groups in this state (Empty, Stable, PreparingRebalance, ...)")
+    ls = action("list", _groups_list, "group ids (with --type/--state: a GROUP [TYPE] [STATE] table)")
+    ls.add_argument(
+        "--state",
+        nargs="?",
+        const="",
+        metavar="STATES",
+        help="show each group's state; with a value, only groups in these states (comma-separated: Stable,Empty)",
+    )
+    ls.add_argument(
+        "--type",
+        nargs="?",
+        const="",
+        metavar="TYPES",
+        help="show each group's type; with a value, only groups of these types (classic, consumer)",
+    )
     d = action("describe", _groups_describe, "offsets, log end offsets, lag and members")
     d.add_argument("--group", required=True)
+    d.add_argument("--offsets", action="store_true", help="offsets and lag per partition (the default view)")
+    d.add_argument("--members", action="store_true", help="one row per member with its partition count")
+    d.add_argument("--state", action="store_true", help="coordinator, assignment strategy, state, member count")
+    d.add_argument(
+        "--verbose",
+        action="store_true",
+        help="with --members: member epochs, current and target assignments; with --state: group and target epochs",
+    )
     x = action("delete", _groups_delete, "delete empty groups and their offsets")
     x.add_argument("--group", required=True, action="append", help="repeatable")
     group_offsets.register_actions(action)

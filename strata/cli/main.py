@@ -25,6 +25,7 @@ from . import (
     dump_log,
     get_offsets,
     groups,
+    iceberg,
     leader_election,
     log_dirs,
     pipeline,
@@ -52,6 +53,7 @@ COMMANDS: tuple[Command, ...] = (
     groups,
     transactions,
     remote_log_metadata,
+    iceberg,
     pipeline,
     console_producer,
     console_consumer,
@@ -69,7 +71,7 @@ COMMANDS: tuple[Command, ...] = (
 USAGE = (
     "{serve,topics,configs,groups,dump-log,remote-log-metadata,pipeline,console-producer,console-consumer,"
     "get-offsets,delete-records,log-dirs,broker-api-versions,reassign-partitions,leader-election,"
-    "producer-perf-test,consumer-perf-test,users,acls,quotas,transactions}"
+    "producer-perf-test,consumer-perf-test,users,acls,quotas,transactions,iceberg}"
 )
 
 

@@ -55,6 +55,13 @@ def test_groups_list_merges_every_coordinator(cluster: StrataCluster) -> None:
     assert len(coordinators) >= 2, coordinators  # the groups live on several brokers: the point of the test
     listed = ok(strata("groups", "--bootstrap-server", one, "list")).split()
     assert sorted(g for g in listed if g.startswith("cl-grp-")) == sorted(ids)
+    # with TYPE and STATE columns and a filter, still every coordinator's groups (ListGroups v5 to each broker)
+    rows = [
+        r.split()
+        for r in ok(strata("groups", "--bootstrap-server", one, "list", "--type", "--state", "empty")).splitlines()
+    ]
+    assert rows[0] == ["GROUP", "TYPE", "STATE"]
+    assert sorted(r for r in rows[1:] if r[0].startswith("cl-grp-")) == [[g, "Classic", "Empty"] for g in sorted(ids)]
 
 
 def test_leader_election_restores_the_preferred_leader(cluster: StrataCluster, tmp_path: Path) -> None:

@@ -105,7 +105,9 @@ def test_node_properties_use_real_configuration_keys(compose_model: dict) -> Non
     """Every key set for a cluster node is a Strata broker configuration key (or an `rsm.config.*` key of the S3
     remote storage manager), and the whole configuration of each broker loads."""
     props = parse_properties(NODE_PROPS.read_text())
-    unknown = sorted(k for k in props if k not in BROKER_CONFIG_DEFS and not k.startswith("rsm.config."))
+    unknown = sorted(
+        k for k in props if k not in BROKER_CONFIG_DEFS and not k.startswith(("rsm.config.", "iceberg.catalog.prop."))
+    )
     assert not unknown, f"keys Strata does not know: {unknown}"
     assert props["metadata.store.connect"] == "etcd://etcd:2379"
     for name in BROKERS:

@@ -79,7 +79,7 @@ def test_make_cluster_installs_no_test_spark_or_bench_extra_and_its_data_is_igno
         ["make", "-n", "-B", "cluster"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
     ).stdout
     installs = [line for line in plan.splitlines() if "pip install" in line]
-    assert any("'.[client,cluster]'" in line for line in installs), installs
+    assert any("'.[client,cluster,iceberg]'" in line for line in installs), installs
     assert not any(extra in line for line in installs for extra in ("test", "spark", "bench", "dev")), installs
     assert "openjdk" not in plan and "kcat" not in plan
     ignored = subprocess.run(["git", "check-ignore", "-q", "strata-cluster/broker1/x.log"], cwd=REPO_ROOT, check=False)

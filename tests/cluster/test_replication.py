@@ -2,7 +2,8 @@
 
 * RF=3, a follower killed with SIGKILL leaves the ISR after replica.lag.time.max.ms (the leader's compare-and-set
   shows in Metadata and in the ISR-shrink/under-replicated metrics), acks=-1 goes on with min.insync.replicas=2,
-  the restarted follower catches up and rejoins (ISR-expand metric), every replica ends with the same log.
+  the restarted follower catches up and rejoins (ISR-expand metric), every replica ends with the same log. The
+  followers fetch in KIP-227 sessions (the leader's session gauges), the restarted one in a new session.
 * The leader killed with SIGKILL under acks=-1 load: a new leader is elected from the ISR and no acknowledged record
   is lost; the old leader comes back as a follower with the new leader's log, leader epochs included.
 * A partition a follower starts to follow while its fetch to that leader sits in the leader's purgatory is fetched at
@@ -66,6 +67,9 @@ def test_killed_follower_leaves_the_isr_and_rejoins_after_restart(cluster_factor
     prod = ContinuousProducer(c.bootstrap, topic, 1, name="f", rate=200).start()
     try:
         prod.wait_acked(100)
+        # both followers fetch from the leader in KIP-227 sessions (privileged ones: one each)
+        sessions = "strata_fetch_session_cache_num_incremental_fetch_sessions"
+        wait_until(lambda: metric(c, leader, sessions) >= 2, timeout=10, message="the followers' fetch sessions")
         c.kill9(follower)
         c.wait_isr(topic, 0, set(c.ids) - {follower})
         assert c.leader_of(topic, 0) == leader
@@ -84,6 +88,9 @@ def test_killed_follower_leaves_the_isr_and_rejoins_after_restart(cluster_factor
             message="the leader's ISR gauge back at 3",
         )
         assert metric(c, leader, "strata_replica_manager_isr_expands_total") >= expands + 1
+        # the restarted follower started a new session (the old one stays cached until evicted)
+        assert metric(c, leader, sessions) >= 3
+        assert metric(c, leader, "strata_fetch_session_cache_num_incremental_fetch_partitions_cached") >= 3
         prod.wait_acked(100)
     finally:
         prod.stop()

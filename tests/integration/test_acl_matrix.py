@@ -59,6 +59,7 @@ TOPICS = ["alice-rw", "ro-topic", "secret", "alice-denied", "alice-del", "alice-
 # API keys
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN, HEARTBEAT, LEAVE, SYNC = 8, 9, 10, 11, 12, 13, 14
+CG_HEARTBEAT, CG_DESCRIBE = 68, 69
 DESCRIBE_GROUPS, LIST_GROUPS, API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS = 15, 16, 18, 19, 20, 21
 INIT_PRODUCER_ID, OFFSET_FOR_LEADER_EPOCH, CREATE_ACLS, DESCRIBE_CONFIGS, ALTER_CONFIGS = 22, 23, 30, 32, 33
 DESCRIBE_LOG_DIRS, CREATE_PARTITIONS, DELETE_GROUPS, ELECT_LEADERS, INCREMENTAL_ALTER_CONFIGS = 35, 37, 42, 43, 44
@@ -453,6 +454,29 @@ def test_describe_groups_needs_describe(env: Env) -> None:
     assert by_id["g-ro"].authorized_operations == {int(Op.DESCRIBE)}
 
 
+def test_consumer_group_heartbeat_and_describe(env: Env) -> None:
+    """KIP-848: a heartbeat needs READ on the group and DESCRIBE on the topics it names; ConsumerGroupDescribe needs
+    DESCRIBE on the group, and on every topic of its members."""
+    join = {"member_id": "m848", "member_epoch": 0, "rebalance_timeout_ms": 5000, "topic_partitions": []}
+    hb = env.alice.call(CG_HEARTBEAT, 1, group_id="g-ro", subscribed_topic_names=["alice-rw"], **join)
+    assert hb.error_code == GROUP_AUTH  # DESCRIBE is not READ
+    hb = env.alice.call(CG_HEARTBEAT, 1, group_id="alice-cg", subscribed_topic_names=["secret"], **join)
+    assert hb.error_code == TOPIC_AUTH
+    hb = env.alice.call(CG_HEARTBEAT, 1, group_id="alice-cg", subscribed_topic_names=["alice-rw"], **join)
+    assert (hb.error_code, hb.member_epoch) == (NONE, 1)
+    d = env.alice.call(CG_DESCRIBE, 1, group_ids=["alice-cg", "admin-g"], include_authorized_operations=True)
+    by_id = {g.group_id: g for g in d.groups}
+    assert (by_id["alice-cg"].error_code, [m.member_id for m in by_id["alice-cg"].members]) == (NONE, ["m848"])
+    assert int(Op.READ) in by_id["alice-cg"].authorized_operations
+    assert by_id["admin-g"].error_code == GROUP_AUTH
+    assert (
+        env.bob.call(CG_DESCRIBE, 0, group_ids=["alice-cg"], include_authorized_operations=False).groups[0].error_code
+        == GROUP_AUTH
+    )
+    left = env.alice.call(CG_HEARTBEAT, 1, group_id="alice-cg", member_id="m848", member_epoch=-1)
+    assert left.error_code == NONE
+
+
 def test_list_groups_filters_without_cluster_describe(env: Env) -> None:
     mine = {g.group_id for g in env.alice.call(LIST_GROUPS, 4, states_filter=[]).groups}
     assert "alice-g" in mine and "admin-g" not in mine
@@ -751,6 +775,9 @@ def _refusals(ids: dict[str, uuid.UUID]) -> list[tuple[int, str, int | None, dic
             "group_instance_id": None, "protocol_type": "consumer", "protocol_name": "range", "assignments": []}),
         (DESCRIBE_GROUPS, "alice", GROUP_AUTH, {"groups": ["admin-g"], "include_authorized_operations": True}),
         (DELETE_GROUPS, "alice", GROUP_AUTH, {"groups_names": ["admin-g"]}),
+        (CG_HEARTBEAT, "alice", GROUP_AUTH, {"group_id": "g-ro", "member_id": "m", "member_epoch": 0,
+            "rebalance_timeout_ms": 5000, "subscribed_topic_names": ["alice-rw"], "topic_partitions": []}),
+        (CG_DESCRIBE, "alice", GROUP_AUTH, {"group_ids": ["admin-g"], "include_authorized_operations": True}),
         (CREATE_TOPICS, "bob", TOPIC_AUTH, {"timeout_ms": 10000, "validate_only": True, "topics": [
             {"name": "bob-other", "num_partitions": 1, "replication_factor": 1, "assignments": [], "configs": []}]}),
         (DELETE_TOPICS, "bob", TOPIC_AUTH, {"timeout_ms": 10000, "topic_names": ["alice-rw"],

@@ -45,6 +45,9 @@ from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import REQUEST_CLASSES, ApiKey
 from tests.support.broker_proc import StrataBroker, free_port
 from tests.support.cli_run import ok, strata
+from tests.support.kafka_wire import WireClient
+from tests.support.session_fetch import answered
+from tests.support.session_fetch import fetch as session_fetch
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -413,6 +416,33 @@ class _Cli:
         assert rc != 0 if code is None else rc == code, (rc, err)
         assert err.count("\n") == 1, err
         return err.strip()
+
+
+def test_a_fetch_session_answers_an_unreadable_partition_every_time(acl_broker: AclBroker) -> None:
+    """KIP-227 under ACLs: a partition alice may not read stays in her fetch session and every incremental fetch
+    answers it TOPIC_AUTHORIZATION_FAILED, while the readable one is left out when nothing changed."""
+    admin = acl_broker.ck("admin")
+    try:
+        with WireClient.connect(acl_broker.plaintext) as su:
+            for t in ("sess-ok", "sess-denied"):
+                assert su.create_topic(t).topics[0].error_code == 0
+        _create(admin, [_topic_acl("sess-ok", AclOperation.READ)])
+        with WireClient.connect(acl_broker.sasl) as w:
+            w.sasl_plain("alice", USERS["alice"])
+            parts = {("sess-ok", 0): 0, ("sess-denied", 0): 0}
+            r = session_fetch(w, 12, (0, 0), parts)
+            assert r.session_id != 0
+            assert {k: v[0] for k, v in answered(r, 12).items()} == {
+                ("sess-ok", 0): 0,
+                ("sess-denied", 0): ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+            }
+            for epoch in (1, 2):
+                r = session_fetch(w, 12, (r.session_id, epoch), {})
+                assert {k: v[0] for k, v in answered(r, 12).items()} == {
+                    ("sess-denied", 0): ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                }
+    finally:
+        _delete(admin, _all(admin))
 
 
 def test_acls_survive_a_restart(acl_broker: AclBroker) -> None:

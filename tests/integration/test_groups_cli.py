@@ -121,6 +121,25 @@ def test_list_describe_reset_delete(bs):
     assert group in ok(groups(bs, "list")).split()
     stable = ok(groups(bs, "list", "--state", "Stable"))
     assert any(line.split() == [group, "Stable"] for line in stable.splitlines())
+    # --type/--state without a value add the column (kafka-consumer-groups.sh --list --type --state)
+    listed = ok(groups(bs, "list", "--type", "--state")).splitlines()
+    assert listed[0].split() == ["GROUP", "TYPE", "STATE"] and [group, "Classic", "Stable"] in [
+        r.split() for r in listed
+    ]
+    assert [group, "Classic"] in [r.split() for r in ok(groups(bs, "list", "--type", "classic")).splitlines()]
+    assert group not in ok(groups(bs, "list", "--type", "consumer"))
+    assert group not in ok(groups(bs, "list", "--state", "empty,dead"))
+    assert "Invalid type list 'simple'" in fails(groups(bs, "list", "--type", "simple"))
+
+    # --members --verbose and --state of a classic group: no epochs, no target assignment
+    members = ok(groups(bs, "describe", "--group", group, "--members", "--verbose")).split("\n")[2:]
+    assert members[0].split()[:1] + members[0].split()[2:] == [group, "/127.0.0.1", "cli-consumer", "2", "-"] + [
+        f"{TOPIC}:0,1",
+        "-",
+        "-",
+    ]
+    state = ok(groups(bs, "describe", "--group", group, "--state")).splitlines()[-1].split()
+    assert state[0] == group and state[3:] == ["range", "Stable", "1"]
 
     # describe with an active member: per partition current offset, log end offset, lag, owner
     out = ok(groups(bs, "describe", "--group", group))
@@ -168,6 +187,55 @@ def test_list_describe_reset_delete(bs):
     assert group not in ok(groups(bs, "list")).split()
     assert "does not exist" in fails(groups(bs, "describe", "--group", group))
     assert "GROUP_ID_NOT_FOUND" in fails(groups(bs, "delete", "--group", group))
+
+
+def test_consumer_protocol_group(bs):
+    """A KIP-848 group (confluent-kafka, group.protocol=consumer): `list` shows its TYPE, `describe --members
+    --verbose` its member epoch with the current and target assignment (ConsumerGroupDescribe), `--state --verbose`
+    the group and target assignment epochs; the default view adds the members table to the offsets."""
+    group = "cli-kip848"
+    c = Consumer(
+        {
+            "bootstrap.servers": bs,
+            "group.id": group,
+            "group.protocol": "consumer",
+            "client.id": "cli-848",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "log_level": 3,
+        }
+    )
+    c.subscribe([TOPIC])
+    try:
+        consume_n(c, 2 * PER_PARTITION)
+        c.commit(asynchronous=False)
+        rows = [r.split() for r in ok(groups(bs, "list", "--type", "--state")).splitlines()]
+        assert [group, "Consumer", "Stable"] in rows
+        assert group in ok(groups(bs, "list", "--type", "consumer")).split()
+        assert group not in ok(groups(bs, "list", "--type", "classic")).split()
+
+        header, row = (
+            r.split() for r in ok(groups(bs, "describe", "--group", group, "--members", "--verbose")).splitlines()[-2:]
+        )
+        assert header == [
+            "GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS",
+            "CURRENT-EPOCH", "CURRENT-ASSIGNMENT", "TARGET-EPOCH", "TARGET-ASSIGNMENT",
+        ]  # fmt: skip
+        assert row[0] == group and row[2:5] == ["/127.0.0.1", "cli-848", "2"]
+        assert row[6] == row[8] == f"{TOPIC}:0,1"
+        assert int(row[5]) == int(row[7]) >= 1  # reconciled: the member is at the target assignment's epoch
+        state = ok(groups(bs, "describe", "--group", group, "--state", "--verbose")).splitlines()[-1].split()
+        assert state[0] == group and state[3:5] == ["uniform", "Stable"] and state[7] == "1"
+        assert int(state[5]) >= int(state[6]) == int(row[7])  # group epoch >= target assignment epoch
+
+        out = ok(groups(bs, "describe", "--group", group))
+        assert [r[:6] for r in table(out) if r[1:2] == [TOPIC]] == [
+            [group, TOPIC, "0", "10", "10", "0"],
+            [group, TOPIC, "1", "10", "10", "0"],
+        ]
+        assert "TARGET-ASSIGNMENT" in out and "State: Stable  Members: 1" in out
+    finally:
+        c.close()
 
 
 def test_confluent_admin_group_apis(bs):

@@ -226,9 +226,13 @@ def test_admin_apis_describe_and_list(broker):
         # the feature level built (TV1: no KIP-890 part 2), which Java clients read to pick their protocol
         av = c.api_versions(3)
         assert [(f.name, f.min_version, f.max_version) for f in av.supported_features] == [
-            ("transaction.version", 0, 1)
+            ("transaction.version", 0, 1),
+            ("group.version", 0, 1),  # KIP-848 consumer groups
         ]
-        assert [(f.name, f.max_version_level) for f in av.finalized_features] == [("transaction.version", 1)]
+        assert [(f.name, f.max_version_level) for f in av.finalized_features] == [
+            ("transaction.version", 1),
+            ("group.version", 1),
+        ]
     p.commit_transaction(30)
 
 

@@ -254,7 +254,17 @@ def _kill_leftovers() -> None:
 
 def _secret(key: str) -> bool:
     """A property whose value must not be on a command line (the process list, the output's start line)."""
-    return key.endswith(("jaas.config", "password", "ssl.keystore.key"))
+    return key.endswith(
+        (
+            "jaas.config",
+            "password",
+            "ssl.keystore.key",
+            "secret.access.key",
+            "secret-access-key",
+            "session.token",
+            "catalog.credential",
+        )
+    )
 
 
 def _prop(v: object) -> str:

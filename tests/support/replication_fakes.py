@@ -19,6 +19,7 @@ from typing import Any
 from strata.broker.cluster import replica_fetcher
 from strata.broker.cluster.broker_client import BrokerConnectionError
 from strata.broker.cluster.model import BrokerInfo, PartitionState, StaleStateError
+from strata.broker.fetch_session import FetchSessionCache
 from strata.broker.handlers import fetch as fetch_handler
 from strata.broker.handlers import list_offsets as list_offsets_handler
 from strata.broker.handlers import offset_for_leader_epoch as ofle_handler
@@ -160,6 +161,7 @@ class Node:
             config=self.config,
             broker_id=broker_id,
             advertised_endpoint=lambda listener: ("127.0.0.1", 19000 + broker_id),
+            fetch_sessions=FetchSessionCache(1000, 120_000),  # the followers' KIP-227 sessions with this leader
         )
         self.stopped = False
 

@@ -258,11 +258,71 @@ class SeaweedServer(S3Server):
     name = "seaweedfs"
     start_timeout = 90.0
 
+    def __init__(self, workdir: Path, bucket: str = "strata-tiered", table_bucket: str = "") -> None:
+        """``table_bucket``: also serve SeaweedFS's Iceberg REST catalog (``iceberg_uri``) with this S3 Tables
+        bucket as its warehouse."""
+        super().__init__(workdir, bucket)
+        self.table_bucket = table_bucket
+        self.iceberg_port = 0
+
+    @property
+    def iceberg_uri(self) -> str:
+        return f"http://127.0.0.1:{self.iceberg_port}"
+
     def choose_port(self) -> int:
         return free_port_pairs(1)[0]
 
     def command(self) -> list[str]:
-        return weed_mini_command(_venv_bin("weed"), self.workdir, self.port)
+        if self.table_bucket:
+            self.iceberg_port = free_port_pairs(1, avoid={self.port, self.port + 10000})[0]
+        return weed_mini_command(_venv_bin("weed"), self.workdir, self.port, self.iceberg_port, self.table_bucket)
+
+    def env(self) -> dict[str, str]:
+        # the clients' identity: without one SeaweedFS accepts signed PUTs but refuses signed multipart uploads
+        # (UploadPart: INVALID_ACCESS_KEY_ID), which pyarrow's S3 writer uses for Parquet and Iceberg metadata files;
+        # the Iceberg catalog's OAuth2 client credential is this identity too
+        return {**super().env(), "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY}
+
+    def _ready(self) -> bool:
+        if not super()._ready():
+            return False
+        if not self.iceberg_port:
+            return True
+        return self._table_bucket_ready()
+
+    def _table_bucket_ready(self) -> bool:
+        """The catalog answers for the table bucket (it is made a moment after the catalog starts listening)."""
+        import json
+        import urllib.parse
+
+        form = urllib.parse.urlencode(
+            {"grant_type": "client_credentials", "client_id": ACCESS_KEY, "client_secret": SECRET_KEY}
+        ).encode()
+        try:
+            with urllib.request.urlopen(f"{self.iceberg_uri}/v1/oauth/tokens", data=form, timeout=2) as r:
+                token = json.loads(r.read())["access_token"]
+            req = urllib.request.Request(
+                f"{self.iceberg_uri}/v1/{self.table_bucket}/namespaces", headers={"Authorization": f"Bearer {token}"}
+            )
+            with urllib.request.urlopen(req, timeout=2) as r:
+                return r.status == 200
+        except (OSError, ValueError, KeyError):
+            return False
+
+    def iceberg_catalog_config(self) -> dict[str, str]:
+        """The broker's ``iceberg.catalog.*`` settings for this catalog: pyiceberg's RestCatalog with an OAuth2 client
+        credential (SeaweedFS takes the S3 access key and secret), the Parquet files through the S3 gateway."""
+        return {
+            "iceberg.catalog.type": "rest",
+            "iceberg.catalog.uri": self.iceberg_uri,
+            "iceberg.catalog.warehouse": f"s3://{self.table_bucket}",
+            "iceberg.catalog.credential": f"{ACCESS_KEY}:{SECRET_KEY}",
+            "iceberg.catalog.prop.s3.endpoint": self.endpoint,
+            "iceberg.catalog.prop.s3.region": REGION,
+            "iceberg.catalog.prop.s3.access-key-id": ACCESS_KEY,
+            "iceberg.catalog.prop.s3.secret-access-key": SECRET_KEY,
+            "iceberg.catalog.prop.s3.path-style-access": "true",
+        }
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -29,9 +29,11 @@ def test_advertised_ranges_within_codec_and_kafka_floors():
     assert SUPPORTED_VERSIONS[ApiKey.PRODUCE][0] == 0
     assert SUPPORTED_VERSIONS[ApiKey.FETCH][0] >= 4
     assert SUPPORTED_VERSIONS[ApiKey.METADATA][1] >= 10  # topic ids
-    # never advertise what does not exist yet (telemetry 71, KIP-848 68); InitProducerId without KIP-939 2PC (v6)
-    for absent in (68, 71):
-        assert absent not in SUPPORTED_VERSIONS
+    # never advertise what does not exist yet (telemetry 71); InitProducerId without KIP-939 2PC (v6)
+    assert 71 not in SUPPORTED_VERSIONS
+    # KIP-848 at Kafka 4.2's ranges (the codec from protocol/extra_messages.py)
+    assert SUPPORTED_VERSIONS[ApiKey.CONSUMER_GROUP_HEARTBEAT] == (0, 1)
+    assert SUPPORTED_VERSIONS[ApiKey.CONSUMER_GROUP_DESCRIBE] == (0, 1)
     assert SUPPORTED_VERSIONS[ApiKey.INIT_PRODUCER_ID] == (0, 5)
     # the classic group APIs, as Kafka 4.2 advertises them (OffsetCommit/OffsetFetch v10 name topics by id)
     assert {k: SUPPORTED_VERSIONS[k] for k in (8, 9, 10, 11, 12, 13, 14, 15, 16, 42, 47)} == {

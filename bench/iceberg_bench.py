@@ -1,0 +1,269 @@
+"""Iceberg topics: translation throughput against produce throughput on one partition, and a Spark aggregate over a
+topic read from its Iceberg table against the same topic read in direct and broker mode.
+
+    python -m bench.iceberg_bench [--mib 512] [--translate-mib 128] [--reps 2] [--quick] [--json F]
+
+or from the harness: ``from bench import iceberg_bench; iceberg_bench.run(results)`` (adds ``results["iceberg"]``).
+
+Set-up (not timed): SeaweedFS (``weed mini``) as the S3 server, one Strata broker tiering to it, with Iceberg topics
+in its embedded SQLite catalog and the warehouse in the same bucket (the broker's defaults).
+
+1. **Translation vs produce** (aim: >= 0.5). A one-partition topic with ``iceberg.enable=true`` and
+   ``iceberg.target.lag.ms=1000``; an idempotent confluent-kafka producer (acks=all, 1 KiB incompressible values)
+   sends ``--translate-mib`` as fast as the broker takes them while the translator runs beside it on the same 2
+   cores. Produce rate = records / produce time; translation rate = records / the time from the first send until
+   the table's committed next offset (its snapshot summary) reaches the log end. Their ratio is the figure.
+2. **Spark aggregate** (aim: table >= 2x direct). A 2-partition tiered topic (``local.retention.bytes=1``, so almost
+   all of it lives only in S3) with ``iceberg.enable=true`` and ``iceberg.target.lag.ms=30000`` (so the translator
+   commits by size, not a small file a second) is filled with ``--mib`` and fully translated. Then one
+   local SparkSession runs ``count(*), sum(length(value)), count(DISTINCT key % 1000)`` over it three ways:
+   ``format("strata-iceberg")`` (the table alone: Parquet files through pyarrow), ``format("strata")`` with
+   ``read.mode=direct`` (tiered segments from S3, decoded by the executors) and with ``read.mode=broker``. Best of
+   ``--reps``; MB/s counts key + value bytes.
+
+``--quick`` (the bench's own test) uses 4 MiB and one repetition.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+VALUE_BYTES = 1024
+TRANSLATE_TOPIC = "iceberg-bench-translate"
+READ_TOPIC = "iceberg-bench-read"
+AGGREGATE = ("count(*) AS n", "sum(length(value)) + sum(length(key)) AS b", "count(DISTINCT key) AS k")
+
+
+def _produce(bootstrap: str, topic: str, partitions: int, mib: int) -> tuple[int, float]:
+    """Returns (records, seconds from the first send until all are acknowledged)."""
+    from bench.spark_bench import _fill
+
+    t0 = time.monotonic()
+    n, _ = _fill(bootstrap, partitions, mib, topic)
+    return n, time.monotonic() - t0
+
+
+def _catalog_options(broker: Any, s3: Any, prefix: str) -> dict[str, str]:
+    """The ``strata-iceberg`` options for the broker's default catalog (SQLite under its log dir, warehouse in S3)."""
+    return {
+        "iceberg.catalog.uri": f"sqlite:///{broker.log_dir}/iceberg/catalog.db",
+        "iceberg.catalog.warehouse": f"s3://{s3.bucket}/{prefix}iceberg/",
+        "iceberg.catalog.prop.s3.endpoint": s3.endpoint,
+        "iceberg.catalog.prop.s3.region": "us-east-1",
+        "iceberg.catalog.prop.s3.access-key-id": "strata-test",
+        "iceberg.catalog.prop.s3.secret-access-key": "strata-test-secret",
+        "iceberg.catalog.prop.s3.path-style-access": "true",
+    }
+
+
+def _wait_translated(catalog_opts: dict[str, str], topic: str, ends: dict[int, int], timeout: float) -> float:
+    """Wait until the table's committed next offsets reach ``ends``; returns the monotonic time it did."""
+    from strata.pipeline.table_planning import load_table, parse_table_options
+    from strata.remote.iceberg.offsets import committed_next_offsets
+
+    opts = parse_table_options({"subscribe": topic, **catalog_opts})
+    deadline = time.monotonic() + timeout
+    seen: dict[int, int] = {}
+    while time.monotonic() < deadline:
+        try:
+            seen = committed_next_offsets(load_table(opts))
+        except Exception:  # noqa: BLE001 - no table before the first commit
+            seen = {}
+        if all(seen.get(p, 0) >= end for p, end in ends.items()):
+            return time.monotonic()
+        time.sleep(0.1)  # polling interval of a bounded condition wait
+    raise RuntimeError(f"{topic}: the table reached {seen}, not {ends}, within {timeout:.0f} s")
+
+
+def _create(bootstrap: str, topic: str, partitions: int, configs: dict[str, str]) -> None:
+    from strata.cli.admin_client import AdminClient
+
+    with AdminClient(bootstrap) as a:
+        a.create_topic(topic, partitions, 1, {"iceberg.enable": "true", **configs})
+
+
+def _ends(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    from strata.cli.admin_client import AdminClient
+
+    with AdminClient(bootstrap) as a:
+        return dict(a.list_offsets(topic, range(partitions), -1))
+
+
+def measure_translation(broker: Any, catalog_opts: dict[str, str], mib: int) -> dict[str, Any]:
+    _create(broker.bootstrap, TRANSLATE_TOPIC, 1, {"iceberg.target.lag.ms": "1000"})
+    t0 = time.monotonic()
+    records, produce_s = _produce(broker.bootstrap, TRANSLATE_TOPIC, 1, mib)
+    done = _wait_translated(catalog_opts, TRANSLATE_TOPIC, _ends(broker.bootstrap, TRANSLATE_TOPIC, 1), 900)
+    translate_s = done - t0
+    return {
+        "records": records,
+        "mib": mib,
+        "produce_s": round(produce_s, 2),
+        "produce_mb_per_s": round(records * VALUE_BYTES / produce_s / 1e6, 1),
+        "translate_s": round(translate_s, 2),
+        "translate_mb_per_s": round(records * VALUE_BYTES / translate_s / 1e6, 1),
+        "translate_vs_produce": round(produce_s / translate_s, 2),
+    }
+
+
+def _aggregate(spark: Any, fmt: str, options: dict[str, str]) -> tuple[float, int, int]:
+    t0 = time.monotonic()
+    row = spark.read.format(fmt).options(**options).load().selectExpr(*AGGREGATE).collect()[0]
+    return time.monotonic() - t0, int(row["n"]), int(row["b"] or 0)
+
+
+def measure_reads(
+    broker: Any, s3: Any, prefix: str, catalog_opts: dict[str, str], mib: int, reps: int, lag_ms: int
+) -> dict:
+    from bench.spark_bench import _wait_offloaded
+    from strata.pipeline.session import get_spark
+
+    partitions = 2
+    _create(
+        broker.bootstrap,
+        READ_TOPIC,
+        partitions,
+        {
+            "remote.storage.enable": "true",
+            "segment.bytes": str(8 << 20),
+            "local.retention.bytes": "1",
+            "retention.ms": "-1",
+            "iceberg.partition.spec": "",
+            # commits by size (iceberg.translator.max.file.bytes) while the topic fills, not every second: the
+            # table's files are what a topic gets once translation keeps up, not a file per second of backlog
+            "iceberg.target.lag.ms": str(lag_ms),
+        },
+    )
+    records, _ = _produce(broker.bootstrap, READ_TOPIC, partitions, mib)
+    _wait_translated(catalog_opts, READ_TOPIC, _ends(broker.bootstrap, READ_TOPIC, partitions), 1800)
+    _wait_offloaded(broker.bootstrap, partitions, topic=READ_TOPIC)
+    spark = get_spark("strata-iceberg-bench")
+    try:
+        base = {"kafka.bootstrap.servers": broker.bootstrap, "subscribe": READ_TOPIC}
+        rsm = {f"rsm.config.{k}": str(v) for k, v in s3.rsm_config(**{"key.prefix": prefix}).items()}
+        readers = {
+            "table": ("strata-iceberg", {"subscribe": READ_TOPIC, **catalog_opts}),
+            "direct": ("strata", {**base, "read.mode": "direct", "rsm.class.name": "s3", **rsm}),
+            "broker": ("strata", base),
+        }
+        for fmt, o in readers.values():  # warm-up: Python workers, imports, JIT
+            _aggregate(spark, fmt, o)
+        out: dict[str, Any] = {"mib": mib, "records": records}
+        for name, (fmt, o) in readers.items():
+            best = None
+            for _ in range(reps):
+                seconds, n, nbytes = _aggregate(spark, fmt, o)
+                if n != records:
+                    raise RuntimeError(f"{name}: {n} records, expected {records}")
+                if best is None or seconds < best["seconds"]:
+                    best = {"seconds": round(seconds, 2), "mb_per_s": round(nbytes / seconds / 1e6, 1)}
+            out[name] = best
+        out["table_vs_direct"] = round(out["table"]["mb_per_s"] / out["direct"]["mb_per_s"], 2)
+        out["table_vs_broker"] = round(out["table"]["mb_per_s"] / out["broker"]["mb_per_s"], 2)
+        return out
+    finally:
+        spark.stop()
+
+
+def measure(mib: int = 512, translate_mib: int = 128, reps: int = 2) -> dict[str, Any]:
+    from tests.support.broker_proc import StrataBroker
+    from tests.support.s3_servers import SeaweedServer
+
+    work = Path(tempfile.mkdtemp(prefix="strata-iceberg-bench-"))
+    s3 = SeaweedServer(work / "seaweedfs")
+    s3.start()
+    prefix = f"bench-{uuid.uuid4().hex[:8]}/"
+    overrides: dict[str, object] = {
+        "remote.log.storage.system.enable": "true",
+        "remote.log.storage.manager.class.name": "s3",
+        "remote.log.manager.task.interval.ms": 300,
+        "remote.log.metadata.topic.num.partitions": 5,
+        "log.retention.check.interval.ms": 300,
+        "log.segment.delete.delay.ms": 0,
+        **{f"rsm.config.{k}": v for k, v in s3.rsm_config(**{"key.prefix": prefix}).items()},
+    }
+    broker = StrataBroker(work / "broker", overrides, name="strata-iceberg-bench")
+    try:
+        broker.start()
+        catalog_opts = _catalog_options(broker, s3, prefix)
+        return {
+            "translation": measure_translation(broker, catalog_opts, translate_mib),
+            "spark_aggregate": measure_reads(broker, s3, prefix, catalog_opts, mib, reps, 30_000 if mib > 16 else 1000),
+        }
+    finally:
+        broker.stop()
+        s3.stop()
+
+
+def table(r: dict[str, Any]) -> str:
+    t, a = r["translation"], r["spark_aggregate"]
+    lines = [
+        f"Translation vs produce, one partition ({t['mib']} MiB of 1 KiB records, broker and translator on one host)",
+        "",
+        "| | MB/s | seconds |",
+        "|---|---:|---:|",
+        f"| produce (acks=all, idempotent) | {t['produce_mb_per_s']} | {t['produce_s']} |",
+        f"| translated into the table | {t['translate_mb_per_s']} | {t['translate_s']} |",
+        "",
+        f"translation / produce: {t['translate_vs_produce']} (aim >= 0.5)",
+        "",
+        f"Spark aggregate over {a['mib']} MiB (count, sum(length), count distinct key), 2 partitions",
+        "",
+        "| read | MB/s | seconds |",
+        "|---|---:|---:|",
+    ]
+    for key, label in (
+        ("table", 'format("strata-iceberg"): the table'),
+        ("direct", 'format("strata"), read.mode=direct'),
+        ("broker", 'format("strata"), read.mode=broker'),
+    ):
+        lines.append(f"| {label} | {a[key]['mb_per_s']} | {a[key]['seconds']} |")
+    lines += ["", f"table / direct: {a['table_vs_direct']}x (aim >= 2); table / broker: {a['table_vs_broker']}x"]
+    return "\n".join(lines)
+
+
+def run(results: dict) -> None:
+    """`make bench` group: 512 MiB read, 128 MiB translated (4 MiB each, one repetition, in quick mode)."""
+    quick = bool(results.get("bench", {}).get("quick"))
+    r = measure(mib=4, translate_mib=4, reps=1) if quick else measure()
+    results["iceberg"] = r
+    results["sections"].append(
+        {
+            "name": "iceberg",
+            "title": "Iceberg topics: translation vs produce, Spark aggregate from the table vs the topic "
+            "(bench/iceberg_bench.py)",
+            "markdown": table(r),
+            "raw": r,
+        }
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.iceberg_bench", description=__doc__.splitlines()[0])
+    ap.add_argument("--mib", type=int, default=512, help="size of the topic the Spark aggregate reads (MiB)")
+    ap.add_argument("--translate-mib", type=int, default=128, help="size produced for the translation figure")
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--quick", action="store_true", help="4 MiB, one repetition (the bench's test)")
+    ap.add_argument("--json", type=Path, default=None, help="also write the numbers here")
+    args = ap.parse_args(argv)
+    sys.path.insert(0, str(REPO_ROOT))
+    if args.quick:
+        r = measure(mib=4, translate_mib=4, reps=1)
+    else:
+        r = measure(mib=args.mib, translate_mib=args.translate_mib, reps=args.reps)
+    print(table(r))
+    if args.json:
+        args.json.write_text(json.dumps(r, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
