@@ -9,6 +9,7 @@ the collector turns them into a histogram at scrape time.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import gc
 import time
 from collections.abc import Iterator
@@ -69,3 +70,25 @@ def freeze_startup_objects() -> None:
     frees the rest), which bounds what can leak by what start-up built."""
     gc.collect()
     gc.freeze()
+
+
+def freeze_new_objects() -> None:
+    """After a bulk creation (thousands of partitions): move the objects alive now to the permanent generation
+    without a full collection first (that collection is the pause being avoided). Full collections otherwise scan
+    every partition's objects again and again: 2-8 s event loop stalls with 20,000 partitions. What is garbage in a
+    reference cycle at this moment is kept (reference counting frees everything else)."""
+    gc.freeze()
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Bulk loading (the logs at startup): what exists now goes to the permanent generation and the cyclic collector
+    is off until the block ends (loading makes objects, not cyclic garbage); `freeze_startup_objects` follows."""
+    gc.freeze()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()

@@ -201,6 +201,10 @@ class BrokerMetrics:
         from the group coordinator at scrape time."""
         self.registry.register(_GroupCoordinatorCollector(coordinator))
 
+    def register_open_file_cache(self, cache) -> None:
+        """The open-file cache of segment files (`log.open.files.cache.size`, Strata only), read at scrape time."""
+        self.registry.register(_OpenFilesCollector(cache))
+
     def register_log_cleaner(self, cleaner) -> None:
         """kafka.log:type=LogCleanerManager / LogCleaner gauges, read from the cleaner at scrape time."""
         r = self.registry
@@ -409,6 +413,24 @@ class _GroupCoordinatorCollector:
         rebalances.add_metric(["classic"], c.classic_rebalances)
         rebalances.add_metric(["consumer"], c.consumer.rebalances)
         yield from (groups, rebalances)
+
+
+class _OpenFilesCollector:
+    def __init__(self, cache: Any) -> None:
+        self._cache = cache
+
+    def collect(self):
+        c = self._cache
+        yield GaugeMetricFamily("strata_log_open_files", "Segment files open now", value=c.open_files)
+        yield GaugeMetricFamily(
+            "strata_log_open_files_capacity", "Segment files kept open at most (effective cache size)", value=c.capacity
+        )
+        yield CounterMetricFamily(
+            "strata_log_open_files_opens", "Segment files opened (first opens and reopens after eviction)", c.opens
+        )
+        yield CounterMetricFamily(
+            "strata_log_open_files_evictions", "Idle segment files closed to stay within the cache size", c.evictions
+        )
 
 
 class _LogCollector:

@@ -31,6 +31,7 @@ from strata.storage.txn_index import AbortedTxn
 
 from .cluster.model import PartitionState, StaleStateError
 from .cluster.replica_fetcher import ReplicaFetcherManager
+from .gc_pauses import freeze_new_objects
 from .metadata_store import MetadataStore, TopicInfo
 from .metrics import BrokerMetrics
 from .partition import Partition, now_ms
@@ -51,6 +52,7 @@ INTERNAL_APPEND_TIMEOUT_MS = 5000  # Kafka's offsets.commit.timeout.ms: the brok
 # Loops over the partitions of one request or topic give other connections a turn every this many partitions.
 YIELD_EVERY = 256
 RENAMES_PER_YIELD = 32  # a partition dir's rename takes ~1 ms on a busy disk
+FREEZE_AFTER_PARTITIONS = 1000  # a creation this large moves its objects out of the collector's reach
 # Zero-copy Fetch: a local read this large is sent from the file with sendfile; smaller ones are read (a pread costs
 # no more than the descriptor and the extra writes of a region). A response holds at most this many regions.
 ZERO_COPY_MIN_BYTES = 64 << 10
@@ -362,7 +364,13 @@ class ReplicaManager:
         todo = [i for i in range(info.partitions) if self.log_manager.get_log(info.name, i) is None]
         if todo:
             cfg = self.config.log_config(info.configs)
-            made = await asyncio.to_thread(self.log_manager.make_logs, info.name, todo, info.topic_id, cfg)
+            # the leader epoch's start is written (fsynced) with the files, off the loop: make_leader finds it there
+            epochs = {
+                i: st.leader_epoch
+                for i in todo
+                if (st := self.store.partition_state(info.name, i)) is not None and st.leader == self.broker_id
+            }
+            made = await asyncio.to_thread(self.log_manager.make_logs, info.name, todo, info.topic_id, cfg, epochs)
             current = self.store.topic(info.name)
             if current is None or current.topic_id != info.topic_id:  # deleted (or re-created) meanwhile
                 await asyncio.to_thread(self.log_manager.discard_logs, made)
@@ -372,6 +380,8 @@ class ReplicaManager:
             self.apply_partition_state(info.name, i, self.store.partition_state(info.name, i))
             if i % YIELD_EVERY == YIELD_EVERY - 1:
                 await asyncio.sleep(0)
+        if len(todo) >= FREEZE_AFTER_PARTITIONS:
+            freeze_new_objects()  # as at startup: full GC passes would rescan these partitions' objects forever
 
     def remove_topic(self, info: TopicInfo) -> None:
         """Topic deleted: stop and delete every local replica (idempotent); the leader marks its remote data for the
@@ -480,7 +490,7 @@ class ReplicaManager:
         holds it back only for replica.lag.time.max.ms, and when that runs out no fetch may come to notice."""
         t = now_ms()
         for p in list(self.partitions.values()):
-            if not p.is_leader:
+            if not p.is_leader or not p.followers:  # no follower: nothing to shrink, the HW moved with each append
                 continue
             self._maybe_hw_moved(p)
             new_isr = p.isr_to_shrink(t)

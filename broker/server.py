@@ -20,6 +20,7 @@ from strata.config import BrokerConfig, ConfigError
 from strata.protocol.errors import ErrorCode
 from strata.protocol.uuids import kafka_uuid_str
 from strata.storage.cleaner_manager import CleanerConfig, LogCleaner
+from strata.storage.file_cache import OPEN_FILES
 from strata.storage.log_manager import LogManager
 
 from . import diagnostics, loggers
@@ -29,7 +30,7 @@ from .cluster.model import BrokerInfo
 from .dynamic_config import DynamicBrokerConfig
 from .endpoints import BrokerEndpoints
 from .fetch_session import FetchSessionCache
-from .gc_pauses import GcPauses, freeze_startup_objects
+from .gc_pauses import GcPauses, collector_paused, freeze_startup_objects
 from .group import GroupCoordinator
 from .metadata_store import LocalMetadataStore, MetadataStore
 from .metrics import BrokerMetrics
@@ -158,7 +159,12 @@ class KafkaServer:
         # when built, after the replica manager's own subscription.
         self.controller: Controller | None = None
         self.peer_watch: PeerWatch | None = None
-        self.log_manager = LogManager(self.log_dirs, self._log_config_for)
+        self.log_manager = LogManager(
+            self.log_dirs,
+            self._log_config_for,
+            recovery_threads=config["num.recovery.threads.per.data.dir"],
+            open_files=config["log.open.files.cache.size"],
+        )
         cleaner_config = CleanerConfig.from_broker_config(config)
         self.log_cleaner: LogCleaner | None = None
         if cleaner_config.enable:
@@ -367,7 +373,10 @@ class KafkaServer:
                 self.group_coordinator.num_partitions = offsets.partitions
             if (txn_state := self.store.topic(TRANSACTION_STATE_TOPIC)) is not None:
                 self.txn_coordinator.runtime.num_partitions = txn_state.partitions
-        await asyncio.get_running_loop().run_in_executor(None, self.log_manager.startup)
+        # Loading 20,000 logs makes millions of objects: without this each full collection would rescan them and
+        # everything imported so far (clean restarts of 5,000 logs took 20 s instead of 8)
+        with collector_paused():
+            await asyncio.get_running_loop().run_in_executor(None, self.log_manager.startup)
         if self._etcd_store is not None:  # (cluster mode)
             self._delete_stray_logs(self._etcd_store)
         self.store.add_listener(self.on_metadata_change)  # no await before the load: no change is missed
@@ -401,10 +410,18 @@ class KafkaServer:
                 # died before it could write the marks, and with every replica down nobody else would
                 self.tiered.rlm.start_marking_deleted(self._deleted_while_down)
         await self.group_coordinator.startup()  # loads __consumer_offsets in the background
+        if self.tiered is not None:  # the bucket's topic, cluster and group offsets manifests (issue 24)
+            self.tiered.start_manifests(
+                self.store,
+                self.replica_manager,
+                self.group_coordinator,
+                self.config["remote.cluster.manifest.interval.ms"],
+            )
         await self.txn_coordinator.startup()  # loads __transaction_state in the background
         self.metrics.register_txn_coordinator(self.txn_coordinator)
         self.metrics.register_group_coordinator(self.group_coordinator)
         self.metrics.register_log_collector(self.replica_manager.all_logs)
+        self.metrics.register_open_file_cache(OPEN_FILES)
         # one broker alone (local metadata) is its own controller and leads every partition
         self.metrics.register_controller(self._is_controller if self.cluster_mode else lambda: True, self._offline)
         self.gc_pauses.install(self.metrics.registry)

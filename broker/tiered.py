@@ -18,6 +18,8 @@ from strata.config import ConfigError
 from strata.protocol.constants import REMOTE_LOG_METADATA_TOPIC
 from strata.protocol.errors import ErrorCode, KafkaApiError
 from strata.protocol.registry import REQUEST_CLASSES, ApiKey
+from strata.remote.bucket_manifest_writer import ManifestWriter, PartitionManifestWriter
+from strata.remote.bucket_store import manifest_store_for
 from strata.remote.executors import RemoteExecutors
 from strata.remote.metadata import TopicIdPartition
 from strata.remote.partition_remover import RemotePartitionRemover
@@ -26,12 +28,14 @@ from strata.remote.rlm import LeadershipProbe, RemoteLogManager, RemoteLogManage
 from strata.remote.rlmm import TopicBasedRemoteLogMetadataManager
 from strata.remote.rsm import create_remote_storage_manager
 
+from .bucket_manifests import BucketManifestService
 from .cluster.broker_client import BrokerConnection, BrokerConnectionError, inter_broker_security
 
 if TYPE_CHECKING:
     from strata.config import BrokerConfig
 
     from .endpoints import BrokerEndpoints
+    from .group.coordinator import GroupCoordinator
     from .metadata_store import MetadataStore
     from .metrics import BrokerMetrics
     from .partition import Partition
@@ -368,6 +372,25 @@ class TieredStorage:
         self.io = io
         self.partition_remover = partition_remover
         self.started = False
+        self.manifest_writer: ManifestWriter | None = None  # the bucket's manifests (None: an RSM without a store)
+        self.manifests: BucketManifestService | None = None
+
+    def start_manifests(
+        self, store: MetadataStore, replicas: ReplicaManager, groups: GroupCoordinator, cluster_interval_ms: int
+    ) -> None:
+        """Topic, cluster and group offsets manifests (the partition manifests are the RLM's), once the group
+        coordinator is up."""
+        if self.manifest_writer is None:
+            return
+        self.manifests = BucketManifestService(
+            self.manifest_writer,
+            store,
+            replicas,
+            groups,
+            broker_id=self.rlm.broker_id,
+            cluster_interval_ms=cluster_interval_ms,
+        )
+        self.manifests.start()
 
     async def start(self) -> None:
         self.started = True
@@ -378,6 +401,8 @@ class TieredStorage:
     async def close(self) -> None:
         if not self.started:
             return
+        if self.manifests is not None:
+            await self.manifests.close()
         await self.partition_remover.close()
         await self.rlm.close()
         await self.rlmm.close()
@@ -432,6 +457,17 @@ def build_tiered_storage(
     )
     # strata_rsm_s3_*, *_cache_*
     remote_metrics.register_storage_stats(lambda: rlm.rsm, lambda: rlm.index_cache)
+    bucket = manifest_store_for(rsm)
+    manifest_writer: ManifestWriter | None = None
+    if bucket is not None:  # bucket manifests (issue 24): LocalTieredStorage and S3 know how to store them
+        manifest_writer = ManifestWriter(bucket, keep=cfg["remote.manifest.retained.revisions"], metrics=remote_metrics)
+        rlm.manifests = PartitionManifestWriter(
+            manifest_writer,
+            rlmm,
+            broker_id=cfg.broker_id,
+            interval_ms=cfg["remote.manifest.upload.interval.ms"],
+            metrics=remote_metrics,
+        )
     remover = RemotePartitionRemover(
         rlm,
         rlmm,
@@ -441,4 +477,6 @@ def build_tiered_storage(
         is_leader=io.is_leader,
         wait_for_appends=io.wait_for_appends,
     )
-    return TieredStorage(rlm, rlmm, io, remover)
+    tiered = TieredStorage(rlm, rlmm, io, remover)
+    tiered.manifest_writer = manifest_writer
+    return tiered

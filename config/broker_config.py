@@ -77,6 +77,16 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("log.flush.offset.checkpoint.interval.ms", T.INT, 60000, "", at_least(0)),
     ConfigDef("log.flush.start.offset.checkpoint.interval.ms", T.INT, 60000, "", at_least(0)),
     ConfigDef("log.segment.delete.delay.ms", T.LONG, 60000, "", at_least(0)),
+    ConfigDef(
+        "num.recovery.threads.per.data.dir", T.INT, 1, "threads loading (and recovering) logs at startup", at_least(1)
+    ),
+    ConfigDef(
+        "log.open.files.cache.size",
+        T.INT,
+        4096,
+        "Strata only: segment files kept open at most (an LRU; at most half the soft RLIMIT_NOFILE)",
+        at_least(1),
+    ),
     ConfigDef("log.message.timestamp.type", T.STRING, "CreateTime", "", choices=("CreateTime", "LogAppendTime")),
     ConfigDef("log.message.timestamp.before.max.ms", T.LONG, 2**63 - 1, ""),
     ConfigDef("log.message.timestamp.after.max.ms", T.LONG, 3600 * 1000, ""),
@@ -392,6 +402,22 @@ _BROKER_DEFS: list[ConfigDef] = [
     ),
     ConfigDef("remote.log.metadata.initialization.retry.interval.ms", T.LONG, 100, "", at_least(1)),
     ConfigDef("follower.fetch.last.tiered.offset.enable", T.BOOLEAN, False, "KIP-1023"),
+    # bucket manifests (issue 24; Strata's own names)
+    ConfigDef(
+        "remote.manifest.upload.interval.ms",
+        T.LONG,
+        10000,
+        "at most one partition manifest write per partition per interval (after copies and remote deletions)",
+        at_least(0),
+    ),
+    ConfigDef(
+        "remote.cluster.manifest.interval.ms",
+        T.LONG,
+        60000,
+        "how often the controller (or single broker) writes the cluster manifest; 0 disables it",
+        at_least(0),
+    ),
+    ConfigDef("remote.manifest.retained.revisions", T.INT, 3, "manifest revisions kept per directory", at_least(1)),
     ConfigDef(
         "producer.id.expiration.ms",
         T.INT,

@@ -97,6 +97,11 @@ class LocalTieredStorage(RemoteStorageManager):
         fsync = parse_bool(configs.get("fsync.enable", True))
         return cls(Path(base) / ROOT_STORAGE_DIR_NAME, executor=executor, broker_id=broker_id, fsync=fsync)
 
+    @property
+    def fsync(self) -> bool:
+        """Whether writes are fsynced (`rsm.config.fsync.enable`); the manifest store beside it does the same."""
+        return self._fsync
+
     # -- helpers -------------------------------------------------------------------------------------------------
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         loop = asyncio.get_running_loop()

@@ -70,6 +70,19 @@ class RemoteMetrics:
         self.fetch_throttle_ms = Counter(
             "strata_remote_fetch_throttle_time_ms", "remote-fetch-throttle-time", registry=r
         )
+        k = ["kind"]  # bucket manifests (issue 24): partition, topic, cluster
+        self.manifest_uploads = Counter("strata_remote_manifest_uploads", "Bucket manifests written", k, registry=r)
+        self.manifest_upload_errors = Counter(
+            "strata_remote_manifest_upload_errors", "Bucket manifest writes that failed (retried)", k, registry=r
+        )
+        self.manifest_upload_bytes = Counter(
+            "strata_remote_manifest_upload_bytes", "Bytes of bucket manifests written", k, registry=r
+        )
+        self.manifest_writes_fenced = Counter(
+            "strata_remote_manifest_writes_fenced",
+            "Partition manifest writes dropped because this broker no longer leads at the epoch",
+            registry=r,
+        )
 
     def register_storage_stats(self, rsm: Callable[[], Any], index_cache: Callable[[], Any]) -> None:
         """Export the RSM's and the caches' statistics (read at scrape time) on this registry."""

@@ -40,6 +40,7 @@ from strata.storage.errors import OffsetOutOfRangeError
 from strata.storage.log import TimestampAndOffset, UnifiedLog
 from strata.storage.txn_index import AbortedTxn
 
+from .bucket_manifest_writer import PartitionManifestWriter
 from .executors import COPY, EXPIRATION, POOL, READ
 from .index_cache import RemoteIndexCache
 from .metadata import (
@@ -220,6 +221,8 @@ class RemoteLogManager:
             config.fetch_max_bytes_per_second, config.fetch_quota_window_num, config.fetch_quota_window_size_s
         )
         self._closed = False
+        #: bucket manifests (issue 24): told when a partition's remote segments change; None: not written
+        self.manifests: PartitionManifestWriter | None = None
 
     def start(self) -> None:
         """Warm the RSM's clients up in the background, so the first remote read after a start does not pay it."""
@@ -265,7 +268,15 @@ class RemoteLogManager:
                 ft.task = asyncio.create_task(self._follower_loop(tip, ft), name=f"rlm-follower-{tip}")
             ft.ulog = ulog
 
+    def _remote_changed(self, ulog: UnifiedLog, st: _PartitionTasks | None) -> None:
+        """A copy or deletion finished: the leader's manifest writer records the partition's new remote state."""
+        if self.manifests is not None and st is not None:
+            epoch = st.leader_epoch
+            self.manifests.request(ulog, st.tip, epoch, lambda: self.still_leader(st, epoch))
+
     def stop_partition(self, tip: TopicIdPartition) -> None:
+        if self.manifests is not None:
+            self.manifests.stop(tip)
         st = self._leaders.pop(tip, None)
         if st is not None:
             for t in (st.copy_task, st.expire_task):
@@ -276,6 +287,8 @@ class RemoteLogManager:
         """Leadership moved away: expiration stops now; a segment copy in flight finishes (KIP-405: the new leader may
         copy the same offsets again; such duplicates are allowed and expire with retention), then the copy task
         ends."""
+        if self.manifests is not None:
+            self.manifests.stop(tip)
         st = self._leaders.pop(tip, None)
         if st is None:
             return
@@ -308,6 +321,8 @@ class RemoteLogManager:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self.manifests is not None:
+            await self.manifests.close()
         self._leaders.clear()
         self._followers.clear()
         await self.index_cache.close()
@@ -347,6 +362,8 @@ class RemoteLogManager:
         await self._wait_ready(st.tip)
         await self._catch_up_as_new_leader(st.tip)
         await self.sync_highest_copied_offset(st.ulog)
+        if self.rlmm.list_remote_log_segments(st.tip):
+            self._remote_changed(st.ulog, st)  # a new leader's manifest: its lineage, its epoch (fences the old one)
         while not self._closed and not st.resigned:
             delay = self.config.task_interval_ms / 1000.0
             try:
@@ -541,6 +558,7 @@ class RemoteLogManager:
                 st.copying.discard(seg_id.id)
         self.metrics.copy_bytes.labels(ulog.topic).inc(seg.size)
         ulog.update_highest_offset_in_remote_storage(end)
+        self._remote_changed(ulog, st)
         log.info(
             "copied segment to remote storage",
             partition=str(tip),
@@ -645,6 +663,8 @@ class RemoteLogManager:
             new_start = ulog.local_log_start_offset
         if deleted and not deposed and new_start > ulog.log_start_offset:
             ulog.advance_log_start_offset(new_start)
+        if deleted and not deposed:
+            self._remote_changed(ulog, st)
         self._update_size_metrics(ulog, kept)
         return deleted
 
@@ -786,6 +806,8 @@ class RemoteLogManager:
                 if left:
                     raise RemoteStorageError(f"{left} segment(s) could not be deleted")
                 await self.rsm.delete_partition(tip)
+                if self.manifests is not None:
+                    await self.manifests.delete_partition(tip)
                 break
             except Exception as e:  # remote outage: back off and retry
                 failures += 1

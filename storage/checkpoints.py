@@ -73,9 +73,9 @@ def parse_checkpoint_lines(text: str, source: str) -> list[str]:
     return entries
 
 
-def write_checkpoint_lines(path: Path, entries: list[str]) -> None:
+def write_checkpoint_lines(path: Path, entries: list[str], sync: bool = True) -> None:
     body = f"{CHECKPOINT_VERSION}\n{len(entries)}\n" + "".join(e + "\n" for e in entries)
-    atomic_write(path, body.encode())
+    atomic_write(path, body.encode(), sync=sync)
 
 
 class OffsetCheckpointFile:

@@ -18,6 +18,7 @@ from .checkpoints import (
     read_checkpoint_lines,
     write_checkpoint_lines,
 )
+from .file_cache import as_path
 
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 UNDEFINED_EPOCH = -1
@@ -51,7 +52,7 @@ class LeaderEpochFileCache:
     """Entries ordered by both epoch and start offset (monotonic), as Kafka maintains them."""
 
     def __init__(self, path: Path | None, entries: list[EpochEntry] | None = None) -> None:
-        self.path = Path(path) if path is not None else None
+        self.path = None if path is None else as_path(path)
         self._entries: list[EpochEntry] = list(entries or [])
 
     @classmethod
@@ -121,9 +122,10 @@ class LeaderEpochFileCache:
         self._entries.append(entry)
         return True
 
-    def assign(self, epoch: int, start_offset: int) -> None:
+    def assign(self, epoch: int, start_offset: int, sync: bool = True) -> None:
+        """`sync=False`: the caller fsyncs the file and its dir itself (many new partitions' together)."""
         if self._assign(EpochEntry(epoch, start_offset)):
-            self.flush()
+            self.flush(sync)
 
     def assign_entries(self, entries: Iterable[EpochEntry]) -> None:
         """Assign several entries, then write the file once (Kafka's assign(entries)): a follower restoring the
@@ -154,9 +156,9 @@ class LeaderEpochFileCache:
         self._entries = []
         self.flush()
 
-    def flush(self) -> None:
+    def flush(self, sync: bool = True) -> None:
         if self.path is not None:
-            write_checkpoint_lines(self.path, [f"{e.epoch} {e.start_offset}" for e in self._entries])
+            write_checkpoint_lines(self.path, [f"{e.epoch} {e.start_offset}" for e in self._entries], sync)
 
     def __repr__(self) -> str:
         return f"LeaderEpochFileCache({self._entries})"

@@ -19,6 +19,8 @@ from array import array
 from bisect import bisect_left, bisect_right
 from pathlib import Path
 
+from .file_cache import OPEN_FILES, OpenFileCache, as_path
+
 INT32_MAX = 2**31 - 1
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
@@ -29,33 +31,63 @@ class IndexCorruptError(Exception):
 
 
 class _IndexFile:
-    """Shared fd handling: append-only writes at the logical end, fsync, truncate, rename, delete."""
+    """Shared file handling: append-only writes at the logical end, fsync, truncate, rename, delete.
+
+    Lazy, as Kafka's LazyIndex: nothing is read until the first lookup or append (`_ensure`), and the descriptor
+    comes from the open-file cache (storage/file_cache.py) for each write only, so an idle segment's indexes hold
+    no descriptor and no memory. `size_hint` (the file's size from the directory scan) lets an empty index skip
+    even the read."""
 
     entry_size = 0
 
-    def __init__(self, path: Path, base_offset: int, max_index_size: int) -> None:
-        self.path = Path(path)
+    def __init__(
+        self,
+        path: Path,
+        base_offset: int,
+        max_index_size: int,
+        *,
+        files: OpenFileCache | None = None,
+        size_hint: int | None = None,
+    ) -> None:
+        self.path = as_path(path)
         self.base_offset = base_offset
         self.max_entries = max(1, max_index_size // self.entry_size)
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        cache = files if files is not None else OPEN_FILES
+        self._file = cache.file(self.path, os.O_RDWR, create=size_hint is None)
         self._closed = False
-        self._load()
+        self._loaded = False
+        self._size_hint = size_hint
+
+    def _ensure(self) -> None:
+        if not self._loaded:
+            self._loaded = True
+            self._load(self._read_all() if self._size_hint != 0 else b"")
 
     # subclass hooks
-    def _load(self) -> None: ...
+    def _load(self, data: bytes) -> None: ...
 
     def _read_all(self) -> bytes:
-        size = os.fstat(self._fd).st_size
-        whole = size - size % self.entry_size
-        if whole != size:  # torn last entry (crash mid-write): drop it
-            os.ftruncate(self._fd, whole)
-        return os.pread(self._fd, whole, 0) if whole else b""
+        f = self._file
+        with f.use() as fd:
+            size = os.fstat(fd).st_size
+            whole = size - size % self.entry_size
+            if whole != size:  # torn last entry (crash mid-write): drop it
+                os.ftruncate(fd, whole)
+            return os.pread(fd, whole, 0) if whole else b""
 
     def _write_entry(self, n: int, data: bytes) -> None:
-        os.pwrite(self._fd, data, n * self.entry_size)
+        self._file.pwrite_all(data, n * self.entry_size)
 
     def _truncate_entries(self, n: int) -> None:
-        os.ftruncate(self._fd, n * self.entry_size)
+        self._file.truncate(n * self.entry_size)
+
+    def _reset_file(self) -> None:
+        """Empty the file, unless it is known to be empty already (recovery resets thousands of indexes, and a
+        needless ftruncate costs a journal write)."""
+        on_disk = self.entries if self._loaded else self._size_hint
+        self._loaded = True
+        if on_disk != 0:
+            self._truncate_entries(0)
 
     @property
     def entries(self) -> int:
@@ -79,22 +111,26 @@ class _IndexFile:
         return rel
 
     def flush(self) -> None:
-        if not self._closed:
-            os.fsync(self._fd)
+        if not self._closed and self._loaded:  # never loaded: never written since it was opened
+            self._file.fsync()
 
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            os.close(self._fd)
+            self._file.close()
 
     def mark_closed(self) -> None:
-        """The fd is closed by its owner (LogSegment's finalizer closes a segment's fds together): from now on
-        `flush` and `close` do nothing."""
-        self._closed = True
+        """Closed together with its segment: from now on `flush` does nothing."""
+        self.close()
+
+    def pin(self) -> None:
+        """Keep the descriptor open until close (the segment is about to be deleted; see `CachedFile.pin`)."""
+        self._file.pin()
 
     def rename_to(self, path: Path) -> None:
         os.rename(self.path, path)
         self.path = Path(path)
+        self._file.rename(self.path)
 
     def delete(self) -> None:
         self.close()
@@ -109,8 +145,10 @@ class OffsetIndex(_IndexFile):
 
     entry_size = 8
 
-    def _load(self) -> None:
-        data = self._read_all()
+    _offsets: array[int]
+    _positions: array[int]
+
+    def _load(self, data: bytes) -> None:
         raw = array("i", data)
         if sys.byteorder == "little":
             raw.byteswap()
@@ -119,6 +157,7 @@ class OffsetIndex(_IndexFile):
 
     def sanity_check(self, log_size: int | None = None) -> None:
         """Cheap checks (as Kafka's): last entry at or above the base, position inside the log."""
+        self._ensure()
         if not self._offsets:
             return
         if self._offsets[0] < 0 or self._positions[0] < 0:
@@ -133,6 +172,7 @@ class OffsetIndex(_IndexFile):
 
     def full_check(self) -> None:
         """Every entry strictly increasing (used on recovery, where we can afford a pass)."""
+        self._ensure()
         self.sanity_check()
         o, p = self._offsets, self._positions
         for i in range(1, len(o)):
@@ -141,16 +181,20 @@ class OffsetIndex(_IndexFile):
 
     @property
     def entries(self) -> int:
+        self._ensure()
         return len(self._offsets)
 
     @property
     def last_offset(self) -> int:
+        self._ensure()
         return self.base_offset + self._offsets[-1] if self._offsets else self.base_offset
 
     def entry(self, i: int) -> tuple[int, int]:
+        self._ensure()
         return self.base_offset + self._offsets[i], self._positions[i]
 
     def append(self, offset: int, position: int) -> None:
+        self._ensure()
         rel = self.relative(offset)
         if self._offsets and rel <= self._offsets[-1]:
             raise ValueError(f"index offset {offset} is not above the last entry {self.last_offset}")
@@ -162,6 +206,7 @@ class OffsetIndex(_IndexFile):
 
     def lookup(self, offset: int) -> tuple[int, int]:
         """(offset, position) of the greatest entry with offset <= target, else (base offset, 0)."""
+        self._ensure()
         i = bisect_right(self._offsets, offset - self.base_offset) - 1
         if i < 0:
             return self.base_offset, 0
@@ -169,11 +214,13 @@ class OffsetIndex(_IndexFile):
 
     def floor_position(self, position: int) -> int:
         """Greatest indexed batch start position <= `position` (0 if none): a known batch boundary."""
+        self._ensure()
         i = bisect_right(self._positions, position) - 1
         return self._positions[i] if i >= 0 else 0
 
     def truncate_to(self, offset: int) -> None:
         """Drop entries with offset >= `offset`."""
+        self._ensure()
         i = bisect_left(self._offsets, offset - self.base_offset)
         if i < len(self._offsets):
             del self._offsets[i:]
@@ -181,9 +228,8 @@ class OffsetIndex(_IndexFile):
             self._truncate_entries(i)
 
     def reset(self) -> None:
-        del self._offsets[:]
-        del self._positions[:]
-        self._truncate_entries(0)
+        self._reset_file()
+        self._offsets, self._positions = array("i"), array("i")
 
 
 class TimeIndex(_IndexFile):
@@ -191,8 +237,10 @@ class TimeIndex(_IndexFile):
 
     entry_size = 12
 
-    def _load(self) -> None:
-        data = self._read_all()
+    _timestamps: array[int]
+    _offsets: array[int]
+
+    def _load(self, data: bytes) -> None:
         self._timestamps = array("q")
         self._offsets = array("i")
         for ts, rel in _TIME_ENTRY.iter_unpack(data):
@@ -200,12 +248,14 @@ class TimeIndex(_IndexFile):
             self._offsets.append(rel)
 
     def sanity_check(self) -> None:
+        self._ensure()
         if self._offsets and (
             self._offsets[0] < 0 or self._offsets[-1] < self._offsets[0] or self._timestamps[-1] < self._timestamps[0]
         ):
             raise IndexCorruptError(f"{self.path}: entries out of order")
 
     def full_check(self) -> None:
+        self._ensure()
         self.sanity_check()
         t, o = self._timestamps, self._offsets
         for i in range(1, len(t)):
@@ -214,20 +264,24 @@ class TimeIndex(_IndexFile):
 
     @property
     def entries(self) -> int:
+        self._ensure()
         return len(self._timestamps)
 
     def entry(self, i: int) -> tuple[int, int]:
+        self._ensure()
         return self._timestamps[i], self.base_offset + self._offsets[i]
 
     @property
     def last_entry(self) -> tuple[int, int]:
         """(timestamp, offset) of the last entry, or (-1, base offset) when empty (Kafka's convention)."""
+        self._ensure()
         if not self._timestamps:
             return -1, self.base_offset
         return self._timestamps[-1], self.base_offset + self._offsets[-1]
 
     def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
         """Append only when `timestamp` exceeds the last entry's, as Kafka does."""
+        self._ensure()
         if self._timestamps and timestamp <= self._timestamps[-1]:
             return
         rel = self.relative(offset)
@@ -241,6 +295,7 @@ class TimeIndex(_IndexFile):
 
     def lookup(self, timestamp: int) -> tuple[int, int]:
         """(timestamp, offset) of the greatest entry with timestamp <= target, else (-1, base offset)."""
+        self._ensure()
         i = bisect_right(self._timestamps, timestamp) - 1
         if i < 0:
             return -1, self.base_offset
@@ -248,6 +303,7 @@ class TimeIndex(_IndexFile):
 
     def truncate_to(self, offset: int) -> None:
         """Drop entries with offset >= `offset`."""
+        self._ensure()
         i = bisect_left(self._offsets, offset - self.base_offset)
         if i < len(self._offsets):
             del self._timestamps[i:]
@@ -255,9 +311,8 @@ class TimeIndex(_IndexFile):
             self._truncate_entries(i)
 
     def reset(self) -> None:
-        del self._timestamps[:]
-        del self._offsets[:]
-        self._truncate_entries(0)
+        self._reset_file()
+        self._timestamps, self._offsets = array("q"), array("i")
 
 
 __all__ = ["OffsetIndex", "TimeIndex", "IndexCorruptError"]

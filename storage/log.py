@@ -8,6 +8,7 @@ per-batch header work only; records are never decoded.
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 import uuid
@@ -52,6 +53,7 @@ from .errors import (
     from_batch_error,
     record_validation_error,
 )
+from .file_cache import as_path
 from .file_region import FileRegion
 from .producer_state import CompletedTxn, ProducerStateEntry, ProducerStateManager, read_end_marker
 from .record_codec import check_keys_present
@@ -60,6 +62,7 @@ from .segment_swap import CLEANED_SUFFIX, SWAP_SUFFIX, complete_interrupted_swap
 from .txn_index import AbortedTxn
 
 _TEMP_SUFFIXES = (DELETED_SUFFIX, ".tmp", CLEANED_SUFFIX, SWAP_SUFFIX)
+_SEGMENT_SUFFIXES = frozenset((LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX))
 
 
 class SegmentsChangedError(Exception):
@@ -138,9 +141,11 @@ class UnifiedLog:
     recovery_point: int
     leader_epoch_cache: LeaderEpochFileCache
 
-    def __init__(self, dir: Path, topic_id: uuid.UUID, config: LogConfig) -> None:
-        """Use `UnifiedLog.open`; this only sets fields."""
-        self.dir = Path(dir)
+    def __init__(
+        self, dir: Path, topic_id: uuid.UUID, config: LogConfig, *, names: Iterable[str] | None = None
+    ) -> None:
+        """Use `UnifiedLog.open`; this only sets fields (`names`: the dir's file names, when already listed)."""
+        self.dir = as_path(dir)
         self.topic, self.partition = parse_topic_partition(self.dir.name)
         self.topic_id = topic_id
         self.config = config
@@ -150,13 +155,15 @@ class UnifiedLog:
         self.local_log_start_offset = 0
         self.high_watermark = 0
         self.recovery_point = 0
+        # called (event loop) when the log gets its first unflushed message: the LogManager's set of dirty logs
+        self.on_dirty: Callable[[UnifiedLog], None] | None = None
         self._appended_messages = 0  # written by the event loop only
         self._flushed_messages = 0  # written by flush only (maybe another thread)
         self._last_flush_ms = _now_ms()
         self._segments_created = 0
         self._segments_created_synced = 0
         self.leader_epoch_cache = LeaderEpochFileCache(self.dir / LEADER_EPOCH_CHECKPOINT)
-        self.producer_state = ProducerStateManager(self.dir)
+        self.producer_state = ProducerStateManager(self.dir, names=names)
         # KIP-405: the highest offset copied to remote storage (-1: none yet), maintained by the RemoteLogManager.
         # Local retention may only delete segments at or below it.
         self.highest_offset_in_remote_storage = -1
@@ -188,33 +195,52 @@ class UnifiedLog:
 
         needs_recovery (no clean-shutdown marker): every segment from the one holding `recovery_point` onward is
         validated batch by batch, a torn/corrupt tail is truncated (later segments dropped) and its indexes are
-        rebuilt. A clean open trusts the data but rebuilds missing or insane indexes.
+        rebuilt. A clean open trusts the data but rebuilds missing or insane indexes. As Kafka's LogLoader, recovery
+        neither fsyncs nor moves the recovery point past its checkpoint: only a flush advances it, so a crash before
+        the next flush recovers the same segments again (and 20,000 logs do not cost 20,000 fsyncs at startup).
         """
-        self = cls(dir, topic_id, config)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        complete_interrupted_swaps(self.dir)  # log cleaner: drop `.cleaned`, finish committed `.swap` (as LogLoader)
+        dir = as_path(dir)
+        dir.mkdir(parents=True, exist_ok=True)
+        names = os.listdir(dir)  # one listing serves the whole load (thousands of partitions load at startup)
+        if any(n.endswith((CLEANED_SUFFIX, SWAP_SUFFIX)) for n in names):
+            complete_interrupted_swaps(dir)  # log cleaner: drop `.cleaned`, finish committed `.swap` (as LogLoader)
+            names = os.listdir(dir)
         bases: list[int] = []
-        for f in list(self.dir.iterdir()):
-            name = f.name
+        kept: list[str] = []
+        for name in names:
             if name.endswith(_TEMP_SUFFIXES):
-                f.unlink(missing_ok=True)
-            elif name.endswith(LOG_SUFFIX) and name[: -len(LOG_SUFFIX)].isdigit():
+                (dir / name).unlink(missing_ok=True)
+                continue
+            kept.append(name)
+            if name.endswith(LOG_SUFFIX) and name[: -len(LOG_SUFFIX)].isdigit():
                 bases.append(int(name[: -len(LOG_SUFFIX)]))
         bases.sort()
         known = set(bases)
-        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
-            for f in self.dir.glob("*" + suffix):
-                stem = f.name[: -len(suffix)]
-                if stem.isdigit() and int(stem) not in known:
-                    f.unlink(missing_ok=True)  # orphan index of a deleted segment
+        listing: dict[str, os.stat_result] = {}
+        dir_str = str(dir)
+        for name in kept:
+            stem, dot, suffix = name.partition(".")
+            if not dot or not stem.isdigit() or "." + suffix not in _SEGMENT_SUFFIXES:
+                continue
+            if int(stem) not in known:
+                (dir / name).unlink(missing_ok=True)  # orphan index of a deleted segment
+                continue
+            try:
+                listing[name] = os.stat(os.path.join(dir_str, name))
+            except FileNotFoundError:
+                pass
+        self = cls(dir, topic_id, config, names=kept)
         first_to_recover = max(0, bisect_right(bases, recovery_point) - 1) if needs_recovery else len(bases)
-        recovered = False
         for i, base in enumerate(bases):
             seg, truncated = LogSegment.open(
-                self.dir, base, config.index_interval_bytes, config.segment_index_bytes, recover=i >= first_to_recover
+                self.dir,
+                base,
+                config.index_interval_bytes,
+                config.segment_index_bytes,
+                recover=i >= first_to_recover,
+                listing=listing,
             )
             self._add_segment(seg)
-            recovered = recovered or i >= first_to_recover
             if truncated:
                 # data after a corrupt point cannot be trusted: drop the later segments (as Kafka does)
                 for later in bases[i + 1 :]:
@@ -233,13 +259,7 @@ class UnifiedLog:
             self.truncate_fully_and_start_at(self.log_start_offset)
             leo = self.log_end_offset
         self.local_log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
-        if recovered:
-            for seg in self._segments[first_to_recover:]:
-                seg.flush()
-            fsync_path(self.dir)
-            self.recovery_point = leo
-        else:
-            self.recovery_point = min(max(recovery_point, self.log_start_offset), leo)
+        self.recovery_point = min(max(recovery_point, self.log_start_offset), leo)
         self.high_watermark = min(max(high_watermark, self.log_start_offset), leo)
         self.leader_epoch_cache = LeaderEpochFileCache.load(self.dir / LEADER_EPOCH_CHECKPOINT)
         self.leader_epoch_cache.truncate_from_end(leo)
@@ -613,6 +633,8 @@ class UnifiedLog:
             self._segments[-1].append(data, batches, next_offset)
         except OSError as e:
             raise KafkaStorageError(f"write to {self.dir} failed: {e}") from e
+        if self._appended_messages == self._flushed_messages and self.on_dirty is not None:
+            self.on_dirty(self)
         self._appended_messages += next_offset - first_offset
 
     # ------------------------------------------------------------------------------------------------------
@@ -702,7 +724,7 @@ class UnifiedLog:
                         self._complete_txns(completed)
         psm.update_map_end_offset(leo)
         try:
-            psm.take_snapshot(sync=True)
+            psm.take_snapshot(sync=False)  # fsynced by the next flush: a torn one falls back to a replay
         except OSError as e:
             raise KafkaStorageError(f"producer snapshot in {self.dir} failed: {e}") from e
 

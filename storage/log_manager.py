@@ -7,14 +7,17 @@ means a crash: logs are then recovered from their recovery points.
 
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+
+import structlog
 
 from strata.config import LogConfig
 from strata.protocol.uuids import kafka_uuid_str, parse_kafka_uuid
@@ -28,6 +31,8 @@ from .checkpoints import (
     atomic_write,
     fsync_path,
 )
+from .epoch_cache import LEADER_EPOCH_CHECKPOINT
+from .file_cache import OPEN_FILES, effective_capacity
 from .log import UnifiedLog, parse_topic_partition
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
@@ -35,6 +40,9 @@ PARTITION_METADATA_FILE = "partition.metadata"
 DELETE_DIR_SUFFIX = "-delete"
 ZERO_UUID = uuid.UUID(int=0)
 FSYNC_THREADS = 16  # threads making or fsyncing partition files together
+PROGRESS_EVERY_S = 2.0  # at most one "Recovering N logs: x/N done" line this often
+
+log = structlog.get_logger("strata.log_manager")
 
 TopicPartition = tuple[str, int]
 
@@ -65,6 +73,32 @@ def fsync_all(paths: list[Path]) -> None:
             pass
 
 
+class _Progress:
+    """Kafka's load progress: "Recovering N logs: x/N done (y%)" at most every PROGRESS_EVERY_S, and the total."""
+
+    def __init__(self, log_dir: Path, total: int, verb: str) -> None:
+        self.log_dir, self.total, self.verb = log_dir, total, verb
+        self.done = 0
+        self.start = self.last = time.monotonic()
+        if total:
+            log.info(f"{verb} {total} logs", log_dir=str(log_dir))
+
+    def done_one(self) -> None:
+        self.done += 1
+        now = time.monotonic()
+        if now - self.last >= PROGRESS_EVERY_S and self.done < self.total:
+            self.last = now
+            pct = 100 * self.done // self.total
+            log.info(
+                f"{self.verb} {self.total} logs: {self.done}/{self.total} done ({pct}%)", log_dir=str(self.log_dir)
+            )
+
+    def finish(self) -> None:
+        if self.total:
+            ms = round((time.monotonic() - self.start) * 1000)
+            log.info(f"{self.verb} {self.total} logs: done in {ms} ms", log_dir=str(self.log_dir))
+
+
 def read_partition_metadata(dir: Path) -> uuid.UUID | None:
     try:
         text = (dir / PARTITION_METADATA_FILE).read_text()
@@ -78,48 +112,81 @@ def read_partition_metadata(dir: Path) -> uuid.UUID | None:
 
 
 class LogManager:
-    def __init__(self, log_dirs: list[Path], log_config_for: Callable[[str], LogConfig]) -> None:
+    def __init__(
+        self,
+        log_dirs: list[Path],
+        log_config_for: Callable[[str], LogConfig],
+        *,
+        recovery_threads: int = 1,
+        open_files: int | None = None,
+    ) -> None:
+        """`recovery_threads`: num.recovery.threads.per.data.dir; `open_files`: log.open.files.cache.size (sizes
+        the process's open-file cache, storage/file_cache.py)."""
         self.log_dirs = [Path(d) for d in log_dirs]
         self.log_config_for = log_config_for
+        self.recovery_threads = max(1, recovery_threads)
+        if open_files is not None:
+            OPEN_FILES.resize(effective_capacity(open_files))
         self._logs: dict[TopicPartition, UnifiedLog] = {}
         self._log_dir_of: dict[TopicPartition, Path] = {}
+        self._dirty: set[UnifiedLog] = set()  # logs with unflushed messages: what the flush check looks at
         self._checkpoint_lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------------------------------------------
     def startup(self) -> None:
-        """Load every `<topic>-<partition>` dir; recover when the dir lacks the clean-shutdown marker."""
+        """Load every `<topic>-<partition>` dir, `num.recovery.threads.per.data.dir` logs at a time per dir (as
+        Kafka's LogManager.loadLogs); recover when the dir lacks the clean-shutdown marker (only the segments from
+        each log's recovery point on are scanned)."""
         for log_dir in self.log_dirs:
-            log_dir.mkdir(parents=True, exist_ok=True)
-            marker = log_dir / CLEAN_SHUTDOWN_FILE
-            clean = marker.exists()
-            recovery_points = self._read_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
-            log_starts = self._read_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
-            hws = self._read_checkpoint(log_dir / REPLICATION_OFFSET_CHECKPOINT)
-            for d in sorted(log_dir.iterdir()):
-                if not d.is_dir():
-                    continue
-                if d.name.endswith(DELETE_DIR_SUFFIX):
-                    shutil.rmtree(d, ignore_errors=True)  # a deletion interrupted by a crash
-                    continue
-                try:
-                    tp = parse_topic_partition(d.name)
-                except ValueError:
-                    continue
-                topic_id = read_partition_metadata(d) or ZERO_UUID
-                log = UnifiedLog.open(
-                    d,
-                    topic_id,
-                    self.log_config_for(tp[0]),
-                    recovery_point=recovery_points.get(tp, 0),
-                    log_start_offset=log_starts.get(tp, 0),
-                    high_watermark=hws.get(tp, 0),
-                    needs_recovery=not clean,
-                )
-                self._logs[tp] = log
-                self._log_dir_of[tp] = log_dir
-            marker.unlink(missing_ok=True)
-            if clean:
-                fsync_path(log_dir)
+            self._load_dir(log_dir)
+
+    def _load_dir(self, log_dir: Path) -> None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        marker = log_dir / CLEAN_SHUTDOWN_FILE
+        clean = marker.exists()
+        recovery_points = self._read_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
+        log_starts = self._read_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
+        hws = self._read_checkpoint(log_dir / REPLICATION_OFFSET_CHECKPOINT)
+        todo: list[tuple[TopicPartition, Path, LogConfig]] = []
+        with os.scandir(log_dir) as it:
+            names = sorted(e.name for e in it if e.is_dir())
+        for name in names:
+            d = log_dir / name
+            if name.endswith(DELETE_DIR_SUFFIX):
+                shutil.rmtree(d, ignore_errors=True)  # a deletion interrupted by a crash
+                continue
+            try:
+                tp = parse_topic_partition(name)
+            except ValueError:
+                continue
+            todo.append((tp, d, self.log_config_for(tp[0])))
+
+        def load(tp: TopicPartition, d: Path, config: LogConfig) -> UnifiedLog:
+            return UnifiedLog.open(
+                d,
+                read_partition_metadata(d) or ZERO_UUID,
+                config,
+                recovery_point=recovery_points.get(tp, 0),
+                log_start_offset=log_starts.get(tp, 0),
+                high_watermark=hws.get(tp, 0),
+                needs_recovery=not clean,
+            )
+
+        progress = _Progress(log_dir, len(todo), "Loading" if clean else "Recovering")
+        if self.recovery_threads == 1 or len(todo) <= 1:
+            for tp, d, config in todo:
+                self._register(tp, load(tp, d, config), log_dir)
+                progress.done_one()
+        else:
+            with ThreadPoolExecutor(self.recovery_threads, thread_name_prefix="strata-recovery") as pool:
+                futures = [(tp, pool.submit(load, tp, d, config)) for tp, d, config in todo]
+                for tp, f in futures:
+                    self._register(tp, f.result(), log_dir)
+                    progress.done_one()
+        progress.finish()
+        marker.unlink(missing_ok=True)
+        if clean:
+            fsync_path(log_dir)
 
     @staticmethod
     def _read_checkpoint(path: Path) -> dict[TopicPartition, int]:
@@ -128,19 +195,37 @@ class LogManager:
         except CheckpointFormatError:
             return {}  # treated as absent: recovery from offset 0 is slower but safe
 
+    def _register(self, tp: TopicPartition, log: UnifiedLog, log_dir: Path) -> None:
+        log.on_dirty = self._dirty.add
+        self._logs[tp] = log
+        self._log_dir_of[tp] = log_dir
+
     def shutdown(self) -> None:
-        """Flush every log, write all checkpoints, mark each dir cleanly shut down, close."""
-        for log in self._logs.values():
-            log.flush()
+        """Flush every log (many at once: their fsyncs share the file system's journal commits), write all
+        checkpoints, mark each dir cleanly shut down, close."""
+        logs = list(self._logs.values())
+        self._each_in_pool(UnifiedLog.flush, logs)
         self.checkpoint_recovery_points()
         self.checkpoint_log_start_offsets()
         self.checkpoint_high_watermarks()
-        for log in self._logs.values():
-            log.close()
+        self._each_in_pool(UnifiedLog.close, logs)  # each writes a synced producer snapshot
         for log_dir in self.log_dirs:
             atomic_write(log_dir / CLEAN_SHUTDOWN_FILE, b"")
         self._logs.clear()
+        self._dirty.clear()
         self._log_dir_of.clear()
+
+    @staticmethod
+    def _each_in_pool(fn: Callable[[UnifiedLog], None], logs: list[UnifiedLog]) -> None:
+        """`fn` on every log, FSYNC_THREADS at a time (their fsyncs share the file system's journal commits: one
+        after the other, 20,000 logs' shutdown outlasts any stop timeout)."""
+        if len(logs) <= 1:
+            for log in logs:
+                fn(log)
+            return
+        with ThreadPoolExecutor(min(FSYNC_THREADS, len(logs)), thread_name_prefix="strata-shutdown") as pool:
+            for _ in pool.map(fn, logs):
+                pass
 
     # -- logs ------------------------------------------------------------------------------------------------
     def get_log(self, topic: str, partition: int) -> UnifiedLog | None:
@@ -176,13 +261,21 @@ class LogManager:
         write_partition_metadata(d, topic_id)
         log = UnifiedLog.open(d, topic_id, config, needs_recovery=False)
         fsync_path(log_dir)
-        self._logs[tp] = log
-        self._log_dir_of[tp] = log_dir
+        self._register(tp, log, log_dir)
         return log
 
-    def make_logs(self, topic: str, partitions: list[int], topic_id: uuid.UUID, config: LogConfig) -> list[NewLog]:
+    def make_logs(
+        self,
+        topic: str,
+        partitions: list[int],
+        topic_id: uuid.UUID,
+        config: LogConfig,
+        leader_epochs: Mapping[int, int] | None = None,
+    ) -> list[NewLog]:
         """Create the dirs and files of new partition logs, without registering them (`adopt_logs` does, on the
-        event loop): the file-system work of a large CreateTopics may run in a worker thread. All or nothing: on an
+        event loop): the file-system work of a large CreateTopics may run in a worker thread. `leader_epochs`
+        (partition -> the epoch this broker leads it in) are written to the logs' epoch caches here, off the event
+        loop, so becoming leader finds them (each is an fsynced file write). All or nothing: on an
         OSError (say EMFILE, "Too many open files") what was made is closed and removed before it is raised, so no
         half-made partition dir is left to trouble a restart. The files are made durable together at the end."""
         counts = self._dir_counts()
@@ -196,7 +289,10 @@ class LogManager:
         def make(tp: TopicPartition, log_dir: Path, d: Path) -> NewLog:
             d.mkdir(parents=True, exist_ok=True)
             write_partition_metadata(d, topic_id, sync=False)
-            return NewLog(tp, log_dir, UnifiedLog.open(d, topic_id, config, needs_recovery=False))
+            log = UnifiedLog.open(d, topic_id, config, needs_recovery=False)
+            if leader_epochs and (epoch := leader_epochs.get(tp[1])) is not None:
+                log.leader_epoch_cache.assign(epoch, log.log_end_offset, sync=False)  # fsynced below with the rest
+            return NewLog(tp, log_dir, log)
 
         made: list[NewLog] = []
         failure: BaseException | None = None
@@ -212,7 +308,10 @@ class LogManager:
             if failure is not None:
                 raise failure
             # durable before the create is answered: each partition.metadata, its dir entry, the partition dirs
-            fsync_all([f for d in dirs for f in (d / PARTITION_METADATA_FILE, d)])
+            files = [d / PARTITION_METADATA_FILE for d in dirs]
+            if leader_epochs:
+                files += [n.log.dir / LEADER_EPOCH_CHECKPOINT for n in made if n.tp[1] in leader_epochs]
+            fsync_all(files + dirs)
             fsync_all(sorted({n.log_dir for n in made}))
         except BaseException:
             self.discard_logs(made, dirs)
@@ -232,8 +331,7 @@ class LogManager:
         for n in logs:
             if n.tp in self._logs:
                 continue
-            self._logs[n.tp] = n.log
-            self._log_dir_of[n.tp] = n.log_dir
+            self._register(n.tp, n.log, n.log_dir)
 
     def detach_log(self, topic: str, partition: int) -> Path | None:
         """Unregister and close a log and rename its dir to `<topic>-<partition>.<uuidhex>-delete` (atomic: a crash
@@ -244,6 +342,7 @@ class LogManager:
         log_dir = self._log_dir_of.pop(tp, None)
         if log is None or log_dir is None:
             return None
+        self._dirty.discard(log)
         log.close(take_snapshot=False)  # no producer snapshot for a log about to be removed
         tomb = log_dir / f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
         try:
@@ -302,12 +401,14 @@ class LogManager:
 
     def flush_dirty_logs(self, now_ms: int | None = None) -> list[UnifiedLog]:
         """Logs due a flush: flush.ms elapsed since the last one, or flush.messages reached, with unflushed data.
-        The caller flushes them (possibly in a worker thread)."""
+        The caller flushes them (possibly in a worker thread). Only logs appended to since their last flush are
+        looked at (O(active), not O(partitions))."""
         now = int(time.time() * 1000) if now_ms is None else now_ms
         due = []
-        for log in self._logs.values():
+        for log in list(self._dirty):
             pending = log.unflushed_messages
             if pending <= 0:
+                self._dirty.discard(log)  # flushed since: its next append adds it again
                 continue
             if now - log.last_flush_time_ms >= log.config.flush_ms or pending >= log.config.flush_messages:
                 due.append(log)

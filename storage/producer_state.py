@@ -48,6 +48,7 @@ from strata.protocol.records import NO_PRODUCER_EPOCH, NO_SEQUENCE
 
 from .checkpoints import atomic_write, fsync_path
 from .errors import StorageError
+from .file_cache import as_path
 
 NUM_BATCHES_TO_RETAIN = 5
 SNAPSHOT_SUFFIX = ".snapshot"
@@ -391,8 +392,9 @@ class ProducerStateManager:
 
     fast_path = True  # tests switch it off to compare the one-batch shortcut with the general validation
 
-    def __init__(self, dir: Path) -> None:
-        self.dir = Path(dir)
+    def __init__(self, dir: Path, names: Iterable[str] | None = None) -> None:
+        """`names`: the dir's file names when the caller has listed it already (one listing per log load)."""
+        self.dir = as_path(dir)
         self.producers: dict[int, ProducerStateEntry] = {}
         # open transactions, first offset -> producer id, in first offset order (appends come in offset order)
         self.ongoing_txns: dict[int, int] = {}
@@ -402,15 +404,16 @@ class ProducerStateManager:
         self.last_snap_offset = 0
         self._snapshots: dict[int, Path] = {}
         self._unflushed: list[Path] = []
-        self._load_snapshot_files()
+        self._load_snapshot_files(names)
 
     # -- snapshot files ---------------------------------------------------------------------------------------
-    def _load_snapshot_files(self) -> None:
+    def _load_snapshot_files(self, names: Iterable[str] | None = None) -> None:
         self._snapshots = {}
-        try:
-            names = os.listdir(self.dir)
-        except FileNotFoundError:
-            return
+        if names is None:
+            try:
+                names = os.listdir(self.dir)
+            except FileNotFoundError:
+                return
         for name in names:
             off = parse_snapshot_offset(name)
             if off is not None:

@@ -2,8 +2,10 @@
 
 All file I/O is fd-level (`os.pwrite`/`os.pread`) with no user-space buffering, so once `append` returns the bytes
 are in the page cache and survive a `kill -9` of the broker (durability against power loss is `flush`'s job).
-A segment's fds stay open until the object is closed or garbage collected, so a reader or a flush thread that holds
-a segment which retention has just deleted keeps working on the unlinked inode instead of failing.
+Descriptors come from the bounded open-file cache (storage/file_cache.py): a segment holds one only while it reads
+or writes, and its indexes load lazily (storage/index.py), so an idle segment costs no descriptor. `delete` pins
+the files' descriptors before it unlinks them, so a reader or a flush thread that holds a segment which retention
+has just deleted keeps working on the unlinked inode instead of failing.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 
 from strata.protocol.records import HEADER_SIZE, LOG_APPEND_TIME, BatchHeader, compute_crc, iter_records
 
+from .file_cache import OPEN_FILES, CachedFile, OpenFileCache, as_path
 from .file_region import FileRegion
 from .index import INT32_MAX, IndexCorruptError, OffsetIndex, TimeIndex
 from .txn_index import TransactionIndex
@@ -34,20 +37,21 @@ def filename_prefix(offset: int) -> str:
     return f"{offset:020d}"
 
 
-def _pwrite_all(fd: int, data: bytes | bytearray | memoryview, pos: int) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.pwrite(fd, view, pos)
-        pos += n
-        view = view[n:]
-
-
-def _close_fds(fds: list[int]) -> None:
-    for fd in fds:
+def _stat_files(dir: Path, base_offset: int) -> dict[str, os.stat_result]:
+    """Name -> stat of a segment's files that exist (what the log dir's scan gives `UnifiedLog.open`)."""
+    out = {}
+    prefix = filename_prefix(base_offset)
+    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
         try:
-            os.close(fd)
-        except OSError:
+            out[prefix + suffix] = os.stat(dir / (prefix + suffix))
+        except FileNotFoundError:
             pass
+    return out
+
+
+def _close_files(files: list[CachedFile]) -> None:
+    for f in files:
+        f.close()
 
 
 class LogSegment:
@@ -58,6 +62,29 @@ class LogSegment:
     index entry. Only the event-loop thread mutates a segment; `flush` may run on another thread.
     """
 
+    __slots__ = (
+        "dir",
+        "base_offset",
+        "index_interval_bytes",
+        "log_path",
+        "indexes_existed",
+        "log_file",
+        "size",
+        "offset_index",
+        "time_index",
+        "_finalizer",
+        "txn_index",
+        "next_offset",
+        "max_timestamp_so_far",
+        "offset_of_max_timestamp_so_far",
+        "bytes_since_last_index_entry",
+        "rolling_based_timestamp",
+        "created_ms",
+        "deleted",
+        "truncations",
+        "__weakref__",
+    )
+
     def __init__(
         self,
         dir: Path,
@@ -66,53 +93,80 @@ class LogSegment:
         max_index_size: int = 10 * 1024 * 1024,
         *,
         created_ms: int | None = None,
+        files: OpenFileCache | None = None,
+        listing: dict[str, os.stat_result] | None = None,
     ) -> None:
-        self.dir = Path(dir)
+        """`listing` (file name -> stat, from the log dir's scan at load) opens existing files without a stat or
+        an open each; without it the files are created if missing (a new segment)."""
+        self.dir = as_path(dir)
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
+        cache = files if files is not None else OPEN_FILES
         prefix = filename_prefix(base_offset)
         self.log_path = self.dir / (prefix + LOG_SUFFIX)
         index_path = self.dir / (prefix + INDEX_SUFFIX)
         time_index_path = self.dir / (prefix + TIME_INDEX_SUFFIX)
-        self.indexes_existed = index_path.exists() and time_index_path.exists()
-        self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
-        # Three descriptors per segment: one that cannot be opened (EMFILE) must not leak the ones before it.
-        opened = [self._fd]
+        if listing is None:
+            idx_size = tidx_size = None
+            self.indexes_existed = index_path.exists() and time_index_path.exists()
+            txn_exists = None
+        else:
+            idx_st, tidx_st = listing.get(index_path.name), listing.get(time_index_path.name)
+            idx_size = None if idx_st is None else idx_st.st_size
+            tidx_size = None if tidx_st is None else tidx_st.st_size
+            self.indexes_existed = idx_size is not None and tidx_size is not None
+            txn_exists = prefix + TXN_INDEX_SUFFIX in listing
+        log_st = None if listing is None else listing.get(self.log_path.name)
+        log_size = None if log_st is None else log_st.st_size
+        self.log_file = cache.file(self.log_path, os.O_RDWR, create=log_size is None)
+        # a file that cannot be made (EMFILE, ENOSPC) must not leave the ones before it open
+        opened = [self.log_file]
         try:
-            self.size = os.fstat(self._fd).st_size
-            self.offset_index = OffsetIndex(index_path, base_offset, max_index_size)
-            opened.append(self.offset_index._fd)
-            self.time_index = TimeIndex(time_index_path, base_offset, max_index_size)
+            self.size = self.log_file.size() if log_size is None else log_size
+            self.offset_index = OffsetIndex(index_path, base_offset, max_index_size, files=cache, size_hint=idx_size)
+            opened.append(self.offset_index._file)
+            self.time_index = TimeIndex(time_index_path, base_offset, max_index_size, files=cache, size_hint=tidx_size)
+            opened.append(self.time_index._file)
         except BaseException:
-            _close_fds(opened)
+            _close_files(opened)
             raise
-        self._finalizer = weakref.finalize(self, _close_fds, [self._fd, self.offset_index._fd, self.time_index._fd])
         # aborted transactions whose abort marker is in this segment (the file exists once there is one)
-        self.txn_index = TransactionIndex(self.dir / (prefix + TXN_INDEX_SUFFIX), base_offset)
+        self.txn_index = TransactionIndex(
+            self.dir / (prefix + TXN_INDEX_SUFFIX), base_offset, files=cache, exists=txn_exists
+        )
+        self._finalizer = weakref.finalize(self, _close_files, [*opened, self.txn_index.file])
         self.next_offset = base_offset
         self.max_timestamp_so_far = -1
         self.offset_of_max_timestamp_so_far = base_offset
         self.bytes_since_last_index_entry = 0
         self.rolling_based_timestamp: int | None = None  # max timestamp of the first batch (Kafka's roll basis)
-        self.created_ms = created_ms if created_ms is not None else int(time.time() * 1000)
+        if created_ms is None:
+            created_ms = int(log_st.st_mtime * 1000) if log_st is not None else int(time.time() * 1000)
+        self.created_ms = created_ms
         self.deleted = False
         self.truncations = 0  # bumped by truncate_to: a FileRegion fixed before it is no longer valid
 
     # -- loading ---------------------------------------------------------------------------------------------
     @classmethod
     def open(
-        cls, dir: Path, base_offset: int, index_interval_bytes: int, max_index_size: int, *, recover: bool = False
+        cls,
+        dir: Path,
+        base_offset: int,
+        index_interval_bytes: int,
+        max_index_size: int,
+        *,
+        recover: bool = False,
+        listing: dict[str, os.stat_result] | None = None,
+        files: OpenFileCache | None = None,
     ) -> tuple[LogSegment, int]:
         """Open an existing segment. Returns (segment, bytes truncated by recovery).
 
         `recover` validates every batch and rebuilds the indexes; otherwise the files are trusted but an index that
         is missing or fails its sanity check is rebuilt (which validates the segment as a side effect).
         """
-        seg = cls(dir, base_offset, index_interval_bytes, max_index_size)
-        try:
-            seg.created_ms = int(os.stat(seg.log_path).st_mtime * 1000)
-        except OSError:
-            pass
+        if listing is None:
+            listing = _stat_files(Path(dir), base_offset)
+        seg = cls(dir, base_offset, index_interval_bytes, max_index_size, listing=listing, files=files)
         truncated = 0
         if recover or not seg.indexes_existed:
             truncated = seg.recover()
@@ -155,7 +209,7 @@ class LogSegment:
 
     def _load_first_batch_timestamp(self) -> None:
         if self.size >= HEADER_SIZE:
-            self.rolling_based_timestamp = BatchHeader(os.pread(self._fd, HEADER_SIZE, 0)).max_timestamp
+            self.rolling_based_timestamp = BatchHeader(self.log_file.pread(HEADER_SIZE, 0)).max_timestamp
 
     def recover(self) -> int:
         """Validate batches from the start, truncate at the first invalid one, rebuild both indexes.
@@ -184,7 +238,7 @@ class LogSegment:
             valid = pos + h.size
         truncated = self.size - valid
         if truncated:
-            os.ftruncate(self._fd, valid)
+            self.log_file.truncate(valid)
             self.size = valid
         self.time_index.maybe_append(
             self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far, skip_full_check=True
@@ -194,17 +248,17 @@ class LogSegment:
 
     def _iter_batch_bytes(self) -> Iterator[tuple[int, bytes, int]]:
         """Yield (file position, buffer, offset in buffer) for each complete batch, reading ~1 MB at a time."""
-        fd, pos, end = self._fd, 0, self.size
+        pread, pos, end = self.log_file.pread, 0, self.size
         buf, buf_start = b"", 0
         while pos + HEADER_SIZE <= end:
             off = pos - buf_start
             if off + HEADER_SIZE > len(buf):
-                buf, buf_start, off = os.pread(fd, min(_RECOVERY_CHUNK, end - pos), pos), pos, 0
+                buf, buf_start, off = pread(min(_RECOVERY_CHUNK, end - pos), pos), pos, 0
             size = BatchHeader(buf, off).size
             if size < HEADER_SIZE or pos + size > end:
                 return
             if off + size > len(buf):  # batch straddles the chunk: re-read from its start
-                buf, buf_start, off = os.pread(fd, max(size, min(_RECOVERY_CHUNK, end - pos)), pos), pos, 0
+                buf, buf_start, off = pread(max(size, min(_RECOVERY_CHUNK, end - pos)), pos), pos, 0
                 if len(buf) < size:
                     return
             yield pos, buf, off
@@ -214,14 +268,14 @@ class LogSegment:
     def iter_headers(self, start: int = 0, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
         """Yield (position, header) of complete batches in [start, end), reading headers in 16 KB chunks."""
         end = self.size if end is None else end
-        fd = self._fd
+        pread = self.log_file.pread
         buf = b""
         buf_start = start
         pos = start
         while pos + HEADER_SIZE <= end:
             rel = pos - buf_start
             if rel + HEADER_SIZE > len(buf):
-                buf = os.pread(fd, min(_SCAN_CHUNK, end - pos), pos)
+                buf = pread(min(_SCAN_CHUNK, end - pos), pos)
                 buf_start, rel = pos, 0
                 if len(buf) < HEADER_SIZE:
                     return
@@ -260,7 +314,7 @@ class LogSegment:
         the indexes, so a crash in between leaves indexes that never point past the data.
         """
         start = self.size
-        _pwrite_all(self._fd, data, start)
+        self.log_file.pwrite_all(data, start)
         if self.rolling_based_timestamp is None and batches:
             self.rolling_based_timestamp = batches[0][3]
         for rel, size, last_offset, max_ts in batches:
@@ -310,9 +364,10 @@ class LogSegment:
             return b"", start_offset
         if zero_copy_min and stop - start_pos >= zero_copy_min:
             generation = self.truncations
-            region = FileRegion(self._fd, start_pos, stop - start_pos, lambda: self.truncations == generation)
+            with self.log_file.use() as fd:  # the region holds its own duplicate: the cache may close this one
+                region = FileRegion(fd, start_pos, stop - start_pos, lambda: self.truncations == generation)
             return region, first.base_offset
-        return os.pread(self._fd, stop - start_pos, start_pos), first.base_offset
+        return self.log_file.pread(stop - start_pos, start_pos), first.base_offset
 
     def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> tuple[int, int] | None:
         """(timestamp, offset) of the first record with timestamp >= `timestamp` at or after `start_offset`."""
@@ -329,7 +384,7 @@ class LogSegment:
         return None
 
     def read_batch(self, position: int, size: int) -> bytes:
-        return os.pread(self._fd, size, position)
+        return self.log_file.pread(size, position)
 
     def truncate_to(self, offset: int) -> int:
         """Remove batches at and after the one holding `offset`; returns bytes removed."""
@@ -342,7 +397,7 @@ class LogSegment:
         self.txn_index.truncate_to(h.base_offset)
         removed = self.size - pos
         self.truncations += 1
-        os.ftruncate(self._fd, pos)
+        self.log_file.truncate(pos)
         self.size = pos
         self.next_offset = self.base_offset
         self._load_tail()
@@ -401,7 +456,7 @@ class LogSegment:
         if self.is_closed():
             return
         try:
-            os.fsync(self._fd)
+            self.log_file.fsync()
             self.offset_index.flush()
             self.time_index.flush()
             self.txn_index.flush()
@@ -423,9 +478,15 @@ class LogSegment:
     def delete(self) -> None:
         """Rename the files with `.deleted` (as Kafka does before the async delete) then unlink them.
 
-        The fds stay open until the object is dropped, so concurrent readers/flushers keep a valid inode.
+        The descriptors are pinned open first and stay open until the object is closed or dropped, so concurrent
+        readers/flushers keep a valid inode.
         """
         self.deleted = True
+        for f in (self.log_file, self.offset_index, self.time_index):
+            try:
+                f.pin()
+            except FileNotFoundError:
+                pass
         for path in (self.log_path, self.offset_index.path, self.time_index.path):
             tomb = path.with_name(path.name + DELETED_SUFFIX)
             try:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from .errors import KafkaStorageError
+from .file_cache import OPEN_FILES, OpenFileCache, as_path
 
 TXN_INDEX_VERSION = 0
 _ENTRY = struct.Struct(">hqqqq")
@@ -77,13 +78,17 @@ class TransactionIndex:
     """A segment's `.txnindex`. Entries are kept in memory too (a handful per segment at most in practice, and
     one per aborted transaction in the worst case) so lookups never touch the disk."""
 
-    def __init__(self, path: Path, base_offset: int) -> None:
-        self.path = Path(path)
+    def __init__(
+        self, path: Path, base_offset: int, *, files: OpenFileCache | None = None, exists: bool | None = None
+    ) -> None:
+        """`exists` (known from the log dir's scan) saves a stat; the descriptor comes from the open-file cache
+        (storage/file_cache.py) on writes only."""
+        self.path = as_path(path)
         self.base_offset = base_offset
         self.entries: list[AbortedTxn] = []
-        self._fd: int | None = None
+        self.file = (files if files is not None else OPEN_FILES).file(self.path, os.O_RDWR | os.O_APPEND)
         self._dirty = False
-        if self.path.exists():
+        if exists or (exists is None and self.path.exists()):
             self._load()
 
     def _load(self) -> None:
@@ -92,11 +97,6 @@ class TransactionIndex:
         self.entries = decode_entries(data)
         if len(self.entries) * ENTRY_SIZE != len(data):
             os.truncate(self.path, len(self.entries) * ENTRY_SIZE)
-
-    def _open(self) -> int:
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        return self._fd
 
     @property
     def is_empty(self) -> bool:
@@ -113,7 +113,11 @@ class TransactionIndex:
             raise KafkaStorageError(
                 f"{self.path.name}: aborted transaction ending at {txn.last_offset} appended after one ending at {last}"
             )
-        os.write(self._open(), txn.encode())
+        fd = self.file.acquire(os.O_CREAT)
+        try:
+            os.write(fd, txn.encode())
+        finally:
+            self.file.release()
         self.entries.append(txn)
         self._dirty = True
 
@@ -134,17 +138,12 @@ class TransactionIndex:
         return search(self.entries, fetch_offset, upper_bound)
 
     def flush(self) -> None:
-        if self._fd is not None and self._dirty:
+        if self._dirty and not self.file.closed:
             self._dirty = False
-            os.fsync(self._fd)
+            self.file.fsync()
 
     def close(self) -> None:
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        self.file.close()
 
     def delete(self, tomb_suffix: str) -> None:
         """Rename with `tomb_suffix` then unlink (as the segment's other files)."""

@@ -283,6 +283,9 @@ def test_torn_tail_recovery(tmp_path):
     assert log.log_end_offset == 18
     assert path.stat().st_size < size - 7 + 1
     assert read_all(log) == list(range(18))
+    # as Kafka's LogLoader: recovery does not advance the recovery point (only a flush does)
+    assert log.recovery_point == 0
+    log.flush()
     assert log.recovery_point == 18
     info = log.append_as_leader(batch(2), 0)
     assert info.first_offset == 18

@@ -107,3 +107,27 @@ def test_retention_and_flush_scheduling(tmp_path):
     assert log.log_start_offset == log.log_end_offset
     assert (tmp_path / "d" / "log-start-offset-checkpoint").read_text() == f"0\n1\nt 0 {log.log_start_offset}\n"
     lm.shutdown()
+
+
+def test_flush_check_looks_only_at_logs_appended_to(tmp_path):
+    """The once-a-second flush check is O(active logs): idle logs are not in its set, a flushed log leaves it and
+    its next append brings it back."""
+    cfg = default_log_config(flush_ms=0)
+    lm = LogManager([tmp_path / "d"], lambda t: cfg)
+    lm.startup()
+    logs = lm.make_logs("t", list(range(50)), uuid.uuid4(), cfg)
+    lm.adopt_logs(logs)
+    busy = [lm.get_log("t", p) for p in (3, 17, 41)]
+    for log in busy:
+        assert log is not None
+        log.append_as_leader(build_batch([b"v"], timestamp=NOW), 0)
+    assert set(lm.flush_dirty_logs()) == set(busy)
+    assert len(lm._dirty) == 3  # not 50
+    for log in busy:
+        assert log is not None
+        log.flush()
+    assert lm.flush_dirty_logs() == [] and not lm._dirty
+    assert busy[0] is not None
+    busy[0].append_as_leader(build_batch([b"w"], timestamp=NOW), 0)
+    assert lm.flush_dirty_logs() == [busy[0]]
+    lm.shutdown()
