@@ -10,13 +10,12 @@ or raw) during the read phase. ``--repeat N`` reads N times (a before/after comp
 from __future__ import annotations
 
 import argparse
-import shutil
-import subprocess
 import sys
 import uuid
 from pathlib import Path
 
 from .brokers import make_strata
+from .flamegraph import py_spy
 from .scenarios import ConsumeThroughput, ProduceThroughput, RawFetchThroughput, RunContext, Settings
 
 
@@ -45,26 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         sc = RawFetchThroughput(prod, procs=args.procs) if args.mode == "raw" else ConsumeThroughput(prod)
         for i in range(args.repeat):
             b.wait_quiet()
-            spy = None
-            if args.py_spy and i == 0:
-                exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-                spy = subprocess.Popen(
-                    [
-                        exe,
-                        "record",
-                        "-o",
-                        args.py_spy,
-                        "--pid",
-                        str(b.pid),
-                        "-d",
-                        str(int(args.seconds)),
-                        "-r",
-                        "250",
-                        "-f",
-                        args.format,
-                        "--nonblocking",
-                    ]
-                )
+            spy = py_spy(b.pid, args.py_spy, args.seconds, args.format) if args.py_spy and i == 0 else None
             r = sc.run(b, ctx)
             print(
                 f"{sc.name}: {r.get('metrics')} cpu_s_per_gib={r.get('broker_cpu_s_per_gib')} {r.get('errors') or ''}",

@@ -16,6 +16,7 @@ import socket
 import struct
 import time
 import traceback
+from collections.abc import Iterator
 from typing import Any
 
 MiB = 1024 * 1024
@@ -108,7 +109,7 @@ def parse_fetch_v11(buf: memoryview, size: int) -> dict[int, tuple[int, int, int
     return out
 
 
-def _recv_exact(sock: socket.socket, view: memoryview, n: int) -> None:
+def recv_exact(sock: socket.socket, view: memoryview, n: int) -> None:
     got = 0
     while got < n:
         k = sock.recv_into(view[got:n], n - got)
@@ -117,14 +118,27 @@ def _recv_exact(sock: socket.socket, view: memoryview, n: int) -> None:
         got += k
 
 
+@contextlib.contextmanager
+def worker_result(worker: int, barrier, out) -> Iterator[tuple[dict[str, Any], contextlib.ExitStack]]:
+    """A bench worker's result dict, put on `out` when the body ends; a failure is reported there with its traceback
+    and breaks the barrier (the parent stops waiting). Sockets entered on the stack are closed first."""
+    res: dict[str, Any] = {"worker": worker}
+    try:
+        with contextlib.ExitStack() as stack:
+            yield res, stack
+    except Exception:  # noqa: BLE001
+        res["error"] = traceback.format_exc(limit=3)
+        with contextlib.suppress(Exception):
+            barrier.abort()
+    out.put(res)
+
+
 def raw_fetch_worker(cfg: dict, barrier, out) -> None:
     """Read ``cfg['targets']`` ({partition: end offset}) of ``cfg['topic']`` from offset 0, whole passes repeated
     while the measurement is shorter than ``min_seconds`` (bounded by ``max_passes`` and ``time_cap``)."""
-    res: dict[str, Any] = {"worker": cfg["worker"]}
-    sock = None
-    try:
+    with worker_result(cfg["worker"], barrier, out) as (res, stack):
         host, port = cfg["bootstrap"].rsplit(":", 1)
-        sock = socket.create_connection((host, int(port)), timeout=30)
+        sock = stack.enter_context(socket.create_connection((host, int(port)), timeout=30))
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * MiB)
@@ -139,8 +153,8 @@ def raw_fetch_worker(cfg: dict, barrier, out) -> None:
         # of the data, so a cold remote read is not warmed by it)
         warm = {int(k): int(v) for k, v in (cfg.get("warmup_offsets") or dict.fromkeys(targets, 0)).items()}
         sock.sendall(encode_fetch(topic, warm, corr, 1024, 1024, max_wait_ms=0))
-        _recv_exact(sock, head, 4)
-        _recv_exact(sock, view, _I32.unpack_from(head)[0])
+        recv_exact(sock, head, 4)
+        recv_exact(sock, view, _I32.unpack_from(head)[0])
         barrier.wait(timeout=120)
         start = time.monotonic()
         deadline = start + cfg["time_cap"]
@@ -154,12 +168,12 @@ def raw_fetch_worker(cfg: dict, barrier, out) -> None:
             while offsets and time.monotonic() < deadline:
                 corr += 1
                 sock.sendall(encode_fetch(topic, offsets, corr, max_bytes, pmax))
-                _recv_exact(sock, head, 4)
+                recv_exact(sock, head, 4)
                 (size,) = _I32.unpack_from(head)
                 if size > len(buf):
                     buf = bytearray(size)
                     view = memoryview(buf)
-                _recv_exact(sock, view, size)
+                recv_exact(sock, view, size)
                 requests += 1
                 frame_bytes += size + 4
                 for part, (err, nbytes, nxt) in parse_fetch_v11(view, size).items():
@@ -192,14 +206,6 @@ def raw_fetch_worker(cfg: dict, barrier, out) -> None:
             first_error=first_error,
             capped=capped,
         )
-    except Exception:  # noqa: BLE001
-        res["error"] = traceback.format_exc(limit=3)
-        with contextlib.suppress(Exception):
-            barrier.abort()
-    finally:
-        if sock is not None:
-            sock.close()
-    out.put(res)
 
 
 def list_offset(
@@ -222,9 +228,9 @@ def list_offset(
     with socket.create_connection((host, int(port)), timeout=timeout) as sock:
         sock.sendall(bytes(req.encode(header=True, framed=True)))
         head = memoryview(bytearray(4))
-        _recv_exact(sock, head, 4)
+        recv_exact(sock, head, 4)
         body = memoryview(bytearray(_I32.unpack_from(head)[0]))
-        _recv_exact(sock, body, len(body))
+        recv_exact(sock, body, len(body))
     resp = ListOffsetsResponse.decode(bytes(body), version=version, header=True)
     p = resp.topics[0].partitions[0]
     return p.error_code, p.offset

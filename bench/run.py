@@ -222,6 +222,7 @@ OPTIONAL_GROUPS: list[tuple[str, str]] = [
     ("rebalance", "bench.rebalance_bench"),  # issue 20: a 7th member joins 6: classic eager/cooperative vs KIP-848
     ("iceberg", "bench.iceberg_bench"),  # issue 23: translation vs produce rate, Spark aggregate table vs topic
     ("scale", "bench.scale_bench"),  # issue 22: idle cost, Metadata and restarts with 1,000-20,000 partitions
+    ("floor", "bench.floor"),  # issue 22: produce/fetch floors of this machine and Strata's ratio to them
 ]
 
 

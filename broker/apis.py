@@ -15,6 +15,7 @@ import structlog
 
 from strata.protocol.acl import CLUSTER_NAME, AclError, AclOperation, ResourceType, parse_principal
 from strata.protocol.fetch_response import encode_fetch_response
+from strata.protocol.produce_records import use_request_buffer
 from strata.protocol.records import BufferChain
 from strata.protocol.registry import (
     SUPPORTED_VERSIONS,
@@ -28,6 +29,7 @@ from strata.protocol.registry import (
     unsupported_api_versions_response,
 )
 from strata.protocol.request_nulls import NullFieldError
+from strata.storage.file_region import FileRegion
 
 from .authorization import authorize
 from .cluster.forwarding import forwarded_identity, reframe
@@ -167,6 +169,7 @@ class KafkaApis:
         # read, and its connection reads nothing more until it is answered: backpressure, as Kafka's full request
         # queue stops its processors from reading.
         self.request_slots = asyncio.Semaphore(services.config["queued.max.requests"])
+        self.zero_copy = bool(services.config["fetch.zero.copy.enable"])  # sendfile on plaintext listeners
         missing = set(SUPPORTED_VERSIONS) - set(self.handlers)
         if missing:
             raise RuntimeError(f"advertised APIs without a handler: {sorted(missing)}")
@@ -177,7 +180,7 @@ class KafkaApis:
         self.metrics.request_completed(name, elapsed, req)
         return elapsed
 
-    async def handle(self, conn: Connection, payload: bytes | memoryview) -> bytes | list | None:
+    async def handle(self, conn: Connection, payload: bytes | bytearray) -> bytes | list | None:
         received = time.perf_counter()
         try:
             hdr = peek_header(payload)
@@ -237,6 +240,8 @@ class KafkaApis:
             self.metrics.request_errors.labels(name).inc()
             raise CloseConnection from None
         req = decoded.body
+        if hdr.api_key == ApiKey.PRODUCE and isinstance(payload, bytearray):
+            use_request_buffer(req, payload, hdr.api_version)  # the append stamps the batch headers in place
         ctx = RequestContext(
             hdr.api_key,
             hdr.api_version,
@@ -249,6 +254,7 @@ class KafkaApis:
             self.authorizer,
             conn.sasl,
             self.metrics,
+            zero_copy=self.zero_copy and conn.plaintext,
         )
         act_for_forwarded_client(ctx)
         fwd = self.services.controller_channel
@@ -370,8 +376,9 @@ def response_entries(resp: Any, limit: int) -> int:
 
 
 def join_record_chains(resp: Any) -> None:
-    """BufferChain records (remote reads) as one buffer each, for kafka-python's encoder."""
+    """BufferChain records (remote reads) and FileRegions (zero-copy reads) as one buffer each, for
+    kafka-python's encoder."""
     for t in resp.responses:
         for p in t.partitions:
-            if isinstance(p.records, BufferChain):
+            if isinstance(p.records, BufferChain | FileRegion):
                 p.records = bytes(p.records)

@@ -1,13 +1,18 @@
-"""The read side of a client connection: 4-byte-framed requests received with a buffer sized on demand, and Kafka's
+"""The read side of a client connection: 4-byte-framed requests received with buffers sized on demand, and Kafka's
 request memory pool (`queued.max.request.bytes`).
 
-`FrameProtocol` is the connection's asyncio protocol (a BufferedProtocol: the event loop receives straight into
-the buffer it offers). Between requests it holds no buffer at all: an idle connection costs its objects, not a read
-buffer. When bytes arrive, a chunk of READ_AHEAD bytes takes the size and small frames, which are copied out of it;
-a frame that is not all there yet gets a buffer of exactly its size and the rest of it is received in place (no copy,
-and a 100 MiB produce occupies 100 MiB, once). Nothing is read beyond the frame in progress but what fits in the
-chunk: at READ_AHEAD bytes read ahead the socket is not read any more, so pipelined requests wait in the kernel, as
-Kafka mutes a channel with a request in progress. Writing keeps asyncio's flow control (`StreamWriter.drain`).
+`FrameReader` is the connection's asyncio protocol (a BufferedProtocol: the event loop receives straight into the
+buffer it offers). Between requests it holds no buffer at all: an idle connection costs its objects, not a read
+buffer. When bytes arrive, a chunk of READ_AHEAD bytes takes the size and small frames, which are copied out of it.
+A frame that is not all there yet gets a buffer of its own and the rest of it is received in place: the kernel's
+copy is the only one (StreamReader copied every byte in with `feed_data` and out again with `readexactly`, more CPU
+than the receive itself for Produce, `bench/flamegraph.py`). That buffer is a bytearray and becomes the payload, so
+the append can stamp batch headers in place (`protocol/produce_records.py`). It starts at DIRECT_FIRST bytes and
+doubles as the bytes arrive: a client that announces a 100 MiB request and sends nothing makes the broker hold
+1 MiB, not 100. Nothing is read beyond the frame in progress but what fits in the chunk: at READ_AHEAD bytes read
+ahead the socket is not read any more, so pipelined requests wait in the kernel, as Kafka mutes a channel with a
+request in progress. It is also the StreamWriter's protocol, with the write flow control StreamWriter.drain()
+expects (asyncio's FlowControlMixin is a Protocol, and uvloop delivers no bytes to a class that is both).
 
 `RequestMemory` is Kafka's SimpleMemoryPool in its broker mode (non-strict): a request's bytes are taken when its
 size has been read, before its body is, and given back when it is done; while the pool is empty no request body is
@@ -22,23 +27,26 @@ import struct
 from collections import deque
 from typing import Any
 
-READ_AHEAD = 16 << 10
+__all__ = ["DIRECT_FIRST", "READ_AHEAD", "FrameReader", "RequestMemory"]
+
+READ_AHEAD = 16 << 10  # bytes read past the frame in progress, at most
+DIRECT_FIRST = 1 << 20  # a frame's own buffer starts at this size and doubles up to the frame's
 
 _SIZE = struct.Struct(">i")
 
 
-class FrameProtocol(asyncio.BufferedProtocol):
+class FrameReader(asyncio.BufferedProtocol):
     """A BufferedProtocol only (uvloop treats a class that is also an asyncio.Protocol as one and would hand it
     bytes through a no-op data_received), with the write flow control StreamWriter.drain() expects."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, over_ssl: bool = False) -> None:
-        self._loop = loop
+    def __init__(self, over_ssl: bool = False) -> None:
         self._over_ssl = over_ssl
-        self.transport: Any = None
-        self._chunk: bytearray | None = None  # bytes read ahead of the frame in progress
+        self.transport: Any = None  # uvloop's transports are not asyncio.Transport
+        self._chunk: bytearray | None = None  # bytes read ahead of the frame in progress: _chunk[_start:_end]
         self._start = 0
         self._end = 0
-        self._frame: bytearray | None = None  # a large frame being received in place
+        self._frame: bytearray | None = None  # a frame being received in place: _frame[:_got] of _frame_size
+        self._frame_size = 0
         self._got = 0
         self._waiter: asyncio.Future[None] | None = None
         self._eof = False
@@ -71,8 +79,10 @@ class FrameProtocol(asyncio.BufferedProtocol):
 
     def get_buffer(self, sizehint: int) -> memoryview:
         frame = self._frame
-        if frame is not None and self._got < len(frame):
-            return memoryview(frame)[self._got :]
+        if frame is not None and self._got < self._frame_size:
+            if self._got == len(frame):  # what is allocated is full: double it, up to the frame's size
+                frame.extend(bytes(min(len(frame), self._frame_size - len(frame))))
+            return memoryview(frame)[self._got :]  # a fresh view each time: none outlives the receive into it
         chunk = self._chunk
         if chunk is None:
             chunk = self._chunk = bytearray(READ_AHEAD)
@@ -86,14 +96,15 @@ class FrameProtocol(asyncio.BufferedProtocol):
         return memoryview(chunk)[self._end :]
 
     def buffer_updated(self, nbytes: int) -> None:
-        frame = self._frame
-        if frame is not None and self._got < len(frame):
+        if self._frame is not None and self._got < self._frame_size:
             self._got += nbytes
-        else:
-            self._end += nbytes
-            if self._end - self._start >= READ_AHEAD and not self._read_paused and not self.transport.is_closing():
-                self._read_paused = True  # enough read ahead: the rest waits in the kernel
-                self.transport.pause_reading()
+            if self._got == self._frame_size:  # the reader waits for the whole frame only
+                self._wake()
+            return
+        self._end += nbytes
+        if self._end - self._start >= READ_AHEAD and not self._read_paused and not self.transport.is_closing():
+            self._read_paused = True  # enough read ahead: the rest waits in the kernel
+            self.transport.pause_reading()
         self._wake()
 
     # ---- write flow control (asyncio's FlowControlMixin, which StreamWriter.drain() calls) ------------------------
@@ -111,7 +122,7 @@ class FrameProtocol(asyncio.BufferedProtocol):
             raise ConnectionResetError("Connection lost")
         if not self._write_paused:
             return
-        w = self._loop.create_future()
+        w = asyncio.get_running_loop().create_future()
         self._drain_waiters.append(w)
         try:
             await w
@@ -127,16 +138,19 @@ class FrameProtocol(asyncio.BufferedProtocol):
     async def read_size(self) -> int:
         """The next frame's size (its 4-byte prefix)."""
         while self._end - self._start < 4:
-            await self._wait(self._end - self._start, 4)
+            self._raise_if_closed(self._chunk, self._start, self._end, 4)
+            # the loop may have asked for a buffer it then had nothing for (after filling a frame's): drop it
+            self._drop_empty_chunk()
+            await self._wait()
         assert self._chunk is not None
         (size,) = _SIZE.unpack_from(self._chunk, self._start)
         self._start += 4
         self._drop_empty_chunk()
         return int(size)
 
-    async def read_frame(self, size: int) -> bytes | memoryview:
-        """The body of the frame whose size was just read: bytes when it came with the chunk, else a view of the
-        buffer it was received into."""
+    async def read_frame(self, size: int) -> bytes | bytearray:
+        """The body of the frame whose size was just read: bytes when it came with the chunk, else the bytearray it
+        was received into (writable)."""
         have = self._end - self._start
         if have >= size:
             chunk = self._chunk
@@ -144,32 +158,37 @@ class FrameProtocol(asyncio.BufferedProtocol):
             self._start += size
             self._drop_empty_chunk()
             return out
-        frame = bytearray(size)
+        frame = bytearray(max(min(size, DIRECT_FIRST), have))
         if have:
             assert self._chunk is not None
             frame[:have] = memoryview(self._chunk)[self._start : self._end]
         self._chunk, self._start, self._end = None, 0, 0
-        self._frame, self._got = frame, have
+        self._frame, self._frame_size, self._got = frame, size, have
         try:
             while self._got < size:
-                await self._wait(self._got, size)
+                self._raise_if_closed(frame, 0, self._got, size)
+                await self._wait()
         finally:
-            self._frame = None
-        return memoryview(frame)
+            self._frame, self._frame_size = None, 0
+        return frame
 
     def _drop_empty_chunk(self) -> None:
         if self._start == self._end:
             self._chunk, self._start, self._end = None, 0, 0  # an idle connection holds no read buffer
 
-    async def _wait(self, have: int, want: int) -> None:
-        if self._eof:
-            if isinstance(self._error, ConnectionError):
-                raise self._error
-            raise asyncio.IncompleteReadError(b"", want - have)
+    def _raise_if_closed(self, buf: bytearray | None, start: int, end: int, want: int) -> None:
+        """At EOF: the connection's error, or StreamReader's IncompleteReadError with what did arrive."""
+        if not self._eof:
+            return
+        if isinstance(self._error, ConnectionError):
+            raise self._error
+        raise asyncio.IncompleteReadError(bytes(buf[start:end]) if buf is not None else b"", want)
+
+    async def _wait(self) -> None:
         if self._read_paused:
             self._read_paused = False
             self.transport.resume_reading()
-        self._waiter = self._loop.create_future()
+        self._waiter = asyncio.get_running_loop().create_future()
         try:
             await self._waiter
         finally:
@@ -206,6 +225,3 @@ class RequestMemory:
         if size:
             self.available += size
             self._freed.set()
-
-
-__all__ = ["READ_AHEAD", "FrameProtocol", "RequestMemory"]

@@ -76,6 +76,10 @@ class BrokerMetrics:
         # kafka.server:type=socket-server-metrics
         self.connections = Gauge("strata_network_connections", "Open client connections", registry=r)
         self.connections_created = Counter("strata_network_connections_created", "Connections accepted", registry=r)
+        # Strata's own: record bytes of Fetch responses sent from the segment files with sendfile (zero-copy)
+        self.sendfile_bytes = Counter(
+            "strata_network_sendfile_bytes", "Fetch record bytes sent from segment files with sendfile", registry=r
+        )
         # kafka.network:type=Acceptor,name=AcceptorBlockedPercent,listener=*: time the acceptor waited at
         # max.connections (a counter of seconds: its rate is the blocked fraction)
         self.acceptor_blocked = Counter(

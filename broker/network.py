@@ -36,6 +36,14 @@ response is sent (after `connection.failed.authentication.delay.ms`, which slows
 holding up other connections) and an expired session (`connections.max.reauth.ms`) that sends anything but a
 re-authentication.
 PLAINTEXT listeners skip all of it.
+
+Zero-copy Fetch (Kafka's FileRecords.writeTo): on listeners without TLS a Fetch response may hold FileRegions
+(`strata.storage.file_region`, `fetch.zero.copy.enable`) among its buffers. The buffers before a region go through
+the transport; once the transport has sent all of it, the region goes from the file to the socket with
+`os.sendfile` on a duplicate of the socket's descriptor (uvloop has no loop.sendfile and refuses add_writer on a
+transport's own descriptor), waiting for writability between partial sends, so a slow reader holds only its own
+connection. The frame size was computed from the regions' sizes when the response was built; a region whose file
+was truncated since then closes the connection instead of sending other bytes or a short frame.
 """
 
 from __future__ import annotations
@@ -51,13 +59,15 @@ import struct
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 import structlog
 from prometheus_client import Gauge
 
 from strata.config import ConnectionQuotas, Listener
+from strata.storage.file_region import FileRegion
 
-from .frame_reader import FrameProtocol, RequestMemory
+from .frame_reader import FrameReader, RequestMemory
 from .metrics import BrokerMetrics
 from .request_context import ANONYMOUS, KafkaPrincipal
 from .security.listener_security import ListenerSecurity, NoMatchingRule
@@ -120,6 +130,8 @@ class Connection:
     principal: KafkaPrincipal = ANONYMOUS  # who authenticated (ANONYMOUS: no SASL, no TLS client auth)
     sasl: SaslAuthenticator | None = None  # on a SASL listener: the connection's authentication state
     muted_until: float = 0.0  # client quotas (KIP-219): no request is read before this monotonic time
+    plaintext: bool = False  # no TLS: responses may carry FileRegions sent with sendfile
+    sendfile_fd: int = -1  # a duplicate of the socket's descriptor for sendfile and its writability, made on demand
     request_memory: RequestMemory | None = None  # queued.max.request.bytes
     request_bytes: int = 0  # what the request in progress holds of it
 
@@ -142,10 +154,29 @@ class Connection:
         """Close without flushing: the pending response (possibly tens of MiB) is released now."""
         self.writer.transport.abort()
 
+    def socket_fd(self) -> int:
+        """The descriptor zero-copy writes use: a duplicate of the transport's, kept until `release_socket_fd`."""
+        if self.sendfile_fd < 0:
+            sock = self.writer.transport.get_extra_info("socket")
+            if sock is None:
+                raise ConnectionError("the connection has no socket any more")
+            self.sendfile_fd = os.dup(sock.fileno())
+        return self.sendfile_fd
+
+    def release_socket_fd(self) -> None:
+        if self.sendfile_fd >= 0:
+            fd, self.sendfile_fd = self.sendfile_fd, -1
+            os.close(fd)
+
 
 # A handler answers one frame with the framed response: bytes, or a list of buffers (written with writelines,
 # so large record buffers are sent without being joined), or None (no response, acks=0).
-Handler = Callable[[Connection, bytes | memoryview], Awaitable[bytes | list | None]]
+Handler = Callable[[Connection, bytes | bytearray], Awaitable[bytes | list | None]]
+
+
+def _set_done(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 def client_address(addr: object) -> str:
@@ -166,7 +197,7 @@ def tls_pieces(response: bytes | list) -> Iterator[bytes | memoryview]:
     pending: list[memoryview] = []
     size = 0
     for part in response if isinstance(response, list) else (response,):
-        view = memoryview(part).cast("B")
+        view = memoryview(bytes(part) if isinstance(part, FileRegion) else part).cast("B")
         while len(view):
             take = view[: TLS_WRITE_PIECE - size]
             pending.append(take)
@@ -401,7 +432,7 @@ class SocketServer:
             pass
         peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) and len(addr) >= 2 else "?"
         sec = self.security.get(listener)
-        protocol = FrameProtocol(loop, over_ssl=sec is not None and sec.ssl_context is not None)
+        protocol = FrameReader(over_ssl=sec is not None and sec.ssl_context is not None)
         try:
             if sec is None or sec.ssl_context is None:
                 transport, _ = await loop.connect_accepted_socket(lambda: protocol, csock)
@@ -419,7 +450,15 @@ class SocketServer:
             return
         transport.set_write_buffer_limits(high=WRITE_HIGH, low=WRITE_LOW)
         writer = asyncio.StreamWriter(transport, protocol, None, loop)
-        conn = Connection(next(self._ids), peer, listener, writer, address, request_memory=self.request_memory)
+        conn = Connection(
+            next(self._ids),
+            peer,
+            listener,
+            writer,
+            address,
+            request_memory=self.request_memory,
+            plaintext=sec is None or sec.ssl_context is None,
+        )
         if sec is not None and not self._secure(conn, sec):
             conn.abort()
             return
@@ -444,8 +483,9 @@ class SocketServer:
                 conn.close()  # the client closed: flush what is left of the last response
             else:
                 conn.abort()
+            conn.release_socket_fd()  # after the transport's close: the socket closes with the last descriptor
 
-    async def _requests(self, conn: Connection, frames: FrameProtocol) -> None:
+    async def _requests(self, conn: Connection, frames: FrameReader) -> None:
         """Read, answer and write requests one at a time until the peer closes or a request closes the connection."""
         writer = conn.writer
         tls = writer.get_extra_info("ssl_object") is not None
@@ -484,7 +524,10 @@ class SocketServer:
                 if tls:
                     await self._write_tls(conn, response)
                 elif isinstance(response, list):
-                    writer.writelines(response)
+                    if any(isinstance(part, FileRegion) for part in response):
+                        await self._write_zero_copy(conn, response)
+                    else:
+                        writer.writelines(response)
                 else:
                     writer.write(response)
                 # the transport holds what it has not sent; this frame must not (an exception's traceback would
@@ -515,6 +558,80 @@ class SocketServer:
         for piece in tls_pieces(response):
             conn.writer.write(piece)
             await self._drain(conn)
+
+    async def _write_zero_copy(self, conn: Connection, response: list) -> None:
+        """Write a response whose record parts may be FileRegions: buffers through the transport, each region
+        with sendfile once the transport has sent everything before it. The regions' descriptors are closed here,
+        sent or not."""
+        conn.busy = True  # the sweeper leaves it to us: progress is checked against connections.max.idle.ms here
+        try:
+            pending: list = []
+            for part in response:
+                if not isinstance(part, FileRegion):
+                    pending.append(part)
+                    continue
+                if pending:
+                    conn.writer.writelines(pending)
+                    pending = []
+                await self._sendfile(conn, part)
+            if pending:
+                conn.writer.writelines(pending)
+        finally:
+            for part in response:
+                if isinstance(part, FileRegion):
+                    part.close()
+            conn.busy = False
+            conn.last_active = time.monotonic()
+
+    async def _sendfile(self, conn: Connection, region: FileRegion) -> None:
+        transport = conn.writer.transport
+        sock = conn.socket_fd()
+        while transport.get_write_buffer_size():  # what precedes the region leaves first, in order
+            await self._writable(conn, sock)
+        pos, end = region.position, region.position + region.size
+        while pos < end:
+            if transport.is_closing():
+                raise ConnectionResetError("the connection closed during a zero-copy send")
+            if not region.valid():  # checked right before each write: the loop thread is the only truncator
+                self._region_truncated(conn, region, pos)
+            try:
+                n = os.sendfile(sock, region.fd, pos, end - pos)
+            except BlockingIOError:
+                await self._writable(conn, sock)
+                continue
+            if n == 0:  # end of file before the region's end: the file shrank
+                self._region_truncated(conn, region, pos)
+            pos += n
+        self.metrics.sendfile_bytes.inc(region.size)
+
+    def _region_truncated(self, conn: Connection, region: FileRegion, pos: int) -> NoReturn:
+        log.warning(
+            "closing connection: a segment was truncated while its records were being sent",
+            conn=conn.id,
+            peer=conn.peer,
+            position=region.position,
+            size=region.size,
+            sent=pos - region.position,
+        )
+        raise CloseConnection
+
+    async def _writable(self, conn: Connection, fd: int) -> None:
+        """Wait until the socket takes more bytes; close a peer that takes none for `connections.max.idle.ms`."""
+        loop = asyncio.get_running_loop()
+        ready = loop.create_future()
+        loop.add_writer(fd, _set_done, ready)
+        try:
+            await asyncio.wait_for(ready, self.idle_s)
+        except TimeoutError:
+            log.info(
+                "closing connection: the client has not read its response",
+                conn=conn.id,
+                peer=conn.peer,
+                idle_ms=int((self.idle_s or 0) * 1000),
+            )
+            raise CloseConnection from None
+        finally:
+            loop.remove_writer(fd)
 
     # -- security ----------------------------------------------------------------------------------------------
 
@@ -560,7 +677,7 @@ class SocketServer:
             await asyncio.sleep(self.failed_auth_delay_s)
 
     async def _sasl_request(
-        self, conn: Connection, auth: SaslAuthenticator, payload: bytes | memoryview
+        self, conn: Connection, auth: SaslAuthenticator, payload: bytes | bytearray
     ) -> bytes | list | None:
         """A frame on a SASL listener: a raw token after a v0 handshake, else a request the state allows."""
         if auth.expects_raw_token:

@@ -24,6 +24,7 @@ import structlog
 from strata.config import BrokerConfig, LogConfig
 from strata.protocol.errors import ErrorCode, KafkaApiError
 from strata.storage.errors import OffsetOutOfRangeError, StorageError
+from strata.storage.file_region import FileRegion
 from strata.storage.log import UnifiedLog
 from strata.storage.log_manager import LogManager
 from strata.storage.txn_index import AbortedTxn
@@ -52,6 +53,10 @@ INTERNAL_APPEND_TIMEOUT_MS = 5000  # Kafka's offsets.commit.timeout.ms: the brok
 YIELD_EVERY = 256
 RENAMES_PER_YIELD = 32  # a partition dir's rename takes ~1 ms on a busy disk
 FREEZE_AFTER_PARTITIONS = 1000  # a creation this large moves its objects out of the collector's reach
+# Zero-copy Fetch: a local read this large is sent from the file with sendfile; smaller ones are read (a pread costs
+# no more than the descriptor and the extra writes of a region). A response holds at most this many regions.
+ZERO_COPY_MIN_BYTES = 64 << 10
+ZERO_COPY_MAX_REGIONS = 64
 
 
 async def pace(n: int) -> None:
@@ -103,7 +108,7 @@ class FetchResult:
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
-    records: bytes | memoryview = b""
+    records: bytes | memoryview | FileRegion = b""
     diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset): the fetcher must truncate
     current_leader: tuple[int, int] | None = None  # (leader id, leader epoch) with NOT_LEADER / FENCED
     remote_fetch: RemoteFetchInfo | None = None  # the read pass found the offset in remote storage
@@ -666,13 +671,22 @@ class ReplicaManager:
 
     # ---- fetch -----------------------------------------------------------------------------------------------
     async def _read_once(
-        self, specs: list[FetchSpec], max_bytes: int, isolation: int, replica_id: int, first: bool
+        self,
+        specs: list[FetchSpec],
+        max_bytes: int,
+        isolation: int,
+        replica_id: int,
+        first: bool,
+        zero_copy: bool = False,
     ) -> tuple[list[FetchResult], int, bool]:
         """One read pass; returns (results, bytes, answer now). A follower's fetch position is recorded on the
         first pass, once its request passed the checks (Kafka's updateFollowerFetchState). A fetch of thousands of
-        partitions yields every YIELD_EVERY of them, so other connections are served meanwhile."""
+        partitions yields every YIELD_EVERY of them, so other connections are served meanwhile. With `zero_copy`,
+        local reads of at least ZERO_COPY_MIN_BYTES come as FileRegions (sent with sendfile), at most
+        ZERO_COPY_MAX_REGIONS per response (each holds a file descriptor until sent)."""
         results: list[FetchResult] = []
         total = 0
+        regions = 0
         respond = False
         min_one = True
         replica = replica_id >= 0
@@ -727,7 +741,8 @@ class ReplicaManager:
                 continue
             max_offset = None if replica else (p.last_stable_offset if isolation == READ_COMMITTED else hw)
             try:
-                data = ulog.read(s.fetch_offset, max(limit, 0), max_offset, min_one)
+                zero_copy_min = ZERO_COPY_MIN_BYTES if zero_copy and regions < ZERO_COPY_MAX_REGIONS else 0
+                data = ulog.read_zero_copy(s.fetch_offset, max(limit, 0), max_offset, min_one, zero_copy_min)
             except OffsetOutOfRangeError:
                 if ulog.remote_log_enabled and ulog.log_start_offset <= s.fetch_offset < ulog.local_log_start_offset:
                     if replica:
@@ -757,6 +772,7 @@ class ReplicaManager:
             n = len(data.records)
             if n:
                 res.records = data.records
+                regions += isinstance(data.records, FileRegion)
                 total += n
                 min_one = False
                 if isolation == READ_COMMITTED and not replica:
@@ -773,16 +789,18 @@ class ReplicaManager:
         max_wait_ms: int,
         isolation: int = READ_UNCOMMITTED,
         replica_id: int = -1,
+        zero_copy: bool = False,
     ) -> list[FetchResult]:
         """Read now; if fewer than min.bytes are ready, park in the Fetch purgatory until appends or max.wait.
         `replica_id` >= 0 is a follower's fetch: served by the leader only, read up to the LEO, and it reports the
-        follower's position (HW, ISR)."""
+        follower's position (HW, ISR). `zero_copy`: the response goes to a plaintext socket, local records may be
+        FileRegions."""
         max_bytes = min(max_bytes, self.config["fetch.max.bytes"]) if max_bytes > 0 else 0
         deadline = time.monotonic() + max_wait_ms / 1000.0
         keys = [(s.topic, s.partition) for s in specs]
         first = True
         while True:
-            results, total, respond = await self._read_once(specs, max_bytes, isolation, replica_id, first)
+            results, total, respond = await self._read_once(specs, max_bytes, isolation, replica_id, first, zero_copy)
             first = False
             # throttled (KIP-956): no data for the remote partitions, wait as for any other
             if (
@@ -796,7 +814,9 @@ class ReplicaManager:
             if total >= min_bytes or respond or remaining <= 0 or not specs:
                 break
             if not await self.fetch_purgatory.wait(keys, remaining):
-                results, total, respond = await self._read_once(specs, max_bytes, isolation, replica_id, False)
+                results, total, respond = await self._read_once(
+                    specs, max_bytes, isolation, replica_id, False, zero_copy
+                )
                 break
         self._count_fetch(specs, results, replica_id)
         return results

@@ -63,6 +63,7 @@ class RequestContext:
     metrics: BrokerMetrics | None = None  # where broker.authorization counts denials
     # set by a Fetch in a session (broker/fetch_session.py): the quota code calls it when it empties the response
     on_fetch_throttled: Callable[[], None] | None = None
+    zero_copy: bool = False  # Fetch may answer local records as FileRegions (plaintext listener, the switch on)
 
 
 __all__ = ["ANONYMOUS", "Authorizer", "KafkaPrincipal", "RequestContext"]

@@ -159,6 +159,12 @@ _BROKER_DEFS: list[ConfigDef] = [
         "a fetch session idle (or, for the size rule, existing) this long may be evicted (Kafka's fixed 120 s)",
         at_least(0),
     ),
+    ConfigDef(
+        "fetch.zero.copy.enable",
+        T.BOOLEAN,
+        True,
+        "Strata: Fetch sends local segment bytes with sendfile on plaintext listeners",
+    ),
     # replication (Kafka's ReplicationConfigs)
     ConfigDef(
         "replica.lag.time.max.ms",

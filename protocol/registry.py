@@ -175,7 +175,7 @@ _HDR = struct.Struct(">hhi")
 _I16 = struct.Struct(">h")
 
 
-def peek_header(payload: bytes | memoryview) -> RawHeader:
+def peek_header(payload: bytes | bytearray | memoryview) -> RawHeader:
     """Read api key, version and correlation id without decoding the body (ValueError on a short frame)."""
     if len(payload) < _HDR.size:
         raise ValueError(f"request of {len(payload)} bytes is shorter than a request header")
@@ -183,7 +183,9 @@ def peek_header(payload: bytes | memoryview) -> RawHeader:
     return RawHeader(k, v, c)
 
 
-def rewrite_request_header(payload: bytes | memoryview, correlation_id: int, client_id: str | None) -> bytes:
+def rewrite_request_header(
+    payload: bytes | bytearray | memoryview, correlation_id: int, client_id: str | None
+) -> bytes:
     """The same request with another correlation id and client id (a broker forwarding it to the controller).
 
     Request headers v1 and v2 share the prefix up to and including the client id (a legacy int16-length string,
@@ -209,7 +211,7 @@ class DecodedRequest:
     body: Any
 
 
-def decode_request(payload: bytes | memoryview, api_key: int, version: int) -> DecodedRequest:
+def decode_request(payload: bytes | bytearray | memoryview, api_key: int, version: int) -> DecodedRequest:
     """Decode header + body without copying the payload (kafka-python's own decode copies the whole frame to
     parse the header). A body followed by extra bytes must re-encode exactly to what it was read from; otherwise
     the request is malformed (ValueError)."""

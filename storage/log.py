@@ -54,6 +54,7 @@ from .errors import (
     record_validation_error,
 )
 from .file_cache import as_path
+from .file_region import FileRegion
 from .producer_state import CompletedTxn, ProducerStateEntry, ProducerStateManager, read_end_marker
 from .record_codec import check_keys_present
 from .segment import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, LogSegment
@@ -84,6 +85,14 @@ class LogAppendInfo:
 class FetchDataInfo:
     records: bytes | memoryview  # whole batches, may be empty
     first_offset: int  # base offset of the first batch returned, or the fetch offset when empty
+
+
+@dataclass
+class ZeroCopyFetchDataInfo:
+    """`UnifiedLog.read_zero_copy`: as FetchDataInfo, the records possibly a FileRegion not read yet."""
+
+    records: bytes | memoryview | FileRegion
+    first_offset: int
 
 
 @dataclass
@@ -364,12 +373,14 @@ class UnifiedLog:
             i += 1
         return out
 
-    def aborted_transactions_for(self, data: FetchDataInfo) -> list[AbortedTxn]:
+    def aborted_transactions_for(self, data: FetchDataInfo | ZeroCopyFetchDataInfo) -> list[AbortedTxn]:
         """The aborted transactions a READ_COMMITTED reader of `data` (a `read` result) needs: those overlapping
         the offsets it holds."""
         records = data.records
         if not records or not any(s.txn_index.entries for s in self._segments):
             return []  # the common case: no aborted transaction in the log, no need to walk the batches
+        if isinstance(records, FileRegion):
+            records = bytes(records)  # the batch headers of a region not read yet (READ_COMMITTED with aborts)
         return self.collect_aborted_transactions(data.first_offset, _next_offset_after(records))
 
     def update_highest_offset_in_remote_storage(self, offset: int) -> None:
@@ -396,7 +407,8 @@ class UnifiedLog:
     ) -> LogAppendInfo:
         """Validate a Produce's batches, assign offsets from the LEO, stamp the leader epoch, write.
 
-        One copy (into a bytearray for the in-place header rewrites), one write. Never fsyncs.
+        The batch headers are rewritten in place when `records` is a writable memoryview (a Produce request's own
+        buffer, protocol/produce_records.py), else in one copy; one write. Never fsyncs.
         `from_client=False` (Kafka's AppendOrigin COORDINATOR: coordinators writing markers/offsets) allows control
         batches; a commit or abort marker completes its producer's transaction (an older producer epoch is
         INVALID_PRODUCER_EPOCH, an older coordinator epoch TRANSACTION_COORDINATOR_FENCED). A client's transactional
@@ -504,7 +516,7 @@ class UnifiedLog:
                     0,
                     duplicate=True,
                 )
-        buf = bytearray(mv)
+        buf = mv if isinstance(records, memoryview) and not mv.readonly else bytearray(mv)
         for pos, ts in restamp:
             set_max_timestamp(buf, pos, ts)
         first = offset = self.log_end_offset
@@ -752,6 +764,20 @@ class UnifiedLog:
     ) -> FetchDataInfo:
         """Whole batches from the one holding `start_offset`, below `max_offset` (exclusive), <= max_bytes
         unless `min_one_message` and the first batch alone is larger. Data come from one segment (one pread)."""
+        records, first = self._read(start_offset, max_bytes, max_offset, min_one_message, 0)
+        assert not isinstance(records, FileRegion)  # zero_copy_min 0: always read
+        return FetchDataInfo(records, first)
+
+    def read_zero_copy(
+        self, start_offset: int, max_bytes: int, max_offset: int | None, min_one_message: bool, zero_copy_min: int
+    ) -> ZeroCopyFetchDataInfo:
+        """As `read`, but data of at least `zero_copy_min` bytes come as a FileRegion, to be sent with sendfile
+        (LogSegment.read); 0 reads them as `read` does."""
+        return ZeroCopyFetchDataInfo(*self._read(start_offset, max_bytes, max_offset, min_one_message, zero_copy_min))
+
+    def _read(
+        self, start_offset: int, max_bytes: int, max_offset: int | None, min_one_message: bool, zero_copy_min: int
+    ) -> tuple[bytes | FileRegion, int]:
         leo = self.log_end_offset
         if start_offset < self.local_log_start_offset or start_offset > leo:
             # Below the local log start: the caller decides whether remote storage serves it.
@@ -762,18 +788,18 @@ class UnifiedLog:
         if max_offset is None or max_offset > leo:
             max_offset = leo
         if start_offset >= max_offset:
-            return FetchDataInfo(b"", start_offset)
+            return b"", start_offset
         segs = self._segments
         i = max(0, bisect_right(self._bases, start_offset) - 1)
         while i < len(segs):
             try:
-                r = segs[i].read(start_offset, max_bytes, max_offset, min_one_message)
+                r = segs[i].read(start_offset, max_bytes, max_offset, min_one_message, zero_copy_min)
             except OSError as e:
                 raise KafkaStorageError(f"read from {segs[i].log_path} failed: {e}") from e
             if r is not None:
-                return FetchDataInfo(r[0], r[1])
+                return r
             i += 1
-        return FetchDataInfo(b"", start_offset)
+        return b"", start_offset
 
     # ------------------------------------------------------------------------------------------------------
     # flush
@@ -1127,6 +1153,7 @@ __all__ = [
     "UnifiedLog",
     "LogAppendInfo",
     "FetchDataInfo",
+    "ZeroCopyFetchDataInfo",
     "SegmentsChangedError",
     "TimestampAndOffset",
     "parse_topic_partition",

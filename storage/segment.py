@@ -19,6 +19,7 @@ from pathlib import Path
 from strata.protocol.records import HEADER_SIZE, LOG_APPEND_TIME, BatchHeader, compute_crc, iter_records
 
 from .file_cache import OPEN_FILES, CachedFile, OpenFileCache, as_path
+from .file_region import FileRegion
 from .index import INT32_MAX, IndexCorruptError, OffsetIndex, TimeIndex
 from .txn_index import TransactionIndex
 
@@ -80,6 +81,7 @@ class LogSegment:
         "rolling_based_timestamp",
         "created_ms",
         "deleted",
+        "truncations",
         "__weakref__",
     )
 
@@ -142,6 +144,7 @@ class LogSegment:
             created_ms = int(log_st.st_mtime * 1000) if log_st is not None else int(time.time() * 1000)
         self.created_ms = created_ms
         self.deleted = False
+        self.truncations = 0  # bumped by truncate_to: a FileRegion fixed before it is no longer valid
 
     # -- loading ---------------------------------------------------------------------------------------------
     @classmethod
@@ -320,10 +323,16 @@ class LogSegment:
         self.next_offset = next_offset
 
     def read(
-        self, start_offset: int, max_size: int, max_offset: int | None, min_one_message: bool
-    ) -> tuple[bytes, int] | None:
+        self,
+        start_offset: int,
+        max_size: int,
+        max_offset: int | None,
+        min_one_message: bool,
+        zero_copy_min: int = 0,
+    ) -> tuple[bytes | FileRegion, int] | None:
         """Whole batches from the batch holding `start_offset`, ending before the batch holding `max_offset`,
-        at most `max_size` bytes unless `min_one_message` and the first batch alone is larger.
+        at most `max_size` bytes unless `min_one_message` and the first batch alone is larger. With
+        `zero_copy_min`, data of at least that many bytes come as a FileRegion (sent with sendfile), not read.
 
         Returns (data, base offset of the first batch) -- data may be empty -- or None when `start_offset` is past
         this segment's last batch (the caller moves on to the next segment).
@@ -353,6 +362,11 @@ class LogSegment:
                 stop = start_pos + first.size
         if stop <= start_pos:
             return b"", start_offset
+        if zero_copy_min and stop - start_pos >= zero_copy_min:
+            generation = self.truncations
+            with self.log_file.use() as fd:  # the region holds its own duplicate: the cache may close this one
+                region = FileRegion(fd, start_pos, stop - start_pos, lambda: self.truncations == generation)
+            return region, first.base_offset
         return self.log_file.pread(stop - start_pos, start_pos), first.base_offset
 
     def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> tuple[int, int] | None:
@@ -382,6 +396,7 @@ class LogSegment:
         self.time_index.truncate_to(h.base_offset)
         self.txn_index.truncate_to(h.base_offset)
         removed = self.size - pos
+        self.truncations += 1
         self.log_file.truncate(pos)
         self.size = pos
         self.next_offset = self.base_offset

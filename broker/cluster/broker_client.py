@@ -178,7 +178,7 @@ class BrokerConnection:
             await self.close()
             raise BrokerConnectionError(f"bad response from {self.peer}: {e!r}") from None
 
-    async def forward(self, request: bytes | memoryview, client_id: str | None, timeout_s: float) -> bytes:
+    async def forward(self, request: bytes | bytearray | memoryview, client_id: str | None, timeout_s: float) -> bytes:
         """Send a client's request as it came (under our correlation id and `client_id`); return the response
         payload, header included, undecoded."""
         corr = self._next_corr()

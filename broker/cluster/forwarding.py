@@ -181,7 +181,7 @@ class ControllerChannel:
 
     async def forward(
         self,
-        payload: bytes | memoryview,
+        payload: bytes | bytearray | memoryview,
         api_key: int,
         version: int,
         client_id: str | None,

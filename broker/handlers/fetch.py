@@ -116,6 +116,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
         max_wait_ms=req.max_wait_ms,
         isolation=isolation,
         replica_id=replica_id,
+        zero_copy=ctx.zero_copy,
     )
     results: list[FetchResult] = []
     for slot, refused in slots:

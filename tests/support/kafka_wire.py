@@ -46,6 +46,27 @@ class ConnectionClosed(Exception):
     """The broker closed the connection (EOF or reset)."""
 
 
+def recv_exact(sock: socket.socket, n: int) -> bytes:
+    """Exactly `n` bytes from a blocking socket; ConnectionError if the peer closes first."""
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(min(n - len(buf), 1 << 20))
+        if not chunk:
+            raise ConnectionError(f"closed after {len(buf)} of {n} bytes")
+        buf += chunk
+    return bytes(buf)
+
+
+def slow_reader_socket(host: str, port: int, rcvbuf: int = 64 << 10, timeout: float = 30.0) -> socket.socket:
+    """A connection with a small receive window (set before connecting: afterwards Linux keeps autotuning it up to
+    tcp_rmem's maximum), for clients that stop reading a large response."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    s.settimeout(timeout)
+    s.connect((host, port))
+    return s
+
+
 def response_class(request: Any) -> type[Any]:
     cls = type(request)[None]
     if cls in _RESPONSES:

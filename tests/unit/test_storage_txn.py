@@ -16,6 +16,7 @@ from strata.config import default_log_config
 from strata.protocol.records import BatchHeader, build_batch, iter_batches, iter_records
 from strata.protocol.txn_markers import build_end_txn_marker
 from strata.storage.dump import dump_file
+from strata.storage.file_region import FileRegion
 from strata.storage.log import UnifiedLog
 from strata.storage.producer_state import (
     InvalidProducerEpochError,
@@ -131,6 +132,11 @@ def test_control_batches_are_read_with_the_data(tmp_path):
     part = log.read(0, 1 << 20, 4)
     assert log.aborted_transactions_for(part) == [AbortedTxn(7, 1, 6, 7)]
     assert log.aborted_transactions_for(log.read(0, 1 << 20, 1)) == []
+    # zero-copy reads (a FileRegion, not read yet) answer the same aborted transactions, and hold the same bytes
+    region = log.read_zero_copy(0, 1 << 20, 4, True, zero_copy_min=1)
+    assert isinstance(region.records, FileRegion) and bytes(region.records) == bytes(part.records)
+    assert log.aborted_transactions_for(region) == [AbortedTxn(7, 1, 6, 7)]
+    assert log.aborted_transactions_for(log.read_zero_copy(0, 1 << 20, 1, True, zero_copy_min=1)) == []
 
 
 def test_unverified_transactional_batch_is_refused(tmp_path):
