@@ -215,6 +215,7 @@ def run_kcat(a: Auth, topic: str, group: str) -> list[str]:
 def run_kafka_python(a: Auth, topic: str, group: str) -> list[str]:
     from kafka import KafkaConsumer, KafkaProducer
     from kafka.admin import KafkaAdminClient
+    from kafka.errors import RebalanceInProgressError
     from kafka.net.sasl.oauth import AbstractTokenProvider
 
     class Token(AbstractTokenProvider):
@@ -250,7 +251,13 @@ def run_kafka_python(a: Auth, topic: str, group: str) -> list[str]:
         while len(got) < N and time.monotonic() < deadline:
             for recs in cons.poll(timeout_ms=200).values():
                 got += [(r.value or b"").decode() for r in recs]
-        cons.commit()
+        while True:
+            try:
+                cons.commit()
+                break
+            except RebalanceInProgressError:  # a session lost under load: poll to rejoin, then commit, as it says
+                assert time.monotonic() < deadline + 30, "the group never settled for the commit"
+                cons.poll(timeout_ms=200)
     finally:
         cons.close()
     return got
