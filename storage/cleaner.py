@@ -17,7 +17,9 @@ Semantics follow Apache Kafka's log cleaner (read for behaviour, not copied):
 * The batch holding the last offset of each (non-expired) producer id is kept, emptied of records if none survive,
   so the producer's last sequence/epoch survive (Kafka's RETAIN_EMPTY), as is the last batch of the cleaning round.
   Strata also keeps the last batch of every group, so a cleaned segment ends exactly where its group ended: the
-  startup swap completion can then delete precisely the segments a `.swap` replaced.
+  startup swap completion can then delete precisely the segments a `.swap` replaced. A segment may so hold only
+  empty batches; a Fetch there carries them on into the next segment's data (`UnifiedLog._read`), since librdkafka
+  fails a partition after eleven responses that deliver no record (MSG_SIZE_TOO_LARGE).
 * Transactions (storage/cleaner_txn.py, Kafka's CleanedTransactionMetadata): records of aborted transactions are
   neither mapped nor kept; an abort marker stays (its `.txnindex` entry copied into the cleaned segment) while the
   pass still saw its data; a marker with nothing left to mark gets a delete horizon and goes in a cleaning after it.

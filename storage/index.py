@@ -60,8 +60,10 @@ class _IndexFile:
 
     def _ensure(self) -> None:
         if not self._loaded:
-            self._loaded = True
+            # marked loaded only once loaded: another thread (the cleaner's grouping) may be loading it meanwhile,
+            # and a reader must not see it loaded but empty (both then load the same entries)
             self._load(self._read_all() if self._size_hint != 0 else b"")
+            self._loaded = True
 
     # subclass hooks
     def _load(self, data: bytes) -> None: ...

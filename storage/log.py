@@ -126,6 +126,29 @@ def _next_offset_after(records: bytes | memoryview) -> int:
     return nxt
 
 
+def _next_offset_after_if_recordless(records: bytes | memoryview) -> int | None:
+    """The offset after `records` when they are whole batches that hold no record and no control record (a
+    compacted group's retained empty batches), else None."""
+    if not records:
+        return None
+    pos, total, nxt = 0, len(records), None
+    while pos + HEADER_SIZE <= total:
+        h = BatchHeader(records, pos)
+        if h.records_count or h.size < HEADER_SIZE or pos + h.size > total:
+            return None
+        nxt = h.last_offset + 1
+        pos += h.size
+    return nxt
+
+
+def _read_region(region: FileRegion) -> bytes:
+    """The bytes of a region, which is then released."""
+    try:
+        return bytes(region)
+    finally:
+        region.close()
+
+
 class UnifiedLog:
     """A partition's local log. Invariants: log_start_offset <= local_log_start_offset <= HW <= LEO and
     log_start_offset <= LSO <= HW."""
@@ -791,15 +814,40 @@ class UnifiedLog:
             return b"", start_offset
         segs = self._segments
         i = max(0, bisect_right(self._bases, start_offset) - 1)
+        head, head_first = b"", start_offset  # record-less batches ending a segment, carried into the next one
         while i < len(segs):
-            try:
-                r = segs[i].read(start_offset, max_bytes, max_offset, min_one_message, zero_copy_min)
-            except OSError as e:
-                raise KafkaStorageError(f"read from {segs[i].log_path} failed: {e}") from e
-            if r is not None:
-                return r
+            seg = segs[i]
             i += 1
-        return b"", start_offset
+            try:
+                r = seg.read(
+                    start_offset,
+                    max_bytes - len(head),
+                    max_offset,
+                    min_one_message and not head,
+                    0 if head else zero_copy_min,
+                )
+                if r is None:
+                    continue
+                data, first = r
+                if isinstance(data, FileRegion):
+                    if BatchHeader(os.pread(data.fd, HEADER_SIZE, data.position)).records_count:
+                        return data, first  # the common case: records
+                    data = _read_region(data)
+            except OSError as e:
+                raise KafkaStorageError(f"read from {seg.log_path} failed: {e}") from e
+            if not data:
+                return (head, head_first) if head else (data, first)
+            if head:
+                data, first = head + data, head_first
+            nxt = _next_offset_after_if_recordless(data)
+            if nxt is None or len(data) >= max_bytes or nxt >= max_offset:
+                return data, first
+            # Only empty batches left in this segment (the retained last batch of a cleaned group, an active
+            # producer's last batch): a response of those alone delivers nothing, and librdkafka counts every such
+            # response as a message too large for its fetch size (the eleventh fails the partition with
+            # MSG_SIZE_TOO_LARGE). The next segment's batches follow on in the same response.
+            head, head_first, start_offset = bytes(data), first, nxt
+        return head, head_first
 
     # ------------------------------------------------------------------------------------------------------
     # flush

@@ -264,3 +264,19 @@ def test_compact_delete_compacts_and_applies_time_retention(broker_factory):
     new = [r for r in recs if not r.key.startswith(b"old-")]
     model.check(new, tombstones_may_be_gone=False)
     assert len(new) < 6000 // 2  # compacted: far fewer than the updates produced
+
+
+def test_consumer_reads_through_cleaned_segments_that_hold_only_an_empty_batch(broker_factory):
+    """Tiny segments, one batch each, all of one key: cleaning leaves every old segment holding only its empty
+    last batch. librdkafka fails a partition with MSG_SIZE_TOO_LARGE after eleven Fetch responses that deliver no
+    record, so a read must not answer with a segment's empty batches alone."""
+    b = broker_factory(**{"log.cleaner.backoff.ms": 100})
+    bs = b.bootstrap
+    topic = "empty-batches"
+    ck.create_topic(bs, topic, 1, {**TOPIC_CONFIG, "segment.bytes": "100"})
+    for i in range(16):  # a batch of ~75 bytes each: every one rolls a new segment
+        produce(bs, topic, [(b"k", b"value-%02d" % i)])
+    wait_until(lambda: caught_up(b, topic), timeout=30, message="cleaner never caught up")
+    assert len(segment_bases(b.partition_dir(topic, 0))) >= 13
+    recs = read_all(bs, topic)
+    assert [r.value for r in recs] == [b"value-14", b"value-15"]  # the active segment's record is not in the map

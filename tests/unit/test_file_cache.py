@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import random
 import resource
+import sys
 import threading
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 from strata.storage.file_cache import CachedFile, OpenFileCache
 from strata.storage.segment import LogSegment
 from tests.support.kafka_wire import build_batch, decode_records
+from tests.support.waiting import wait_until
 
 NOW = 1_700_000_000_000
 
@@ -172,4 +174,43 @@ def test_lazy_indexes_are_not_read_until_used(tmp_path: Path) -> None:
     assert not reopened.offset_index._loaded and not reopened.time_index._loaded
     assert cache.open_files == 0  # nothing opened: the sizes came from the listing
     assert reopened.offset_index.entries == entries  # loaded on first use
+    reopened.close()
+
+
+def in_function(t: threading.Thread, name: str) -> bool:
+    """Thread `t` is inside a function called `name` (e.g. waiting for a lock there)."""
+    frame = sys._current_frames().get(t.ident or -1)
+    while frame is not None:
+        if frame.f_code.co_name == name:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def test_an_index_loading_in_another_thread_is_not_used_half_loaded(tmp_path: Path) -> None:
+    """The cleaner's thread may load a closed segment's lazy index (grouping reads its size) while the event loop
+    reads the segment: the loop must never see an index marked loaded whose entries are not there yet."""
+    cache = OpenFileCache(16)
+    (seg,) = make_segments(tmp_path, cache, 1)
+    expected = seg.offset_index.lookup(4)
+    seg.close()
+    listing = {p.name: p.stat() for p in (tmp_path / "t-0").iterdir()}
+    reopened = LogSegment(tmp_path / "t-0", 0, index_interval_bytes=64, files=cache, listing=listing)
+    idx = reopened.offset_index
+    errors: list[BaseException] = []
+
+    def load() -> None:
+        try:
+            idx.size_in_bytes  # noqa: B018 - the cleaner's grouping: loads the index
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    with cache._lock:  # the loader blocks opening the index file, after it started loading
+        t = threading.Thread(target=load)
+        t.start()
+        wait_until(lambda: in_function(t, "acquire"), timeout=10, message="the loader never reached the cache")
+        got = idx.lookup(4)  # the event loop's read meanwhile (the lock is reentrant for this thread)
+    t.join(10)
+    assert not t.is_alive() and not errors
+    assert got == expected == idx.lookup(4)
     reopened.close()
