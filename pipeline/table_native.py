@@ -3,12 +3,12 @@
 Every row of a Python data source crosses from the Python worker into the JVM as Arrow batches, and that hand-over
 bounds ``format("strata-iceberg")`` (docs/spark.md "Performance"). Spark's Parquet reader runs in the JVM, prunes
 columns and pays none of it. So the driver plans exactly as the data source does (same catalog options, same
-partition/offset pruning) and hands the current snapshot's data file paths to ``spark.read.parquet``, when that
-reads the same rows:
+partition/offset pruning) and hands the current snapshot's data file paths to ``spark.read.schema(<the table's
+schema>).parquet``, when that reads the same rows:
 
 * no delete files in the planned files (Spark's Parquet reader would not apply them);
 * no column renamed or retyped in the table's schema history (Parquet columns are matched by name, not field id);
-  a column added later reads as null from older files (``mergeSchema``);
+  a column added later reads as null from older files;
 * the JVM can open the paths: local files always, ``s3://``/``s3a://`` only when the session's Hadoop
   configuration has an S3A file system (``s3://`` is given to Hadoop as ``s3a://``);
 * the table alone (no tail: with ``kafka.bootstrap.servers`` set, pass ``tail="false"`` or get the data source).
@@ -132,11 +132,9 @@ def read_table(
         df = spark.createDataFrame([], schema)
     else:
         log.info("read_table %s: Spark's Parquet reader, %d files", topic, len(paths))
-        files = spark.read.option("mergeSchema", "true").parquet(*paths)
-        have = set(files.columns)
-        df = files.select(
-            *[F.col(f"`{f.name}`") if f.name in have else F.lit(None).cast(f.dataType).alias(f.name) for f in schema]
-        )
+        # the table's schema given, not inferred: no job reading every footer, and a column a file lacks (added
+        # after it was written) reads as null, by name, as mergeSchema would
+        df = spark.read.schema(schema).parquet(*paths)
     part_col, off_col = _kafka_columns(key_value)
     if partitions is not None:
         df = df.where(F.col(part_col).isin(sorted(set(partitions))))
