@@ -1,7 +1,8 @@
 """Iceberg topics: translation throughput against produce throughput on one partition, and a Spark aggregate over a
 topic read from its Iceberg table against the same topic read in direct and broker mode.
 
-    python -m bench.iceberg_bench [--mib 512] [--translate-mib 128] [--reps 2] [--quick] [--json F]
+    python -m bench.iceberg_bench [--mib 512] [--translate-mib 128] [--reps 2] [--tier s3|local|both] [--quick]
+                                  [--json F]
 
 or from the harness: ``from bench import iceberg_bench; iceberg_bench.run(results)`` (adds ``results["iceberg"]``).
 
@@ -20,6 +21,10 @@ in its embedded SQLite catalog and the warehouse in the same bucket (the broker'
    ``format("strata-iceberg")`` (the table alone: Parquet files through pyarrow), ``format("strata")`` with
    ``read.mode=direct`` (tiered segments from S3, decoded by the executors) and with ``read.mode=broker``. Best of
    ``--reps``; MB/s counts key + value bytes.
+3. **Spark aggregate, LocalTieredStorage** (``--tier local`` or ``both``, the default): the same topic and reads on a
+   second broker tiering to a local directory, its warehouse beside it on a file path, plus the row "table (JVM
+   Parquet)": ``strata.pipeline.read_table``, Spark's own Parquet reader on the table's files (the JVM has no S3A
+   file system here, so it applies only to a file-path warehouse). Direct mode reads the same local tier.
 
 ``--quick`` (the bench's own test) uses 4 MiB and one repetition.
 """
@@ -115,13 +120,20 @@ def measure_translation(broker: Any, catalog_opts: dict[str, str], mib: int) -> 
 
 
 def _aggregate(spark: Any, fmt: str, options: dict[str, str]) -> tuple[float, int, int]:
+    """The aggregate over ``format(fmt)``, or over ``strata.pipeline.read_table`` for fmt ``read_table``."""
+    from strata.pipeline import read_table
+
     t0 = time.monotonic()
-    row = spark.read.format(fmt).options(**options).load().selectExpr(*AGGREGATE).collect()[0]
+    if fmt == "read_table":
+        df = read_table(spark, options["subscribe"], options)
+    else:
+        df = spark.read.format(fmt).options(**options).load()
+    row = df.selectExpr(*AGGREGATE).collect()[0]
     return time.monotonic() - t0, int(row["n"]), int(row["b"] or 0)
 
 
 def measure_reads(
-    broker: Any, s3: Any, prefix: str, catalog_opts: dict[str, str], mib: int, reps: int, lag_ms: int
+    broker: Any, direct_opts: dict[str, str], catalog_opts: dict[str, str], mib: int, reps: int, lag_ms: int
 ) -> dict:
     from bench.spark_bench import _wait_offloaded
     from strata.pipeline.session import get_spark
@@ -148,12 +160,14 @@ def measure_reads(
     spark = get_spark("strata-iceberg-bench")
     try:
         base = {"kafka.bootstrap.servers": broker.bootstrap, "subscribe": READ_TOPIC}
-        rsm = {f"rsm.config.{k}": str(v) for k, v in s3.rsm_config(**{"key.prefix": prefix}).items()}
+        table_opts = {"subscribe": READ_TOPIC, **catalog_opts}
         readers = {
-            "table": ("strata-iceberg", {"subscribe": READ_TOPIC, **catalog_opts}),
-            "direct": ("strata", {**base, "read.mode": "direct", "rsm.class.name": "s3", **rsm}),
+            "table": ("strata-iceberg", table_opts),
+            "direct": ("strata", {**base, "read.mode": "direct", **direct_opts}),
             "broker": ("strata", base),
         }
+        if catalog_opts["iceberg.catalog.warehouse"].startswith("file:"):  # the JVM opens local files only here
+            readers["table_jvm"] = ("read_table", table_opts)
         for fmt, o in readers.values():  # warm-up: Python workers, imports, JIT
             _aggregate(spark, fmt, o)
         out: dict[str, Any] = {"mib": mib, "records": records}
@@ -168,66 +182,127 @@ def measure_reads(
             out[name] = best
         out["table_vs_direct"] = round(out["table"]["mb_per_s"] / out["direct"]["mb_per_s"], 2)
         out["table_vs_broker"] = round(out["table"]["mb_per_s"] / out["broker"]["mb_per_s"], 2)
+        if "table_jvm" in out:
+            out["table_jvm_vs_direct"] = round(out["table_jvm"]["mb_per_s"] / out["direct"]["mb_per_s"], 2)
         return out
     finally:
         spark.stop()
 
 
-def measure(mib: int = 512, translate_mib: int = 128, reps: int = 2) -> dict[str, Any]:
+def _tiered_broker(work: Path, tier: str, s3: Any, prefix: str) -> Any:
     from tests.support.broker_proc import StrataBroker
-    from tests.support.s3_servers import SeaweedServer
 
-    work = Path(tempfile.mkdtemp(prefix="strata-iceberg-bench-"))
-    s3 = SeaweedServer(work / "seaweedfs")
-    s3.start()
-    prefix = f"bench-{uuid.uuid4().hex[:8]}/"
+    rsm: dict[str, object] = (
+        {f"rsm.config.{k}": v for k, v in s3.rsm_config(**{"key.prefix": prefix}).items()}
+        if tier == "s3"
+        else {"rsm.config.dir": str(work / "tiered")}
+    )
     overrides: dict[str, object] = {
         "remote.log.storage.system.enable": "true",
-        "remote.log.storage.manager.class.name": "s3",
+        "remote.log.storage.manager.class.name": tier,
         "remote.log.manager.task.interval.ms": 300,
         "remote.log.metadata.topic.num.partitions": 5,
         "log.retention.check.interval.ms": 300,
         "log.segment.delete.delay.ms": 0,
-        **{f"rsm.config.{k}": v for k, v in s3.rsm_config(**{"key.prefix": prefix}).items()},
+        **rsm,
     }
-    broker = StrataBroker(work / "broker", overrides, name="strata-iceberg-bench")
+    return StrataBroker(work / f"broker-{tier}", overrides, name=f"strata-iceberg-bench-{tier}")
+
+
+def measure_local(work: Path, mib: int, reps: int) -> dict[str, Any]:
+    """The Spark aggregate with LocalTieredStorage: the warehouse on a file path, so Spark's Parquet reader
+    (``read_table``) can open it; direct mode reads the same local tier."""
+    broker = _tiered_broker(work, "local", None, "")
     try:
         broker.start()
-        catalog_opts = _catalog_options(broker, s3, prefix)
-        return {
-            "translation": measure_translation(broker, catalog_opts, translate_mib),
-            "spark_aggregate": measure_reads(broker, s3, prefix, catalog_opts, mib, reps, 30_000 if mib > 16 else 1000),
+        tier_dir = work / "tiered"
+        catalog_opts = {
+            "iceberg.catalog.uri": f"sqlite:///{broker.log_dir}/iceberg/catalog.db",
+            "iceberg.catalog.warehouse": f"file://{tier_dir.resolve() / 'iceberg'}",
         }
+        direct = {"rsm.class.name": "local", "rsm.config.dir": str(tier_dir)}
+        return measure_reads(broker, direct, catalog_opts, mib, reps, 30_000 if mib > 16 else 1000)
     finally:
         broker.stop()
-        s3.stop()
+
+
+def measure(mib: int = 512, translate_mib: int = 128, reps: int = 2, tier: str = "both") -> dict[str, Any]:
+    """``tier``: ``s3`` (SeaweedFS: translation and the reads), ``local`` (LocalTieredStorage: the reads, with
+    Spark's Parquet reader on the table) or ``both``."""
+    from tests.support.s3_servers import SeaweedServer
+
+    work = Path(tempfile.mkdtemp(prefix="strata-iceberg-bench-"))
+    out: dict[str, Any] = {}
+    if tier in ("s3", "both"):
+        s3 = SeaweedServer(work / "seaweedfs")
+        s3.start()
+        prefix = f"bench-{uuid.uuid4().hex[:8]}/"
+        broker = _tiered_broker(work, "s3", s3, prefix)
+        try:
+            broker.start()
+            catalog_opts = _catalog_options(broker, s3, prefix)
+            direct = {
+                "rsm.class.name": "s3",
+                **{f"rsm.config.{k}": str(v) for k, v in s3.rsm_config(**{"key.prefix": prefix}).items()},
+            }
+            out["translation"] = measure_translation(broker, catalog_opts, translate_mib)
+            out["spark_aggregate"] = measure_reads(
+                broker, direct, catalog_opts, mib, reps, 30_000 if mib > 16 else 1000
+            )
+        finally:
+            broker.stop()
+            s3.stop()
+    if tier in ("local", "both"):
+        out["spark_aggregate_local"] = measure_local(work, mib, reps)
+    return out
+
+
+READ_ROWS = (
+    ("table", 'format("strata-iceberg"): the table'),
+    ("table_jvm", "table (JVM Parquet): strata.pipeline.read_table"),
+    ("direct", 'format("strata"), read.mode=direct'),
+    ("broker", 'format("strata"), read.mode=broker'),
+)
+
+
+def _read_table_md(a: dict[str, Any], where: str) -> list[str]:
+    lines = [
+        f"Spark aggregate over {a['mib']} MiB (count, sum(length), count distinct key), 2 partitions, {where}",
+        "",
+        "| read | MB/s | seconds | / direct |",
+        "|---|---:|---:|---:|",
+    ]
+    for key, label in READ_ROWS:
+        if key in a:
+            ratio = round(a[key]["mb_per_s"] / a["direct"]["mb_per_s"], 2)
+            lines.append(f"| {label} | {a[key]['mb_per_s']} | {a[key]['seconds']} | {ratio} |")
+    lines += ["", f"table / direct: {a['table_vs_direct']}x (aim >= 2); table / broker: {a['table_vs_broker']}x"]
+    if "table_jvm_vs_direct" in a:
+        lines += [f"table (JVM Parquet) / direct: {a['table_jvm_vs_direct']}x (aim >= 2)"]
+    return lines
 
 
 def table(r: dict[str, Any]) -> str:
-    t, a = r["translation"], r["spark_aggregate"]
-    lines = [
-        f"Translation vs produce, one partition ({t['mib']} MiB of 1 KiB records, broker and translator on one host)",
-        "",
-        "| | MB/s | seconds |",
-        "|---|---:|---:|",
-        f"| produce (acks=all, idempotent) | {t['produce_mb_per_s']} | {t['produce_s']} |",
-        f"| translated into the table | {t['translate_mb_per_s']} | {t['translate_s']} |",
-        "",
-        f"translation / produce: {t['translate_vs_produce']} (aim >= 0.5)",
-        "",
-        f"Spark aggregate over {a['mib']} MiB (count, sum(length), count distinct key), 2 partitions",
-        "",
-        "| read | MB/s | seconds |",
-        "|---|---:|---:|",
-    ]
-    for key, label in (
-        ("table", 'format("strata-iceberg"): the table'),
-        ("direct", 'format("strata"), read.mode=direct'),
-        ("broker", 'format("strata"), read.mode=broker'),
-    ):
-        lines.append(f"| {label} | {a[key]['mb_per_s']} | {a[key]['seconds']} |")
-    lines += ["", f"table / direct: {a['table_vs_direct']}x (aim >= 2); table / broker: {a['table_vs_broker']}x"]
-    return "\n".join(lines)
+    lines: list[str] = []
+    if "translation" in r:
+        t = r["translation"]
+        lines += [
+            f"Translation vs produce, one partition ({t['mib']} MiB of 1 KiB records, broker and translator on one "
+            "host)",
+            "",
+            "| | MB/s | seconds |",
+            "|---|---:|---:|",
+            f"| produce (acks=all, idempotent) | {t['produce_mb_per_s']} | {t['produce_s']} |",
+            f"| translated into the table | {t['translate_mb_per_s']} | {t['translate_s']} |",
+            "",
+            f"translation / produce: {t['translate_vs_produce']} (aim >= 0.5)",
+            "",
+        ]
+    if "spark_aggregate" in r:
+        lines += [*_read_table_md(r["spark_aggregate"], "tiered to S3 (SeaweedFS), warehouse in S3"), ""]
+    if "spark_aggregate_local" in r:
+        lines += _read_table_md(r["spark_aggregate_local"], "LocalTieredStorage, warehouse on a file path")
+    return "\n".join(lines).rstrip()
 
 
 def run(results: dict) -> None:
@@ -251,14 +326,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mib", type=int, default=512, help="size of the topic the Spark aggregate reads (MiB)")
     ap.add_argument("--translate-mib", type=int, default=128, help="size produced for the translation figure")
     ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--tier", choices=("s3", "local", "both"), default="both", help="where the topic is tiered")
     ap.add_argument("--quick", action="store_true", help="4 MiB, one repetition (the bench's test)")
     ap.add_argument("--json", type=Path, default=None, help="also write the numbers here")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(REPO_ROOT))
     if args.quick:
-        r = measure(mib=4, translate_mib=4, reps=1)
+        r = measure(mib=4, translate_mib=4, reps=1, tier=args.tier)
     else:
-        r = measure(mib=args.mib, translate_mib=args.translate_mib, reps=args.reps)
+        r = measure(mib=args.mib, translate_mib=args.translate_mib, reps=args.reps, tier=args.tier)
     print(table(r))
     if args.json:
         args.json.write_text(json.dumps(r, indent=2))

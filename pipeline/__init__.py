@@ -6,6 +6,8 @@ Source API, plus example jobs (``strata.pipeline.jobs``) and the ``strata pipeli
     df = (spark.read.format("strata").option("kafka.bootstrap.servers", "127.0.0.1:9092")
           .option("subscribe", "events").load())
 
+    df = read_table(spark, "events", {"iceberg.catalog.uri": "sqlite:////var/lib/strata/iceberg/catalog.db"})
+
 Importing this package does not import pyspark; ``get_spark``/``register`` do.
 """
 
@@ -26,4 +28,12 @@ def register(spark: Any) -> None:
     _register(spark)
 
 
-__all__ = ["get_spark", "register"]
+def read_table(spark: Any, topic: str, options: Any = None, **bounds: Any) -> Any:
+    """A topic's Iceberg table read by Spark's own Parquet reader when it can, else ``format("strata-iceberg")``
+    (strata.pipeline.table_native)."""
+    from .table_native import read_table as _read_table
+
+    return _read_table(spark, topic, options, **bounds)
+
+
+__all__ = ["get_spark", "read_table", "register"]

@@ -17,7 +17,7 @@ import pytest
 from pyspark.sql import datasource as ds
 
 from strata.pipeline.options import OptionError
-from strata.pipeline.table_planning import parse_table_options, plan
+from strata.pipeline.table_planning import KEY_VALUE_COLUMNS, parse_table_options, plan
 from strata.pipeline.table_source import FilePartition, FileScanContext, TableReader, read_file
 from strata.remote.iceberg.offsets import TOPIC_ID, carried_properties
 from strata.remote.iceberg.schema import KEY_VALUE_SCHEMA
@@ -243,3 +243,83 @@ def test_files_are_read_with_pyarrow_and_old_schema_files_through_arrow_scan(cat
     assert direct == {2: False, 1: True}  # the old file (2 rows) lacks "note": ArrowScan projects it
     rows = sorted((r["id"], r["note"]) for task in p.tasks for b in read_file(ctx, task, target) for r in b.to_pylist())
     assert rows == [(1, None), (2, None), (3, "new")]
+
+
+def _rows(df: Any) -> list[Any]:
+    return sorted((tuple(r) for r in df.collect()), key=repr)
+
+
+def test_read_table_with_spark_parquet_equals_the_data_source(spark: Any, catalog: dict[str, str]) -> None:
+    """``read_table`` hands the snapshot's files to Spark's Parquet reader: the same schema (timestamps in UTC
+    included) and rows as ``format("strata-iceberg")``, the same partition/offset bounds, and a column added after
+    some files were written reads as null from them."""
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.types import StringType
+
+    from strata.pipeline import read_table
+
+    native = read_table(spark, "kv", catalog)
+    source = _reader(spark, catalog, "kv").load()
+    assert "FileScan parquet" in native._jdf.queryExecution().executedPlan().toString()
+    assert native.schema == source.schema
+    rows = _rows(native)
+    assert rows == _rows(source) and len(rows) == 90
+    bounded = read_table(spark, "kv", catalog, partitions=[0], offsets=(45, 50))
+    assert [(r["partition"], r["offset"]) for r in bounded.orderBy("offset").collect()] == [
+        (0, o) for o in range(45, 50)
+    ]
+    orders = read_table(spark, "orders", catalog, offsets=(8, None))  # value_json: bounds on kafka.offset
+    assert orders.columns == ["id", "user", "lines", "kafka"]
+    assert sorted((r["id"], r["kafka"]["offset"]) for r in orders.collect()) == [(8, 8), (9, 9)]
+
+    c = SqlCatalog("strata", uri=catalog["iceberg.catalog.uri"], warehouse=catalog["iceberg.catalog.warehouse"])
+    t = c.create_table(("strata", "kv-added"), schema=KEY_VALUE_SCHEMA)
+    _commit(t, _kv_rows("kv-added", 0, range(5)), {0: 5})
+    with t.update_schema() as u:
+        u.add_column("note", StringType())
+    t = c.load_table(("strata", "kv-added"))
+    later = _kv_rows("kv-added", 0, range(5, 8)).append_column("note", pa.array(["n5", "n6", "n7"], pa.large_string()))
+    _commit(t, later, {0: 8})
+    native = read_table(spark, "kv-added", catalog)
+    source = _reader(spark, catalog, "kv-added").load()
+    assert native.columns == [*KEY_VALUE_COLUMNS, "note"] and native.schema == source.schema
+    rows = _rows(native)
+    assert rows == _rows(source)
+    at, note = native.columns.index("offset"), native.columns.index("note")
+    assert sorted((r[at], r[note]) for r in rows) == [(o, None) for o in range(5)] + [
+        (5, "n5"),
+        (6, "n6"),
+        (7, "n7"),
+    ]
+
+
+def test_read_table_falls_back_to_the_data_source_for_s3_without_s3a(
+    spark: Any, pipeline_moto: Any, tmp_path: Path
+) -> None:
+    """A table in S3 while the session's JVM has no S3A file system (no hadoop-aws): the data source reads it."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from strata.pipeline import read_table
+    from strata.pipeline.table_native import jvm_path, s3a_available
+
+    s3 = pipeline_moto.rsm_config()
+    props = {
+        "s3.endpoint": pipeline_moto.endpoint,
+        "s3.region": s3["s3.region"],
+        "s3.access-key-id": s3["aws.access.key.id"],
+        "s3.secret-access-key": s3["aws.secret.access.key"],
+    }
+    opts = {
+        "iceberg.catalog.uri": f"sqlite:///{tmp_path}/catalog.db",
+        "iceberg.catalog.warehouse": f"s3://{pipeline_moto.bucket}/native-fallback/",
+        **{f"iceberg.catalog.prop.{k}": str(v) for k, v in props.items()},
+    }
+    c = SqlCatalog("strata", uri=opts["iceberg.catalog.uri"], warehouse=opts["iceberg.catalog.warehouse"], **props)
+    c.create_namespace("strata")
+    t = c.create_table(("strata", "kv-s3"), schema=KEY_VALUE_SCHEMA)
+    _commit(t, _kv_rows("kv-s3", 0, range(7)), {0: 7})
+    assert not s3a_available(spark)
+    assert jvm_path("s3://b/k.parquet", False) is None and jvm_path("s3://b/k.parquet", True) == "s3a://b/k.parquet"
+    df = read_table(spark, "kv-s3", opts)
+    assert "FileScan parquet" not in df._jdf.queryExecution().executedPlan().toString()
+    assert [r["offset"] for r in df.orderBy("offset").collect()] == list(range(7))
