@@ -212,11 +212,14 @@ def test_deposed_leader_writes_no_partition_manifest(tmp_path: Path) -> None:
                 assert asyncio.get_running_loop().time() < deadline, "the leader's manifest never listed every copy"
                 await asyncio.sleep(0.02)
             directory = partition_manifest_dir(tip.topic, tip.topic_id, tip.partition)
-            before = await store.list(directory)
             leading = False  # another broker leads now; this one has not heard of it
             st = rlm._leaders[tip]
             rlm.manifests.request(log, tip, 0, lambda: rlm.still_leader(st, 0))
             await wait_until_async(lambda: metrics.manifest_writes_fenced._value.get() >= 1, timeout=10)
+            # a write that passed its fence check before the flip has finished by now (one writer per partition)
+            before = await store.list(directory)
+            rlm.manifests.request(log, tip, 0, lambda: rlm.still_leader(st, 0))
+            await wait_until_async(lambda: metrics.manifest_writes_fenced._value.get() >= 2, timeout=10)
             assert await store.list(directory) == before
         finally:
             await rlm.close()
