@@ -50,7 +50,10 @@ RETRY_S = 1.0
 
 
 def is_tiered(t: TopicInfo) -> bool:
-    return str(t.configs.get("remote.storage.enable", "false")).lower() == "true"
+    """A topic whose data this cluster tiers (a read replica's is the origin's: it has no manifest of its own)."""
+    return str(t.configs.get("remote.storage.enable", "false")).lower() == "true" and not t.configs.get(
+        "remote.readreplica"
+    )
 
 
 def _now_ms() -> int:
