@@ -62,7 +62,11 @@ def _now_ms() -> int:
 
 def cluster_manifest(store: MetadataStore, revision: int) -> ClusterManifest:
     """The cluster manifest of the metadata store's image now."""
-    topics = {n: kafka_uuid_str(t.topic_id) for n, t in store.topics().items() if not t.internal}
+    topics = {  # a read replica's topic is its origin's (in another cluster's manifests)
+        n: kafka_uuid_str(t.topic_id)
+        for n, t in store.topics().items()
+        if not t.internal and not t.configs.get("remote.readreplica")
+    }
     scram: dict[str, dict[str, dict[str, Any]]] = {}
     for (user, mechanism), cred in store.scram_credentials().items():
         scram.setdefault(user, {})[mechanism.name] = cred.to_json()  # salted, hashed: never a password

@@ -66,8 +66,7 @@ def read_only_message(topic: str, origin: str) -> str:
 class ReplicaState:
     """What one hosted read-replica partition last saw of its origin (describe, metrics)."""
 
-    topic: str
-    partition: int
+    tip: TopicIdPartition
     origin: str
     manifest_name: tuple[int, int] | None = None  # (writer epoch, revision) of the manifest applied
     origin_end_offset: int = 0  # one past the origin's highest uploaded offset, per its newest manifest
@@ -218,7 +217,8 @@ class ReadReplicaManager:
             except (ReadReplicaError, ValueError) as e:  # a broker config changed since the topic was made
                 log.error("read-replica topic cannot be served", topic=p.topic.name, origin=value, error=str(e))
                 continue
-            self.states[p.key] = ReplicaState(p.topic.name, p.index, value)
+            tip = TopicIdPartition(p.topic.topic_id, p.topic.name, p.index)
+            self.states[p.key] = ReplicaState(tip, value)
             self._tasks[p.key] = asyncio.get_running_loop().create_task(
                 self._follow(p.key, value), name=f"read-replica-{p.topic.name}-{p.index}"
             )
@@ -231,9 +231,8 @@ class ReadReplicaManager:
         if st is not None:
             self.metrics.remove(*key)
             o = self.origins.get(st.origin)
-            p = self.replicas.partitions.get(key)
-            if o is not None and p is not None:
-                o.rlmm.forget(TopicIdPartition(p.topic.topic_id, key[0], key[1]))
+            if o is not None:
+                o.rlmm.forget(st.tip)
 
     async def _follow(self, key: tuple[str, int], value: str) -> None:
         while True:
@@ -269,6 +268,8 @@ class ReadReplicaManager:
             if name != st.manifest_name or not st.complete:
                 await self._apply(p, origin, pm)
                 st.manifest_name = name
+        elif not origin.rlmm.is_ready(st.tip):
+            origin.rlmm.replace(st.tip, [])  # nothing uploaded (or the origin deleted the topic): nothing to read
         if st.lag_offsets == 0:
             st.caught_up_ms = now
         labels = (p.topic.name, str(p.index))
@@ -283,8 +284,7 @@ class ReadReplicaManager:
         if self.replicas.partitions.get(p.key) is not p:
             return  # stopped meanwhile
         st.complete = not plan.problems
-        tip = TopicIdPartition(p.topic.topic_id, p.topic.name, p.index)
-        origin.rlmm.replace(tip, plan.segments)
+        origin.rlmm.replace(st.tip, plan.segments)
         ulog = p.log
         end, start = plan.next_offset, plan.log_start_offset
         if end != ulog.log_end_offset:

@@ -512,6 +512,8 @@ class ReplicaManager:
         for p in list(self.partitions.values()):
             if not p.is_leader or not p.followers:  # no follower: nothing to shrink, the HW moved with each append
                 continue
+            if read_replica_of(p.topic.configs):  # every replica reads the origin's bucket: none fetches from us
+                continue
             self._maybe_hw_moved(p)
             new_isr = p.isr_to_shrink(t)
             if new_isr is not None:

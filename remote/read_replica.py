@@ -34,6 +34,7 @@ from .remote_metrics import RemoteMetrics
 from .rlm import RemoteLogManager, RemoteLogManagerConfig
 from .rlmm_api import RemoteLogMetadataManager
 from .rlmm_cache import RemoteLogMetadataCache
+from .rlmm_types import RemoteStorageNotReadyError
 from .rsm import create_remote_storage_manager, load_rsm_class, strip_rsm_prefix
 from .s3 import S3RemoteStorageManager
 
@@ -110,22 +111,26 @@ class ManifestRLMM(RemoteLogMetadataManager):
     async def put_remote_partition_delete_metadata(self, metadata: RemotePartitionDeleteMetadata) -> None:
         raise PermissionError("a read replica's remote log metadata is read-only")
 
+    def _cache(self, tip: TopicIdPartition) -> RemoteLogMetadataCache:
+        """The partition's segments; before its first manifest is applied (a broker just started) a retriable
+        error, not "no such segment", which a consumer would take for OFFSET_OUT_OF_RANGE and reset."""
+        cache = self._caches.get(tip)
+        if cache is None:
+            raise RemoteStorageNotReadyError(f"the origin's manifest of {tip} is not read yet")
+        return cache
+
     def remote_log_segment_metadata(
         self, tip: TopicIdPartition, leader_epoch: int, offset: int
     ) -> RemoteLogSegmentMetadata | None:
-        cache = self._caches.get(tip)
-        return None if cache is None else cache.remote_log_segment_metadata(leader_epoch, offset)
+        return self._cache(tip).remote_log_segment_metadata(leader_epoch, offset)
 
     def highest_offset_for_epoch(self, tip: TopicIdPartition, leader_epoch: int) -> int | None:
-        cache = self._caches.get(tip)
-        return None if cache is None else cache.highest_offset_for_epoch(leader_epoch)
+        return self._cache(tip).highest_offset_for_epoch(leader_epoch)
 
     def list_remote_log_segments(
         self, tip: TopicIdPartition, leader_epoch: int | None = None
     ) -> list[RemoteLogSegmentMetadata]:
-        cache = self._caches.get(tip)
-        if cache is None:
-            return []
+        cache = self._cache(tip)
         if leader_epoch is None:
             return cache.list_all_remote_log_segments()
         return cache.list_remote_log_segments(leader_epoch)

@@ -31,6 +31,7 @@ from kafka import TopicPartition as KTopicPartition
 from strata.cli.admin_client import RESOURCE_TOPIC
 from tests.support.broker_proc import StrataBroker
 from tests.support.ck import QUIET
+from tests.support.cli_run import ok, strata
 from tests.support.s3_servers import MotoServer
 from tests.tiered.harness import (
     BASE_OVERRIDES,
@@ -90,32 +91,39 @@ class Replica:
 
 
 @pytest.fixture(scope="module")
-def origin(moto_server: MotoServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
+def brokers(
+    moto_server: MotoServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Harness, list[Replica]]]:
+    """The origin and two replicas, each with a key prefix of its own in one bucket."""
     backend = S3Backend(moto_server, f"origin-{uuid.uuid4().hex[:8]}/")
-    h = Harness(
+    origin = Harness(
         tmp_path_factory.mktemp("origin"),
         backend,
         {"remote.manifest.upload.interval.ms": 200, "remote.cluster.manifest.interval.ms": 300},
         name="origin",
     )
-    h.start()
-    Scenario("origin topic").create_topic(TOPIC, configs={"local.retention.bytes": "1"}).produce(
-        TOPIC, 0, 50
-    ).wait_for_offload(TOPIC, 0, up_to_offset=39).run(h)
-    yield h
-    h.stop()
+    replicas = [Replica(moto_server, tmp_path_factory.mktemp(f"replica{i}"), f"replica{i}") for i in (1, 2)]
+    procs = [origin.broker, *(r.broker for r in replicas)]
+    try:
+        for b in procs:  # one by one: parallel starts on a busy 2-core runner overrun the start timeout
+            b.start()
+        Scenario("origin topic").create_topic(TOPIC, configs={"local.retention.bytes": "1"}).produce(
+            TOPIC, 0, 50
+        ).wait_for_offload(TOPIC, 0, up_to_offset=39).run(origin)
+        yield origin, replicas
+    finally:
+        for b in procs:
+            b.stop()
 
 
 @pytest.fixture(scope="module")
-def replicas(
-    moto_server: MotoServer, origin: Harness, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[list[Replica]]:
-    out = [Replica(moto_server, tmp_path_factory.mktemp(f"replica{i}"), f"replica{i}") for i in (1, 2)]
-    for r in out:
-        r.broker.start()
-    yield out
-    for r in out:
-        r.broker.stop()
+def origin(brokers: tuple[Harness, list[Replica]]) -> Harness:
+    return brokers[0]
+
+
+@pytest.fixture(scope="module")
+def replicas(brokers: tuple[Harness, list[Replica]]) -> list[Replica]:
+    return brokers[1]
 
 
 def origin_value(origin: Harness) -> str:
@@ -199,6 +207,14 @@ def test_replicas_follow_the_origin_and_serve_its_bytes(origin: Harness, replica
     assert consume_confluent(r2.bootstrap, 35, 80) == consume_confluent(origin.broker.bootstrap, 35, 80)
     assert consume_kafka_python(r1.bootstrap, 60, 80) == consume_confluent(origin.broker.bootstrap, 60, 80)
 
+    # `strata topics describe` and the metrics show the read-replica state
+    out = ok(strata("topics", "describe", "--bootstrap-server", r1.bootstrap, "--topic", TOPIC))
+    assert f"ReadReplicaOf: {value}" in out and "SyncedOffset: 79" in out, out
+    lag = {"topic": TOPIC, "partition": "0"}
+    assert ("strata_read_replica_lag_offsets", tuple(sorted(lag.items()))) in Harness.metrics(r1.h)
+    assert Harness.metric(r1.h, "strata_read_replica_lag_offsets", **lag) == 0
+    assert Harness.metric(r1.h, "strata_read_replica_lag_seconds", **lag) < 10
+
     # nothing of the replicas lands in their own prefix (their topics are the origin's), nor a manifest of theirs
     for r in replicas:
         assert not [k for k in r.backend.list_all() if TOPIC in k], r.backend.list_all()
@@ -235,7 +251,7 @@ def test_produce_and_writes_are_refused(origin: Harness, replicas: list[Replica]
         fs["nope"].result(timeout=30)
 
 
-def test_origin_retention_is_seen(origin: Harness, replicas: list[Replica]) -> None:
+def test_origin_retention_is_seen_and_replicas_restart(origin: Harness, replicas: list[Replica]) -> None:
     r1 = replicas[0]
     wait_for("replica topic", lambda: r1.offset(LATEST), lambda o: o >= 40)
     segment_bytes = origin.topic(TOPIC).shape.batch_bytes * 2
@@ -249,3 +265,11 @@ def test_origin_retention_is_seen(origin: Harness, replicas: list[Replica]) -> N
     # a consumer with auto.offset.reset=earliest moves on to the new start
     got = consume_confluent(r1.bootstrap, 0, start + 5, **{"auto.offset.reset": "earliest"})
     assert got and (got[0][0] or -1) >= start
+
+    # a restarted replica serves the topic again from the bucket, the origin's retention included
+    r2 = replicas[1]
+    r2.broker.restart()
+    wait_for("restarted replica", lambda: (r2.offset(EARLIEST), r2.offset(LATEST)), lambda o: o[0] >= start)
+    assert r2.offset(LATEST) == r1.offset(LATEST)
+    end = r1.offset(LATEST)
+    assert consume_confluent(r2.bootstrap, end - 10, end) == consume_confluent(origin.broker.bootstrap, end - 10, end)
