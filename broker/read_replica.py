@@ -195,7 +195,8 @@ class ReadReplicaManager:
             raise KafkaApiError(
                 ErrorCode.INVALID_CONFIG, f"Topic '{name}' has no topic manifest in {value}: nothing to replicate"
             )
-        out = {k: v for k, v in best.configs.items() if k != READ_REPLICA_CONFIG}
+        # the origin's Iceberg table is the origin's: a replica does not translate (its local log holds no records)
+        out = {k: v for k, v in best.configs.items() if k != READ_REPLICA_CONFIG and not k.startswith("iceberg.")}
         out["remote.storage.enable"] = "true"
         out[READ_REPLICA_CONFIG] = value
         return best.topic_id, best.partitions, out

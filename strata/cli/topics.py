@@ -87,6 +87,7 @@ def _describe(a: AdminClient, args: argparse.Namespace) -> int:
         )
         if tiered and not origin and remote_state is None:  # KIP-405 sizes come from __remote_log_metadata
             remote_state = remote_log_state_or_none(a)
+        lags = a.offset_lags(t.name, [p.partition for p in t.partitions]) if origin else {}
         for p in t.partitions:
             line = (
                 f"\tTopic: {t.name}\tPartition: {p.partition}\tLeader: {p.leader}\t"
@@ -94,7 +95,8 @@ def _describe(a: AdminClient, args: argparse.Namespace) -> int:
                 f"LogStartOffset: {p.log_start_offset}\tEndOffset: {p.end_offset}"
             )
             if origin:  # a read replica: served from the origin's bucket up to its last synced offset
-                line += f"\tReadReplicaOf: {origin}\tSyncedOffset: {p.latest_tiered_offset}"
+                lag = lags.get(p.partition, -1)
+                line += f"\tReadReplicaOf: {origin}\tSyncedOffset: {p.latest_tiered_offset}\tLag: {lag}"
             elif tiered:  # tiered topics: local/remote offsets (ListOffsets -4 v8+, -5 v9+) and remote size
                 line += tiered_describe_fields(t, p, remote_state)
             print(line + (f"\tError: {p.error}" if p.error else ""))

@@ -209,7 +209,7 @@ def test_replicas_follow_the_origin_and_serve_its_bytes(origin: Harness, replica
 
     # `strata topics describe` and the metrics show the read-replica state
     out = ok(strata("topics", "describe", "--bootstrap-server", r1.bootstrap, "--topic", TOPIC))
-    assert f"ReadReplicaOf: {value}" in out and "SyncedOffset: 79" in out, out
+    assert f"ReadReplicaOf: {value}" in out and "SyncedOffset: 79\tLag: 0" in out, out
     lag = {"topic": TOPIC, "partition": "0"}
     assert ("strata_read_replica_lag_offsets", tuple(sorted(lag.items()))) in Harness.metrics(r1.h)
     assert Harness.metric(r1.h, "strata_read_replica_lag_offsets", **lag) == 0
