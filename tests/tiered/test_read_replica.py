@@ -273,3 +273,11 @@ def test_origin_retention_is_seen_and_replicas_restart(origin: Harness, replicas
     assert r2.offset(LATEST) == r1.offset(LATEST)
     end = r1.offset(LATEST)
     assert consume_confluent(r2.bootstrap, end - 10, end) == consume_confluent(origin.broker.bootstrap, end - 10, end)
+
+    # deleting a read-replica topic deletes nothing of the origin's: no partition deletion is even recorded
+    before = origin.remote_objects(TOPIC, 0)
+    with r2.h.admin() as a:
+        a.delete_topic(TOPIC)
+    assert not Harness.rlmm(r2.h).partition_deletes
+    assert origin.remote_objects(TOPIC, 0) == before
+    assert consume_confluent(r1.bootstrap, end - 10, end) == consume_confluent(origin.broker.bootstrap, end - 10, end)
