@@ -50,7 +50,7 @@ log = structlog.get_logger("strata.read_replica")
 #: what a read-replica topic refuses (Produce, DeleteRecords, CreatePartitions, config changes): Redpanda answers a
 #: produce to a read replica with INVALID_TOPIC_EXCEPTION, as Kafka answers a produce to an internal topic
 READ_ONLY_ERROR = ErrorCode.INVALID_TOPIC_EXCEPTION
-SYNC_RETRY_S = 1.0
+SYNC_RETRY_S = 1.0  # the first retry after a failed sync; doubled up to the sync interval
 
 
 def read_replica_of(configs: Mapping[str, str] | None) -> str:
@@ -202,9 +202,6 @@ class ReadReplicaManager:
         return best.topic_id, best.partitions, out
 
     # -- partitions -----------------------------------------------------------------------------------------------
-    def is_read_replica(self, p: Partition) -> bool:
-        return bool(read_replica_of(p.topic.configs))
-
     def on_partitions(self, parts: list[Partition]) -> None:
         """Hosted read-replica partitions (new, or leadership applied): start following their manifests."""
         if self._closed:
@@ -236,13 +233,14 @@ class ReadReplicaManager:
                 o.rlmm.forget(st.tip)
 
     async def _follow(self, key: tuple[str, int], value: str) -> None:
+        failures = 0
         while True:
             p = self.replicas.partitions.get(key)
             if p is None:
                 return
             try:
                 await self.sync_partition(p, self.origins[value])
-                wait = self.interval_s
+                failures, wait = 0, self.interval_s
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # noqa: BLE001 - the bucket unreachable: retried, the replica serves what it has
@@ -250,8 +248,10 @@ class ReadReplicaManager:
                 st = self.states.get(key)
                 if st is not None:
                     st.error = repr(e)
-                log.warning("read-replica sync failed", topic=key[0], partition=key[1], error=repr(e))
-                wait = min(self.interval_s, SYNC_RETRY_S)
+                if failures == 0:  # once per outage, not once per retry of every partition
+                    log.warning("read-replica sync failed", topic=key[0], partition=key[1], error=repr(e))
+                failures += 1
+                wait = min(self.interval_s, SYNC_RETRY_S * 2 ** min(failures - 1, 10))
             await asyncio.sleep(wait)  # the poll period (nothing to wait on: the origin is another cluster)
 
     async def sync_partition(self, p: Partition, origin: ReadReplicaOrigin) -> None:
