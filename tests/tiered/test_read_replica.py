@@ -29,12 +29,10 @@ from kafka import KafkaConsumer
 from kafka import TopicPartition as KTopicPartition
 
 from strata.cli.admin_client import RESOURCE_TOPIC
-from tests.support.broker_proc import StrataBroker
 from tests.support.ck import QUIET
 from tests.support.cli_run import ok, strata
 from tests.support.s3_servers import MotoServer
 from tests.tiered.harness import (
-    BASE_OVERRIDES,
     EARLIEST,
     LATEST,
     LATEST_TIERED,
@@ -68,26 +66,20 @@ def wait_for(what: str, probe: Callable[[], T], ok: Callable[[T], bool], timeout
     raise AssertionError(f"timed out waiting for {what}; last saw {last!r}")
 
 
-class Replica:
-    """A broker with tiered storage of its own (its own prefix) that hosts read-replica topics."""
+class Replica(Harness):
+    """A broker with tiered storage of its own (its own prefix in the bucket) that hosts read-replica topics."""
 
     def __init__(self, moto: MotoServer, tmp: Path, name: str) -> None:
-        self.backend = S3Backend(moto, f"{name}-{uuid.uuid4().hex[:8]}/")
-        ov: dict[str, object] = dict(BASE_OVERRIDES)
-        ov.update(self.backend.broker_overrides(tmp))
-        ov["remote.readreplica.sync.interval.ms"] = SYNC_MS
-        self.broker = StrataBroker(tmp, ov, name=name)
-        self.h = Harness.__new__(Harness)  # only its wire-level observations, on this broker
-        self.h.broker = self.broker
+        backend = S3Backend(moto, f"{name}-{uuid.uuid4().hex[:8]}/")
+        super().__init__(tmp, backend, {"remote.readreplica.sync.interval.ms": SYNC_MS}, name=name)
 
     @property
     def bootstrap(self) -> str:
         return self.broker.bootstrap
 
-    def offset(self, spec: int) -> int:
-        err, off, _ = Harness.list_offset(self.h, TOPIC, 0, spec)
-        assert err == 0, f"ListOffsets({spec}) on {self.broker.name}: error {err}"
-        return off
+    def at(self, spec: int) -> int:
+        """ListOffsets `spec` of the replica topic's partition 0."""
+        return self.offset(TOPIC, 0, spec)
 
 
 @pytest.fixture(scope="module")
@@ -179,20 +171,20 @@ def test_replicas_follow_the_origin_and_serve_its_bytes(origin: Harness, replica
     for r in replicas:
         create_replica_topic(r.bootstrap, value)
     # the topic id and configs are the origin's
-    with r1.h.admin() as a:
+    with r1.admin() as a:
         [desc] = a.describe_topics([TOPIC])
     assert desc.topic_id == origin.topic(TOPIC).topic_id
     for r in replicas:
-        wait_for(f"{r.broker.name} serving [0, 40)", functools.partial(r.offset, LATEST), lambda o: o == 40)
-        assert r.offset(EARLIEST) == 0
-        assert r.offset(LATEST_TIERED) == 39
+        wait_for(f"{r.broker.name} serving [0, 40)", functools.partial(r.at, LATEST), lambda o: o == 40)
+        assert r.at(EARLIEST) == 0
+        assert r.at(LATEST_TIERED) == 39
     expected = consume_confluent(origin.broker.bootstrap, 0, 40)
     assert [r[0] for r in expected] == list(range(40))
     assert consume_confluent(r1.bootstrap, 0, 40) == expected
     assert consume_kafka_python(r2.bootstrap, 0, 40) == expected
     # ListOffsets by timestamp through the origin's remote time indexes
     ts = expected[23][3]
-    with r1.h.wire() as c:
+    with r1.wire() as c:
         p = c.list_offsets(TOPIC, 0, ts, version=7).topics[0].partitions[0]
         assert (p.error_code, p.offset) == (0, 23)
 
@@ -200,10 +192,10 @@ def test_replicas_follow_the_origin_and_serve_its_bytes(origin: Harness, replica
     Scenario("more").produce(TOPIC, 0, 40).wait_for_offload(TOPIC, 0, up_to_offset=79).run(origin)
     started = time.monotonic()
     for r in replicas:
-        wait_for(f"{r.broker.name} following to 80", functools.partial(r.offset, LATEST), lambda o: o == 80)
+        wait_for(f"{r.broker.name} following to 80", functools.partial(r.at, LATEST), lambda o: o == 80)
     assert time.monotonic() - started < SYNC_MS / 1000 + 10.0
     origin_hw = origin.offset(TOPIC, 0, LATEST)
-    assert origin_hw - r1.offset(LATEST) <= SEGMENT_RECORDS
+    assert origin_hw - r1.at(LATEST) <= SEGMENT_RECORDS
     assert consume_confluent(r2.bootstrap, 35, 80) == consume_confluent(origin.broker.bootstrap, 35, 80)
     assert consume_kafka_python(r1.bootstrap, 60, 80) == consume_confluent(origin.broker.bootstrap, 60, 80)
 
@@ -211,9 +203,9 @@ def test_replicas_follow_the_origin_and_serve_its_bytes(origin: Harness, replica
     out = ok(strata("topics", "describe", "--bootstrap-server", r1.bootstrap, "--topic", TOPIC))
     assert f"ReadReplicaOf: {value}" in out and "SyncedOffset: 79\tLag: 0" in out, out
     lag = {"topic": TOPIC, "partition": "0"}
-    assert ("strata_read_replica_lag_offsets", tuple(sorted(lag.items()))) in Harness.metrics(r1.h)
-    assert Harness.metric(r1.h, "strata_read_replica_lag_offsets", **lag) == 0
-    assert Harness.metric(r1.h, "strata_read_replica_lag_seconds", **lag) < 10
+    assert ("strata_read_replica_lag_offsets", tuple(sorted(lag.items()))) in r1.metrics()
+    assert r1.metric("strata_read_replica_lag_offsets", **lag) == 0
+    assert r1.metric("strata_read_replica_lag_seconds", **lag) < 10
 
     # nothing of the replicas lands in their own prefix (their topics are the origin's), nor a manifest of theirs
     for r in replicas:
@@ -222,7 +214,7 @@ def test_replicas_follow_the_origin_and_serve_its_bytes(origin: Harness, replica
 
 def test_produce_and_writes_are_refused(origin: Harness, replicas: list[Replica]) -> None:
     r1 = replicas[0]
-    wait_for("replica topic", lambda: r1.offset(LATEST), lambda o: o > 0)
+    wait_for("replica topic", lambda: r1.at(LATEST), lambda o: o > 0)
     errors: list[Any] = []
     p = Producer({"bootstrap.servers": r1.bootstrap, **QUIET})
     started = time.monotonic()
@@ -253,13 +245,13 @@ def test_produce_and_writes_are_refused(origin: Harness, replicas: list[Replica]
 
 def test_origin_retention_is_seen_and_replicas_restart(origin: Harness, replicas: list[Replica]) -> None:
     r1 = replicas[0]
-    wait_for("replica topic", lambda: r1.offset(LATEST), lambda o: o >= 40)
+    wait_for("replica topic", lambda: r1.at(LATEST), lambda o: o >= 40)
     segment_bytes = origin.topic(TOPIC).shape.batch_bytes * 2
     with origin.admin() as a:
         a.alter_configs(RESOURCE_TOPIC, TOPIC, set={"retention.bytes": str(3 * segment_bytes)})
     start = wait_for("origin retention", lambda: origin.offset(TOPIC, 0, EARLIEST), lambda o: o >= 20)
-    wait_for("replica log start", lambda: r1.offset(EARLIEST), lambda o: o >= start)
-    with r1.h.wire() as c:
+    wait_for("replica log start", lambda: r1.at(EARLIEST), lambda o: o >= start)
+    with r1.wire() as c:
         part = c.fetch(TOPIC, 0, 0).responses[0].partitions[0]
         assert part.error_code == OFFSET_OUT_OF_RANGE
     # a consumer with auto.offset.reset=earliest moves on to the new start
@@ -269,15 +261,15 @@ def test_origin_retention_is_seen_and_replicas_restart(origin: Harness, replicas
     # a restarted replica serves the topic again from the bucket, the origin's retention included
     r2 = replicas[1]
     r2.broker.restart()
-    wait_for("restarted replica", lambda: (r2.offset(EARLIEST), r2.offset(LATEST)), lambda o: o[0] >= start)
-    assert r2.offset(LATEST) == r1.offset(LATEST)
-    end = r1.offset(LATEST)
+    wait_for("restarted replica", lambda: (r2.at(EARLIEST), r2.at(LATEST)), lambda o: o[0] >= start)
+    assert r2.at(LATEST) == r1.at(LATEST)
+    end = r1.at(LATEST)
     assert consume_confluent(r2.bootstrap, end - 10, end) == consume_confluent(origin.broker.bootstrap, end - 10, end)
 
     # deleting a read-replica topic deletes nothing of the origin's: no partition deletion is even recorded
     before = origin.remote_objects(TOPIC, 0)
-    with r2.h.admin() as a:
+    with r2.admin() as a:
         a.delete_topic(TOPIC)
-    assert not Harness.rlmm(r2.h).partition_deletes
+    assert not r2.rlmm().partition_deletes
     assert origin.remote_objects(TOPIC, 0) == before
     assert consume_confluent(r1.bootstrap, end - 10, end) == consume_confluent(origin.broker.bootstrap, end - 10, end)
