@@ -26,7 +26,7 @@ from prometheus_client import Counter, Gauge
 
 from strata.protocol.errors import ErrorCode, KafkaApiError
 from strata.protocol.uuids import kafka_uuid_str
-from strata.remote.bucket_manifest import PartitionManifest
+from strata.remote.bucket_manifest import PartitionManifest, TopicManifest
 from strata.remote.metadata import TopicIdPartition
 from strata.remote.read_replica import (
     READ_REPLICA_CONFIG,
@@ -172,25 +172,14 @@ class ReadReplicaManager:
         value = read_replica_of(configs)
         try:
             origin = self.origin(value)
-        except (ReadReplicaError, ValueError) as e:
-            raise KafkaApiError(ErrorCode.INVALID_CONFIG, str(e)) from None
+        except Exception as e:  # noqa: BLE001 - the value or the RSM settings it makes: the client's error
+            why = str(e) if isinstance(e, ReadReplicaError) else f"remote.readreplica {value!r}: {e}"
+            raise KafkaApiError(ErrorCode.INVALID_CONFIG, why) from None
         try:
-            ids = [tid for n, tid in await origin.reader.list_topics() if n == name]
-            cluster = await origin.reader.cluster_manifest() if len(ids) > 1 else None
+            best = await self._newest_topic_manifest(origin, name)
         except Exception as e:  # noqa: BLE001 - the bucket unreachable or refusing: the client may retry
             log.warning("cannot read the origin's manifests", topic=name, origin=value, error=repr(e))
             raise KafkaApiError(ErrorCode.KAFKA_STORAGE_ERROR, f"Cannot read the manifests of {value}: {e}") from None
-        named = cluster.topics.get(name) if cluster is not None else None
-        best = None
-        for tid in ids:
-            tm = await origin.reader.topic_manifest(name, tid)
-            if tm is None:
-                continue  # deleted at the origin
-            if named is not None and kafka_uuid_str(tid) == named:
-                best = tm
-                break
-            if best is None or tm.written_at_ms > best.written_at_ms:
-                best = tm
         if best is None:
             raise KafkaApiError(
                 ErrorCode.INVALID_CONFIG, f"Topic '{name}' has no topic manifest in {value}: nothing to replicate"
@@ -200,6 +189,24 @@ class ReadReplicaManager:
         out["remote.storage.enable"] = "true"
         out[READ_REPLICA_CONFIG] = value
         return best.topic_id, best.partitions, out
+
+    @staticmethod
+    async def _newest_topic_manifest(origin: ReadReplicaOrigin, name: str) -> TopicManifest | None:
+        """The topic manifest of `name` in the origin's bucket: of the id the origin's cluster manifest names when
+        the bucket holds several (a topic deleted and created again), else the newest; None when none is there."""
+        ids = [tid for n, tid in await origin.reader.list_topics() if n == name]
+        cluster = await origin.reader.cluster_manifest() if len(ids) > 1 else None
+        named = cluster.topics.get(name) if cluster is not None else None
+        best = None
+        for tid in ids:
+            tm = await origin.reader.topic_manifest(name, tid)
+            if tm is None:
+                continue  # deleted at the origin
+            if named is not None and kafka_uuid_str(tid) == named:
+                return tm
+            if best is None or tm.written_at_ms > best.written_at_ms:
+                best = tm
+        return best
 
     # -- partitions -----------------------------------------------------------------------------------------------
     def on_partitions(self, parts: list[Partition]) -> None:
@@ -212,7 +219,7 @@ class ReadReplicaManager:
                 continue
             try:
                 self.origin(value)
-            except (ReadReplicaError, ValueError) as e:  # a broker config changed since the topic was made
+            except Exception as e:  # noqa: BLE001 - a broker config changed since the topic was made
                 log.error("read-replica topic cannot be served", topic=p.topic.name, origin=value, error=str(e))
                 continue
             tip = TopicIdPartition(p.topic.topic_id, p.topic.name, p.index)

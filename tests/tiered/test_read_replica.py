@@ -183,13 +183,13 @@ def test_replicas_follow_the_origin_and_serve_its_bytes(origin: Harness, replica
     assert consume_confluent(r1.bootstrap, 0, 40) == expected
     assert consume_kafka_python(r2.bootstrap, 0, 40) == expected
     # the replica cluster's own consumer groups: offsets commit there as on any topic
-    c = Consumer({"bootstrap.servers": r1.bootstrap, "group.id": "rr-group", **QUIET})
+    group = Consumer({"bootstrap.servers": r1.bootstrap, "group.id": "rr-group", **QUIET})
     try:
-        c.commit(offsets=[TopicPartition(TOPIC, 0, 40)], asynchronous=False)
-        [committed] = c.committed([TopicPartition(TOPIC, 0)], timeout=30)
+        group.commit(offsets=[TopicPartition(TOPIC, 0, 40)], asynchronous=False)
+        [committed] = group.committed([TopicPartition(TOPIC, 0)], timeout=30)
         assert committed.offset == 40
     finally:
-        c.close()
+        group.close()
     # ListOffsets by timestamp through the origin's remote time indexes
     ts = expected[23][3]
     with r1.wire() as c:
