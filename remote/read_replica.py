@@ -36,7 +36,6 @@ from .rlmm_api import RemoteLogMetadataManager
 from .rlmm_cache import RemoteLogMetadataCache
 from .rlmm_types import RemoteStorageNotReadyError
 from .rsm import create_remote_storage_manager, load_rsm_class, strip_rsm_prefix
-from .s3 import S3RemoteStorageManager
 
 READ_REPLICA_CONFIG = "remote.readreplica"
 
@@ -74,6 +73,8 @@ def origin_location(value: str, class_name: str, rsm_configs: Mapping[str, Any],
         cls = load_rsm_class(class_name)
     except (ValueError, ImportError) as e:
         raise ReadReplicaError(str(e)) from None
+    from .s3 import S3RemoteStorageManager  # the S3 client stack loads only when a read replica is made
+
     kind = "s3" if issubclass(cls, S3RemoteStorageManager) else "local" if issubclass(cls, LocalTieredStorage) else ""
     if kind == "s3":
         bucket, _, prefix = value.partition("/")
