@@ -155,6 +155,7 @@ class MetadataStore(ABC):
         internal: bool = False,
         replication_factor: int = 1,
         assignments: list[list[int]] | None = None,
+        topic_id: uuid.UUID | None = None,
     ) -> TopicInfo: ...
 
     @abstractmethod
@@ -361,11 +362,14 @@ class LocalMetadataStore(MetadataStore):
         internal: bool = False,
         replication_factor: int = 1,
         assignments: list[list[int]] | None = None,
+        topic_id: uuid.UUID | None = None,
     ) -> TopicInfo:
         if name in self._topics:
             raise KafkaApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
         me = self.broker.broker_id
-        info = TopicInfo(name, uuid.uuid4(), partitions, dict(configs), internal, [[me] for _ in range(partitions)])
+        info = TopicInfo(
+            name, topic_id or uuid.uuid4(), partitions, dict(configs), internal, [[me] for _ in range(partitions)]
+        )
         self._topics[name] = info
         self._by_id[info.topic_id] = info
         self._save()

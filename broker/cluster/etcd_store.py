@@ -497,10 +497,13 @@ class EtcdMetadataStore(MetadataStore):
         internal: bool = False,
         replication_factor: int = 1,
         assignments: list[list[int]] | None = None,
+        topic_id: uuid.UUID | None = None,
     ) -> TopicInfo:
         if assignments is None:
             assignments = self.compute_assignments(partitions, replication_factor)
-        info = TopicInfo(name, uuid.uuid4(), len(assignments), dict(configs), internal, [list(a) for a in assignments])
+        info = TopicInfo(
+            name, topic_id or uuid.uuid4(), len(assignments), dict(configs), internal, [list(a) for a in assignments]
+        )
         tkey = self.key(f"topics/{name}")
         parts = [(f"partitions/{name}/{p}", self._initial_state(a)) for p, a in enumerate(assignments)]
         first, rest = parts[: MAX_TXN_OPS - 1], parts[MAX_TXN_OPS - 1 :]
