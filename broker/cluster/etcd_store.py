@@ -35,6 +35,7 @@ from strata.protocol.errors import ErrorCode, KafkaApiError
 from ..metadata_store import MetadataStore, ScramKey, TopicInfo, _new_cluster_id, acl_id, match_acls
 from ..security.client_quotas import QuotaChanges, QuotaEntity, altered
 from ..security.scram import ScramCredential, ScramMechanism
+from .alter_partition_batcher import AlterPartitionBatcher
 from .image import MetadataImage, acl_rel, quota_rel, scram_rel, topic_to_json
 from .lease_keeper import LeaseKeeper
 from .model import BrokerInfo, PartitionState, StaleStateError
@@ -149,6 +150,9 @@ class EtcdMetadataStore(MetadataStore):
         self.registrations = 0  # times this process (re-)registered (tests, logs)
         self._image_changed = asyncio.Event()  # set on every image change; waiters clear it themselves
         self.lease_keeper: LeaseKeeper | None = None
+        self.alter_batcher = AlterPartitionBatcher(
+            self.write_partitions, lambda t, p: self.image.partitions.get((t, p))
+        )
 
     @classmethod
     def from_config(cls, config, cluster_id: str | None = None) -> EtcdMetadataStore:
@@ -806,8 +810,7 @@ class EtcdMetadataStore(MetadataStore):
                     f"{topic}-{partition}: broker(s) {bad} cannot join the ISR "
                     "(not registered, or in controlled shutdown)"
                 )
-        await self.write_partitions([(topic, partition, new)])
-        return new
+        return await self.alter_batcher.submit(topic, partition, new)  # with others asked meanwhile: one txn
 
     async def write_partitions(
         self,

@@ -171,6 +171,36 @@ def test_registration_lease_expiry_and_reregistration(etcd):
     run(main())
 
 
+def test_isr_changes_asked_together_are_written_in_few_transactions(etcd):
+    """Leaders change many ISRs at once (AlterPartitionManager's batching): 150 changes take two transactions, and
+    one stale change among them fails alone."""
+
+    async def main():
+        a = await Node(etcd, 1, controller=False).start()
+        b = await Node(etcd, 2, controller=False).start()
+        await until(lambda: len(a.store.brokers()) == 2)
+        await a.store.create_topic("batch", 150, {}, replication_factor=2, assignments=[[1, 2]] * 150)
+        states = [a.store.partition_state("batch", i) for i in range(150)]
+        stale = states[7].with_changes(isr=(1,)).with_changes(isr=(1,))  # partition epoch + 2: not a successor
+        before = a.store.alter_batcher.transactions
+        results = await asyncio.gather(
+            *(
+                a.store.alter_partition("batch", i, stale if i == 7 else s.with_changes(isr=(1,)))
+                for i, s in enumerate(states)
+            ),
+            return_exceptions=True,
+        )
+        assert isinstance(results[7], StaleStateError)
+        assert all(r.isr == (1,) for i, r in enumerate(results) if i != 7), results
+        assert a.store.alter_batcher.transactions - before == 2
+        await until(lambda: all(b.store.partition_state("batch", i).isr == (1,) for i in range(150) if i != 7))
+        assert b.store.partition_state("batch", 7).isr == (1, 2)
+        await a.stop()
+        await b.stop()
+
+    run(main())
+
+
 def test_restarted_broker_replaces_its_previous_incarnation_at_once(etcd):
     async def main():
         watcher = await Node(etcd, 9, controller=False).start()
