@@ -5,8 +5,12 @@ one by one on the event loop (a dir, an fsynced partition.metadata, an fsynced e
 loop for seconds: requests, replica fetches and the controller's passes waited. Here a partition state that needs a
 replica this broker does not host yet is queued; a task makes the queued logs per topic in a worker thread
 (LogManager.make_logs, the single broker's CreateTopics path: files fsynced together, the leader's epoch written
-with them), adopts them and then applies the partitions' current states in slices with a yield between. Every
-other state change (a hosted partition's leader, ISR or epoch) is applied at once, as before.
+with them), adopts them and then applies the partitions' current states in slices with a yield between. A few
+new replicas arriving together (at most ON_LOOP_MAX) are made on the loop as before, one loop turn after the image
+showed them. Every other state change (a hosted partition's leader, ISR or epoch) is applied at once, as before.
+While a large batch is being made, this broker's Metadata already names the new partitions, and a request for one
+of them is answered NOT_LEADER_OR_FOLLOWER (retriable) until it is hosted; Kafka's broker, which publishes its
+metadata image before applying the replica changes, has the same window.
 
 The states applied are the image's at that time, not the queued events: as Kafka's metadata publisher applies an
 image delta, intermediate states of one partition are skipped.
@@ -28,6 +32,7 @@ log = structlog.get_logger("strata.replica_manager")
 
 Key = tuple[str, int]
 APPLY_SLICE = 256  # partition states applied between two yields to the loop
+ON_LOOP_MAX = 32  # new replicas made on the loop when no more arrive together (each a few fsynced files)
 FREEZE_AFTER = 1000  # a creation this large moves its objects out of the collector's reach (as on one broker)
 
 
@@ -63,6 +68,11 @@ class NewReplicaMaker:
     async def _drain(self) -> None:
         while self._pending:
             batch, self._pending = list(self._pending), {}
+            if len(batch) <= ON_LOOP_MAX:
+                # a few: made on the loop at once (apply_partition_state), so a client that sees the new
+                # partition in this broker's Metadata finds it hosted here, as before
+                await self._apply(batch)
+                continue
             try:
                 await self._make(batch)
             except asyncio.CancelledError:
