@@ -26,6 +26,7 @@ from strata.storage.log_manager import LogManager
 from . import diagnostics, loggers
 from .apis import KafkaApis
 from .cluster.broker_client import inter_broker_security
+from .cluster.epoch_flusher import EpochCheckpointFlusher
 from .cluster.model import BrokerInfo
 from .cluster.new_replicas import NewReplicaMaker
 from .dynamic_config import DynamicBrokerConfig
@@ -219,6 +220,8 @@ class KafkaServer:
         self.txn_coordinator = self._build_txn_coordinator(producer_ids)
         self.replica_manager.leadership_listeners.append(self._on_leadership_change)
         self.new_replicas = NewReplicaMaker(self.replica_manager)
+        if self.cluster_mode:
+            self.replica_manager.epoch_flusher = EpochCheckpointFlusher()
         self.iceberg: IcebergManager | None = self._build_iceberg()
         self.dynamic_config.attach(self.replica_manager, self.log_cleaner)
         self.services = BrokerServices(
@@ -658,6 +661,8 @@ class KafkaServer:
         if self.controller_channel is not None:
             await self.controller_channel.close()
         await self.new_replicas.stop()
+        if self.replica_manager.epoch_flusher is not None:
+            await self.replica_manager.epoch_flusher.stop()
         await self.replica_manager.shutdown()  # replica fetchers stop before the logs close
         if self.iceberg is not None:
             await self.iceberg.close()  # translators stop (a commit in flight finishes in its thread)
