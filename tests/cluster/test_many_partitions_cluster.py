@@ -1,8 +1,9 @@
 """3,000 partitions (replication factor 3) on a 3-broker cluster survive the kill -9 of a leader (issue 22).
 
 Acknowledged (acks=all) records to every partition; the broker leading the most partitions is killed; every partition
-gets a new leader from its ISR, every acknowledged record is read back by confluent-kafka, producing goes on, and the
-killed broker, restarted, rejoins the ISR of every partition. Each phase prints its time (the scale it shows)."""
+gets a new leader from its ISR, the partitions it led take acks=all records from their new leaders, every acknowledged
+record is read back by confluent-kafka, and the killed broker, restarted, rejoins the ISR of every partition; no
+broker loses its lease on the way (its keep-alives do not wait for a busy event loop). Each phase prints its time."""
 
 from __future__ import annotations
 
@@ -32,8 +33,8 @@ def _states(c, via: int, topics: list[str]) -> dict[tuple[str, int], tuple[int, 
     }
 
 
-def _produce(bootstrap: str, topics: list[str], tag: str, timeout: float) -> set[bytes]:
-    """One acks=all record to every partition, from PRODUCERS producers with a slice of the partitions each; the
+def _produce(bootstrap: str, partitions: list[tuple[str, int]], tag: str, timeout: float) -> set[bytes]:
+    """One acks=all record to each partition, from PRODUCERS producers with a slice of the partitions each; the
     values acknowledged. librdkafka sends one partition per ProduceRequest (librdkafka#1700) and a broker serves a
     connection's requests one at a time (as Kafka), so one producer would wait for a replication round per
     partition in series; several connections let one round carry many partitions."""
@@ -47,7 +48,7 @@ def _produce(bootstrap: str, topics: list[str], tag: str, timeout: float) -> set
 
     conf = {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 20, "log_level": 3}
     producers = [Producer(conf) for _ in range(PRODUCERS)]
-    for n, (t, i) in enumerate((t, i) for t in topics for i in range(PER_TOPIC)):
+    for n, (t, i) in enumerate(partitions):
         producers[n % PRODUCERS].produce(t, f"{tag}/{t}/{i}".encode(), partition=i, on_delivery=on_delivery)
     deadline = time.monotonic() + timeout
     while True:
@@ -69,7 +70,8 @@ def test_three_thousand_partitions_survive_a_leader_kill(cluster_factory) -> Non
         phases.append(f"{name} {time.monotonic() - t0:.1f}s")
         print(phases[-1], flush=True)
 
-    c = cluster_factory(3, start_timeout=120)
+    # a follower fetching 2,000 partitions from two leaders on a busy CI machine can go seconds between fetches
+    c = cluster_factory(3, start_timeout=120, overrides={"replica.lag.time.max.ms": 10000})
     topics = [f"many-{i}" for i in range(TOPICS)]
     admin = AdminClient({"bootstrap.servers": c.bootstrap, "log_level": 3})
     futs = admin.create_topics(
@@ -93,7 +95,7 @@ def test_three_thousand_partitions_survive_a_leader_kill(cluster_factory) -> Non
     registrations = {i: c.brokers[i].output().count("broker registered") for i in c.ids}
     assert registrations == {i: 1 for i in c.ids}, f"a broker lost its lease: {registrations}"
 
-    acked = _produce(c.bootstrap, topics, "a", 180)
+    acked = _produce(c.bootstrap, [(t, i) for t in topics for i in range(PER_TOPIC)], "a", 240)
     phase("produced")
 
     before = _states(c, 1, topics)
@@ -102,16 +104,17 @@ def test_three_thousand_partitions_survive_a_leader_kill(cluster_factory) -> Non
     c.kill9(victim)
     killed_at = time.monotonic()
 
-    def moved() -> bool:
+    def led_again() -> bool:
         st = _states(c, survivors[0], topics)
         return len(st) == WANT and all(
             ld != victim and ld in before[k][1] and victim not in isr for k, (ld, isr) in st.items()
         )
 
-    wait_until(moved, 120, interval=0.5, message=f"every partition led from its ISR without broker {victim}")
+    wait_until(led_again, 120, interval=0.5, message=f"every partition led from its ISR without broker {victim}")
     phase(f"failover of broker {victim} ({time.monotonic() - killed_at:.1f}s after the kill)")
 
-    acked |= _produce(",".join(c.brokers[i].bootstrap for i in survivors), topics, "b", 180)
+    taken_over = sorted(k for k, (ld, _) in before.items() if ld == victim)  # the new leaders take writes
+    acked |= _produce(",".join(c.brokers[i].bootstrap for i in survivors), taken_over, "b", 240)
     phase("produced after the kill")
 
     consumer = Consumer(
