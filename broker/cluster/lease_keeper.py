@@ -99,7 +99,7 @@ class LeaseKeeper:
             except grpc.RpcError as e:
                 if self._stop.is_set():
                     return
-                log.warning("lease keep-alive failed", error=str(e.code()), lease=hex(lease))
+                log.warning("lease keep-alive failed", error=_code(e), lease=hex(lease))
                 self._rotate()
                 if time.monotonic() - self._last_ok > self.session_timeout_s:
                     self.lost = lease
@@ -121,3 +121,9 @@ class LeaseKeeper:
         finally:
             self._call = None
             call.cancel()
+
+
+def _code(e: grpc.RpcError) -> str:
+    """The status code of a failed call (an RpcError from a call carries one; the base class need not)."""
+    code = getattr(e, "code", None)
+    return str(code()) if callable(code) else repr(e)
