@@ -40,9 +40,8 @@ class NewReplicaMaker:
     def __init__(self, rm: ReplicaManager) -> None:
         self.rm = rm
         self._pending: dict[Key, None] = {}  # ordered set
-        self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
-        self.made = 0  # logs made by this path (tests, metrics)
+        self.made = 0  # logs made in worker threads so far
 
     def on_partition(self, topic: str, index: int) -> None:
         """A partition key changed in the image: applied now, or queued if it needs a new local log."""
