@@ -161,15 +161,16 @@ class Partition:
         return ErrorCode.NONE
 
     # ---- leader side --------------------------------------------------------------------------------------------
-    def make_leader(self, state: PartitionState, at_ms: float) -> bool:
-        """Become (or stay) leader in `state`. Returns whether this is a new leader epoch for this broker."""
+    def make_leader(self, state: PartitionState, at_ms: float, sync: bool = True) -> bool:
+        """Become (or stay) leader in `state`. Returns whether this is a new leader epoch for this broker.
+        `sync=False`: the epoch checkpoint is written without fsync (the caller has it fsynced)."""
         was_leader = self.is_leader
         new_epoch = not was_leader or state.leader_epoch != self.leader_epoch
         self.set_state(state)
         leo = self.log.log_end_offset
         if new_epoch:
             # Kafka's makeLeader: the new epoch starts at the LEO; followers are tracked afresh.
-            self.log.leader_epoch_cache.assign(state.leader_epoch, leo)
+            self.log.leader_epoch_cache.assign(state.leader_epoch, leo, sync=sync)
             self.leader_epoch_start_offset = leo
             self.pending_isr = None
         for rid in self.replicas:

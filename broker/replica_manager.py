@@ -29,6 +29,7 @@ from strata.storage.log import UnifiedLog
 from strata.storage.log_manager import LogManager
 from strata.storage.txn_index import AbortedTxn
 
+from .cluster.epoch_flusher import EpochCheckpointFlusher
 from .cluster.model import PartitionState, StaleStateError
 from .cluster.replica_fetcher import ReplicaFetcherManager
 from .gc_pauses import freeze_new_objects
@@ -129,6 +130,8 @@ class ReplicaManager:
     # remote.log.storage.system.enable: builds the tiered storage, whose RLMM reads and appends to this
     # replica manager's own replicas of __remote_log_metadata (so it is given the replica manager)
     tiered_storage_factory: Callable[[ReplicaManager], TieredStorage] | None = None
+    # a cluster's leadership changes come in bursts: epoch checkpoints fsynced together, off the loop
+    epoch_flusher: EpochCheckpointFlusher | None = None
 
     def __post_init__(self) -> None:
         self.broker_id: int = self.config.broker_id
@@ -263,8 +266,11 @@ class ReplicaManager:
 
     def _make_leader(self, p: Partition, state: PartitionState) -> None:
         was_leader = p.is_leader
-        new_epoch = p.make_leader(state, now_ms())
+        flusher = self.epoch_flusher
+        new_epoch = p.make_leader(state, now_ms(), sync=flusher is None)
         if new_epoch:
+            if flusher is not None:
+                flusher.written(p.log.leader_epoch_cache.path)
             self.fetcher_manager.remove_partition(p.key)
             if state.leader_epoch > 0 or len(state.replicas) > 1:
                 log.info(

@@ -26,7 +26,9 @@ from strata.storage.log_manager import LogManager
 from . import diagnostics, loggers
 from .apis import KafkaApis
 from .cluster.broker_client import inter_broker_security
+from .cluster.epoch_flusher import EpochCheckpointFlusher
 from .cluster.model import BrokerInfo
+from .cluster.new_replicas import NewReplicaMaker
 from .dynamic_config import DynamicBrokerConfig
 from .endpoints import BrokerEndpoints
 from .fetch_session import FetchSessionCache
@@ -217,6 +219,9 @@ class KafkaServer:
         producer_ids = ProducerIdManager(self.store)
         self.txn_coordinator = self._build_txn_coordinator(producer_ids)
         self.replica_manager.leadership_listeners.append(self._on_leadership_change)
+        self.new_replicas = NewReplicaMaker(self.replica_manager)
+        if self.cluster_mode:
+            self.replica_manager.epoch_flusher = EpochCheckpointFlusher()
         self.iceberg: IcebergManager | None = self._build_iceberg()
         self.dynamic_config.attach(self.replica_manager, self.log_cleaner)
         self.services = BrokerServices(
@@ -548,7 +553,10 @@ class KafkaServer:
         rm = self.replica_manager
         if kind == "partition":
             topic, partition = key
-            rm.apply_partition_state(topic, partition, self.store.partition_state(topic, partition))
+            if self.cluster_mode:  # new replicas made in bulk, off the loop (cluster/new_replicas.py)
+                self.new_replicas.on_partition(topic, partition)
+            else:
+                rm.apply_partition_state(topic, partition, self.store.partition_state(topic, partition))
         elif kind == "topic":
             info = self.store.topic(key)
             if info is None:
@@ -652,6 +660,9 @@ class KafkaServer:
         await self.socket_server.stop()
         if self.controller_channel is not None:
             await self.controller_channel.close()
+        await self.new_replicas.stop()
+        if self.replica_manager.epoch_flusher is not None:
+            await self.replica_manager.epoch_flusher.stop()
         await self.replica_manager.shutdown()  # replica fetchers stop before the logs close
         if self.iceberg is not None:
             await self.iceberg.close()  # translators stop (a commit in flight finishes in its thread)

@@ -568,12 +568,15 @@ class UnifiedLog:
             first, offset - 1, max_ts, now if log_append_time else -1, self.log_start_offset, offset - first, total
         )
 
-    def append_as_follower(self, records: bytes | bytearray | memoryview, now_ms: int | None = None) -> LogAppendInfo:
+    def append_as_follower(
+        self, records: bytes | bytearray | memoryview, now_ms: int | None = None, epoch_sync: bool = True
+    ) -> LogAppendInfo:
         """Append batches fetched from the leader with their offsets and epochs as given.
 
         Batches must be valid (CRC) and their offsets increasing from at least the LEO; a trailing partial batch
         (fetch responses may end with one) is ignored. Batches from a compacted leader log may be empty or have a
-        lastOffsetDelta that no longer matches their record count. New epochs are added to the epoch cache.
+        lastOffsetDelta that no longer matches their record count. New epochs are added to the epoch cache
+        (`epoch_sync=False`: its file written without fsync, the caller has it fsynced).
         """
         mv = records if isinstance(records, memoryview) else memoryview(records)
         if mv.ndim != 1 or mv.itemsize != 1:
@@ -635,7 +638,7 @@ class UnifiedLog:
         for epoch, start in epochs:
             latest = self.leader_epoch_cache.latest_epoch
             if latest is None or latest < epoch:
-                self.leader_epoch_cache.assign(epoch, start)
+                self.leader_epoch_cache.assign(epoch, start, sync=epoch_sync)
         return LogAppendInfo(first, expected - 1, max_ts, -1, self.log_start_offset, expected - first, pos)
 
     def _write(

@@ -35,7 +35,9 @@ from strata.protocol.errors import ErrorCode, KafkaApiError
 from ..metadata_store import MetadataStore, ScramKey, TopicInfo, _new_cluster_id, acl_id, match_acls
 from ..security.client_quotas import QuotaChanges, QuotaEntity, altered
 from ..security.scram import ScramCredential, ScramMechanism
+from .alter_partition_batcher import AlterPartitionBatcher
 from .image import MetadataImage, acl_rel, quota_rel, scram_rel, topic_to_json
+from .lease_keeper import LeaseKeeper
 from .model import BrokerInfo, PartitionState, StaleStateError
 from .placement import assign_replicas
 
@@ -147,6 +149,10 @@ class EtcdMetadataStore(MetadataStore):
         self._closed = False
         self.registrations = 0  # times this process (re-)registered (tests, logs)
         self._image_changed = asyncio.Event()  # set on every image change; waiters clear it themselves
+        self.lease_keeper: LeaseKeeper | None = None
+        self.alter_batcher = AlterPartitionBatcher(
+            self.write_partitions, lambda t, p: self.image.partitions.get((t, p))
+        )
 
     @classmethod
     def from_config(cls, config, cluster_id: str | None = None) -> EtcdMetadataStore:
@@ -401,34 +407,37 @@ class EtcdMetadataStore(MetadataStore):
         self._stopping = True
 
     async def _keepalive_loop(self) -> None:
+        """Renewal runs in the LeaseKeeper's thread (a busy loop must not starve it); here the loop stamps that it
+        runs and registers again once the keeper finds the lease ended."""
         interval = max(self.heartbeat_interval_ms, 50) / 1000.0
-        last_ok = time.monotonic()
-        registered = True
-        while not self._closed:
-            await asyncio.sleep(interval)
-            try:
-                if not registered:
-                    await self._grant()
-                    await self._put_registration()
-                    registered, last_ok = True, time.monotonic()
+        keeper = self.lease_keeper = LeaseKeeper(
+            self.endpoints, interval, self.session_timeout_ms / 1000.0, self.request_timeout_s
+        )
+        keeper.keep(self.lease_id)
+        try:
+            while not self._closed:
+                await asyncio.sleep(interval)
+                keeper.loop_alive()
+                if not keeper.lost or keeper.lost != self.lease_id:
                     continue
-                reply = await asyncio.wait_for(self._rpc(lambda c: c.refresh_lease(self.lease_id)), max(interval, 1.0))
-                if reply is None or reply.TTL <= 0:
-                    registered = False
-                else:
-                    last_ok = time.monotonic()
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # noqa: BLE001 - the keep-alive task must not die: retried, re-registering if needed
-                log.warning("lease keep-alive failed", error=repr(e), registered=registered)
-                if registered and time.monotonic() - last_ok > self.session_timeout_ms / 1000.0:
-                    registered = False
-            if not registered and self._stopping:
-                log.info("broker lease ended during shutdown", lease=hex(self.lease_id))
-                return
-            if not registered:
+                if self._stopping:
+                    log.info("broker lease ended during shutdown", lease=hex(self.lease_id))
+                    return
                 log.warning("broker lease lost; registering again", lease=hex(self.lease_id))
                 self._lease_lost.set()
+                while not self._closed:
+                    try:
+                        await self._grant()
+                        await self._put_registration()
+                        keeper.keep(self.lease_id)
+                        break
+                    except asyncio.CancelledError:
+                        raise
+                    except Exception as e:  # noqa: BLE001 - the keep-alive task must not die: retried
+                        log.warning("registering again failed", error=repr(e))
+                        await asyncio.sleep(interval)
+        finally:
+            keeper.stop()
 
     # ---- reads ----------------------------------------------------------------------------------------------------
     def topics(self) -> dict[str, TopicInfo]:
@@ -804,8 +813,7 @@ class EtcdMetadataStore(MetadataStore):
                     f"{topic}-{partition}: broker(s) {bad} cannot join the ISR "
                     "(not registered, or in controlled shutdown)"
                 )
-        await self.write_partitions([(topic, partition, new)])
-        return new
+        return await self.alter_batcher.submit(topic, partition, new)  # with others asked meanwhile: one txn
 
     async def write_partitions(
         self,

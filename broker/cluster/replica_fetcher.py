@@ -428,7 +428,11 @@ class ReplicaFetcher:
                 return
             records = pd.records
             if records:
-                ulog.append_as_follower(records)
+                flusher = self.rm.epoch_flusher
+                epoch = ulog.latest_epoch
+                ulog.append_as_follower(records, epoch_sync=flusher is None)
+                if flusher is not None and ulog.latest_epoch != epoch:
+                    flusher.written(ulog.leader_epoch_cache.path)  # fsynced with others', off the loop
             leo = ulog.log_end_offset
             ulog.update_high_watermark(min(pd.high_watermark, leo))
             if pd.log_start_offset > ulog.log_start_offset:

@@ -10,6 +10,7 @@ shutdown, reassignment, preferred election, producer-id blocks, and ACLs written
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 
 import pytest
@@ -166,6 +167,59 @@ def test_registration_lease_expiry_and_reregistration(etcd):
         await until(lambda: 3 in n2.store.brokers())
         await n3.stop()
         await until(lambda: 3 not in n2.store.brokers(), timeout=2, what="n3 deregistered by revoke")
+        await n2.stop()
+
+    run(main())
+
+
+def test_isr_changes_asked_together_are_written_in_few_transactions(etcd):
+    """Leaders change many ISRs at once (AlterPartitionManager's batching): 150 changes take two transactions, and
+    one stale change among them fails alone."""
+
+    async def main():
+        a = await Node(etcd, 1, controller=False).start()
+        b = await Node(etcd, 2, controller=False).start()
+        await until(lambda: len(a.store.brokers()) == 2)
+        await a.store.create_topic("batch", 150, {}, replication_factor=2, assignments=[[1, 2]] * 150)
+        states = [a.store.partition_state("batch", i) for i in range(150)]
+        stale = states[7].with_changes(isr=(1,)).with_changes(isr=(1,))  # partition epoch + 2: not a successor
+        before = a.store.alter_batcher.transactions
+        results = await asyncio.gather(
+            *(
+                a.store.alter_partition("batch", i, stale if i == 7 else s.with_changes(isr=(1,)))
+                for i, s in enumerate(states)
+            ),
+            return_exceptions=True,
+        )
+        assert isinstance(results[7], StaleStateError)
+        assert all(r.isr == (1,) for i, r in enumerate(results) if i != 7), results
+        assert a.store.alter_batcher.transactions - before == 2
+        await until(lambda: all(b.store.partition_state("batch", i).isr == (1,) for i in range(150) if i != 7))
+        assert b.store.partition_state("batch", 7).isr == (1, 2)
+        await a.stop()
+        await b.stop()
+
+    run(main())
+
+
+def test_a_broker_whose_event_loop_is_held_keeps_its_registration(etcd):
+    """Keep-alives go from their own thread (lease_keeper.py): a loop held longer than the session (a burst of
+    thousands of partitions, say) does not get a live broker deregistered."""
+
+    async def main():
+        n1 = await Node(etcd, 1, controller=False).start()
+        n2 = await Node(etcd, 2, controller=False).start()
+        await until(lambda: set(n2.store.brokers()) == {1, 2})
+        present: list[bool] = []  # broker 1 registered, at each change of its key that n2 sees
+        n2.store.add_listener(
+            lambda k, key: present.append(1 in n2.store.brokers()) if (k, key) == ("broker", 1) else None
+        )
+        time.sleep(2.5 * SESSION_MS / 1000)  # noqa: ASYNC251 - the fault injected: the loop is held, as by a burst
+        await n1.store.create_topic("after-the-stall", 1, {}, replication_factor=1, assignments=[[1]])
+        await until(lambda: "after-the-stall" in n2.store.topics(), what="n2's watch past the stall")
+        assert False not in present, present
+        assert n1.store.registrations == 1
+        await n1.stop()
         await n2.stop()
 
     run(main())
