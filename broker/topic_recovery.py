@@ -14,6 +14,7 @@ manifests sort above the old cluster's. Every replica starts its log from that r
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -39,6 +40,8 @@ RECOVERY_KEY = "remote.recovery"
 RETENTION_BYTES_KEY = "remote.recovery.retention.bytes"
 RETENTION_MS_KEY = "remote.recovery.retention.ms"
 REQUEST_ONLY_KEYS = (RECOVERY_KEY, RETENTION_BYTES_KEY, RETENTION_MS_KEY)
+# DescribeConfigs answers it, read-only, only when asked for by name (strata recovery status, strata topics describe)
+RECOVERY_STATE_KEY = "remote.recovery.state"
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,11 @@ def recovery_record(plan: TopicPlan, window: RecoveryWindow) -> dict[str, Any]:
         "retention_ms": window.retention_ms,
         "partitions": parts,
     }
+
+
+def recovery_state_text(recovery: dict[str, Any]) -> str:
+    """A recovered topic's record as DescribeConfigs' `remote.recovery.state` value (compact JSON)."""
+    return json.dumps(recovery, sort_keys=True, separators=(",", ":"))
 
 
 async def read_topic_plan(tm: TopicManager, name: str, window: RecoveryWindow) -> TopicPlan:
@@ -187,6 +195,8 @@ async def prepare_recovery(
 
 
 __all__ = [
+    "RECOVERY_STATE_KEY",
+    "recovery_state_text",
     "REQUEST_ONLY_KEYS",
     "RecoveryRequest",
     "read_topic_plan",

@@ -14,6 +14,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from strata.cli.admin_client import RESOURCE_TOPIC, AdminError
+from strata.cli.main import main as cli_main
 from strata.remote.bucket_manifest_reader import PartitionPlan
 from tests.support.ck import QUIET, producer
 from tests.tiered.harness import Harness, Scenario
@@ -51,12 +52,21 @@ def wait_manifest(h: Harness, topic: str, partition: int, next_offset: int) -> N
     h.wait(f"manifest of {topic}-{partition} up to {next_offset}", lambda: partition_plan(h, topic, partition), ok)
 
 
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    """A `strata` command in this process (its output)."""
+    capsys.readouterr()
+    assert cli_main(list(argv)) == 0
+    return capsys.readouterr().out
+
+
 def strata_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "strata", *args], capture_output=True, text=True, timeout=60)
 
 
 @pytest.mark.parametrize("backend_name", ["s3"])
-def test_topic_recovered_on_a_fresh_broker_reads_back_and_continues(make_harness: Callable[..., Harness]) -> None:
+def test_topic_recovered_on_a_fresh_broker_reads_back_and_continues(
+    make_harness: Callable[..., Harness], capsys: pytest.CaptureFixture[str]
+) -> None:
     old = make_harness(**FAST_MANIFESTS)
     (
         Scenario("old broker")
@@ -101,3 +111,10 @@ def test_topic_recovered_on_a_fresh_broker_reads_back_and_continues(make_harness
     after = read_all(boot, "t", 0, 70)
     assert [r[0] for r in after] == list(range(70))
     assert after[:40] == before[0] and after[40][2] == b"after-0"
+    status = run_cli(capsys, "recovery", "--bootstrap-server", boot, "status")
+    assert f"Topic: t\tTopicId: {old_id}\t" in status
+    assert "Partition: 0\tRecoveredSegments: 4\tRecoveredBytes: 5408\tRecoveredFrom: 0\tRecoveredUpTo: 39\t" in status
+    assert "LogStartOffset: 0\tEndOffset: 70\tState: ACTIVE" in status
+    assert "Partition: 1\tRecoveredSegments: 2\t" in status and "EndOffset: 20\tState: RECOVERED" in status
+    describe = run_cli(capsys, "topics", "--bootstrap-server", boot, "describe", "--topic", "t")
+    assert "Recovery: RECOVERED" in describe and "RecoveredUpTo: 19" in describe
