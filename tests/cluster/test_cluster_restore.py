@@ -35,7 +35,7 @@ T = TypeVar("T")
 FAST = {"remote.manifest.upload.interval.ms": 200, "remote.cluster.manifest.interval.ms": 300}
 TIERED_TOPIC = {"remote.storage.enable": "true", "segment.bytes": "2048", "local.retention.bytes": "1"}
 ORDERS, AUDIT, GROUP = "orders", "audit", "billing"
-Record = tuple[int, bytes | None, bytes | None, int, Any]
+Record = tuple[int | None, bytes | None, bytes | None, int, Any]
 
 
 def read_bucket(s3: dict[str, object], fn: Callable[[BucketManifestReader], Any]) -> Any:
@@ -119,9 +119,10 @@ def test_cluster_restore_then_topic_recovery(
     # everything but each partition's active segment tiers; wait until the manifests list at least 40 offsets
     ends = {(ORDERS, p): 40 for p in range(3)} | {(AUDIT, 0): 20}
     seen: list[str] = []
-    plan: RestorePlan = wait_until(
+    plan = wait_until(
         lambda: bucket_caught_up(s3, ends, seen), timeout=60, interval=0.5, message=lambda: str(seen)
     )
+    assert plan is not None
     tiered = {(t, p): pp.next_offset for t, tp in plan.topics.items() for p, pp in tp.partitions.items()}
     old_segments = {s.segment_id for tp in plan.topics.values() for pp in tp.partitions.values() for s in pp.segments}
     expected = {tp: read(old.bootstrap, tp[0], tp[1], 0, end) for tp, end in tiered.items()}
@@ -203,7 +204,8 @@ def test_cluster_restore_then_topic_recovery(
         parts = plan.topics[ORDERS].partitions
         return plan if all(parts[p].next_offset > tiered[(ORDERS, p)] for p in range(3)) else None
 
-    after: RestorePlan = wait_until(moved_on, timeout=60, interval=0.5)
+    after = wait_until(moved_on, timeout=60, interval=0.5)
+    assert after is not None
     assert {t: str(tp.topic_id) for t, tp in after.topics.items()} == old_id
     for p, pp in after.topics[ORDERS].partitions.items():
         assert pp.manifest is not None and not pp.problems
