@@ -55,7 +55,7 @@ def test_recovery_request_keys_are_taken_out_and_checked() -> None:
     ):
         with pytest.raises(KafkaApiError) as e:
             take_recovery_request(dict(bad))
-        assert e.value.error_code == ErrorCode.INVALID_CONFIG and text in e.value.message
+        assert e.value.error_code == ErrorCode.INVALID_CONFIG and text in str(e.value.message)
 
 
 CHAIN = [(0, 0), (2, 20)]  # the surviving lineage: epoch 0 from 0, epoch 2 from 20 (epoch 1 lost its election)
