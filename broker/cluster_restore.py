@@ -64,6 +64,15 @@ class RestoreMetrics:
             "Topic recoveries of a cluster restore that failed (retried)",
             registry=registry,
         )
+        self.segments = Counter(
+            "strata_restore_segments", "Remote segments of restored topics registered in the RLMM", registry=registry
+        )
+        self.restored_offsets = Gauge(
+            "strata_restore_restored_offsets",
+            "Offsets a cluster restore recovered per topic (sum over partitions of next offset - log start)",
+            ["topic"],
+            registry=registry,
+        )
         self.group_offsets = Counter(
             "strata_restore_group_offsets", "Committed offsets restored from the bucket (partitions)", registry=registry
         )
@@ -186,6 +195,11 @@ class ClusterRestore:
                 continue
             self.metrics.topics.inc()
             rec = (info.recovery if info is not None else None) or {}
+            parts = rec.get("partitions", {}).values()
+            self.metrics.segments.inc(sum(int(r["segments"]) for r in parts))
+            self.metrics.restored_offsets.labels(name).set(
+                sum(int(r["next_offset"]) - int(r["log_start_offset"]) for r in parts)
+            )
             log.info(
                 "cluster restore: topic restored",
                 topic=name,

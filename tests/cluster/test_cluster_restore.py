@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import threading
+import urllib.request
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -97,6 +98,15 @@ def bucket_caught_up(s3: dict[str, object], ends: dict[tuple[str, int], int], se
     return plan if GROUP in plan.group_offsets else None
 
 
+def metric_sum(c: StrataCluster, name: str) -> float:
+    """`name` summed over every broker's Prometheus endpoint."""
+    total = 0.0
+    for b in c.brokers.values():
+        text = urllib.request.urlopen(b.metrics_url, timeout=10).read().decode()
+        total += sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " "))
+    return total
+
+
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
     capsys.readouterr()
     assert cli_main(list(argv)) == 0
@@ -119,9 +129,7 @@ def test_cluster_restore_then_topic_recovery(
     # everything but each partition's active segment tiers; wait until the manifests list at least 40 offsets
     ends = {(ORDERS, p): 40 for p in range(3)} | {(AUDIT, 0): 20}
     seen: list[str] = []
-    plan = wait_until(
-        lambda: bucket_caught_up(s3, ends, seen), timeout=60, interval=0.5, message=lambda: str(seen)
-    )
+    plan = wait_until(lambda: bucket_caught_up(s3, ends, seen), timeout=60, interval=0.5, message=lambda: str(seen))
     assert plan is not None
     tiered = {(t, p): pp.next_offset for t, tp in plan.topics.items() for p, pp in tp.partitions.items()}
     old_segments = {s.segment_id for tp in plan.topics.values() for pp in tp.partitions.values() for s in pp.segments}
@@ -161,6 +169,9 @@ def test_cluster_restore_then_topic_recovery(
     )
     c.close()
     assert got == committed
+    assert metric_sum(new, "strata_restore_topics_total") == 1  # orders; audit was excluded
+    assert metric_sum(new, "strata_restore_group_offsets_total") == 3
+    assert metric_sum(new, "strata_restore_pending_topics") == 0
 
     # topic recovery into the running cluster while a producer writes to the restored topic
     stop = threading.Event()
