@@ -95,7 +95,10 @@ def bucket_caught_up(s3: dict[str, object], ends: dict[tuple[str, int], int], se
         t = plan.topics.get(topic)
         if t is None or t.partitions[p].next_offset < end:
             return None
-    return plan if GROUP in plan.group_offsets else None
+    cm = plan.cluster
+    if GROUP not in plan.group_offsets or cm is None or "alice" not in cm.scram_credentials or not cm.client_quotas:
+        return None
+    return plan
 
 
 def metric_sum(c: StrataCluster, name: str) -> float:
@@ -126,20 +129,41 @@ def test_cluster_restore_then_topic_recovery(
     c = Consumer({"bootstrap.servers": old.bootstrap, "group.id": GROUP, **QUIET})
     c.commit(offsets=[TopicPartition(ORDERS, p, o) for p, o in committed.items()], asynchronous=False)
     c.close()
+    pw = old.tmp_dir.parent / "alice.pw"
+    pw.write_text("alice-pw-restore\n")
+    boot = ["--bootstrap-server", old.bootstrap]
+    run_cli(
+        capsys,
+        "users",
+        "scram",
+        *boot,
+        "add",
+        "--user",
+        "alice",
+        "--mechanism",
+        "SCRAM-SHA-256",
+        "--password-file",
+        str(pw),
+    )
+    run_cli(capsys, "quotas", *boot, "set", "--user", "alice", "--add-config", "producer_byte_rate=1048576")
     # everything but each partition's active segment tiers; wait until the manifests list at least 40 offsets
     ends = {(ORDERS, p): 40 for p in range(3)} | {(AUDIT, 0): 20}
     seen: list[str] = []
     plan = wait_until(lambda: bucket_caught_up(s3, ends, seen), timeout=60, interval=0.5, message=lambda: str(seen))
     assert plan is not None
-    tiered = {(t, p): pp.next_offset for t, tp in plan.topics.items() for p, pp in tp.partitions.items()}
-    old_segments = {s.segment_id for tp in plan.topics.values() for pp in tp.partitions.values() for s in pp.segments}
-    expected = {tp: read(old.bootstrap, tp[0], tp[1], 0, end) for tp, end in tiered.items()}
-    assert all(len(v) == tiered[k] for k, v in expected.items())
-    old_id = {t: str(tp.topic_id) for t, tp in plan.topics.items()}
+    produced = {(ORDERS, p): 60 for p in range(3)} | {(AUDIT, 0): 40}
+    everything = {tp: read(old.bootstrap, tp[0], tp[1], 0, n) for tp, n in produced.items()}
 
-    # disaster: every broker and etcd killed, every disk gone
+    # disaster: every broker and etcd killed, every disk gone; the bucket is what the manifests say now
     old.close()
     shutil.rmtree(old.tmp_dir)
+    plan = read_bucket(s3, lambda r: r.restore_plan())
+    tiered = {(t, p): pp.next_offset for t, tp in plan.topics.items() for p, pp in tp.partitions.items()}
+    assert all(tiered[tp] >= n for tp, n in ends.items()) and all(tiered[tp] < produced[tp] for tp in tiered)
+    old_segments = {s.segment_id for tp in plan.topics.values() for pp in tp.partitions.values() for s in pp.segments}
+    expected = {tp: everything[tp][:end] for tp, end in tiered.items()}
+    assert all([r[0] for r in v] == list(range(tiered[k])) for k, v in expected.items())
+    old_id = {t: str(tp.topic_id) for t, tp in plan.topics.items()}
     new = cluster_factory(
         3,
         overrides={
@@ -169,6 +193,11 @@ def test_cluster_restore_then_topic_recovery(
     )
     c.close()
     assert got == committed
+    # the SCRAM user (its salted, hashed credential) and the quota came back with the cluster manifest
+    users = run_cli(capsys, "users", "scram", "--bootstrap-server", new.bootstrap, "list")
+    assert "alice" in users and "SCRAM-SHA-256" in users
+    quotas = run_cli(capsys, "quotas", "--bootstrap-server", new.bootstrap, "describe", "--user", "alice")
+    assert "producer_byte_rate=1048576" in quotas
     assert metric_sum(new, "strata_restore_topics_total") == 1  # orders; audit was excluded
     assert metric_sum(new, "strata_restore_group_offsets_total") == 3
     assert metric_sum(new, "strata_restore_pending_topics") == 0
