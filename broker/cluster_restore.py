@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger("strata.restore")
 
 POLL_S = 1.0
+BROKERS_WAIT_S = 30.0  # how long topics wait for as many brokers as their old replication factor
 RETRY_S = 2.0
 OFFSET_COMMIT_VERSION = 9
 
@@ -111,6 +112,7 @@ class ClusterRestore:
         self._security_done = False
         self._groups_done: set[int] = set()  # __consumer_offsets partitions restored here
         self._task: asyncio.Task[None] | None = None
+        self._started = time.monotonic()
 
     async def prepare(self) -> None:
         """Read the bucket's plan (before this broker's manifest writers start)."""
@@ -123,6 +125,7 @@ class ClusterRestore:
         )
 
     def start(self) -> None:
+        self._started = time.monotonic()
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="cluster-restore")
 
     async def close(self) -> None:
@@ -186,7 +189,11 @@ class ClusterRestore:
     async def restore_topics(self) -> None:
         pending = self.pending_topics()
         self.metrics.pending_topics.set(len(pending))
+        waiting = time.monotonic() - self._started < BROKERS_WAIT_S
         for name in pending:
+            rf = self.plan.topics[name].replication_factor if self.plan else -1
+            if waiting and rf > len(self.store.brokers()):
+                continue  # the new cluster's brokers are still registering: the old replication factor a bit later
             try:
                 info = await self.topics.create_topic(name, -1, -1, {RECOVERY_KEY: "true"})
             except Exception as e:  # noqa: BLE001 - the next pass retries this topic
