@@ -6,8 +6,6 @@ Topic shape as in test_bucket_manifests: segment j = offsets [10j, 10j + 9], `lo
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Callable
 
 import pytest
@@ -59,10 +57,6 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
     return capsys.readouterr().out
 
 
-def strata_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "strata", *args], capture_output=True, text=True, timeout=60)
-
-
 @pytest.mark.parametrize("backend_name", ["s3"])
 def test_topic_recovered_on_a_fresh_broker_reads_back_and_continues(
     make_harness: Callable[..., Harness], capsys: pytest.CaptureFixture[str]
@@ -88,9 +82,10 @@ def test_topic_recovered_on_a_fresh_broker_reads_back_and_continues(
     boot = new.broker.bootstrap
     with new.admin() as a, pytest.raises(AdminError, match=r"INVALID_CONFIG.*no topic manifest"):
         a.create_topic("absent", configs={"remote.recovery": "true"})
-    res = strata_cli("topics", "--bootstrap-server", boot, "create", "--topic", "t", "--config", "remote.recovery=true")
-    assert res.returncode == 0, res.stderr
-    assert "Created topic t (2 partitions)." in res.stdout
+    created = run_cli(
+        capsys, "topics", "--bootstrap-server", boot, "create", "--topic", "t", "--config", "remote.recovery=true"
+    )
+    assert "Created topic t (2 partitions)." in created
     with new.admin() as a:
         [desc] = a.describe_topics(["t"])
         assert desc.topic_id == old_id
