@@ -13,10 +13,10 @@ from confluent_kafka import Consumer, TopicPartition
 
 from strata.cli.admin_client import RESOURCE_TOPIC, AdminError
 from strata.cli.main import main as cli_main
-from strata.remote.bucket_manifest_reader import PartitionPlan
+from strata.remote.bucket_manifest_reader import PartitionPlan, RestorePlan
 from tests.support.ck import QUIET, producer
 from tests.tiered.harness import Harness, Scenario
-from tests.tiered.test_bucket_manifests import partition_plan
+from tests.tiered.test_bucket_manifests import commit_offset, partition_plan, restore_plan
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -113,3 +113,27 @@ def test_topic_recovered_on_a_fresh_broker_reads_back_and_continues(
     assert "Partition: 1\tRecoveredSegments: 2\t" in status and "EndOffset: 20\tState: RECOVERED" in status
     describe = run_cli(capsys, "topics", "--bootstrap-server", boot, "describe", "--topic", "t")
     assert "Recovery: RECOVERED" in describe and "RecoveredUpTo: 19" in describe
+
+    # whole-cluster restore on a single broker: the third broker, started with the restore flag on an empty disk,
+    # recreates the topic and the group's offsets from the bucket
+    commit_offset(new, "g", "t", 1, 7)
+
+    def group_in_bucket(plan: RestorePlan) -> bool:
+        return plan.group_offsets.get("g", {}).get("t", {}).get(1, {}).get("offset") == 7
+
+    new.wait("group offsets in the bucket", lambda: restore_plan(new), group_in_bucket)
+    new.broker.kill9()
+    final_p0 = restore_plan(new).topics["t"].partitions[0].next_offset  # what the new broker had tiered
+    assert final_p0 >= 40
+    third = make_harness(backend=old.backend, **FAST_MANIFESTS, **{"cluster.restore.enable": True})
+    third.wait("the topic restored", lambda: third.list_offset("t", 1, -1), lambda r: r[:2] == (0, 20))
+    assert third.list_offset("t", 0, -1)[:2] == (0, final_p0)
+    assert read_all(third.broker.bootstrap, "t", 1, 20) == before[1]
+    c = Consumer({"bootstrap.servers": third.broker.bootstrap, "group.id": "g", **QUIET})
+    try:
+        got = third.wait(
+            "the group's offset", lambda: c.committed([TopicPartition("t", 1)], timeout=5), lambda r: r[0].offset >= 0
+        )
+        assert got[0].offset == 7
+    finally:
+        c.close()
