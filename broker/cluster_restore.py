@@ -31,7 +31,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from strata.protocol.acl import AclBinding
 from strata.remote.bucket_manifest import group_offsets_dir, parse_manifest_name
 from strata.remote.bucket_manifest_reader import BucketManifestReader, RestorePlan
-from strata.remote.bucket_store import ManifestStore
+from strata.remote.bucket_manifest_writer import ManifestWriter
 
 from .group.records import OFFSETS_TOPIC, OffsetAndMetadata
 from .security.client_quotas import CLIENT_ID, USER, QuotaEntity
@@ -90,7 +90,7 @@ def _quota_entity(parts: list[list[Any]]) -> QuotaEntity:
 class ClusterRestore:
     def __init__(
         self,
-        bucket: ManifestStore,
+        writer: ManifestWriter,
         store: MetadataStore,
         topics: TopicManager,
         replicas: ReplicaManager,
@@ -100,7 +100,8 @@ class ClusterRestore:
         registry: CollectorRegistry,
         exclude: list[str] | None = None,
     ) -> None:
-        self.bucket = bucket
+        self.writer = writer  # the broker's own manifest writer (shared with its manifest services)
+        self.bucket = writer.store
         self.exclude = set(exclude or [])
         self.store = store
         self.topics = topics
@@ -269,6 +270,7 @@ class ClusterRestore:
             name = parse_manifest_name(key)
             if name is not None and name[0] > leader_epoch:
                 await self.bucket.delete(key)
+        self.writer.forget(directory)  # the group manifests' writer lists it afresh: its GC must not see the old ones
 
 
 async def start_cluster_restore(
@@ -285,12 +287,12 @@ async def start_cluster_restore(
     """With `cluster.restore.enable=true`: read the plan and start restoring; None otherwise (or without a bucket)."""
     if not config["cluster.restore.enable"]:
         return None
-    bucket = tiered.manifest_writer.store if tiered is not None and tiered.manifest_writer is not None else None
-    if bucket is None:
+    writer = tiered.manifest_writer if tiered is not None else None
+    if writer is None:
         log.warning("cluster.restore.enable=true needs tiered storage on LocalTieredStorage or S3: nothing restored")
         return None
     restore = ClusterRestore(
-        bucket,
+        writer,
         store,
         topics,
         replicas,
