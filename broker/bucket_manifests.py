@@ -37,6 +37,7 @@ from strata.remote.bucket_manifest import (
 from strata.remote.bucket_manifest_writer import ManifestWriter
 
 from .group.records import OFFSETS_TOPIC
+from .read_replica import read_replica_of
 
 if TYPE_CHECKING:
     from .group.coordinator import GroupCoordinator
@@ -50,7 +51,8 @@ RETRY_S = 1.0
 
 
 def is_tiered(t: TopicInfo) -> bool:
-    return str(t.configs.get("remote.storage.enable", "false")).lower() == "true"
+    """A topic whose data this cluster tiers (a read replica's is the origin's: it has no manifest of its own)."""
+    return str(t.configs.get("remote.storage.enable", "false")).lower() == "true" and not read_replica_of(t.configs)
 
 
 def _now_ms() -> int:
@@ -59,7 +61,11 @@ def _now_ms() -> int:
 
 def cluster_manifest(store: MetadataStore, revision: int) -> ClusterManifest:
     """The cluster manifest of the metadata store's image now."""
-    topics = {n: kafka_uuid_str(t.topic_id) for n, t in store.topics().items() if not t.internal}
+    topics = {  # a read replica's topic is its origin's (in another cluster's manifests)
+        n: kafka_uuid_str(t.topic_id)
+        for n, t in store.topics().items()
+        if not t.internal and not read_replica_of(t.configs)
+    }
     scram: dict[str, dict[str, dict[str, Any]]] = {}
     for (user, mechanism), cred in store.scram_credentials().items():
         scram.setdefault(user, {})[mechanism.name] = cred.to_json()  # salted, hashed: never a password

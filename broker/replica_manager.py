@@ -36,6 +36,7 @@ from .metadata_store import MetadataStore, TopicInfo
 from .metrics import BrokerMetrics
 from .partition import Partition, now_ms
 from .purgatory import Purgatory
+from .read_replica import READ_ONLY_ERROR, ReadReplicaManager, read_only_message, read_replica_of
 from .recovered_log import recovered_start, start_recovered_log
 
 if TYPE_CHECKING:
@@ -101,6 +102,7 @@ class RemoteFetchInfo:
     partition: Partition
     fetch_offset: int
     max_bytes: int
+    rlm: RemoteLogManager  # ours, or a read-replica topic's origin's
 
 
 @dataclass(slots=True)
@@ -141,6 +143,8 @@ class ReplicaManager:
         self.metrics.register_replica_manager(self)
         factory = self.tiered_storage_factory
         self.tiered: TieredStorage | None = factory(self) if factory is not None else None
+        # read-replica topics (issue 24): served from another cluster's bucket with the tiered read path
+        self.read_replicas = ReadReplicaManager(self, self.tiered.rlm) if self.tiered is not None else None
 
     @property
     def rlm(self) -> RemoteLogManager | None:
@@ -154,6 +158,12 @@ class ReplicaManager:
         """The RLM's RemoteLogMetadataManager, under the same condition as `rlm`."""
         t = self.tiered
         return t.rlmm if t is not None and t.started else None
+
+    def remote_reader(self, p: Partition) -> RemoteLogManager | None:
+        """The RemoteLogManager that reads a partition's remote offsets: a read replica's origin's, else ours."""
+        if self.read_replicas is not None and (rlm := self.read_replicas.rlm_for(p.topic)) is not None:
+            return rlm
+        return self.rlm
 
     def _report_purgatory(self, name: str, size: int) -> None:
         g = self._purgatory_gauges.get(name)
@@ -178,6 +188,8 @@ class ReplicaManager:
 
     async def shutdown(self) -> None:
         await self.fetcher_manager.shutdown()
+        if self.read_replicas is not None:
+            await self.read_replicas.close()
         for t in list(self._isr_tasks):
             t.cancel()
         await asyncio.gather(*self._isr_tasks, return_exceptions=True)
@@ -289,7 +301,8 @@ class ReplicaManager:
                 leo=p.log.log_end_offset,
                 hw=p.log.high_watermark,
             )
-            self.fetcher_manager.add_partition(p)  # Truncating first (OffsetForLeaderEpoch)
+            if not read_replica_of(p.topic.configs):  # a read replica's replicas all follow the bucket instead
+                self.fetcher_manager.add_partition(p)  # Truncating first (OffsetForLeaderEpoch)
             # Parked produces and consumer fetches answer NOT_LEADER_OR_FOLLOWER now.
             self.produce_purgatory.check_and_complete(p.key)
             self.fetch_purgatory.check_and_complete(p.key)
@@ -304,7 +317,9 @@ class ReplicaManager:
         self.partitions.pop(key, None)
         self.fetcher_manager.remove_partition(key)
         p.leader_id = -1
-        if self.rlm is not None and p.log.remote_log_enabled:
+        if self.read_replicas is not None and read_replica_of(p.topic.configs):
+            self.read_replicas.stop_partition(key)  # never the origin's data: it is not ours
+        elif self.rlm is not None and p.log.remote_log_enabled:
             from strata.remote.rlm import topic_id_partition
 
             tip = topic_id_partition(p.log)
@@ -347,6 +362,11 @@ class ReplicaManager:
         rlm = self.rlm
         if rlm is None:
             return
+        if self.read_replicas is not None:
+            replicas = [p for p in parts if read_replica_of(p.topic.configs)]
+            if replicas:  # followed through the origin's manifests, not by this broker's RLM and RLMM
+                self.read_replicas.on_partitions(replicas)
+                parts = [p for p in parts if not read_replica_of(p.topic.configs)]
         leaders = [p for p in parts if p.is_leader]
         followers = [p for p in parts if not p.is_leader]
         tl = [topic_id_partition(p.log) for p in leaders if p.log.remote_log_enabled]
@@ -496,6 +516,8 @@ class ReplicaManager:
         for p in list(self.partitions.values()):
             if not p.is_leader or not p.followers:  # no follower: nothing to shrink, the HW moved with each append
                 continue
+            if read_replica_of(p.topic.configs):  # every replica reads the origin's bucket: none fetches from us
+                continue
             self._maybe_hw_moved(p)
             new_isr = p.isr_to_shrink(t)
             if new_isr is not None:
@@ -593,6 +615,10 @@ class ReplicaManager:
                 results.append(
                     ProduceResult(ErrorCode.INVALID_TOPIC_EXCEPTION, message=f"Cannot append to internal topic {topic}")
                 )
+                self.metrics.failed_produce.labels(topic).inc()
+                continue
+            if info is not None and (origin := read_replica_of(info.configs)):
+                results.append(ProduceResult(READ_ONLY_ERROR, message=read_only_message(topic, origin)))
                 self.metrics.failed_produce.labels(topic).inc()
                 continue
             if p is None or not p.is_leader:
@@ -753,8 +779,8 @@ class ReplicaManager:
                         # KIP-405: followers rebuild from remote metadata rather than copy tiered data.
                         res.error = ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE
                         respond = True
-                    elif self.rlm is not None:  # read by the RemoteLogReader pool after this pass
-                        res.remote_fetch = RemoteFetchInfo(p, s.fetch_offset, s.max_bytes)
+                    elif (rlm := self.remote_reader(p)) is not None:  # read by the RemoteLogReader pool next
+                        res.remote_fetch = RemoteFetchInfo(p, s.fetch_offset, s.max_bytes, rlm)
                     else:
                         res.error = ErrorCode.OFFSET_OUT_OF_RANGE
                         respond = True
@@ -807,11 +833,8 @@ class ReplicaManager:
             results, total, respond = await self._read_once(specs, max_bytes, isolation, replica_id, first, zero_copy)
             first = False
             # throttled (KIP-956): no data for the remote partitions, wait as for any other
-            if (
-                self.rlm is not None
-                and any(r.remote_fetch is not None for r in results)
-                and not self.rlm.fetch_throttled()
-            ):
+            readers = {id(r.remote_fetch.rlm): r.remote_fetch.rlm for r in results if r.remote_fetch is not None}
+            if readers and not any(rlm.fetch_throttled() for rlm in readers.values()):
                 total += await self._read_remote(results, max_bytes - total, isolation)
                 break
             remaining = deadline - time.monotonic()
@@ -851,8 +874,6 @@ class ReplicaManager:
         retries; the chunks they pulled stay cached); failures answer KAFKA_STORAGE_ERROR, which clients retry."""
         jobs: dict[int, asyncio.Task] = {}
         first = True
-        rlm = self.rlm
-        assert rlm is not None  # a read pass leaves reads to remote storage only with an RLM
         for i, r in enumerate(results):
             if (info := r.remote_fetch) is None:
                 continue
@@ -862,7 +883,7 @@ class ReplicaManager:
                 continue
             max_offset = p.last_stable_offset if isolation == READ_COMMITTED else p.high_watermark
             jobs[i] = asyncio.ensure_future(
-                _remote_read(rlm, p.log, info.fetch_offset, max(limit, 0), first, max_offset, isolation)
+                _remote_read(info.rlm, p.log, info.fetch_offset, max(limit, 0), first, max_offset, isolation)
             )
             budget -= max(limit, 0)
             first = False
@@ -876,7 +897,7 @@ class ReplicaManager:
             info = res.remote_fetch
             assert info is not None
             if task in pending:
-                rlm.metrics.delayed_remote_fetch_expires.labels(info.partition.topic.name).inc()
+                info.rlm.metrics.delayed_remote_fetch_expires.labels(info.partition.topic.name).inc()
                 task.add_done_callback(_consume_exception)
                 continue
             exc = task.exception()

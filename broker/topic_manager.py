@@ -7,6 +7,7 @@ admin requests to it (broker/cluster/forwarding.py) and answer NOT_CONTROLLER if
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -17,6 +18,7 @@ from strata.protocol.errors import ErrorCode, KafkaApiError
 from strata.protocol.uuids import kafka_uuid_str
 
 from .metadata_store import MetadataStore, TopicInfo, validate_topic_name
+from .read_replica import READ_REPLICA_CONFIG, read_only_message, read_replica_of
 from .replica_manager import ReplicaManager
 from .topic_recovery import prepare_recovery, take_recovery_request
 
@@ -193,6 +195,9 @@ class TopicManager:
             partitions, replication_factor, configs = recovery.partitions, recovery.replication_factor, recovery.configs
         if replication_factor == -1:
             replication_factor = self.config["default.replication.factor"]
+        topic_id = None
+        if read_replica_of(configs):
+            topic_id, partitions, configs = await self._read_replica_topic(name, configs, assignments)
         partitions, configs = self.validate_new_topic(name, partitions, replication_factor, configs)
         if validate_only:
             return None
@@ -211,7 +216,12 @@ class TopicManager:
             recovery.log_recovered(registered)
         else:
             info = await self.store.create_topic(
-                name, partitions, configs, replication_factor=replication_factor, assignments=assignments or None
+                name,
+                partitions,
+                configs,
+                replication_factor=replication_factor,
+                assignments=assignments or None,
+                topic_id=topic_id,
             )
         if not self.store.clustered:  # in a cluster, replicas follow the partition states (watch)
             try:
@@ -225,6 +235,31 @@ class TopicManager:
             "created topic", topic=name, partitions=partitions, topic_id=kafka_uuid_str(info.topic_id), configs=configs
         )
         return info
+
+    async def _read_replica_topic(
+        self, name: str, configs: dict[str, str], assignments: list[list[int]] | None
+    ) -> tuple[uuid.UUID, int, dict[str, str]]:
+        """A read replica's id, partition count and configs come from the origin's topic manifest (docs/tiered-
+        storage.md, "Read-replica topics"); the configs asked for besides `remote.readreplica` are ignored, as
+        Redpanda ignores them."""
+        rr = self.replica_manager.read_replicas
+        if rr is None:
+            raise KafkaApiError(
+                ErrorCode.INVALID_CONFIG,
+                "Tiered Storage functionality is disabled in the broker: read-replica topics need it "
+                "(remote.log.storage.system.enable=true and the remote storage manager's settings).",
+            )
+        topic_id, partitions, out = await rr.resolve_topic(name, configs)
+        if assignments and len(assignments) != partitions:
+            raise KafkaApiError(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"The origin topic '{name}' has {partitions} partitions, the assignment names {len(assignments)}.",
+            )
+        return topic_id, partitions, out
+
+    def _refuse_read_replica(self, info: TopicInfo) -> None:
+        if origin := read_replica_of(info.configs):
+            raise KafkaApiError(ErrorCode.POLICY_VIOLATION, read_only_message(info.name, origin))
 
     async def delete_topic(self, name: str) -> TopicInfo:
         if not self.config["delete.topic.enable"]:
@@ -249,6 +284,8 @@ class TopicManager:
         rlm = self.replica_manager.rlm
         if rlm is None or not self.config.log_config(info.configs).values.get("remote.storage.enable"):
             return
+        if read_replica_of(info.configs):
+            return  # the remote data is the origin's
         from strata.remote.metadata import TopicIdPartition
 
         tips = [TopicIdPartition(info.topic_id, info.name, i) for i in range(info.partitions)]
@@ -265,6 +302,7 @@ class TopicManager:
         if info is None:
             raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
         before = info.partitions
+        self._refuse_read_replica(info)
         if count <= before:
             raise KafkaApiError(
                 ErrorCode.INVALID_PARTITIONS,
@@ -303,6 +341,11 @@ class TopicManager:
         info = self.store.topic(name)
         if info is None:
             raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
+        self._refuse_read_replica(info)
+        if configs.get(READ_REPLICA_CONFIG):
+            raise KafkaApiError(
+                ErrorCode.INVALID_CONFIG, f"{READ_REPLICA_CONFIG} can only be set when the topic is created."
+            )
         self._validate_configs(configs, info.configs)
         if validate_only:
             return info

@@ -419,6 +419,13 @@ _BROKER_DEFS: list[ConfigDef] = [
     ),
     ConfigDef("remote.manifest.retained.revisions", T.INT, 3, "manifest revisions kept per directory", at_least(1)),
     ConfigDef(
+        "remote.readreplica.sync.interval.ms",
+        T.LONG,
+        30000,
+        "how often a read-replica topic reads its origin's partition manifests",
+        at_least(1),
+    ),
+    ConfigDef(
         "cluster.restore.enable",
         T.BOOLEAN,
         False,

@@ -158,6 +158,16 @@ _TOPIC_DEFS: list[tuple[str, str | None, ConfigDef]] = [
             "remote.log.delete.on.disable", T.BOOLEAN, False, "allow turning remote storage off, deleting remote data"
         ),
     ),
+    (
+        "remote.readreplica",
+        None,
+        ConfigDef(
+            "remote.readreplica",
+            T.STRING,
+            "",
+            "create-time only: serve this topic read-only from another cluster's bucket (`bucket[/key prefix]`)",
+        ),
+    ),
 ]
 
 _TOPIC_DEFS += ICEBERG_TOPIC_DEFS

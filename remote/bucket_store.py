@@ -19,7 +19,7 @@ import os
 from collections.abc import Callable
 from concurrent.futures import Executor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .local_tiered import LocalTieredStorage
 from .rsm import (
@@ -29,7 +29,10 @@ from .rsm import (
     RemoteStorageError,
     RemoteStorageManager,
 )
-from .s3 import MANIFEST_SUFFIX, S3RemoteStorageManager
+from .s3_manifest import MANIFEST_SUFFIX
+
+if TYPE_CHECKING:
+    from .s3 import S3RemoteStorageManager
 
 T = TypeVar("T")
 
@@ -171,6 +174,8 @@ def manifest_store_for(rsm: RemoteStorageManager) -> ManifestStore | None:
     """The store beside a configured RSM (same root, same client); None for another RSM class."""
     if isinstance(rsm, LocalTieredStorage):
         return LocalManifestStore(rsm.root, fsync=rsm.fsync)
+    from .s3 import S3RemoteStorageManager  # the S3 client stack (aiobotocore, aiohttp) loads only with an S3 RSM
+
     if isinstance(rsm, S3RemoteStorageManager):
         return S3ManifestStore(rsm)
     return None

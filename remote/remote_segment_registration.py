@@ -2,8 +2,8 @@
 
 Topic recovery and whole-cluster restore rebuild a partition's remote log from its bucket manifest: each listed
 segment gets a new COPY_SEGMENT_STARTED and COPY_SEGMENT_FINISHED record pointing at the objects that are there
-(same segment id, offsets, epochs and KIP-917 custom metadata), so nothing is copied. Read-replica topics may use it
-too: it knows nothing of recovery.
+(same segment id, offsets, epochs and KIP-917 custom metadata), so nothing is copied. The records are built as read
+replicas build theirs (remote/manifest_segment_metadata.py).
 """
 
 from __future__ import annotations
@@ -12,38 +12,14 @@ import asyncio
 import time
 from collections.abc import Iterable
 
-from strata.protocol.uuids import parse_kafka_uuid
-
 from .bucket_manifest import SegmentEntry
-from .metadata import (
-    RemoteLogSegmentId,
-    RemoteLogSegmentMetadata,
-    RemoteLogSegmentMetadataUpdate,
-    RemoteLogSegmentState,
-    TopicIdPartition,
-)
+from .manifest_segment_metadata import segment_metadata
+from .metadata import RemoteLogSegmentMetadataUpdate, RemoteLogSegmentState, TopicIdPartition
 from .rlmm_api import RemoteLogMetadataManager
 
 # partitions registered at once: each record is an acks=-1 write to a metadata partition's leader
 PARALLEL_PARTITIONS = 16
 READY_TIMEOUT_S = 30.0
-
-
-def segment_metadata(
-    tip: TopicIdPartition, entry: SegmentEntry, broker_id: int, now_ms: int
-) -> RemoteLogSegmentMetadata:
-    """The COPY_SEGMENT_STARTED record of a manifest's segment (the objects keep their id)."""
-    return RemoteLogSegmentMetadata(
-        RemoteLogSegmentId(tip, parse_kafka_uuid(entry.segment_id)),
-        entry.start_offset,
-        entry.end_offset,
-        entry.max_timestamp_ms,
-        broker_id,
-        now_ms,
-        entry.size_bytes,
-        dict(entry.segment_leader_epochs),
-        txn_idx_empty=entry.txn_idx_empty,
-    )
 
 
 async def register_partition_segments(
@@ -55,7 +31,7 @@ async def register_partition_segments(
     n = 0
     for entry in entries:
         now = int(time.time() * 1000)
-        meta = segment_metadata(tip, entry, broker_id, now)
+        meta = segment_metadata(tip, entry, RemoteLogSegmentState.COPY_SEGMENT_STARTED)
         state = known.get(meta.remote_log_segment_id.id)
         if state is None:
             await rlmm.add_remote_log_segment_metadata(meta)
@@ -98,4 +74,4 @@ async def register_segments(
         rlmm.on_stop_partitions(borrowed)
 
 
-__all__ = ["register_partition_segments", "register_segments", "segment_metadata"]
+__all__ = ["register_partition_segments", "register_segments"]

@@ -27,6 +27,29 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "integration: starts a real broker process and real clients")
 
 
+SPARK_PACKAGE = "tests/pipeline/"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The Spark package first (a stable sort keeps every other order): under `make test` it is one scheduling unit
+    (below), the longest, so it starts at once rather than last."""
+    items.sort(key=lambda item: not item.nodeid.startswith(SPARK_PACKAGE))
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """`--dist loadfile` with the Spark package as one unit: its modules share one JVM, S3 server and tiered broker
+    (package-scoped fixtures, stopped when the package is done) instead of one per worker kept to the session's end."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SparkPackageTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return SPARK_PACKAGE if nodeid.startswith(SPARK_PACKAGE) else super()._split_scope(nodeid)
+
+    return SparkPackageTogether(config, log)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo

@@ -12,6 +12,7 @@ from strata.storage.errors import StorageError
 
 from ..authorization import filter_authorized
 from ..authorized_ops import CLUSTER_NAME, AclOperation, ResourceType, allowed_quietly, cluster_operations
+from ..read_replica import read_replica_of
 from ..replica_manager import pace
 from ..request_context import RequestContext
 from ..services import BrokerServices
@@ -249,6 +250,9 @@ async def delete_records(services: BrokerServices, ctx: RequestContext, req: Any
                 else services.replica_manager.not_hosted_error(topic, index)
             )
             parts.append(PartRes(partition_index=index, low_watermark=-1, error_code=code))
+            continue
+        if read_replica_of(partition.topic.configs):  # read-only: its log start follows the origin's
+            parts.append(PartRes(partition_index=index, low_watermark=-1, error_code=ErrorCode.POLICY_VIOLATION))
             continue
         offset = partition.high_watermark if asked == -1 else asked
         try:

@@ -44,7 +44,8 @@ async def lookup(
         return -1, ulog.log_start_offset, _epoch(ulog, ulog.log_start_offset)
     if ts == EARLIEST_LOCAL:
         return -1, ulog.local_log_start_offset, _epoch(ulog, ulog.local_log_start_offset)
-    rlm = services.remote_log_manager
+    # a read-replica topic's remote data is read through its origin's RemoteLogManager
+    rlm = services.replica_manager.remote_reader(partition) or services.remote_log_manager
     tiered = ulog.remote_log_enabled and rlm is not None
     if ts == LATEST_TIERED:
         # KIP-1005: the highest offset in remote storage, -1 when nothing (or no remote storage) is there.

@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from strata.protocol.errors import ErrorCode
 from strata.protocol.registry import ApiKey, response_class
@@ -16,6 +16,9 @@ from ..authorization import authorize
 from ..authorized_ops import CLUSTER_NAME, AclOperation, ResourceType
 from ..request_context import RequestContext
 from ..services import BrokerServices
+
+if TYPE_CHECKING:
+    from ..read_replica import ReadReplicaManager
 
 
 async def describe_log_dirs(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
@@ -32,17 +35,17 @@ async def describe_log_dirs(services: BrokerServices, ctx: RequestContext, req: 
         for t in req.topics:
             wanted.setdefault(t.topic, set()).update(t.partitions)
     lm = services.log_manager
+    read_replicas = services.replica_manager.read_replicas
     by_dir: dict[Path, dict[str, list]] = {d.resolve(): defaultdict(list) for d in lm.log_dirs}
     for ulog in lm.all_logs():
         if wanted is not None and ulog.partition not in wanted.get(ulog.topic, ()):
             continue
         topics = by_dir.setdefault(ulog.dir.parent.resolve(), defaultdict(list))
-        # OffsetLag of a current (not future) log: max(HW - LEO, 0), as Kafka's getLogEndOffsetLag
         topics[ulog.topic].append(
             Partition(
                 partition_index=ulog.partition,
                 partition_size=ulog.size_in_bytes,
-                offset_lag=max(ulog.high_watermark - ulog.log_end_offset, 0),
+                offset_lag=_offset_lag(ulog, read_replicas),
                 is_future_key=False,
             )
         )
@@ -68,3 +71,12 @@ async def describe_log_dirs(services: BrokerServices, ctx: RequestContext, req: 
             )
         )
     return Resp(version=v, throttle_time_ms=0, error_code=0, results=results)
+
+
+def _offset_lag(ulog: Any, read_replicas: ReadReplicaManager | None) -> int:
+    """OffsetLag of a current (not future) log: max(HW - LEO, 0), as Kafka's getLogEndOffsetLag; for a read replica,
+    how far its log end trails the partition's end in the origin's newest manifest."""
+    st = read_replicas.state(ulog.topic, ulog.partition) if read_replicas is not None else None
+    if st is not None:
+        return st.lag_offsets
+    return max(ulog.high_watermark - ulog.log_end_offset, 0)

@@ -16,8 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import scramp
-
 from strata.protocol.scram import MAX_ITERATIONS, MIN_ITERATIONS, ScramMechanism, salted_password
 
 
@@ -124,6 +122,8 @@ class ScramServerExchange:
             raise self._fail() from None
         try:
             if self._server is None:
+                import scramp  # loaded at the first SCRAM exchange, not at every broker start
+
                 m = scramp.ScramMechanism(self.mechanism.mechanism_name)
                 self._server = m.make_server(self._auth_info)
                 self._server.set_client_first(text)

@@ -531,6 +531,17 @@ class AdminClient:
     def local_sizes(self, topic: str, partitions: Iterable[int]) -> dict[int, int]:
         """Bytes of each partition's local log on its leader (DescribeLogDirs), summed over the leader's log dirs."""
         out: dict[int, int] = {}
+        for p in self._log_dir_partitions(topic, partitions):
+            out[p.partition_index] = out.get(p.partition_index, 0) + p.partition_size
+        return out
+
+    def offset_lags(self, topic: str, partitions: Iterable[int]) -> dict[int, int]:
+        """DescribeLogDirs' OffsetLag of each partition's log on its leader (a read replica's: how far it trails the
+        origin's newest manifest)."""
+        return {p.partition_index: p.offset_lag for p in self._log_dir_partitions(topic, partitions)}
+
+    def _log_dir_partitions(self, topic: str, partitions: Iterable[int]) -> list[Any]:
+        out = []
         for conn, ps in self.by_leader(topic, partitions):
             T = REQUEST_CLASSES[ApiKey.DESCRIBE_LOG_DIRS].DescribableLogDirTopic
             _, resp = conn.call(ApiKey.DESCRIBE_LOG_DIRS, topics=[T(topic=topic, partitions=list(ps))])
@@ -538,10 +549,7 @@ class AdminClient:
             for d in resp.results:
                 if d.error_code:
                     continue  # an offline log dir holds nothing readable
-                for t in d.topics:
-                    if t.name == topic:
-                        for p in t.partitions:
-                            out[p.partition_index] = out.get(p.partition_index, 0) + p.partition_size
+                out += [p for t in d.topics if t.name == topic for p in t.partitions]
         return out
 
     def delete_records(self, topic: str, offsets: dict[int, int]) -> dict[int, int]:

@@ -20,6 +20,9 @@ class _UsageError(UsageError):
     pass
 
 
+READ_REPLICA_PREFIX = "remote.readreplica="
+
+
 def register(sub: SubParsers) -> None:
     action = add_action_command(sub, NAME, "create, list, describe, alter or delete topics", run)
     c = action("create", _create, "create a topic")
@@ -77,20 +80,27 @@ def _describe(a: AdminClient, args: argparse.Namespace) -> int:
         configs = _non_default_configs(a, t.name)
         tiered = "remote.storage.enable=true" in configs.split(",")
         recovered = recovery_state(a, t.name) if tiered else None  # recovered from the bucket (issue 24)
+        origin = next(
+            (c[len(READ_REPLICA_PREFIX) :] for c in configs.split(",") if c.startswith(READ_REPLICA_PREFIX)), ""
+        )
         print(
             f"Topic: {t.name}\tTopicId: {t.topic_id}\tPartitionCount: {len(t.partitions)}\t"
             f"ReplicationFactor: {t.replication_factor}\tConfigs: {configs}"
             + ("\tRecovery: RECOVERED" if recovered is not None else "")
         )
-        if tiered and remote_state is None:  # KIP-405 sizes come from __remote_log_metadata
+        if tiered and not origin and remote_state is None:  # KIP-405 sizes come from __remote_log_metadata
             remote_state = remote_log_state_or_none(a)
+        lags = a.offset_lags(t.name, [p.partition for p in t.partitions]) if origin else {}
         for p in t.partitions:
             line = (
                 f"\tTopic: {t.name}\tPartition: {p.partition}\tLeader: {p.leader}\t"
                 f"Replicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}\t"
                 f"LogStartOffset: {p.log_start_offset}\tEndOffset: {p.end_offset}"
             )
-            if tiered:  # tiered topics: local/remote offsets (ListOffsets -4 v8+, -5 v9+) and remote size
+            if origin:  # a read replica: served from the origin's bucket up to its last synced offset
+                lag = lags.get(p.partition, -1)
+                line += f"\tReadReplicaOf: {origin}\tSyncedOffset: {p.latest_tiered_offset}\tLag: {lag}"
+            elif tiered:  # tiered topics: local/remote offsets (ListOffsets -4 v8+, -5 v9+) and remote size
                 line += tiered_describe_fields(t, p, remote_state)
             rec = (recovered or {}).get("partitions", {}).get(str(p.partition))
             if rec is not None:

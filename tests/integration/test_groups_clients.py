@@ -88,10 +88,11 @@ def _member_confluent(bs: str, topic: str, group: str, client_id: str, stop: thr
 
 
 def _member_kafka_python(bs: str, topic: str, group: str, client_id: str, stop: threading.Event) -> None:
-    from kafka import KafkaConsumer
     from kafka.errors import CommitFailedError, KafkaError
 
-    c = KafkaConsumer(
+    from tests.support.kafka_python_group import subscribed_consumer
+
+    c = subscribed_consumer(
         topic,
         bootstrap_servers=bs,
         group_id=group,

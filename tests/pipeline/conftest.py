@@ -1,5 +1,6 @@
 """Fixtures for the Spark data source tests: one local SparkSession, one moto S3 server and one tiered broker (S3 on
-moto) for the whole package -- JVM and broker start-up dominate the run time; each module uses its own topics."""
+moto) for the whole package, stopped when it is done -- JVM and broker start-up dominate the run time; each module
+uses its own topics. `make test` runs the package on one worker (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from tests.pipeline.support import Tiered, start_tiered_broker
 from tests.support.s3_servers import MotoServer
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     from strata.pipeline.session import get_spark
 
@@ -31,7 +32,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     s.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def pipeline_moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
     server = MotoServer(tmp_path_factory.mktemp("moto"))
     server.start()
@@ -39,7 +40,7 @@ def pipeline_moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServ
     server.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def tiered(tmp_path_factory: pytest.TempPathFactory, pipeline_moto: MotoServer) -> Iterator[Tiered]:
     """One broker tiering to moto under a key prefix of its own, shared by the modules (distinct topic names)."""
     name = "spark-tests"
