@@ -17,6 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from strata.protocol.acl import AclBinding, AclBindingFilter
 from strata.protocol.errors import ErrorCode, KafkaApiError
@@ -81,6 +82,9 @@ class TopicInfo:
     # Replica assignment per partition (index = partition), as the topic was created/reassigned; the live replica
     # set of a partition is its PartitionState.replicas. Empty means "not recorded" (old local files: [self]).
     assignments: list[list[int]] = field(default_factory=list)
+    # A topic recovered from the bucket (issue 24, broker/topic_recovery.py): where each partition's log starts,
+    # its leader-epoch chain and first leader epoch; None for every other topic.
+    recovery: dict[str, Any] | None = None
 
     def replicas(self, partition: int) -> list[int]:
         return list(self.assignments[partition]) if 0 <= partition < len(self.assignments) else []
@@ -93,6 +97,7 @@ class TopicInfo:
             "configs": self.configs,
             "internal": self.internal,
             "assignments": self.assignments,
+            **({"recovery": self.recovery} if self.recovery is not None else {}),
         }
 
     @classmethod
@@ -106,6 +111,7 @@ class TopicInfo:
             dict(d.get("configs", {})),
             bool(d.get("internal", False)),
             assignments,
+            d.get("recovery"),
         )
 
 
@@ -156,7 +162,9 @@ class MetadataStore(ABC):
         replication_factor: int = 1,
         assignments: list[list[int]] | None = None,
         topic_id: uuid.UUID | None = None,
-    ) -> TopicInfo: ...
+        recovery: dict[str, Any] | None = None,
+    ) -> TopicInfo:
+        """`topic_id` and `recovery`: a topic recovered from the bucket keeps its id (broker/topic_recovery.py)."""
 
     @abstractmethod
     async def delete_topic(self, name: str) -> TopicInfo: ...
@@ -346,7 +354,7 @@ class LocalMetadataStore(MetadataStore):
         if info is None or not 0 <= partition < info.partitions:
             return None
         me = (self.broker.broker_id,)
-        return PartitionState(self.broker.broker_id, 0, me, me, 0)
+        return PartitionState(self.broker.broker_id, first_leader_epoch(info, partition), me, me, 0)
 
     async def alter_partition(self, topic: str, partition: int, new: PartitionState) -> PartitionState:
         raise StaleStateError("a single broker's partition state never changes")
@@ -363,12 +371,19 @@ class LocalMetadataStore(MetadataStore):
         replication_factor: int = 1,
         assignments: list[list[int]] | None = None,
         topic_id: uuid.UUID | None = None,
+        recovery: dict[str, Any] | None = None,
     ) -> TopicInfo:
         if name in self._topics:
             raise KafkaApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
         me = self.broker.broker_id
         info = TopicInfo(
-            name, topic_id or uuid.uuid4(), partitions, dict(configs), internal, [[me] for _ in range(partitions)]
+            name,
+            topic_id or uuid.uuid4(),
+            partitions,
+            dict(configs),
+            internal,
+            [[me] for _ in range(partitions)],
+            recovery,
         )
         self._topics[name] = info
         self._by_id[info.topic_id] = info
@@ -491,3 +506,10 @@ class LocalMetadataStore(MetadataStore):
 def _new_cluster_id() -> str:
     """Kafka cluster ids are a random Uuid in Kafka's base64url form (22 chars)."""
     return kafka_uuid_str(uuid.uuid4())
+
+
+def first_leader_epoch(info: TopicInfo, partition: int) -> int:
+    """The leader epoch a partition starts in: 0, or one above the recovered lineage's last (a recovered topic's
+    producers continue in a new epoch, and its leader's manifests sort above the old cluster's)."""
+    parts = (info.recovery or {}).get("partitions", {})
+    return int(parts.get(str(partition), {}).get("leader_epoch", 0))

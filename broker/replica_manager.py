@@ -38,6 +38,7 @@ from .metrics import BrokerMetrics
 from .partition import Partition, now_ms
 from .purgatory import Purgatory
 from .read_replica import READ_ONLY_ERROR, ReadReplicaManager, read_only_message, read_replica_of
+from .recovered_log import recovered_start, start_recovered_log
 
 if TYPE_CHECKING:
     from strata.remote.rlm import RemoteLogManager
@@ -245,6 +246,9 @@ class ReplicaManager:
             return
         if p is None:
             ulog = self.log_manager.get_or_create_log(topic, index, info.topic_id, self.config.log_config(info.configs))
+            entry = recovered_start(info.recovery, index)
+            if entry is not None and start_recovered_log(ulog, entry):  # a topic recovered from the bucket
+                self.log_manager.checkpoint_log_start_offsets()
             p = self.partitions[key] = Partition(
                 info, index, ulog, self.broker_id, self.max_lag_ms, ineligible=self._ineligible_brokers
             )

@@ -29,6 +29,7 @@ from .cluster.broker_client import inter_broker_security
 from .cluster.epoch_flusher import EpochCheckpointFlusher
 from .cluster.model import BrokerInfo
 from .cluster.new_replicas import NewReplicaMaker
+from .cluster_restore import ClusterRestore, start_cluster_restore
 from .dynamic_config import DynamicBrokerConfig
 from .endpoints import BrokerEndpoints
 from .fetch_session import FetchSessionCache
@@ -161,6 +162,7 @@ class KafkaServer:
         # when built, after the replica manager's own subscription.
         self.controller: Controller | None = None
         self.peer_watch: PeerWatch | None = None
+        self.restore: ClusterRestore | None = None
         self.log_manager = LogManager(
             self.log_dirs,
             self._log_config_for,
@@ -415,6 +417,17 @@ class KafkaServer:
                 # died before it could write the marks, and with every replica down nobody else would
                 self.tiered.rlm.start_marking_deleted(self._deleted_while_down)
         await self.group_coordinator.startup()  # loads __consumer_offsets in the background
+        # cluster.restore.enable: the bucket's plan is read before this broker writes any manifest (issue 24)
+        self.restore = await start_cluster_restore(
+            self.config,
+            self.tiered,
+            self.store,
+            self.topic_manager,
+            self.replica_manager,
+            self.group_coordinator,
+            broker_id=self.broker_id,
+            registry=self.metrics.registry,
+        )
         if self.tiered is not None:  # the bucket's topic, cluster and group offsets manifests (issue 24)
             self.tiered.start_manifests(
                 self.store,
@@ -654,6 +667,8 @@ class KafkaServer:
             await self.controller.stop()
         for t in self._tasks:
             t.cancel()
+        if self.restore is not None:
+            await self.restore.close()
         await self.txn_coordinator.shutdown()  # lets queued transaction-state writes land
         await self.txn_channel.close()
         await self.group_coordinator.shutdown()  # answers parked joins, lets queued offset writes land

@@ -20,6 +20,7 @@ from strata.protocol.uuids import kafka_uuid_str
 from .metadata_store import MetadataStore, TopicInfo, validate_topic_name
 from .read_replica import READ_REPLICA_CONFIG, read_only_message, read_replica_of
 from .replica_manager import ReplicaManager
+from .topic_recovery import prepare_recovery, take_recovery_request
 
 log = structlog.get_logger("strata.topics")
 
@@ -183,26 +184,45 @@ class TopicManager:
         validate_only: bool = False,
         assignments: list[list[int]] | None = None,
     ) -> TopicInfo | None:
+        configs = dict(configs or {})
+        request = take_recovery_request(configs)  # remote.recovery=true: from the bucket (issue 24)
+        recovery = None
         if assignments:
             self.validate_assignments(assignments)
             partitions, replication_factor = len(assignments), len(assignments[0])
+        if request is not None:
+            recovery = await prepare_recovery(self, name, partitions, replication_factor, configs, request)
+            partitions, replication_factor, configs = recovery.partitions, recovery.replication_factor, recovery.configs
         if replication_factor == -1:
             replication_factor = self.config["default.replication.factor"]
         topic_id = None
         if read_replica_of(configs):
-            topic_id, partitions, configs = await self._read_replica_topic(name, configs or {}, assignments)
-        partitions, configs = self.validate_new_topic(name, partitions, replication_factor, dict(configs or {}))
+            topic_id, partitions, configs = await self._read_replica_topic(name, configs, assignments)
+        partitions, configs = self.validate_new_topic(name, partitions, replication_factor, configs)
         if validate_only:
             return None
         self._require_controller()
-        info = await self.store.create_topic(
-            name,
-            partitions,
-            configs,
-            replication_factor=replication_factor,
-            assignments=assignments or None,
-            topic_id=topic_id,
-        )
+        if recovery is not None and self.replica_manager.rlm is not None:
+            registered = await recovery.register_segments(self.replica_manager.rlm)
+            info = await self.store.create_topic(
+                name,
+                partitions,
+                configs,
+                replication_factor=replication_factor,
+                assignments=assignments or None,
+                topic_id=recovery.plan.topic_id,
+                recovery=recovery.record,
+            )
+            recovery.log_recovered(registered)
+        else:
+            info = await self.store.create_topic(
+                name,
+                partitions,
+                configs,
+                replication_factor=replication_factor,
+                assignments=assignments or None,
+                topic_id=topic_id,
+            )
         if not self.store.clustered:  # in a cluster, replicas follow the partition states (watch)
             try:
                 await self.replica_manager.create_topic_partitions(info)

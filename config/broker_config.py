@@ -426,6 +426,18 @@ _BROKER_DEFS: list[ConfigDef] = [
         at_least(1),
     ),
     ConfigDef(
+        "cluster.restore.enable",
+        T.BOOLEAN,
+        False,
+        "restore a new, empty cluster from the bucket's manifests: topics, group offsets, ACLs, SCRAM users, quotas",
+    ),
+    ConfigDef(
+        "cluster.restore.exclude.topics",
+        T.LIST,
+        [],
+        "topics a cluster restore leaves in the bucket (to recover later, e.g. with a retention window)",
+    ),
+    ConfigDef(
         "producer.id.expiration.ms",
         T.INT,
         86400000,

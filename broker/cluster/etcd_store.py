@@ -21,6 +21,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import aetcd
 import structlog
@@ -32,7 +33,15 @@ from strata.config import parse_bool
 from strata.protocol.acl import AclBinding, AclBindingFilter
 from strata.protocol.errors import ErrorCode, KafkaApiError
 
-from ..metadata_store import MetadataStore, ScramKey, TopicInfo, _new_cluster_id, acl_id, match_acls
+from ..metadata_store import (
+    MetadataStore,
+    ScramKey,
+    TopicInfo,
+    _new_cluster_id,
+    acl_id,
+    first_leader_epoch,
+    match_acls,
+)
 from ..security.client_quotas import QuotaChanges, QuotaEntity, altered
 from ..security.scram import ScramCredential, ScramMechanism
 from .alter_partition_batcher import AlterPartitionBatcher
@@ -484,9 +493,9 @@ class EtcdMetadataStore(MetadataStore):
         return self.image.deleted_topics.get(name)
 
     # ---- topic mutations (any broker) ----------------------------------------------------------------------------
-    def _initial_state(self, replicas: list[int]) -> PartitionState:
+    def _initial_state(self, replicas: list[int], leader_epoch: int = 0) -> PartitionState:
         live = [b for b in replicas if b in self.image.brokers]
-        return PartitionState(live[0] if live else -1, 0, tuple(live or replicas), tuple(replicas), 0)
+        return PartitionState(live[0] if live else -1, leader_epoch, tuple(live or replicas), tuple(replicas), 0)
 
     def compute_assignments(
         self, partitions: int, replication_factor: int, *, start_partition: int = 0, start_index: int = -1
@@ -507,14 +516,24 @@ class EtcdMetadataStore(MetadataStore):
         replication_factor: int = 1,
         assignments: list[list[int]] | None = None,
         topic_id: uuid.UUID | None = None,
+        recovery: dict[str, Any] | None = None,
     ) -> TopicInfo:
         if assignments is None:
             assignments = self.compute_assignments(partitions, replication_factor)
         info = TopicInfo(
-            name, topic_id or uuid.uuid4(), len(assignments), dict(configs), internal, [list(a) for a in assignments]
+            name,
+            topic_id or uuid.uuid4(),
+            len(assignments),
+            dict(configs),
+            internal,
+            [list(a) for a in assignments],
+            recovery,
         )
         tkey = self.key(f"topics/{name}")
-        parts = [(f"partitions/{name}/{p}", self._initial_state(a)) for p, a in enumerate(assignments)]
+        parts = [
+            (f"partitions/{name}/{p}", self._initial_state(a, first_leader_epoch(info, p)))
+            for p, a in enumerate(assignments)
+        ]
         first, rest = parts[: MAX_TXN_OPS - 1], parts[MAX_TXN_OPS - 1 :]
         res = await self.txn(
             [_cmp(tkey, "create", "==", 0)],

@@ -226,6 +226,7 @@ def topic_to_json(info: TopicInfo) -> dict:
         "assignments": info.assignments,
         "configs": info.configs,
         "internal": info.internal,
+        **({"recovery": info.recovery} if info.recovery is not None else {}),
     }
 
 
@@ -238,6 +239,7 @@ def topic_from_json(name: str, d: dict) -> TopicInfo:
         dict(d.get("configs", {})),
         bool(d.get("internal", False)),
         assignments,
+        d.get("recovery"),
     )
 
 

@@ -134,7 +134,7 @@ async def create_topics(services: BrokerServices, ctx: RequestContext, req: Any)
                         config_source=e.source,
                         is_sensitive=e.sensitive,
                     )
-                    for e in config_handlers.topic_config_entries(services, cfg)
+                    for e in config_handlers.topic_config_entries(services, info.configs if info is not None else cfg)
                 ]
         except KafkaApiError as e:
             res.error_code, res.error_message = _err(e)

@@ -45,6 +45,7 @@ from ..loggers import LEVELS, ROOT_LOGGER, VALID_LOG_LEVELS
 from ..replica_manager import YIELD_EVERY, pace
 from ..request_context import RequestContext
 from ..services import BrokerServices
+from ..topic_recovery import RECOVERY_STATE_KEY, recovery_state_text
 
 # ConfigResource.Type ids.
 RESOURCE_TOPIC = 2
@@ -358,6 +359,13 @@ async def describe_configs(services: BrokerServices, ctx: RequestContext, req: A
             if r.resource_type == RESOURCE_TOPIC:
                 info = _existing_topic(services, r.resource_name)
                 entries = topic_config_entries(services, info.configs, keys, include_synonyms, include_doc)
+                if keys and RECOVERY_STATE_KEY in keys and info.recovery is not None:  # asked for by name only
+                    text = recovery_state_text(info.recovery)
+                    entries.append(
+                        ConfigEntry(
+                            RECOVERY_STATE_KEY, text, SOURCE_TOPIC_CONFIG, True, False, ConfigType.STRING.value, None
+                        )
+                    )
             elif r.resource_type == RESOURCE_BROKER:
                 per_broker = _check_broker_id(services, r.resource_name)
                 entries = broker_config_entries(services, keys, include_synonyms, include_doc, per_broker)

@@ -32,6 +32,7 @@ from . import (
     producer_perf_test,
     quotas,
     reassign_partitions,
+    recovery,
     remote_log_metadata,
     serve,
     topics,
@@ -53,6 +54,7 @@ COMMANDS: tuple[Command, ...] = (
     groups,
     transactions,
     remote_log_metadata,
+    recovery,
     iceberg,
     pipeline,
     console_producer,
@@ -71,7 +73,7 @@ COMMANDS: tuple[Command, ...] = (
 USAGE = (
     "{serve,topics,configs,groups,dump-log,remote-log-metadata,pipeline,console-producer,console-consumer,"
     "get-offsets,delete-records,log-dirs,broker-api-versions,reassign-partitions,leader-election,"
-    "producer-perf-test,consumer-perf-test,users,acls,quotas,transactions,iceberg}"
+    "producer-perf-test,consumer-perf-test,users,acls,quotas,transactions,iceberg,recovery}"
 )
 
 

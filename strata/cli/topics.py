@@ -9,6 +9,7 @@ import argparse
 
 from .admin_client import RESOURCE_TOPIC, AdminClient, AdminError
 from .common import SubParsers, UsageError, add_action_command, key_value, run_action
+from .recovery import recovery_state
 from .remote_log_metadata import RemoteLogState, remote_log_state_or_none, tiered_describe_fields
 
 NAME = "topics"
@@ -78,12 +79,14 @@ def _describe(a: AdminClient, args: argparse.Namespace) -> int:
     for t in a.describe_topics(names):
         configs = _non_default_configs(a, t.name)
         tiered = "remote.storage.enable=true" in configs.split(",")
+        recovered = recovery_state(a, t.name) if tiered else None  # recovered from the bucket (issue 24)
         origin = next(
             (c[len(READ_REPLICA_PREFIX) :] for c in configs.split(",") if c.startswith(READ_REPLICA_PREFIX)), ""
         )
         print(
             f"Topic: {t.name}\tTopicId: {t.topic_id}\tPartitionCount: {len(t.partitions)}\t"
             f"ReplicationFactor: {t.replication_factor}\tConfigs: {configs}"
+            + ("\tRecovery: RECOVERED" if recovered is not None else "")
         )
         if tiered and not origin and remote_state is None:  # KIP-405 sizes come from __remote_log_metadata
             remote_state = remote_log_state_or_none(a)
@@ -99,6 +102,9 @@ def _describe(a: AdminClient, args: argparse.Namespace) -> int:
                 line += f"\tReadReplicaOf: {origin}\tSyncedOffset: {p.latest_tiered_offset}\tLag: {lag}"
             elif tiered:  # tiered topics: local/remote offsets (ListOffsets -4 v8+, -5 v9+) and remote size
                 line += tiered_describe_fields(t, p, remote_state)
+            rec = (recovered or {}).get("partitions", {}).get(str(p.partition))
+            if rec is not None:
+                line += f"\tRecoveredUpTo: {int(rec['next_offset']) - 1}"
             print(line + (f"\tError: {p.error}" if p.error else ""))
     return 0
 
