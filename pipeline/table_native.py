@@ -123,7 +123,7 @@ def read_table(
     why = "the tail is read from the topic (pass tail=false for the table alone)" if opts.tail else ""
     paths: list[str] | None = None
     if not why:
-        p = plan(opts, filters)
+        p = plan(opts, filters, table)  # the snapshot whose schema was read above
         paths, why = native_paths(spark, table, p)
     if paths is None:
         log.info("read_table %s: strata-iceberg data source (%s)", topic, why)

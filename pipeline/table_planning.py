@@ -216,10 +216,11 @@ def tail_source_options(opts: TableOptions, committed: Mapping[int, int]) -> Sou
     return parse_source_options(raw, streaming=False)
 
 
-def plan(opts: TableOptions, filters: Sequence[Any] = ()) -> TablePlan:
+def plan(opts: TableOptions, filters: Sequence[Any] = (), table: Any = None) -> TablePlan:
+    """``table``: the table as the caller just loaded it (else loaded here); its current snapshot is planned."""
     from strata.remote.iceberg.offsets import committed_next_offsets
 
-    table = load_table(opts)
+    table = load_table(opts) if table is None else table
     snap = table.current_snapshot()
     key_value = all(c in table.schema().column_names for c in ("partition", "offset"))
     row_filter, bounds = pruning(filters, key_value)
