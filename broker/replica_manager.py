@@ -205,13 +205,18 @@ class ReplicaManager:
             self.ensure_partitions(info)
 
     def ensure_partitions(self, info: TopicInfo) -> None:
-        """Apply the state of every partition of `info` (a single broker: creates them, this broker leading)."""
+        """Apply the state of every partition of `info` (a single broker: creates them, this broker leading); the
+        topic's log config is computed once, not once per partition."""
+        config = self.config.log_config(info.configs)
         for i in range(info.partitions):
-            self.apply_partition_state(info.name, i, self.store.partition_state(info.name, i))
+            self.apply_partition_state(info.name, i, self.store.partition_state(info.name, i), config)
 
-    def apply_partition_state(self, topic: str, index: int, state: PartitionState | None) -> None:
+    def apply_partition_state(
+        self, topic: str, index: int, state: PartitionState | None, config: LogConfig | None = None
+    ) -> None:
         """The one entry point for partition state changes (Kafka's handling of a PartitionChangeRecord):
-        become leader, become follower, or stop (and delete) the replica."""
+        become leader, become follower, or stop (and delete) the replica. `config`: the topic's log config, when
+        the caller has it."""
         key = (topic, index)
         p = self.partitions.get(key)
         info = self.store.topic(topic)
@@ -229,7 +234,9 @@ class ReplicaManager:
                 self._stop_replica(p, delete_log=True, delete_remote=False)
             return
         if p is None:
-            ulog = self.log_manager.get_or_create_log(topic, index, info.topic_id, self.config.log_config(info.configs))
+            if config is None:
+                config = self.config.log_config(info.configs)
+            ulog = self.log_manager.get_or_create_log(topic, index, info.topic_id, config)
             p = self.partitions[key] = Partition(
                 info, index, ulog, self.broker_id, self.max_lag_ms, ineligible=self._ineligible_brokers
             )

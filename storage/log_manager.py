@@ -30,6 +30,7 @@ from .checkpoints import (
     OffsetCheckpointFile,
     atomic_write,
     fsync_path,
+    read_small_file,
 )
 from .epoch_cache import LEADER_EPOCH_CHECKPOINT
 from .file_cache import OPEN_FILES, effective_capacity
@@ -99,12 +100,11 @@ class _Progress:
             log.info(f"{self.verb} {self.total} logs: done in {ms} ms", log_dir=str(self.log_dir))
 
 
-def read_partition_metadata(dir: Path) -> uuid.UUID | None:
-    try:
-        text = (dir / PARTITION_METADATA_FILE).read_text()
-    except FileNotFoundError:
+def read_partition_metadata(dir: Path | str) -> uuid.UUID | None:
+    data = read_small_file(os.path.join(dir, PARTITION_METADATA_FILE))
+    if data is None:
         return None
-    fields = dict(ln.split(":", 1) for ln in text.splitlines() if ":" in ln)
+    fields = dict(ln.split(":", 1) for ln in data.decode(errors="replace").splitlines() if ":" in ln)
     try:
         return parse_kafka_uuid(fields["topic_id"].strip())
     except (KeyError, ValueError):
@@ -148,6 +148,7 @@ class LogManager:
         log_starts = self._read_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
         hws = self._read_checkpoint(log_dir / REPLICATION_OFFSET_CHECKPOINT)
         todo: list[tuple[TopicPartition, Path, LogConfig]] = []
+        configs: dict[str, LogConfig] = {}  # one per topic, shared by its partitions' logs
         with os.scandir(log_dir) as it:
             names = sorted(e.name for e in it if e.is_dir())
         for name in names:
@@ -159,7 +160,10 @@ class LogManager:
                 tp = parse_topic_partition(name)
             except ValueError:
                 continue
-            todo.append((tp, d, self.log_config_for(tp[0])))
+            config = configs.get(tp[0])
+            if config is None:
+                config = configs[tp[0]] = self.log_config_for(tp[0])
+            todo.append((tp, d, config))
 
         def load(tp: TopicPartition, d: Path, config: LogConfig) -> UnifiedLog:
             return UnifiedLog.open(
