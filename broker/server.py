@@ -31,7 +31,7 @@ from .cluster.model import BrokerInfo
 from .dynamic_config import DynamicBrokerConfig
 from .endpoints import BrokerEndpoints
 from .fetch_session import FetchSessionCache
-from .gc_pauses import GcPauses, collector_paused, freeze_startup_objects
+from .gc_pauses import GcPauses, collector_paused, freeze_new_objects, freeze_startup_objects
 from .group import GroupCoordinator
 from .group.records import OFFSETS_TOPIC
 from .metadata_store import LocalMetadataStore, MetadataStore
@@ -375,7 +375,9 @@ class KafkaServer:
                 self.txn_coordinator.runtime.num_partitions = txn_state.partitions
         # Loading 20,000 logs, and their partitions, makes millions of objects: without this each full collection
         # would rescan them and everything imported so far (clean restarts of 5,000 logs took 20 s instead of 8;
-        # the partitions of 20,000 logs another 3-5 s of collections)
+        # the partitions of 20,000 logs another 3-5 s of collections). The one full collection runs now, over
+        # what start-up imported and built, not over the loaded logs at the end (1.5 s with 20,000).
+        freeze_startup_objects()
         with collector_paused():
             await asyncio.get_running_loop().run_in_executor(None, self.log_manager.startup)
             if self._etcd_store is not None:  # (cluster mode)
@@ -455,7 +457,7 @@ class KafkaServer:
                 )
             )
         )
-        freeze_startup_objects()
+        freeze_new_objects()  # what start-up built since (the logs, partitions and tasks) leaves the collector's view
         log.info(
             "started",
             broker_id=self.broker_id,

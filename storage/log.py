@@ -223,8 +223,11 @@ class UnifiedLog:
         the next flush recovers the same segments again (and 20,000 logs do not cost 20,000 fsyncs at startup).
         """
         dir = as_path(dir)
-        dir.mkdir(parents=True, exist_ok=True)
-        names = os.listdir(dir)  # one listing serves the whole load (thousands of partitions load at startup)
+        try:
+            names = os.listdir(dir)  # one listing serves the whole load (thousands of partitions load at startup)
+        except FileNotFoundError:
+            dir.mkdir(parents=True, exist_ok=True)
+            names = []
         if any(n.endswith((CLEANED_SUFFIX, SWAP_SUFFIX)) for n in names):
             complete_interrupted_swaps(dir)  # log cleaner: drop `.cleaned`, finish committed `.swap` (as LogLoader)
             names = os.listdir(dir)

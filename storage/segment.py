@@ -177,7 +177,8 @@ class LogSegment:
                 seg._load_tail()
             except IndexCorruptError:
                 truncated = seg.recover()
-        seg._load_first_batch_timestamp()
+        if seg.rolling_based_timestamp is None:  # (recovery reads it on its way)
+            seg._load_first_batch_timestamp()
         return seg, truncated
 
     def _load_tail(self) -> None:
@@ -222,6 +223,7 @@ class LogSegment:
         self.max_timestamp_so_far = -1
         self.offset_of_max_timestamp_so_far = self.base_offset
         self.next_offset = self.base_offset
+        self.rolling_based_timestamp = None
         valid = 0
         for pos, buf, off in self._iter_batch_bytes():
             h = BatchHeader(buf, off)
@@ -233,6 +235,8 @@ class LogSegment:
                 or compute_crc(buf, off, h.size) != h.crc
             ):
                 break
+            if not valid:
+                self.rolling_based_timestamp = h.max_timestamp
             self._index_batch(pos, h.size, h.last_offset, h.max_timestamp)
             self.next_offset = h.last_offset + 1
             valid = pos + h.size
