@@ -217,8 +217,15 @@ class LogSegment:
 
         Checks magic 2, sane length, CRC32C and increasing offsets. Returns the number of bytes truncated.
         """
-        self.offset_index.reset()
-        self.time_index.reset()
+        self.offset_index.begin_rebuild()  # an index equal to the rebuilt one is not written again
+        self.time_index.begin_rebuild()
+        try:
+            return self._recover()
+        finally:
+            self.offset_index.end_rebuild()
+            self.time_index.end_rebuild()
+
+    def _recover(self) -> int:
         self.bytes_since_last_index_entry = 0
         self.max_timestamp_so_far = -1
         self.offset_of_max_timestamp_so_far = self.base_offset
