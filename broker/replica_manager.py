@@ -671,9 +671,10 @@ class ReplicaManager:
             r.current_leader = self.leader_hint(*p.key)
         self.metrics.failed_produce.labels(p.topic.name).inc()
 
-    async def flush_log(self, ulog: UnifiedLog) -> None:
+    async def flush_log(self, ulog: UnifiedLog, up_to: int | None = None) -> None:
+        """fsync the log (in a worker thread) up to `up_to` (exclusive; default its LEO)."""
         start = time.perf_counter()
-        await asyncio.get_running_loop().run_in_executor(None, ulog.flush)
+        await asyncio.get_running_loop().run_in_executor(None, ulog.flush, up_to)
         self.metrics.log_flush.observe(time.perf_counter() - start)
 
     # ---- fetch -----------------------------------------------------------------------------------------------

@@ -488,6 +488,8 @@ class KafkaServer:
             log.info("retention deleted segments", segments=deleted)
 
     async def _time_based_flush(self) -> None:
+        for ulog, up_to in self.log_manager.roll_flushes():  # Kafka's flush of the segments before a roll
+            await self.replica_manager.flush_log(ulog, up_to)
         for ulog in self.log_manager.flush_dirty_logs():
             await self.replica_manager.flush_log(ulog)
 

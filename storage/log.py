@@ -180,6 +180,9 @@ class UnifiedLog:
         self.recovery_point = 0
         # called (event loop) when the log gets its first unflushed message: the LogManager's set of dirty logs
         self.on_dirty: Callable[[UnifiedLog], None] | None = None
+        # called (event loop) with the new segment's base offset when the log rolls: Kafka then flushes the log up
+        # to that offset, so the recovery point follows the rolls and a crash recovers only the newest segment
+        self.on_roll: Callable[[UnifiedLog, int], None] | None = None
         self._appended_messages = 0  # written by the event loop only
         self._flushed_messages = 0  # written by flush only (maybe another thread)
         self._last_flush_ms = _now_ms()
@@ -786,6 +789,8 @@ class UnifiedLog:
             self.producer_state.take_snapshot()
         except OSError as e:
             raise KafkaStorageError(f"producer snapshot in {self.dir} failed: {e}") from e
+        if self.on_roll is not None and active.size > 0:
+            self.on_roll(self, new_base)
 
     # ------------------------------------------------------------------------------------------------------
     # read

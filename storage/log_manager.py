@@ -130,6 +130,7 @@ class LogManager:
         self._logs: dict[TopicPartition, UnifiedLog] = {}
         self._log_dir_of: dict[TopicPartition, Path] = {}
         self._dirty: set[UnifiedLog] = set()  # logs with unflushed messages: what the flush check looks at
+        self._rolled: dict[UnifiedLog, int] = {}  # logs rolled since the last flush check -> the new segment's base
         self._checkpoint_lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------------------------------------------
@@ -201,8 +202,21 @@ class LogManager:
 
     def _register(self, tp: TopicPartition, log: UnifiedLog, log_dir: Path) -> None:
         log.on_dirty = self._dirty.add
+        log.on_roll = self._on_roll
         self._logs[tp] = log
         self._log_dir_of[tp] = log_dir
+
+    def _on_roll(self, log: UnifiedLog, new_base: int) -> None:
+        self._rolled[log] = max(new_base, self._rolled.get(log, new_base))
+
+    def roll_flushes(self) -> list[tuple[UnifiedLog, int]]:
+        """Logs rolled since the last call, each with the offset to flush it up to (exclusive): the base of its new
+        active segment. As Kafka's roll, which schedules that flush at once, so the recovery point (checkpointed
+        every log.flush.offset.checkpoint.interval.ms) follows the rolls and recovery after a crash validates the
+        active segment only, not every segment written since the log was last flushed."""
+        rolled = [(lg, up_to) for lg, up_to in self._rolled.items() if self._logs.get((lg.topic, lg.partition)) is lg]
+        self._rolled.clear()
+        return [(lg, up_to) for lg, up_to in rolled if up_to > lg.recovery_point]
 
     def shutdown(self) -> None:
         """Flush every log (many at once: their fsyncs share the file system's journal commits), write all
@@ -217,6 +231,7 @@ class LogManager:
             atomic_write(log_dir / CLEAN_SHUTDOWN_FILE, b"")
         self._logs.clear()
         self._dirty.clear()
+        self._rolled.clear()
         self._log_dir_of.clear()
 
     @staticmethod
@@ -347,6 +362,7 @@ class LogManager:
         if log is None or log_dir is None:
             return None
         self._dirty.discard(log)
+        self._rolled.pop(log, None)
         log.close(take_snapshot=False)  # no producer snapshot for a log about to be removed
         tomb = log_dir / f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
         try:
