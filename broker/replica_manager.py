@@ -221,13 +221,18 @@ class ReplicaManager:
             self.ensure_partitions(info)
 
     def ensure_partitions(self, info: TopicInfo) -> None:
-        """Apply the state of every partition of `info` (a single broker: creates them, this broker leading)."""
+        """Apply the state of every partition of `info` (a single broker: creates them, this broker leading); the
+        topic's log config is computed once, not once per partition."""
+        config = self.config.log_config(info.configs)
         for i in range(info.partitions):
-            self.apply_partition_state(info.name, i, self.store.partition_state(info.name, i))
+            self.apply_partition_state(info.name, i, self.store.partition_state(info.name, i), config)
 
-    def apply_partition_state(self, topic: str, index: int, state: PartitionState | None) -> None:
+    def apply_partition_state(
+        self, topic: str, index: int, state: PartitionState | None, config: LogConfig | None = None
+    ) -> None:
         """The one entry point for partition state changes (Kafka's handling of a PartitionChangeRecord):
-        become leader, become follower, or stop (and delete) the replica."""
+        become leader, become follower, or stop (and delete) the replica. `config`: the topic's log config, when
+        the caller has it."""
         key = (topic, index)
         p = self.partitions.get(key)
         info = self.store.topic(topic)
@@ -245,7 +250,9 @@ class ReplicaManager:
                 self._stop_replica(p, delete_log=True, delete_remote=False)
             return
         if p is None:
-            ulog = self.log_manager.get_or_create_log(topic, index, info.topic_id, self.config.log_config(info.configs))
+            if config is None:
+                config = self.config.log_config(info.configs)
+            ulog = self.log_manager.get_or_create_log(topic, index, info.topic_id, config)
             entry = recovered_start(info.recovery, index)
             if entry is not None and start_recovered_log(ulog, entry):  # a topic recovered from the bucket
                 self.log_manager.checkpoint_log_start_offsets()
@@ -700,9 +707,10 @@ class ReplicaManager:
             r.current_leader = self.leader_hint(*p.key)
         self.metrics.failed_produce.labels(p.topic.name).inc()
 
-    async def flush_log(self, ulog: UnifiedLog) -> None:
+    async def flush_log(self, ulog: UnifiedLog, up_to: int | None = None) -> None:
+        """fsync the log (in a worker thread) up to `up_to` (exclusive; default its LEO)."""
         start = time.perf_counter()
-        await asyncio.get_running_loop().run_in_executor(None, ulog.flush)
+        await asyncio.get_running_loop().run_in_executor(None, ulog.flush, up_to)
         self.metrics.log_flush.observe(time.perf_counter() - start)
 
     # ---- fetch -----------------------------------------------------------------------------------------------

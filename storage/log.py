@@ -180,6 +180,9 @@ class UnifiedLog:
         self.recovery_point = 0
         # called (event loop) when the log gets its first unflushed message: the LogManager's set of dirty logs
         self.on_dirty: Callable[[UnifiedLog], None] | None = None
+        # called (event loop) with the new segment's base offset when the log rolls: Kafka then flushes the log up
+        # to that offset, so the recovery point follows the rolls and a crash recovers only the newest segment
+        self.on_roll: Callable[[UnifiedLog, int], None] | None = None
         self._appended_messages = 0  # written by the event loop only
         self._flushed_messages = 0  # written by flush only (maybe another thread)
         self._last_flush_ms = _now_ms()
@@ -223,8 +226,11 @@ class UnifiedLog:
         the next flush recovers the same segments again (and 20,000 logs do not cost 20,000 fsyncs at startup).
         """
         dir = as_path(dir)
-        dir.mkdir(parents=True, exist_ok=True)
-        names = os.listdir(dir)  # one listing serves the whole load (thousands of partitions load at startup)
+        try:
+            names = os.listdir(dir)  # one listing serves the whole load (thousands of partitions load at startup)
+        except FileNotFoundError:
+            dir.mkdir(parents=True, exist_ok=True)
+            names = []
         if any(n.endswith((CLEANED_SUFFIX, SWAP_SUFFIX)) for n in names):
             complete_interrupted_swaps(dir)  # log cleaner: drop `.cleaned`, finish committed `.swap` (as LogLoader)
             names = os.listdir(dir)
@@ -749,6 +755,10 @@ class UnifiedLog:
                     if completed:
                         self._complete_txns(completed)
         psm.update_map_end_offset(leo)
+        if not len(psm) and start >= self._bases[-1]:
+            # No producer state, and what a snapshot at the LEO would spare the next load is a replay within the
+            # active segment (which a recovery reads anyway): no file (20,000 logs after kill -9: 20,000 files).
+            return
         try:
             psm.take_snapshot(sync=False)  # fsynced by the next flush: a torn one falls back to a replay
         except OSError as e:
@@ -782,6 +792,8 @@ class UnifiedLog:
             self.producer_state.take_snapshot()
         except OSError as e:
             raise KafkaStorageError(f"producer snapshot in {self.dir} failed: {e}") from e
+        if self.on_roll is not None and active.size > 0:
+            self.on_roll(self, new_base)
 
     # ------------------------------------------------------------------------------------------------------
     # read

@@ -30,6 +30,7 @@ from .checkpoints import (
     OffsetCheckpointFile,
     atomic_write,
     fsync_path,
+    read_small_file,
 )
 from .epoch_cache import LEADER_EPOCH_CHECKPOINT
 from .file_cache import OPEN_FILES, effective_capacity
@@ -99,12 +100,11 @@ class _Progress:
             log.info(f"{self.verb} {self.total} logs: done in {ms} ms", log_dir=str(self.log_dir))
 
 
-def read_partition_metadata(dir: Path) -> uuid.UUID | None:
-    try:
-        text = (dir / PARTITION_METADATA_FILE).read_text()
-    except FileNotFoundError:
+def read_partition_metadata(dir: Path | str) -> uuid.UUID | None:
+    data = read_small_file(os.path.join(dir, PARTITION_METADATA_FILE))
+    if data is None:
         return None
-    fields = dict(ln.split(":", 1) for ln in text.splitlines() if ":" in ln)
+    fields = dict(ln.split(":", 1) for ln in data.decode(errors="replace").splitlines() if ":" in ln)
     try:
         return parse_kafka_uuid(fields["topic_id"].strip())
     except (KeyError, ValueError):
@@ -130,6 +130,7 @@ class LogManager:
         self._logs: dict[TopicPartition, UnifiedLog] = {}
         self._log_dir_of: dict[TopicPartition, Path] = {}
         self._dirty: set[UnifiedLog] = set()  # logs with unflushed messages: what the flush check looks at
+        self._rolled: dict[UnifiedLog, int] = {}  # logs rolled since the last flush check -> the new segment's base
         self._checkpoint_lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------------------------------------------
@@ -148,6 +149,7 @@ class LogManager:
         log_starts = self._read_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
         hws = self._read_checkpoint(log_dir / REPLICATION_OFFSET_CHECKPOINT)
         todo: list[tuple[TopicPartition, Path, LogConfig]] = []
+        configs: dict[str, LogConfig] = {}  # one per topic, shared by its partitions' logs
         with os.scandir(log_dir) as it:
             names = sorted(e.name for e in it if e.is_dir())
         for name in names:
@@ -159,7 +161,10 @@ class LogManager:
                 tp = parse_topic_partition(name)
             except ValueError:
                 continue
-            todo.append((tp, d, self.log_config_for(tp[0])))
+            config = configs.get(tp[0])
+            if config is None:
+                config = configs[tp[0]] = self.log_config_for(tp[0])
+            todo.append((tp, d, config))
 
         def load(tp: TopicPartition, d: Path, config: LogConfig) -> UnifiedLog:
             return UnifiedLog.open(
@@ -197,8 +202,21 @@ class LogManager:
 
     def _register(self, tp: TopicPartition, log: UnifiedLog, log_dir: Path) -> None:
         log.on_dirty = self._dirty.add
+        log.on_roll = self._on_roll
         self._logs[tp] = log
         self._log_dir_of[tp] = log_dir
+
+    def _on_roll(self, log: UnifiedLog, new_base: int) -> None:
+        self._rolled[log] = max(new_base, self._rolled.get(log, new_base))
+
+    def roll_flushes(self) -> list[tuple[UnifiedLog, int]]:
+        """Logs rolled since the last call, each with the offset to flush it up to (exclusive): the base of its new
+        active segment. As Kafka's roll, which schedules that flush at once, so the recovery point (checkpointed
+        every log.flush.offset.checkpoint.interval.ms) follows the rolls and recovery after a crash validates the
+        active segment only, not every segment written since the log was last flushed."""
+        rolled = [(lg, up_to) for lg, up_to in self._rolled.items() if self._logs.get((lg.topic, lg.partition)) is lg]
+        self._rolled.clear()
+        return [(lg, up_to) for lg, up_to in rolled if up_to > lg.recovery_point]
 
     def shutdown(self) -> None:
         """Flush every log (many at once: their fsyncs share the file system's journal commits), write all
@@ -213,6 +231,7 @@ class LogManager:
             atomic_write(log_dir / CLEAN_SHUTDOWN_FILE, b"")
         self._logs.clear()
         self._dirty.clear()
+        self._rolled.clear()
         self._log_dir_of.clear()
 
     @staticmethod
@@ -343,6 +362,7 @@ class LogManager:
         if log is None or log_dir is None:
             return None
         self._dirty.discard(log)
+        self._rolled.pop(log, None)
         log.close(take_snapshot=False)  # no producer snapshot for a log about to be removed
         tomb = log_dir / f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
         try:

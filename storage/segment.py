@@ -177,7 +177,8 @@ class LogSegment:
                 seg._load_tail()
             except IndexCorruptError:
                 truncated = seg.recover()
-        seg._load_first_batch_timestamp()
+        if seg.rolling_based_timestamp is None:  # (recovery reads it on its way)
+            seg._load_first_batch_timestamp()
         return seg, truncated
 
     def _load_tail(self) -> None:
@@ -216,12 +217,20 @@ class LogSegment:
 
         Checks magic 2, sane length, CRC32C and increasing offsets. Returns the number of bytes truncated.
         """
-        self.offset_index.reset()
-        self.time_index.reset()
+        self.offset_index.begin_rebuild()  # an index equal to the rebuilt one is not written again
+        self.time_index.begin_rebuild()
+        try:
+            return self._recover()
+        finally:
+            self.offset_index.end_rebuild()
+            self.time_index.end_rebuild()
+
+    def _recover(self) -> int:
         self.bytes_since_last_index_entry = 0
         self.max_timestamp_so_far = -1
         self.offset_of_max_timestamp_so_far = self.base_offset
         self.next_offset = self.base_offset
+        self.rolling_based_timestamp = None
         valid = 0
         for pos, buf, off in self._iter_batch_bytes():
             h = BatchHeader(buf, off)
@@ -233,6 +242,8 @@ class LogSegment:
                 or compute_crc(buf, off, h.size) != h.crc
             ):
                 break
+            if not valid:
+                self.rolling_based_timestamp = h.max_timestamp
             self._index_batch(pos, h.size, h.last_offset, h.max_timestamp)
             self.next_offset = h.last_offset + 1
             valid = pos + h.size

@@ -1,6 +1,6 @@
 """Raw-wire helpers for thousands of partitions (tests/integration/test_many_partitions.py, bench/scale_bench.py):
-topics of 1,000 partitions made in few CreateTopics requests, one record produced to each partition, and one Fetch
-that reads every partition's first record."""
+topics of 1,000 partitions made in as few CreateTopics requests as Kafka allows, one record produced to each
+partition, and one Fetch that reads every partition's first record."""
 
 from __future__ import annotations
 
@@ -21,12 +21,27 @@ def topics_for(size: int) -> list[tuple[str, int]]:
     return [(f"scale-{i:03d}", per) for i in range(n)]
 
 
+MAX_RECORDS_PER_CREATE = 10_000  # Kafka's controller refuses more metadata records in one operation
+
+
+def create_chunks(topics: list[tuple[str, int]]) -> list[list[tuple[str, int]]]:
+    """Topics grouped into as few CreateTopics requests as the 10,000-record bound allows (a topic is one record
+    plus one per partition): 20 topics of 1,000 partitions in three requests."""
+    chunks: list[list[tuple[str, int]]] = [[]]
+    records = 0
+    for t, n in topics:
+        if chunks[-1] and records + n + 1 > MAX_RECORDS_PER_CREATE:
+            chunks.append([])
+            records = 0
+        chunks[-1].append((t, n))
+        records += n + 1
+    return chunks
+
+
 def create_topics(bootstrap: str, topics: list[tuple[str, int]], timeout_s: float = 300.0) -> None:
-    """All topics in CreateTopics requests of 5 topics (5,000 partitions) each: Kafka's controller refuses more
-    than 10,000 metadata records in one operation."""
+    """All topics in as few CreateTopics requests as Kafka's controller accepts (`create_chunks`)."""
     with _wire(bootstrap, timeout_s) as c:
-        for i in range(0, len(topics), 5):
-            chunk = topics[i : i + 5]
+        for chunk in create_chunks(topics):
             resp = c.call(
                 19,
                 4,
@@ -97,4 +112,4 @@ def fetch_all(c: Any, topics: list[tuple[str, int]]) -> int:
     return sum(1 for r in resp.responses for p in r.partitions if p.error_code == 0 and p.records)
 
 
-__all__ = ["TOPIC_PARTITIONS", "create_topics", "fetch_all", "produce_one_each", "topics_for"]
+__all__ = ["TOPIC_PARTITIONS", "create_chunks", "create_topics", "fetch_all", "produce_one_each", "topics_for"]

@@ -131,3 +131,32 @@ def test_flush_check_looks_only_at_logs_appended_to(tmp_path):
     busy[0].append_as_leader(build_batch([b"w"], timestamp=NOW), 0)
     assert lm.flush_dirty_logs() == [busy[0]]
     lm.shutdown()
+
+
+def test_a_roll_flushes_up_to_the_new_segment_so_a_crash_recovers_only_that_one(tmp_path):
+    """Kafka flushes a log up to a new segment's base offset when it rolls: the recovery point follows the rolls,
+    and recovery after a crash validates the active segment only (before, every segment since the last flush)."""
+    lm = manager(tmp_path)
+    lm.startup()
+    log = lm.get_or_create_log("t", 0, uuid.uuid4(), CFG)
+    other = lm.get_or_create_log("t", 1, uuid.uuid4(), CFG)
+    assert lm.roll_flushes() == []
+    for i in range(60):  # 2 KiB segments: several rolls
+        log.append_as_leader(build_batch([b"x" * 100], timestamp=NOW + i), 0)
+    other.append_as_leader(build_batch([b"y"], timestamp=NOW), 0)  # no roll: nothing to flush for it
+    assert log.num_segments >= 3
+    active_base = log.active_segment.base_offset
+    due = lm.roll_flushes()
+    assert due == [(log, active_base)]  # one entry per log, at its newest roll
+    for lg, up_to in due:
+        lg.flush(up_to)
+    assert log.recovery_point == active_base and log.unflushed_messages > 0  # the active segment is not flushed
+    assert lm.roll_flushes() == []
+    lm.checkpoint_recovery_points()
+    del lm  # a crash: no shutdown, no clean-shutdown marker
+
+    lm = manager(tmp_path)
+    lm.startup()  # recovers from the checkpointed recovery point: the active segment alone
+    again = lm.get_log("t", 0)
+    assert again is not None and again.log_end_offset == 60 and again.recovery_point == active_base
+    lm.shutdown()

@@ -176,3 +176,47 @@ def test_short_index_regrows_on_clean_open(tmp_path):
     # appends continue to index exactly as before the reopen
     log.append_as_leader(build_batch([b"s" * 70], timestamp=NOW + 99), 0)
     assert log.log_end_offset == 31
+
+
+def test_recovery_leaves_equal_indexes_alone_and_rewrites_differing_ones(tmp_path):
+    """Recovery after kill -9 rebuilds both indexes from the log: files that already hold those entries are not
+    written (no truncate and rewrite of 20,000 unchanged indexes), a wrong entry, a stray tail or a torn log tail
+    still ends with exactly the rebuilt entries on disk."""
+    cfg = default_log_config(segment_bytes=1 << 20, index_interval_bytes=100)
+    log = UnifiedLog.open(tmp_path / "t-0", uuid.UUID(int=1), cfg, needs_recovery=False)
+    for i in range(20):
+        log.append_as_leader(build_batch([b"q" * 50], timestamp=NOW + i), 0)
+    seg = log.active_segment
+    idx, tidx, log_path = seg.offset_index.path, seg.time_index.path, seg.log_path
+    log.close()
+    good_idx, good_tidx = idx.read_bytes(), tidx.read_bytes()
+    assert len(good_idx) >= 16 and len(good_tidx) >= 24
+    before = (idx.stat().st_mtime_ns, tidx.stat().st_mtime_ns)
+    time.sleep(0.01)  # (mtime granularity: a rewrite now gets a later mtime)
+
+    log = UnifiedLog.open(tmp_path / "t-0", uuid.UUID(int=1), cfg, needs_recovery=True, recovery_point=0)
+    assert log.log_end_offset == 20
+    log.close()
+    assert (idx.stat().st_mtime_ns, tidx.stat().st_mtime_ns) == before  # neither file written
+    assert (idx.read_bytes(), tidx.read_bytes()) == (good_idx, good_tidx)
+
+    wrong = bytearray(good_idx)
+    wrong[-4:] = (999999).to_bytes(4, "big")  # the last entry's position is wrong
+    idx.write_bytes(bytes(wrong))
+    tidx.write_bytes(good_tidx + good_tidx[-12:])  # a stray entry past the rebuilt ones
+    log = UnifiedLog.open(tmp_path / "t-0", uuid.UUID(int=1), cfg, needs_recovery=True, recovery_point=0)
+    log.close()
+    assert (idx.read_bytes(), tidx.read_bytes()) == (good_idx, good_tidx)
+
+    with open(log_path, "r+b") as f:  # a torn last batch: recovery truncates it, the indexes follow
+        f.truncate(log_path.stat().st_size - 10)
+    log = UnifiedLog.open(tmp_path / "t-0", uuid.UUID(int=1), cfg, needs_recovery=True, recovery_point=0)
+    assert log.log_end_offset == 19
+    s = log.active_segment
+    entries = [s.offset_index.entry(i) for i in range(s.offset_index.entries)]
+    last_ts = s.time_index.last_entry
+    log.close()
+    assert all(off < 19 for off, _ in entries) and last_ts == (NOW + 18, 18)
+    assert len(idx.read_bytes()) == 8 * len(entries) and tidx.read_bytes()[-12:] == (NOW + 18).to_bytes(8, "big") + (
+        18
+    ).to_bytes(4, "big")
