@@ -38,7 +38,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
     """`--dist loadfile` with the Spark package as one unit: its modules share one JVM, S3 server and tiered broker
-    (package-scoped fixtures, stopped when the package is done) instead of one per worker kept to the session's end."""
+    (stopped when the package is done: tests/pipeline/conftest.py) instead of one per worker kept to the end."""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
