@@ -106,15 +106,20 @@ def _serves(bootstrap: str, ends: dict[int, int]) -> bool:
     """A consumer fetch of each partition's last restored record returns it."""
     from confluent_kafka import Consumer, TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "restore-bench-probe", **CONSUMER})
+    # no offset reset: a partition not serving yet must fail this probe (and the caller retry), not move the
+    # consumer to the log end where the awaited record never comes
+    conf = {"bootstrap.servers": bootstrap, "group.id": "restore-bench-probe", "auto.offset.reset": "error"}
+    c = Consumer({**conf, **CONSUMER})
     c.assign([TopicPartition(TOPIC, p, end - 1) for p, end in ends.items()])
     seen: set[int] = set()
     try:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 5
         while len(seen) < len(ends) and time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is None or m.error() is not None:
+            m = c.poll(0.2)
+            if m is None:
                 continue
+            if m.error() is not None:
+                return False
             p, off = m.partition(), m.offset()
             if p is not None and off == ends[p] - 1:
                 seen.add(p)
