@@ -223,6 +223,7 @@ OPTIONAL_GROUPS: list[tuple[str, str]] = [
     ("iceberg", "bench.iceberg_bench"),  # issue 23: translation vs produce rate, Spark aggregate table vs topic
     ("scale", "bench.scale_bench"),  # issue 22: idle cost, Metadata and restarts with 1,000-20,000 partitions
     ("floor", "bench.floor"),  # issue 22: produce/fetch floors of this machine and Strata's ratio to them
+    ("restore", "bench.restore_bench"),  # issue 24: cluster restore from the bucket vs re-replication; read replicas
 ]
 
 

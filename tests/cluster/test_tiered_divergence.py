@@ -13,7 +13,9 @@ available (its partitions are not elected uncleanly, as in Kafka, so they need a
    consumer's fetch positioned in the epoch that no longer exists there is told where it diverged.
 5. Log divergence in remote storage after two unclean elections: each side tiers its own records at the same offsets;
    the lineage of the second election survives (even where the other side's upload replaced its segment in the
-   RLMM's epoch map), and a follower that lost its disk rebuilds from the segment carrying that lineage.
+   RLMM's epoch map), and a follower that lost its disk rebuilds from the segment carrying that lineage. The bucket
+   then holds both lineages' segments, but its partition manifest lists only the survivor's: a topic recovered from
+   it (issue 24) into a fresh cluster reads exactly the surviving lineage's records.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 
+from strata.remote.bucket_manifest_reader import BucketManifestReader, PartitionPlan
 from tests.cluster.scenario import ClusterScenario, Memory
+from tests.cluster.test_cluster_restore import FAST, read_bucket
 from tests.cluster.tiered_support import (
     TIERED_CLUSTER,
     aux_state_builds,
@@ -31,6 +35,7 @@ from tests.cluster.tiered_support import (
     s3_overrides,
     values,
 )
+from tests.cluster.workload import read_all
 from tests.support.cluster_proc import StrataCluster
 from tests.support.kafka_wire import decode_records
 from tests.support.s3_servers import MotoServer
@@ -166,10 +171,23 @@ def test_scenario4_unclean_election_fetch_selects_the_surviving_segment_and_reje
     )
 
 
+def _partition_plan(s3: dict[str, object]) -> PartitionPlan | None:
+    """Partition 0's plan from the newest manifest in the bucket (the segments a recovery would register)."""
+
+    async def plan(r: BucketManifestReader) -> PartitionPlan | None:
+        [(_, tid)] = [t for t in await r.list_topics() if t[0] == TOPIC]
+        pm = await r.partition_manifest(TOPIC, tid, 0)
+        return None if pm is None else await r.partition_plan(pm)
+
+    p: PartitionPlan | None = read_bucket(s3, plan)
+    return p
+
+
 def test_scenario5_divergence_in_remote_storage_after_two_unclean_elections(
     cluster_factory: Callable[..., StrataCluster], moto: MotoServer
 ) -> None:
-    c = cluster_factory(3, overrides={**TIERED_CLUSTER, **s3_overrides(moto)})
+    s3 = s3_overrides(moto)
+    c = cluster_factory(3, overrides={**TIERED_CLUSTER, **s3, **FAST})
 
     def b_lineage_in_remote(c: StrataCluster, m: Memory) -> bool:
         return any(m["b_epoch"] in s.leader_epochs for s in copied_segments(c, TOPIC))
@@ -182,7 +200,7 @@ def test_scenario5_divergence_in_remote_storage_after_two_unclean_elections(
         assert str(m["b_epoch"]) not in epochs, epochs
 
     survivors = [("r1", 0, 40), ("r2", 0, 120), ("r4", 0, 150)]
-    (
+    m = (
         ClusterScenario("two unclean elections", TOPIC)
         .replicate_metadata_topic()
         .create_topic([A, B], **UNCLEAN)
@@ -201,7 +219,7 @@ def test_scenario5_divergence_in_remote_storage_after_two_unclean_elections(
         .expect_leader(A, remember="a_epoch")
         .expect("A's epoch is newer", lambda c, m: m["a_epoch"] > m["b_epoch"])
         .produce("r4", 150, expect_start=160)
-        .wait_tiered_past(220)
+        .wait_tiered_past(220, remember="tiered")
         .expect("B's divergent segments are in remote storage", b_lineage_in_remote)
         .drop_local_copies(190)
         .expect_read(survivors, remote_via=A)
@@ -215,3 +233,24 @@ def test_scenario5_divergence_in_remote_storage_after_two_unclean_elections(
         .expect_read(survivors)
         .run(c)
     )
+
+    # Recovery from this bucket (issue 24): its manifest lists A's lineage only, though B's segments are still there.
+    def manifest_caught_up() -> PartitionPlan | None:
+        p = _partition_plan(s3)
+        return p if p is not None and p.next_offset > m["tiered"] else None
+
+    plan = wait_until(manifest_caught_up, timeout=30, interval=0.5)
+    assert plan is not None and plan.manifest is not None and not plan.problems
+    assert m["b_epoch"] not in {e for e, _ in plan.manifest.leader_epochs}, plan.manifest.leader_epochs
+    assert all(m["b_epoch"] not in s.segment_leader_epochs for s in plan.segments), plan.segments
+    assert plan.log_start_offset == 0
+    assert b_lineage_in_remote(c, m), "B's segments left the RLMM before the recovery"
+    # every disk and etcd lost; a fresh one-broker cluster on the same bucket recovers the topic
+    c.close()
+    one = {"offsets.topic.replication.factor": 1, "default.replication.factor": 1}
+    fresh = cluster_factory(1, overrides={**TIERED_CLUSTER, **s3, **FAST, **one})
+    fresh.create_topic(TOPIC, 1, 1, config={"remote.recovery": "true"})
+    want = [v for name, lo, hi in survivors for v in values(name, hi)[lo:hi]][: plan.next_offset]
+    got = sorted(read_all(fresh.bootstrap, TOPIC, 1), key=lambda r: r.offset)
+    assert [r.offset for r in got] == list(range(plan.next_offset))
+    assert [r.value for r in got] == want
