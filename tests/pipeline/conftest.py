@@ -18,7 +18,7 @@ PACKAGE = "tests/pipeline/"
 _running: list[Callable[[], None]] = []  # the stops of the services started, in start order
 
 
-def _started(stop: Callable[[], None]) -> Callable[[], None]:
+def _started(stop: Callable[[], object]) -> Callable[[], None]:
     """`stop`, made idempotent and run early by the hook below."""
     done = False
 
