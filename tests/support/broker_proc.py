@@ -125,9 +125,14 @@ class StrataBroker:
             except BrokerStartError as exc:
                 if self.starts > 1 + attempt or "already in use" not in str(exc).lower() or attempt == 2:
                     raise
-                self.port, self.metrics_port = free_port(), free_port()
-                self.base_props["listeners"] = f"PLAINTEXT://127.0.0.1:{self.port}"
-                self.base_props["metrics.listener"] = f"http://127.0.0.1:{self.metrics_port}/metrics"
+                # only the ports this harness chose: a test that set `listeners` itself (from `port`) keeps them, or
+                # the readiness probe would ask a port the broker does not listen on
+                if "listeners" not in self.overrides:
+                    self.port = free_port()
+                    self.base_props["listeners"] = f"PLAINTEXT://127.0.0.1:{self.port}"
+                if "metrics.listener" not in self.overrides:
+                    self.metrics_port = free_port()
+                    self.base_props["metrics.listener"] = f"http://127.0.0.1:{self.metrics_port}/metrics"
         raise AssertionError("unreachable")
 
     def _start_once(self, timeout: float) -> StrataBroker:
