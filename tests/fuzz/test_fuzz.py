@@ -18,10 +18,10 @@ import pytest
 from tests.fuzz.runner import FuzzConfig, Fuzzer
 from tests.support.broker_proc import StrataBroker
 
-# ~1 min on a busy 2-core machine (the suite's budget; `make fuzz` runs 20 minutes): the count keeps the inputs the
+# ~40 s on a busy 2-core machine (the suite's budget; `make fuzz` runs 20 minutes): the count keeps the inputs the
 # same from run to run, the time bounds the run.
-CI_INPUTS = int(os.environ.get("FUZZ_CI_INPUTS", "2500"))
-CI_SECONDS = float(os.environ.get("FUZZ_CI_SECONDS", "90"))
+CI_INPUTS = int(os.environ.get("FUZZ_CI_INPUTS", "1200"))
+CI_SECONDS = float(os.environ.get("FUZZ_CI_SECONDS", "45"))
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(int(CI_SECONDS) + 300)]
 

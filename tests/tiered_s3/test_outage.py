@@ -4,7 +4,7 @@ fault-injecting proxy (tests/tiered_s3/conftest.py).
 `test_remote_storage_outage`: while a paced producer writes, a tail consumer reads the local log and a prober
 fetches an offset that only remote storage holds, S3 becomes unreachable -- first a blackhole (requests accepted,
 never answered: every S3 attempt ends in its timeout), then refused connections -- for `STRATA_OUTAGE_SECONDS`
-(30 s by default; "minutes" in the issue, scaled down), then comes back. Checked:
+(16 s by default; "minutes" in the issue, scaled down), then comes back. Checked:
 
 (a) produce and local consume go on at the same pace with no error;
 (b) every fetch of the remote offset returns within `remote.fetch.max.wait.ms` + a margin, answered
@@ -90,7 +90,7 @@ def _env(name: str, default: float) -> float:
 
 @dataclass(frozen=True)
 class OutageSettings:
-    outage_s: float = 30.0  # blackhole for the first half, refused connections for the second
+    outage_s: float = 16.0  # blackhole for the first half, refused connections for the second
     rate: float = 20.0  # produced batches per second (5 records of 1000 bytes each)
     task_interval_ms: int = 200  # remote.log.manager.task.interval.ms
     backoff_ms: int = 100  # remote.log.manager.task.retry.backoff.ms
