@@ -202,27 +202,21 @@ class TopicManager:
         if validate_only:
             return None
         self._require_controller()
+        record, registered = None, -1
         if recovery is not None and self.replica_manager.rlm is not None:
             registered = await recovery.register_segments(self.replica_manager.rlm)
-            info = await self.store.create_topic(
-                name,
-                partitions,
-                configs,
-                replication_factor=replication_factor,
-                assignments=assignments or None,
-                topic_id=recovery.plan.topic_id,
-                recovery=recovery.record,
-            )
+            topic_id, record = recovery.plan.topic_id, recovery.record
+        info = await self.store.create_topic(
+            name,
+            partitions,
+            configs,
+            replication_factor=replication_factor,
+            assignments=assignments or None,
+            topic_id=topic_id,
+            recovery=record,
+        )
+        if recovery is not None and registered >= 0:
             recovery.log_recovered(registered)
-        else:
-            info = await self.store.create_topic(
-                name,
-                partitions,
-                configs,
-                replication_factor=replication_factor,
-                assignments=assignments or None,
-                topic_id=topic_id,
-            )
         if not self.store.clustered:  # in a cluster, replicas follow the partition states (watch)
             try:
                 await self.replica_manager.create_topic_partitions(info)

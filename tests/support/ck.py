@@ -136,6 +136,28 @@ def read_partition(
         c.close()
 
 
+def read_range(
+    bootstrap: str, topic: str, partition: int, start: int, end: int, timeout: float = 45.0, **conf: Any
+) -> list[Rec]:
+    """The records of one partition at offsets [start, end) as a consumer sees them from ``start`` (assign, no
+    group): it reads until it has passed ``end - 1``, so a start below the log start offset works with
+    ``auto.offset.reset=earliest`` in ``conf``."""
+    c = consumer(bootstrap, **conf)
+    out: list[Rec] = []
+    try:
+        c.assign([TopicPartition(topic, partition, start)])
+        deadline = time.monotonic() + timeout
+        while not out or out[-1].offset < end - 1:
+            assert time.monotonic() < deadline, f"{topic}[{partition}]: no offset {end - 1} in {timeout}s: {out[-1:]}"
+            for m in c.consume(num_messages=1000, timeout=0.5):
+                if m.error() is not None:
+                    raise KafkaException(m.error())
+                out.append(msg_to_rec(m))
+    finally:
+        c.close()
+    return [r for r in out if r.offset < end]
+
+
 def read_partitions(
     bootstrap: str, topic: str, starts: dict[int, int], counts: dict[int, int], timeout: float = 60.0
 ) -> dict[int, list[Rec]]:

@@ -29,6 +29,7 @@ from kafka import KafkaConsumer
 from kafka import TopicPartition as KTopicPartition
 
 from strata.cli.admin_client import RESOURCE_TOPIC
+from tests.support import ck
 from tests.support.ck import QUIET
 from tests.support.cli_run import ok, strata
 from tests.support.s3_servers import MotoServer
@@ -133,20 +134,10 @@ def create_replica_topic(bootstrap: str, value: str, partitions: int = 1) -> Any
 
 
 def consume_confluent(bootstrap: str, start: int, end: int, **conf: Any) -> list[Row]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "rr-test", "enable.auto.commit": False, **QUIET, **conf})
-    out: list[Row] = []
-    try:
-        c.assign([TopicPartition(TOPIC, 0, start)])
-        deadline = time.monotonic() + WAIT_S
-        while (not out or (out[-1][0] or 0) < end - 1) and time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is None:
-                continue
-            assert m.error() is None, m.error()
-            out.append((m.offset(), m.key(), m.value(), m.timestamp()[1]))
-    finally:
-        c.close()
-    return [r for r in out if (r[0] or 0) < end]
+    return [
+        (r.offset, r.key, r.value, r.timestamp or 0)
+        for r in ck.read_range(bootstrap, TOPIC, 0, start, end, WAIT_S, **conf)
+    ]
 
 
 def consume_kafka_python(bootstrap: str, start: int, end: int) -> list[Row]:

@@ -14,33 +14,20 @@ from confluent_kafka import Consumer, TopicPartition
 from strata.cli.admin_client import RESOURCE_TOPIC, AdminError
 from strata.cli.main import main as cli_main
 from strata.remote.bucket_manifest_reader import PartitionPlan, RestorePlan
+from tests.support import ck
 from tests.support.ck import QUIET, producer
+from tests.support.records import Rec
 from tests.tiered.harness import Harness, Scenario
 from tests.tiered.test_bucket_manifests import commit_offset, partition_plan, restore_plan
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 FAST_MANIFESTS = {"remote.manifest.upload.interval.ms": 200, "remote.cluster.manifest.interval.ms": 300}
-Record = tuple[int | None, bytes | None, bytes | None, int]
 
 
-def read_all(bootstrap: str, topic: str, partition: int, end: int) -> list[Record]:
-    """Every record of the partition from offset 0 up to `end` (exclusive), as (offset, key, value, timestamp)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "recovery-reader", "enable.auto.commit": False, **QUIET})
-    c.assign([TopicPartition(topic, partition, 0)])
-    out: list[Record] = []
-    try:
-        for _ in range(600):
-            if out and (out[-1][0] or 0) >= end - 1:
-                break
-            m = c.poll(0.5)
-            if m is None:
-                continue
-            assert m.error() is None, m.error()
-            out.append((m.offset(), m.key(), m.value(), m.timestamp()[1]))
-    finally:
-        c.close()
-    return out
+def read_all(bootstrap: str, topic: str, partition: int, end: int) -> list[Rec]:
+    """Every record of the partition from offset 0 up to `end` (exclusive)."""
+    return ck.read_range(bootstrap, topic, partition, 0, end, timeout=300)
 
 
 def wait_manifest(h: Harness, topic: str, partition: int, next_offset: int) -> None:
@@ -75,7 +62,7 @@ def test_topic_recovered_on_a_fresh_broker_reads_back_and_continues(
     for p, end in ((0, 40), (1, 20)):  # the manifests have caught up with the copies (the active tails are lost)
         wait_manifest(old, "t", p, end)
     before = {0: read_all(old.broker.bootstrap, "t", 0, 40), 1: read_all(old.broker.bootstrap, "t", 1, 20)}
-    assert [r[0] for r in before[0]] == list(range(40))
+    assert [r.offset for r in before[0]] == list(range(40))
     old.broker.kill9()
 
     new = make_harness(backend=old.backend, **FAST_MANIFESTS)
@@ -104,8 +91,8 @@ def test_topic_recovered_on_a_fresh_broker_reads_back_and_continues(
         prod.produce("t", key=b"k%d" % i, value=b"after-%d" % i, partition=0)
     assert prod.flush(30) == 0
     after = read_all(boot, "t", 0, 70)
-    assert [r[0] for r in after] == list(range(70))
-    assert after[:40] == before[0] and after[40][2] == b"after-0"
+    assert [r.offset for r in after] == list(range(70))
+    assert after[:40] == before[0] and after[40].value == b"after-0"
     status = run_cli(capsys, "recovery", "--bootstrap-server", boot, "status")
     assert f"Topic: t\tTopicId: {old_id}\t" in status
     assert "Partition: 0\tRecoveredSegments: 4\tRecoveredBytes: 5408\tRecoveredFrom: 0\tRecoveredUpTo: 39\t" in status
