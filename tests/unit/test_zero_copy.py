@@ -123,21 +123,25 @@ def test_a_reader_that_stops_for_the_idle_time_is_closed(tmp_path: Path) -> None
 
 
 def test_regions_go_out_in_order_through_partial_writes(tmp_path: Path) -> None:
-    """A 24 MiB region (far more than the socket buffers) between header buffers, read slowly in small pieces:
-    the frame is exact and in order, and a second request on the connection is answered after it."""
+    """A 20 MiB region (far more than the socket buffers) after 1,500 small buffers (more than one sendmsg takes)
+    and an 8 MiB one, read slowly in small pieces: the frame is exact and in order, and a second request on the
+    connection is answered after it."""
     path = tmp_path / "data"
     payload = os.urandom(24 << 20)
     path.write_bytes(payload)
     fd = os.open(path, os.O_RDONLY)
     head, tail = b"HEAD" * 100, b"TAIL"
+    smalls = [i.to_bytes(3, "big") for i in range(1500)]
+    big_buffer = os.urandom(8 << 20)
     body_size = len(head) + 1000 + len(tail)
 
     async def handler(conn: Connection, frame: bytes) -> list:
         region = FileRegion(fd, 4096, 1000, lambda: True) if frame == b"small" else None
         big = FileRegion(fd, 1 << 20, 20 << 20, lambda: True)
         if region is not None:
-            return [struct.pack(">i", body_size), head, region, tail]
-        return [struct.pack(">i", len(head) + len(big) + len(tail)), head, big, tail]
+            return [struct.pack(">i", body_size), head, region, tail, bytearray()]  # the encoder may end so
+        parts: list[Any] = [head, *smalls, memoryview(big_buffer), big, tail]
+        return [struct.pack(">i", sum(len(p) for p in parts)), *parts]
 
     def client(port: int, server: SocketServer) -> tuple[bytes, bytes]:
         with slow_reader_socket("127.0.0.1", port) as s:
@@ -152,7 +156,7 @@ def test_regions_go_out_in_order_through_partial_writes(tmp_path: Path) -> None:
         first, second = uvloop.run(_serve(handler, client))
     finally:
         os.close(fd)
-    assert first == head + payload[1 << 20 : 21 << 20] + tail
+    assert first == head + b"".join(smalls) + big_buffer + payload[1 << 20 : 21 << 20] + tail
     assert second == head + payload[4096 : 4096 + 1000] + tail
 
 
