@@ -594,7 +594,6 @@ class SocketServer:
             while transport.get_write_buffer_size():  # what an earlier response left in the transport goes first
                 await self._writable(conn, fd)
             pending: list = []
-            sent = 0
             for part in response:
                 if not isinstance(part, FileRegion):
                     pending.append(part)
@@ -603,10 +602,9 @@ class SocketServer:
                     await self._send_buffers(conn, sock, pending, _MSG_MORE)
                     pending = []
                 await self._sendfile(conn, fd, part)
-                sent += part.size
+                self.metrics.sendfile_bytes.inc(part.size)
             if pending:
                 await self._send_buffers(conn, sock, pending, 0)
-            self.metrics.sendfile_bytes.inc(sent)
         finally:
             for part in response:
                 if isinstance(part, FileRegion):
