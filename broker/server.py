@@ -270,6 +270,7 @@ class KafkaServer:
             sasl_max_receive=config["sasl.server.max.receive.size"],
             queued_max_request_bytes=config["queued.max.request.bytes"],
             failed_authentication_delay_ms=config["connection.failed.authentication.delay.ms"],
+            zero_copy_send_buffer=config["fetch.zero.copy.send.buffer.bytes"],
         )
         # partitions of tiered topics deleted while this broker was down
         self._deleted_while_down: list[TopicIdPartition] = []

@@ -165,6 +165,13 @@ _BROKER_DEFS: list[ConfigDef] = [
         True,
         "Strata: Fetch sends local segment bytes with sendfile on plaintext listeners",
     ),
+    ConfigDef(
+        "fetch.zero.copy.send.buffer.bytes",
+        T.INT,
+        4 << 20,
+        "Strata: SO_SNDBUF of a connection once it sends a zero-copy Fetch response; -1 keeps the OS's autotuning",
+        at_least(-1),
+    ),
     # replication (Kafka's ReplicationConfigs)
     ConfigDef(
         "replica.lag.time.max.ms",

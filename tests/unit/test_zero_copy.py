@@ -71,7 +71,7 @@ def test_region_is_invalid_once_its_segment_is_truncated(tmp_path: Path) -> None
     assert later is not None and isinstance(later[0], FileRegion) and later[0].valid()
 
 
-async def _serve(handler: Any, client: Any, idle_ms: int = 30_000) -> Any:
+async def _serve(handler: Any, client: Any, idle_ms: int = 30_000, send_buffer: int = -1) -> Any:
     """A SocketServer on an ephemeral plaintext port whose every frame is answered by `handler`; `client(port,
     server)` runs in a thread (blocking sockets, as a real client)."""
     server = SocketServer(
@@ -80,6 +80,7 @@ async def _serve(handler: Any, client: Any, idle_ms: int = 30_000) -> Any:
         max_request_bytes=1 << 20,
         idle_ms=idle_ms,
         metrics=BrokerMetrics(),
+        zero_copy_send_buffer=send_buffer,
     )
     await server.start()
     try:
@@ -122,21 +123,25 @@ def test_a_reader_that_stops_for_the_idle_time_is_closed(tmp_path: Path) -> None
 
 
 def test_regions_go_out_in_order_through_partial_writes(tmp_path: Path) -> None:
-    """A 24 MiB region (far more than the socket buffers) between header buffers, read slowly in small pieces:
-    the frame is exact and in order, and a second request on the connection is answered after it."""
+    """A 20 MiB region (far more than the socket buffers) after 1,500 small buffers (more than one sendmsg takes)
+    and an 8 MiB one, read slowly in small pieces: the frame is exact and in order, and a second request on the
+    connection is answered after it."""
     path = tmp_path / "data"
     payload = os.urandom(24 << 20)
     path.write_bytes(payload)
     fd = os.open(path, os.O_RDONLY)
     head, tail = b"HEAD" * 100, b"TAIL"
+    smalls = [i.to_bytes(3, "big") for i in range(1500)]
+    big_buffer = os.urandom(8 << 20)
     body_size = len(head) + 1000 + len(tail)
 
     async def handler(conn: Connection, frame: bytes) -> list:
         region = FileRegion(fd, 4096, 1000, lambda: True) if frame == b"small" else None
         big = FileRegion(fd, 1 << 20, 20 << 20, lambda: True)
         if region is not None:
-            return [struct.pack(">i", body_size), head, region, tail]
-        return [struct.pack(">i", len(head) + len(big) + len(tail)), head, big, tail]
+            return [struct.pack(">i", body_size), head, region, tail, bytearray()]  # the encoder may end so
+        parts: list[Any] = [head, *smalls, memoryview(big_buffer), big, tail]
+        return [struct.pack(">i", sum(len(p) for p in parts)), *parts]
 
     def client(port: int, server: SocketServer) -> tuple[bytes, bytes]:
         with slow_reader_socket("127.0.0.1", port) as s:
@@ -151,7 +156,7 @@ def test_regions_go_out_in_order_through_partial_writes(tmp_path: Path) -> None:
         first, second = uvloop.run(_serve(handler, client))
     finally:
         os.close(fd)
-    assert first == head + payload[1 << 20 : 21 << 20] + tail
+    assert first == head + b"".join(smalls) + big_buffer + payload[1 << 20 : 21 << 20] + tail
     assert second == head + payload[4096 : 4096 + 1000] + tail
 
 
@@ -186,3 +191,35 @@ def test_truncated_region_closes_the_connection(tmp_path: Path) -> None:
     got = uvloop.run(_serve(handler, client))
     assert seg.size == 40 * len(BATCH) and seg.next_offset == 4000, "the handler truncated and appended"
     assert len(got) <= 8, f"{len(got)} bytes of a truncated region were sent"
+
+
+def test_the_send_buffer_is_set_on_the_first_zero_copy_response(tmp_path: Path) -> None:
+    """fetch.zero.copy.send.buffer.bytes: a connection's SO_SNDBUF is set when it first sends a FileRegion, not
+    before (a connection that never does keeps the OS's buffer)."""
+    path = tmp_path / "data"
+    path.write_bytes(os.urandom(1 << 20))
+    fd = os.open(path, os.O_RDONLY)
+    wanted = 96 << 10  # below what Linux autotunes a loopback socket to at once, above its minimum
+
+    async def handler(conn: Connection, frame: bytes) -> list:
+        sock = conn.writer.transport.get_extra_info("socket")
+        sndbuf = struct.pack(">i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF))
+        if frame == b"region":
+            return [struct.pack(">i", 4 + 4096), sndbuf, FileRegion(fd, 0, 4096, lambda: True)]
+        return [struct.pack(">i", 4), sndbuf]
+
+    def client(port: int, server: SocketServer) -> list[int]:
+        seen = []
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+            for req in (b"plain", b"region", b"plain"):
+                s.sendall(struct.pack(">i", len(req)) + req)
+                (size,) = struct.unpack(">i", recv_exact(s, 4))
+                seen.append(struct.unpack(">i", recv_exact(s, size)[:4])[0])
+        return seen
+
+    try:
+        before, at_region, after = uvloop.run(_serve(handler, client, send_buffer=wanted))
+    finally:
+        os.close(fd)
+    assert at_region == before, "the buffer was set before a zero-copy response"
+    assert after != before and after >= wanted, f"SO_SNDBUF {before} -> {after}, not set to {wanted}"
