@@ -160,27 +160,64 @@ def _tree_cpu_s(root: int) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def _spark_cpu_s(spark: Any) -> float:
-    """CPU seconds so far of the Spark driver (this process) and the local JVM with its Python workers: the work a
-    read costs, which the shared machine's load does not inflate as it does wall time."""
+# live JVM threads by name prefix: the executor's task threads, HotSpot's JIT compilers, the garbage collector's
+JVM_THREADS = (
+    ("Executor task", "tasks"),
+    ("C1 CompilerThre", "jit"),
+    ("C2 CompilerThre", "jit"),
+    ("GC Thread", "gc"),
+    ("G1 ", "gc"),
+    ("VM Thread", "gc"),
+)
+CPU_PARTS = ("tasks", "jit", "gc", "jvm_other", "python")
+
+
+def _proc_cpu_ticks(stat_path: str) -> tuple[str, int]:
+    """(name, user + system ticks) of a /proc process or thread."""
+    stat = Path(stat_path).read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return stat[stat.index("(") + 1 : stat.rindex(")")], int(fields[11]) + int(fields[12])
+
+
+def _spark_cpu(spark: Any) -> dict[str, float]:
+    """CPU seconds so far of the Spark driver (this process) and the local JVM with its Python workers (the work a
+    read costs, which the shared machine's load inflates less than wall time), split into the JVM's task threads,
+    JIT compilers, garbage collector, its other threads (the scheduler, planning, threads gone since), and Python
+    (the driver and the workers). Only ``python`` (the driver) where there is no local JVM or no /proc."""
+    out = dict.fromkeys(CPU_PARTS, 0.0)
+    out["python"] = time.process_time()
     try:
         jvm = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
-    except Exception:  # noqa: BLE001 - no local JVM (Spark Connect): the driver alone
-        jvm = -1
-    return time.process_time() + (_tree_cpu_s(jvm) if jvm > 0 else 0.0)
+        _, jvm_ticks = _proc_cpu_ticks(f"/proc/{jvm}/stat")
+    except Exception:  # noqa: BLE001 - no local JVM (Spark Connect) or no /proc: the driver alone
+        return out
+    tick = os.sysconf("SC_CLK_TCK")
+    threads = 0.0
+    for tid in os.listdir(f"/proc/{jvm}/task"):
+        try:
+            name, ticks = _proc_cpu_ticks(f"/proc/{jvm}/task/{tid}/stat")
+        except (OSError, ValueError):
+            continue  # the thread ended meanwhile
+        part = next((p for prefix, p in JVM_THREADS if name.startswith(prefix)), "")
+        if part:
+            out[part] += ticks / tick
+            threads += ticks / tick
+    out["jvm_other"] = jvm_ticks / tick - threads
+    out["python"] += _tree_cpu_s(jvm) - jvm_ticks / tick
+    return out
 
 
 def _aggregate(
     spark: Any, fmt: str, options: dict[str, str], query: str = "aggregate"
-) -> tuple[float, float, int, int]:
+) -> tuple[float, dict[str, float], int, int]:
     """``query`` (``aggregate``: AGGREGATE; ``per_partition``: PER_PARTITION grouped by partition) over
-    ``format(fmt)``, or over ``strata.pipeline.read_table`` for fmt ``read_table``: (wall seconds, CPU seconds,
-    records, bytes: key + value for ``aggregate``, value for ``per_partition``)."""
+    ``format(fmt)``, or over ``strata.pipeline.read_table`` for fmt ``read_table``: (wall seconds, CPU seconds by
+    part (``_spark_cpu``), records, bytes: key + value for ``aggregate``, value for ``per_partition``)."""
     from pyspark.sql import functions as F
 
     from strata.pipeline import read_table
 
-    c0, t0 = _spark_cpu_s(spark), time.monotonic()
+    c0, t0 = _spark_cpu(spark), time.monotonic()
     if fmt == "read_table":
         df = read_table(spark, options["subscribe"], options)
     else:
@@ -192,7 +229,8 @@ def _aggregate(
     else:
         row = df.selectExpr(*AGGREGATE).collect()[0]
         n, nbytes = int(row["n"]), int(row["b"] or 0)
-    return time.monotonic() - t0, _spark_cpu_s(spark) - c0, n, nbytes
+    seconds, c1 = time.monotonic() - t0, _spark_cpu(spark)
+    return seconds, {k: c1[k] - c0[k] for k in CPU_PARTS}, n, nbytes
 
 
 def _check_per_partition(rows: list[Any]) -> None:
@@ -279,10 +317,10 @@ def measure_reads(
             for query in QUERIES:
                 into = out if query == "aggregate" else per_partition
                 for name, (fmt, o) in readers.items():
-                    seconds, cpu_s, n, nbytes = _aggregate(spark, fmt, o, query)
+                    seconds, cpu, n, nbytes = _aggregate(spark, fmt, o, query)
                     if n != records:
                         raise RuntimeError(f"{name} ({query}): {n} records, expected {records}")
-                    _keep_best(into, name, seconds, cpu_s, nbytes)
+                    _keep_best(into, name, seconds, cpu, nbytes)
         _ratios(out)
         _ratios(per_partition)
         out["per_partition"] = per_partition
@@ -291,12 +329,17 @@ def measure_reads(
         spark.stop()
 
 
-def _keep_best(into: dict[str, Any], name: str, seconds: float, cpu_s: float, nbytes: int) -> None:
-    """Best wall time and least CPU over the rounds (each the figure the other jobs' load inflated least)."""
-    least_cpu = min(cpu_s, into[name]["cpu_s"]) if name in into else cpu_s
-    if name not in into or seconds < into[name]["seconds"]:
+def _keep_best(into: dict[str, Any], name: str, seconds: float, cpu: dict[str, float], nbytes: int) -> None:
+    """Best wall time and least CPU (with that round's split) over the rounds: each the figure the other jobs' load
+    inflated least."""
+    prev = into.get(name)
+    cpu_s = round(sum(cpu.values()), 2)
+    if prev is None or seconds < prev["seconds"]:
         into[name] = {"seconds": round(seconds, 2), "mb_per_s": round(nbytes / seconds / 1e6, 1)}
-    into[name]["cpu_s"] = round(least_cpu, 2)
+    if prev is None or cpu_s < prev["cpu_s"]:
+        into[name]["cpu_s"], into[name]["cpu_split"] = cpu_s, {k: round(v, 2) for k, v in cpu.items()}
+    else:
+        into[name]["cpu_s"], into[name]["cpu_split"] = prev["cpu_s"], prev["cpu_split"]
 
 
 def _ratios(r: dict[str, Any]) -> None:
@@ -455,7 +498,28 @@ def _read_table_md(a: dict[str, Any], where: str) -> list[str]:
         lines.append(f"the table through `strata.pipeline.read_table`: {a['table_jvm_skipped']}")
     lines += _ratio_line(a, "aggregate")
     lines += _ratio_line(pp, "per partition")
-    return lines
+    return lines + _cpu_split_md(a, pp)
+
+
+def _cpu_split_md(a: dict[str, Any], pp: dict[str, Any]) -> list[str]:
+    """Where each read's CPU seconds went (its least-CPU round)."""
+    rows = [
+        f"| {key} | {query} | " + " | ".join(str(r[key]["cpu_split"][p]) for p in CPU_PARTS) + " |"
+        for query, r in (("aggregate", a), ("per partition", pp))
+        for key, _ in READ_ROWS
+        if "cpu_split" in r.get(key, {})
+    ]
+    if not rows:
+        return []
+    return [
+        "",
+        "CPU seconds by part: the JVM's Spark task threads, JIT compilers, garbage collector, other threads "
+        "(scheduling, planning), and Python (driver and workers)",
+        "",
+        "| read | query | tasks | JIT | GC | other JVM | Python |",
+        "|---|---|---:|---:|---:|---:|---:|",
+        *rows,
+    ]
 
 
 def table(r: dict[str, Any]) -> str:
