@@ -1,5 +1,7 @@
-"""Iceberg topics: translation throughput against produce throughput on one partition, and a Spark aggregate over a
-topic read from its Iceberg table against the same topic read in direct and broker mode.
+"""Iceberg topics: translation vs produce throughput, and Spark queries over a topic's table vs the topic itself.
+
+Translation throughput against produce throughput on one partition, and two Spark queries (an aggregate, a
+per-partition scan) over a topic read from its Iceberg table against the same topic read in direct and broker mode.
 
     python -m bench.iceberg_bench [--mib 512] [--translate-mib 128] [--reps 2] [--tier s3|local|both] [--quick]
                                   [--json F]
@@ -14,7 +16,7 @@ in its embedded SQLite catalog and the warehouse in the same bucket (the broker'
    sends ``--translate-mib`` as fast as the broker takes them while the translator runs beside it on the same 2
    cores. Produce rate = records / produce time; translation rate = records / the time from the first send until
    the table's committed next offset (its snapshot summary) reaches the log end. Their ratio is the figure.
-2. **Spark aggregate** (aim: table >= 2x direct). A 2-partition tiered topic (``local.retention.bytes=1``, so almost
+2. **Spark queries** (aim: table >= 2x direct). A 2-partition tiered topic (``local.retention.bytes=1``, so almost
    all of it lives only in the tier) with ``iceberg.enable=true`` and ``iceberg.target.lag.ms=30000`` (so the
    translator commits by size, not a small file a second) is filled with ``--mib`` (default 512) and fully
    translated. Then one local SparkSession runs two queries over it: the aggregate ``count(*), sum(length(value)) +
@@ -556,8 +558,8 @@ def run(results: dict) -> None:
     results["sections"].append(
         {
             "name": "iceberg",
-            "title": "Iceberg topics: translation vs produce, Spark aggregate from the table vs the topic "
-            "(bench/iceberg_bench.py)",
+            "title": "Iceberg topics: translation vs produce, Spark aggregate and per-partition scan from the table vs "
+            "the topic (bench/iceberg_bench.py)",
             "markdown": table(r),
             "raw": r,
         }
