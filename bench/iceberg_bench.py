@@ -1,5 +1,7 @@
-"""Iceberg topics: translation throughput against produce throughput on one partition, and a Spark aggregate over a
-topic read from its Iceberg table against the same topic read in direct and broker mode.
+"""Iceberg topics: translation vs produce throughput, and Spark queries over a topic's table vs the topic itself.
+
+Translation throughput against produce throughput on one partition, and two Spark queries (an aggregate, a
+per-partition scan) over a topic read from its Iceberg table against the same topic read in direct and broker mode.
 
     python -m bench.iceberg_bench [--mib 512] [--translate-mib 128] [--reps 2] [--tier s3|local|both] [--quick]
                                   [--json F]
@@ -14,15 +16,18 @@ in its embedded SQLite catalog and the warehouse in the same bucket (the broker'
    sends ``--translate-mib`` as fast as the broker takes them while the translator runs beside it on the same 2
    cores. Produce rate = records / produce time; translation rate = records / the time from the first send until
    the table's committed next offset (its snapshot summary) reaches the log end. Their ratio is the figure.
-2. **Spark aggregate** (aim: table >= 2x direct). A 2-partition tiered topic (``local.retention.bytes=1``, so almost
+2. **Spark queries** (aim: table >= 2x direct). A 2-partition tiered topic (``local.retention.bytes=1``, so almost
    all of it lives only in the tier) with ``iceberg.enable=true`` and ``iceberg.target.lag.ms=30000`` (so the
    translator commits by size, not a small file a second) is filled with ``--mib`` (default 512) and fully
-   translated. Then one local SparkSession runs ``count(*), sum(length(value)) + sum(length(key)),
-   count(DISTINCT key)`` over it, each read warmed up once and then timed best of ``--reps``:
+   translated. Then one local SparkSession runs two queries over it: the aggregate ``count(*), sum(length(value)) +
+   sum(length(key)), count(DISTINCT key)`` (whose key shuffle every read pays alike) and the scan-bound query a
+   pipeline runs per partition, ``groupBy(partition)`` with ``count(*), sum(length(value)), min(offset),
+   max(offset)`` (each partition's offsets checked to be 0..n-1). Each read is warmed up once with both, then
+   timed in ``--reps`` rounds over all reads (best wall time, least CPU seconds of Spark's processes):
    ``strata.pipeline.read_table`` (the table: Spark's own Parquet reader on the files pyiceberg plans, the row the
    issue names), ``format("strata-iceberg")`` (the table through the Python data source), ``format("strata")``
    with ``read.mode=direct`` (tiered segments decoded by the executors) and with ``read.mode=broker``. MB/s counts
-   key + value bytes.
+   key + value bytes for the aggregate, value bytes for the per-partition query.
 3. **Where**: ``--tier s3`` (SeaweedFS: translation and the reads, warehouse in the bucket), ``--tier local``
    (LocalTieredStorage, warehouse on a file path beside it) or ``both`` (the default). ``read_table`` needs the JVM
    to open the table's files: always on a file path; on S3 only with Hadoop's S3A file system (hadoop-aws and the
@@ -51,6 +56,15 @@ VALUE_BYTES = 1024
 TRANSLATE_TOPIC = "iceberg-bench-translate"
 READ_TOPIC = "iceberg-bench-read"
 AGGREGATE = ("count(*) AS n", "sum(length(value)) + sum(length(key)) AS b", "count(DISTINCT key) AS k")
+# the scan-bound query a pipeline runs per partition: no shuffle beyond one row per partition, so the read itself
+# is most of its cost (AGGREGATE's count(DISTINCT key) shuffles every key, which every reader pays alike)
+PER_PARTITION = (
+    "count(*) AS n",
+    "sum(length(value)) AS b",
+    "min(offset) AS lo",
+    "max(offset) AS hi",
+)
+QUERIES = ("aggregate", "per_partition")
 
 
 def _produce(bootstrap: str, topic: str, partitions: int, mib: int) -> tuple[int, float]:
@@ -148,28 +162,85 @@ def _tree_cpu_s(root: int) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def _spark_cpu_s(spark: Any) -> float:
-    """CPU seconds so far of the Spark driver (this process) and the local JVM with its Python workers: the work a
-    read costs, which the shared machine's load does not inflate as it does wall time."""
+# live JVM threads by name prefix: the executor's task threads, HotSpot's JIT compilers, the garbage collector's
+JVM_THREADS = (
+    ("Executor task", "tasks"),
+    ("C1 CompilerThre", "jit"),
+    ("C2 CompilerThre", "jit"),
+    ("GC Thread", "gc"),
+    ("G1 ", "gc"),
+    ("VM Thread", "gc"),
+)
+CPU_PARTS = ("tasks", "jit", "gc", "jvm_other", "python")
+
+
+def _proc_cpu_ticks(stat_path: str) -> tuple[str, int]:
+    """(name, user + system ticks) of a /proc process or thread."""
+    stat = Path(stat_path).read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return stat[stat.index("(") + 1 : stat.rindex(")")], int(fields[11]) + int(fields[12])
+
+
+def _spark_cpu(spark: Any) -> dict[str, float]:
+    """CPU seconds so far of the Spark driver (this process) and the local JVM with its Python workers (the work a
+    read costs, which the shared machine's load inflates less than wall time), split into the JVM's task threads,
+    JIT compilers, garbage collector, its other threads (the scheduler, planning, threads gone since), and Python
+    (the driver and the workers). Only ``python`` (the driver) where there is no local JVM or no /proc."""
+    out = dict.fromkeys(CPU_PARTS, 0.0)
+    out["python"] = time.process_time()
     try:
         jvm = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
-    except Exception:  # noqa: BLE001 - no local JVM (Spark Connect): the driver alone
-        jvm = -1
-    return time.process_time() + (_tree_cpu_s(jvm) if jvm > 0 else 0.0)
+        _, jvm_ticks = _proc_cpu_ticks(f"/proc/{jvm}/stat")
+    except Exception:  # noqa: BLE001 - no local JVM (Spark Connect) or no /proc: the driver alone
+        return out
+    tick = os.sysconf("SC_CLK_TCK")
+    threads = 0.0
+    for tid in os.listdir(f"/proc/{jvm}/task"):
+        try:
+            name, ticks = _proc_cpu_ticks(f"/proc/{jvm}/task/{tid}/stat")
+        except (OSError, ValueError):
+            continue  # the thread ended meanwhile
+        part = next((p for prefix, p in JVM_THREADS if name.startswith(prefix)), "")
+        if part:
+            out[part] += ticks / tick
+            threads += ticks / tick
+    out["jvm_other"] = jvm_ticks / tick - threads
+    out["python"] += _tree_cpu_s(jvm) - jvm_ticks / tick
+    return out
 
 
-def _aggregate(spark: Any, fmt: str, options: dict[str, str]) -> tuple[float, float, int, int]:
-    """The aggregate over ``format(fmt)``, or over ``strata.pipeline.read_table`` for fmt ``read_table``: (wall
-    seconds, CPU seconds, records, key + value bytes)."""
+def _aggregate(
+    spark: Any, fmt: str, options: dict[str, str], query: str = "aggregate"
+) -> tuple[float, dict[str, float], int, int]:
+    """``query`` (``aggregate``: AGGREGATE; ``per_partition``: PER_PARTITION grouped by partition) over
+    ``format(fmt)``, or over ``strata.pipeline.read_table`` for fmt ``read_table``: (wall seconds, CPU seconds by
+    part (``_spark_cpu``), records, bytes: key + value for ``aggregate``, value for ``per_partition``)."""
+    from pyspark.sql import functions as F
+
     from strata.pipeline import read_table
 
-    c0, t0 = _spark_cpu_s(spark), time.monotonic()
+    c0, t0 = _spark_cpu(spark), time.monotonic()
     if fmt == "read_table":
         df = read_table(spark, options["subscribe"], options)
     else:
         df = spark.read.format(fmt).options(**options).load()
-    row = df.selectExpr(*AGGREGATE).collect()[0]
-    return time.monotonic() - t0, _spark_cpu_s(spark) - c0, int(row["n"]), int(row["b"] or 0)
+    if query == "per_partition":
+        rows = df.groupBy("partition").agg(*(F.expr(e) for e in PER_PARTITION)).collect()
+        _check_per_partition(rows)
+        n, nbytes = sum(int(r["n"]) for r in rows), sum(int(r["b"] or 0) for r in rows)
+    else:
+        row = df.selectExpr(*AGGREGATE).collect()[0]
+        n, nbytes = int(row["n"]), int(row["b"] or 0)
+    seconds, c1 = time.monotonic() - t0, _spark_cpu(spark)
+    return seconds, {k: c1[k] - c0[k] for k in CPU_PARTS}, n, nbytes
+
+
+def _check_per_partition(rows: list[Any]) -> None:
+    """Each partition's offsets are 0..n-1 (the bench's topics are never truncated): a reader that lost or repeated
+    records fails here, not only in the total count."""
+    for r in rows:
+        if (r["lo"], r["hi"]) != (0, int(r["n"]) - 1):
+            raise RuntimeError(f"partition {r['partition']}: offsets {r['lo']}..{r['hi']} for {r['n']} records")
 
 
 def _read_table_unavailable(spark: Any, catalog_opts: dict[str, str]) -> str:
@@ -239,28 +310,48 @@ def measure_reads(
         else:
             readers = {"table_jvm": ("read_table", table_opts), **readers}
         for fmt, o in readers.values():  # warm-up: Python workers, imports, JIT
-            _aggregate(spark, fmt, o)
+            for query in QUERIES:
+                _aggregate(spark, fmt, o, query)
         # rounds over all readers, not one reader's repetitions in a row: a burst of load from other jobs, or the
         # JIT still warming, then weighs on every reader alike
+        per_partition: dict[str, Any] = {}
         for _ in range(reps):
-            for name, (fmt, o) in readers.items():
-                seconds, cpu_s, n, nbytes = _aggregate(spark, fmt, o)
-                if n != records:
-                    raise RuntimeError(f"{name}: {n} records, expected {records}")
-                least_cpu = min(cpu_s, out[name]["cpu_s"]) if name in out else cpu_s
-                if name not in out or seconds < out[name]["seconds"]:
-                    out[name] = {"seconds": round(seconds, 2), "mb_per_s": round(nbytes / seconds / 1e6, 1)}
-                out[name]["cpu_s"] = round(least_cpu, 2)
-        out["table_vs_direct"] = round(out["table"]["mb_per_s"] / out["direct"]["mb_per_s"], 2)
-        out["table_vs_broker"] = round(out["table"]["mb_per_s"] / out["broker"]["mb_per_s"], 2)
-        if "table_jvm" in out:
-            out["table_jvm_vs_direct"] = round(out["table_jvm"]["mb_per_s"] / out["direct"]["mb_per_s"], 2)
-            out["table_jvm_vs_broker"] = round(out["table_jvm"]["mb_per_s"] / out["broker"]["mb_per_s"], 2)
-            if out["table_jvm"]["cpu_s"] > 0:
-                out["table_jvm_cpu_vs_direct"] = round(out["direct"]["cpu_s"] / out["table_jvm"]["cpu_s"], 2)
+            for query in QUERIES:
+                into = out if query == "aggregate" else per_partition
+                for name, (fmt, o) in readers.items():
+                    seconds, cpu, n, nbytes = _aggregate(spark, fmt, o, query)
+                    if n != records:
+                        raise RuntimeError(f"{name} ({query}): {n} records, expected {records}")
+                    _keep_best(into, name, seconds, cpu, nbytes)
+        _ratios(out)
+        _ratios(per_partition)
+        out["per_partition"] = per_partition
         return out
     finally:
         spark.stop()
+
+
+def _keep_best(into: dict[str, Any], name: str, seconds: float, cpu: dict[str, float], nbytes: int) -> None:
+    """Best wall time and least CPU (with that round's split) over the rounds: each the figure the other jobs' load
+    inflated least."""
+    prev = into.get(name)
+    cpu_s = round(sum(cpu.values()), 2)
+    if prev is None or seconds < prev["seconds"]:
+        into[name] = {"seconds": round(seconds, 2), "mb_per_s": round(nbytes / seconds / 1e6, 1)}
+    if prev is None or cpu_s < prev["cpu_s"]:
+        into[name]["cpu_s"], into[name]["cpu_split"] = cpu_s, {k: round(v, 2) for k, v in cpu.items()}
+    else:
+        into[name]["cpu_s"], into[name]["cpu_split"] = prev["cpu_s"], prev["cpu_split"]
+
+
+def _ratios(r: dict[str, Any]) -> None:
+    """The table reads against the topic reads: by throughput (wall) and by CPU seconds (direct's / the table's)."""
+    for table in ("table", "table_jvm"):
+        if table in r:
+            r[f"{table}_vs_direct"] = round(r[table]["mb_per_s"] / r["direct"]["mb_per_s"], 2)
+            r[f"{table}_vs_broker"] = round(r[table]["mb_per_s"] / r["broker"]["mb_per_s"], 2)
+            if r[table]["cpu_s"] > 0:
+                r[f"{table}_cpu_vs_direct"] = round(r["direct"]["cpu_s"] / r[table]["cpu_s"], 2)
 
 
 def _tiered_broker(work: Path, tier: str, s3: Any, prefix: str) -> Any:
@@ -362,31 +453,75 @@ READ_ROWS = (
 )
 
 
+def _cells(r: dict[str, Any], key: str) -> list[str]:
+    """One query's cells for one read: MB/s, seconds, / direct by wall, CPU s, direct's CPU / its CPU."""
+    if key not in r:
+        return [""] * 5
+    x, d = r[key], r["direct"]
+    cpu = round(d["cpu_s"] / x["cpu_s"], 2) if x.get("cpu_s") else ""
+    return [
+        str(v) for v in (x["mb_per_s"], x["seconds"], round(x["mb_per_s"] / d["mb_per_s"], 2), x.get("cpu_s", ""), cpu)
+    ]
+
+
+def _ratio_line(r: dict[str, Any], what: str) -> list[str]:
+    out = []
+    if "table_jvm_vs_direct" in r:
+        met = "met" if r["table_jvm_vs_direct"] >= 2 else "not met"
+        out.append(
+            f"{what}: table (read_table) / direct: {r['table_jvm_vs_direct']}x by wall (aim >= 2: {met}), "
+            f"{r.get('table_jvm_cpu_vs_direct', '?')}x by CPU; / broker: {r['table_jvm_vs_broker']}x"
+        )
+    if "table_vs_direct" in r:
+        out.append(
+            f"{what}: table (strata-iceberg) / direct: {r['table_vs_direct']}x by wall, "
+            f"{r.get('table_cpu_vs_direct', '?')}x by CPU; / broker: {r['table_vs_broker']}x"
+        )
+    return out
+
+
 def _read_table_md(a: dict[str, Any], where: str) -> list[str]:
+    pp = a.get("per_partition", {})
     lines = [
-        f"Spark aggregate over {a['mib']} MiB (count, sum(length), count distinct key), 2 partitions, {where}",
+        f"Spark over {a['mib']} MiB, 2 partitions, {where}. aggregate: count, sum(length(value)) + "
+        "sum(length(key)), count(DISTINCT key) (MB/s of key + value); per partition: groupBy(partition) count, "
+        "sum(length(value)), min/max(offset) (MB/s of value); / direct by wall; CPU s: Spark's processes; "
+        "direct's CPU / the read's",
         "",
-        "| read | MB/s | seconds | / direct | CPU s (Spark) |",
-        "|---|---:|---:|---:|---:|",
+        "| read | aggregate MB/s | s | / direct | CPU s | CPU: direct / it "
+        "| per partition MB/s | s | / direct | CPU s | CPU: direct / it |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for key, label in READ_ROWS:
         if key in a:
-            ratio = round(a[key]["mb_per_s"] / a["direct"]["mb_per_s"], 2)
-            r = a[key]
-            lines.append(f"| {label} | {r['mb_per_s']} | {r['seconds']} | {ratio} | {r.get('cpu_s', '')} |")
+            lines.append("| " + " | ".join([label, *_cells(a, key), *_cells(pp, key)]) + " |")
     lines.append("")
     if "table_jvm_skipped" in a:
         lines.append(f"the table through `strata.pipeline.read_table`: {a['table_jvm_skipped']}")
-    if "table_jvm_vs_direct" in a:
-        met = "met" if a["table_jvm_vs_direct"] >= 2 else "not met"
-        lines.append(
-            f"table (read_table) / direct: {a['table_jvm_vs_direct']}x (aim >= 2: {met}); "
-            f"/ broker: {a['table_jvm_vs_broker']}x"
-        )
-    if "table_jvm_cpu_vs_direct" in a:
-        lines.append(f"direct's CPU seconds / read_table's: {a['table_jvm_cpu_vs_direct']}x (Spark's processes only)")
-    lines.append(f"table (strata-iceberg) / direct: {a['table_vs_direct']}x; / broker: {a['table_vs_broker']}x")
-    return lines
+    lines += _ratio_line(a, "aggregate")
+    lines += _ratio_line(pp, "per partition")
+    return lines + _cpu_split_md(a, pp)
+
+
+def _cpu_split_md(a: dict[str, Any], pp: dict[str, Any]) -> list[str]:
+    """Where each read's CPU seconds went (its least-CPU round)."""
+    rows = [
+        f"| {key} | {query} | " + " | ".join(str(r[key]["cpu_split"][p]) for p in CPU_PARTS) + " |"
+        for query, r in (("aggregate", a), ("per partition", pp))
+        for key, _ in READ_ROWS
+        if "cpu_split" in r.get(key, {})
+    ]
+    if not rows:
+        return []
+    return [
+        "",
+        "CPU seconds by part: the JVM's Spark task threads, JIT compilers, garbage collector, other threads "
+        "(scheduling, planning), and Python (driver and workers)",
+        "",
+        "| read | query | tasks | JIT | GC | other JVM | Python |",
+        "|---|---|---:|---:|---:|---:|---:|",
+        *rows,
+    ]
 
 
 def table(r: dict[str, Any]) -> str:
@@ -423,8 +558,8 @@ def run(results: dict) -> None:
     results["sections"].append(
         {
             "name": "iceberg",
-            "title": "Iceberg topics: translation vs produce, Spark aggregate from the table vs the topic "
-            "(bench/iceberg_bench.py)",
+            "title": "Iceberg topics: translation vs produce, Spark aggregate and per-partition scan from the table vs "
+            "the topic (bench/iceberg_bench.py)",
             "markdown": table(r),
             "raw": r,
         }
