@@ -53,6 +53,7 @@ class BrokerMetrics:
         self.request_errors = Counter(
             "strata_network_request_errors", "Requests that failed or were refused", ["api"], registry=r
         )
+        self._request_meters: dict[str, tuple[Any, Any]] = {}
         self.request_latency = Histogram(
             "strata_network_request_total_time_seconds",
             "Time from a request's arrival to its response",
@@ -151,8 +152,11 @@ class BrokerMetrics:
         fetches they would hide both latencies)."""
         names = (name, fetch_request_name(request)) if name == "Fetch" and request is not None else (name,)
         for n in names:
-            self.requests.labels(n).inc()
-            self.request_latency.labels(n).observe(elapsed_s)
+            meters = self._request_meters.get(n)
+            if meters is None:  # a label lookup costs more than the count: once per API
+                meters = self._request_meters[n] = (self.requests.labels(n), self.request_latency.labels(n))
+            meters[0].inc()
+            meters[1].observe(elapsed_s)
 
     def register_log_collector(self, logs: Callable[[], Iterable]) -> None:
         self.registry.register(_LogCollector(logs))
