@@ -10,6 +10,7 @@ from strata.protocol.errors import ErrorCode
 from strata.protocol.produce_codec import PartitionAnswer, ProduceAnswer
 from strata.protocol.record_validation import COMPILED_WALK, RecordsScan, ScannedRecords, inflate_limit, scan_records
 from strata.protocol.records import (
+    ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
     HEADER,
     HEADER_SIZE,
@@ -33,6 +34,7 @@ from .leadership import leader_endpoints
 # there), or 1,000 records when the walk runs in Python.
 PRESCAN_MIN_COMPRESSED_BYTES = 64 * 1024
 PRESCAN_MIN_RECORDS = 1000 if not COMPILED_WALK else 1 << 31
+TRANSACTIONAL_BYTE = ATTRIBUTES_OFFSET + 1  # the low byte of a batch's attributes (int16) holds the flag
 
 
 async def prescan_large_batches(services: BrokerServices, entries: list[tuple[str, int, bytes | memoryview]]) -> None:
@@ -42,8 +44,8 @@ async def prescan_large_batches(services: BrokerServices, entries: list[tuple[st
     per-record checks, or reports the error."""
     jobs = []
     for k, (name, index, records) in enumerate(entries):
-        if len(records) < HEADER_SIZE:
-            continue
+        if len(records) < (PRESCAN_MIN_COMPRESSED_BYTES if COMPILED_WALK else HEADER_SIZE):
+            continue  # (with the C walk only a large compressed batch goes: the header is not even read)
         f = HEADER.unpack_from(records, 0)
         codec = f[5] & COMPRESSION_MASK
         if not (codec and len(records) >= PRESCAN_MIN_COMPRESSED_BYTES) and f[12] < PRESCAN_MIN_RECORDS:
@@ -142,13 +144,16 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Pro
             elif pd.records is None:
                 err = ErrorCode.INVALID_RECORD
             else:
+                records = pd.records
                 try:
-                    check_produce_records(v, pd.records)
-                    err = await verify_transactional(services, ctx, req, name, pd.index, pd.records, verified)
-                    if err is None:
-                        entries.append((name, pd.index, pd.records))
+                    check_produce_records(v, records)
                 except RecordBatchError as e:
                     err, message = e.error_code, str(e)
+                else:
+                    if len(records) > TRANSACTIONAL_BYTE and records[TRANSACTIONAL_BYTE] & TRANSACTIONAL_MASK:
+                        err = await verify_transactional(services, ctx, req, name, pd.index, records, verified)
+                    if err is None:
+                        entries.append((name, pd.index, records))
             slots.append((ti, pd.index, err, message))
     if entries:
         await prescan_large_batches(services, entries)
