@@ -259,6 +259,9 @@ class ProduceAnswer:
         self.throttle_time_ms = 0
         self.node_endpoints = node_endpoints
 
+    def partition_count(self) -> int:
+        return sum(len(parts) for _name, _tid, parts in self.responses)
+
     def encode(self, correlation_id: int) -> bytes:
         """The framed response (size, header, body)."""
         v = self.version

@@ -198,3 +198,4 @@ def test_responses_encode_as_kafka_python_encodes_them(version: int) -> None:
         cid = rng.randint(0, 2**31 - 1)
         resp.with_header(correlation_id=cid)
         assert answer.encode(cid) == bytes(resp.encode(header=True, framed=True))
+        assert answer.partition_count() == sum(len(t.partition_responses) for t in resp.responses)
