@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
 __all__ = ["LoopCounter", "LoopHistogram"]
+
+C = TypeVar("C")
 
 
 class CounterCell:
@@ -46,6 +49,14 @@ class HistogramCell:
         self.total += value
 
 
+def _cell(cells: dict[tuple[str, ...], C], values: tuple[str, ...], new: Callable[[], C]) -> C:
+    key = tuple(str(v) for v in values)
+    cell = cells.get(key)
+    if cell is None:
+        cell = cells[key] = new()
+    return cell
+
+
 class LoopCounter:
     """A labelled counter with prometheus-client's `labels(...).inc(n)`, for event-loop writers only."""
 
@@ -55,11 +66,7 @@ class LoopCounter:
         registry.register(self)
 
     def labels(self, *values: str) -> CounterCell:
-        key = tuple(str(v) for v in values)
-        cell = self._cells.get(key)
-        if cell is None:
-            cell = self._cells[key] = CounterCell()
-        return cell
+        return _cell(self._cells, values, CounterCell)
 
     def describe(self) -> list[Metric]:
         return [CounterMetricFamily(self._name, self._doc, labels=self._labelnames)]
@@ -92,11 +99,7 @@ class LoopHistogram:
         registry.register(self)
 
     def labels(self, *values: str) -> HistogramCell:
-        key = tuple(str(v) for v in values)
-        cell = self._cells.get(key)
-        if cell is None:
-            cell = self._cells[key] = HistogramCell(self._bounds)
-        return cell
+        return _cell(self._cells, values, lambda: HistogramCell(self._bounds))
 
     def describe(self) -> list[Metric]:
         return [
