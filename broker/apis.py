@@ -62,6 +62,7 @@ DECODE_OFF_LOOP_BYTES = 1 << 20
 # Responses with more entries than this (topics, partitions, groups, configs, ... at any depth) are encoded in a
 # worker thread: the codec takes ~20-40 us per entry, so 100,000 partitions held the loop 4 s.
 ENCODE_OFF_LOOP_ITEMS = 1024
+ENCODE_OFF_LOOP_PRODUCE_PARTITIONS = 65536  # the Produce codec's answer: ~25 ms of encoding
 
 # Requests whose body carries a secret (AlterUserScramCredentials: a SaltedPassword, which authenticates as its user;
 # SaslAuthenticate (36): the client's token): an undecodable one is logged without its first bytes.
@@ -312,6 +313,10 @@ class KafkaApis:
             )
         if resp is None:
             return None
+        if hdr.api_key == ApiKey.PRODUCE:  # protocol/produce_codec.py: packed by hand, ~0.4 us a partition
+            if resp.partition_count() > ENCODE_OFF_LOOP_PRODUCE_PARTITIONS:
+                return await asyncio.to_thread(resp.encode, hdr.correlation_id)
+            return resp.encode(hdr.correlation_id)
         if hdr.api_key == ApiKey.FETCH:
             # Records go out as the log returned them (a list of buffers for writelines), not copied twice.
             parts = encode_fetch_response(resp, hdr.api_version, hdr.correlation_id)

@@ -207,13 +207,13 @@ class Partition:
         info = self.log.append_as_leader(
             records, self.leader_epoch, from_client=from_client, verified_producers=verified_producers
         )
-        self.maybe_increment_hw(now_ms())
+        self.maybe_increment_hw(now_ms() if self.followers else 0.0)  # the time matters to followers only
         return info
 
     def maybe_increment_hw(self, at_ms: float) -> bool:
         """HW = min LEO over the maximal ISR and over caught-up followers (so a lagging follower can catch up to
         the HW and rejoin); never moves back; frozen while the ISR is below min.insync.replicas (Kafka 3.7+)."""
-        if not self.is_leader or self.is_under_min_isr:
+        if not self.is_leader or len(self.isr) < self.effective_min_isr():
             return False
         log = self.log
         new_hw = log.log_end_offset

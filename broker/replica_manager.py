@@ -143,6 +143,8 @@ class ReplicaManager:
         self.fetcher_manager = ReplicaFetcherManager(self)
         self.leadership_listeners: list[LeadershipListener] = []
         self._isr_tasks: set[asyncio.Task] = set()
+        # per topic: the produce requests, bytes in and messages in counters (a label lookup costs more than the inc)
+        self._produce_meters: dict[str, tuple[Any, Any, Any]] = {}
         self.metrics.register_replica_manager(self)
         factory = self.tiered_storage_factory
         self.tiered: TieredStorage | None = factory(self) if factory is not None else None
@@ -598,6 +600,10 @@ class ReplicaManager:
             self.produce_purgatory.check_and_complete(p.key)
 
     # ---- produce ---------------------------------------------------------------------------------------------
+    def _meters_of(self, topic: str) -> tuple[Any, Any, Any]:
+        m = self.metrics
+        return m.produce_requests.labels(topic), m.bytes_in.labels(topic), m.messages_in.labels(topic)
+
     async def append_records(
         self,
         entries: list[tuple[str, int, bytes | memoryview]],
@@ -640,7 +646,10 @@ class ReplicaManager:
                 results.append(ProduceResult(err, current_leader=hint))
                 self.metrics.failed_produce.labels(topic).inc()
                 continue
-            self.metrics.produce_requests.labels(topic).inc()
+            meters = self._produce_meters.get(topic)
+            if meters is None:
+                meters = self._produce_meters[topic] = self._meters_of(topic)
+            meters[0].inc()
             if acks == -1 and len(p.isr) < p.effective_min_isr():
                 results.append(
                     ProduceResult(
@@ -660,8 +669,8 @@ class ReplicaManager:
                 self.metrics.failed_produce.labels(topic).inc()
                 self.metrics.bytes_rejected.labels(topic).inc(len(records))
                 continue
-            self.metrics.bytes_in.labels(topic).inc(len(records))
-            self.metrics.messages_in.labels(topic).inc(info_.record_count)
+            meters[1].inc(len(records))
+            meters[2].inc(info_.record_count)
             results.append(
                 ProduceResult(ErrorCode.NONE, info_.first_offset, info_.log_append_time, p.log.log_start_offset)
             )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+from .produce_codec import ProduceRequestData
 from .wire import read_uvarint, skip_tagged_fields
 
 __all__ = ["use_request_buffer"]
@@ -25,7 +26,10 @@ TOPIC_IDS = 13  # Produce v13+: topics by id
 
 def use_request_buffer(req: Any, payload: bytearray, version: int) -> bool:
     """Replace each partition's `records` of `req` (decoded from `payload`) by a writable view into `payload`.
-    False (and `req` unchanged) if the request is not laid out as expected."""
+    False (and `req` unchanged) if the request is not laid out as expected. A request from the Produce codec
+    (`produce_codec`) holds such views already."""
+    if isinstance(req, ProduceRequestData):
+        return True
     try:
         views = _record_views(req, memoryview(payload), version)
     except (ValueError, IndexError, struct.error):

@@ -17,6 +17,7 @@ from kafka.protocol.api_message import ApiMessage
 
 from . import codec_tagged, extra_messages
 from .errors import ErrorCode
+from .produce_codec import decode_produce_request
 from .request_nulls import NullFieldError, first_null, has_top_level_error
 from .wire import skip_tagged_fields
 
@@ -211,10 +212,13 @@ class DecodedRequest:
     body: Any
 
 
-def decode_request(payload: bytes | bytearray | memoryview, api_key: int, version: int) -> DecodedRequest:
+def decode_request(
+    payload: bytes | bytearray | memoryview, api_key: int, version: int, *, hand_codec: bool = True
+) -> DecodedRequest:
     """Decode header + body without copying the payload (kafka-python's own decode copies the whole frame to
     parse the header). A body followed by extra bytes must re-encode exactly to what it was read from; otherwise
-    the request is malformed (ValueError)."""
+    the request is malformed (ValueError). Produce goes through its own codec (`produce_codec`) unless
+    `hand_codec` is False (the tests compare the two)."""
     cls = REQUEST_CLASSES[api_key]
     data = payload if isinstance(payload, memoryview) else memoryview(payload)
     (client_id_len,) = struct.unpack_from(">h", data, 8)
@@ -230,6 +234,10 @@ def decode_request(payload: bytes | bytearray | memoryview, api_key: int, versio
     flexible = cls.flexible_version_q(version)
     if flexible:
         pos = skip_tagged_fields(data, pos)
+    if api_key == ApiKey.PRODUCE and hand_codec:
+        produce = decode_produce_request(payload, pos, version)  # the hot path's own codec; None: not canonical
+        if produce is not None:
+            return DecodedRequest(client_id, produce)
     fast_decode = cls._struct.compiled_decode_from(version, compact=flexible, tagged=flexible, data_class=cls)
     body, end = fast_decode(data, pos)
     if end != len(data) and bytes(body.encode()) != bytes(data[pos:end]):

@@ -212,6 +212,12 @@ class OffsetIndex(_IndexFile):
         return len(self._offsets)
 
     @property
+    def is_full(self) -> bool:  # asked on every append (the roll rule): without the property chain
+        if not self._loaded:
+            self._ensure()
+        return len(self._offsets) >= self.max_entries
+
+    @property
     def last_offset(self) -> int:
         self._ensure()
         return self.base_offset + self._offsets[-1] if self._offsets else self.base_offset
@@ -296,6 +302,12 @@ class TimeIndex(_IndexFile):
     def entries(self) -> int:
         self._ensure()
         return len(self._timestamps)
+
+    @property
+    def is_full(self) -> bool:  # asked on every append (the roll rule): without the property chain
+        if not self._loaded:
+            self._ensure()
+        return len(self._timestamps) >= self.max_entries
 
     def entry(self, i: int) -> tuple[int, int]:
         self._ensure()

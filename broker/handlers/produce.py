@@ -7,8 +7,10 @@ import uuid
 from typing import Any
 
 from strata.protocol.errors import ErrorCode
+from strata.protocol.produce_codec import PartitionAnswer, ProduceAnswer
 from strata.protocol.record_validation import COMPILED_WALK, RecordsScan, ScannedRecords, inflate_limit, scan_records
 from strata.protocol.records import (
+    ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
     HEADER,
     HEADER_SIZE,
@@ -17,7 +19,6 @@ from strata.protocol.records import (
     check_produce_records,
     is_crc_valid,
 )
-from strata.protocol.registry import ApiKey, response_class
 
 from ..authorization import authorize, filter_authorized
 from ..authorized_ops import AclOperation, ResourceType
@@ -33,6 +34,7 @@ from .leadership import leader_endpoints
 # there), or 1,000 records when the walk runs in Python.
 PRESCAN_MIN_COMPRESSED_BYTES = 64 * 1024
 PRESCAN_MIN_RECORDS = 1000 if not COMPILED_WALK else 1 << 31
+TRANSACTIONAL_BYTE = ATTRIBUTES_OFFSET + 1  # the low byte of a batch's attributes (int16) holds the flag
 
 
 async def prescan_large_batches(services: BrokerServices, entries: list[tuple[str, int, bytes | memoryview]]) -> None:
@@ -42,8 +44,8 @@ async def prescan_large_batches(services: BrokerServices, entries: list[tuple[st
     per-record checks, or reports the error."""
     jobs = []
     for k, (name, index, records) in enumerate(entries):
-        if len(records) < HEADER_SIZE:
-            continue
+        if len(records) < (PRESCAN_MIN_COMPRESSED_BYTES if COMPILED_WALK else HEADER_SIZE):
+            continue  # (with the C walk only a large compressed batch goes: the header is not even read)
         f = HEADER.unpack_from(records, 0)
         codec = f[5] & COMPRESSION_MASK
         if not (codec and len(records) >= PRESCAN_MIN_COMPRESSED_BYTES) and f[12] < PRESCAN_MIN_RECORDS:
@@ -96,10 +98,9 @@ async def verify_transactional(
     return None
 
 
-async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any:
-    Resp = response_class(ApiKey.PRODUCE)
-    TopicResp = Resp.TopicProduceResponse
-    PartResp = TopicResp.PartitionProduceResponse
+async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> ProduceAnswer | None:
+    """The request decoded by protocol/produce_codec.py (or, when not canonical, by kafka-python's codec: the same
+    attribute names); the answer is encoded by produce_codec."""
     v = ctx.api_version
     store = services.store
 
@@ -143,13 +144,16 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
             elif pd.records is None:
                 err = ErrorCode.INVALID_RECORD
             else:
+                records = pd.records
                 try:
-                    check_produce_records(v, pd.records)
-                    err = await verify_transactional(services, ctx, req, name, pd.index, pd.records, verified)
-                    if err is None:
-                        entries.append((name, pd.index, pd.records))
+                    check_produce_records(v, records)
                 except RecordBatchError as e:
                     err, message = e.error_code, str(e)
+                else:
+                    if len(records) > TRANSACTIONAL_BYTE and records[TRANSACTIONAL_BYTE] & TRANSACTIONAL_MASK:
+                        err = await verify_transactional(services, ctx, req, name, pd.index, records, verified)
+                    if err is None:
+                        entries.append((name, pd.index, records))
             slots.append((ti, pd.index, err, message))
     if entries:
         await prescan_large_batches(services, entries)
@@ -174,58 +178,37 @@ async def handle(services: BrokerServices, ctx: RequestContext, req: Any) -> Any
         else iter(())
     )
 
-    responses = []
     any_error = False
-    by_topic: dict[int, list] = {}
+    by_topic: list[list[PartitionAnswer]] = [[] for _ in topics]
     leaders: set[int] = set()
     for ti, index, err, message in slots:
         if err is not None:
-            pr = PartResp(
-                index=index,
-                error_code=err,
-                base_offset=-1,
-                log_append_time_ms=-1,
-                log_start_offset=-1,
-                error_message=message,
-            )
+            pa = PartitionAnswer(index, err, error_message=message)
         else:
             r = next(results)
             err = r.error
-            pr = PartResp(
-                index=index,
-                error_code=r.error,
-                base_offset=r.base_offset,
-                log_append_time_ms=r.log_append_time,
-                log_start_offset=r.log_start_offset,
-                error_message=r.message if r.error else None,
-            )
-            if v >= 8 and r.record_errors:
-                pr.record_errors = [
-                    PartResp.BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=m)
-                    for i, m in r.record_errors
-                ]
-            if v >= 10 and r.current_leader is not None:
-                # KIP-951: name the new leader so the client need not ask Metadata first
-                pr.current_leader = PartResp.LeaderIdAndEpoch(
-                    leader_id=r.current_leader[0], leader_epoch=r.current_leader[1]
+            if err:
+                pa = PartitionAnswer(
+                    index,
+                    err,
+                    r.base_offset,
+                    r.log_append_time,
+                    r.log_start_offset,
+                    r.message,
+                    r.record_errors if v >= 8 else None,
+                    r.current_leader if v >= 10 else None,
                 )
-                leaders.add(r.current_leader[0])
+                if v >= 10 and r.current_leader is not None:
+                    leaders.add(r.current_leader[0])  # KIP-951: the new leader, so the client need not ask Metadata
+            else:
+                pa = PartitionAnswer(index, 0, r.base_offset, r.log_append_time, r.log_start_offset)
         any_error |= err != ErrorCode.NONE
-        by_topic.setdefault(ti, []).append(pr)
-    for ti, (_td, name, tid) in enumerate(topics):
-        responses.append(
-            TopicResp(name=name if v < 13 else None, topic_id=tid, partition_responses=by_topic.get(ti, []))
-        )
+        by_topic[ti].append(pa)
 
     if req.acks == 0:
         # No response for acks=0; on error Kafka closes the connection so the producer refreshes its metadata.
         if any_error:
             raise CloseConnection
         return None
-    resp = Resp(version=v, responses=responses, throttle_time_ms=0)
-    if leaders:
-        resp.node_endpoints = [
-            Resp.NodeEndpoint(node_id=b, host=h, port=p, rack=rack)
-            for b, h, p, rack in leader_endpoints(services, ctx.listener, leaders)
-        ]
-    return resp
+    responses = [(name if v < 13 else None, tid, by_topic[ti]) for ti, (_td, name, tid) in enumerate(topics)]
+    return ProduceAnswer(v, responses, leader_endpoints(services, ctx.listener, leaders) if leaders else ())

@@ -35,7 +35,7 @@ def _request(version: int, records: list[list[bytes | None]]) -> tuple[bytearray
 def test_records_point_into_the_request(version: int) -> None:
     big = os.urandom(300_000)
     payload, records = _request(version, [[big, os.urandom(70)], [None, os.urandom(200), b"abcdefgh" * 20]])
-    req = decode_request(payload, 0, version).body
+    req = decode_request(payload, 0, version, hand_codec=False).body
     assert use_request_buffer(req, payload, version)
     got = [[pd.records for pd in td.partition_data] for td in req.topic_data]
     assert [[None if r is None else bytes(r) for r in parts] for parts in got] == records
@@ -47,7 +47,7 @@ def test_records_point_into_the_request(version: int) -> None:
 
 def test_a_buffer_that_does_not_match_leaves_the_request_alone() -> None:
     payload, _ = _request(9, [[os.urandom(1000)]])
-    req = decode_request(payload, 0, 9).body
+    req = decode_request(payload, 0, 9, hand_codec=False).body
     before = req.topic_data[0].partition_data[0].records
     other, _ = _request(9, [[os.urandom(1000)]])  # same layout, other bytes
     assert not use_request_buffer(req, other, 9)
