@@ -34,6 +34,9 @@ class FollowerState:
     last_caught_up_ms: float = NEVER
     last_fetch_leader_leo: int = -1
     last_fetch_ms: float = NEVER
+    # what this follower's fetch of the partition and the log looked like when its last answer was "nothing new"
+    # (ReplicaManager._read_once): the same again answers the same without a read
+    idle_fetch: tuple | None = None
 
     def update_fetch_state(self, fetch_offset: int, log_start_offset: int, fetch_ms: float, leader_leo: int) -> None:
         """A follower fetched from `fetch_offset` (its LEO). It was caught up at this fetch if it asked for the

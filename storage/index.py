@@ -56,6 +56,10 @@ class _IndexFile:
         self._file = cache.file(self.path, os.O_RDWR, create=size_hint is None)
         self._closed = False
         self._loaded = False
+        # writes and truncations so far, and how many of them the last fsync covered: an index not written since
+        # its last fsync is not fsynced again (a clean shutdown of 20,000 logs skips 40,000 needless fsyncs)
+        self._writes = 0
+        self._synced_writes = 0
         self._size_hint = size_hint
         self._rebuild_old: bytes | None = None  # the file's bytes while a rebuild compares against them
 
@@ -76,6 +80,7 @@ class _IndexFile:
             whole = size - size % self.entry_size
             if whole != size:  # torn last entry (crash mid-write): drop it
                 os.ftruncate(fd, whole)
+                self._writes += 1
             return os.pread(fd, whole, 0) if whole else b""
 
     def _write_entry(self, n: int, data: bytes) -> None:
@@ -87,6 +92,7 @@ class _IndexFile:
             self._rebuild_old = None  # the file differs from here on: cut it, then write as usual
             self._truncate_entries(n)
         self._file.pwrite_all(data, pos)
+        self._writes += 1
 
     def begin_rebuild(self) -> None:
         """Empty the entries for a rebuild from the log (recovery) but leave the file as it is: entries equal to
@@ -107,6 +113,7 @@ class _IndexFile:
 
     def _truncate_entries(self, n: int) -> None:
         self._file.truncate(n * self.entry_size)
+        self._writes += 1
 
     def _reset_file(self) -> None:
         """Empty the file, unless it is known to be empty already (recovery resets thousands of indexes, and a
@@ -138,8 +145,12 @@ class _IndexFile:
         return rel
 
     def flush(self) -> None:
-        if not self._closed and self._loaded:  # never loaded: never written since it was opened
+        """fsync what was written since the last flush (safe from a worker thread: a write racing the fsync is
+        counted after the snapshot of the count, so the next flush syncs it)."""
+        writes = self._writes
+        if not self._closed and writes != self._synced_writes:  # never written (or never loaded): nothing to sync
             self._file.fsync()
+            self._synced_writes = writes
 
     def close(self) -> None:
         if not self._closed:

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
+from .checkpoints import fsync_path
 from .errors import KafkaStorageError
 from .file_cache import OPEN_FILES, OpenFileCache, as_path
 
@@ -88,6 +89,7 @@ class TransactionIndex:
         self.entries: list[AbortedTxn] = []
         self.file = (files if files is not None else OPEN_FILES).file(self.path, os.O_RDWR | os.O_APPEND)
         self._dirty = False
+        self._created = False  # the file was created by an append (lazily, as Kafka's): its dir entry needs an fsync
         if exists or (exists is None and self.path.exists()):
             self._load()
 
@@ -113,6 +115,7 @@ class TransactionIndex:
             raise KafkaStorageError(
                 f"{self.path.name}: aborted transaction ending at {txn.last_offset} appended after one ending at {last}"
             )
+        new_file = not self.entries and not self.path.exists()
         fd = self.file.acquire(os.O_CREAT)
         try:
             os.write(fd, txn.encode())
@@ -120,6 +123,7 @@ class TransactionIndex:
             self.file.release()
         self.entries.append(txn)
         self._dirty = True
+        self._created = self._created or new_file
 
     def truncate_to(self, offset: int) -> None:
         """Drop the entries whose marker is at or after `offset` (log truncation and replay)."""
@@ -141,6 +145,9 @@ class TransactionIndex:
         if self._dirty and not self.file.closed:
             self._dirty = False
             self.file.fsync()
+            if self._created:
+                self._created = False
+                fsync_path(self.path.parent)
 
     def close(self) -> None:
         self.file.close()

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from strata.broker.cluster.model import PartitionState
-from strata.broker.replica_manager import FetchSpec
+from strata.broker.replica_manager import FetchResult, FetchSpec
 from strata.protocol.errors import ErrorCode as E
 from strata.protocol.records import build_batch, iter_batches
 from strata.protocol.registry import ApiKey
@@ -284,15 +284,22 @@ def test_offline_partition_has_no_leader_and_nobody_fetches(tmp_path, monkeypatc
     run(main())
 
 
+async def two_partitions_fetched_by_hand(tmp_path, monkeypatch, clock, value: bytes) -> FakeCluster:
+    """Brokers 1 (leader) and 2, two partitions holding one record `value` each; broker 2's fetcher is stopped, so
+    the tests send its fetches themselves."""
+    c = FakeCluster(tmp_path, [1, 2], {}).start()
+    install_transport(monkeypatch, c, clock)
+    await c.store.create_topic(T, 2, {}, replication_factor=2)
+    await c[2].rm.fetcher_manager.shutdown()
+    for p in (0, 1):
+        await c[1].rm.append_records([(T, p, recs(value))], required_acks=1)
+    return c
+
+
 def test_a_follower_position_counts_even_when_the_response_has_no_room_for_its_data(tmp_path, monkeypatch, clock):
     async def main():
-        c = FakeCluster(tmp_path, [1, 2], {}).start()
-        install_transport(monkeypatch, c, clock)
-        await c.store.create_topic(T, 2, {}, replication_factor=2)
+        c = await two_partitions_fetched_by_hand(tmp_path, monkeypatch, clock, b"x" * 500)
         leader = c[1].rm
-        await c[2].rm.fetcher_manager.shutdown()  # drive the follower's fetches by hand
-        for p in (0, 1):
-            await leader.append_records([(T, p, recs(b"x" * 500))], required_acks=1)
         specs = [FetchSpec(T, p, 1, 1 << 20, 0, log_start_offset=0) for p in (0, 1)]
         res = await leader.fetch(specs, max_bytes=100, min_bytes=1, max_wait_ms=0, replica_id=2)
         assert res[0].records == b"" and res[1].records == b""  # nothing new: both at the LEO
@@ -304,6 +311,62 @@ def test_a_follower_position_counts_even_when_the_response_has_no_room_for_its_d
         res = await leader.fetch(specs, max_bytes=100, min_bytes=1, max_wait_ms=0, replica_id=2)
         assert len(res[0].records) > 100 and res[1].records == b""  # the first batch alone fills the response
         assert c[1].partition(T, 1).followers[2].last_fetch_leader_leo == 2  # p1's fetch was still recorded
+        await c.close()
+
+    run(main())
+
+
+def test_an_idle_follower_fetch_answers_as_a_read_would_and_keeps_the_follower_in_sync(tmp_path, monkeypatch, clock):
+    """A partition the follower has all of, unchanged since its last answer, is answered without a read (the leader
+    of 3,000 idle partitions re-read them all every round): the answer stays what a read gives
+    (HW, LSO, log start, new records, divergence), the fetch still counts for the lag, and a follower out of the ISR
+    still rejoins it."""
+
+    async def main():
+        c = await two_partitions_fetched_by_hand(tmp_path, monkeypatch, clock, b"a")
+        leader = c[1].rm
+        for p in (0, 1):
+            await leader.append_records([(T, p, recs(b"b"))], required_acks=1)
+
+        async def fetch(offsets: dict[int, int], last_epoch: int = 0):
+            specs = [
+                FetchSpec(T, p, o, 1 << 20, 0, last_fetched_epoch=last_epoch, log_start_offset=0)
+                for p, o in offsets.items()
+            ]
+            return await leader.fetch(specs, max_bytes=1 << 20, min_bytes=0, max_wait_ms=0, replica_id=2)
+
+        def state(p: int):
+            return c[1].partition(T, p).followers[2]
+
+        first = await fetch({0: 2, 1: 2})
+        assert [(r.error, r.records, r.high_watermark) for r in first] == [(E.NONE, b"", 2)] * 2
+        assert state(0).idle_fetch is not None and state(1).idle_fetch is not None  # the next rounds skip the read
+        again = await fetch({0: 2, 1: 2})
+        assert again == first
+        # a skipped read still counts as a caught-up fetch (the lag arithmetic and the ISR shrink look at these)
+        clock.advance(1000)
+        await fetch({0: 2, 1: 2})
+        assert [(state(p).last_fetch_ms, state(p).last_caught_up_ms) for p in (0, 1)] == [(clock(), clock())] * 2
+        # new records, a moved log start and a divergent last epoch are answered as a read answers them
+        await leader.append_records([(T, 0, recs(b"c"))], required_acks=1)
+        c[1].log(T, 1).delete_records(1)
+        r0, r1 = await fetch({0: 2, 1: 2})
+        assert [h.base_offset for _, h in iter_batches(r0.records)] == [2] and r0.high_watermark == 2
+        assert r1.records == b"" and r1.log_start_offset == 1
+        assert state(0).idle_fetch is None  # it got records
+        await fetch({0: 3, 1: 2})
+        assert state(0).idle_fetch is not None and state(1).idle_fetch is not None
+        r0, r1 = await fetch({0: 3, 1: 2}, last_epoch=5)  # an epoch the leader never had
+        assert r0.error == r1.error == E.OFFSET_OUT_OF_RANGE
+        # the controller takes 2 out of the ISR (say its controlled shutdown), leader epoch unchanged; the very fetch
+        # it sent while in the ISR brings it back
+        await fetch({0: 3, 1: 2})
+        assert state(1).idle_fetch is not None
+        c.store.elect(T, 1, leader=1, isr=(1,))
+        assert c[1].partition(T, 1).isr == (1,)
+        await fetch({0: 3, 1: 2})
+        await until(lambda: c.store.partition_state(T, 1).isr == (1, 2), what="2 back in the ISR")
+        assert (await fetch({0: 3, 1: 2}))[1] == FetchResult(high_watermark=2, last_stable_offset=2, log_start_offset=1)
         await c.close()
 
     run(main())

@@ -160,3 +160,81 @@ def test_a_roll_flushes_up_to_the_new_segment_so_a_crash_recovers_only_that_one(
     again = lm.get_log("t", 0)
     assert again is not None and again.log_end_offset == 60 and again.recovery_point == active_base
     lm.shutdown()
+
+
+def _record_fsyncs(monkeypatch) -> list[str]:
+    """The paths fsynced from now on: os.fsync still syncs, the descriptor's path is noted (Linux /proc)."""
+    synced: list[str] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return synced
+
+
+def test_clean_shutdown_syncs_only_what_is_dirty(tmp_path, monkeypatch):
+    """Kafka's shutdown flushes every log, closes it with a producer snapshot at the LEO, writes the checkpoints
+    once per dir and the clean-shutdown marker. Here only what changed is synced: an idle log costs no fsync, a
+    log appended to by a plain producer its segment alone (no snapshot file, no dir fsync), one with producer
+    state its segment, the new snapshot and the dir that holds it. The restart honours the marker and restores
+    the producer state."""
+    d = tmp_path / "d1"
+    lm = manager(tmp_path)
+    lm.startup()
+    for name in ("plain", "idem", "idle", "empty"):
+        lm.get_or_create_log(name, 0, uuid.uuid4(), CFG)
+    idle = lm.get_log("idle", 0)
+    assert idle is not None
+    idle.append_as_leader(build_batch([b"before"], timestamp=NOW), 0)
+    lm.shutdown()
+
+    lm = manager(tmp_path)
+    lm.startup()
+    made = lm.make_logs("made", [0], uuid.uuid4(), CFG)  # a CreateTopics: its files are fsynced when made
+    lm.adopt_logs(made)
+    plain, idem, made_log = lm.get_log("plain", 0), lm.get_log("idem", 0), lm.get_log("made", 0)
+    assert plain is not None and idem is not None and made_log is not None
+    plain.append_as_leader(build_batch([b"p1", b"p2"], timestamp=NOW), 0)
+    made_log.append_as_leader(build_batch([b"m"], timestamp=NOW), 0)
+    idem.append_as_leader(
+        build_batch([b"i1", b"i2", b"i3"], timestamp=NOW, producer_id=4242, producer_epoch=0, base_sequence=0), 0
+    )
+    synced = _record_fsyncs(monkeypatch)
+    lm.shutdown()
+    monkeypatch.undo()
+
+    def in_dir(name: str) -> list[str]:
+        return sorted(
+            os.path.basename(p) if os.path.dirname(p) == str(d / name) else "<dir>"
+            for p in synced
+            if p == str(d / name) or os.path.dirname(p) == str(d / name)
+        )
+
+    assert in_dir("idle-0") == [] and in_dir("empty-0") == []
+    assert in_dir("plain-0") == ["00000000000000000000.log"]
+    assert in_dir("made-0") == ["00000000000000000000.log"]
+    assert in_dir("idem-0") == ["00000000000000000000.log", "00000000000000000003.snapshot", "<dir>"]
+    assert not any(p.endswith(".snapshot") for p in os.listdir(d / "plain-0"))
+    assert (d / ".kafka_cleanshutdown").exists()
+    assert (d / "recovery-point-offset-checkpoint").read_text().splitlines()[2:] == [
+        "empty 0 0",
+        "idem 0 3",
+        "idle 0 1",
+        "made 0 1",
+        "plain 0 2",
+    ]
+
+    lm = manager(tmp_path)
+    lm.startup()
+    idem, plain = lm.get_log("idem", 0), lm.get_log("plain", 0)
+    assert idem is not None and plain is not None
+    entry = idem.producer_state.last_entry(4242)
+    assert entry is not None and entry.last_seq == 2  # restored from the snapshot at the LEO
+    assert len(plain.producer_state) == 0 and plain.recovery_point == plain.log_end_offset == 2
+    assert not any(p.endswith(".snapshot") for p in os.listdir(d / "plain-0"))  # none written on load either
+    synced = _record_fsyncs(monkeypatch)
+    lm.shutdown()  # nothing appended since the start: no partition's file is synced
+    assert [p for p in synced if os.path.dirname(p) != str(d) and p != str(d)] == []
